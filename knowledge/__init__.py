@@ -1,0 +1,1 @@
+"""Framework and GPU knowledge (data files) and the search over it."""

@@ -1,0 +1,1 @@
+"""CrewAI-style role and task definitions, loaded as data."""

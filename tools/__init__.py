@@ -1,0 +1,1 @@
+"""Deterministic capabilities the agents call: hardware, models, memory, configs, smoke runs."""

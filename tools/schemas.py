@@ -1,0 +1,254 @@
+"""The plan contract: TrainingBrief in, TrainingPlan out (DESIGN.md, "The plan contract").
+
+These types sit at the bottom of the import graph so that agents and graphs can use them
+without an import running back up. Keys listed in DESIGN.md are stable; more are welcome.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Task = Literal["pretrain", "finetune", "lora", "inference", "agent-app"]
+Precision = Literal["bf16", "fp16", "fp32", "auto"]
+Experience = Literal["beginner", "intermediate", "expert"]
+Stack = Literal["pytorch", "tensorflow", "none"]
+Deployment = Literal["none", "research", "production-serving", "mobile"]
+StrategyName = Literal[
+    "ddp",
+    "zero1",
+    "zero2",
+    "zero3",
+    "zero2_offload_optimizer",
+    "zero3_offload_optimizer",
+    "zero3_offload_all",
+]
+FrameworkId = Literal[
+    "pytorch",
+    "pytorch_ddp",
+    "pytorch_fsdp",
+    "deepspeed",
+    "horovod",
+    "tensorflow",
+    "megatron",
+    "langchain",
+    "langgraph",
+    "crewai",
+    "autogen",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Team(_Strict):
+    """Who will run the training."""
+
+    experience: Experience = "intermediate"
+    existing_stack: Stack = "pytorch"
+
+
+class ModelShape(_Strict):
+    """A model given by its dimensions instead of a catalog id or config file."""
+
+    layers: int = Field(gt=0, le=1000)
+    hidden: int = Field(gt=0, le=1_000_000)
+    heads: int = Field(gt=0, le=10_000)
+    vocab: int = Field(gt=0, le=10_000_000)
+    intermediate: int | None = Field(default=None, gt=0)
+
+
+class ModelParams(_Strict):
+    """A model given only by its parameter count."""
+
+    params: float = Field(gt=0, le=1e14)
+
+
+class TrainingBrief(_Strict):
+    """What the user wants to train, on what (DESIGN.md brief format)."""
+
+    goal: str = ""
+    model: str | ModelParams | ModelShape
+    task: Task = "finetune"
+    seq_len: int = Field(default=2048, gt=0, le=1_048_576)
+    global_batch_size: int = Field(default=32, gt=0, le=1_000_000)
+    hardware: str = "local"
+    precision: Precision = "auto"
+    team: Team = Field(default_factory=Team)
+    deployment: Deployment = "none"
+    smoke: bool = True
+
+    @field_validator("model")
+    @classmethod
+    def _model_not_blank(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must name a catalog model, a config.json path or give params")
+        return value
+
+
+class GPUSpec(BaseModel):
+    """One GPU type's datasheet numbers."""
+
+    name: str
+    memory_gb: float
+    bf16_tflops: float | None = None
+    fp16_tflops: float | None = None
+    fp32_tflops: float | None = None
+    memory_bandwidth_gbs: float | None = None
+    source: str = ""
+
+
+class HardwareSpec(BaseModel):
+    """The machine or cluster the plan targets."""
+
+    source: Literal["local", "described"]
+    nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=0)
+    gpu: GPUSpec | None = None
+    cpu_cores: int | None = None
+    ram_gb: float | None = None
+    interconnect: str | None = None
+    cuda_available: bool = False
+
+    @property
+    def world_size(self) -> int:
+        """Data-parallel ranks the plan targets (GPUs, or 1 for a CPU-only machine)."""
+        return max(1, self.nodes * self.gpus_per_node)
+
+
+class ModelSpec(BaseModel):
+    """A model architecture with exact sizes."""
+
+    name: str
+    params: int
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    seq_len: int
+    largest_layer_params: int
+    intermediate: int | None = None
+    kv_heads: int | None = None
+    family: str | None = None
+    hf_config: dict[str, Any] | None = None
+    source: str = ""
+
+
+class Alternative(BaseModel):
+    """A framework we did not pick, and why."""
+
+    name: FrameworkId
+    reason: str
+
+
+class FrameworkChoice(BaseModel):
+    """The framework decision."""
+
+    primary: FrameworkId
+    stack: list[FrameworkId]
+    alternatives: list[Alternative] = Field(default_factory=list)
+    rationale: str
+    citations: list[str] = Field(default_factory=list)
+
+
+class MemoryBreakdown(BaseModel):
+    """Bytes per GPU by term."""
+
+    params: int
+    gradients: int
+    optimizer: int
+    activations: int
+    buffers: int
+    total: int
+
+
+class StrategyEstimate(BaseModel):
+    """One parallelism strategy's memory estimate."""
+
+    name: StrategyName
+    per_gpu_bytes: MemoryBreakdown
+    cpu_bytes_per_node: int = 0
+    fits: bool
+    micro_batch_size: int = 1
+    notes: list[str] = Field(default_factory=list)
+
+
+class MemoryPlan(BaseModel):
+    """All strategies considered and the one chosen."""
+
+    strategies: list[StrategyEstimate]
+    chosen: StrategyName
+    micro_batch_size: int = 1
+    gradient_accumulation_steps: int = 1
+    activation_checkpointing: bool = False
+    capacity_bytes: int | None = None
+    assumptions: list[str] = Field(default_factory=list)
+
+
+class LaunchSpec(BaseModel):
+    """How to start the training, and the files written for it."""
+
+    command: list[str]
+    files: dict[str, str] = Field(default_factory=dict)
+
+
+class SmokeResult(BaseModel):
+    """What a real short training run showed."""
+
+    status: Literal["passed", "failed", "skipped"]
+    reason: str = ""
+    device: str = "cpu"
+    world_size: int = 0
+    steps: int = 0
+    losses: list[float] = Field(default_factory=list)
+    step_time_s: float | None = None
+    tokens_per_s: float | None = None
+    peak_memory_bytes: int | None = None
+    predicted_peak_memory_bytes: int | None = None
+    run_dir: str | None = None
+    wall_time_s: float | None = None
+    model_shape: dict[str, Any] | None = None
+    strategy: str | None = None
+
+
+class Finding(BaseModel):
+    """One reviewer finding."""
+
+    severity: Literal["info", "warning", "error"]
+    message: str
+    check: str = ""
+    fix: str = ""
+
+
+class Review(BaseModel):
+    """The reviewer's verdict."""
+
+    verdict: Literal["approved", "changes_requested", "rejected"]
+    rounds: int = 1
+    findings: list[Finding] = Field(default_factory=list)
+
+
+class ReportPaths(BaseModel):
+    """Where the report files were written."""
+
+    markdown: str | None = None
+    html: str | None = None
+    json: str | None = None
+
+
+class TrainingPlan(BaseModel):
+    """The full plan (DESIGN.md plan JSON)."""
+
+    brief: TrainingBrief
+    hardware: HardwareSpec
+    model: ModelSpec
+    framework: FrameworkChoice
+    memory: MemoryPlan
+    deepspeed_config: dict[str, Any] | None
+    launch: LaunchSpec
+    smoke_test: SmokeResult
+    review: Review
+    report: ReportPaths = Field(default_factory=ReportPaths)
+    narrative: dict[str, str] = Field(default_factory=dict)

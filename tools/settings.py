@@ -1,0 +1,89 @@
+"""One settings object, built once by the CLI (or an embedding app) and passed explicitly.
+
+Precedence: explicit argument, then environment (``TRAINWRIGHT_*``), then default.
+Only ``Settings.load`` reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+# Telemetry exporters of our dependencies try to reach the network, which is closed here and
+# which users did not opt into. These are the variables each library documents.
+TELEMETRY_OFF = {
+    "CREWAI_DISABLE_TELEMETRY": "true",
+    "CREWAI_DISABLE_TRACKING": "true",
+    "OTEL_SDK_DISABLED": "true",
+    "ANONYMIZED_TELEMETRY": "False",
+    "LANGCHAIN_TRACING_V2": "false",
+    "LANGSMITH_TRACING": "false",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "DO_NOT_TRACK": "1",
+}
+
+
+def disable_telemetry() -> None:
+    """Switch off the telemetry of crewai, chromadb, LangSmith and the HF hub for this process."""
+    for key, value in TELEMETRY_OFF.items():
+        os.environ.setdefault(key, value)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable about a run; tools receive it, the model never sees it."""
+
+    home: Path = field(default_factory=lambda: Path(".trainwright"))
+    out_dir: Path = field(default_factory=lambda: Path("out"))
+    llm: str = "offline"
+    base_url: str | None = None
+    api_key: str | None = None
+    max_review_rounds: int = 2
+    max_agent_steps: int = 12
+    smoke_steps: int = 30
+    smoke_timeout_s: float = 300.0
+    smoke_cpu_ranks: int = 2
+    llm_timeout_s: float = 60.0
+
+    @property
+    def runs_dir(self) -> Path:
+        """Where smoke runs keep their logs and temporary files."""
+        return self.home / "runs"
+
+    @property
+    def checkpoint_db(self) -> Path:
+        """The SQLite file that holds LangGraph checkpoints."""
+        return self.home / "checkpoints.sqlite"
+
+    def with_(self, **changes: Any) -> Settings:
+        """Return a copy with ``changes`` applied (explicit arguments win)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @classmethod
+    def load(cls, **explicit: Any) -> Settings:
+        """Build settings from explicit arguments, then ``TRAINWRIGHT_*`` variables, then defaults."""
+        env = os.environ
+        from_env: dict[str, Any] = {}
+        if "TRAINWRIGHT_HOME" in env:
+            from_env["home"] = Path(env["TRAINWRIGHT_HOME"])
+        if "TRAINWRIGHT_OUT" in env:
+            from_env["out_dir"] = Path(env["TRAINWRIGHT_OUT"])
+        if "TRAINWRIGHT_LLM" in env:
+            from_env["llm"] = env["TRAINWRIGHT_LLM"]
+        if "TRAINWRIGHT_BASE_URL" in env:
+            from_env["base_url"] = env["TRAINWRIGHT_BASE_URL"]
+        if "TRAINWRIGHT_API_KEY" in env:
+            from_env["api_key"] = env["TRAINWRIGHT_API_KEY"]
+        for name, conv in (
+            ("smoke_steps", int),
+            ("smoke_timeout_s", float),
+            ("max_review_rounds", int),
+        ):
+            key = "TRAINWRIGHT_" + name.upper()
+            if key in env:
+                from_env[name] = conv(env[key])
+        return cls().with_(**from_env).with_(**explicit)
