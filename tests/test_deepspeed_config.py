@@ -1,0 +1,218 @@
+"""DeepSpeed config emission, validated by DeepSpeed's own DeepSpeedConfig at the target size."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tools.deepspeed_config import ConfigError, emit_deepspeed_config, validate_deepspeed_config
+from tools.errors import ToolFailure
+from tools.memory import STRATEGY_ORDER, plan_memory
+from tools.schemas import GPUSpec, HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
+
+A100 = GPUSpec(name="A100-80GB", memory_gb=80, bf16_tflops=312)
+V100 = GPUSpec(name="V100-32GB", memory_gb=32, fp16_tflops=125)
+EIGHT_A100 = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=A100)
+LLAMA3_8B = ModelSpec(
+    name="llama-3-8b",
+    params=8_030_261_248,
+    layers=32,
+    hidden=4096,
+    heads=32,
+    kv_heads=8,
+    vocab=128_256,
+    intermediate=14_336,
+    largest_layer_params=525_336_576,
+    seq_len=4096,
+)
+GPT2 = ModelSpec(
+    name="gpt2",
+    params=124_439_808,
+    layers=12,
+    hidden=768,
+    heads=12,
+    vocab=50_257,
+    largest_layer_params=38_597_376,
+    seq_len=1024,
+)
+CPU_BOX = HardwareSpec(source="local", nodes=1, gpus_per_node=0, gpu=None, cpu_cores=2, ram_gb=24)
+BRIEF = TrainingBrief(
+    model="llama-3-8b",
+    seq_len=4096,
+    global_batch_size=64,
+    precision="bf16",
+    hardware="1x8xA100-80GB",
+)
+
+
+@pytest.fixture(scope="module")
+def llama_plan() -> MemoryPlan:
+    return plan_memory(LLAMA3_8B, EIGHT_A100, BRIEF)
+
+
+def walk(value, path=()):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from walk(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from walk(item, (*path, index))
+    else:
+        yield path, value
+
+
+def test_llama_config_accepted_at_world_size_8(llama_plan: MemoryPlan) -> None:
+    config = emit_deepspeed_config(llama_plan, LLAMA3_8B, EIGHT_A100, BRIEF)
+    validate_deepspeed_config(config, 8)
+
+    micro = config["train_micro_batch_size_per_gpu"]
+    accumulation = config["gradient_accumulation_steps"]
+    assert config["train_batch_size"] == micro * accumulation * 8 == 64
+    assert micro == llama_plan.micro_batch_size
+    stage = {"zero1": 1, "zero2": 2, "zero3": 3}[llama_plan.chosen]
+    assert config["zero_optimization"]["stage"] == stage
+    assert config["bf16"] == {"enabled": True} and "fp16" not in config
+    assert config["optimizer"]["type"] == "AdamW"
+    assert config["gradient_clipping"] == 1.0
+    assert config["wall_clock_breakdown"] is False
+    assert ("activation_checkpointing" in config) == llama_plan.activation_checkpointing
+    assert not any(value == "auto" for _, value in walk(config))
+
+
+@pytest.mark.parametrize("strategy", STRATEGY_ORDER)
+def test_every_strategy_emits_a_config_deepspeed_accepts(
+    llama_plan: MemoryPlan, strategy: str
+) -> None:
+    plan = llama_plan.model_copy(update={"chosen": strategy})
+    config = emit_deepspeed_config(plan, LLAMA3_8B, EIGHT_A100, BRIEF)
+    validate_deepspeed_config(config, 8)
+
+    zero = config["zero_optimization"]
+    expected_stage = {"ddp": 0, "zero1": 1, "zero2": 2}.get(strategy, 3)
+    if strategy == "zero2_offload_optimizer":
+        expected_stage = 2
+    assert zero["stage"] == expected_stage
+    assert ("offload_optimizer" in zero) == ("offload" in strategy)
+    assert ("offload_param" in zero) == (strategy == "zero3_offload_all")
+    for path, value in walk(zero):
+        if path[-1].endswith(("_size", "_parameters", "_threshold", "_distance")):
+            assert isinstance(value, int) and value > 0, path
+    if expected_stage == 3:
+        # The Hugging Face integration's values, from the hidden size.
+        assert zero["stage3_prefetch_bucket_size"] == int(0.9 * 4096 * 4096)
+        assert zero["stage3_param_persistence_threshold"] == 10 * 4096
+        assert zero["reduce_bucket_size"] == 4096 * 4096
+
+
+def test_world_size_is_really_applied(llama_plan: MemoryPlan) -> None:
+    config = emit_deepspeed_config(llama_plan, LLAMA3_8B, EIGHT_A100, BRIEF)
+    # 8 = 2 * 4 * 1 holds on one GPU, not on eight.
+    wrong = dict(
+        config, train_batch_size=8, train_micro_batch_size_per_gpu=2, gradient_accumulation_steps=4
+    )
+    validate_deepspeed_config(wrong, 1)
+    with pytest.raises(ConfigError, match="8 != 2 \\* 4 \\* 8"):
+        validate_deepspeed_config(wrong, 8)
+
+
+def test_validation_leaves_deepspeed_comm_untouched(llama_plan: MemoryPlan) -> None:
+    from deepspeed import comm
+    from deepspeed.runtime import config as config_module
+
+    config = emit_deepspeed_config(llama_plan, LLAMA3_8B, EIGHT_A100, BRIEF)
+    validate_deepspeed_config(config, 8)
+    with pytest.raises(ConfigError):
+        validate_deepspeed_config(dict(config, train_batch_size=7), 8)
+    assert config_module.dist is comm
+
+
+def test_unknown_top_level_key_rejected(llama_plan: MemoryPlan) -> None:
+    config = emit_deepspeed_config(llama_plan, LLAMA3_8B, EIGHT_A100, BRIEF)
+    misspelt = dict(config, zero_optimisation={"stage": 3})
+    with pytest.raises(ConfigError) as err:
+        validate_deepspeed_config(misspelt, 8)
+    assert err.value.key == "zero_optimisation"
+
+
+def test_unknown_nested_key_rejected(llama_plan: MemoryPlan) -> None:
+    config = copy.deepcopy(emit_deepspeed_config(llama_plan, LLAMA3_8B, EIGHT_A100, BRIEF))
+    config["zero_optimization"]["reduce_bucket"] = 1000
+    with pytest.raises(ConfigError, match="reduce_bucket"):
+        validate_deepspeed_config(config, 8)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("train_micro_batch_size_per_gpu",),
+        ("zero_optimization", "reduce_bucket_size"),
+        ("optimizer", "params", "lr"),
+    ],
+)
+def test_auto_values_rejected(llama_plan: MemoryPlan, path: tuple[str, ...]) -> None:
+    config = copy.deepcopy(emit_deepspeed_config(llama_plan, LLAMA3_8B, EIGHT_A100, BRIEF))
+    target = config
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = "auto"
+    with pytest.raises(ConfigError) as err:
+        validate_deepspeed_config(config, 8)
+    assert err.value.key == ".".join(path)
+    assert isinstance(err.value, ToolFailure)
+
+
+def test_deepspeed_type_errors_surface(llama_plan: MemoryPlan) -> None:
+    config = copy.deepcopy(emit_deepspeed_config(llama_plan, LLAMA3_8B, EIGHT_A100, BRIEF))
+    config["zero_optimization"]["stage"] = 7
+    with pytest.raises(ConfigError, match="DeepSpeed rejects"):
+        validate_deepspeed_config(config, 8)
+
+
+def test_scheduler_checked(llama_plan: MemoryPlan) -> None:
+    config = emit_deepspeed_config(llama_plan, LLAMA3_8B, EIGHT_A100, BRIEF, total_steps=500)
+    assert config["scheduler"]["type"] == "WarmupDecayLR"
+    assert config["scheduler"]["params"]["total_num_steps"] == 500
+    validate_deepspeed_config(config, 8)
+    broken = copy.deepcopy(config)
+    del broken["scheduler"]["params"]["total_num_steps"]
+    with pytest.raises(ConfigError, match="total_num_steps"):
+        validate_deepspeed_config(broken, 8)
+    with pytest.raises(ConfigError):
+        validate_deepspeed_config(dict(config, scheduler={"type": "Cosine", "params": {}}), 8)
+
+
+def test_fp16_with_dynamic_loss_scaling_on_v100() -> None:
+    hardware = HardwareSpec(source="described", nodes=2, gpus_per_node=4, gpu=V100)
+    brief = BRIEF.model_copy(update={"precision": "auto", "seq_len": 1024})
+    plan = plan_memory(GPT2, hardware, brief)
+    config = emit_deepspeed_config(plan, GPT2, hardware, brief)
+    assert config["fp16"]["enabled"] and config["fp16"]["loss_scale"] == 0
+    assert "bf16" not in config
+    validate_deepspeed_config(config, 8)
+
+
+def test_gpt2_cpu_config() -> None:
+    brief = TrainingBrief(model="gpt2", seq_len=1024, global_batch_size=32, task="pretrain")
+    plan = plan_memory(GPT2, CPU_BOX, brief)
+    config = emit_deepspeed_config(plan, GPT2, CPU_BOX, brief)
+    assert "bf16" not in config and "fp16" not in config
+    assert config["optimizer"]["params"]["torch_adam"] is True
+    assert config["optimizer"]["params"]["lr"] == 3e-4
+    assert config["train_batch_size"] == 32
+    validate_deepspeed_config(config, 1)
+
+
+def test_inference_config_has_no_optimizer() -> None:
+    brief = BRIEF.model_copy(update={"task": "inference"})
+    plan = plan_memory(LLAMA3_8B, EIGHT_A100, brief)
+    config = emit_deepspeed_config(plan, LLAMA3_8B, EIGHT_A100, brief)
+    assert "optimizer" not in config and "scheduler" not in config
+    validate_deepspeed_config(config, 8)
+
+
+def test_plan_inconsistent_with_brief_is_refused(llama_plan: MemoryPlan) -> None:
+    brief = BRIEF.model_copy(update={"global_batch_size": 128})
+    with pytest.raises(ConfigError) as err:
+        emit_deepspeed_config(llama_plan, LLAMA3_8B, EIGHT_A100, brief)
+    assert err.value.key == "train_batch_size"

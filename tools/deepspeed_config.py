@@ -1,0 +1,360 @@
+"""Emit a DeepSpeed config for a memory plan, and validate configs with DeepSpeed itself.
+
+``emit_deepspeed_config`` writes only concrete numbers: DeepSpeed's pydantic configs drop any
+``"auto"`` value and fall back to the default (``DeepSpeedConfigModel.__init__``), and plain
+DeepSpeed never resolves ``auto`` batch sizes, which only the Hugging Face integration fills.
+``validate_deepspeed_config`` runs DeepSpeed's own ``DeepSpeedConfig`` at the target world size
+and rejects what DeepSpeed would silently ignore.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tools.errors import ToolFailure
+from tools.memory import OFFLOAD_STRATEGIES, resolve_precision, zero_settings
+from tools.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
+
+
+class ConfigError(ToolFailure):
+    """A DeepSpeed config that DeepSpeed rejects, or would misread; ``key`` names the culprit."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        self.key = key
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+# Optimizer recipes by task. Pretraining: LLaMA (Touvron et al. 2023, sec. 2.2) AdamW
+# betas (0.9, 0.95), weight decay 0.1, 2000 warmup steps, lr 3e-4 at 7B. Full fine-tuning:
+# lr 2e-5 (Stanford Alpaca's recipe). LoRA: lr 2e-4 (QLoRA, Dettmers et al. 2023, appendix).
+_RECIPES: dict[str, dict[str, Any]] = {
+    "pretrain": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1, "warmup": 2000},
+    "finetune": {"lr": 2e-5, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup": 100},
+    "lora": {"lr": 2e-4, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup": 100},
+}
+_ZERO_STAGE = {
+    "ddp": 0,
+    "zero1": 1,
+    "zero2": 2,
+    "zero3": 3,
+    "zero2_offload_optimizer": 2,
+    "zero3_offload_optimizer": 3,
+    "zero3_offload_all": 3,
+}
+# DeepSpeed's own default for data_types.keep_in_fp32_modules is the string "auto"
+# (runtime/constants.py KEEP_IN_FP32_MODULES_DEFAULT), so it is the one legitimate "auto".
+_AUTO_ALLOWED = {("data_types", "keep_in_fp32_modules")}
+
+
+def _zero_section(plan: MemoryPlan, model: ModelSpec) -> dict[str, Any]:
+    stage = _ZERO_STAGE[plan.chosen]
+    if stage == 0:
+        return {"stage": 0}
+    sizes = zero_settings(model, plan.chosen)
+    section: dict[str, Any] = {
+        "stage": stage,
+        # Overlap reduction with backward; tools/memory.py budgets its extra buffers.
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": sizes.reduce_bucket_size,
+    }
+    if stage < 3:
+        section.update(
+            {
+                "allgather_partitions": True,
+                "allgather_bucket_size": sizes.allgather_bucket_size,
+                "reduce_scatter": True,
+            }
+        )
+    else:
+        section.update(
+            {
+                "stage3_prefetch_bucket_size": sizes.prefetch_bucket_size,
+                "stage3_param_persistence_threshold": sizes.param_persistence_threshold,
+                "stage3_max_live_parameters": sizes.max_live_parameters,
+                "stage3_max_reuse_distance": sizes.max_live_parameters,
+                "sub_group_size": sizes.sub_group_size,
+                # Without it, a ZeRO-3 save holds only this rank's shard of the weights.
+                "stage3_gather_16bit_weights_on_model_save": True,
+            }
+        )
+    if plan.chosen in OFFLOAD_STRATEGIES:
+        section["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if plan.chosen == "zero3_offload_all":
+        section["offload_param"] = {"device": "cpu", "pin_memory": True}
+    return section
+
+
+def emit_deepspeed_config(
+    plan: MemoryPlan,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    brief: TrainingBrief,
+    *,
+    total_steps: int | None = None,
+) -> dict[str, Any]:
+    """Write the ds_config.json contents for the plan's chosen strategy and batch split.
+
+    Args:
+        plan: The memory plan; its chosen strategy, micro batch, accumulation and checkpointing.
+        model: The architecture (hidden size sets the ZeRO-3 bucket sizes).
+        hardware: The target; its world size fixes train_batch_size.
+        brief: The brief (task picks the optimizer recipe, precision the 16-bit section).
+        total_steps: Planned optimizer steps; with it the LR decays (WarmupDecayLR), without it
+            it stays at the peak after warmup (WarmupLR).
+    """
+    world = hardware.world_size
+    train_batch = plan.micro_batch_size * plan.gradient_accumulation_steps * world
+    if train_batch != brief.global_batch_size:
+        raise ConfigError(
+            f"plan gives {plan.micro_batch_size} x {plan.gradient_accumulation_steps} x {world} "
+            f"= {train_batch} sequences per step, the brief asks {brief.global_batch_size}",
+            key="train_batch_size",
+        )
+    config: dict[str, Any] = {
+        "train_batch_size": train_batch,
+        "train_micro_batch_size_per_gpu": plan.micro_batch_size,
+        "gradient_accumulation_steps": plan.gradient_accumulation_steps,
+        "steps_per_print": 10,
+        "wall_clock_breakdown": False,
+    }
+    precision = resolve_precision(brief.precision, hardware)
+    if precision == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif precision == "fp16":
+        # Dynamic loss scaling (loss_scale 0) from 2^16, DeepSpeed's documented defaults.
+        config["fp16"] = {
+            "enabled": True,
+            "loss_scale": 0,
+            "initial_scale_power": 16,
+            "loss_scale_window": 1000,
+            "hysteresis": 2,
+            "min_loss_scale": 1,
+        }
+    config["zero_optimization"] = _zero_section(plan, model)
+
+    recipe = _RECIPES.get(brief.task)
+    if recipe is not None:
+        params: dict[str, Any] = {
+            "lr": recipe["lr"],
+            "betas": recipe["betas"],
+            "eps": 1e-8,
+            "weight_decay": recipe["weight_decay"],
+        }
+        if hardware.gpu is None:
+            # DeepSpeed's FusedAdam is a CUDA kernel; on CPU use torch.optim.AdamW.
+            params["torch_adam"] = True
+        config["optimizer"] = {"type": "AdamW", "params": params}
+        warmup = recipe["warmup"]
+        scheduler_params: dict[str, Any] = {
+            "warmup_min_lr": 0.0,
+            "warmup_max_lr": recipe["lr"],
+            "warmup_num_steps": warmup,
+            "warmup_type": "linear",
+        }
+        if total_steps is not None:
+            scheduler_params["warmup_num_steps"] = min(warmup, max(1, total_steps // 10))
+            scheduler_params["total_num_steps"] = total_steps
+            config["scheduler"] = {"type": "WarmupDecayLR", "params": scheduler_params}
+        else:
+            config["scheduler"] = {"type": "WarmupLR", "params": scheduler_params}
+        config["gradient_clipping"] = 1.0
+    if plan.activation_checkpointing:
+        # Configures deepspeed.checkpointing for models that call it; Hugging Face models turn
+        # recomputation on with model.gradient_checkpointing_enable() instead.
+        config["activation_checkpointing"] = {
+            "partition_activations": False,
+            "cpu_checkpointing": False,
+            "contiguous_memory_optimization": False,
+            "synchronize_checkpoint_boundary": False,
+            "profile": False,
+        }
+    return config
+
+
+def _find_auto(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    if isinstance(value, str) and value.strip().lower() == "auto" and path not in _AUTO_ALLOWED:
+        return path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _find_auto(item, (*path, str(key)))
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _find_auto(item, (*path, str(index)))
+            if found is not None:
+                return found
+    return None
+
+
+class _RecordingKeys:
+    """``dict.keys()`` stand-in that records membership tests (``KEY in d.keys()``)."""
+
+    def __init__(self, owner: _RecordingDict) -> None:
+        self._owner = owner
+
+    def __contains__(self, key: object) -> bool:
+        self._owner.read.add(key)
+        return dict.__contains__(self._owner, key)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(dict.keys(self._owner))
+
+    def __len__(self) -> int:
+        return dict.__len__(self._owner)
+
+
+class _RecordingDict(dict):  # type: ignore[type-arg]
+    """A top-level config dict that remembers which keys DeepSpeed's parser looked up.
+
+    DeepSpeedConfig ignores top-level keys it never reads (a typo like ``"zero_optimisation"``
+    trains without ZeRO). Rather than copy DeepSpeed's key list, we let it tell us: every key
+    it consults while parsing this very config is known; any other key present is not.
+    ``copy.copy`` (which DeepSpeedConfig uses) keeps the subclass and shares ``read``.
+    """
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__(data)
+        self.read: set[object] = set()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(key)
+        return super().__contains__(key)
+
+    def keys(self) -> _RecordingKeys:  # type: ignore[override]
+        return _RecordingKeys(self)
+
+
+class _DataParallelGroup:
+    """The ``mpu`` hook DeepSpeedConfig asks for the data-parallel world size."""
+
+    def __init__(self, world_size: int) -> None:
+        self._world_size = world_size
+
+    def get_data_parallel_world_size(self) -> int:
+        return self._world_size
+
+    def get_sequence_parallel_world_size(self) -> int:
+        return 1
+
+
+class _RankZero:
+    """Stands in for ``deepspeed.comm`` inside runtime/config.py: this process is rank 0."""
+
+    def __init__(self, world_size: int) -> None:
+        self._world_size = world_size
+
+    def get_rank(self, group: Any = None) -> int:
+        return 0
+
+    def get_world_size(self, group: Any = None) -> int:
+        return self._world_size
+
+
+_PATCH_LOCK = threading.Lock()
+
+
+@contextmanager
+def _as_rank_zero(config_module: Any, world_size: int) -> Iterator[None]:
+    """Let DeepSpeedConfig see ``world_size`` without a process group.
+
+    DeepSpeedConfig.__init__ calls ``dist.get_rank()`` first; without an initialised process
+    group that raises, and it silently falls back to world size 1, so batch arithmetic would be
+    checked for one GPU. The ``mpu`` argument carries the data-parallel size but is only
+    consulted after ``get_rank()`` succeeds, so we swap runtime/config.py's module-level
+    ``dist`` (only that module's name; deepspeed.comm itself is untouched) for a rank-0 stub.
+    """
+    with _PATCH_LOCK:
+        original = config_module.dist
+        config_module.dist = _RankZero(world_size)
+        try:
+            yield
+        finally:
+            config_module.dist = original
+
+
+def _check_scheduler(config: dict[str, Any]) -> None:
+    scheduler = config.get("scheduler")
+    if scheduler is None:
+        return
+    import torch
+    from deepspeed.runtime import lr_schedules
+
+    name = scheduler.get("type") if isinstance(scheduler, dict) else None
+    if not isinstance(name, str) or name not in lr_schedules.VALID_LR_SCHEDULES:
+        raise ConfigError(
+            f"{name!r} is not a DeepSpeed scheduler ({', '.join(lr_schedules.VALID_LR_SCHEDULES)})",
+            key="scheduler.type",
+        )
+    # The engine builds the scheduler only at deepspeed.initialize; build it now on a dummy
+    # optimizer so that missing or misspelt parameters fail here.
+    dummy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
+    try:
+        getattr(lr_schedules, name)(dummy, **scheduler.get("params", {}))
+    except (TypeError, ValueError, AssertionError) as exc:
+        raise ConfigError(
+            f"DeepSpeed rejects the scheduler: {exc}", key="scheduler.params"
+        ) from exc
+
+
+def validate_deepspeed_config(config: dict[str, Any], world_size: int) -> None:
+    """Validate ``config`` with DeepSpeed's own DeepSpeedConfig at ``world_size`` ranks.
+
+    Args:
+        config: The ds_config.json contents.
+        world_size: Data-parallel ranks the config will run on (nodes x GPUs per node).
+
+    Raises:
+        ConfigError: DeepSpeed rejects the config, or it has an ``"auto"`` value or a
+            top-level key DeepSpeed does not read.
+    """
+    if not isinstance(config, dict):
+        raise ConfigError(f"expected a JSON object, got {type(config).__name__}")
+    if world_size < 1:
+        raise ConfigError(f"world size must be at least 1, got {world_size}", key="world_size")
+    auto_path = _find_auto(config)
+    if auto_path is not None:
+        raise ConfigError(
+            '"auto" is only resolved by the Hugging Face integration; DeepSpeed drops it and '
+            "uses its default. Write a number.",
+            key=".".join(auto_path),
+        )
+
+    from deepspeed.runtime import config as config_module
+
+    recording = _RecordingDict(config)
+    try:
+        with _as_rank_zero(config_module, world_size):
+            parsed = config_module.DeepSpeedConfig(recording, mpu=_DataParallelGroup(world_size))
+    except (
+        AssertionError,
+        ValueError,
+        TypeError,
+        KeyError,
+        config_module.DeepSpeedConfigError,
+    ) as exc:
+        # pydantic's ValidationError is a ValueError; batch arithmetic fails an assert.
+        raise ConfigError(f"DeepSpeed rejects the config: {exc}") from exc
+    if parsed.world_size != world_size:
+        raise ConfigError(
+            f"DeepSpeed parsed the config at world size {parsed.world_size}, not {world_size}"
+        )
+    unknown = sorted(str(key) for key in config if key not in recording.read)
+    if unknown:
+        raise ConfigError(
+            f"DeepSpeed does not read {', '.join(unknown)} and would ignore it",
+            key=unknown[0],
+        )
+    _check_scheduler(config)
