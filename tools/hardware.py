@@ -1,0 +1,297 @@
+"""Hardware facts: the GPU catalog, cluster specs such as ``2x8xH100-80GB``, and this machine.
+
+Datasheet numbers live in ``knowledge/gpus.yaml``; this module only reads and matches them, so
+a correction to a figure is a data change, not a code change.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import platform
+import re
+import shutil
+from functools import lru_cache
+from importlib import metadata, resources
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field
+
+from tools.errors import InputError
+from tools.schemas import GPUSpec, HardwareSpec
+
+INTERCONNECTS = ("ib400", "ib200", "roce100", "eth25", "nvlink")
+"""Inter-node networks a user may name: InfiniBand NDR/HDR, RoCE 100G, 25G Ethernet, NVLink."""
+
+MAX_NODES = 4096
+MAX_GPUS_PER_NODE = 16
+
+SPEC_EXAMPLE = (
+    "expected NODESxGPUSxTYPE or GPUSxTYPE, e.g. '1x8xA100-80GB', '2x8xH100-80GB' or 'local'"
+)
+
+# Dropped before matching so that torch's "NVIDIA GeForce RTX 4090" finds "RTX4090".
+_VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce", "amd", "instinct", "radeon"})
+
+# "x" (or "×") separates counts from the type; the type itself may contain an x (MI300X).
+_CLUSTER_RE = re.compile(r"^\s*(\d+)\s*[x×]\s*(\d+)\s*[x×]\s*(\S.*?)\s*$", re.IGNORECASE)
+_SINGLE_NODE_RE = re.compile(r"^\s*(\d+)\s*[x×]\s*(\S.*?)\s*$", re.IGNORECASE)
+
+
+class CatalogGPU(GPUSpec):
+    """A catalog GPU: the contract's ``GPUSpec`` plus the catalog's own facts.
+
+    The extra fields are not part of the plan contract; ``HardwareSpec`` serializes its
+    ``gpu`` as a plain ``GPUSpec``.
+    """
+
+    id: str
+    vendor: str
+    gpu_to_gpu_gbs: float | None = None
+    link: Literal["nvlink", "infinity_fabric", "pcie"] = "pcie"
+    aliases: list[str] = Field(default_factory=list)
+
+
+def _norm(text: str) -> str:
+    """Case-, punctuation- and vendor-word-insensitive key for matching GPU names."""
+    tokens = re.split(r"[^a-z0-9]+", text.lower())
+    return "".join(t for t in tokens if t and t not in _VENDOR_WORDS)
+
+
+@lru_cache(maxsize=1)
+def load_gpu_catalog() -> dict[str, CatalogGPU]:
+    """The GPU catalog from ``knowledge/gpus.yaml``, keyed by catalog id."""
+    text = resources.files("knowledge").joinpath("gpus.yaml").read_text(encoding="utf-8")
+    raw: dict[str, dict[str, Any]] = yaml.safe_load(text)
+    return {gpu_id: CatalogGPU(id=gpu_id, **fields) for gpu_id, fields in raw.items()}
+
+
+@lru_cache(maxsize=1)
+def _gpu_index() -> dict[str, str]:
+    """Normalized id, name and alias -> catalog id; a key claimed twice is a catalog bug."""
+    index: dict[str, str] = {}
+    for gpu_id, gpu in load_gpu_catalog().items():
+        for key in {_norm(gpu_id), _norm(gpu.name), *(_norm(a) for a in gpu.aliases)}:
+            if index.get(key, gpu_id) != gpu_id:
+                raise RuntimeError(f"gpus.yaml: '{key}' names both {index[key]} and {gpu_id}")
+            index[key] = gpu_id
+    return index
+
+
+def find_gpu(name: str) -> CatalogGPU:
+    """The catalog GPU named by an id or alias, ignoring case, punctuation and vendor words.
+
+    Args:
+        name: A catalog id ("A100-80GB"), an alias ("h100", "RTX 4090") or a device name as
+            torch reports it ("NVIDIA A100-SXM4-80GB").
+
+    Raises:
+        InputError: On field ``hardware`` when no catalog GPU has that name.
+    """
+    catalog = load_gpu_catalog()
+    gpu_id = _gpu_index().get(_norm(name))
+    if gpu_id is not None:
+        return catalog[gpu_id]
+    by_lower = {key.lower(): key for key in catalog}
+    for gpu in catalog.values():
+        by_lower.update({alias.lower(): gpu.id for alias in gpu.aliases})
+    close = difflib.get_close_matches(name.strip().lower(), list(by_lower), n=6, cutoff=0.6)
+    suggestions = list(dict.fromkeys(by_lower[c] for c in close))
+    hint = (
+        f"close matches: {', '.join(suggestions[:3])}"
+        if suggestions
+        else f"known types include {', '.join(list(catalog)[:6])}, ..."
+    )
+    raise InputError("hardware", f"unknown GPU type '{name.strip()}'; {hint}")
+
+
+def parse_hardware(spec: str, interconnect: str | None = None) -> HardwareSpec:
+    """Resolve a hardware spec: ``local`` profiles this machine, NODESxGPUSxTYPE a cluster.
+
+    Args:
+        spec: ``local``, ``NODESxGPUSxTYPE`` (``2x8xH100-80GB``) or ``GPUSxTYPE`` for one node
+            (``8xA100``). TYPE is a catalog id or alias (see ``knowledge/gpus.yaml``).
+        interconnect: The network between nodes: ib400, ib200, roce100, eth25 or nvlink. When
+            omitted, a single node reports its GPU link (nvlink, infinity_fabric or pcie) and a
+            multi-node cluster reports None (unknown).
+
+    Raises:
+        InputError: On field ``hardware`` for a malformed spec, an unknown GPU type, a count out
+            of range or an unknown interconnect.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise InputError("hardware", f"empty hardware spec; {SPEC_EXAMPLE}")
+    link = _check_interconnect(interconnect)
+    if spec.strip().lower() == "local":
+        local = profile_local()
+        return local.model_copy(update={"interconnect": link}) if link else local
+
+    match = _CLUSTER_RE.match(spec) or _SINGLE_NODE_RE.match(spec)
+    if match is None:
+        raise InputError("hardware", f"cannot read '{spec.strip()}'; {SPEC_EXAMPLE}")
+    if len(match.groups()) == 3:
+        nodes, gpus, type_name = int(match[1]), int(match[2]), match[3]
+    else:
+        nodes, gpus, type_name = 1, int(match[1]), match[2]
+    if type_name.isdigit():
+        raise InputError("hardware", f"'{spec.strip()}' names no GPU type; {SPEC_EXAMPLE}")
+    if not 1 <= nodes <= MAX_NODES:
+        raise InputError(
+            "hardware", f"nodes must be 1..{MAX_NODES}, got {nodes} in '{spec.strip()}'"
+        )
+    if not 1 <= gpus <= MAX_GPUS_PER_NODE:
+        raise InputError(
+            "hardware",
+            f"GPUs per node must be 1..{MAX_GPUS_PER_NODE}, got {gpus} in '{spec.strip()}'",
+        )
+    gpu = find_gpu(type_name)
+    if link is None and nodes == 1:
+        link = gpu.link
+    return HardwareSpec(
+        source="described",
+        nodes=nodes,
+        gpus_per_node=gpus,
+        gpu=gpu,
+        interconnect=link,
+        # ROCm builds of torch expose AMD GPUs through the same torch.cuda API.
+        cuda_available=True,
+    )
+
+
+def _check_interconnect(interconnect: str | None) -> str | None:
+    if interconnect is None or not interconnect.strip():
+        return None
+    value = interconnect.strip().lower()
+    if value not in INTERCONNECTS:
+        raise InputError(
+            "hardware",
+            f"unknown interconnect '{interconnect.strip()}'; use one of {', '.join(INTERCONNECTS)}",
+        )
+    return value
+
+
+def _usable_cores() -> int:
+    """Physical cores this process may use (the affinity mask wins inside containers)."""
+    import psutil
+
+    logical = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    physical = psutil.cpu_count(logical=False)
+    counts = [n for n in (physical, logical) if n]
+    return min(counts) if counts else (os.cpu_count() or 1)
+
+
+def _local_gpu(name: str, memory_gb: float) -> GPUSpec:
+    """Catalog figures for a device torch reports, or just its name and memory."""
+    try:
+        return find_gpu(name).model_copy(update={"name": name, "memory_gb": memory_gb})
+    except InputError:
+        pass
+    # Device names carry suffixes the catalog lacks (OEM and vGPU variants); accept the longest
+    # catalog key the name starts with, but only when the memory says it is the same part, so
+    # an "H100 NVL" (94 GB) does not borrow the H100 SXM's figures.
+    key = _norm(name)
+    pcie = "pcie" in key
+    best: CatalogGPU | None = None
+    best_len = 0
+    for alias_key, gpu_id in _gpu_index().items():
+        gpu = load_gpu_catalog()[gpu_id]
+        if not key.startswith(alias_key) or len(alias_key) <= best_len:
+            continue
+        if (pcie and gpu.link != "pcie") or abs(gpu.memory_gb - memory_gb) > 0.15 * gpu.memory_gb:
+            continue
+        best, best_len = gpu, len(alias_key)
+    if best is not None:
+        return best.model_copy(update={"name": name, "memory_gb": memory_gb})
+    return GPUSpec(name=name, memory_gb=memory_gb, source="torch.cuda.get_device_properties")
+
+
+def profile_local() -> HardwareSpec:
+    """Profile this machine: CPU cores, RAM and the GPUs torch can see."""
+    import psutil
+    import torch  # lazy: only profiling needs it
+
+    ram_gb = round(psutil.virtual_memory().total / 2**30, 1)
+    cuda = torch.cuda.is_available()
+    count = torch.cuda.device_count() if cuda else 0
+    gpu: GPUSpec | None = None
+    if count:
+        props = torch.cuda.get_device_properties(0)
+        gpu = _local_gpu(props.name, round(props.total_memory / 2**30, 1))
+    return HardwareSpec(
+        source="local",
+        nodes=1,
+        gpus_per_node=count,
+        gpu=gpu,
+        cpu_cores=_usable_cores(),
+        ram_gb=ram_gb,
+        interconnect=None,
+        cuda_available=cuda,
+    )
+
+
+def describe_local_machine() -> dict[str, Any]:
+    """Facts beyond ``profile_local``: CPU model, free disk, library versions, GPUs."""
+    import psutil
+
+    facts: dict[str, Any] = {
+        "hostname": platform.node(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_model": _cpu_model(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "logical_cores": psutil.cpu_count(logical=True),
+        "usable_cores": _usable_cores(),
+        "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "ram_available_gb": round(psutil.virtual_memory().available / 2**30, 1),
+    }
+    try:
+        facts["disk_free_gb"] = round(shutil.disk_usage(os.getcwd()).free / 2**30, 1)
+    except OSError:
+        facts["disk_free_gb"] = None
+    facts["packages"] = {
+        name: _version(name)
+        for name in ("torch", "deepspeed", "transformers", "accelerate", "tensorflow", "horovod")
+    }
+    facts["gpus"] = _torch_devices()
+    return facts
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                # x86 says "model name"; some ARM kernels only say "Hardware".
+                if line.lower().startswith(("model name", "hardware")):
+                    return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _torch_devices() -> list[dict[str, Any]]:
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    devices = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        devices.append(
+            {
+                "index": index,
+                "name": props.name,
+                "memory_gb": round(props.total_memory / 2**30, 1),
+                "capability": f"{props.major}.{props.minor}",
+            }
+        )
+    return devices

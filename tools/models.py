@@ -1,0 +1,496 @@
+"""Model facts: exact parameter counts and shapes from Hugging Face configs.
+
+Every count comes from instantiating the architecture with transformers on the ``meta`` device
+(no weights are allocated and nothing is downloaded), so tied embeddings, biases, norms, MoE
+experts and GQA are counted the way the real model has them, not by a hand formula.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from tools.errors import InputError
+from tools.schemas import ModelParams, ModelShape, ModelSpec
+
+MAX_SEQ_LEN = 1_048_576
+
+# Llama-style reference shapes (hidden, layers, heads, kv_heads, ffn), mostly from published
+# models, that give a bare parameter count a plausible depth and width: asked for 7e9, the
+# planner sees Llama-2-7B's shape rather than an arbitrary one.
+_REFERENCE_SHAPES = (
+    (256, 4, 4, 4, 768),  # toy scale, below any published LLM
+    (512, 8, 8, 8, 1536),  # toy scale
+    (768, 12, 12, 12, 2048),  # GPT-2 small's width and depth
+    (1024, 24, 16, 16, 2816),  # GPT-2 medium's width and depth
+    (2048, 22, 32, 4, 5632),  # TinyLlama-1.1B
+    (3200, 26, 32, 32, 8640),  # OpenLLaMA-3B
+    (4096, 32, 32, 32, 11008),  # Llama-2-7B
+    (5120, 40, 40, 40, 13824),  # Llama-2-13B
+    (6656, 60, 52, 52, 17920),  # LLaMA-33B
+    (8192, 80, 64, 8, 28672),  # Llama-2-70B
+    (12288, 96, 96, 8, 32768),  # GPT-3 175B's width and depth, SwiGLU FFN
+    (16384, 126, 128, 8, 53248),  # Llama-3.1-405B
+)
+_DERIVED_VOCAB = 32000  # Llama-2's tokenizer
+_DERIVED_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class _Counted:
+    """What one meta-device instantiation tells us about an architecture."""
+
+    params: int
+    largest_layer_params: int
+    model_class: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    intermediate: int | None
+    max_positions: int | None
+
+
+# ---- catalog ----------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def load_model_catalog() -> dict[str, dict[str, Any]]:
+    """The model catalog (knowledge/models/catalog.yaml): id -> repo, published count, aliases."""
+    text = _models_dir().joinpath("catalog.yaml").read_text(encoding="utf-8")
+    catalog: dict[str, dict[str, Any]] = yaml.safe_load(text)
+    for entry in catalog.values():
+        # YAML 1.1 reads "1.24e8" (no exponent sign) as a string.
+        entry["published_params"] = float(entry["published_params"])
+    return catalog
+
+
+def list_models() -> list[str]:
+    """The catalog's model ids, e.g. ``llama-3-8b``."""
+    return list(load_model_catalog())
+
+
+def _models_dir() -> Any:
+    return resources.files("knowledge").joinpath("models")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "", name.lower())
+
+
+@lru_cache(maxsize=1)
+def _name_index() -> dict[str, str]:
+    """Lowercased and punctuation-free ids, aliases and hub repos -> catalog id."""
+    index: dict[str, str] = {}
+    for model_id, entry in load_model_catalog().items():
+        names = [model_id, entry.get("hf_repo", ""), *entry.get("aliases", [])]
+        for key in {k for name in names if name for k in (name.strip().lower(), _norm(name))}:
+            if index.get(key, model_id) != model_id:
+                raise RuntimeError(f"catalog.yaml: '{key}' names both {index[key]} and {model_id}")
+            index[key] = model_id
+    return index
+
+
+def _catalog_id(name: str) -> str | None:
+    index = _name_index()
+    exact = index.get(name.strip().lower())
+    if exact is not None or _looks_like_path(name):
+        # "./gpt2" is the user's folder, not the catalog's gpt2; hub ids match exactly above.
+        return exact
+    return index.get(_norm(name))
+
+
+def _looks_like_path(name: str) -> bool:
+    return any(sep in name for sep in ("/", "\\")) or name.strip().endswith(".json")
+
+
+def _catalog_config(model_id: str) -> dict[str, Any]:
+    text = _models_dir().joinpath(f"{model_id}.json").read_text(encoding="utf-8")
+    config: dict[str, Any] = json.loads(text)
+    return config
+
+
+# ---- lookup -----------------------------------------------------------------------------------
+
+
+def lookup_model(ref: str | ModelParams | ModelShape | dict[str, Any], seq_len: int) -> ModelSpec:
+    """Resolve a model reference to its exact architecture and parameter count.
+
+    Args:
+        ref: A catalog id or alias (``llama-3-8b``, ``meta-llama/Meta-Llama-3-8B``), a path to
+            a Hugging Face ``config.json`` (or a folder holding one), ``ModelParams`` /
+            ``{"params": 7e9}`` (a llama-style shape is derived), ``ModelShape`` /
+            ``{"layers":, "hidden":, "heads":, "vocab":}`` (built as a llama-style config), or
+            a config dict with ``model_type``.
+        seq_len: Training sequence length in tokens.
+
+    Returns:
+        The model's sizes. ``largest_layer_params`` is the largest number of parameters owned
+        directly by one module (usually the token embedding, or a fused MoE expert block). ZeRO-3
+        gathers one module's full parameters at a time, so this bounds its live un-partitioned
+        parameters; DeepSpeed's ``estimate_zero3_model_states_mem_needs`` takes it as
+        ``largest_layer_params`` and ``model_to_params`` computes it the same way.
+
+    Raises:
+        InputError: On field ``model`` for an unknown name, a missing or malformed config file
+            or an impossible shape; on field ``seq_len`` for a length the model cannot take.
+    """
+    seq_len = _check_seq_len(seq_len)
+    if isinstance(ref, dict):
+        parsed = _from_dict(ref, seq_len)
+        if isinstance(parsed, ModelSpec):
+            return parsed
+        ref = parsed
+    if isinstance(ref, ModelParams):
+        return _from_params(ref, seq_len)
+    if isinstance(ref, ModelShape):
+        return _from_shape(ref, seq_len)
+    if not isinstance(ref, str) or not ref.strip():
+        raise InputError("model", "give a catalog id, a config.json path, {params: N} or a shape")
+    return _from_name(ref, seq_len)
+
+
+def _check_seq_len(seq_len: Any) -> int:
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not 0 < seq_len <= MAX_SEQ_LEN:
+        raise InputError(
+            "seq_len", f"must be a whole number of tokens in 1..{MAX_SEQ_LEN}, got {seq_len!r}"
+        )
+    return seq_len
+
+
+def _from_dict(ref: dict[str, Any], seq_len: int) -> ModelParams | ModelShape | ModelSpec:
+    if "model_type" in ref:
+        return _spec_from_config(
+            dict(ref),
+            seq_len,
+            name=str(ref.get("_name_or_path") or ref["model_type"]),
+            source="config given inline",
+        )
+    kind = ModelParams if "params" in ref else ModelShape
+    try:
+        return kind.model_validate(ref)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "model"
+        raise InputError(
+            "model",
+            f"{where}: {first['msg']} (give {{params: N}} or {{layers, hidden, heads, vocab}})",
+        ) from None
+
+
+def _from_name(ref: str, seq_len: int) -> ModelSpec:
+    model_id = _catalog_id(ref)
+    if model_id is not None:
+        entry = load_model_catalog()[model_id]
+        return _spec_from_config(
+            _catalog_config(model_id),
+            seq_len,
+            name=model_id,
+            source=(
+                f"catalog: {entry['hf_repo']} config.json"
+                f" (published {entry['published_params']:.4g} params:"
+                f" {entry['published_params_source']})"
+            ),
+        )
+    path = Path(ref.strip()).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    if path.is_file() and path.suffix == ".json":
+        return _spec_from_config(
+            _read_config_file(path), seq_len, name=_name_for(path), source=f"config file {path}"
+        )
+    if _looks_like_path(ref):
+        problem = "is not a .json file" if path.exists() else "does not exist"
+        raise InputError(
+            "model",
+            f"'{ref.strip()}' is not a catalog model and {problem}; give the path of an "
+            f"existing config.json or a catalog id ({_suggest(ref)})",
+        )
+    raise InputError("model", f"unknown model '{ref.strip()}'; {_suggest(ref)}")
+
+
+def _suggest(ref: str) -> str:
+    names: dict[str, str] = {}
+    for model_id, entry in load_model_catalog().items():
+        names[model_id] = model_id
+        names.update({alias.lower(): model_id for alias in entry.get("aliases", [])})
+    close = difflib.get_close_matches(ref.strip().lower(), list(names), n=8, cutoff=0.6)
+    ids = list(dict.fromkeys(names[c] for c in close))[:3]
+    if ids:
+        return f"close matches: {', '.join(ids)}"
+    return f"known models include {', '.join(list_models()[:6])}, ..."
+
+
+def _name_for(path: Path) -> str:
+    """A readable name for a user's config: its folder for ``.../config.json``, else the stem."""
+    if path.name == "config.json" and path.parent.name:
+        return path.parent.name
+    return path.stem
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError("model", f"cannot read {path}: {exc}") from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            "model", f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})"
+        ) from None
+    if not isinstance(config, dict) or not config.get("model_type"):
+        raise InputError("model", f"{path} is not a Hugging Face config.json: it has no model_type")
+    return config
+
+
+# ---- params-only and shape-only models --------------------------------------------------------
+
+
+def _llama_config(
+    layers: int, hidden: int, heads: int, kv_heads: int, vocab: int, intermediate: int, seq_len: int
+) -> dict[str, Any]:
+    """A Llama-2-style HF config (RMSNorm, SwiGLU, RoPE, untied embeddings)."""
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "vocab_size": vocab,
+        "max_position_embeddings": seq_len,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+    }
+
+
+def _llama_ffn(hidden: int) -> int:
+    """Llama's FFN width: 2/3 of 4*hidden rounded up to a multiple of 256 (11008 for 4096)."""
+    return 256 * math.ceil(int(8 * hidden / 3) / 256)
+
+
+def _approx_llama_params(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int) -> float:
+    # Only steers the choice of shape; the reported count comes from meta instantiation.
+    attention = 2 * hidden * hidden + 2 * hidden * (kv_heads * (hidden // heads))
+    return layers * (attention + 3 * hidden * ffn + 2 * hidden) + 2 * _DERIVED_VOCAB * hidden
+
+
+def _derive_shape(params: float) -> tuple[int, int, int, int, int]:
+    """(layers, hidden, heads, kv_heads, ffn) of a llama-style model with about ``params``."""
+    embeddings = 2 * _DERIVED_VOCAB  # untied input and output embeddings, per unit of width
+    refs = list(_REFERENCE_SHAPES)
+    largest = refs[-1]
+    largest_params = _approx_llama_params(*largest)
+    if params > 2 * largest_params:
+        # Past the largest published dense model, grow width and depth together (cube law).
+        scale = (params / largest_params) ** (1 / 3)
+        hidden = 1024 * round(largest[0] * scale / 1024)
+        refs.append(
+            (hidden, round(largest[1] * scale), hidden // 128, 8, round(largest[4] * scale))
+        )
+    hidden, ref_layers, heads, kv_heads, ref_ffn = min(
+        refs, key=lambda r: abs(math.log(params / _approx_llama_params(*r)))
+    )
+    ref_body = (
+        _approx_llama_params(hidden, ref_layers, heads, kv_heads, ref_ffn) - embeddings * hidden
+    )
+    layers = max(1, round(ref_layers * (params - embeddings * hidden) / ref_body))
+    # Absorb the rounding of the depth into the FFN width (a multiple of 64, as tensor cores
+    # like), kept within a plausible range.
+    rest = params - _approx_llama_params(hidden, layers, heads, kv_heads, 0)
+    ffn = min(max(64 * round(rest / (3 * hidden * layers) / 64), hidden), 8 * hidden)
+    return layers, hidden, heads, kv_heads, ffn
+
+
+def _from_params(ref: ModelParams, seq_len: int) -> ModelSpec:
+    layers, hidden, heads, kv_heads, ffn = _derive_shape(ref.params)
+    config = _llama_config(layers, hidden, heads, kv_heads, _DERIVED_VOCAB, ffn, seq_len)
+    spec = _spec_from_config(
+        config,
+        seq_len,
+        name=f"custom-{ref.params / 1e9:.3g}b",
+        source=(
+            f"derived: only a parameter count ({ref.params:.4g}) was given, so this is a "
+            f"llama-style shape sized to it ({layers} layers, hidden {hidden}, {heads} heads, "
+            f"{kv_heads} kv heads, FFN {ffn}, vocab {_DERIVED_VOCAB}); params is that shape's count"
+        ),
+    )
+    if abs(spec.params - ref.params) > _DERIVED_TOLERANCE * ref.params:
+        raise InputError(
+            "model",
+            f"cannot derive a llama-style shape with about {ref.params:.3g} parameters (closest "
+            f"has {spec.params:.3g}); give layers, hidden, heads and vocab instead",
+        )
+    return spec
+
+
+def _from_shape(ref: ModelShape, seq_len: int) -> ModelSpec:
+    if ref.hidden % ref.heads:
+        raise InputError("model", f"hidden ({ref.hidden}) must be divisible by heads ({ref.heads})")
+    ffn = ref.intermediate or _llama_ffn(ref.hidden)
+    config = _llama_config(ref.layers, ref.hidden, ref.heads, ref.heads, ref.vocab, ffn, seq_len)
+    return _spec_from_config(
+        config,
+        seq_len,
+        name=f"custom-{ref.layers}l-{ref.hidden}h",
+        source=(
+            "shape given by the user, built as a llama-style config (SwiGLU FFN "
+            f"{ffn}{'' if ref.intermediate else ' by the Llama rule'}, untied embeddings)"
+        ),
+    )
+
+
+# ---- counting ---------------------------------------------------------------------------------
+
+
+def _spec_from_config(config: dict[str, Any], seq_len: int, *, name: str, source: str) -> ModelSpec:
+    counted = _count(json.dumps(config, sort_keys=True))
+    if counted.max_positions is not None and seq_len > counted.max_positions:
+        raise InputError(
+            "seq_len",
+            f"{name} has learned position embeddings for {counted.max_positions} tokens; "
+            f"seq_len {seq_len} is longer (use seq_len <= {counted.max_positions})",
+        )
+    return ModelSpec(
+        name=name,
+        params=counted.params,
+        layers=counted.layers,
+        hidden=counted.hidden,
+        heads=counted.heads,
+        vocab=counted.vocab,
+        seq_len=seq_len,
+        largest_layer_params=counted.largest_layer_params,
+        intermediate=counted.intermediate,
+        kv_heads=counted.kv_heads,
+        family=str(config["model_type"]),
+        hf_config=config,
+        source=f"{source}; parameters counted by instantiating {counted.model_class} on meta",
+    )
+
+
+@lru_cache(maxsize=128)
+def _count(config_json: str) -> _Counted:
+    """Instantiate the config on the meta device and count; cached since 405B takes a moment."""
+    import torch  # lazy: heavy imports stay out of `app.py --help`
+
+    config_dict = json.loads(config_json)
+    model_type = config_dict["model_type"]
+    config = _hf_config(config_dict)
+    model_class = _model_class(config_dict, config)
+    try:
+        with torch.device("meta"):
+            model = model_class._from_config(config)
+    except Exception as exc:  # transformers raises many types for inconsistent configs
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(
+            "model", f"transformers cannot build this {model_type} config: {message}"
+        ) from None
+
+    # model.parameters() yields a tied weight once (identity), which is what DeepSpeed's
+    # model_to_params gets from data_ptr; on meta every data_ptr is 0, so identity it is.
+    params = sum(p.numel() for p in model.parameters())
+    # Mirrors deepspeed.runtime.zero.stage3.model_to_params.
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    return _Counted(
+        params=params,
+        largest_layer_params=largest,
+        model_class=type(model).__name__,
+        layers=_layers(config),
+        hidden=int(config.hidden_size),
+        heads=int(config.num_attention_heads),
+        kv_heads=int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads),
+        vocab=int(config.vocab_size),
+        intermediate=_intermediate(config),
+        max_positions=_learned_positions(model, config),
+    )
+
+
+def _hf_config(config_dict: dict[str, Any]) -> Any:
+    from transformers import CONFIG_MAPPING
+
+    model_type = config_dict["model_type"]
+    if model_type not in CONFIG_MAPPING:
+        raise InputError(
+            "model",
+            f"model_type '{model_type}' is not built into transformers (remote code is not run); "
+            "give a config of a supported architecture or {layers, hidden, heads, vocab}",
+        )
+    fields = {k: v for k, v in config_dict.items() if k not in ("model_type", "auto_map")}
+    try:
+        return CONFIG_MAPPING[model_type].from_dict(fields)
+    except Exception as exc:  # config classes validate with assorted exception types
+        raise InputError(
+            "model", f"invalid {model_type} config: {str(exc).strip()[:200]}"
+        ) from None
+
+
+def _model_class(config_dict: dict[str, Any], config: Any) -> Any:
+    """The class the checkpoint was saved from, else the task head its config implies."""
+    import transformers
+
+    for arch in config_dict.get("architectures") or []:
+        cls = getattr(transformers, str(arch), None)
+        if cls is not None and hasattr(cls, "_from_config"):
+            return cls
+    candidates = (
+        [transformers.AutoModelForSeq2SeqLM, transformers.AutoModel]
+        if getattr(config, "is_encoder_decoder", False)
+        else [transformers.AutoModelForCausalLM, transformers.AutoModel]
+    )
+    for auto in candidates:
+        mapping: Any = auto._model_mapping
+        if type(config) in mapping:
+            return mapping[type(config)]
+    raise InputError(
+        "model", f"transformers has no model class for model_type '{config.model_type}'"
+    )
+
+
+def _layers(config: Any) -> int:
+    """Transformer blocks, counting encoder and decoder stacks of encoder-decoder models."""
+    layers = int(config.num_hidden_layers)
+    if getattr(config, "is_encoder_decoder", False):
+        layers += int(getattr(config, "num_decoder_layers", None) or layers)
+    return layers
+
+
+def _intermediate(config: Any) -> int | None:
+    for key in ("intermediate_size", "n_inner", "d_ff", "ffn_dim"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    if getattr(config, "model_type", None) == "gpt2":
+        return 4 * int(config.hidden_size)  # GPT2MLP's default when n_inner is None
+    return None
+
+
+def _learned_positions(model: Any, config: Any) -> int | None:
+    """Tokens a model with learned absolute position embeddings can take, else None (RoPE etc.)."""
+    import torch
+
+    for module_name, module in model.named_modules():
+        leaf = module_name.rsplit(".", 1)[-1]
+        if isinstance(module, torch.nn.Embedding) and leaf in (
+            "wpe",
+            "position_embeddings",
+            "embed_positions",
+        ):
+            declared = getattr(config, "max_position_embeddings", None)
+            limit = int(module.num_embeddings)
+            return min(limit, int(declared)) if isinstance(declared, int) else limit
+    return None
