@@ -30,3 +30,55 @@ def _isolated_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def settings(tmp_path: Path) -> Settings:
     """Settings rooted in this test's tmp_path."""
     return Settings(home=tmp_path / "home", out_dir=tmp_path / "out")
+
+
+from typing import Any  # noqa: E402
+
+from langchain_core.language_models.chat_models import BaseChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
+from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
+
+
+class ScriptedChatModel(BaseChatModel):
+    """Replies with the scripted messages in order, recording what it was shown and bound.
+
+    Modeled on LangGraph prebuilt's FakeToolCallingModel: the graph's real tool-calling path
+    runs, only the model's choices are fixed.
+    """
+
+    script: list[AIMessage]
+    seen: list[list[BaseMessage]] = []
+    bound_tools: list[list[str]] = []
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        self.bound_tools.append([getattr(t, "name", "?") for t in tools])
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.seen.append(list(messages))
+        if not self.script:
+            return ChatResult(
+                generations=[ChatGeneration(message=AIMessage(content="(script exhausted)"))]
+            )
+        return ChatResult(generations=[ChatGeneration(message=self.script.pop(0))])
+
+
+def call(name: str, args: dict[str, Any] | None = None, idx: list[int] = [0]) -> AIMessage:  # noqa: B006
+    """An AIMessage that calls one tool."""
+    idx[0] += 1
+    return AIMessage(
+        content="",
+        tool_calls=[{"name": name, "args": args or {}, "id": f"c{idx[0]}", "type": "tool_call"}],
+    )
+
+
+@pytest.fixture
+def scripted() -> type[ScriptedChatModel]:
+    """The scripted fake chat model class."""
+    return ScriptedChatModel

@@ -6,6 +6,7 @@ without an import running back up. Keys listed in DESIGN.md are stable; more are
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -230,12 +231,16 @@ class Review(BaseModel):
     findings: list[Finding] = Field(default_factory=list)
 
 
-class ReportPaths(BaseModel):
-    """Where the report files were written."""
+with warnings.catch_warnings():
+    # The contract names this key "json"; it shadows only BaseModel's deprecated .json().
+    warnings.simplefilter("ignore", UserWarning)
 
-    markdown: str | None = None
-    html: str | None = None
-    json: str | None = None
+    class ReportPaths(BaseModel):
+        """Where the report files were written."""
+
+        markdown: str | None = None
+        html: str | None = None
+        json: str | None = None  # type: ignore[assignment]
 
 
 class TrainingPlan(BaseModel):

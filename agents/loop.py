@@ -1,0 +1,121 @@
+"""The tool-calling loop every role runs, and the loading of role and task prompts as data.
+
+Mistakes the model makes (unknown tool, bad arguments, a tool that failed on its input) go
+back to it as a ToolMessage saying what to do next (STYLE.md 6); the loop is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import BaseTool
+from pydantic import ValidationError
+
+from tools.errors import TrainwrightError
+
+
+@lru_cache(maxsize=1)
+def load_prompts() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Read prompts/agents.yaml and prompts/tasks.yaml."""
+    base = resources.files("prompts")
+    agents = yaml.safe_load(base.joinpath("agents.yaml").read_text(encoding="utf-8"))
+    tasks = yaml.safe_load(base.joinpath("tasks.yaml").read_text(encoding="utf-8"))
+    return agents, tasks
+
+
+def role_messages(
+    role: str,
+    task: str,
+    *,
+    brief: dict[str, Any] | None = None,
+    context: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> list[BaseMessage]:
+    """The system message (role, goal, backstory) and the task message for one role."""
+    agents, tasks = load_prompts()
+    spec = {**agents[role], **(overrides or {})}
+    t = tasks[task]
+    system = (
+        f"You are the {spec['role']}.\nGoal: {' '.join(spec['goal'].split())}\n"
+        f"Backstory: {' '.join(spec['backstory'].split())}\n"
+        "Use your tools for every fact and number; never state a number a tool did not give you. "
+        "When you have what you need, answer in a few sentences without calling tools."
+    )
+    desc = t["description"].format(
+        brief=json.dumps(brief or {}, indent=2, default=str),
+        context=json.dumps(context or {}, indent=2, default=str),
+    )
+    human = f"{desc}\nExpected output: {' '.join(t['expected_output'].split())}"
+    return [SystemMessage(system), HumanMessage(human)]
+
+
+def run_tool_loop(
+    model: BaseChatModel,
+    tools: list[BaseTool],
+    messages: list[BaseMessage],
+    *,
+    max_steps: int = 12,
+    on_event: Callable[[str], None] | None = None,
+) -> list[BaseMessage]:
+    """Let the model call tools until it answers without one (or ``max_steps`` model turns)."""
+    bound = model.bind_tools(tools)
+    by_name = {t.name: t for t in tools}
+    for _ in range(max_steps):
+        reply = bound.invoke(messages)
+        if not isinstance(reply, AIMessage):
+            reply = AIMessage(content=str(getattr(reply, "content", reply)))
+        messages.append(reply)
+        bad_calls = list(reply.invalid_tool_calls or [])
+        if not reply.tool_calls and not bad_calls:
+            break
+        for call in reply.tool_calls:
+            name = call["name"]
+            if on_event:
+                on_event(f"tool {name}({json.dumps(call.get('args', {}), default=str)[:120]})")
+            messages.append(
+                ToolMessage(
+                    _call_tool(by_name, name, call.get("args") or {}),
+                    tool_call_id=call["id"] or name,
+                    name=name,
+                )
+            )
+        for bad in bad_calls:
+            messages.append(
+                ToolMessage(
+                    f"Error: the call to {bad.get('name')!r} had arguments that are not valid JSON "
+                    f"({bad.get('error') or 'unparseable'}). Call it again with a JSON object of arguments.",
+                    tool_call_id=bad.get("id") or "invalid",
+                    name=bad.get("name") or "invalid",
+                )
+            )
+    return messages
+
+
+def _call_tool(by_name: dict[str, BaseTool], name: str, args: dict[str, Any]) -> str:
+    tool = by_name.get(name)
+    if tool is None:
+        return f"Error: there is no tool {name!r}. Available tools: {', '.join(sorted(by_name))}."
+    try:
+        return str(tool.invoke(args))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3]
+        )
+        return f"Error: invalid arguments for {name}: {problems}. Fix them and call {name} again."
+    except TrainwrightError as exc:
+        return f"Error: {name} failed: {exc}. Change the arguments or call the tool it names first."
+
+
+def final_text(messages: list[BaseMessage]) -> str:
+    """The last plain answer of the model, for the report's agent notes."""
+    for msg in reversed(messages):
+        if isinstance(msg, AIMessage) and not msg.tool_calls and isinstance(msg.content, str):
+            return msg.content.strip()
+    return ""

@@ -1,0 +1,361 @@
+"""The agents' tools: typed functions over ``tools/``, with plumbing injected, not model-set.
+
+Each role gets LangChain tools whose argument schema holds only the decisions a model may
+make (a micro-batch, a strategy floor); the brief, settings and output directory come from
+the ``Workspace`` the tools close over (STYLE.md 3). Every tool records its typed result in
+the workspace, which is where the graph reads the facts from: never from the model's text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from langchain_core.tools import BaseTool, StructuredTool
+from pydantic import BaseModel, Field
+
+from tools.errors import InputError
+from tools.schemas import (
+    Finding,
+    FrameworkChoice,
+    HardwareSpec,
+    LaunchSpec,
+    MemoryPlan,
+    ModelParams,
+    ModelShape,
+    ModelSpec,
+    Review,
+    SmokeResult,
+    TrainingBrief,
+)
+from tools.settings import Settings
+
+STRATEGY_ORDER = [
+    "ddp",
+    "zero1",
+    "zero2",
+    "zero3",
+    "zero2_offload_optimizer",
+    "zero3_offload_optimizer",
+    "zero3_offload_all",
+]
+
+
+@dataclass
+class Workspace:
+    """What one plan's tools read and write; never shown to the model as arguments."""
+
+    settings: Settings
+    out_dir: Path
+    brief: TrainingBrief
+    hardware: HardwareSpec | None = None
+    model: ModelSpec | None = None
+    framework: FrameworkChoice | None = None
+    memory: MemoryPlan | None = None
+    deepspeed_config: dict[str, Any] | None = None
+    config_validated: bool = False
+    launch: LaunchSpec | None = None
+    smoke: SmokeResult | None = None
+    review: Review | None = None
+    round_no: int = 1
+    findings: list[Finding] = field(default_factory=list)
+    on_progress: Callable[[str], None] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def progress(self, text: str) -> None:
+        """Report progress to whoever is watching (CLI, REPL)."""
+        if self.on_progress:
+            self.on_progress(text)
+
+
+def _need(value: Any, what: str, tool: str) -> Any:
+    if value is None:
+        raise InputError("", f"{what} is not known yet; call {tool} first")
+    return value
+
+
+# ---- argument schemas: what the model reads --------------------------------------------------
+
+
+class ProfileHardwareArgs(BaseModel):
+    """Arguments of profile_hardware."""
+
+    spec: str = Field(
+        description="'local' for this machine, or NODESxGPUSxTYPE such as '1x8xA100-80GB'"
+    )
+    interconnect: str | None = Field(
+        default=None,
+        description="between nodes: ib400, ib200, roce100, eth25 or nvlink; omit if unknown",
+    )
+
+
+class LookupModelArgs(BaseModel):
+    """Arguments of lookup_model."""
+
+    model: str | ModelParams | ModelShape = Field(
+        description="catalog id (e.g. 'llama-3-8b'), a path to a config.json, {params: N} or a shape"
+    )
+    seq_len: int = Field(gt=0, description="training sequence length in tokens")
+
+
+class NoArgs(BaseModel):
+    """This tool takes no arguments."""
+
+
+class PlanParallelismArgs(BaseModel):
+    """Arguments of plan_parallelism."""
+
+    micro_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="sequences per GPU per step; omit to let the planner choose",
+    )
+    activation_checkpointing: bool | None = Field(
+        default=None,
+        description="recompute activations to save memory; omit to let the planner decide",
+    )
+    min_strategy: (
+        Literal[
+            "ddp",
+            "zero1",
+            "zero2",
+            "zero3",
+            "zero2_offload_optimizer",
+            "zero3_offload_optimizer",
+            "zero3_offload_all",
+        ]
+        | None
+    ) = Field(
+        default=None, description="consider only this strategy and heavier ones (after an OOM)"
+    )
+
+
+class EmitLaunchArgs(BaseModel):
+    """Arguments of emit_launch."""
+
+    steps: int = Field(
+        default=1000, ge=1, le=10_000_000, description="optimizer steps the real run should take"
+    )
+
+
+class SmokeArgs(BaseModel):
+    """Arguments of run_smoke_test."""
+
+    steps: int | None = Field(
+        default=None, ge=10, le=500, description="training steps; omit for the default"
+    )
+
+
+def _dump(obj: BaseModel | dict[str, Any], **exclude: Any) -> str:
+    data = (
+        obj.model_dump(mode="json", exclude=exclude or None) if isinstance(obj, BaseModel) else obj
+    )
+    return json.dumps(data, default=str)
+
+
+# ---- researcher ------------------------------------------------------------------------------
+
+
+def researcher_tools(ws: Workspace) -> list[BaseTool]:
+    """profile_hardware, lookup_model, select_framework."""
+    from tools.framework import select_framework as _select
+    from tools.hardware import parse_hardware
+    from tools.memory import plan_memory
+    from tools.models import lookup_model as _lookup
+
+    def profile_hardware(spec: str, interconnect: str | None = None) -> str:
+        """Resolve the target hardware: 'local' profiles this machine, NODESxGPUSxTYPE describes a cluster."""
+        ws.hardware = parse_hardware(spec, interconnect)
+        ws.progress(
+            f"hardware: {ws.hardware.nodes}x{ws.hardware.gpus_per_node} "
+            f"{ws.hardware.gpu.name if ws.hardware.gpu else 'CPU'}"
+        )
+        return _dump(ws.hardware)
+
+    def lookup_model(model: str | ModelParams | ModelShape, seq_len: int) -> str:
+        """Look up a model's exact architecture and parameter count (meta-device instantiation)."""
+        ws.model = _lookup(model, seq_len)
+        ws.progress(f"model: {ws.model.name} {ws.model.params / 1e9:.3f} B parameters")
+        return _dump(ws.model, hf_config=True)
+
+    def select_framework() -> str:
+        """Choose the training framework for the brief, hardware and model, with cited reasons."""
+        hw = _need(ws.hardware, "the hardware", "profile_hardware")
+        model = _need(ws.model, "the model", "lookup_model")
+        memory = plan_memory(model, hw, ws.brief)
+        ws.framework = _select(ws.brief, hw, model, memory)
+        ws.progress(f"framework: {ws.framework.primary}")
+        return _dump(ws.framework)
+
+    return [
+        StructuredTool.from_function(profile_hardware, args_schema=ProfileHardwareArgs),
+        StructuredTool.from_function(lookup_model, args_schema=LookupModelArgs),
+        StructuredTool.from_function(select_framework, args_schema=NoArgs),
+    ]
+
+
+# ---- engineer --------------------------------------------------------------------------------
+
+
+def engineer_tools(ws: Workspace) -> list[BaseTool]:
+    """plan_parallelism, emit_deepspeed_config, emit_launch, run_smoke_test."""
+    from tools.deepspeed_config import emit_deepspeed_config as _emit
+    from tools.deepspeed_config import validate_deepspeed_config
+    from tools.launch import emit_launch as _emit_launch
+    from tools.memory import plan_memory
+
+    def plan_parallelism(
+        micro_batch_size: int | None = None,
+        activation_checkpointing: bool | None = None,
+        min_strategy: str | None = None,
+    ) -> str:
+        """Estimate memory per GPU for every parallelism strategy and choose the one to use."""
+        hw = _need(ws.hardware, "the hardware", "the researcher's profile_hardware")
+        model = _need(ws.model, "the model", "the researcher's lookup_model")
+        strategies = STRATEGY_ORDER[STRATEGY_ORDER.index(min_strategy) :] if min_strategy else None
+        ws.memory = plan_memory(
+            model,
+            hw,
+            ws.brief,
+            micro_batch_size=micro_batch_size,
+            activation_checkpointing=activation_checkpointing,
+            strategies=strategies,
+        )
+        ws.deepspeed_config = None
+        ws.config_validated = False
+        ws.progress(f"strategy: {ws.memory.chosen} micro-batch {ws.memory.micro_batch_size}")
+        return _dump(ws.memory)
+
+    def emit_deepspeed_config() -> str:
+        """Write the DeepSpeed config for the chosen strategy and validate it with DeepSpeed itself."""
+        memory = _need(ws.memory, "the memory plan", "plan_parallelism")
+        hw = _need(ws.hardware, "the hardware", "profile_hardware")
+        model = _need(ws.model, "the model", "lookup_model")
+        fw = ws.framework
+        if fw is not None and fw.primary not in {"deepspeed"} and memory.chosen == "ddp":
+            ws.deepspeed_config = None
+            return json.dumps(
+                {"deepspeed_config": None, "reason": f"{fw.primary} does not use DeepSpeed"}
+            )
+        config = _emit(memory, model, hw, ws.brief)
+        validate_deepspeed_config(config, hw.world_size)
+        ws.deepspeed_config = config
+        ws.config_validated = True
+        ws.progress(
+            f"deepspeed config: ZeRO stage {config.get('zero_optimization', {}).get('stage', 0)}, "
+            f"accepted by DeepSpeedConfig at world size {hw.world_size}"
+        )
+        return json.dumps({"deepspeed_config": config, "validated_world_size": hw.world_size})
+
+    def emit_launch(steps: int = 1000) -> str:
+        """Write ds_config.json, train.py, hostfile and launch.sh to the output directory."""
+        hw = _need(ws.hardware, "the hardware", "profile_hardware")
+        model = _need(ws.model, "the model", "lookup_model")
+        fw = _need(ws.framework, "the framework", "the researcher's select_framework")
+        ws.launch = _emit_launch(
+            ws.out_dir, ws.brief, hw, model, fw, ws.deepspeed_config, steps=steps
+        )
+        return _dump(ws.launch)
+
+    def run_smoke_test(steps: int | None = None) -> str:
+        """Run a short real training run of the plan on this machine and report whether it learns."""
+        ws.smoke = smoke_for(ws, steps)
+        return _dump(ws.smoke)
+
+    return [
+        StructuredTool.from_function(plan_parallelism, args_schema=PlanParallelismArgs),
+        StructuredTool.from_function(emit_deepspeed_config, args_schema=NoArgs),
+        StructuredTool.from_function(emit_launch, args_schema=EmitLaunchArgs),
+        StructuredTool.from_function(run_smoke_test, args_schema=SmokeArgs),
+    ]
+
+
+def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
+    """Run (or skip) the smoke test for the workspace's plan and attach the predicted peak memory."""
+    if not ws.brief.smoke:
+        return SmokeResult(status="skipped", reason="the brief turns smoke runs off")
+    model = _need(ws.model, "the model", "lookup_model")
+    memory = _need(ws.memory, "the memory plan", "plan_parallelism")
+    from tools.deepspeed_config import emit_deepspeed_config as _emit
+    from tools.smoke import run_smoke_test as _run
+
+    config = ws.deepspeed_config
+    if config is None:
+        # A DDP plan still smoke-tests its data parallelism: ZeRO stage 0 is plain DDP all-reduce.
+        config = _emit(
+            memory, model, _need(ws.hardware, "the hardware", "profile_hardware"), ws.brief
+        )
+    ws.progress(
+        f"smoke run: {memory.chosen}, {ws.settings.smoke_steps if steps is None else steps} steps"
+    )
+    result = _run(
+        model,
+        config,
+        ws.settings,
+        steps=steps,
+        micro_batch_size=1,
+        strategy=memory.chosen,
+        on_progress=ws.progress,
+    )
+    return _with_prediction(result, memory)
+
+
+def _with_prediction(result: SmokeResult, memory: MemoryPlan) -> SmokeResult:
+    """Predict the smoke run's own peak with the planner, on the scaled shape it actually ran."""
+    shape = result.model_shape
+    if not shape or result.status == "skipped":
+        return result
+    from tools.memory import estimate_strategy
+    from tools.schemas import HardwareSpec as HW
+
+    scaled = ModelSpec(
+        name="smoke-scaled",
+        params=int(shape["params"]),
+        layers=int(shape["layers"]),
+        hidden=int(shape["hidden"]),
+        heads=int(shape["heads"]),
+        vocab=int(shape["vocab"]),
+        seq_len=int(shape["seq_len"]),
+        largest_layer_params=int(
+            shape.get("largest_layer_params", shape["vocab"] * shape["hidden"])
+        ),
+    )
+    # The smoke ranks as "devices" of a CPU machine, so ZeRO shards over the ranks that ran.
+    ranks = HW(source="local", nodes=1, gpus_per_node=max(1, result.world_size), gpu=None)
+    strategy = result.strategy if result.strategy in STRATEGY_ORDER else memory.chosen
+    est = estimate_strategy(
+        scaled,
+        ranks,
+        strategy,  # type: ignore[arg-type]
+        precision="fp32" if result.device == "cpu" else "bf16",
+        micro_batch_size=int(shape.get("micro_batch_size", 1)),
+    )
+    return result.model_copy(update={"predicted_peak_memory_bytes": est.per_gpu_bytes.total})
+
+
+# ---- reviewer --------------------------------------------------------------------------------
+
+
+def reviewer_tools(ws: Workspace) -> list[BaseTool]:
+    """review_plan."""
+    from tools.review import check_plan, decide
+
+    def review_plan() -> str:
+        """Run the review checks (batch arithmetic, memory headroom, framework fit, config, smoke run)."""
+        findings = check_plan(
+            ws.brief,
+            _need(ws.hardware, "the hardware", "profile_hardware"),
+            _need(ws.framework, "the framework", "select_framework"),
+            _need(ws.memory, "the memory plan", "plan_parallelism"),
+            ws.deepspeed_config,
+            ws.smoke or SmokeResult(status="skipped", reason="no smoke run was made"),
+        )
+        ws.review = decide(findings, ws.round_no, ws.settings.max_review_rounds)
+        ws.progress(f"review round {ws.round_no}: {ws.review.verdict}")
+        return _dump(ws.review)
+
+    return [StructuredTool.from_function(review_plan, args_schema=NoArgs)]

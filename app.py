@@ -1,0 +1,242 @@
+"""trainwright command line: plan, profile, estimate, smoke.
+
+Exit codes: 0 a plan was produced (whatever the smoke verdict); 2 invalid input (one line on
+stderr naming the field); 1 an unexpected failure. Set TRAINWRIGHT_DEBUG=1 for tracebacks.
+Heavy libraries are imported inside the commands so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from tools.errors import InputError, TrainwrightError
+from tools.settings import Settings, disable_telemetry
+
+THREAD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """Report a usage error as one line and exit 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="trainwright", description="Plan, configure and smoke-test distributed training."
+    )
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    plan = sub.add_parser("plan", help="plan a training setup from a request or a brief file")
+    plan.add_argument("text", nargs="?", help="the request, e.g. 'fine-tune llama-3-8b on 8 A100s'")
+    plan.add_argument("--brief", type=Path, help="YAML or JSON brief file")
+    plan.add_argument("--hardware", help="override: local or NODESxGPUSxTYPE, e.g. 1x8xA100-80GB")
+    plan.add_argument(
+        "--smoke", dest="smoke", action="store_true", default=None, help="run the smoke test"
+    )
+    plan.add_argument("--no-smoke", dest="smoke", action="store_false", help="skip the smoke test")
+    plan.add_argument(
+        "--out", type=Path, help="directory for the report and launch files (default out/<model>)"
+    )
+    plan.add_argument("--json", dest="json_path", type=Path, help="also write the plan JSON here")
+    _llm_args(plan)
+    plan.add_argument("--thread", help="checkpoint thread id: resume or continue this plan")
+
+    prof = sub.add_parser("profile", help="profile this machine (or describe a cluster spec)")
+    prof.add_argument("--hardware", default="local", help="local or NODESxGPUSxTYPE")
+    prof.add_argument("--json", dest="json_path", type=Path, help="write the profile JSON here")
+
+    est = sub.add_parser("estimate", help="memory per GPU for each strategy, without agents")
+    est.add_argument("--brief", type=Path, required=True)
+    est.add_argument("--hardware", help="override the brief's hardware")
+    est.add_argument("--json", dest="json_path", type=Path)
+    return p
+
+
+def _llm_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--llm", help="'offline' (default) or provider:model, e.g. openai:gpt-4o-mini")
+    p.add_argument(
+        "--base-url", help="OpenAI-compatible server URL (vLLM, llama.cpp, LM Studio, Ollama)"
+    )
+
+
+def _emit(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _load_brief_input(args: argparse.Namespace) -> dict[str, Any]:
+    from tools.brief import load_brief
+
+    if args.brief is not None and getattr(args, "text", None):
+        raise InputError("plan", "give either a request text or --brief, not both")
+    if args.brief is not None:
+        brief = load_brief(args.brief).model_dump(mode="json")
+    elif getattr(args, "text", None):
+        from tools.brief import parse_request
+        from tools.models import list_models
+
+        brief = parse_request(args.text, list_models()).model_dump(mode="json")
+    else:
+        raise InputError("plan", "give a request text or --brief FILE")
+    if args.hardware:
+        brief["hardware"] = args.hardware
+    if getattr(args, "smoke", None) is not None:
+        brief["smoke"] = args.smoke
+    return brief
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:64] or "plan"
+
+
+def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the whole graph and write the report; print where it is."""
+    from tools.brief import brief_from_dict
+
+    brief = brief_from_dict(_load_brief_input(args))
+    model_name = brief.model if isinstance(brief.model, str) else "custom"
+    out_dir = args.out or settings.out_dir / _safe_name(Path(model_name).stem)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError("--out", f"{out_dir} exists and is not a directory")
+    if args.thread is not None and not THREAD_RE.match(args.thread):
+        raise InputError("--thread", "use letters, digits, '.', '_' or '-' (at most 128)")
+
+    from agents.models import load_chat_model
+    from graphs import build_graph
+
+    model = load_chat_model(
+        settings.llm,
+        base_url=settings.base_url,
+        api_key=settings.api_key,
+        timeout_s=settings.llm_timeout_s,
+    )
+    started = time.perf_counter()
+    inputs = {"brief": brief.model_dump(mode="json"), "out_dir": str(out_dir)}
+    if args.thread:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        settings.checkpoint_db.parent.mkdir(parents=True, exist_ok=True)
+        with SqliteSaver.from_conn_string(str(settings.checkpoint_db)) as saver:
+            graph = build_graph(model, saver, settings)
+            config = {"configurable": {"thread_id": args.thread}}
+            state = graph.get_state(config)
+            # An unfinished checkpoint on this thread resumes where it stopped; else start afresh.
+            resume = bool(state.next)
+            if resume:
+                _emit(f"resuming thread {args.thread} at {', '.join(state.next)}")
+            final = _stream(graph, None if resume else inputs, config)
+    else:
+        graph = build_graph(model, None, settings)
+        final = _stream(graph, inputs, {})
+    plan = final.get("plan")
+    if not plan:
+        raise TrainwrightError("the graph finished without a plan")
+    if args.json_path:
+        from tools.launch import write_atomic
+
+        write_atomic(args.json_path, json.dumps(plan, indent=2) + "\n")
+    smoke, review = plan["smoke_test"], plan["review"]
+    print(f"framework: {plan['framework']['primary']}; strategy: {plan['memory']['chosen']}")
+    print(
+        f"smoke test: {smoke['status']}" + (f" ({smoke['reason']})" if smoke.get("reason") else "")
+    )
+    print(f"review: {review['verdict']} after {review['rounds']} round(s)")
+    print(f"report: {plan['report']['markdown']}")
+    if args.json_path:
+        print(f"plan json: {args.json_path}")
+    _emit(f"done in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def _stream(graph: Any, inputs: dict[str, Any] | None, config: dict[str, Any]) -> dict[str, Any]:
+    """Run the graph, printing each agent's progress to stderr; return the final state."""
+    final: dict[str, Any] = {}
+    for mode, chunk in graph.stream(inputs, config, stream_mode=["values", "updates", "custom"]):
+        if mode == "custom" and isinstance(chunk, dict) and "progress" in chunk:
+            _emit(f"  {chunk['progress']}")
+        elif mode == "updates":
+            for node in chunk:
+                _emit(f"[{node}] done")
+        elif mode == "values":
+            final = chunk
+    return final
+
+
+def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
+    """Print the hardware profile as JSON."""
+    from tools.hardware import parse_hardware
+
+    hw = parse_hardware(args.hardware).model_dump(mode="json")
+    text = json.dumps(hw, indent=2)
+    if args.json_path:
+        from tools.launch import write_atomic
+
+        write_atomic(args.json_path, text + "\n")
+    print(text)
+    return 0
+
+
+def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
+    """Print the memory estimate per strategy for a brief."""
+    from tools.brief import brief_from_dict
+    from tools.hardware import parse_hardware
+    from tools.memory import plan_memory
+    from tools.models import lookup_model
+
+    brief = brief_from_dict(_load_brief_input(args))
+    hw = parse_hardware(brief.hardware)
+    model = lookup_model(brief.model, brief.seq_len)
+    memory = plan_memory(model, hw, brief)
+    data = memory.model_dump(mode="json")
+    if args.json_path:
+        from tools.launch import write_atomic
+
+        write_atomic(args.json_path, json.dumps(data, indent=2) + "\n")
+    for s in memory.strategies:
+        mark = "*" if s.name == memory.chosen else " "
+        print(f"{mark} {s.name:<24} {s.per_gpu_bytes.total / 1e9:9.2f} GB/GPU  fits={s.fits}")
+    return 0
+
+
+COMMANDS = {"plan": cmd_plan, "profile": cmd_profile, "estimate": cmd_estimate}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``python app.py`` and the ``trainwright`` console script."""
+    args = _build_parser().parse_args(argv)
+    disable_telemetry()
+    debug = os.environ.get("TRAINWRIGHT_DEBUG") == "1"
+    try:
+        settings = Settings.load(
+            llm=getattr(args, "llm", None), base_url=getattr(args, "base_url", None)
+        )
+        return COMMANDS[args.command](args, settings)
+    except TrainwrightError as exc:
+        if debug:
+            raise
+        print(f"trainwright: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("trainwright: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, exit 1
+        if debug:
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(
+            f"trainwright: unexpected error: {type(exc).__name__}: {first} "
+            "(set TRAINWRIGHT_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Wiring only: intake -> researcher -> engineer -> reviewer -> (engineer | reporter)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langchain_core.language_models.chat_models import BaseChatModel
+from langgraph.graph import END, START, StateGraph
+
+from agents.models import load_chat_model
+from agents.roles import make_engineer, make_intake, make_reporter, make_researcher, make_reviewer
+from graphs.state import PlanState
+from tools.settings import Settings
+
+
+def build_graph(
+    chat_model: BaseChatModel | None = None,
+    checkpointer: Any | None = None,
+    settings: Settings | None = None,
+) -> Any:
+    """Compile the planning graph; pass a checkpointer (e.g. SqliteSaver) to resume by thread id."""
+    settings = settings or Settings.load()
+    model = chat_model or load_chat_model(
+        settings.llm,
+        base_url=settings.base_url,
+        api_key=settings.api_key,
+        timeout_s=settings.llm_timeout_s,
+    )
+
+    def after_review(state: PlanState) -> Literal["engineer", "reporter"]:
+        review = state.get("review") or {}
+        return "engineer" if review.get("verdict") == "changes_requested" else "reporter"
+
+    builder = StateGraph(PlanState)
+    builder.add_node("intake", make_intake(settings))
+    builder.add_node("researcher", make_researcher(model, settings))
+    builder.add_node("engineer", make_engineer(model, settings))
+    builder.add_node("reviewer", make_reviewer(model, settings))
+    builder.add_node("reporter", make_reporter(settings))
+    builder.add_edge(START, "intake")
+    builder.add_edge("intake", "researcher")
+    builder.add_edge("researcher", "engineer")
+    builder.add_edge("engineer", "reviewer")
+    builder.add_conditional_edges("reviewer", after_review, ["engineer", "reporter"])
+    builder.add_edge("reporter", END)
+    return builder.compile(checkpointer=checkpointer, name="trainwright")

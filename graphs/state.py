@@ -1,0 +1,32 @@
+"""The graph's own state: the plan's parts as JSON-able dicts, so checkpoints serialise plainly."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+
+def merge_dicts(left: dict[str, str] | None, right: dict[str, str] | None) -> dict[str, str]:
+    """Reducer: later roles add their notes without erasing earlier ones."""
+    return {**(left or {}), **(right or {})}
+
+
+class PlanState(TypedDict, total=False):
+    """One plan's state; keys mirror TrainingPlan (tools/schemas.py)."""
+
+    request: str | None
+    brief: dict[str, Any]
+    out_dir: str
+    hardware: dict[str, Any] | None
+    model: dict[str, Any] | None
+    framework: dict[str, Any] | None
+    memory: dict[str, Any] | None
+    deepspeed_config: dict[str, Any] | None
+    launch: dict[str, Any] | None
+    smoke_test: dict[str, Any] | None
+    review: dict[str, Any] | None
+    review_round: int
+    report: dict[str, Any] | None
+    plan: dict[str, Any] | None
+    narrative: Annotated[dict[str, str], merge_dicts]
+    notes: Annotated[list[str], operator.add]

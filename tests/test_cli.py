@@ -1,0 +1,93 @@
+"""The CLI contract: exit codes 0/2/1, one-line errors, files written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BRIEFS = Path(__file__).parent / "data"
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_help_is_fast_and_lists_commands(tmp_path: Path) -> None:
+    res = run_cli("--help", cwd=tmp_path)
+    assert res.returncode == 0
+    for cmd in ("plan", "profile", "estimate"):
+        assert cmd in res.stdout
+
+
+def test_plan_llama_8b_writes_json_that_deepspeed_accepts_at_world_size_8(tmp_path: Path) -> None:
+    res = run_cli(
+        "plan",
+        "--brief",
+        str(BRIEFS / "llama3-8b-finetune-8xa100.yaml"),
+        "--no-smoke",
+        "--out",
+        "o",
+        "--json",
+        "p.json",
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert len(plan["memory"]["strategies"]) >= 4
+    from tools.deepspeed_config import validate_deepspeed_config
+
+    validate_deepspeed_config(plan["deepspeed_config"], 8)
+    assert (tmp_path / "o" / "report.md").is_file()
+    assert "report: " in res.stdout
+
+
+BAD_BRIEFS = {
+    "no-model.yaml": ("goal: train something\ntask: pretrain\n", "brief.model"),
+    "neg-batch.yaml": ("model: gpt2\nglobal_batch_size: -4\n", "brief.global_batch_size"),
+    "not-yaml.yaml": ("model: [gpt2\n  : : {\n", "--brief"),
+    "banana.yaml": ("model: gpt2\nhardware: 9xbanana\n", "hardware"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_BRIEFS))
+def test_bad_briefs_exit_2_with_one_line(name: str, tmp_path: Path) -> None:
+    text, field = BAD_BRIEFS[name]
+    (tmp_path / name).write_text(text)
+    res = run_cli("plan", "--brief", name, "--no-smoke", "--out", "o", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert field in lines[0]
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_hardware_flag_exits_2(tmp_path: Path) -> None:
+    res = run_cli("plan", "train gpt2", "--hardware", "9xbanana", "--no-smoke", cwd=tmp_path)
+    assert res.returncode == 2
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert "banana" in res.stderr
+
+
+def test_missing_brief_file_and_unknown_flag_exit_2(tmp_path: Path) -> None:
+    assert run_cli("plan", "--brief", "nope.yaml", cwd=tmp_path).returncode == 2
+    res = run_cli("plan", "--frobnicate", cwd=tmp_path)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_profile_local(tmp_path: Path) -> None:
+    res = run_cli("profile", "--json", "hw.json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    hw = json.loads((tmp_path / "hw.json").read_text())
+    assert hw["source"] == "local" and hw["cpu_cores"] >= 1

@@ -1,0 +1,182 @@
+"""The graph end to end: offline default model, scripted fake models, checkpoint resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import call
+from langchain_core.messages import AIMessage, ToolMessage
+
+from graphs import build_graph
+from tools.settings import Settings
+
+LLAMA_8B = {
+    "goal": "Fine-tune Llama-3-8B on support tickets",
+    "model": "llama-3-8b",
+    "task": "finetune",
+    "seq_len": 4096,
+    "global_batch_size": 64,
+    "hardware": "1x8xA100-80GB",
+    "precision": "bf16",
+    "smoke": False,
+}
+
+
+def _run(graph, brief: dict, out: Path, config: dict | None = None) -> dict:
+    return graph.invoke({"brief": brief, "out_dir": str(out)}, config or {})
+
+
+def test_offline_graph_plans_llama_8b_on_8_a100(settings: Settings, tmp_path: Path) -> None:
+    state = _run(build_graph(settings=settings), LLAMA_8B, tmp_path / "p")
+    plan = state["plan"]
+    assert plan["hardware"]["gpus_per_node"] == 8
+    assert plan["model"]["params"] == 8_030_261_248
+    assert plan["framework"]["primary"] == "deepspeed"
+    names = {s["name"] for s in plan["memory"]["strategies"]}
+    assert {"ddp", "zero1", "zero2", "zero3"} <= names
+    cfg = plan["deepspeed_config"]
+    assert cfg["train_batch_size"] == 64
+    assert cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * 8 == 64
+    assert plan["smoke_test"]["status"] == "skipped"
+    assert plan["review"]["verdict"] == "approved"
+    assert Path(plan["report"]["markdown"]).read_text().startswith("# Training plan")
+    assert json.loads(Path(plan["report"]["json"]).read_text())["brief"]["model"] == "llama-3-8b"
+    assert Path(plan["launch"]["files"]["ds_config.json"]).is_file()
+    # Every role produced its own explanation through the tool-calling path.
+    assert set(plan["narrative"]) >= {"researcher", "engineer", "reviewer"}
+    assert "fallbacks" not in plan["narrative"]
+
+
+def test_scripted_model_choices_reach_the_plan(
+    scripted, settings: Settings, tmp_path: Path
+) -> None:
+    model = scripted(
+        script=[
+            AIMessage(
+                content="",
+                tool_calls=[
+                    {
+                        "name": "profile_hardware",
+                        "args": {"spec": "1x8xA100-80GB"},
+                        "id": "a",
+                        "type": "tool_call",
+                    },
+                    {
+                        "name": "lookup_model",
+                        "args": {"model": "llama-3-8b", "seq_len": 4096},
+                        "id": "b",
+                        "type": "tool_call",
+                    },
+                ],
+            ),
+            call("select_framework"),
+            AIMessage(content="Researched."),
+            call(
+                "plan_parallelism",
+                {"micro_batch_size": 1, "activation_checkpointing": True, "min_strategy": "zero3"},
+            ),
+            call("emit_deepspeed_config"),
+            call("emit_launch", {"steps": 77}),
+            AIMessage(content="Engineered."),
+            call("review_plan"),
+            AIMessage(content="Reviewed."),
+        ]
+    )
+    plan = _run(build_graph(model, settings=settings), LLAMA_8B, tmp_path / "p")["plan"]
+    assert plan["memory"]["chosen"] == "zero3"
+    assert plan["memory"]["micro_batch_size"] == 1
+    assert plan["deepspeed_config"]["zero_optimization"]["stage"] == 3
+    assert plan["deepspeed_config"]["gradient_accumulation_steps"] == 8
+    assert "77" in plan["launch"]["command"]
+    assert plan["narrative"]["engineer"] == "Engineered."
+    assert "fallbacks" not in plan["narrative"]
+    # The model was shown each role's tools, bound through bind_tools.
+    assert ["profile_hardware", "lookup_model", "select_framework"] in model.bound_tools
+    assert ["review_plan"] in model.bound_tools
+
+
+def test_model_mistakes_go_back_as_messages_and_facts_still_come_from_tools(
+    scripted, settings: Settings, tmp_path: Path
+) -> None:
+    model = scripted(
+        script=[
+            call("launch_missiles", {"target": "moon"}),
+            call("lookup_model", {"model": "llama-3-8b", "seq_len": -5}),
+            AIMessage(content="The model has 9 trillion parameters."),  # prose only, no tools
+        ]
+    )
+    plan = _run(build_graph(model, settings=settings), LLAMA_8B, tmp_path / "p")["plan"]
+    errors = [m.content for m in model.seen[2] if isinstance(m, ToolMessage)]
+    assert "no tool 'launch_missiles'" in errors[0]
+    assert "invalid arguments for lookup_model" in errors[1]
+    # The invented number never reaches the plan: the node ran the tools itself and said so.
+    assert plan["model"]["params"] == 8_030_261_248
+    assert "ran lookup_model directly" in plan["narrative"]["fallbacks"]
+    assert plan["review"]["verdict"] == "approved"
+
+
+def test_invalid_hardware_in_brief_is_an_input_error(settings: Settings, tmp_path: Path) -> None:
+    from tools.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        _run(build_graph(settings=settings), {**LLAMA_8B, "hardware": "9xbanana"}, tmp_path / "p")
+    assert err.value.field == "hardware"
+
+
+def test_free_text_request_goes_through_intake(settings: Settings, tmp_path: Path) -> None:
+    graph = build_graph(settings=settings)
+    state = graph.invoke(
+        {
+            "request": "fine-tune llama-3-8b on 2 nodes of 8 H100 with sequence length 4096, no smoke",
+            "out_dir": str(tmp_path / "p"),
+        }
+    )
+    plan = state["plan"]
+    assert plan["hardware"]["nodes"] == 2 and plan["hardware"]["gpus_per_node"] == 8
+    assert plan["brief"]["seq_len"] == 4096
+    assert plan["smoke_test"]["status"] == "skipped"
+
+
+def test_sqlite_checkpoint_resumes_a_thread(settings: Settings, tmp_path: Path) -> None:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    db = tmp_path / "ck.sqlite"
+    config = {"configurable": {"thread_id": "t1"}}
+    with SqliteSaver.from_conn_string(str(db)) as saver:
+        graph = build_graph(settings=settings, checkpointer=saver)
+        # Stop before the engineer, as a crash there would.
+        graph.invoke(
+            {"brief": LLAMA_8B, "out_dir": str(tmp_path / "p")},
+            config,
+            interrupt_before=["engineer"],
+        )
+        assert graph.get_state(config).next == ("engineer",)
+    with SqliteSaver.from_conn_string(str(db)) as saver:
+        graph = build_graph(settings=settings, checkpointer=saver)
+        state = graph.get_state(config)
+        assert state.values["model"]["params"] == 8_030_261_248
+        final = graph.invoke(None, config)
+    assert final["plan"]["review"]["verdict"] == "approved"
+
+
+@pytest.mark.slow
+def test_offline_graph_with_real_smoke_run(settings: Settings, tmp_path: Path) -> None:
+    brief = {
+        "model": "gpt2",
+        "task": "pretrain",
+        "seq_len": 128,
+        "global_batch_size": 8,
+        "hardware": "local",
+        "smoke": True,
+        "team": {"experience": "beginner", "existing_stack": "none"},
+    }
+    plan = _run(build_graph(settings=settings), brief, tmp_path / "p")["plan"]
+    smoke = plan["smoke_test"]
+    assert smoke["status"] == "passed", smoke["reason"]
+    assert smoke["world_size"] == 2
+    assert sum(smoke["losses"][-5:]) < 0.9 * sum(smoke["losses"][:5])
+    assert smoke["step_time_s"] > 0
+    assert smoke["predicted_peak_memory_bytes"] > 0
+    assert plan["review"]["verdict"] == "approved"

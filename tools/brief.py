@@ -1,0 +1,149 @@
+"""Turn a brief file, a dict or a free-text request into a validated TrainingBrief."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from tools.errors import InputError
+from tools.schemas import TrainingBrief
+
+MAX_BRIEF_BYTES = 1_000_000
+
+
+def _first_error(exc: ValidationError, prefix: str = "brief") -> InputError:
+    """Collapse pydantic's report into one line naming the first bad field."""
+    errors = exc.errors()
+    # A union field (model) reports one error per member; the member-type mismatches say
+    # little, so prefer an error from inside the member the user meant.
+    mismatch = {"string_type", "model_type", "model_attributes_type", "dict_type"}
+    err = next((e for e in errors if e.get("type") not in mismatch), errors[0])
+    member = ("ModelParams", "ModelShape", "str", "function-after")
+    loc = [str(p) for p in err.get("loc", ()) if not str(p).startswith(member)]
+    field = ".".join([prefix, *loc]) if loc else prefix
+    msg = err.get("msg", "invalid value")
+    if err.get("type") == "missing":
+        msg = "is required"
+    elif err.get("type") == "extra_forbidden":
+        msg = "is not a brief field (see DESIGN.md for the brief format)"
+    value = err.get("input")
+    if err.get("type") not in {"missing", "extra_forbidden"} and isinstance(
+        value, str | int | float
+    ):
+        msg = f"{msg} (got {value!r})"
+    return InputError(field, msg.replace("Value error, ", ""))
+
+
+def brief_from_dict(data: Any) -> TrainingBrief:
+    """Validate a mapping as a TrainingBrief, raising InputError naming the first bad field."""
+    if not isinstance(data, dict):
+        raise InputError("brief", f"must be a mapping of brief fields, got {type(data).__name__}")
+    try:
+        return TrainingBrief.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc) from None
+
+
+def load_brief(path: str | Path) -> TrainingBrief:
+    """Read a YAML or JSON brief file."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("--brief", f"no such file: {p}")
+    if p.stat().st_size > MAX_BRIEF_BYTES:
+        raise InputError("--brief", f"{p} is larger than {MAX_BRIEF_BYTES} bytes")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError("--brief", f"{p} is not UTF-8 text") from None
+    try:
+        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" (line {line + 1})" if line is not None else ""
+        raise InputError("--brief", f"{p} is not valid YAML/JSON{where}") from None
+    if data is None:
+        raise InputError("--brief", f"{p} is empty")
+    return brief_from_dict(data)
+
+
+_GPU_WORDS = (
+    r"a100(?:-80gb|-40gb)?|h100(?:-80gb)?|h200|b200|v100|t4|a10g|l4|l40s|rtx\s?4090|rtx\s?3090|"
+    r"4090|3090|mi300x|mi250x"
+)
+_NODES_RE = re.compile(
+    r"(\d+)\s*nodes?\s*(?:of|with|x|×)\s*(\d+)\s*(?:x\s*)?(" + _GPU_WORDS + r")s?\b", re.I
+)
+_GPUS_RE = re.compile(r"(\d+)\s*(?:x\s*|×\s*)?(" + _GPU_WORDS + r")s?\b", re.I)
+_SEQ_RE = re.compile(
+    r"(?:seq(?:uence)?[ _-]?len(?:gth)?|context(?: length)?)\s*(?:of|=|:)?\s*(\d+)\s*(k)?", re.I
+)
+_BATCH_RE = re.compile(r"(?:global\s+)?batch(?:\s+size)?\s*(?:of|=|:)?\s*(\d+)", re.I)
+_SIZE_RE = re.compile(
+    r"\b(\d+(?:\.\d+)?)\s*([bm])(?:illion)?\s*(?:param(?:eter)?s?)?\s*model\b", re.I
+)
+_TASKS = (
+    ("lora", r"\b(?:q?lora|adapter)"),
+    ("pretrain", r"\bpre-?train"),
+    ("inference", r"\b(?:inference|serv(?:e|ing))\b"),
+    ("agent-app", r"\bagent(?:ic)?\s+app"),
+    ("finetune", r"\bfine-?tun"),
+)
+
+
+def _normalise_gpu(word: str) -> str:
+    w = re.sub(r"\s+", "", word).upper()
+    return {"A100": "A100-80GB", "H100": "H100-80GB"}.get(w, w)
+
+
+def parse_request(text: str, known_models: list[str]) -> TrainingBrief:
+    """Read a free-text request ("fine-tune llama-3-8b on 8 A100s") into a brief.
+
+    Offline and deterministic: recognises catalog model names, model sizes ("a 7B model"),
+    GPU counts and types, sequence length, batch size and task words. A request without a
+    model is an input error, since every number downstream depends on it.
+    """
+    if not text or not text.strip():
+        raise InputError(
+            "request", "is empty; describe what to train, e.g. 'fine-tune llama-3-8b on 8xA100'"
+        )
+    low = text.lower()
+    data: dict[str, Any] = {"goal": text.strip()[:500]}
+
+    def squash(s: str) -> str:
+        return re.sub(r"[^a-z0-9.]", "", s.lower())
+
+    flat = squash(text)
+    for name in sorted(known_models, key=len, reverse=True):
+        if squash(name) and squash(name) in flat:
+            data["model"] = name
+            break
+    else:
+        m = _SIZE_RE.search(text)
+        if m:
+            scale = 1e9 if m.group(2).lower() == "b" else 1e6
+            data["model"] = {"params": float(m.group(1)) * scale}
+    if "model" not in data:
+        raise InputError(
+            "request",
+            "names no model; say which (e.g. 'llama-3-8b', 'gpt2', 'a 7B model') or use --brief",
+        )
+    if m := _NODES_RE.search(text):
+        data["hardware"] = f"{m.group(1)}x{m.group(2)}x{_normalise_gpu(m.group(3))}"
+    elif m := _GPUS_RE.search(text):
+        data["hardware"] = f"1x{m.group(1)}x{_normalise_gpu(m.group(2))}"
+    if m := _SEQ_RE.search(text):
+        data["seq_len"] = int(m.group(1)) * (1024 if m.group(2) else 1)
+    if m := _BATCH_RE.search(text):
+        data["global_batch_size"] = int(m.group(1))
+    for task, pattern in _TASKS:
+        if re.search(pattern, low):
+            data["task"] = task
+            break
+    if re.search(r"\bno smoke\b|\bwithout (?:a )?smoke", low):
+        data["smoke"] = False
+    return brief_from_dict(data)

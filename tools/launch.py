@@ -1,0 +1,98 @@
+"""Write the launch artifacts: ds_config.json, the training script, a hostfile and launch.sh."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tools.schemas import FrameworkChoice, HardwareSpec, LaunchSpec, ModelSpec, TrainingBrief
+
+TRAIN_SCRIPT = Path(__file__).with_name("smoke_train.py")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def emit_launch(
+    out_dir: Path,
+    brief: TrainingBrief,
+    hardware: HardwareSpec,
+    model: ModelSpec,
+    framework: FrameworkChoice,
+    deepspeed_config: dict[str, Any] | None,
+    *,
+    steps: int = 1000,
+) -> LaunchSpec:
+    """Write the files needed to start training on the target hardware and return the command.
+
+    The command is an argument list (never a shell string); ``launch.sh`` quotes it for people.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+    model_cfg = model.hf_config or {}
+    write_atomic(out_dir / "model_config.json", json.dumps(model_cfg, indent=2) + "\n")
+    files["model_config.json"] = str(out_dir / "model_config.json")
+    script = out_dir / "train.py"
+    shutil.copyfile(TRAIN_SCRIPT, script)
+    files["train.py"] = str(script)
+    micro = (deepspeed_config or {}).get("train_micro_batch_size_per_gpu", 1)
+    script_args = [
+        "train.py",
+        "--model-config",
+        "model_config.json",
+        "--steps",
+        str(steps),
+        "--seq-len",
+        str(brief.seq_len),
+        "--micro-batch",
+        str(micro),
+        "--metrics-dir",
+        "metrics",
+    ]
+    gpus = hardware.gpus_per_node if hardware.gpus_per_node > 0 else 1
+    if deepspeed_config is not None:
+        write_atomic(out_dir / "ds_config.json", json.dumps(deepspeed_config, indent=2) + "\n")
+        files["ds_config.json"] = str(out_dir / "ds_config.json")
+        command = ["deepspeed"]
+        if hardware.nodes > 1:
+            hostfile = "".join(f"node{i} slots={gpus}\n" for i in range(hardware.nodes))
+            write_atomic(out_dir / "hostfile", hostfile)
+            files["hostfile"] = str(out_dir / "hostfile")
+            command += ["--hostfile", "hostfile", "--num_nodes", str(hardware.nodes)]
+        command += ["--num_gpus", str(gpus if hardware.gpus_per_node else 2)]
+        command += [*script_args, "--deepspeed_config", "ds_config.json"]
+    else:
+        command = ["torchrun", "--nnodes", str(hardware.nodes), "--nproc_per_node", str(gpus)]
+        if hardware.nodes > 1:
+            command += ["--rdzv_backend", "c10d", "--rdzv_endpoint", "node0:29500"]
+        command += script_args
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Launch for: {brief.goal or model.name} ({framework.primary})",
+        "# Run from this directory on the first node; edit hostfile with your node names.",
+        "set -euo pipefail",
+        'cd "$(dirname "$0")"',
+        shlex.join(command),
+        "",
+    ]
+    write_atomic(out_dir / "launch.sh", "\n".join(lines))
+    (out_dir / "launch.sh").chmod(0o755)
+    files["launch.sh"] = str(out_dir / "launch.sh")
+    return LaunchSpec(command=command, files=files)

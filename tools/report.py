@@ -1,0 +1,146 @@
+"""Render a TrainingPlan as Markdown, HTML and JSON, written atomically into the output directory."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from tools.launch import write_atomic
+from tools.schemas import ReportPaths, TrainingPlan
+
+GB = 1e9
+
+
+def _gb(n: int | float | None) -> str:
+    return "-" if n is None else f"{n / GB:.2f}"
+
+
+def render_markdown(plan: TrainingPlan) -> str:
+    """The human report: decision first, then the numbers behind it."""
+    b, hw, m, fw, mem, smoke, rev = (
+        plan.brief,
+        plan.hardware,
+        plan.model,
+        plan.framework,
+        plan.memory,
+        plan.smoke_test,
+        plan.review,
+    )
+    gpu = f"{hw.gpu.name} ({hw.gpu.memory_gb:g} GB)" if hw.gpu else "no GPU (CPU only)"
+    lines = [
+        f"# Training plan: {b.goal or m.name}",
+        "",
+        f"**Verdict:** {rev.verdict} after {rev.rounds} review round(s). "
+        f"**Framework:** {fw.primary}. **Strategy:** {mem.chosen}, micro-batch {mem.micro_batch_size}, "
+        f"gradient accumulation {mem.gradient_accumulation_steps}"
+        f"{', activation checkpointing' if mem.activation_checkpointing else ''}. "
+        f"**Smoke test:** {smoke.status}.",
+        "",
+        "## Brief",
+        "",
+        f"- Model: `{m.name}` ({m.params / 1e9:.3f} B parameters, {m.layers} layers, hidden {m.hidden}, "
+        f"{m.heads} heads, vocab {m.vocab})",
+        f"- Task: {b.task}; sequence length {b.seq_len}; global batch {b.global_batch_size}; precision {b.precision}",
+        f"- Hardware ({hw.source}): {hw.nodes} node(s) x {hw.gpus_per_node} GPU(s), {gpu}"
+        + (f", interconnect {hw.interconnect}" if hw.interconnect else "")
+        + (
+            f"; {hw.cpu_cores} CPU cores, {hw.ram_gb:.0f} GB RAM"
+            if hw.cpu_cores and hw.ram_gb
+            else ""
+        ),
+        "",
+        "## Framework",
+        "",
+        fw.rationale,
+        "",
+        f"Stack: {', '.join(fw.stack)}.",
+        "",
+    ]
+    lines += [f"- Alternative **{a.name}**: {a.reason}" for a in fw.alternatives]
+    lines += ["", "Sources: " + "; ".join(fw.citations) if fw.citations else "", ""]
+    lines += [
+        "## Memory per GPU (GB)",
+        "",
+        "| strategy | params | gradients | optimizer | activations | buffers | total | CPU/node | fits |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for s in mem.strategies:
+        t = s.per_gpu_bytes
+        mark = " (chosen)" if s.name == mem.chosen else ""
+        lines.append(
+            f"| {s.name}{mark} | {_gb(t.params)} | {_gb(t.gradients)} | {_gb(t.optimizer)} | "
+            f"{_gb(t.activations)} | {_gb(t.buffers)} | {_gb(t.total)} | {_gb(s.cpu_bytes_per_node)} | "
+            f"{'yes' if s.fits else 'no'} |"
+        )
+    if mem.assumptions:
+        lines += ["", "Assumptions:", ""] + [f"- {a}" for a in mem.assumptions]
+    lines += ["", "## DeepSpeed config", ""]
+    if plan.deepspeed_config is not None:
+        lines += ["```json", json.dumps(plan.deepspeed_config, indent=2), "```"]
+    else:
+        lines.append(f"None: {fw.primary} does not use DeepSpeed.")
+    lines += ["", "## Launch", "", "```bash", " ".join(plan.launch.command), "```", ""]
+    lines += [f"- `{name}`: {path}" for name, path in plan.launch.files.items()]
+    lines += ["", "## Smoke test", ""]
+    if smoke.status == "skipped":
+        lines.append(f"Skipped: {smoke.reason}")
+    else:
+        lines += [
+            f"- Status: **{smoke.status}**{': ' + smoke.reason if smoke.reason else ''}",
+            f"- Ranks: {smoke.world_size} on {smoke.device}; steps {smoke.steps}; strategy {smoke.strategy or '-'}",
+            f"- Scaled model: {json.dumps(smoke.model_shape) if smoke.model_shape else '-'}",
+            f"- Loss: {', '.join(f'{x:.3f}' for x in smoke.losses)}",
+            f"- Median step time: {smoke.step_time_s:.3f} s; {smoke.tokens_per_s:.0f} tokens/s"
+            if smoke.step_time_s and smoke.tokens_per_s
+            else "- Step time: -",
+            f"- Peak memory: measured {_gb(smoke.peak_memory_bytes)} GB, predicted "
+            f"{_gb(smoke.predicted_peak_memory_bytes)} GB",
+            f"- Run directory: {smoke.run_dir}" if smoke.run_dir else "",
+        ]
+    lines += ["", "## Review", "", "| severity | check | finding | fix |", "|---|---|---|---|"]
+    for f in rev.findings:
+        lines.append(f"| {f.severity} | {f.check} | {f.message} | {f.fix} |")
+    if plan.narrative:
+        lines += ["", "## Agent notes", ""]
+        for role, text in plan.narrative.items():
+            lines += [f"**{role}:** {text}", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_html(markdown: str, title: str) -> str:
+    """A self-contained HTML page of the Markdown report."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
+    style = (
+        "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25rem .5rem}"
+        "pre{background:#f6f8fa;padding:1rem;overflow:auto}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{style}</style></head><body>{body}</body></html>\n"
+    )
+
+
+def write_report(plan: TrainingPlan, out_dir: Path) -> ReportPaths:
+    """Write report.md, report.html and plan.json under ``out_dir`` and return their paths."""
+    paths = ReportPaths(
+        markdown=str(out_dir / "report.md"),
+        html=str(out_dir / "report.html"),
+        json=str(out_dir / "plan.json"),
+    )
+    plan = plan.model_copy(update={"report": paths})
+    md = render_markdown(plan)
+    write_atomic(out_dir / "report.md", md)
+    write_atomic(out_dir / "report.html", render_html(md, plan.brief.goal or plan.model.name))
+    write_atomic(out_dir / "plan.json", plan_json(plan))
+    return paths
+
+
+def plan_json(plan: TrainingPlan) -> str:
+    """The plan as contract JSON (hf_config left out: it is in model_config.json)."""
+    data = plan.model_dump(mode="json")
+    data["model"].pop("hf_config", None)
+    return json.dumps(data, indent=2) + "\n"

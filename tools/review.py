@@ -1,0 +1,148 @@
+"""The reviewer's checks: code, not prompts, so text in a brief or a model reply cannot skip them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from tools.schemas import (
+    Finding,
+    FrameworkChoice,
+    HardwareSpec,
+    MemoryPlan,
+    Review,
+    SmokeResult,
+    TrainingBrief,
+)
+
+# Below this share of free GPU memory the plan is one allocator spike away from an OOM.
+MIN_HEADROOM = 0.10
+# Predicted vs measured peak memory of the smoke run: beyond this ratio the model is off.
+MAX_MEMORY_RATIO = 3.0
+
+
+def check_plan(
+    brief: TrainingBrief,
+    hardware: HardwareSpec,
+    framework: FrameworkChoice,
+    memory: MemoryPlan,
+    deepspeed_config: dict[str, Any] | None,
+    smoke: SmokeResult,
+) -> list[Finding]:
+    """Run every check and return the findings (errors block approval)."""
+    findings: list[Finding] = []
+    ws = hardware.world_size
+    if deepspeed_config is not None:
+        micro = int(deepspeed_config.get("train_micro_batch_size_per_gpu", 0))
+        accum = int(deepspeed_config.get("gradient_accumulation_steps", 0))
+        train = int(deepspeed_config.get("train_batch_size", 0))
+        if micro * accum * ws != train or train != brief.global_batch_size:
+            findings.append(
+                Finding(
+                    severity="error",
+                    check="batch_arithmetic",
+                    message=f"train_batch_size {train} != micro {micro} x accumulation {accum} x world {ws}"
+                    f" (brief asks {brief.global_batch_size})",
+                    fix="recompute gradient_accumulation_steps for the target world size",
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    severity="info",
+                    check="batch_arithmetic",
+                    message=f"{micro} x {accum} x {ws} = {train} sequences per step, as the brief asks",
+                )
+            )
+    chosen = next((s for s in memory.strategies if s.name == memory.chosen), None)
+    if chosen is None or not chosen.fits:
+        findings.append(
+            Finding(
+                severity="error",
+                check="memory_headroom",
+                message=f"the chosen strategy {memory.chosen} does not fit in GPU memory",
+                fix="a higher ZeRO stage, offload, activation checkpointing or more GPUs",
+            )
+        )
+    elif memory.capacity_bytes:
+        headroom = 1 - chosen.per_gpu_bytes.total / memory.capacity_bytes
+        sev: Literal["info", "warning"] = "info" if headroom >= MIN_HEADROOM else "warning"
+        findings.append(
+            Finding(
+                severity=sev,
+                check="memory_headroom",
+                message=f"{memory.chosen} uses {chosen.per_gpu_bytes.total / 1e9:.1f} GB of "
+                f"{memory.capacity_bytes / 1e9:.1f} GB per device ({headroom:.0%} headroom)",
+                fix=""
+                if sev == "info"
+                else "lower the micro-batch or enable activation checkpointing",
+            )
+        )
+    if framework.primary in {"pytorch_ddp", "tensorflow", "horovod"} and memory.chosen != "ddp":
+        findings.append(
+            Finding(
+                severity="error",
+                check="framework_fit",
+                message=f"{framework.primary} replicates model states but the plan needs {memory.chosen}",
+                fix="use DeepSpeed or FSDP for sharded strategies",
+            )
+        )
+    if framework.primary == "deepspeed" and deepspeed_config is None:
+        findings.append(
+            Finding(
+                severity="error",
+                check="framework_fit",
+                message="DeepSpeed chosen but no config emitted",
+            )
+        )
+    if smoke.status == "failed":
+        findings.append(
+            Finding(
+                severity="error",
+                check="smoke_verdict",
+                message=f"smoke run failed: {smoke.reason}",
+                fix="lower the micro-batch, raise the ZeRO stage or enable activation checkpointing",
+            )
+        )
+    elif smoke.status == "passed":
+        first = sum(smoke.losses[:5]) / max(1, len(smoke.losses[:5]))
+        last = sum(smoke.losses[-5:]) / max(1, len(smoke.losses[-5:]))
+        findings.append(
+            Finding(
+                severity="info",
+                check="smoke_verdict",
+                message=f"smoke run passed on {smoke.world_size} {smoke.device} ranks: loss {first:.2f} -> {last:.2f}",
+            )
+        )
+        if smoke.peak_memory_bytes and smoke.predicted_peak_memory_bytes:
+            ratio = smoke.peak_memory_bytes / smoke.predicted_peak_memory_bytes
+            sev2: Literal["info", "warning"] = (
+                "info" if 1 / MAX_MEMORY_RATIO <= ratio <= MAX_MEMORY_RATIO else "warning"
+            )
+            findings.append(
+                Finding(
+                    severity=sev2,
+                    check="predicted_vs_measured",
+                    message=f"measured peak {smoke.peak_memory_bytes / 2**20:.0f} MiB vs predicted "
+                    f"{smoke.predicted_peak_memory_bytes / 2**20:.0f} MiB (ratio {ratio:.2f}; on CPU the "
+                    "measured peak is process RSS, which includes the Python and torch runtime)",
+                )
+            )
+    else:
+        findings.append(
+            Finding(
+                severity="info", check="smoke_verdict", message=f"smoke run skipped: {smoke.reason}"
+            )
+        )
+    return findings
+
+
+def decide(findings: list[Finding], round_no: int, max_rounds: int) -> Review:
+    """Approve when no error is left; otherwise ask for changes until the rounds run out."""
+    errors = [f for f in findings if f.severity == "error"]
+    if not errors:
+        verdict: Literal["approved", "changes_requested", "rejected"] = "approved"
+    elif round_no < max_rounds:
+        verdict = "changes_requested"
+    else:
+        verdict = "rejected"
+    return Review(verdict=verdict, rounds=round_no, findings=findings)
