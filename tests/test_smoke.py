@@ -249,6 +249,7 @@ def test_scale_model_config_shrinks_llama_and_keeps_its_family() -> None:
     assert config["max_position_embeddings"] >= 64
     assert config["head_dim"] == shape["hidden"] // shape["heads"]
     assert 0 < shape["params"] < 2_000_000
+    assert shape["largest_layer_params"] == 512 * 128  # the token embedding
     assert shape["original"]["layers"] == 32
 
 

@@ -310,7 +310,7 @@ def _scale_model_config(
             _apply_dims(config, orig, scaled)
         _clear_out_of_range_token_ids(config, scaled["vocab"])
         out = {"model_type": family, **_config_dict(config)}
-        params = _count_params(out)
+        params, largest = _count_params(out)
         if params > MAX_SCALED_PARAMS.get(device, MAX_SCALED_PARAMS["cpu"]):
             fallback = f"{family} scaled to {params:,} params, over budget; used llama"
             out = None
@@ -325,12 +325,13 @@ def _scale_model_config(
         family = "llama"
         llama = transformers.AutoConfig.for_model("llama", **_llama_kwargs(scaled))
         out = {"model_type": "llama", **_config_dict(llama)}
-        params = _count_params(out)
+        params, largest = _count_params(out)
     changed = scaled != orig
 
     shape: dict[str, Any] = {
         "family": family,
         "params": params,
+        "largest_layer_params": largest,
         "layers": scaled["layers"],
         "hidden": scaled["hidden"],
         "heads": scaled["heads"],
@@ -629,7 +630,9 @@ def _config_dict(config: Any) -> dict[str, Any]:
     return dict(json.loads(json.dumps(data, default=str)))
 
 
-def _count_params(config_dict: dict[str, Any]) -> int:
+def _count_params(config_dict: dict[str, Any]) -> tuple[int, int]:
+    # Total parameters, and the most owned directly by one module (what ZeRO-3 gathers at once;
+    # tools/models.py counts largest_layer_params the same way).
     import torch
     import transformers
 
@@ -638,7 +641,9 @@ def _count_params(config_dict: dict[str, Any]) -> int:
     # The meta device gives exact shapes without allocating weights.
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
-    return int(sum(p.numel() for p in model.parameters()))
+    total = sum(p.numel() for p in model.parameters())
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    return int(total), int(largest)
 
 
 def _drop_auto(value: Any) -> Any:
