@@ -17,6 +17,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from tools.memory import STRATEGY_ORDER
+
 _JSON_BLOCK = re.compile(r"```json\s*(.*?)```", re.S)
 
 
@@ -149,15 +151,7 @@ class OfflinePlaybookModel(BaseChatModel):
         if not errors:
             return {}
         args: dict[str, Any] = {"micro_batch_size": 1, "activation_checkpointing": True}
-        order = [
-            "ddp",
-            "zero1",
-            "zero2",
-            "zero3",
-            "zero2_offload_optimizer",
-            "zero3_offload_optimizer",
-            "zero3_offload_all",
-        ]
+        order = list(STRATEGY_ORDER)
         memory_trouble = any(f.get("check") in {"memory_headroom", "smoke_verdict"} for f in errors)
         if memory_trouble and previous in order and previous != order[-1]:
             args["min_strategy"] = order[order.index(previous) + 1]

@@ -12,12 +12,13 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
 from tools.errors import InputError
+from tools.memory import STRATEGY_ORDER
 from tools.schemas import (
     Finding,
     FrameworkChoice,
@@ -29,19 +30,10 @@ from tools.schemas import (
     ModelSpec,
     Review,
     SmokeResult,
+    StrategyName,
     TrainingBrief,
 )
 from tools.settings import Settings
-
-STRATEGY_ORDER = [
-    "ddp",
-    "zero1",
-    "zero2",
-    "zero3",
-    "zero2_offload_optimizer",
-    "zero3_offload_optimizer",
-    "zero3_offload_all",
-]
 
 
 @dataclass
@@ -118,18 +110,7 @@ class PlanParallelismArgs(BaseModel):
         default=None,
         description="recompute activations to save memory; omit to let the planner decide",
     )
-    min_strategy: (
-        Literal[
-            "ddp",
-            "zero1",
-            "zero2",
-            "zero3",
-            "zero2_offload_optimizer",
-            "zero3_offload_optimizer",
-            "zero3_offload_all",
-        ]
-        | None
-    ) = Field(
+    min_strategy: StrategyName | None = Field(
         default=None, description="consider only this strategy and heavier ones (after an OOM)"
     )
 
@@ -216,7 +197,9 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         """Estimate memory per GPU for every parallelism strategy and choose the one to use."""
         hw = _need(ws.hardware, "the hardware", "the researcher's profile_hardware")
         model = _need(ws.model, "the model", "the researcher's lookup_model")
-        strategies = STRATEGY_ORDER[STRATEGY_ORDER.index(min_strategy) :] if min_strategy else None
+        strategies: list[str] | None = (
+            list(STRATEGY_ORDER[STRATEGY_ORDER.index(min_strategy) :]) if min_strategy else None
+        )
         ws.memory = plan_memory(
             model,
             hw,
@@ -326,7 +309,10 @@ def _with_prediction(result: SmokeResult, memory: MemoryPlan) -> SmokeResult:
     )
     # The smoke ranks as "devices" of a CPU machine, so ZeRO shards over the ranks that ran.
     ranks = HW(source="local", nodes=1, gpus_per_node=max(1, result.world_size), gpu=None)
-    strategy = result.strategy if result.strategy in STRATEGY_ORDER else memory.chosen
+    strategy: str = result.strategy if result.strategy in STRATEGY_ORDER else memory.chosen
+    if result.device == "cpu" and "offload" in strategy:
+        # On CPU ranks "offload" moves states from RAM to RAM: the footprint is the base stage's.
+        strategy = strategy.split("_", 1)[0]
     est = estimate_strategy(
         scaled,
         ranks,
