@@ -272,3 +272,13 @@ def test_scale_model_config_falls_back_to_llama_for_unknown_family() -> None:
     assert config["model_type"] == "llama" and shape["family"] == "llama"
     assert "not_a_model" in shape["fallback"]
     assert shape["layers"] == 2 and shape["hidden"] == 128
+
+
+@pytest.mark.slow
+def test_relative_home_still_finds_the_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings default to a relative home (.trainwright); the launcher must still find its files."""
+    monkeypatch.chdir(tmp_path)
+    rel = Settings(home=Path("rel-home"), out_dir=Path("out"), smoke_steps=12)
+    result = run_smoke_test(spec(GPT2_TINY), plan_ds_config(1), rel)
+    assert result.status == "passed", result.reason
+    assert Path(result.run_dir).is_absolute()

@@ -76,7 +76,8 @@ def emit_launch(
             write_atomic(out_dir / "hostfile", hostfile)
             files["hostfile"] = str(out_dir / "hostfile")
             command += ["--hostfile", "hostfile", "--num_nodes", str(hardware.nodes)]
-        command += ["--num_gpus", str(gpus if hardware.gpus_per_node else 2)]
+        # The config's batch arithmetic is for hardware.world_size ranks; launch exactly that many.
+        command += ["--num_gpus", str(gpus)]
         command += [*script_args, "--deepspeed_config", "ds_config.json"]
     else:
         command = ["torchrun", "--nnodes", str(hardware.nodes), "--nproc_per_node", str(gpus)]

@@ -207,6 +207,9 @@ class SmokeResult(BaseModel):
     step_time_s: float | None = None
     tokens_per_s: float | None = None
     peak_memory_bytes: int | None = None
+    # CPU runs: RSS before the model was built (runtime libraries); 0 on GPU, where the
+    # peak counts tensors only.
+    baseline_memory_bytes: int = 0
     predicted_peak_memory_bytes: int | None = None
     run_dir: str | None = None
     wall_time_s: float | None = None

@@ -156,7 +156,8 @@ def run_smoke_test(
         raise InputError("smoke_cpu_ranks", f"must be at least 1, got {settings.smoke_cpu_ranks}")
 
     started = time.monotonic()
-    run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(settings)
+    # Absolute, because the launcher runs with the run directory as its working directory.
+    run_dir = (Path(run_dir) if run_dir is not None else _new_run_dir(settings)).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     device, gpu_count = _local_device()
     if device == "cuda":
@@ -795,6 +796,7 @@ def _merge(base: SmokeResult, metrics: list[dict[str, Any]]) -> SmokeResult:
     if step_time_s:
         result.tokens_per_s = tokens_per_step / step_time_s
     result.peak_memory_bytes = max(int(m.get("peak_memory_bytes", 0)) for m in metrics) or None
+    result.baseline_memory_bytes = max(int(m.get("baseline_memory_bytes", 0)) for m in metrics)
     result.world_size = int(metrics[0].get("world_size", base.world_size))
     return result
 

@@ -92,6 +92,15 @@ class PatternData:
         return torch.stack(rows)
 
 
+def current_rss_bytes() -> int:
+    """This process's resident memory now (Linux /proc; 0 where unavailable)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def peak_memory_bytes(device: torch.device) -> int:
     """Peak accelerator memory on CUDA, else this process's peak RSS."""
     if device.type == "cuda":
@@ -159,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # Same seed on every rank: the replicas must start identical for data parallelism.
     torch.manual_seed(args.seed)
+    # On CPU the peak is process RSS; what the run itself adds is the peak minus what the
+    # interpreter, torch and DeepSpeed already hold before the model exists.
+    baseline_bytes = 0 if on_cuda else current_rss_bytes()
     # fp32 master weights whatever dtype the config names; DeepSpeed casts for bf16/fp16.
     model = build_model(model_config).float()
     vocab_size = int(model.config.vocab_size)
@@ -197,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             "tokens_per_step": tokens_per_step,
             "tokens_processed": tokens_per_step * len(losses),
             "peak_memory_bytes": peak_memory_bytes(device),
+            "baseline_memory_bytes": baseline_bytes,
             "seq_len": args.seq_len,
             "micro_batch": args.micro_batch,
             "params": sum(p.numel() for p in model.parameters()),
