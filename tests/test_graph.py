@@ -180,3 +180,63 @@ def test_offline_graph_with_real_smoke_run(settings: Settings, tmp_path: Path) -
     assert smoke["step_time_s"] > 0
     assert smoke["predicted_peak_memory_bytes"] > 0
     assert plan["review"]["verdict"] == "approved"
+
+
+def _engineer_round(plan_args: dict) -> list[AIMessage]:
+    return [
+        call("plan_parallelism", plan_args),
+        call("emit_deepspeed_config"),
+        call("emit_launch"),
+        AIMessage(content="Engineered."),
+    ]
+
+
+def _research() -> list[AIMessage]:
+    return [
+        call("profile_hardware", {"spec": "1x8xA100-80GB"}),
+        call("lookup_model", {"model": "llama-3-8b", "seq_len": 4096}),
+        call("select_framework"),
+        AIMessage(content="Researched."),
+    ]
+
+
+def _review() -> list[AIMessage]:
+    return [call("review_plan"), AIMessage(content="Reviewed.")]
+
+
+# Micro-batch 8 without activation checkpointing: llama-3-8b at 4096 tokens fits no strategy.
+TOO_BIG = {"micro_batch_size": 8, "activation_checkpointing": False}
+
+
+def test_review_sends_findings_back_and_the_engineer_fixes_them(
+    scripted, settings: Settings, tmp_path: Path
+) -> None:
+    model = scripted(
+        script=_research() + _engineer_round(TOO_BIG) + _review() + _engineer_round({}) + _review()
+    )
+    state = _run(build_graph(model, settings=settings), LLAMA_8B, tmp_path / "p")
+    review = state["plan"]["review"]
+    assert review["verdict"] == "approved" and review["rounds"] == 2
+    # Round two's engineer was shown the memory finding it had to act on.
+    engineer_prompts = [
+        m[1].content
+        for m in model.seen
+        if "plan_parallelism" in str(m[1].content) or "review_findings" in str(m[1].content)
+    ]
+    assert any("memory_headroom" in p for p in engineer_prompts)
+
+
+def test_review_rounds_are_bounded_then_rejected(
+    scripted, settings: Settings, tmp_path: Path
+) -> None:
+    rounds = settings.max_review_rounds
+    script = _research()
+    for _ in range(rounds):
+        script += _engineer_round(TOO_BIG) + _review()
+    model = scripted(script=script)
+    review = _run(build_graph(model, settings=settings), LLAMA_8B, tmp_path / "p")["plan"]["review"]
+    assert review["verdict"] == "rejected"
+    assert review["rounds"] == rounds
+    assert any(
+        f["check"] == "memory_headroom" and f["severity"] == "error" for f in review["findings"]
+    )

@@ -14,6 +14,7 @@ from tools.errors import InputError
 from tools.schemas import TrainingBrief
 
 MAX_BRIEF_BYTES = 1_000_000
+DEFAULT_SEQ_LEN = TrainingBrief.model_fields["seq_len"].default
 
 
 def _first_error(exc: ValidationError, prefix: str = "brief") -> InputError:
@@ -138,6 +139,14 @@ def parse_request(text: str, known_models: list[str]) -> TrainingBrief:
         data["hardware"] = f"1x{m.group(1)}x{_normalise_gpu(m.group(2))}"
     if m := _SEQ_RE.search(text):
         data["seq_len"] = int(m.group(1)) * (1024 if m.group(2) else 1)
+    elif isinstance(data["model"], str):
+        # No length given: the default, but never past the model's position table (gpt2: 1024).
+        from tools.models import lookup_model
+
+        cfg = lookup_model(data["model"], 1).hf_config or {}
+        limit = cfg.get("n_positions") or cfg.get("max_position_embeddings")
+        if isinstance(limit, int) and limit < DEFAULT_SEQ_LEN:
+            data["seq_len"] = limit
     if m := _BATCH_RE.search(text):
         data["global_batch_size"] = int(m.group(1))
     for task, pattern in _TASKS:
