@@ -201,7 +201,10 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         write_atomic(args.json_path, json.dumps(data, indent=2) + "\n")
     for s in memory.strategies:
         mark = "*" if s.name == memory.chosen else " "
-        print(f"{mark} {s.name:<24} {s.per_gpu_bytes.total / 1e9:9.2f} GB/GPU  fits={s.fits}")
+        print(
+            f"{mark} {s.name:<24} {s.per_gpu_bytes.total / 1e9:9.2f} GB/GPU  "
+            f"micro-batch {s.micro_batch_size:<3} fits={s.fits}"
+        )
     return 0
 
 
