@@ -11,9 +11,11 @@ from typing import Any
 import psutil
 import pytest
 
-from tools.schemas import ModelSpec
+from tools.schemas import ModelSpec, SmokeResult
 from tools.settings import Settings
 from tools.smoke import (
+    _Outcome,
+    _verdict,
     adapt_ds_config,
     group_alive,
     llama_config_from_shape,
@@ -91,7 +93,7 @@ def spec(hf_config: dict[str, Any] | None, name: str = "tiny") -> ModelSpec:
     )
 
 
-def assert_learned(result: Any, settings: Settings) -> None:
+def assert_learned(result: Any, settings: Settings, *, deepspeed: bool = True) -> None:
     assert result.status == "passed", result.reason
     assert result.world_size == 2
     assert result.device == "cpu"
@@ -108,8 +110,12 @@ def assert_learned(result: Any, settings: Settings) -> None:
     for rank in (0, 1):
         metrics = json.loads((run_dir / "metrics" / f"rank{rank}.json").read_text())
         assert metrics["world_size"] == 2 and metrics["status"] == "ok"
-    ds = json.loads((run_dir / "ds_config.json").read_text())
-    assert "bf16" not in ds and ds["train_batch_size"] == 2
+        assert metrics["mode"] == ("deepspeed" if deepspeed else "ddp")
+    if deepspeed:
+        ds = json.loads((run_dir / "ds_config.json").read_text())
+        assert "bf16" not in ds and ds["train_batch_size"] == 2
+    else:
+        assert not (run_dir / "ds_config.json").exists()
 
 
 # --- real runs -------------------------------------------------------------------------------
@@ -139,7 +145,25 @@ def test_zero3_run_on_two_cpu_ranks_learns(settings: Settings) -> None:
 
 
 @pytest.mark.slow
-def test_interrupt_stops_the_whole_group(settings: Settings) -> None:
+def test_ddp_run_on_two_cpu_ranks_learns(settings: Settings) -> None:
+    """A plan without DeepSpeed (ds_config None) runs plain PyTorch DDP under torchrun."""
+    lines: list[str] = []
+    result = run_smoke_test(spec(LLAMA_TINY), None, settings, steps=30, on_progress=lines.append)
+    assert_learned(result, settings, deepspeed=False)
+    assert result.strategy == "ddp"
+    assert "plain PyTorch DDP" in result.reason
+    assert result.model_shape is not None and result.model_shape["family"] == "llama"
+    assert any(line.startswith("step 30/30 loss") for line in lines)
+    cmd = json.loads((Path(result.run_dir or "") / "launch.json").read_text())["cmd"]
+    assert cmd[1:3] == ["-m", "torch.distributed.run"]
+    assert cmd[cmd.index("--nproc_per_node") + 1] == "2"
+    assert "--deepspeed_config" not in cmd
+    assert "deepspeed" not in (Path(result.run_dir or "") / "smoke.log").read_text().lower()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ds", [True, False], ids=["deepspeed", "ddp"])
+def test_interrupt_stops_the_whole_group(settings: Settings, ds: bool) -> None:
     def interrupt(line: str) -> None:
         if line.startswith("step 2/"):
             raise KeyboardInterrupt
@@ -148,7 +172,7 @@ def test_interrupt_stops_the_whole_group(settings: Settings) -> None:
     with pytest.raises(KeyboardInterrupt):
         run_smoke_test(
             spec(GPT2_TINY),
-            plan_ds_config(2),
+            plan_ds_config(2) if ds else None,
             settings,
             steps=1_000_000,
             run_dir=run_dir,
@@ -205,6 +229,36 @@ def test_exploding_weights_are_reported_as_nan(settings: Settings) -> None:
 
 
 # --- pure parts ------------------------------------------------------------------------------
+
+TORCHRUN_CRASH_LOG = """\
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "smoke_train.py", line 2, in <module>
+[rank1]: ValueError: boom on rank 1
+E1129 19:47:57.462000 12413 torch/distributed/elastic/multiprocessing/api.py:1002] failed
+Traceback (most recent call last):
+  File "torch/distributed/launcher/api.py", line 383, in launch_agent
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+smoke_train.py FAILED
+"""
+
+
+def test_torchrun_crash_names_the_rank_error(tmp_path: Path) -> None:
+    base = SmokeResult(status="failed", world_size=2, steps=5, strategy="ddp")
+    outcome = _Outcome()
+    outcome.returncode = 1
+    outcome.log_text = TORCHRUN_CRASH_LOG
+    result = _verdict(base, outcome, tmp_path, 2, 5, [])
+    assert result.reason.startswith("crash: exit code 1: ValueError: boom on rank 1"), result.reason
+
+
+def test_torchrun_argument_error_is_a_launcher_error(tmp_path: Path) -> None:
+    base = SmokeResult(status="failed", world_size=2, steps=5, strategy="ddp")
+    outcome = _Outcome()
+    outcome.returncode = 2
+    outcome.log_text = "run.py: error: unrecognized arguments: --bogus\n"
+    result = _verdict(base, outcome, tmp_path, 2, 5, [])
+    assert result.reason.startswith("launcher_error: launcher exited 2"), result.reason
 
 
 def test_adapt_ds_config_for_cpu_ranks() -> None:
@@ -275,7 +329,9 @@ def test_scale_model_config_falls_back_to_llama_for_unknown_family() -> None:
 
 
 @pytest.mark.slow
-def test_relative_home_still_finds_the_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relative_home_still_finds_the_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Settings default to a relative home (.trainwright); the launcher must still find its files."""
     monkeypatch.chdir(tmp_path)
     rel = Settings(home=Path("rel-home"), out_dir=Path("out"), smoke_steps=12)

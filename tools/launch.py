@@ -1,4 +1,9 @@
-"""Write the launch artifacts: ds_config.json, the training script, a hostfile and launch.sh."""
+"""Write the launch artifacts: ds_config.json, the training script, a hostfile and launch.sh.
+
+A plan with a DeepSpeed config starts with the DeepSpeed launcher (``deepspeed``, a hostfile
+for several nodes); a plan without one (plain PyTorch DDP) starts with ``torchrun``, which
+train.py (tools/smoke_train.py) then runs in its DDP mode.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tools.memory import resolve_precision
 from tools.schemas import FrameworkChoice, HardwareSpec, LaunchSpec, ModelSpec, TrainingBrief
 
 TRAIN_SCRIPT = Path(__file__).with_name("smoke_train.py")
@@ -67,6 +73,7 @@ def emit_launch(
         "metrics",
     ]
     gpus = hardware.gpus_per_node if hardware.gpus_per_node > 0 else 1
+    how_to_run = "# Run from this directory on the first node; edit hostfile with your node names."
     if deepspeed_config is not None:
         write_atomic(out_dir / "ds_config.json", json.dumps(deepspeed_config, indent=2) + "\n")
         files["ds_config.json"] = str(out_dir / "ds_config.json")
@@ -83,11 +90,27 @@ def emit_launch(
         command = ["torchrun", "--nnodes", str(hardware.nodes), "--nproc_per_node", str(gpus)]
         if hardware.nodes > 1:
             command += ["--rdzv_backend", "c10d", "--rdzv_endpoint", "node0:29500"]
+            how_to_run = (
+                f"# Run this same script from this directory on each of the {hardware.nodes} "
+                "nodes; node0 must resolve to the first node (rendezvous at node0:29500)."
+            )
+        else:
+            how_to_run = "# Run it on the training machine."
         command += script_args
+        # Without a DeepSpeed config the script trains with plain DDP; mixed precision is its
+        # autocast flag (the DeepSpeed mode reads it from ds_config.json instead).
+        precision = resolve_precision(brief.precision, hardware)
+        if precision in ("bf16", "fp16"):
+            command.append(f"--{precision}")
+    # Re-emitting into the same directory: files this launch does not use must not linger and
+    # suggest otherwise (a ds_config.json next to a torchrun launch, a stale hostfile).
+    for stale in ("ds_config.json", "hostfile"):
+        if stale not in files:
+            (out_dir / stale).unlink(missing_ok=True)
     lines = [
         "#!/usr/bin/env bash",
         f"# Launch for: {brief.goal or model.name} ({framework.primary})",
-        "# Run from this directory on the first node; edit hostfile with your node names.",
+        how_to_run,
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
         shlex.join(command),

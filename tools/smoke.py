@@ -1,10 +1,10 @@
-"""Smoke-test a training setup with a short, real DeepSpeed run on this machine.
+"""Smoke-test a training setup with a short, real DeepSpeed or PyTorch DDP run on this machine.
 
 The run uses a scaled-down copy of the planned model (same family), the planned DeepSpeed
-config adapted to the local world (CPU ranks over gloo, or the local GPUs), and synthetic but
-learnable data (tools/smoke_train.py). It proves the setup starts, steps and learns; the
-memory it reports is that of the scaled model, so the caller compares it with a prediction
-for the same shape.
+config adapted to the local world (CPU ranks over gloo, or the local GPUs) or, for a plan
+without DeepSpeed, plain PyTorch DDP started with torchrun, and synthetic but learnable data
+(tools/smoke_train.py). It proves the setup starts, steps and learns; the memory it reports
+is that of the scaled model, so the caller compares it with a prediction for the same shape.
 
 Notes from checking DeepSpeed 0.19 on the CPU accelerator (2 ranks, gloo):
 
@@ -98,6 +98,11 @@ _DROPPED_SECTIONS = (
 _PROGRESS = re.compile(r"^step \d+/\d+ ")
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 _ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b")
+# Log text that shows the launcher got as far as starting the ranks: DeepSpeed's runner logs
+# the first when it starts them; torchrun raises the second when a rank it started fails.
+_SPAWNED = ("spawned with command", "ChildFailedError")
+# torchrun's own summary exception; the failing rank's exception above it names the cause.
+_LAUNCHER_ERRORS = ("ChildFailedError",)
 # How families spell the feed-forward width, key/value heads and expert counts.
 _FFN_KEYS = ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size", "d_ff")
 _MOE_FFN_KEYS = ("moe_intermediate_size", "shared_expert_intermediate_size")
@@ -116,7 +121,7 @@ _NOT_CONFIG_KEYS = (
 
 def run_smoke_test(
     model: ModelSpec,
-    ds_config: dict[str, Any],
+    ds_config: dict[str, Any] | None,
     settings: Settings,
     *,
     steps: int | None = None,
@@ -127,18 +132,21 @@ def run_smoke_test(
     run_dir: Path | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> SmokeResult:
-    """Run a short real DeepSpeed training of a scaled-down model and report whether it learns.
+    """Run a short real training of a scaled-down model and report whether it learns.
 
     Args:
         model: The planned model; its ``hf_config`` (or its shape) is scaled down to fit locally.
-        ds_config: The planned DeepSpeed config; it is adapted to the local ranks and device.
+        ds_config: The planned DeepSpeed config; it is adapted to the local ranks and device and
+            run with DeepSpeed's launcher. ``None`` (a plan without DeepSpeed) runs plain
+            PyTorch DDP (AdamW at a constant ``SMOKE_LR``; bf16 autocast on CUDA) with torchrun.
         settings: Run settings (``smoke_steps``, ``smoke_timeout_s``, ``smoke_cpu_ranks``, paths).
         steps: Optimizer steps to run; defaults to ``settings.smoke_steps``.
         micro_batch_size: Sequences per rank per step.
         seq_len: Tokens per sequence; defaults to the model's, capped to the local budget.
         world_size: The plan's world size; caps the number of local GPUs used (CPU runs always
             use ``settings.smoke_cpu_ranks`` ranks, to exercise the distributed code paths).
-        strategy: The strategy name to record; derived from ``ds_config`` when omitted.
+        strategy: The strategy name to record; derived from ``ds_config`` when omitted
+            (``ddp`` when it is ``None``).
         run_dir: Where the configs, log, metrics and temporary files go; defaults to
             ``settings.runs_dir / <timestamp>-<id>``.
         on_progress: Called with one line per training step (and a launch line).
@@ -165,7 +173,7 @@ def run_smoke_test(
     else:
         ranks = settings.smoke_cpu_ranks
     budget = GPU_BUDGET if device == "cuda" else CPU_BUDGET
-    strategy = strategy or strategy_of(ds_config)
+    strategy = strategy or (strategy_of(ds_config) if ds_config is not None else "ddp")
     base = SmokeResult(
         status="failed",
         device=device,
@@ -185,9 +193,15 @@ def run_smoke_test(
         return _finish(base, run_dir, started, reason=reason)
     shape.update(seq_len=smoke_seq, micro_batch_size=micro_batch_size)
     base.model_shape = shape
-    run_config, notes = adapt_ds_config(
-        ds_config, device=device, ranks=ranks, micro_batch_size=micro_batch_size
-    )
+    run_config: dict[str, Any] | None = None
+    if ds_config is not None:
+        run_config, notes = adapt_ds_config(
+            ds_config, device=device, ranks=ranks, micro_batch_size=micro_batch_size
+        )
+    else:
+        notes = ["plain PyTorch DDP (torchrun)", f"constant lr {SMOKE_LR:g}"]
+        if device == "cuda":
+            notes.append("bf16 autocast")
 
     tmp_dir = run_dir / "tmp"
     metrics_dir = run_dir / "metrics"
@@ -196,30 +210,17 @@ def run_smoke_test(
     for stale in metrics_dir.glob("rank*.json"):
         stale.unlink()
     _write_json(run_dir / "model_config.json", model_config)
-    _write_json(run_dir / "ds_config.json", run_config)
+    if run_config is not None:
+        _write_json(run_dir / "ds_config.json", run_config)
+    else:
+        # A reused run dir must not suggest that this run used an earlier run's config.
+        (run_dir / "ds_config.json").unlink(missing_ok=True)
     # A copy of the script makes the run dir a self-contained reproduction of the run.
     script = run_dir / SCRIPT.name
     shutil.copyfile(SCRIPT, script)
 
     port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "deepspeed.launcher.runner",
-        # A missing hostfile keeps the launcher on this machine even where a cluster image
-        # ships /job/hostfile (the runner's default), which would make it ssh to workers.
-        "--hostfile",
-        str(run_dir / "no-hostfile"),
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(port),
-        *_rank_selection(device, ranks),
-        str(script),
-        "--model-config",
-        str(run_dir / "model_config.json"),
-        "--deepspeed_config",
-        str(run_dir / "ds_config.json"),
+    train_args = [
         "--steps",
         str(steps),
         "--seq-len",
@@ -229,6 +230,50 @@ def run_smoke_test(
         "--metrics-dir",
         str(metrics_dir),
     ]
+    if run_config is not None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "deepspeed.launcher.runner",
+            # A missing hostfile keeps the launcher on this machine even where a cluster image
+            # ships /job/hostfile (the runner's default), which would make it ssh to workers.
+            "--hostfile",
+            str(run_dir / "no-hostfile"),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            *_rank_selection(device, ranks),
+            str(script),
+            "--model-config",
+            str(run_dir / "model_config.json"),
+            "--deepspeed_config",
+            str(run_dir / "ds_config.json"),
+            *train_args,
+        ]
+    else:
+        # torchrun's ranks index the GPUs that CUDA_VISIBLE_DEVICES leaves visible, so a
+        # user's selection holds without an --include equivalent.
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc_per_node",
+            str(ranks),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            str(script),
+            "--model-config",
+            str(run_dir / "model_config.json"),
+            *train_args,
+            "--lr",
+            str(SMOKE_LR),
+            *(["--bf16"] if device == "cuda" else []),
+        ]
     env = _child_env(tmp_dir, device, ranks)
     log_path = run_dir / "smoke.log"
     if on_progress is not None:
@@ -747,9 +792,9 @@ def _pump_log(
 
 
 def _kill_group(proc: subprocess.Popen[bytes], pgid: int) -> None:
-    # SIGTERM first so the DeepSpeed launcher can stop its ranks cleanly, then SIGKILL for
-    # whatever is left after the grace period. Orphaned ranks may linger as zombies when
-    # PID 1 does not reap, so liveness ignores zombies.
+    # SIGTERM first so the launcher (DeepSpeed's runner or torchrun) can stop its ranks
+    # cleanly, then SIGKILL for whatever is left after the grace period. Orphaned ranks may
+    # linger as zombies when PID 1 does not reap, so liveness ignores zombies.
     if proc.poll() is None or group_alive(pgid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
@@ -827,7 +872,7 @@ def _verdict(
         return failed(f"nan: non-finite loss on rank(s) {nan_ranks} by step {len(result.losses)}")
     if outcome.returncode != 0:
         # Ranks that never spawned point at the launcher (bad arguments, port, no devices).
-        if "spawned with command" not in outcome.log_text:
+        if not any(marker in outcome.log_text for marker in _SPAWNED):
             return failed(f"launcher_error: launcher exited {outcome.returncode}", with_log=True)
         error = _error_line(outcome.log_text)
         reason = f"crash: exit code {outcome.returncode}" + (f": {error}" if error else "")
@@ -854,7 +899,7 @@ def _error_line(text: str) -> str:
     # The exception line of the last traceback names the cause faster than the whole tail.
     for raw in reversed(text.splitlines()):
         line = _RANK_PREFIX.sub("", raw).strip()
-        if _ERROR.match(line):
+        if _ERROR.match(line) and not any(name in line for name in _LAUNCHER_ERRORS):
             return line[:300]
     return ""
 

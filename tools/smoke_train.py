@@ -1,10 +1,19 @@
-"""A short, real DeepSpeed training run on synthetic data, for smoke-testing a setup.
+"""A short, real training run on synthetic data, for smoke-testing a setup.
 
 Standalone on purpose (DESIGN.md): it imports torch, transformers, deepspeed and the standard
-library only, so it can be copied to any GPU box and started with the DeepSpeed launcher:
-``deepspeed --num_gpus 2 smoke_train.py --model-config model.json --deepspeed_config ds.json
---metrics-dir metrics/`` (plus ``--steps``, ``--seq-len``, ``--micro-batch``, ``--seed``).
-On a machine without CUDA the ranks run on CPU over gloo, in fp32.
+library only, so it can be copied to any GPU box. Two modes:
+
+- DeepSpeed, when ``--deepspeed_config`` is given; start it with the DeepSpeed launcher:
+  ``deepspeed --num_gpus 2 smoke_train.py --model-config model.json --deepspeed_config ds.json
+  --metrics-dir metrics/``. The optimizer, precision and ZeRO stage come from the config.
+- Plain PyTorch DDP, when it is not; start it with torchrun:
+  ``torchrun --nproc_per_node 2 smoke_train.py --model-config model.json --metrics-dir
+  metrics/`` (``--lr``, ``--weight-decay``, ``--max-grad-norm``, ``--bf16``/``--fp16``).
+  Run as a single process without torchrun's environment, it trains without DDP. DeepSpeed
+  need not be installed for this mode.
+
+Both take ``--steps``, ``--seq-len``, ``--micro-batch`` and ``--seed``. On a machine without
+CUDA the ranks run on CPU over gloo, in fp32.
 
 Each rank writes ``metrics-dir/rank{R}.json`` (losses, step times, tokens, peak memory);
 rank 0 prints one progress line per step.
@@ -13,16 +22,17 @@ rank 0 prints one progress line per step.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import deepspeed
 import torch
 import transformers
 
@@ -33,18 +43,40 @@ _ALPHABET_SIZE = 16
 _NUM_PATTERNS = 8
 _PATTERN_LEN = (3, 6)
 _METRICS_EVERY = 5
+# The DDP mode's default learning rate: the constant rate the smoke runner gives DeepSpeed
+# (tools/smoke.py SMOKE_LR), large enough for a random-init tiny model to learn in ~30 steps.
+DEFAULT_LR = 3e-3
+# torchrun (and any env:// launcher) sets these for every rank.
+_DIST_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line (the DeepSpeed launcher adds ``--local_rank``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-config", required=True, type=Path, help="HF config.json dict")
-    parser.add_argument("--deepspeed_config", required=True, type=Path, help="ds_config.json")
+    parser.add_argument(
+        "--deepspeed_config",
+        type=Path,
+        default=None,
+        help="ds_config.json; without it the run is plain PyTorch DDP",
+    )
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps to run")
     parser.add_argument("--seq-len", type=int, default=64, help="tokens per sequence")
     parser.add_argument("--micro-batch", type=int, default=1, help="sequences per rank per step")
     parser.add_argument("--metrics-dir", required=True, type=Path, help="where rank{R}.json go")
     parser.add_argument("--seed", type=int, default=1234, help="seed for model init and data")
+    ddp = parser.add_argument_group("DDP mode (ignored with --deepspeed_config)")
+    ddp.add_argument("--lr", type=float, default=DEFAULT_LR, help="constant AdamW learning rate")
+    ddp.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay")
+    ddp.add_argument(
+        "--max-grad-norm", type=float, default=1.0, help="gradient clipping norm (0: off)"
+    )
+    half = ddp.add_mutually_exclusive_group()
+    half.add_argument(
+        "--bf16", action="store_true", help="bf16 autocast on CUDA (fp16 where unsupported)"
+    )
+    half.add_argument("--fp16", action="store_true", help="fp16 autocast with loss scaling on CUDA")
     parser.add_argument(
         "--local_rank", "--local-rank", type=int, default=None, help="set by the launcher"
     )
@@ -143,6 +175,7 @@ def skip_shm_comm_build() -> bool:
     if torch.cuda.is_available() or os.environ.get("SMOKE_BUILD_SHM_COMM") == "1":
         return False
     try:
+        import deepspeed
         from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
 
         deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False
@@ -151,9 +184,34 @@ def skip_shm_comm_build() -> bool:
     return True
 
 
+def dist_env_present() -> bool:
+    """Whether a launcher (torchrun) set up this process as one rank of a process group."""
+    return all(os.environ.get(key) for key in _DIST_ENV)
+
+
+def has_experts(model: torch.nn.Module) -> bool:
+    """Whether the model routes tokens to experts (so a step may leave some weights unused)."""
+    config = getattr(model, "config", None)
+    for key in _EXPERT_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+            return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the smoke training and write this rank's metrics; returns the exit code."""
     args = parse_args(argv)
+    if args.deepspeed_config is None:
+        return run_ddp(args)
+    return run_deepspeed(args)
+
+
+def run_deepspeed(args: argparse.Namespace) -> int:
+    """DeepSpeed mode: the engine that ``deepspeed.initialize`` builds from the config."""
+    # Imported here so the DDP mode runs where DeepSpeed is not installed.
+    import deepspeed
+
     on_cuda = torch.cuda.is_available()
     local_rank = (
         args.local_rank if args.local_rank is not None else int(os.environ.get("LOCAL_RANK", 0))
@@ -173,23 +231,141 @@ def main(argv: list[str] | None = None) -> int:
     baseline_bytes = 0 if on_cuda else current_rss_bytes()
     # fp32 master weights whatever dtype the config names; DeepSpeed casts for bf16/fp16.
     model = build_model(model_config).float()
-    vocab_size = int(model.config.vocab_size)
 
     engine, _, _, _ = deepspeed.initialize(
         model=model,
         model_parameters=[p for p in model.parameters() if p.requires_grad],
         config=ds_config,
     )
+    device = (
+        engine.device if isinstance(engine.device, torch.device) else torch.device(engine.device)
+    )
+
+    def train_step(batch: torch.Tensor) -> torch.Tensor:
+        loss = engine(input_ids=batch, labels=batch).loss
+        engine.backward(loss)
+        engine.step()
+        return loss
+
+    engine.train()
+    code = train_loop(
+        args,
+        model,
+        device,
+        train_step,
+        baseline_bytes=baseline_bytes,
+        extra={"mode": "deepspeed", "deepspeed": deepspeed.__version__},
+    )
+    if code == 0 and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    return code
+
+
+def run_ddp(args: argparse.Namespace) -> int:
+    """Plain PyTorch mode: DistributedDataParallel over torchrun's ranks, AdamW, optional autocast."""
+    on_cuda = torch.cuda.is_available()
+    local_rank = (
+        args.local_rank if args.local_rank is not None else int(os.environ.get("LOCAL_RANK", 0))
+    )
+    device = torch.device("cuda", local_rank) if on_cuda else torch.device("cpu")
+    if on_cuda:
+        torch.cuda.set_device(device)
+    distributed = dist_env_present()
+    if distributed:
+        # env:// reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets them.
+        torch.distributed.init_process_group(backend="nccl" if on_cuda else "gloo")
+    try:
+        model_config = json.loads(args.model_config.read_text())
+        # Same seed on every rank: the replicas must start identical (DDP also broadcasts
+        # rank 0's weights when it wraps the model).
+        torch.manual_seed(args.seed)
+        baseline_bytes = 0 if on_cuda else current_rss_bytes()
+        model = build_model(model_config).float().to(device)
+        train_model: torch.nn.Module = model
+        if distributed:
+            train_model = torch.nn.parallel.DistributedDataParallel(
+                model,
+                device_ids=[device.index] if on_cuda else None,
+                # Routed experts that get no token in a step have no gradient; DDP must be told.
+                find_unused_parameters=has_experts(model),
+            )
+
+        # Autocast on CUDA only; CPU runs stay fp32, as the DeepSpeed mode does.
+        amp_dtype: torch.dtype | None = None
+        if on_cuda and args.bf16:
+            # Pre-Ampere GPUs have no bf16 math; fp16 with loss scaling is the usual fallback.
+            amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        elif on_cuda and args.fp16:
+            amp_dtype = torch.float16
+        scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
+
+        def autocast() -> contextlib.AbstractContextManager[Any]:
+            if amp_dtype is None:
+                return contextlib.nullcontext()
+            return torch.autocast(device_type=device.type, dtype=amp_dtype)
+
+        def train_step(batch: torch.Tensor) -> torch.Tensor:
+            optimizer.zero_grad(set_to_none=True)
+            with autocast():
+                loss = train_model(input_ids=batch, labels=batch).loss
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+            else:
+                loss.backward()
+            if args.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            return loss
+
+        names: dict[torch.dtype | None, str] = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+        precision = names.get(amp_dtype, "fp32")
+        train_model.train()
+        code = train_loop(
+            args,
+            model,
+            device,
+            train_step,
+            baseline_bytes=baseline_bytes,
+            extra={"mode": "ddp", "deepspeed": None, "precision": precision},
+        )
+        if code == 0 and distributed:
+            torch.distributed.barrier()
+        return code
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def train_loop(
+    args: argparse.Namespace,
+    model: transformers.PreTrainedModel,
+    device: torch.device,
+    train_step: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    baseline_bytes: int,
+    extra: dict[str, Any],
+) -> int:
+    """Run ``args.steps`` steps on synthetic data, print progress and write this rank's metrics.
+
+    Returns 0 after all steps, 3 at the first non-finite loss.
+    """
+    on_cuda = device.type == "cuda"
     rank = int(torch.distributed.get_rank()) if torch.distributed.is_initialized() else 0
     world_size = (
         int(torch.distributed.get_world_size()) if torch.distributed.is_initialized() else 1
     )
-    device = (
-        engine.device if isinstance(engine.device, torch.device) else torch.device(engine.device)
-    )
     if on_cuda:
         torch.cuda.reset_peak_memory_stats(device)
 
+    vocab_size = int(model.config.vocab_size)
     data = PatternData(vocab_size, args.seq_len, args.micro_batch, args.seed, rank)
     losses: list[float] = []
     step_times_s: list[float] = []
@@ -214,18 +390,15 @@ def main(argv: list[str] | None = None) -> int:
             "micro_batch": args.micro_batch,
             "params": sum(p.numel() for p in model.parameters()),
             "torch": torch.__version__,
-            "deepspeed": deepspeed.__version__,
+            **extra,
         }
 
-    engine.train()
     for step in range(1, args.steps + 1):
         batch = data.next().to(device)
         if on_cuda:
             torch.cuda.synchronize(device)
         start = time.perf_counter()
-        loss = engine(input_ids=batch, labels=batch).loss
-        engine.backward(loss)
-        engine.step()
+        loss = train_step(batch)
         if on_cuda:
             torch.cuda.synchronize(device)
         elapsed_s = time.perf_counter() - start
@@ -243,9 +416,6 @@ def main(argv: list[str] | None = None) -> int:
             return 3
 
     write_json_atomic(metrics_path, metrics("ok"))
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
     return 0
 
 
