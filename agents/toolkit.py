@@ -267,11 +267,11 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
     from tools.smoke import run_smoke_test as _run
 
     config = ws.deepspeed_config
-    if config is None:
-        # A DDP plan still smoke-tests its data parallelism: ZeRO stage 0 is plain DDP all-reduce.
+    if config is None and (ws.framework is None or ws.framework.primary == "deepspeed"):
         config = _emit(
             memory, model, _need(ws.hardware, "the hardware", "profile_hardware"), ws.brief
         )
+    # config None: a plain PyTorch DDP plan, smoke-tested with torchrun and no DeepSpeed.
     ws.progress(
         f"smoke run: {memory.chosen}, {ws.settings.smoke_steps if steps is None else steps} steps"
     )

@@ -240,3 +240,25 @@ def test_review_rounds_are_bounded_then_rejected(
     assert any(
         f["check"] == "memory_headroom" and f["severity"] == "error" for f in review["findings"]
     )
+
+
+@pytest.mark.slow
+def test_pytorch_ddp_plan_smoke_tests_with_torchrun(settings: Settings, tmp_path: Path) -> None:
+    """An expert team with a model that fits replicas gets plain DDP, proved without DeepSpeed."""
+    brief = {
+        "model": "gpt2",
+        "task": "pretrain",
+        "seq_len": 128,
+        "global_batch_size": 16,
+        "hardware": "1x2xA100-80GB",
+        "smoke": True,
+        "team": {"experience": "expert", "existing_stack": "pytorch"},
+    }
+    plan = _run(build_graph(settings=settings), brief, tmp_path / "p")["plan"]
+    assert plan["framework"]["primary"] == "pytorch_ddp"
+    assert plan["deepspeed_config"] is None
+    assert plan["launch"]["command"][0] == "torchrun"
+    smoke = plan["smoke_test"]
+    assert smoke["status"] == "passed", smoke["reason"]
+    assert not (Path(smoke["run_dir"]) / "ds_config.json").exists()
+    assert plan["review"]["verdict"] == "approved"
