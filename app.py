@@ -139,7 +139,7 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     if not plan:
         raise TrainwrightError("the graph finished without a plan")
     if args.json_path:
-        from tools.launch import write_atomic
+        from tools.files import write_atomic
 
         write_atomic(args.json_path, json.dumps(plan, indent=2) + "\n")
     smoke, review = plan["smoke_test"], plan["review"]
@@ -176,7 +176,7 @@ def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
     hw = parse_hardware(args.hardware).model_dump(mode="json")
     text = json.dumps(hw, indent=2)
     if args.json_path:
-        from tools.launch import write_atomic
+        from tools.files import write_atomic
 
         write_atomic(args.json_path, text + "\n")
     print(text)
@@ -196,7 +196,7 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     memory = plan_memory(model, hw, brief)
     data = memory.model_dump(mode="json")
     if args.json_path:
-        from tools.launch import write_atomic
+        from tools.files import write_atomic
 
         write_atomic(args.json_path, json.dumps(data, indent=2) + "\n")
     for s in memory.strategies:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+from langchain_core.tools import BaseTool
 
 from agents.loop import final_text, role_messages, run_tool_loop
 from agents.toolkit import Workspace, engineer_tools, researcher_tools, reviewer_tools, smoke_for
@@ -75,6 +77,31 @@ def _dump(obj: Any) -> Any:
     return obj.model_dump(mode="json") if obj is not None else None
 
 
+def _converse(
+    model: BaseChatModel,
+    settings: Settings,
+    ws: Workspace,
+    tools: list[BaseTool],
+    role: str,
+    task: str,
+    overrides: dict[str, Any] | None,
+    **prompt: Any,
+) -> list[BaseMessage]:
+    """Run one role's tool-calling conversation over its tools."""
+    msgs = role_messages(role, task, overrides=overrides, **prompt)
+    return run_tool_loop(
+        model, tools, msgs, max_steps=settings.max_agent_steps, on_event=ws.progress
+    )
+
+
+def _run_skipped(
+    ws: Workspace, tools: list[BaseTool], role: str, name: str, args: dict[str, Any]
+) -> None:
+    """Run a tool the model skipped, and say so in the report: facts come from tools regardless."""
+    ws.notes.append(f"{role}: the model did not call {name}; ran {name} directly")
+    next(t for t in tools if t.name == name).invoke(args)
+
+
 def make_intake(settings: Settings) -> Node:
     """Intake: a brief dict or a free-text request becomes a validated brief; the hardware spec is checked."""
 
@@ -104,30 +131,26 @@ def make_researcher(
     def researcher(state: Mapping[str, Any]) -> dict[str, Any]:
         ws = workspace(state, settings)
         tools = researcher_tools(ws)
-        msgs = role_messages(
-            "researcher", "research", brief=ws.brief.model_dump(mode="json"), overrides=overrides
+        msgs = _converse(
+            model,
+            settings,
+            ws,
+            tools,
+            "researcher",
+            "research",
+            overrides,
+            brief=ws.brief.model_dump(mode="json"),
         )
-        msgs = run_tool_loop(
-            model, tools, msgs, max_steps=settings.max_agent_steps, on_event=ws.progress
-        )
-        by_name = {t.name: t for t in tools}
         b = ws.brief
         if ws.hardware is None:
-            ws.notes.append(
-                "researcher: the model did not profile the hardware; ran profile_hardware directly"
-            )
-            by_name["profile_hardware"].invoke({"spec": b.hardware})
+            _run_skipped(ws, tools, "researcher", "profile_hardware", {"spec": b.hardware})
         if ws.model is None:
-            ws.notes.append(
-                "researcher: the model did not look the model up; ran lookup_model directly"
-            )
             model_arg = b.model if isinstance(b.model, str) else b.model.model_dump()
-            by_name["lookup_model"].invoke({"model": model_arg, "seq_len": b.seq_len})
-        if ws.framework is None:
-            ws.notes.append(
-                "researcher: the model chose no framework; ran select_framework directly"
+            _run_skipped(
+                ws, tools, "researcher", "lookup_model", {"model": model_arg, "seq_len": b.seq_len}
             )
-            by_name["select_framework"].invoke({})
+        if ws.framework is None:
+            _run_skipped(ws, tools, "researcher", "select_framework", {})
         return {
             "hardware": _dump(ws.hardware),
             "model": _dump(ws.model),
@@ -160,27 +183,18 @@ def make_engineer(
         # A new round plans afresh: stale results must not survive into the review.
         ws.memory, ws.deepspeed_config, ws.launch, ws.smoke = None, None, None, None
         tools = engineer_tools(ws)
-        msgs = role_messages("engineer", "engineer", context=context, overrides=overrides)
-        msgs = run_tool_loop(
-            model, tools, msgs, max_steps=settings.max_agent_steps, on_event=ws.progress
+        msgs = _converse(
+            model, settings, ws, tools, "engineer", "engineer", overrides, context=context
         )
-        by_name = {t.name: t for t in tools}
         if ws.memory is None:
-            ws.notes.append(
-                "engineer: the model made no memory plan; ran plan_parallelism directly"
-            )
-            by_name["plan_parallelism"].invoke({})
+            _run_skipped(ws, tools, "engineer", "plan_parallelism", {})
         if not ws.config_validated and ws.framework and ws.framework.primary == "deepspeed":
-            ws.notes.append(
-                "engineer: the model emitted no config; ran emit_deepspeed_config directly"
-            )
-            by_name["emit_deepspeed_config"].invoke({})
+            _run_skipped(ws, tools, "engineer", "emit_deepspeed_config", {})
         if ws.launch is None:
-            ws.notes.append("engineer: the model wrote no launch files; ran emit_launch directly")
-            by_name["emit_launch"].invoke({})
+            _run_skipped(ws, tools, "engineer", "emit_launch", {})
         if ws.smoke is None:
             if ws.brief.smoke:
-                ws.notes.append("engineer: the model ran no smoke test; ran it directly")
+                ws.notes.append("engineer: the model did not call run_smoke_test; ran it directly")
             ws.smoke = smoke_for(ws)
         return {
             "memory": _dump(ws.memory),
@@ -211,13 +225,11 @@ def make_reviewer(
                 k: v for k, v in (_dump(ws.smoke) or {}).items() if k in {"status", "reason"}
             },
         }
-        msgs = role_messages("reviewer", "review", context=summary, overrides=overrides)
-        msgs = run_tool_loop(
-            model, tools, msgs, max_steps=settings.max_agent_steps, on_event=ws.progress
+        msgs = _converse(
+            model, settings, ws, tools, "reviewer", "review", overrides, context=summary
         )
         if ws.review is None:
-            ws.notes.append("reviewer: the model ran no checks; ran review_plan directly")
-            tools[0].invoke({})
+            _run_skipped(ws, tools, "reviewer", "review_plan", {})
         return {
             "review": _dump(ws.review),
             "review_round": ws.round_no,

@@ -5,38 +5,14 @@ from __future__ import annotations
 import copy
 
 import pytest
+from specs import A100, CPU_BOX, GPT2, LLAMA3_8B, V100
 
 from tools.deepspeed_config import ConfigError, emit_deepspeed_config, validate_deepspeed_config
 from tools.errors import ToolFailure
 from tools.memory import STRATEGY_ORDER, plan_memory
-from tools.schemas import GPUSpec, HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
+from tools.schemas import HardwareSpec, MemoryPlan, TrainingBrief
 
-A100 = GPUSpec(name="A100-80GB", memory_gb=80, bf16_tflops=312)
-V100 = GPUSpec(name="V100-32GB", memory_gb=32, fp16_tflops=125)
 EIGHT_A100 = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=A100)
-LLAMA3_8B = ModelSpec(
-    name="llama-3-8b",
-    params=8_030_261_248,
-    layers=32,
-    hidden=4096,
-    heads=32,
-    kv_heads=8,
-    vocab=128_256,
-    intermediate=14_336,
-    largest_layer_params=525_336_576,
-    seq_len=4096,
-)
-GPT2 = ModelSpec(
-    name="gpt2",
-    params=124_439_808,
-    layers=12,
-    hidden=768,
-    heads=12,
-    vocab=50_257,
-    largest_layer_params=38_597_376,
-    seq_len=1024,
-)
-CPU_BOX = HardwareSpec(source="local", nodes=1, gpus_per_node=0, gpu=None, cpu_cores=2, ram_gb=24)
 BRIEF = TrainingBrief(
     model="llama-3-8b",
     seq_len=4096,

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from specs import A100, CPU_BOX, GPT2, LLAMA3_8B, V100
 
 from tools.errors import InputError
 from tools.memory import (
@@ -23,31 +24,6 @@ from tools.memory import (
 from tools.schemas import GPUSpec, HardwareSpec, ModelSpec, TrainingBrief
 
 ROOT = Path(__file__).resolve().parents[1]
-A100 = GPUSpec(name="A100-80GB", memory_gb=80, bf16_tflops=312, fp16_tflops=312)
-V100 = GPUSpec(name="V100-32GB", memory_gb=32, fp16_tflops=125)
-LLAMA3_8B = ModelSpec(
-    name="llama-3-8b",
-    params=8_030_261_248,
-    layers=32,
-    hidden=4096,
-    heads=32,
-    kv_heads=8,
-    vocab=128_256,
-    intermediate=14_336,
-    largest_layer_params=525_336_576,
-    seq_len=4096,
-)
-GPT2 = ModelSpec(
-    name="gpt2",
-    params=124_439_808,
-    layers=12,
-    hidden=768,
-    heads=12,
-    vocab=50_257,
-    largest_layer_params=38_597_376,
-    seq_len=1024,
-)
-CPU_BOX = HardwareSpec(source="local", nodes=1, gpus_per_node=0, gpu=None, cpu_cores=2, ram_gb=24)
 
 
 def gpus(nodes: int, per_node: int, gpu: GPUSpec = A100) -> HardwareSpec:

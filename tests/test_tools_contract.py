@@ -13,7 +13,9 @@ from tools.settings import Settings
 
 @pytest.mark.parametrize("factory", [researcher_tools, engineer_tools, reviewer_tools])
 def test_every_tool_and_argument_is_described(factory, tmp_path: Path) -> None:
-    ws = Workspace(settings=Settings(home=tmp_path), out_dir=tmp_path, brief=TrainingBrief(model="gpt2"))
+    ws = Workspace(
+        settings=Settings(home=tmp_path), out_dir=tmp_path, brief=TrainingBrief(model="gpt2")
+    )
     for tool in factory(ws):
         assert tool.description and len(tool.description) > 20, tool.name
         schema = tool.args_schema.model_json_schema()
@@ -22,7 +24,9 @@ def test_every_tool_and_argument_is_described(factory, tmp_path: Path) -> None:
 
 
 def test_plumbing_never_appears_in_tool_arguments(tmp_path: Path) -> None:
-    ws = Workspace(settings=Settings(home=tmp_path), out_dir=tmp_path, brief=TrainingBrief(model="gpt2"))
+    ws = Workspace(
+        settings=Settings(home=tmp_path), out_dir=tmp_path, brief=TrainingBrief(model="gpt2")
+    )
     forbidden = {"settings", "out_dir", "path", "run_dir", "workspace", "brief"}
     for tool in researcher_tools(ws) + engineer_tools(ws) + reviewer_tools(ws):
         props = set(tool.args_schema.model_json_schema().get("properties", {}))

@@ -8,32 +8,16 @@ train.py (tools/smoke_train.py) then runs in its DDP mode.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from tools.files import write_atomic
 from tools.memory import resolve_precision
 from tools.schemas import FrameworkChoice, HardwareSpec, LaunchSpec, ModelSpec, TrainingBrief
 
 TRAIN_SCRIPT = Path(__file__).with_name("smoke_train.py")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def emit_launch(

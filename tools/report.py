@@ -6,7 +6,7 @@ import html
 import json
 from pathlib import Path
 
-from tools.launch import write_atomic
+from tools.files import write_atomic
 from tools.schemas import ReportPaths, TrainingPlan
 
 GB = 1e9

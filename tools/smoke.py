@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.errors import InputError
+from tools.files import write_atomic
 from tools.schemas import ModelSpec, SmokeResult
 from tools.settings import TELEMETRY_OFF, Settings
 
@@ -915,6 +916,4 @@ def _finish(
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2))
