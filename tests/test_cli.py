@@ -91,3 +91,22 @@ def test_profile_local(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     hw = json.loads((tmp_path / "hw.json").read_text())
     assert hw["source"] == "local" and hw["cpu_cores"] >= 1
+
+
+def test_thread_checkpoints_to_sqlite_and_rejects_unsafe_ids(tmp_path: Path) -> None:
+    brief = str(BRIEFS / "llama3-8b-finetune-8xa100.yaml")
+    res = run_cli(
+        "plan", "--brief", brief, "--no-smoke", "--out", "o", "--thread", "job-1", cwd=tmp_path
+    )
+    assert res.returncode == 0, res.stderr
+    import os
+    import sqlite3
+
+    db = Path(os.environ["TRAINWRIGHT_HOME"]) / "checkpoints.sqlite"
+    with sqlite3.connect(db) as conn:
+        threads = {row[0] for row in conn.execute("select distinct thread_id from checkpoints")}
+    assert threads == {"job-1"}
+    bad = run_cli(
+        "plan", "--brief", brief, "--no-smoke", "--thread", "../x; rm -rf ~", cwd=tmp_path
+    )
+    assert bad.returncode == 2 and "--thread" in bad.stderr
