@@ -11,6 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BRIEFS = Path(__file__).parent / "data"
+STDOUT_KEYS = {"framework", "smoke test", "review", "report", "plan json"}
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -50,6 +51,8 @@ def test_plan_llama_8b_writes_json_that_deepspeed_accepts_at_world_size_8(tmp_pa
     validate_deepspeed_config(plan["deepspeed_config"], 8)
     assert (tmp_path / "o" / "report.md").is_file()
     assert "report: " in res.stdout
+    # stdout is the answer, for scripts: library log lines stay off it.
+    assert all(line.split(":")[0] in STDOUT_KEYS for line in res.stdout.splitlines()), res.stdout
 
 
 BAD_BRIEFS = {

@@ -332,6 +332,7 @@ def validate_deepspeed_config(config: dict[str, Any], world_size: int) -> None:
             key=".".join(auto_path),
         )
 
+    _quiet_deepspeed_logs()
     from deepspeed.runtime import config as config_module
 
     recording = _RecordingDict(config)
@@ -358,3 +359,21 @@ def validate_deepspeed_config(config: dict[str, Any], world_size: int) -> None:
             key=unknown[0],
         )
     _check_scheduler(config)
+
+
+def _quiet_deepspeed_logs() -> None:
+    """Import DeepSpeed with its logger on stderr, showing errors only.
+
+    DeepSpeed's logger writes to stdout (deepspeed/utils/logging.py) and warns at import and
+    while parsing; our stdout is the CLI's answer, so keep it clean for scripts.
+    """
+    import contextlib
+    import logging
+    import sys
+
+    if "deepspeed" not in sys.modules:
+        # The handler captures sys.stdout when it is created, at import.
+        with contextlib.redirect_stdout(sys.stderr):
+            import deepspeed  # noqa: F401
+    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+
