@@ -376,4 +376,3 @@ def _quiet_deepspeed_logs() -> None:
         with contextlib.redirect_stdout(sys.stderr):
             import deepspeed  # noqa: F401
     logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
-
