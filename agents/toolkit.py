@@ -293,7 +293,6 @@ def _with_prediction(result: SmokeResult, memory: MemoryPlan) -> SmokeResult:
     if not shape or result.status == "skipped":
         return result
     from tools.memory import estimate_strategy
-    from tools.schemas import HardwareSpec as HW
 
     scaled = ModelSpec(
         name="smoke-scaled",
@@ -308,7 +307,7 @@ def _with_prediction(result: SmokeResult, memory: MemoryPlan) -> SmokeResult:
         ),
     )
     # The smoke ranks as "devices" of a CPU machine, so ZeRO shards over the ranks that ran.
-    ranks = HW(source="local", nodes=1, gpus_per_node=max(1, result.world_size), gpu=None)
+    ranks = HardwareSpec(source="local", nodes=1, gpus_per_node=max(1, result.world_size), gpu=None)
     strategy: str = result.strategy if result.strategy in STRATEGY_ORDER else memory.chosen
     if result.device == "cpu" and "offload" in strategy:
         # On CPU ranks "offload" moves states from RAM to RAM: the footprint is the base stage's.
