@@ -53,5 +53,6 @@ def load_chat_model(
         raise InputError(
             "--llm", f"provider {provider!r} needs a package that is not installed: {exc}"
         ) from None
-    except ValueError as exc:
-        raise InputError("--llm", str(exc).splitlines()[0]) from None
+    except Exception as exc:  # noqa: BLE001 - providers raise their own types (e.g. a missing API key)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError("--llm", f"cannot set up {spec}: {first}") from None
