@@ -49,9 +49,15 @@ def _build_parser() -> argparse.ArgumentParser:
     _llm_args(plan)
     plan.add_argument("--thread", help="checkpoint thread id: resume or continue this plan")
 
-    prof = sub.add_parser("profile", help="profile this machine (or describe a cluster spec)")
-    prof.add_argument("--hardware", default="local", help="local or NODESxGPUSxTYPE")
-    prof.add_argument("--json", dest="json_path", type=Path, help="write the profile JSON here")
+    prof = sub.add_parser(
+        "profile", help="profile this machine: CPU, RAM, disk, GPUs, topology, libraries"
+    )
+    prof.add_argument(
+        "--hardware", default="local", help="local (default), or a NODESxGPUSxTYPE spec to resolve"
+    )
+    prof.add_argument(
+        "--json", dest="json_path", type=Path, help="write the profile JSON here (and print it)"
+    )
 
     est = sub.add_parser("estimate", help="memory per GPU for each strategy, without agents")
     est.add_argument("--brief", type=Path, required=True)
@@ -170,16 +176,21 @@ def _stream(graph: Any, inputs: dict[str, Any] | None, config: dict[str, Any]) -
 
 
 def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
-    """Print the hardware profile as JSON."""
-    from tools.hardware import parse_hardware
+    """Print this machine's profile as a summary, or as JSON when --json is given."""
+    from tools.hardware import describe_local_machine, format_profile, parse_hardware
 
-    hw = parse_hardware(args.hardware).model_dump(mode="json")
-    text = json.dumps(hw, indent=2)
+    if args.hardware.strip().lower() == "local":
+        profile = describe_local_machine(settings.out_dir)
+    else:
+        profile = {"hardware": parse_hardware(args.hardware).model_dump(mode="json")}
     if args.json_path:
         from tools.files import write_atomic
 
+        text = json.dumps(profile, indent=2)
         write_atomic(args.json_path, text + "\n")
-    print(text)
+        print(text)
+    else:
+        print(format_profile(profile))
     return 0
 
 

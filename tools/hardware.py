@@ -13,12 +13,15 @@ import re
 import shutil
 from functools import lru_cache
 from importlib import metadata, resources
+from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import Field
 
+from tools import gpu_probe
 from tools.errors import InputError
+from tools.gpu_probe import GPUDevice, GPUProbe, GPUTopology
 from tools.schemas import GPUSpec, HardwareSpec
 
 INTERCONNECTS = ("ib400", "ib200", "roce100", "eth25", "nvlink")
@@ -181,8 +184,10 @@ def _usable_cores() -> int:
     return min(counts) if counts else (os.cpu_count() or 1)
 
 
-def _local_gpu(name: str, memory_gb: float) -> GPUSpec:
-    """Catalog figures for a device torch reports, or just its name and memory."""
+def _local_gpu(
+    name: str, memory_gb: float, source: str = "torch.cuda.get_device_properties"
+) -> GPUSpec:
+    """Catalog figures for a device this machine reports, or just its name and memory."""
     try:
         return find_gpu(name).model_copy(update={"name": name, "memory_gb": memory_gb})
     except InputError:
@@ -203,58 +208,236 @@ def _local_gpu(name: str, memory_gb: float) -> GPUSpec:
         best, best_len = gpu, len(alias_key)
     if best is not None:
         return best.model_copy(update={"name": name, "memory_gb": memory_gb})
-    return GPUSpec(name=name, memory_gb=memory_gb, source="torch.cuda.get_device_properties")
+    return GPUSpec(name=name, memory_gb=memory_gb, source=source)
+
+
+def _torch_cuda() -> tuple[bool, int, tuple[str, float] | None]:
+    """Whether torch sees CUDA (or ROCm), how many devices, and device 0's name and GiB."""
+    try:
+        import torch  # lazy: heavy, and only profiling needs it here
+    except ImportError:
+        return False, 0, None
+    if not torch.cuda.is_available():
+        return False, 0, None
+    count = torch.cuda.device_count()
+    if not count:
+        return True, 0, None
+    props = torch.cuda.get_device_properties(0)
+    return True, count, (props.name, round(props.total_memory / 2**30, 1))
 
 
 def profile_local() -> HardwareSpec:
-    """Profile this machine: CPU cores, RAM and the GPUs torch can see."""
-    import psutil
-    import torch  # lazy: only profiling needs it
+    """Profile this machine: CPU cores, RAM, and its GPUs as torch or the GPU driver sees them."""
+    return _local_hardware(gpu_probe.probe_gpus())
 
-    ram_gb = round(psutil.virtual_memory().total / 2**30, 1)
-    cuda = torch.cuda.is_available()
-    count = torch.cuda.device_count() if cuda else 0
+
+def _local_hardware(probe: GPUProbe) -> HardwareSpec:
+    """This machine's HardwareSpec: torch's view of the GPUs first, else the driver's."""
+    import psutil
+
+    cuda, count, device0 = _torch_cuda()
     gpu: GPUSpec | None = None
-    if count:
-        props = torch.cuda.get_device_properties(0)
-        gpu = _local_gpu(props.name, round(props.total_memory / 2**30, 1))
+    if device0 is not None:
+        gpu = _local_gpu(*device0)
+    elif probe.gpus:
+        # torch cannot use them (a CPU-only build, or no CUDA runtime), but the plan is for
+        # this machine's GPUs, which a suitable install can use.
+        count = len(probe.gpus)
+        first = probe.gpus[0]
+        gpu = _local_gpu(first.name, first.memory_gb, source=probe.source or "")
     return HardwareSpec(
         source="local",
         nodes=1,
         gpus_per_node=count,
         gpu=gpu,
         cpu_cores=_usable_cores(),
-        ram_gb=ram_gb,
-        interconnect=None,
+        ram_gb=round(psutil.virtual_memory().total / 2**30, 1),
+        interconnect=_local_interconnect(count, probe.topology, gpu),
         cuda_available=cuda,
     )
 
 
-def describe_local_machine() -> dict[str, Any]:
-    """Facts beyond ``profile_local``: CPU model, free disk, library versions, GPUs."""
+def _local_interconnect(
+    count: int, topology: GPUTopology | None, gpu: GPUSpec | None
+) -> str | None:
+    """The GPU link: "nvlink" when every pair of local GPUs has NVLink, else "pcie"; None without GPUs."""
+    if count == 0:
+        return None
+    if topology is not None and topology.all_nvlink:
+        # All pairs linked, so any subset torch was limited to (CUDA_VISIBLE_DEVICES) is too.
+        return "nvlink"
+    if count == 1 or (topology is not None and topology.gpu_count == count):
+        return "pcie"
+    # Several GPUs and no matrix that describes them (no nvidia-smi, or AMD): the part's
+    # usual link from the catalog, as parse_hardware assumes for a described node.
+    return gpu.link if isinstance(gpu, CatalogGPU) else None
+
+
+PACKAGES = ("torch", "deepspeed", "transformers", "accelerate", "tensorflow", "horovod")
+"""Libraries whose installed versions the profile reports (None when not installed)."""
+
+
+def describe_local_machine(out_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The full local profile: the ``hardware`` contract part plus CPU, RAM, disk, GPUs, software.
+
+    Args:
+        out_dir: Where plans and smoke runs will write; its free disk is reported (the nearest
+            existing parent when it does not exist yet). Defaults to the working directory.
+    """
     import psutil
 
-    facts: dict[str, Any] = {
-        "hostname": platform.node(),
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_model": _cpu_model(),
-        "physical_cores": psutil.cpu_count(logical=False),
-        "logical_cores": psutil.cpu_count(logical=True),
-        "usable_cores": _usable_cores(),
-        "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "ram_available_gb": round(psutil.virtual_memory().available / 2**30, 1),
+    probe = gpu_probe.probe_gpus()
+    hardware = _local_hardware(probe)
+    memory = psutil.virtual_memory()
+    gpus = [_gpu_facts(device, probe.source or "") for device in probe.gpus]
+    if not gpus and hardware.cuda_available:
+        gpus = _torch_devices()  # the driver tools are missing but torch still sees devices
+    topology = None
+    if probe.topology is not None:
+        topology = probe.topology.model_dump(mode="json") | {
+            "all_nvlink": probe.topology.all_nvlink
+        }
+    return {
+        "hardware": hardware.model_dump(mode="json"),
+        "host": {
+            "hostname": platform.node(),
+            "os": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "cpu": {
+            "model": _cpu_model(),
+            "arch": platform.machine() or None,
+            "physical_cores": psutil.cpu_count(logical=False),
+            "logical_cores": psutil.cpu_count(logical=True),
+            "usable_cores": _usable_cores(),
+        },
+        "ram": {
+            "total_gb": round(memory.total / 2**30, 1),
+            "available_gb": round(memory.available / 2**30, 1),
+        },
+        "disk": _disk(Path(out_dir) if out_dir is not None else Path.cwd()),
+        "gpus": gpus,
+        "gpu_driver": {
+            "source": probe.source if probe.gpus else ("torch" if gpus else None),
+            "driver_version": probe.driver_version,
+            "cuda_version": probe.cuda_version,
+        },
+        "gpu_summary": probe.summary()
+        if probe.gpus or not gpus
+        else f"{len(gpus)} GPU(s) via torch",
+        "topology": topology,
+        "software": _software(),
+        "notes": probe.notes,
     }
+
+
+def _gpu_facts(device: GPUDevice, source: str) -> dict[str, Any]:
+    spec = _local_gpu(device.name, device.memory_gb, source=source)
+    return device.model_dump(mode="json") | {
+        "catalog_id": spec.id if isinstance(spec, CatalogGPU) else None,
+        "bf16_tflops": spec.bf16_tflops,
+    }
+
+
+def _disk(path: Path) -> dict[str, Any]:
+    """Free and total GiB on the filesystem that holds ``path`` (or its nearest existing parent)."""
+    target = path.absolute()
+    while not target.exists() and target != target.parent:
+        target = target.parent
     try:
-        facts["disk_free_gb"] = round(shutil.disk_usage(os.getcwd()).free / 2**30, 1)
+        usage = shutil.disk_usage(target)
     except OSError:
-        facts["disk_free_gb"] = None
-    facts["packages"] = {
-        name: _version(name)
-        for name in ("torch", "deepspeed", "transformers", "accelerate", "tensorflow", "horovod")
+        return {"path": str(path.absolute()), "free_gb": None, "total_gb": None}
+    return {
+        "path": str(path.absolute()),
+        "free_gb": round(usage.free / 2**30, 1),
+        "total_gb": round(usage.total / 2**30, 1),
     }
-    facts["gpus"] = _torch_devices()
+
+
+def _software() -> dict[str, Any]:
+    """Installed library versions, and what torch's build can use."""
+    facts: dict[str, Any] = {name: _version(name) for name in PACKAGES}
+    facts.update(torch_cuda_available=False, torch_cuda_build=None, torch_hip_build=None)
+    if facts["torch"] is None:
+        return facts
+    try:
+        import torch
+    except ImportError:
+        return facts
+    facts["torch_cuda_available"] = bool(torch.cuda.is_available())
+    facts["torch_cuda_build"] = getattr(torch.version, "cuda", None)
+    facts["torch_hip_build"] = getattr(torch.version, "hip", None)
     return facts
+
+
+def format_profile(profile: dict[str, Any]) -> str:
+    """A readable summary of ``describe_local_machine()`` (or of just a ``hardware`` dict)."""
+    hw = profile["hardware"]
+    gpu = hw.get("gpu")
+    lines = []
+    if "cpu" in profile:
+        cpu, ram, disk = profile["cpu"], profile["ram"], profile["disk"]
+        lines += [
+            f"host: {profile['host']['hostname']} ({profile['host']['os']}, "
+            f"Python {profile['host']['python']})",
+            f"cpu: {cpu['model'] or 'unknown model'}; {cpu['physical_cores'] or '?'} physical / "
+            f"{cpu['logical_cores'] or '?'} logical cores ({cpu['usable_cores']} usable)",
+            f"ram: {ram['total_gb']} GB total, {ram['available_gb']} GB available",
+            f"disk: {_gb(disk['free_gb'])} free of {_gb(disk['total_gb'])} at {disk['path']}",
+        ]
+        lines.append(f"gpus: {profile['gpu_summary']}")
+        for device in profile["gpus"]:
+            cap = device.get("compute_capability")
+            catalog = (
+                f"catalog {device['catalog_id']}, {device['bf16_tflops'] or '-'} bf16 TFLOP/s"
+                if device.get("catalog_id")
+                else "not in the catalog"
+            )
+            lines.append(
+                f"  gpu {device['index']}: {device['name']}, {device['memory_gb']} GB"
+                + (f", compute {cap}" if cap else "")
+                + f" ({catalog})"
+            )
+        driver = profile["gpu_driver"]
+        if driver["driver_version"] or driver["cuda_version"]:
+            lines.append(
+                f"driver: {driver['driver_version'] or '?'}, CUDA {driver['cuda_version'] or '?'}"
+            )
+        if profile["gpus"]:
+            lines.append(f"topology: {_topology_line(profile['topology'])}")
+        sw = profile["software"]
+        versions = ", ".join(f"{name} {sw[name] or '-'}" for name in PACKAGES)
+        torch_gpu = "yes" if sw["torch_cuda_available"] else "no"
+        lines.append(f"software: {versions}; torch sees a GPU: {torch_gpu}")
+    if hw["gpus_per_node"] and gpu:
+        tflops = f" ({gpu['bf16_tflops']} bf16 TFLOP/s)" if gpu.get("bf16_tflops") else ""
+        gpus = f"{hw['gpus_per_node']}x {gpu['name']}{tflops}"
+    else:
+        gpus = "CPU only"
+    lines.append(
+        f"hardware ({hw['source']}): {hw['nodes']} node(s), {gpus}, "
+        f"interconnect {hw['interconnect'] or '-'}"
+    )
+    return "\n".join(lines)
+
+
+def _gb(value: float | None) -> str:
+    return f"{value} GB" if value is not None else "?"
+
+
+def _topology_line(topology: dict[str, Any] | None) -> str:
+    if topology is None:
+        return "unknown (no nvidia-smi topo -m)"
+    count = topology["gpu_count"]
+    if count < 2:
+        return f"{count} GPU, no GPU-to-GPU links"
+    if topology["all_nvlink"]:
+        widths = sorted({link["nvlinks"] for link in topology["links"]})
+        return f"all {count} GPUs NVLink-connected ({', '.join(f'NV{w}' for w in widths)})"
+    paths = sorted({link["path"] for link in topology["links"]})
+    nvlinked = sum(1 for link in topology["links"] if link["kind"] == "nvlink")
+    return f"{nvlinked} of {len(topology['links'])} GPU pairs NVLink; paths {', '.join(paths)}"
 
 
 def _cpu_model() -> str | None:
@@ -286,12 +469,16 @@ def _torch_devices() -> list[dict[str, Any]]:
     devices = []
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
+        spec = _local_gpu(props.name, round(props.total_memory / 2**30, 1))
         devices.append(
             {
                 "index": index,
                 "name": props.name,
-                "memory_gb": round(props.total_memory / 2**30, 1),
-                "capability": f"{props.major}.{props.minor}",
+                "vendor": "amd" if getattr(torch.version, "hip", None) else "nvidia",
+                "memory_gb": spec.memory_gb,
+                "compute_capability": f"{props.major}.{props.minor}",
+                "catalog_id": spec.id if isinstance(spec, CatalogGPU) else None,
+                "bf16_tflops": spec.bf16_tflops,
             }
         )
     return devices
