@@ -39,6 +39,10 @@ def _build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--brief", type=Path, help="YAML or JSON brief file")
     plan.add_argument("--hardware", help="override: local or NODESxGPUSxTYPE, e.g. 1x8xA100-80GB")
     plan.add_argument(
+        "--interconnect",
+        help="between nodes of a described cluster: ib400, ib200, roce100, eth25, nvlink",
+    )
+    plan.add_argument(
         "--smoke", dest="smoke", action="store_true", default=None, help="run the smoke test"
     )
     plan.add_argument("--no-smoke", dest="smoke", action="store_false", help="skip the smoke test")
@@ -93,6 +97,8 @@ def _load_brief_input(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError("plan", "give a request text or --brief FILE")
     if args.hardware:
         brief["hardware"] = args.hardware
+    if getattr(args, "interconnect", None):
+        brief["interconnect"] = args.interconnect
     if getattr(args, "smoke", None) is not None:
         brief["smoke"] = args.smoke
     return brief
@@ -107,7 +113,11 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     from tools.brief import brief_from_dict
 
     brief = brief_from_dict(_load_brief_input(args))
-    model_name = brief.model if isinstance(brief.model, str) else "custom"
+    model_name = (
+        brief.model
+        if isinstance(brief.model, str)
+        else (brief.task if brief.model is None else "custom")
+    )
     out_dir = args.out or settings.out_dir / _safe_name(Path(model_name).stem)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError("--out", f"{out_dir} exists and is not a directory")
@@ -149,7 +159,8 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
 
         write_atomic(args.json_path, json.dumps(plan, indent=2) + "\n")
     smoke, review = plan["smoke_test"], plan["review"]
-    print(f"framework: {plan['framework']['primary']}; strategy: {plan['memory']['chosen']}")
+    strategy = plan["memory"]["chosen"] if plan["memory"] else "none (nothing to train)"
+    print(f"framework: {plan['framework']['primary']}; strategy: {strategy}")
     print(
         f"smoke test: {smoke['status']}" + (f" ({smoke['reason']})" if smoke.get("reason") else "")
     )
@@ -202,6 +213,10 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     from tools.models import lookup_model
 
     brief = brief_from_dict(_load_brief_input(args))
+    if brief.model is None:
+        raise InputError(
+            "brief.model", "an agent-app brief trains nothing, so there is no memory to estimate"
+        )
     hw = parse_hardware(brief.hardware)
     model = lookup_model(brief.model, brief.seq_len)
     memory = plan_memory(model, hw, brief)

@@ -92,13 +92,23 @@ class OfflinePlaybookModel(BaseChatModel):
 
     def _researcher(self, brief: dict[str, Any], done: dict[str, Any]) -> AIMessage:
         if "profile_hardware" not in done and "lookup_model" not in done:
-            return self._call(
-                ("profile_hardware", {"spec": brief.get("hardware", "local")}),
+            calls: list[tuple[str, dict[str, Any]]] = [
                 (
-                    "lookup_model",
-                    {"model": brief.get("model"), "seq_len": brief.get("seq_len", 2048)},
-                ),
-            )
+                    "profile_hardware",
+                    {
+                        "spec": brief.get("hardware", "local"),
+                        "interconnect": brief.get("interconnect"),
+                    },
+                )
+            ]
+            if brief.get("model") is not None:  # an agent app trains no model
+                calls.append(
+                    (
+                        "lookup_model",
+                        {"model": brief["model"], "seq_len": brief.get("seq_len", 2048)},
+                    )
+                )
+            return self._call(*calls)
         if "select_framework" not in done:
             return self._call(("select_framework", {}))
         hw, model, fw = (
@@ -111,8 +121,12 @@ class OfflinePlaybookModel(BaseChatModel):
         gpu = (hw.get("gpu") or {}).get("name", "CPU only")
         return AIMessage(
             content=f"Target: {hw.get('nodes')} node(s) x {hw.get('gpus_per_node')} GPU(s) ({gpu}). "
-            f"Model {model.get('name')}: {model.get('params', 0):,} parameters, {model.get('layers')} layers. "
-            f"Framework: {fw['primary']}. {fw['rationale']}"
+            + (
+                f"Model {model.get('name')}: {model.get('params', 0):,} parameters, {model.get('layers')} layers. "
+                if model
+                else "No model is trained. "
+            )
+            + f"Framework: {fw['primary']}. {fw['rationale']}"
         )
 
     def _engineer(self, context: dict[str, Any], done: dict[str, Any]) -> AIMessage:

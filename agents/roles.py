@@ -17,7 +17,15 @@ from langchain_core.messages import BaseMessage
 from langchain_core.tools import BaseTool
 
 from agents.loop import final_text, role_messages, run_tool_loop
-from agents.toolkit import Workspace, engineer_tools, researcher_tools, reviewer_tools, smoke_for
+from agents.toolkit import (
+    AGENT_APP_SMOKE,
+    DEEPSPEED_FRAMEWORKS,
+    Workspace,
+    engineer_tools,
+    researcher_tools,
+    reviewer_tools,
+    smoke_for,
+)
 from tools.brief import brief_from_dict, parse_request
 from tools.schemas import (
     FrameworkChoice,
@@ -114,7 +122,7 @@ def make_intake(settings: Settings) -> Node:
         else:
             brief = parse_request(str(state.get("request") or ""), list_models())
         # Fail fast on a bad hardware spec, before any agent spends a turn on it.
-        parse_hardware(brief.hardware)
+        parse_hardware(brief.hardware, brief.interconnect)
         _progress()(
             f"intake: {brief.model if isinstance(brief.model, str) else 'custom model'} on {brief.hardware}"
         )
@@ -143,8 +151,14 @@ def make_researcher(
         )
         b = ws.brief
         if ws.hardware is None:
-            _run_skipped(ws, tools, "researcher", "profile_hardware", {"spec": b.hardware})
-        if ws.model is None:
+            _run_skipped(
+                ws,
+                tools,
+                "researcher",
+                "profile_hardware",
+                {"spec": b.hardware, "interconnect": b.interconnect},
+            )
+        if ws.model is None and b.model is not None:
             model_arg = b.model if isinstance(b.model, str) else b.model.model_dump()
             _run_skipped(
                 ws, tools, "researcher", "lookup_model", {"model": model_arg, "seq_len": b.seq_len}
@@ -169,6 +183,19 @@ def make_engineer(
 
     def engineer(state: Mapping[str, Any]) -> dict[str, Any]:
         ws = workspace(state, settings)
+        if ws.brief.task == "agent-app":
+            # Nothing to train: no strategy, config, launch or run to engineer.
+            return {
+                "memory": None,
+                "deepspeed_config": None,
+                "launch": {"command": [], "files": {}},
+                "smoke_test": SmokeResult(status="skipped", reason=AGENT_APP_SMOKE).model_dump(
+                    mode="json"
+                ),
+                "narrative": {
+                    "engineer": "An agent application trains nothing; no parallelism plan is needed."
+                },
+            }
         previous = ws.memory.chosen if ws.memory else None
         findings = [f for f in (ws.review.findings if ws.review else []) if f.severity != "info"]
         context = {
@@ -188,7 +215,11 @@ def make_engineer(
         )
         if ws.memory is None:
             _run_skipped(ws, tools, "engineer", "plan_parallelism", {})
-        if not ws.config_validated and ws.framework and ws.framework.primary == "deepspeed":
+        if (
+            not ws.config_validated
+            and ws.framework
+            and ws.framework.primary in DEEPSPEED_FRAMEWORKS
+        ):
             _run_skipped(ws, tools, "engineer", "emit_deepspeed_config", {})
         if ws.launch is None:
             _run_skipped(ws, tools, "engineer", "emit_launch", {})

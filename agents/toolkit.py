@@ -69,6 +69,20 @@ def _need(value: Any, what: str, tool: str) -> Any:
     return value
 
 
+# Frameworks whose plan carries a DeepSpeed config, and those our training script can launch.
+DEEPSPEED_FRAMEWORKS = {"deepspeed", "megatron"}
+LAUNCHABLE = {"deepspeed", "megatron", "pytorch", "pytorch_ddp"}
+AGENT_APP_SMOKE = "an agent application trains nothing, so there is no training run to smoke-test"
+
+
+def not_launchable(framework: str) -> str:
+    """Why a plan for ``framework`` has no generated launch files or smoke run."""
+    return (
+        f"trainwright's training script covers PyTorch DDP and DeepSpeed; a {framework} plan gets "
+        "its framework and reasons, but no generated launch files or smoke run"
+    )
+
+
 # ---- argument schemas: what the model reads --------------------------------------------------
 
 
@@ -166,9 +180,11 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
     def select_framework() -> str:
         """Choose the training framework for the brief, hardware and model, with cited reasons."""
         hw = _need(ws.hardware, "the hardware", "profile_hardware")
-        model = _need(ws.model, "the model", "lookup_model")
-        memory = plan_memory(model, hw, ws.brief)
-        ws.framework = _select(ws.brief, hw, model, memory)
+        if ws.brief.task == "agent-app":
+            ws.framework = _select(ws.brief, hw, None, None)
+        else:
+            model = _need(ws.model, "the model", "lookup_model")
+            ws.framework = _select(ws.brief, hw, model, plan_memory(model, hw, ws.brief))
         ws.progress(f"framework: {ws.framework.primary}")
         return _dump(ws.framework)
 
@@ -219,7 +235,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         hw = _need(ws.hardware, "the hardware", "profile_hardware")
         model = _need(ws.model, "the model", "lookup_model")
         fw = ws.framework
-        if fw is not None and fw.primary not in {"deepspeed"} and memory.chosen == "ddp":
+        if fw is not None and fw.primary not in DEEPSPEED_FRAMEWORKS:
             ws.deepspeed_config = None
             return json.dumps(
                 {"deepspeed_config": None, "reason": f"{fw.primary} does not use DeepSpeed"}
@@ -239,6 +255,9 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         hw = _need(ws.hardware, "the hardware", "profile_hardware")
         model = _need(ws.model, "the model", "lookup_model")
         fw = _need(ws.framework, "the framework", "the researcher's select_framework")
+        if fw.primary not in LAUNCHABLE:
+            ws.launch = LaunchSpec(command=[], files={})
+            return json.dumps({"launch": None, "reason": not_launchable(fw.primary)})
         ws.launch = _emit_launch(
             ws.out_dir, ws.brief, hw, model, fw, ws.deepspeed_config, steps=steps
         )
@@ -259,15 +278,19 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
 
 def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
     """Run (or skip) the smoke test for the workspace's plan and attach the predicted peak memory."""
+    if ws.brief.task == "agent-app":
+        return SmokeResult(status="skipped", reason=AGENT_APP_SMOKE)
     if not ws.brief.smoke:
         return SmokeResult(status="skipped", reason="the brief turns smoke runs off")
+    if ws.framework is not None and ws.framework.primary not in LAUNCHABLE:
+        return SmokeResult(status="skipped", reason=not_launchable(ws.framework.primary))
     model = _need(ws.model, "the model", "lookup_model")
     memory = _need(ws.memory, "the memory plan", "plan_parallelism")
     from tools.deepspeed_config import emit_deepspeed_config as _emit
     from tools.smoke import run_smoke_test as _run
 
     config = ws.deepspeed_config
-    if config is None and (ws.framework is None or ws.framework.primary == "deepspeed"):
+    if config is None and (ws.framework is None or ws.framework.primary in DEEPSPEED_FRAMEWORKS):
         config = _emit(
             memory, model, _need(ws.hardware, "the hardware", "profile_hardware"), ws.brief
         )
@@ -335,7 +358,9 @@ def reviewer_tools(ws: Workspace) -> list[BaseTool]:
             ws.brief,
             _need(ws.hardware, "the hardware", "profile_hardware"),
             _need(ws.framework, "the framework", "select_framework"),
-            _need(ws.memory, "the memory plan", "plan_parallelism"),
+            ws.memory
+            if ws.brief.task == "agent-app"
+            else _need(ws.memory, "the memory plan", "plan_parallelism"),
             ws.deepspeed_config,
             ws.smoke or SmokeResult(status="skipped", reason="no smoke run was made"),
         )

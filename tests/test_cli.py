@@ -92,7 +92,7 @@ def test_missing_brief_file_and_unknown_flag_exit_2(tmp_path: Path) -> None:
 def test_profile_local(tmp_path: Path) -> None:
     res = run_cli("profile", "--json", "hw.json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    hw = json.loads((tmp_path / "hw.json").read_text())
+    hw = json.loads((tmp_path / "hw.json").read_text())["hardware"]
     assert hw["source"] == "local" and hw["cpu_cores"] >= 1
 
 

@@ -44,6 +44,8 @@ def brief_from_dict(data: Any) -> TrainingBrief:
     """Validate a mapping as a TrainingBrief, raising InputError naming the first bad field."""
     if not isinstance(data, dict):
         raise InputError("brief", f"must be a mapping of brief fields, got {type(data).__name__}")
+    if data.get("model") is None and data.get("task") != "agent-app":
+        raise InputError("brief.model", "is required (only an agent-app brief may omit it)")
     try:
         return TrainingBrief.model_validate(data)
     except ValidationError as exc:
@@ -87,12 +89,28 @@ _BATCH_RE = re.compile(r"(?:global\s+)?batch(?:\s+size)?\s*(?:of|=|:)?\s*(\d+)",
 _SIZE_RE = re.compile(
     r"\b(\d+(?:\.\d+)?)\s*([bm])(?:illion)?\s*(?:param(?:eter)?s?)?\s*model\b", re.I
 )
+# Checked in order: training words win over serving words ("serves a model; retrain it").
 _TASKS = (
-    ("lora", r"\b(?:q?lora|adapter)"),
-    ("pretrain", r"\bpre-?train"),
-    ("inference", r"\b(?:inference|serv(?:e|ing))\b"),
-    ("agent-app", r"\bagent(?:ic)?\s+app"),
-    ("finetune", r"\bfine-?tun"),
+    ("lora", r"\b(?:q?lora|adapters?)\b"),
+    ("pretrain", r"\bpre-?train|\btrain(?:ing)?\s+(?:our|its|their|my)\s+own\b|\bfrom scratch\b"),
+    ("finetune", r"\bfine-?tun|\bre-?train|\bcontinue(?:d)? training\b"),
+    ("inference", r"\b(?:inference|serv(?:e|es|ing))\b"),
+)
+# An application built from agents, where nothing is trained.
+_AGENT_APP = re.compile(
+    r"\b(?:agent(?:ic)?\s+app\w*|multi-?agent|assistant|chatbot|copilot)\b", re.I
+)
+_TRAINING = re.compile(r"\b(?:pre-?train\w*|fine-?tun\w*|re-?train\w*|train(?:ing)?)\b", re.I)
+_TEAM = (
+    ("experience", "beginner", r"\b(?:beginners?|novices?|new to|junior|first time)\b"),
+    ("experience", "expert", r"\b(?:experts?|experienced|senior|veterans?)\b"),
+    ("existing_stack", "tensorflow", r"\b(?:tensorflow|keras|tf\.distribute)\b"),
+    ("existing_stack", "pytorch", r"\b(?:pytorch|torch)\b"),
+)
+_DEPLOYMENT = (
+    ("mobile", r"\b(?:mobile|on-device|android|ios)\b"),
+    ("production-serving", r"\b(?:serv(?:e|es|ing)|production)\b"),
+    ("research", r"\b(?:research\w*|prototyp\w*|university|lab|experiment\w*|paper)\b"),
 )
 
 
@@ -105,8 +123,10 @@ def parse_request(text: str, known_models: list[str]) -> TrainingBrief:
     """Read a free-text request ("fine-tune llama-3-8b on 8 A100s") into a brief.
 
     Offline and deterministic: recognises catalog model names, model sizes ("a 7B model"),
-    GPU counts and types, sequence length, batch size and task words. A request without a
-    model is an input error, since every number downstream depends on it.
+    GPU counts and types, sequence length, batch size, task words, the team's experience and
+    stack, and where the model will be deployed. A training request without a model is an
+    input error, since every number downstream depends on it; an agent application (an
+    assistant, a multi-agent app) trains nothing and needs none.
     """
     if not text or not text.strip():
         raise InputError(
@@ -128,7 +148,10 @@ def parse_request(text: str, known_models: list[str]) -> TrainingBrief:
         if m:
             scale = 1e9 if m.group(2).lower() == "b" else 1e6
             data["model"] = {"params": float(m.group(1)) * scale}
-    if "model" not in data:
+    agent_app = bool(_AGENT_APP.search(text)) and not _TRAINING.search(text)
+    if agent_app:
+        data["task"] = "agent-app"
+    elif "model" not in data:
         raise InputError(
             "request",
             "names no model; say which (e.g. 'llama-3-8b', 'gpt2', 'a 7B model') or use --brief",
@@ -139,19 +162,32 @@ def parse_request(text: str, known_models: list[str]) -> TrainingBrief:
         data["hardware"] = f"1x{m.group(1)}x{_normalise_gpu(m.group(2))}"
     if m := _SEQ_RE.search(text):
         data["seq_len"] = int(m.group(1)) * (1024 if m.group(2) else 1)
-    elif isinstance(data["model"], str):
+    elif isinstance(data.get("model"), str):
         # No length given: the default, but never past the model's position table (gpt2: 1024).
         from tools.models import lookup_model
 
         cfg = lookup_model(data["model"], 1).hf_config or {}
         limit = cfg.get("n_positions") or cfg.get("max_position_embeddings")
+        if cfg.get("image_size") and cfg.get("patch_size"):
+            # A vision transformer's sequence is its patches plus the class token.
+            limit = (int(cfg["image_size"]) // int(cfg["patch_size"])) ** 2 + 1
         if isinstance(limit, int) and limit < DEFAULT_SEQ_LEN:
             data["seq_len"] = limit
     if m := _BATCH_RE.search(text):
         data["global_batch_size"] = int(m.group(1))
-    for task, pattern in _TASKS:
+    for task, pattern in _TASKS if not agent_app else ():
         if re.search(pattern, low):
             data["task"] = task
+            break
+    team: dict[str, str] = {}
+    for key, value, pattern in _TEAM:
+        if key not in team and re.search(pattern, low):
+            team[key] = value
+    if team:
+        data["team"] = team
+    for deployment, pattern in _DEPLOYMENT:
+        if re.search(pattern, low):
+            data["deployment"] = deployment
             break
     if re.search(r"\bno smoke\b|\bwithout (?:a )?smoke", low):
         data["smoke"] = False

@@ -1,11 +1,14 @@
-"""Pick a training framework from the brief, the hardware and the memory plan.
+"""Pick a training framework: a deterministic scorer over the brief, the hardware and the memory plan.
 
-The rules are written down here (not left to a model) so the choice is reproducible; each
-reason cites a knowledge card in ``knowledge/cards`` that states the trade-off.
+Every candidate collects points from named signals, and every point carries its reason, so the
+choice can be explained and reproduced; each framework's trade-offs are stated, with sources,
+in a knowledge card (``knowledge/cards/<id>.md``) that the choice cites.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
@@ -14,11 +17,55 @@ import yaml
 from tools.schemas import (
     Alternative,
     FrameworkChoice,
+    FrameworkId,
     HardwareSpec,
     MemoryPlan,
     ModelSpec,
     TrainingBrief,
 )
+
+# A model at or past this size needs pipeline or tensor parallelism on top of ZeRO in practice
+# (Megatron-LM and DeepSpeed's 3D parallelism papers train >100B models that way).
+PIPELINE_PARAMS = 100e9
+
+CARD_OF: dict[str, str] = {
+    "pytorch": "pytorch",
+    "pytorch_ddp": "pytorch",
+    "pytorch_fsdp": "pytorch",
+    "deepspeed": "deepspeed",
+    "horovod": "horovod",
+    "tensorflow": "tensorflow",
+    "megatron": "megatron",
+    "langgraph": "langchain",
+    "langchain": "langchain",
+    "crewai": "crewai",
+    "autogen": "autogen",
+}
+STACKS: dict[str, list[FrameworkId]] = {
+    "pytorch": ["pytorch"],
+    "pytorch_ddp": ["pytorch", "pytorch_ddp"],
+    "pytorch_fsdp": ["pytorch", "pytorch_fsdp"],
+    "deepspeed": ["pytorch", "deepspeed"],
+    "horovod": ["pytorch", "horovod"],
+    "tensorflow": ["tensorflow"],
+    "megatron": ["pytorch", "megatron", "deepspeed"],
+    "langgraph": ["langgraph", "langchain"],
+    "crewai": ["crewai"],
+    "autogen": ["autogen"],
+}
+_RESEARCH = re.compile(
+    r"\b(?:prototyp\w*|research\w*|experiment\w*|novel|new (?:\w+ )?algorithms?|ablation)", re.I
+)
+_MULTI_AGENT = re.compile(
+    r"\b(?:multi-?agent|several (?:\w+ )?agents|cooperat\w*|crew|roles?)\b", re.I
+)
+_CONVERSATION = re.compile(r"\b(?:conversation\w*|group chat|debate|chat)\b", re.I)
+_NAMED = {
+    "deepspeed": re.compile(r"\bdeepspeed\b", re.I),
+    "pytorch_fsdp": re.compile(r"\bfsdp\b", re.I),
+    "horovod": re.compile(r"\bhorovod\b", re.I),
+    "megatron": re.compile(r"\bmegatron\b", re.I),
+}
 
 
 @lru_cache(maxsize=1)
@@ -39,109 +86,202 @@ def load_cards() -> dict[str, dict[str, object]]:
     return cards
 
 
-def _cite(*card_ids: str) -> list[str]:
+def cite(*framework_ids: str) -> list[str]:
+    """Citations (card path and title) for the cards that state these frameworks' trade-offs."""
     cards = load_cards()
-    return [f"knowledge/cards/{cid}.md: {cards[cid]['title']}" for cid in card_ids]
+    out: list[str] = []
+    for fid in framework_ids:
+        cid = CARD_OF[fid]
+        line = f"knowledge/cards/{cid}.md: {cards[cid]['title']}"
+        if line not in out:
+            out.append(line)
+    return out
+
+
+@dataclass
+class Score:
+    """One candidate's points, each with the reason that earned (or cost) it."""
+
+    framework: FrameworkId
+    points: int = 0
+    reasons: list[str] = field(default_factory=list)
+    excluded: str = ""
+
+    def add(self, points: int, reason: str) -> None:
+        """Add (or subtract) points for a stated reason."""
+        self.points += points
+        self.reasons.append(f"{points:+d} {reason}")
+
+
+def score_frameworks(
+    brief: TrainingBrief, hardware: HardwareSpec, model: ModelSpec | None, memory: MemoryPlan | None
+) -> list[Score]:
+    """Score every candidate; the list is sorted best first (ties keep the listed order)."""
+    text = brief.goal
+    if brief.task == "agent-app":
+        return _score_agent_apps(text)
+    stack, exp = brief.team.existing_stack, brief.team.experience
+    fits = memory is not None and memory.chosen == "ddp"
+    world, multi_node = hardware.world_size, hardware.nodes > 1
+    params = model.params if model else 0
+    research = brief.deployment == "research" or bool(_RESEARCH.search(text))
+    serving = brief.deployment in {"production-serving", "mobile"}
+    scores = {
+        f: Score(f)
+        for f in (
+            "pytorch",
+            "pytorch_ddp",
+            "pytorch_fsdp",
+            "deepspeed",
+            "horovod",
+            "tensorflow",
+            "megatron",
+        )
+    }
+    s = scores
+
+    for fid, pattern in _NAMED.items():
+        if pattern.search(text):
+            s[fid].add(5, "the request names it")  # type: ignore[index]
+    if stack == "tensorflow":
+        s["tensorflow"].add(6, "the team already runs TensorFlow")
+        s["horovod"].add(1, "Horovod also drives TensorFlow/Keras")
+        if serving:
+            s["tensorflow"].add(2, "TF Serving / TF Lite carry the model into production")
+    else:
+        for fid in ("pytorch", "pytorch_ddp", "deepspeed"):
+            s[fid].add(
+                3,
+                "PyTorch-based, as the team"
+                + (" is" if stack == "pytorch" else " has no stack yet"),
+            )
+        s["pytorch_fsdp"].add(2, "PyTorch-native")
+    if not fits:
+        # Model states do not fit one GPU as replicas: only sharding frameworks can run it.
+        for fid in ("pytorch", "pytorch_ddp", "horovod", "tensorflow"):
+            s[fid].add(
+                -10,
+                "replicates parameters, gradients and optimizer states on every GPU; they do not fit",
+            )  # type: ignore[index]
+        s["deepspeed"].add(
+            6, "ZeRO shards model states across ranks, with offload when that is not enough"
+        )
+        if stack == "pytorch" and exp == "expert":
+            s["pytorch_fsdp"].add(
+                4, "FSDP shards like ZeRO-3 without a new dependency, for a team that knows PyTorch"
+            )
+        if params >= PIPELINE_PARAMS and multi_node:
+            s["megatron"].add(
+                8,
+                f"{params / 1e9:.0f} B parameters need tensor and pipeline parallelism across nodes",
+            )
+    else:
+        if research:
+            s["pytorch"].add(
+                4,
+                "prototyping new methods wants plain PyTorch: the fewest layers between idea and code",
+            )
+        if world == 1:
+            s["pytorch"].add(2, "one device: no distribution layer needed")
+        else:
+            s["pytorch_ddp"].add(
+                3, "the model fits every GPU, so data parallelism is the fastest use of several"
+            )
+            if multi_node:
+                s["pytorch_ddp"].add(2, "torchrun's rendezvous scales the same script across nodes")
+                s["horovod"].add(2, "ring all-reduce across nodes, launched with horovodrun")
+            if exp == "beginner":
+                s["pytorch_ddp"].add(1, "DDP is the best-documented path for a beginner team")
+    ranked = sorted(scores.values(), key=lambda sc: -sc.points)
+    return ranked
+
+
+def _score_agent_apps(text: str) -> list[Score]:
+    s = {f: Score(f) for f in ("langgraph", "crewai", "autogen")}
+    s["langgraph"].add(
+        10,
+        "an explicit state graph with checkpointing, interrupts and streaming on LangChain's models and tools",
+    )
+    s["crewai"].add(8, "role and task definitions as data, run as a crew")
+    s["autogen"].add(7, "conversational agents composed into teams")
+    if _MULTI_AGENT.search(text):
+        s["crewai"].add(3, "several cooperating agents with distinct roles")
+    if _CONVERSATION.search(text):
+        s["autogen"].add(3, "the work is a conversation between agents")
+    return sorted(s.values(), key=lambda sc: -sc.points)
+
+
+# What each framework offers as a runner-up, and which runners-up each primary names first:
+# the paths a team takes next from that choice (scale out, shard, serve, add agents).
+ALT_REASON: dict[str, str] = {
+    "pytorch": "plain PyTorch on one device, the fastest loop for prototyping",
+    "pytorch_ddp": "PyTorch DDP across GPUs and nodes when one device is not enough",
+    "pytorch_fsdp": "PyTorch-native sharding (like ZeRO-3), launched with torchrun, no extra dependency",
+    "deepspeed": "ZeRO sharding and CPU/NVMe offload when the model outgrows one GPU",
+    "horovod": "Horovod ring all-reduce across an MPI cluster, for TensorFlow or PyTorch",
+    "tensorflow": "keeps a TensorFlow team's stack while the model fits one GPU",
+    "megatron": "tensor and pipeline parallelism (3D with DeepSpeed) for models of hundreds of billions of parameters",
+    "crewai": "when several agents with distinct roles cooperate (a crew)",
+    "autogen": "when the work is a conversation between agents (group chats)",
+    "langgraph": "an explicit, checkpointed state graph of agents and tools",
+}
+NEXT_STEPS: dict[str, list[FrameworkId]] = {
+    "pytorch": ["pytorch_ddp", "horovod"],
+    "pytorch_ddp": ["horovod", "deepspeed"],
+    "pytorch_fsdp": ["deepspeed", "megatron"],
+    "deepspeed": ["pytorch_fsdp", "megatron"],
+    "megatron": ["deepspeed", "pytorch_fsdp"],
+    "horovod": ["pytorch_ddp", "deepspeed"],
+    "tensorflow": ["pytorch", "horovod"],
+    "langgraph": ["crewai", "autogen"],
+    "crewai": ["langgraph", "autogen"],
+    "autogen": ["langgraph", "crewai"],
+}
+
+
+def _alternative_reason(fid: FrameworkId, brief: TrainingBrief, points: int | None) -> str:
+    if fid == "pytorch" and brief.deployment in {"production-serving", "mobile"}:
+        reason = "PyTorch with TorchServe (or ExecuTorch on mobile) if the team moves stacks"
+    else:
+        reason = ALT_REASON[fid]
+    return reason + (f" (score {points})" if points is not None else "")
 
 
 def select_framework(
-    brief: TrainingBrief, hardware: HardwareSpec, model: ModelSpec, memory: MemoryPlan | None = None
+    brief: TrainingBrief,
+    hardware: HardwareSpec,
+    model: ModelSpec | None,
+    memory: MemoryPlan | None = None,
 ) -> FrameworkChoice:
     """Choose the primary framework, the stack around it and the alternatives, with reasons."""
-    if brief.task == "agent-app":
-        return FrameworkChoice(
-            primary="langgraph",
-            stack=["langgraph", "langchain"],
-            alternatives=[
-                Alternative(
-                    name="crewai",
-                    reason="role/task definitions as data; less control over the flow",
-                ),
-                Alternative(
-                    name="autogen", reason="conversation-first teams; a natural fit for group chats"
-                ),
-            ],
-            rationale="An agent application needs orchestration, not distributed training: LangGraph "
-            "gives an explicit state graph with checkpointing and interrupts.",
-            citations=_cite("agent-frameworks"),
-        )
-
-    chosen = memory.chosen if memory else None
-    fits_replicated = chosen == "ddp"
-    multi_node = hardware.nodes > 1
-
-    if brief.team.existing_stack == "tensorflow" and (fits_replicated or memory is None):
-        alts = [Alternative(name="deepspeed", reason="needed only if the model outgrows one GPU")]
-        if multi_node:
-            alts.insert(
-                0, Alternative(name="horovod", reason="ring all-reduce over MPI across nodes")
-            )
-        return FrameworkChoice(
-            primary="tensorflow",
-            stack=["tensorflow"],
-            alternatives=alts,
-            rationale="The team runs TensorFlow and the model states fit one GPU, so "
-            f"{'MultiWorkerMirroredStrategy' if multi_node else 'MirroredStrategy'} keeps their stack.",
-            citations=_cite("tensorflow", "horovod"),
-        )
-
+    ranked = score_frameworks(brief, hardware, model, memory)
+    best = ranked[0]
+    stack = list(STACKS[best.framework])
+    points = {sc.framework: sc.points for sc in ranked}
+    # The primary's next steps first, then any other candidate that scored above zero.
+    order = NEXT_STEPS[best.framework] + [sc.framework for sc in ranked[1:] if sc.points > 0]
+    names = list(dict.fromkeys(f for f in order if f != best.framework))[:3]
     alternatives = [
-        Alternative(
-            name="pytorch_fsdp",
-            reason="native PyTorch sharding (like ZeRO-3) launched with torchrun",
-        ),
-        Alternative(
-            name="horovod", reason="all-reduce data parallelism only; no sharding of model states"
-        ),
+        Alternative(name=f, reason=_alternative_reason(f, brief, points.get(f))) for f in names
     ]
-    if brief.team.existing_stack == "tensorflow":
-        rationale = (
-            f"The model states do not fit one GPU with replicas ({chosen} chosen), and TensorFlow has "
-            "no ZeRO-3-style sharding; DeepSpeed on PyTorch is the practical path despite the stack change."
+    rationale = (
+        f"{best.framework} scores {best.points}: "
+        + "; ".join(r.split(" ", 1)[1] for r in best.reasons if not r.startswith("-"))
+        + "."
+    )
+    if brief.task == "agent-app":
+        rationale += (
+            " Nothing is trained, so there is no parallelism plan, DeepSpeed config or smoke run."
         )
-        return FrameworkChoice(
-            primary="deepspeed",
-            stack=["pytorch", "deepspeed"],
-            alternatives=[
-                Alternative(
-                    name="tensorflow", reason="keeps the stack but cannot shard model states"
-                )
-            ],
-            rationale=rationale,
-            citations=_cite("deepspeed", "tensorflow"),
-        )
-    if fits_replicated and brief.team.experience == "expert" and hardware.gpus_per_node > 1:
-        return FrameworkChoice(
-            primary="pytorch_ddp",
-            stack=["pytorch", "pytorch_ddp"],
-            alternatives=[
-                Alternative(
-                    name="deepspeed", reason="one JSON config for precision and accumulation"
-                )
-            ]
-            + alternatives[1:],
-            rationale="Parameters, gradients and optimizer states fit every GPU, and DDP is the simplest and "
-            "fastest way to use them for a team that knows PyTorch well.",
-            citations=_cite("pytorch"),
-        )
-    if fits_replicated:
-        rationale = (
-            "The model fits with full replicas, so DeepSpeed runs it as plain data parallelism (ZeRO "
-            "stage 0); its one JSON config carries precision, accumulation and checkpointing unchanged "
-            "from this machine to a cluster, which suits a team that wants fewer moving parts."
-        )
-        alternatives.insert(
-            0, Alternative(name="pytorch_ddp", reason="same parallelism, no extra dependency")
-        )
-    else:
-        rationale = (
-            f"The model states do not fit one GPU as replicas; DeepSpeed {chosen} shards them across "
-            f"{hardware.world_size} ranks and keeps the launch and config in one place."
-        )
+    elif best.framework == "deepspeed" and model is not None:
+        if model.params >= PIPELINE_PARAMS:
+            rationale += " At this size add pipeline parallelism (DeepSpeed's PipelineModule or Megatron-LM) to ZeRO."
+        elif memory is not None:
+            rationale += f" The memory plan picks {memory.chosen}; the largest models add pipeline parallelism."
     return FrameworkChoice(
-        primary="deepspeed",
-        stack=["pytorch", "deepspeed"],
+        primary=best.framework,
+        stack=stack,
         alternatives=alternatives,
         rationale=rationale,
-        citations=_cite("deepspeed", "pytorch"),
+        citations=cite(best.framework, *(a.name for a in alternatives)),
     )

@@ -414,7 +414,9 @@ def _count(config_json: str) -> _Counted:
         hidden=int(config.hidden_size),
         heads=int(config.num_attention_heads),
         kv_heads=int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads),
-        vocab=int(config.vocab_size),
+        # Vision encoders have no token vocabulary; their output layer is the label set,
+        # which is what the planner's logits term (s*b*V) then sizes.
+        vocab=int(getattr(config, "vocab_size", None) or getattr(config, "num_labels", None) or 1),
         intermediate=_intermediate(config),
         max_positions=_learned_positions(model, config),
     )

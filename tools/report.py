@@ -28,19 +28,27 @@ def render_markdown(plan: TrainingPlan) -> str:
         plan.review,
     )
     gpu = f"{hw.gpu.name} ({hw.gpu.memory_gb:g} GB)" if hw.gpu else "no GPU (CPU only)"
+    strategy = (
+        f"**Strategy:** {mem.chosen}, micro-batch {mem.micro_batch_size}, gradient accumulation "
+        f"{mem.gradient_accumulation_steps}{', activation checkpointing' if mem.activation_checkpointing else ''}. "
+        if mem
+        else "**Strategy:** none (nothing is trained). "
+    )
+    model_line = (
+        f"- Model: `{m.name}` ({m.params / 1e9:.3f} B parameters, {m.layers} layers, hidden {m.hidden}, "
+        f"{m.heads} heads, vocab {m.vocab})"
+        if m
+        else "- Model: none to train"
+    )
     lines = [
-        f"# Training plan: {b.goal or m.name}",
+        f"# Training plan: {b.goal or (m.name if m else b.task)}",
         "",
         f"**Verdict:** {rev.verdict} after {rev.rounds} review round(s). "
-        f"**Framework:** {fw.primary}. **Strategy:** {mem.chosen}, micro-batch {mem.micro_batch_size}, "
-        f"gradient accumulation {mem.gradient_accumulation_steps}"
-        f"{', activation checkpointing' if mem.activation_checkpointing else ''}. "
-        f"**Smoke test:** {smoke.status}.",
+        f"**Framework:** {fw.primary}. {strategy}**Smoke test:** {smoke.status}.",
         "",
         "## Brief",
         "",
-        f"- Model: `{m.name}` ({m.params / 1e9:.3f} B parameters, {m.layers} layers, hidden {m.hidden}, "
-        f"{m.heads} heads, vocab {m.vocab})",
+        model_line,
         f"- Task: {b.task}; sequence length {b.seq_len}; global batch {b.global_batch_size}; precision {b.precision}",
         f"- Hardware ({hw.source}): {hw.nodes} node(s) x {hw.gpus_per_node} GPU(s), {gpu}"
         + (f", interconnect {hw.interconnect}" if hw.interconnect else "")
@@ -59,28 +67,34 @@ def render_markdown(plan: TrainingPlan) -> str:
     ]
     lines += [f"- Alternative **{a.name}**: {a.reason}" for a in fw.alternatives]
     lines += ["", "Sources: " + "; ".join(fw.citations) if fw.citations else "", ""]
-    lines += [
-        "## Memory per GPU (GB)",
-        "",
-        "| strategy | params | gradients | optimizer | activations | buffers | total | CPU/node | fits |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|:---:|",
-    ]
-    for s in mem.strategies:
-        t = s.per_gpu_bytes
-        mark = " (chosen)" if s.name == mem.chosen else ""
-        lines.append(
-            f"| {s.name}{mark} | {_gb(t.params)} | {_gb(t.gradients)} | {_gb(t.optimizer)} | "
-            f"{_gb(t.activations)} | {_gb(t.buffers)} | {_gb(t.total)} | {_gb(s.cpu_bytes_per_node)} | "
-            f"{'yes' if s.fits else 'no'} |"
-        )
-    if mem.assumptions:
+    if mem is None:
+        lines += ["## Memory per GPU", "", "Not applicable: nothing is trained.", ""]
+    else:
+        lines += [
+            "## Memory per GPU (GB)",
+            "",
+            "| strategy | params | gradients | optimizer | activations | buffers | total | CPU/node | fits |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|:---:|",
+        ]
+        for s in mem.strategies:
+            t = s.per_gpu_bytes
+            mark = " (chosen)" if s.name == mem.chosen else ""
+            lines.append(
+                f"| {s.name}{mark} | {_gb(t.params)} | {_gb(t.gradients)} | {_gb(t.optimizer)} | "
+                f"{_gb(t.activations)} | {_gb(t.buffers)} | {_gb(t.total)} | {_gb(s.cpu_bytes_per_node)} | "
+                f"{'yes' if s.fits else 'no'} |"
+            )
+    if mem and mem.assumptions:
         lines += ["", "Assumptions:", ""] + [f"- {a}" for a in mem.assumptions]
     lines += ["", "## DeepSpeed config", ""]
     if plan.deepspeed_config is not None:
         lines += ["```json", json.dumps(plan.deepspeed_config, indent=2), "```"]
     else:
         lines.append(f"None: {fw.primary} does not use DeepSpeed.")
-    lines += ["", "## Launch", "", "```bash", " ".join(plan.launch.command), "```", ""]
+    if plan.launch.command:
+        lines += ["", "## Launch", "", "```bash", " ".join(plan.launch.command), "```", ""]
+    else:
+        lines += ["", "## Launch", "", "No launch files were generated for this plan.", ""]
     lines += [f"- `{name}`: {path}" for name, path in plan.launch.files.items()]
     lines += ["", "## Smoke test", ""]
     if smoke.status == "skipped":
@@ -134,7 +148,7 @@ def write_report(plan: TrainingPlan, out_dir: Path) -> ReportPaths:
     plan = plan.model_copy(update={"report": paths})
     md = render_markdown(plan)
     write_atomic(out_dir / "report.md", md)
-    write_atomic(out_dir / "report.html", render_html(md, plan.brief.goal or plan.model.name))
+    write_atomic(out_dir / "report.html", render_html(md, plan.brief.goal or "training plan"))
     write_atomic(out_dir / "plan.json", plan_json(plan))
     return paths
 
@@ -142,5 +156,6 @@ def write_report(plan: TrainingPlan, out_dir: Path) -> ReportPaths:
 def plan_json(plan: TrainingPlan) -> str:
     """The plan as contract JSON (hf_config left out: it is in model_config.json)."""
     data = plan.model_dump(mode="json")
-    data["model"].pop("hf_config", None)
+    if data["model"]:
+        data["model"].pop("hf_config", None)
     return json.dumps(data, indent=2) + "\n"

@@ -24,7 +24,7 @@ def check_plan(
     brief: TrainingBrief,
     hardware: HardwareSpec,
     framework: FrameworkChoice,
-    memory: MemoryPlan,
+    memory: MemoryPlan | None,
     deepspeed_config: dict[str, Any] | None,
     smoke: SmokeResult,
 ) -> list[Finding]:
@@ -53,31 +53,12 @@ def check_plan(
                     message=f"{micro} x {accum} x {ws} = {train} sequences per step, as the brief asks",
                 )
             )
-    chosen = next((s for s in memory.strategies if s.name == memory.chosen), None)
-    if chosen is None or not chosen.fits:
-        findings.append(
-            Finding(
-                severity="error",
-                check="memory_headroom",
-                message=f"the chosen strategy {memory.chosen} does not fit in GPU memory",
-                fix="a higher ZeRO stage, offload, activation checkpointing or more GPUs",
-            )
-        )
-    elif memory.capacity_bytes:
-        headroom = 1 - chosen.per_gpu_bytes.total / memory.capacity_bytes
-        sev: Literal["info", "warning"] = "info" if headroom >= MIN_HEADROOM else "warning"
-        findings.append(
-            Finding(
-                severity=sev,
-                check="memory_headroom",
-                message=f"{memory.chosen} uses {chosen.per_gpu_bytes.total / 1e9:.1f} GB of "
-                f"{memory.capacity_bytes / 1e9:.1f} GB per device ({headroom:.0%} headroom)",
-                fix=""
-                if sev == "info"
-                else "lower the micro-batch or enable activation checkpointing",
-            )
-        )
-    if framework.primary in {"pytorch_ddp", "tensorflow", "horovod"} and memory.chosen != "ddp":
+    findings.extend(_memory_findings(memory))
+    if (
+        memory
+        and framework.primary in {"pytorch", "pytorch_ddp", "tensorflow", "horovod"}
+        and memory.chosen != "ddp"
+    ):
         findings.append(
             Finding(
                 severity="error",
@@ -136,6 +117,41 @@ def check_plan(
             )
         )
     return findings
+
+
+def _memory_findings(memory: MemoryPlan | None) -> list[Finding]:
+    """Does the chosen strategy fit, and with how much headroom?"""
+    if memory is None:
+        return [
+            Finding(
+                severity="info",
+                check="memory_headroom",
+                message="nothing is trained: no memory plan needed",
+            )
+        ]
+    chosen = next((s for s in memory.strategies if s.name == memory.chosen), None)
+    if chosen is None or not chosen.fits:
+        return [
+            Finding(
+                severity="error",
+                check="memory_headroom",
+                message=f"the chosen strategy {memory.chosen} does not fit in GPU memory",
+                fix="a higher ZeRO stage, offload, activation checkpointing or more GPUs",
+            )
+        ]
+    if not memory.capacity_bytes:
+        return []
+    headroom = 1 - chosen.per_gpu_bytes.total / memory.capacity_bytes
+    ok = headroom >= MIN_HEADROOM
+    return [
+        Finding(
+            severity="info" if ok else "warning",
+            check="memory_headroom",
+            message=f"{memory.chosen} uses {chosen.per_gpu_bytes.total / 1e9:.1f} GB of "
+            f"{memory.capacity_bytes / 1e9:.1f} GB per device ({headroom:.0%} headroom)",
+            fix="" if ok else "lower the micro-batch or enable activation checkpointing",
+        )
+    ]
 
 
 def decide(findings: list[Finding], round_no: int, max_rounds: int) -> Review:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Task = Literal["pretrain", "finetune", "lora", "inference", "agent-app"]
 Precision = Literal["bf16", "fp16", "fp32", "auto"]
@@ -71,11 +71,14 @@ class TrainingBrief(_Strict):
     """What the user wants to train, on what (DESIGN.md brief format)."""
 
     goal: str = ""
-    model: str | ModelParams | ModelShape
+    # None only for an agent application, which trains nothing.
+    model: str | ModelParams | ModelShape | None = None
     task: Task = "finetune"
     seq_len: int = Field(default=2048, gt=0, le=1_048_576)
     global_batch_size: int = Field(default=32, gt=0, le=1_000_000)
     hardware: str = "local"
+    # Between nodes: ib400 | ib200 | roce100 | eth25 | nvlink; None when unknown.
+    interconnect: str | None = None
     precision: Precision = "auto"
     team: Team = Field(default_factory=Team)
     deployment: Deployment = "none"
@@ -87,6 +90,12 @@ class TrainingBrief(_Strict):
         if isinstance(value, str) and not value.strip():
             raise ValueError("must name a catalog model, a config.json path or give params")
         return value
+
+    @model_validator(mode="after")
+    def _model_needed_for_training(self) -> TrainingBrief:
+        if self.model is None and self.task != "agent-app":
+            raise ValueError("model is required (only an agent-app brief may omit it)")
+        return self
 
 
 class GPUSpec(BaseModel):
@@ -251,9 +260,9 @@ class TrainingPlan(BaseModel):
 
     brief: TrainingBrief
     hardware: HardwareSpec
-    model: ModelSpec
+    model: ModelSpec | None  # None for an agent application (nothing is trained)
     framework: FrameworkChoice
-    memory: MemoryPlan
+    memory: MemoryPlan | None
     deepspeed_config: dict[str, Any] | None
     launch: LaunchSpec
     smoke_test: SmokeResult
