@@ -48,6 +48,17 @@ def _results(messages: list[BaseMessage]) -> dict[str, Any]:
     return out
 
 
+def _sources(passages: Any) -> str:
+    """Name the knowledge passages the researcher read."""
+    if not isinstance(passages, list) or not passages:
+        return ""
+    return (
+        " Read: "
+        + "; ".join(p["cite"] for p in passages if isinstance(p, dict) and "cite" in p)
+        + "."
+    )
+
+
 class OfflinePlaybookModel(BaseChatModel):
     """A deterministic chat model that follows the researcher/engineer/reviewer playbooks."""
 
@@ -111,6 +122,10 @@ class OfflinePlaybookModel(BaseChatModel):
             return self._call(*calls)
         if "select_framework" not in done:
             return self._call(("select_framework", {}))
+        fw_done = done["select_framework"]
+        if "search_knowledge" not in done and "error" not in fw_done:
+            query = f"when to choose {fw_done['primary']}: {brief.get('goal') or brief.get('task')}"
+            return self._call(("search_knowledge", {"query": query[:500], "k": 3}))
         hw, model, fw = (
             done.get("profile_hardware", {}),
             done.get("lookup_model", {}),
@@ -127,6 +142,7 @@ class OfflinePlaybookModel(BaseChatModel):
                 else "No model is trained. "
             )
             + f"Framework: {fw['primary']}. {fw['rationale']}"
+            + _sources(done.get("search_knowledge"))
         )
 
     def _engineer(self, context: dict[str, Any], done: dict[str, Any]) -> AIMessage:

@@ -107,6 +107,17 @@ class LookupModelArgs(BaseModel):
     seq_len: int = Field(gt=0, description="training sequence length in tokens")
 
 
+class SearchKnowledgeArgs(BaseModel):
+    """Arguments of search_knowledge."""
+
+    query: str = Field(
+        min_length=3,
+        max_length=500,
+        description="the question, e.g. 'when to choose ZeRO-3 over FSDP'",
+    )
+    k: int = Field(default=3, ge=1, le=8, description="how many passages to return, best first")
+
+
 class NoArgs(BaseModel):
     """This tool takes no arguments."""
 
@@ -188,10 +199,31 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
         ws.progress(f"framework: {ws.framework.primary}")
         return _dump(ws.framework)
 
+    def search_knowledge(query: str, k: int = 3) -> str:
+        """Search the framework knowledge cards; returns passages with card#section citations."""
+        from tools.knowledge import cite
+        from tools.knowledge import search_knowledge as _search
+
+        passages = _search(query, ws.settings, k=k)
+        if ws.framework is not None:
+            # Passages about the chosen stack or its alternatives back the choice: cite them.
+            from tools.framework import CARD_OF
+
+            relevant = {
+                CARD_OF[f]
+                for f in [*ws.framework.stack, *(a.name for a in ws.framework.alternatives)]
+            }
+            extra = [cite(p) for p in passages if p.card in relevant]
+            ws.framework.citations = list(dict.fromkeys([*ws.framework.citations, *extra]))
+        return json.dumps(
+            [{"cite": cite(p), "score": round(p.score, 3), "text": p.text[:800]} for p in passages]
+        )
+
     return [
         StructuredTool.from_function(profile_hardware, args_schema=ProfileHardwareArgs),
         StructuredTool.from_function(lookup_model, args_schema=LookupModelArgs),
         StructuredTool.from_function(select_framework, args_schema=NoArgs),
+        StructuredTool.from_function(search_knowledge, args_schema=SearchKnowledgeArgs),
     ]
 
 

@@ -17,19 +17,26 @@ from tools.settings import TELEMETRY_OFF, Settings  # noqa: E402
 os.environ.update(TELEMETRY_OFF)
 
 
+@pytest.fixture(scope="session")
+def knowledge_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One knowledge index for the session: building it embeds every card (seconds)."""
+    return tmp_path_factory.mktemp("knowledge")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, knowledge_dir: Path) -> None:
     """Point trainwright's home and output at this test's tmp_path."""
     monkeypatch.setenv("TRAINWRIGHT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TRAINWRIGHT_KNOWLEDGE_DIR", str(knowledge_dir))
     monkeypatch.setenv("TRAINWRIGHT_OUT", str(tmp_path / "out"))
     for key, value in TELEMETRY_OFF.items():
         monkeypatch.setenv(key, value)
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    """Settings rooted in this test's tmp_path."""
-    return Settings(home=tmp_path / "home", out_dir=tmp_path / "out")
+def settings(tmp_path: Path, knowledge_dir: Path) -> Settings:
+    """Settings rooted in this test's tmp_path (the knowledge index is shared by the session)."""
+    return Settings(home=tmp_path / "home", out_dir=tmp_path / "out", knowledge_dir=knowledge_dir)
 
 
 from typing import Any  # noqa: E402

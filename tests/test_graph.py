@@ -34,6 +34,11 @@ def test_offline_graph_plans_llama_8b_on_8_a100(settings: Settings, tmp_path: Pa
     assert plan["hardware"]["gpus_per_node"] == 8
     assert plan["model"]["params"] == 8_030_261_248
     assert plan["framework"]["primary"] == "deepspeed"
+    # The researcher searched the knowledge index and cites the sections it read.
+    assert any(
+        c.startswith("knowledge/cards/deepspeed.md#") for c in plan["framework"]["citations"]
+    )
+    assert "Read: knowledge/cards/" in plan["narrative"]["researcher"]
     names = {s["name"] for s in plan["memory"]["strategies"]}
     assert {"ddp", "zero1", "zero2", "zero3"} <= names
     cfg = plan["deepspeed_config"]
@@ -93,7 +98,12 @@ def test_scripted_model_choices_reach_the_plan(
     assert plan["narrative"]["engineer"] == "Engineered."
     assert "fallbacks" not in plan["narrative"]
     # The model was shown each role's tools, bound through bind_tools.
-    assert ["profile_hardware", "lookup_model", "select_framework"] in model.bound_tools
+    assert [
+        "profile_hardware",
+        "lookup_model",
+        "select_framework",
+        "search_knowledge",
+    ] in model.bound_tools
     assert ["review_plan"] in model.bound_tools
 
 

@@ -1,6 +1,6 @@
 """Semantic search over the knowledge cards, for the researcher's citations.
 
-The index lives under ``settings.home / "knowledge"`` and is built on first use (see
+The index lives at ``settings.knowledge_index_dir`` and is built on first use (see
 ``knowledge.index``); one ``KnowledgeIndex`` per path is kept for the life of the process so
 the embedding model and the chromadb client load once.
 """
@@ -26,13 +26,13 @@ def search_knowledge(query: str, settings: Settings, k: int = 3) -> list[Passage
 
     Args:
         query: The question or topic in plain words, e.g. "shard optimizer states across GPUs".
-        settings: Run settings; the index is kept under ``settings.home / "knowledge"``.
+        settings: Run settings; the index is kept at ``settings.knowledge_index_dir``.
         k: How many passages to return, best first.
 
     Returns:
         Up to ``k`` passages, each naming its card and section, with a cosine-similarity score.
     """
-    return _index((settings.home / "knowledge").resolve()).search(query, k=k)
+    return _index(settings.knowledge_index_dir.resolve()).search(query, k=k)
 
 
 def cite(passage: Passage) -> str:

@@ -48,6 +48,12 @@ class Settings:
     smoke_timeout_s: float = 300.0
     smoke_cpu_ranks: int = 2
     llm_timeout_s: float = 60.0
+    knowledge_dir: Path | None = None
+
+    @property
+    def knowledge_index_dir(self) -> Path:
+        """Where the chromadb index over the knowledge cards lives (default: under home)."""
+        return self.knowledge_dir or self.home / "knowledge"
 
     @property
     def runs_dir(self) -> Path:
@@ -72,6 +78,8 @@ class Settings:
             from_env["home"] = Path(env["TRAINWRIGHT_HOME"])
         if "TRAINWRIGHT_OUT" in env:
             from_env["out_dir"] = Path(env["TRAINWRIGHT_OUT"])
+        if "TRAINWRIGHT_KNOWLEDGE_DIR" in env:
+            from_env["knowledge_dir"] = Path(env["TRAINWRIGHT_KNOWLEDGE_DIR"])
         if "TRAINWRIGHT_LLM" in env:
             from_env["llm"] = env["TRAINWRIGHT_LLM"]
         if "TRAINWRIGHT_BASE_URL" in env:
