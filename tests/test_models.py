@@ -164,3 +164,12 @@ def test_largest_models_are_fast_enough() -> None:
     for model_id in ("llama-3.1-405b", "mixtral-8x7b", "qwen2.5-72b"):
         lookup_model(model_id, 4096)
     assert time.perf_counter() - started < 30
+
+
+def test_mixture_of_experts_counts_active_parameters() -> None:
+    """Mixtral routes each token to 2 of 8 experts: 46.7 B total, 12.9 B active (Jiang et al. 2024)."""
+    spec = lookup_model("mixtral-8x7b", 4096)
+    assert spec.params == 46_702_792_704
+    assert abs(spec.active_params - 12.9e9) / 12.9e9 < 0.01
+    dense = lookup_model("llama-3-8b", 4096)
+    assert dense.active_params == dense.params

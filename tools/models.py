@@ -60,6 +60,7 @@ class _Counted:
     vocab: int
     intermediate: int | None
     max_positions: int | None
+    active_params: int
 
 
 # ---- catalog ----------------------------------------------------------------------------------
@@ -375,6 +376,7 @@ def _spec_from_config(config: dict[str, Any], seq_len: int, *, name: str, source
         vocab=counted.vocab,
         seq_len=seq_len,
         largest_layer_params=counted.largest_layer_params,
+        active_params=counted.active_params,
         intermediate=counted.intermediate,
         kv_heads=counted.kv_heads,
         family=str(config["model_type"]),
@@ -407,6 +409,7 @@ def _count(config_json: str) -> _Counted:
     # Mirrors deepspeed.runtime.zero.stage3.model_to_params.
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     return _Counted(
+        active_params=_active_params(model, config, params),
         params=params,
         largest_layer_params=largest,
         model_class=type(model).__name__,
@@ -420,6 +423,23 @@ def _count(config_json: str) -> _Counted:
         intermediate=_intermediate(config),
         max_positions=_learned_positions(model, config),
     )
+
+
+def _active_params(model: Any, config: Any, params: int) -> int:
+    """Parameters one token passes through: a mixture of experts routes each token to top-k.
+
+    Counted from the instantiated modules: every parameter under an ``experts`` module belongs
+    to the expert pool (fused or one module per expert), and a token uses top_k / n_experts of
+    it (Mixtral: 46.7 B total, about 12.9 B active, per its paper's "13B active parameters").
+    """
+    n_experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+    top_k = getattr(config, "num_experts_per_tok", None)
+    if not n_experts or not top_k:
+        return params
+    expert_params = sum(
+        p.numel() for name, p in model.named_parameters() if ".experts." in f".{name}"
+    )
+    return params - round(expert_params * (1 - top_k / n_experts))
 
 
 def _hf_config(config_dict: dict[str, Any]) -> Any:

@@ -35,7 +35,13 @@ def render_markdown(plan: TrainingPlan) -> str:
         else "**Strategy:** none (nothing is trained). "
     )
     model_line = (
-        f"- Model: `{m.name}` ({m.params / 1e9:.3f} B parameters, {m.layers} layers, hidden {m.hidden}, "
+        f"- Model: `{m.name}` ({m.params / 1e9:.3f} B parameters"
+        + (
+            f", {m.active_params / 1e9:.2f} B active per token"
+            if m.active_params and m.active_params != m.params
+            else ""
+        )
+        + f", {m.layers} layers, hidden {m.hidden}, "
         f"{m.heads} heads, vocab {m.vocab})"
         if m
         else "- Model: none to train"

@@ -139,6 +139,8 @@ class ModelSpec(BaseModel):
     vocab: int
     seq_len: int
     largest_layer_params: int
+    # Mixture of experts: parameters each token passes through (top-k experts); = params otherwise.
+    active_params: int | None = None
     intermediate: int | None = None
     kv_heads: int | None = None
     family: str | None = None
