@@ -64,9 +64,15 @@ def _build_parser() -> argparse.ArgumentParser:
     )
 
     est = sub.add_parser("estimate", help="memory per GPU for each strategy, without agents")
-    est.add_argument("--brief", type=Path, required=True)
-    est.add_argument("--hardware", help="override the brief's hardware")
-    est.add_argument("--json", dest="json_path", type=Path)
+    est.add_argument("--brief", type=Path, help="YAML or JSON brief (or give --model)")
+    est.add_argument("--model", help="catalog id or config.json path, e.g. llama-3-8b")
+    est.add_argument("--hardware", help="local or NODESxGPUSxTYPE (overrides the brief's)")
+    est.add_argument("--task", help="pretrain | finetune | lora")
+    est.add_argument("--seq-len", type=int, help="tokens per sequence")
+    est.add_argument("--global-batch", type=int, help="sequences per optimizer step")
+    est.add_argument("--micro-batch", type=int, help="sequences per GPU per step (default: chosen)")
+    est.add_argument("--precision", help="bf16 | fp16 | fp32 | auto")
+    est.add_argument("--json", dest="json_path", type=Path, help="write the estimate JSON here")
     return p
 
 
@@ -206,31 +212,57 @@ def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
-    """Print the memory estimate per strategy for a brief."""
-    from tools.brief import brief_from_dict
+    """Print every strategy's memory per GPU, term by term, and the choice."""
+    from tools.brief import brief_from_dict, load_brief
     from tools.hardware import parse_hardware
     from tools.memory import plan_memory
     from tools.models import lookup_model
 
-    brief = brief_from_dict(_load_brief_input(args))
+    if (args.brief is None) == (args.model is None):
+        raise InputError("estimate", "give either --brief FILE or --model M")
+    data = load_brief(args.brief).model_dump(mode="json") if args.brief else {"model": args.model}
+    flags = {
+        "hardware": args.hardware,
+        "task": args.task,
+        "seq_len": args.seq_len,
+        "global_batch_size": args.global_batch,
+        "precision": args.precision,
+    }
+    data.update({k: v for k, v in flags.items() if v is not None})
+    brief = brief_from_dict(data)
     if brief.model is None:
         raise InputError(
             "brief.model", "an agent-app brief trains nothing, so there is no memory to estimate"
         )
-    hw = parse_hardware(brief.hardware)
+    hw = parse_hardware(brief.hardware, brief.interconnect)
     model = lookup_model(brief.model, brief.seq_len)
-    memory = plan_memory(model, hw, brief)
-    data = memory.model_dump(mode="json")
+    memory = plan_memory(model, hw, brief, micro_batch_size=args.micro_batch)
     if args.json_path:
         from tools.files import write_atomic
 
-        write_atomic(args.json_path, json.dumps(data, indent=2) + "\n")
+        write_atomic(args.json_path, json.dumps(memory.model_dump(mode="json"), indent=2) + "\n")
+    gpu = f"{hw.gpu.name} {hw.gpu.memory_gb:g} GB" if hw.gpu else "CPU"
+    print(
+        f"{model.name} ({model.params / 1e9:.2f} B) on {hw.nodes}x{hw.gpus_per_node} {gpu}, seq {brief.seq_len}"
+    )
+    print(
+        f"  {'strategy':<24}{'mb':>3} {'params':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'buffers':>8}{'total':>9}  fits  (GB per GPU)"
+    )
     for s in memory.strategies:
+        t = s.per_gpu_bytes
         mark = "*" if s.name == memory.chosen else " "
-        print(
-            f"{mark} {s.name:<24} {s.per_gpu_bytes.total / 1e9:9.2f} GB/GPU  "
-            f"micro-batch {s.micro_batch_size:<3} fits={s.fits}"
+        terms = "".join(
+            f"{v / 1e9:8.2f}"
+            for v in (t.params, t.gradients, t.optimizer, t.activations, t.buffers)
         )
+        print(
+            f"{mark} {s.name:<24}{s.micro_batch_size:>3} {terms}{t.total / 1e9:9.2f}  {'yes' if s.fits else 'no'}"
+        )
+    print(
+        f"chosen: {memory.chosen}, micro-batch {memory.micro_batch_size} x accumulation "
+        f"{memory.gradient_accumulation_steps}"
+        + (", activation checkpointing" if memory.activation_checkpointing else "")
+    )
     return 0
 
 

@@ -113,3 +113,38 @@ def test_thread_checkpoints_to_sqlite_and_rejects_unsafe_ids(tmp_path: Path) -> 
         "plan", "--brief", brief, "--no-smoke", "--thread", "../x; rm -rf ~", cwd=tmp_path
     )
     assert bad.returncode == 2 and "--thread" in bad.stderr
+
+
+def test_estimate_from_flags_prints_every_strategy_and_writes_json(tmp_path: Path) -> None:
+    res = run_cli(
+        "estimate",
+        "--model",
+        "llama-3-8b",
+        "--hardware",
+        "1x8xA100-80GB",
+        "--seq-len",
+        "4096",
+        "--global-batch",
+        "64",
+        "--json",
+        "e.json",
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads((tmp_path / "e.json").read_text())
+    names = [s["name"] for s in data["strategies"]]
+    assert {"ddp", "zero1", "zero2", "zero3"} <= set(names)
+    for name in names:
+        assert name in res.stdout
+    assert f"chosen: {data['chosen']}" in res.stdout
+    bad = run_cli(
+        "estimate",
+        "--model",
+        "llama-3-8b",
+        "--hardware",
+        "1x8xA100-80GB",
+        "--micro-batch",
+        "0",
+        cwd=tmp_path,
+    )
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
