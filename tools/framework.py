@@ -105,7 +105,6 @@ class Score:
     framework: FrameworkId
     points: int = 0
     reasons: list[str] = field(default_factory=list)
-    excluded: str = ""
 
     def add(self, points: int, reason: str) -> None:
         """Add (or subtract) points for a stated reason."""
