@@ -1,0 +1,470 @@
+"""Step time, throughput and MFU for data-parallel strategies (DDP, ZeRO-1/2/3, ZeRO-Offload).
+
+Pure arithmetic on a ``ModelSpec`` and a ``HardwareSpec``, like ``tools.memory``: no torch, no
+DeepSpeed, microseconds per call. Every number is a model of the run, not a measurement; the
+assumptions that drive it (efficiency per GPU class, link speeds, overlap) are tables below and
+are repeated in each estimate's ``assumptions``.
+
+Sources, cited again at each formula:
+
+- FLOPs: Chowdhery et al. 2022, "PaLM: Scaling Language Modeling with Pathways", appendix B
+  (6N + 12·L·H·Q·T per token, and the definition of MFU); Korthikanti et al. 2022, sec. 4.1
+  (full recomputation re-runs the forward pass).
+- Communication: Rajbhandari et al. 2020, "ZeRO", sec. 7 (DDP and stages 1-2 move 2Ψ per GPU,
+  stage 3 moves 3Ψ); ring all-reduce = reduce-scatter + all-gather, each (n-1)/n·Ψ per GPU
+  (Patarasuk & Yuan 2009); DeepSpeed ``runtime/engine.py`` ``allreduce_gradients`` for when
+  each stage communicates under gradient accumulation.
+- Overlap: Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data Parallel
+  Training" (VLDB), sec. 3.2.3 (bucketed all-reduce overlapping backward).
+- Offload: Ren et al. 2021, "ZeRO-Offload: Democratizing Billion-Scale Model Training",
+  sec. 4 (what crosses PCIe, and the CPU-side Adam step).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from tools.errors import InputError
+from tools.hardware import CatalogGPU, find_gpu
+from tools.memory import OFFLOAD_STRATEGIES, STRATEGY_ORDER, ResolvedPrecision, resolve_precision
+from tools.schemas import GPUSpec, HardwareSpec, ModelSpec, StrategyName
+
+Bottleneck = Literal["compute", "communication", "offload", "unknown"]
+
+# Achieved fraction of dense peak for LLM training, by GPU class: (efficiency, why). The first
+# pattern found in the GPU's normalized name picks the class; order matters ("a100" before
+# "a10"). These are typical achieved MFU figures, not ceilings.
+EFFICIENCY_BY_CLASS: dict[str, tuple[float, str]] = {
+    "hopper": (
+        0.40,
+        "Hopper (H100/H200): Llama 3 reports 38-43% BF16 MFU on H100 (Dubey et al. 2024, "
+        "Table 4); well-tuned DeepSpeed/FSDP fine-tunes land near 40%",
+    ),
+    "blackwell": (
+        0.35,
+        "Blackwell (B200): higher peak than Hopper with less mature kernels; assumed below "
+        "Hopper until published training MFU says otherwise",
+    ),
+    "ampere_datacenter": (
+        0.45,
+        "datacenter Ampere (A100/A800/A30): Megatron-LM reaches 52% of peak on A100 "
+        "(Narayanan et al. 2021); 45% is common for DeepSpeed/FSDP LLM training",
+    ),
+    "volta": (
+        0.30,
+        "Volta (V100): Megatron-LM sustained ~30% of fp16 peak (Shoeybi et al. 2019, "
+        "39 TFLOP/s per GPU of 125)",
+    ),
+    "amd_instinct": (
+        0.30,
+        "AMD Instinct (MI250X/MI300X): ~32% of peak reported for 1T-parameter training on "
+        "Frontier's MI250X (Dash et al. 2023); ROCm kernels trail CUDA's",
+    ),
+    "workstation": (
+        0.30,
+        "consumer/workstation and inference parts (RTX 3090/4090, L4, L40S, A10G): power and "
+        "clock limits under sustained load, smaller caches and lower memory bandwidth per FLOP",
+    ),
+    "turing": (
+        0.20,
+        "T4: a 70 W part that throttles well below its boost-clock peak in training",
+    ),
+    "unknown": (0.30, "unknown GPU class: a conservative 30% of peak"),
+}
+_CLASS_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("h100", "hopper"),
+    ("h200", "hopper"),
+    ("h800", "hopper"),
+    ("gh200", "hopper"),
+    ("b200", "blackwell"),
+    ("b100", "blackwell"),
+    ("a100", "ampere_datacenter"),
+    ("a800", "ampere_datacenter"),
+    ("a30", "ampere_datacenter"),
+    ("v100", "volta"),
+    ("mi2", "amd_instinct"),
+    ("mi3", "amd_instinct"),
+    ("rtx", "workstation"),
+    ("l40", "workstation"),
+    ("l4", "workstation"),
+    ("a10", "workstation"),
+    ("t4", "turing"),
+)
+
+# Inter-node links, GB/s per direction per node: 400/200/100/25 Gb/s divided by 8. We assume
+# one NIC per node, shared by its GPUs; DGX/HGX nodes with one NIC per GPU have 8x this (pass
+# inter_node_gbs).
+INTERCONNECT_GBS: dict[str, float] = {
+    "ib400": 50.0,
+    "ib200": 25.0,
+    "roce100": 12.5,
+    "eth25": 3.125,
+}
+# Multi-node spec without a named network: a middle-of-the-road RDMA fabric.
+DEFAULT_INTERCONNECT = "roce100"
+# Achieved fraction of link bandwidth for NCCL collectives on large messages: nccl-tests bus
+# bandwidth on A100 NVLink is ~230 of 300 GB/s; RDMA fabrics reach 80-90% of line rate; plain
+# Ethernet goes through NCCL's socket transport (TCP), which reaches far less.
+LINK_EFFICIENCY: dict[str, float] = {
+    "nvlink": 0.75,
+    "infinity_fabric": 0.75,
+    "pcie": 0.70,
+    "ib400": 0.85,
+    "ib200": 0.85,
+    "roce100": 0.80,
+    "eth25": 0.60,
+}
+# A GPU not in the catalog: assume its PCIe Gen4 x16 slot (64 GB/s bidirectional).
+DEFAULT_GPU_TO_GPU_GBS = 64.0
+
+# Share of the communication that could hide behind compute and does. DDP and ZeRO bucket
+# gradients and reduce them while backward still runs (Li et al. 2020 sec. 3.2.3), and ZeRO-3
+# prefetches parameters; but the first bucket waits for the last layer's gradients, ZeRO-1/2's
+# parameter all-gather after the optimizer step cannot overlap, and NCCL kernels take SMs from
+# compute. Half is the assumption.
+OVERLAP_FRACTION = 0.5
+
+# PCIe Gen4 x16: 32 GB/s per direction theoretical, ~25 GB/s achieved with pinned memory; each
+# GPU is assumed to have its own x16 link to the host.
+PCIE_GBS = 25.0
+# DeepSpeed's vectorized CPU Adam (Ren et al. 2021 sec. 4.2): parameters updated per second by
+# all cores of one node. An assumption: it scales with cores and memory bandwidth.
+CPU_ADAM_PARAMS_PER_S = 1e9
+
+
+class SpeedEstimate(BaseModel):
+    """Predicted time and throughput of one optimizer step for one strategy.
+
+    Times are per optimizer step (``gradient_accumulation_steps`` micro batches on every GPU);
+    ``None`` where the machine has no known peak FLOP/s (CPU-only, or a GPU without figures).
+    """
+
+    strategy: StrategyName
+    precision: ResolvedPrecision
+    seq_len: int
+    tokens_per_step: int
+    flops_per_token: float = Field(description="executed FLOPs per token, recomputation included")
+    model_flops_per_token: float = Field(description="6N + 12·L·h·s, the MFU numerator")
+    peak_tflops: float | None = None
+    efficiency: float | None = None
+    compute_time_s: float | None = None
+    comm_bytes_per_step: int = Field(description="bytes each GPU sends per optimizer step")
+    comm_time_s: float = 0.0
+    exposed_comm_time_s: float = 0.0
+    offload_bytes_per_step: int = Field(default=0, description="PCIe bytes per GPU per step")
+    offload_time_s: float = 0.0
+    step_time_s: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    time_to_train_s: float | None = None
+    bottleneck: Bottleneck
+    assumptions: list[str] = Field(default_factory=list)
+
+
+def gpu_class(gpu: GPUSpec) -> str:
+    """The ``EFFICIENCY_BY_CLASS`` key for ``gpu``, matched on its normalized name."""
+    key = re.sub(r"[^a-z0-9]+", "", f"{getattr(gpu, 'id', '')} {gpu.name}".lower())
+    for pattern, name in _CLASS_PATTERNS:
+        if pattern in key:
+            return name
+    return "unknown"
+
+
+def training_flops_per_token(
+    model: ModelSpec, seq_len: int, *, activation_checkpointing: bool
+) -> float:
+    """Training FLOPs per token: 6N + 12·L·h·s, or 8N + 16·L·h·s with full recomputation.
+
+    PaLM (Chowdhery et al. 2022), appendix B: a forward pass costs 2N per token for the
+    matmuls with the weights plus 4·L·h·s for attention scores and their product with values
+    (causal masking not discounted); backward costs twice the forward. N is the parameters a
+    token passes through: ``active_params`` for a mixture of experts. Full activation
+    checkpointing re-runs each layer's forward in backward (Korthikanti et al. 2022 sec. 4.1),
+    one more 2N + 4·L·h·s.
+    """
+    n = model.active_params or model.params
+    forward = 2 * n + 4 * model.layers * model.hidden * seq_len
+    return float((4 if activation_checkpointing else 3) * forward)
+
+
+def _catalog_gpu(gpu: GPUSpec) -> CatalogGPU | None:
+    if isinstance(gpu, CatalogGPU):
+        return gpu
+    try:
+        return find_gpu(gpu.name)
+    except InputError:
+        return None
+
+
+def _peak_tflops(gpu: GPUSpec, precision: ResolvedPrecision, notes: list[str]) -> float | None:
+    """Dense peak for the precision from the catalog; fp32 where the part lacks that mode."""
+    peak = {"bf16": gpu.bf16_tflops, "fp16": gpu.fp16_tflops, "fp32": gpu.fp32_tflops}[precision]
+    if peak is None and precision != "fp32" and gpu.fp32_tflops:
+        notes.append(
+            f"{gpu.name} has no {precision} tensor-core figure: its matmuls run at about the "
+            f"fp32 rate, {gpu.fp32_tflops:g} TFLOP/s"
+        )
+        return gpu.fp32_tflops
+    if precision == "fp32" and peak is not None:
+        notes.append(
+            "fp32 peak is the non-tensor (vector) rate: PyTorch leaves TF32 matmuls off by default"
+        )
+    return peak
+
+
+def _comm_units(base: str, accumulation: int) -> tuple[float, str]:
+    """Model-sized collectives per optimizer step (each moves (n-1)/n·Ψ per GPU), and why.
+
+    ZeRO paper sec. 7: all-reduce = reduce-scatter + all-gather = 2Ψ for DDP and stages 1-2;
+    stage 3 adds an all-gather of parameters in forward and again in backward, 3Ψ. DeepSpeed's
+    ``engine.allreduce_gradients``: DDP and stage 1 reduce only at the accumulation boundary,
+    stages 2-3 reduce-scatter in every micro step ("ZeRO stage >= 2 communicates during non
+    gradient accumulation boundaries as well"), and stage 3 gathers parameters every micro step.
+    """
+    if base in ("ddp", "zero1"):
+        return 2.0, "gradients reduced once per optimizer step (2Ψ: reduce-scatter + all-gather)"
+    if base == "zero2":
+        return (
+            accumulation + 1.0,
+            "ZeRO-2 reduce-scatters gradients every micro step (DeepSpeed engine."
+            "allreduce_gradients) and all-gathers updated parameters once per step: "
+            f"({accumulation} + 1)Ψ",
+        )
+    return (
+        3.0 * accumulation,
+        "ZeRO-3 all-gathers parameters in forward and backward and reduce-scatters gradients "
+        f"every micro step: 3Ψ x {accumulation} micro steps",
+    )
+
+
+def _base_strategy(strategy: StrategyName) -> str:
+    return "zero3" if strategy.startswith("zero3") else strategy.split("_", 1)[0]
+
+
+def estimate_speed(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    strategy: StrategyName,
+    *,
+    micro_batch_size: int,
+    gradient_accumulation_steps: int,
+    activation_checkpointing: bool,
+    precision: str = "bf16",
+    dataset_tokens: float | None = None,
+    seq_len: int | None = None,
+    inter_node_gbs: float | None = None,
+) -> SpeedEstimate:
+    """Estimate step time, tokens/s, MFU and the bottleneck of one training setup.
+
+    Args:
+        model: The architecture, with exact sizes (``active_params`` for a mixture of experts).
+        hardware: The target machine or cluster; every GPU is a data-parallel rank.
+        strategy: ddp, zero1, zero2, zero3, zero2_offload_optimizer, zero3_offload_optimizer or
+            zero3_offload_all.
+        micro_batch_size: Sequences per GPU per forward pass.
+        gradient_accumulation_steps: Micro batches per optimizer step.
+        activation_checkpointing: Whether every transformer layer is recomputed in backward.
+        precision: bf16, fp16, fp32 or auto (CPU-only machines run fp32).
+        dataset_tokens: Tokens to train on; gives ``time_to_train_s`` when set.
+        seq_len: Tokens per sequence; defaults to ``model.seq_len``.
+        inter_node_gbs: Network GB/s per direction per node, overriding the interconnect table
+            (e.g. 400 for eight 400 Gb/s NICs per node).
+    """
+    if strategy not in STRATEGY_ORDER:
+        raise InputError(
+            "strategy", f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGY_ORDER)}"
+        )
+    if micro_batch_size < 1:
+        raise InputError("micro_batch_size", "must be at least 1")
+    if gradient_accumulation_steps < 1:
+        raise InputError("gradient_accumulation_steps", "must be at least 1")
+    if dataset_tokens is not None and dataset_tokens <= 0:
+        raise InputError("dataset_tokens", "must be positive")
+    gpu = hardware.gpu
+    if gpu is None and strategy in OFFLOAD_STRATEGIES:
+        raise InputError("strategy", f"{strategy} offloads GPU memory to CPU and needs a GPU")
+
+    resolved = resolve_precision(precision, hardware)
+    seq = seq_len or model.seq_len
+    world = hardware.world_size
+    accumulation = gradient_accumulation_steps
+    tokens_per_gpu = micro_batch_size * accumulation * seq
+    tokens_per_step = tokens_per_gpu * world
+    flops = training_flops_per_token(model, seq, activation_checkpointing=activation_checkpointing)
+    model_flops = training_flops_per_token(model, seq, activation_checkpointing=False)
+    assumptions = [
+        f"FLOPs per token {flops:.3e}: PaLM appendix B, 6N + 12·L·h·s with N = "
+        f"{model.active_params or model.params:,}"
+        + (" active (mixture of experts)" if model.active_params else "")
+        + (
+            "; full activation checkpointing adds one forward: 8N + 16·L·h·s "
+            "(MFU still counts 6N + 12·L·h·s)"
+            if activation_checkpointing
+            else ""
+        ),
+        f"{tokens_per_step:,} tokens per step = micro {micro_batch_size} x accumulation "
+        f"{accumulation} x {world} rank(s) x seq {seq}",
+    ]
+
+    # Compute.
+    peak: float | None = None
+    efficiency: float | None = None
+    compute_s: float | None = None
+    cluster_peak_flops = 0.0
+    if gpu is None:
+        assumptions.append(
+            "no GPU: no peak FLOP/s in the catalog for a CPU, so no step time, tokens/s or MFU"
+        )
+    else:
+        peak = _peak_tflops(gpu, resolved, assumptions)
+        cls = gpu_class(gpu)
+        efficiency, why = EFFICIENCY_BY_CLASS[cls]
+        if peak is None:
+            assumptions.append(f"{gpu.name}: no {resolved} peak known, so no step time or MFU")
+        else:
+            # Time = FLOPs / (peak x achieved fraction), per GPU per step.
+            compute_s = tokens_per_gpu * flops / (peak * 1e12 * efficiency)
+            cluster_peak_flops = world * peak * 1e12
+            assumptions.append(
+                f"compute at {efficiency:.0%} of {peak:g} TFLOP/s dense {resolved} peak: {why}"
+            )
+
+    # Communication: bytes each GPU sends per step (ring), and the time on the slowest link.
+    base = _base_strategy(strategy)
+    grad_bytes = 4 if resolved == "fp32" else 2
+    units, why_units = _comm_units(base, accumulation)
+    model_bytes = model.params * grad_bytes  # all experts' gradients, not only the active ones
+    comm_bytes = int(units * (world - 1) / world * model_bytes)
+    comm_s = 0.0
+    if world > 1:
+        assumptions.append(
+            f"communication {comm_bytes / 1e9:.1f} GB per GPU per step: {why_units}; ring "
+            f"collectives send (n-1)/n of the {grad_bytes}-byte model per GPU (ZeRO paper sec. 7)"
+        )
+        catalog = _catalog_gpu(gpu) if gpu is not None else None
+        link = catalog.link if catalog is not None else "pcie"
+        g2g = catalog.gpu_to_gpu_gbs if catalog and catalog.gpu_to_gpu_gbs else None
+        # The catalog quotes bidirectional totals; a ring sends and receives at once, so each
+        # direction gets half.
+        intra_gbs = (g2g or DEFAULT_GPU_TO_GPU_GBS) / 2 * LINK_EFFICIENCY[link]
+        if g2g is None:
+            assumptions.append(
+                f"GPU-to-GPU bandwidth unknown: PCIe Gen4 x16 ({DEFAULT_GPU_TO_GPU_GBS:g} GB/s "
+                "bidirectional) assumed"
+            )
+        network = (hardware.interconnect or "").lower()
+        if hardware.nodes == 1 or network == "nvlink":
+            # One NVLink/PCIe domain: a flat ring over all ranks.
+            comm_s = comm_bytes / (intra_gbs * 1e9)
+            assumptions.append(
+                f"one {link} domain: {intra_gbs:.0f} GB/s per direction per GPU achieved "
+                f"({LINK_EFFICIENCY[link]:.0%} of half the catalog's "
+                f"{g2g or DEFAULT_GPU_TO_GPU_GBS:g} GB/s bidirectional)"
+            )
+        else:
+            if network not in INTERCONNECT_GBS:
+                assumptions.append(
+                    f"interconnect {'unknown' if not network else repr(network)} between "
+                    f"{hardware.nodes} nodes: {DEFAULT_INTERCONNECT} assumed"
+                )
+                network = DEFAULT_INTERCONNECT
+            line_gbs = inter_node_gbs or INTERCONNECT_GBS[network]
+            inter_gbs = line_gbs * LINK_EFFICIENCY[network]
+            m, g = hardware.nodes, max(1, hardware.gpus_per_node)
+            # Hierarchical collectives (NCCL's tree/ring across nodes): the intra-node legs
+            # move (g-1)/g of the model per GPU; each node's NIC carries (m-1)/m of it for
+            # the node as a whole, whatever g is. The NIC is the bottleneck.
+            intra_s = units * (g - 1) / g * model_bytes / (intra_gbs * 1e9)
+            inter_s = units * (m - 1) / m * model_bytes / (inter_gbs * 1e9)
+            comm_s = intra_s + inter_s
+            assumptions.append(
+                f"{m} nodes over {network}: {line_gbs:g} GB/s per direction per node"
+                + (" (given)" if inter_node_gbs else " (one NIC per node, shared by its GPUs)")
+                + f" at {LINK_EFFICIENCY[network]:.0%}; hierarchical collectives, "
+                f"{inter_s:.2f} s on the network + {intra_s:.2f} s inside nodes"
+            )
+
+    # Offload: PCIe traffic per GPU and the CPU optimizer step (Ren et al. 2021 sec. 4).
+    offload_bytes = 0
+    offload_s = 0.0
+    if strategy in OFFLOAD_STRATEGIES:
+        partition = model.params / world
+        # Gradients go down once per reduction (every micro step for ZeRO-2/3) and updated
+        # 16-bit parameters come back once per step (ZeRO-Offload sec. 4.1: 2Ψ + 2Ψ).
+        moved = (accumulation + 1) * partition * grad_bytes
+        what = f"gradients x{accumulation} micro steps down, parameters once up"
+        if strategy == "zero3_offload_all":
+            # Parameters live on CPU: each micro step fetches the partition for forward and
+            # again for backward before the all-gather.
+            moved += 2 * accumulation * partition * grad_bytes
+            what += ", parameters fetched for forward and backward every micro step"
+        offload_bytes = int(moved)
+        pcie_s = offload_bytes / (PCIE_GBS * 1e9)
+        adam_s = model.params / hardware.nodes / CPU_ADAM_PARAMS_PER_S
+        offload_s = pcie_s + adam_s
+        assumptions.append(
+            f"offload: {offload_bytes / 1e9:.1f} GB per GPU over PCIe at {PCIE_GBS:g} GB/s "
+            f"(Gen4 x16 achieved) ({what}): {pcie_s:.2f} s; CPU Adam at "
+            f"{CPU_ADAM_PARAMS_PER_S:.0e} params/s per node (DeepSpeed CPU Adam, an assumption) "
+            f"on {model.params / hardware.nodes:.2e} params: {adam_s:.2f} s; not overlapped"
+        )
+
+    # Step: compute + the communication that does not hide behind it + offload.
+    exposed_s = comm_s - OVERLAP_FRACTION * min(comm_s, compute_s or 0.0)
+    if world > 1:
+        assumptions.append(
+            f"overlap: {OVERLAP_FRACTION:.0%} of the communication that could hide behind "
+            "compute does (bucketed reduction during backward, Li et al. 2020 sec. 3.2.3; "
+            "the post-step all-gather and SM contention keep the rest exposed)"
+        )
+    step_s: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    time_to_train: float | None = None
+    if compute_s is not None:
+        step_s = compute_s + exposed_s + offload_s
+        tokens_per_s = tokens_per_step / step_s
+        # PaLM appendix B: MFU = observed tokens/s x 6N + 12·L·h·s over the cluster's peak.
+        mfu = tokens_per_s * model_flops / cluster_peak_flops
+        if dataset_tokens is not None:
+            time_to_train = dataset_tokens / tokens_per_s
+            assumptions.append(
+                f"time to train: {dataset_tokens:.3g} tokens / {tokens_per_s:,.0f} tokens/s"
+            )
+    elif dataset_tokens is not None:
+        assumptions.append("time to train unknown: no step time")
+
+    bottleneck: Bottleneck = "unknown"
+    if compute_s is not None:
+        # The largest raw time names the bottleneck, before overlap hides any of it.
+        bottleneck = "compute"
+        if comm_s > compute_s and comm_s >= offload_s:
+            bottleneck = "communication"
+        elif offload_s > compute_s and offload_s > comm_s:
+            bottleneck = "offload"
+
+    return SpeedEstimate(
+        strategy=strategy,
+        precision=resolved,
+        seq_len=seq,
+        tokens_per_step=tokens_per_step,
+        flops_per_token=flops,
+        model_flops_per_token=model_flops,
+        peak_tflops=peak,
+        efficiency=efficiency,
+        compute_time_s=compute_s,
+        comm_bytes_per_step=comm_bytes,
+        comm_time_s=comm_s,
+        exposed_comm_time_s=exposed_s,
+        offload_bytes_per_step=offload_bytes,
+        offload_time_s=offload_s,
+        step_time_s=step_s,
+        tokens_per_s=tokens_per_s,
+        mfu=mfu,
+        time_to_train_s=time_to_train,
+        bottleneck=bottleneck,
+        assumptions=assumptions,
+    )
