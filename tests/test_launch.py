@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -12,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tools.launch import emit_launch
 from tools.schemas import FrameworkChoice, GPUSpec, HardwareSpec, ModelSpec, TrainingBrief
@@ -82,7 +86,14 @@ def test_deepspeed_plan_writes_config_script_and_launcher(tmp_path: Path) -> Non
     assert isinstance(command, list) and all(isinstance(arg, str) for arg in command)
     assert command[:3] == ["deepspeed", "--num_gpus", "8"]
     assert "--hostfile" not in command
-    assert set(spec.files) == {"model_config.json", "train.py", "ds_config.json", "launch.sh"}
+    assert set(spec.files) == {
+        "model_config.json",
+        "train.py",
+        "ds_config.json",
+        "launch.sh",
+        "train.sbatch",
+        "accelerate_config.yaml",
+    }
     for path in spec.files.values():
         assert Path(path).is_file() and Path(path).parent == out
     assert json.loads((out / "ds_config.json").read_text()) == DS_CONFIG
@@ -127,7 +138,13 @@ def test_ddp_plan_launches_torchrun_without_deepspeed(tmp_path: Path) -> None:
         "8",
     ]
     assert "--deepspeed_config" not in command
-    assert set(spec.files) == {"model_config.json", "train.py", "launch.sh"}
+    assert set(spec.files) == {
+        "model_config.json",
+        "train.py",
+        "launch.sh",
+        "train.sbatch",
+        "accelerate_config.yaml",
+    }
     assert not (tmp_path / "ds_config.json").exists()
     assert launch_line(tmp_path) == shlex.join(command)
     assert "pytorch_ddp" in (tmp_path / "launch.sh").read_text()
@@ -181,6 +198,248 @@ def test_switching_to_ddp_removes_the_deepspeed_files(tmp_path: Path) -> None:
     emit_launch(tmp_path, brief(), gpus(1, 8), model(), DDP, None)
     assert not (tmp_path / "ds_config.json").exists()
     assert not (tmp_path / "hostfile").exists()
+
+
+# --- the other launchers and guides ---------------------------------------------------------
+
+FSDP = FrameworkChoice(primary="pytorch_fsdp", stack=["pytorch", "pytorch_fsdp"], rationale="x")
+HOROVOD = FrameworkChoice(primary="horovod", stack=["pytorch", "horovod"], rationale="x")
+TENSORFLOW = FrameworkChoice(primary="tensorflow", stack=["tensorflow"], rationale="x")
+PLANS = {
+    "deepspeed-2x8": (DEEPSPEED, DS_CONFIG, gpus(2, 8)),
+    "deepspeed-1x8": (DEEPSPEED, DS_CONFIG, gpus(1, 8)),
+    "ddp-2x8": (DDP, None, gpus(2, 8)),
+    "ddp-cpu": (DDP, None, cpu_only()),
+    "fsdp-2x8": (FSDP, None, gpus(2, 8)),
+    "horovod-2x8": (HOROVOD, None, gpus(2, 8)),
+    "tensorflow-2x8": (TENSORFLOW, None, gpus(2, 8)),
+}
+COVERAGE = "trainwright's own train.py covers DeepSpeed and PyTorch DDP only"
+
+
+def emit(out: Path, plan: str) -> list[str]:
+    framework, config, hardware = PLANS[plan]
+    return emit_launch(out, brief(), hardware, model(), framework, config, steps=50).command
+
+
+def code_blocks(markdown: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", markdown, flags=re.DOTALL)
+
+
+def _fake_tools(bin_dir: Path, args_file: Path) -> dict[str, str]:
+    """Stand-ins for SLURM and the launchers: srun runs its command as node 1 of the job."""
+    bin_dir.mkdir()
+    fakes = {
+        "scontrol": "printf 'nodeA\\nnodeB\\n'",
+        "srun": 'while [[ $1 == --* ]]; do shift; done\nSLURM_NODEID=1 exec "$@"',
+        "deepspeed": f'printf "%s\\n" "$@" > {shlex.quote(str(args_file))}',
+        "torchrun": f'printf "%s\\n" "$@" > {shlex.quote(str(args_file))}',
+    }
+    for name, body in fakes.items():
+        (bin_dir / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("plan", list(PLANS))
+def test_every_command_is_an_argument_list_and_every_script_parses(
+    tmp_path: Path, plan: str
+) -> None:
+    command = emit(tmp_path, plan)
+    assert command and all(isinstance(arg, str) for arg in command)
+    scripts = sorted([*tmp_path.glob("*.sh"), *tmp_path.glob("*.sbatch")])
+    assert tmp_path / "launch.sh" in scripts
+    for script in scripts:
+        proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{script.name}: {proc.stderr}"
+    assert launch_line(tmp_path) == shlex.join(command)
+
+
+def test_deepspeed_multi_node_writes_a_no_ssh_script_per_node(tmp_path: Path) -> None:
+    from deepspeed.launcher.runner import parse_args as deepspeed_args
+
+    emit(tmp_path, "deepspeed-2x8")
+    assert (tmp_path / "hostfile").read_text() == "node0 slots=8\nnode1 slots=8\n"
+    for rank in (0, 1):
+        script = tmp_path / f"launch_node{rank}.sh"
+        assert os.access(script, os.X_OK)
+        argv = shlex.split(script.read_text().splitlines()[-1])
+        assert argv[0] == "deepspeed"
+        # The installed DeepSpeed launcher's own argparse accepts every flag.
+        args = deepspeed_args(argv[1:])
+        assert args.no_ssh and args.node_rank == rank
+        assert (args.master_addr, args.master_port) == ("node0", 29500)
+        assert (args.num_nodes, args.num_gpus, args.hostfile) == (2, 8, "hostfile")
+        assert args.user_script == "train.py"
+        parse_args([*args.user_args, "--local_rank=0"])
+    assert not (tmp_path / "launch_node2.sh").exists()
+
+    emit(tmp_path, "deepspeed-1x8")  # one node: nothing to coordinate without ssh
+    assert not list(tmp_path.glob("launch_node*.sh")) and not (tmp_path / "hostfile").exists()
+
+
+@pytest.mark.parametrize("plan", ["deepspeed-2x8", "ddp-2x8"])
+def test_sbatch_starts_one_launcher_per_node(tmp_path: Path, plan: str) -> None:
+    out = tmp_path / "plan"
+    emit(out, plan)
+    sbatch = (out / "train.sbatch").read_text()
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --time=24:00:00",
+    ):
+        assert line in sbatch.splitlines()
+    assert re.search(r"^#SBATCH --cpus-per-task=\d+$", sbatch, flags=re.MULTILINE)
+    assert re.search(r"^#SBATCH --job-name=\S+$", sbatch, flags=re.MULTILINE)
+
+    # Run it with stand-in SLURM tools to see what the launcher on node 1 really receives.
+    args_file = tmp_path / "args.txt"
+    env = {**os.environ, **_fake_tools(tmp_path / "bin", args_file)}
+    env |= {"SLURM_SUBMIT_DIR": str(out), "SLURM_JOB_NODELIST": "node[A-B]", "SLURM_JOB_ID": "7"}
+    proc = subprocess.run(
+        ["bash", str(out / "train.sbatch")], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    argv = args_file.read_text().splitlines()
+    if plan.startswith("deepspeed"):
+        from deepspeed.launcher.runner import parse_args as deepspeed_args
+
+        assert (out / "hostfile.7").read_text() == "nodeA slots=8\nnodeB slots=8\n"
+        args = deepspeed_args(argv)
+        assert args.no_ssh and args.node_rank == 1 and args.master_addr == "nodeA"
+        assert (args.hostfile, args.num_nodes, args.num_gpus) == ("hostfile.7", 2, 8)
+        parse_args([*args.user_args, "--local_rank=0"])
+    else:
+        assert argv[: argv.index("train.py")] == [
+            "--nnodes",
+            "2",
+            "--nproc_per_node",
+            "8",
+            "--rdzv_id",
+            "7",
+            "--rdzv_backend",
+            "c10d",
+            "--rdzv_endpoint",
+            "nodeA:29500",
+        ]
+        parse_args(script_args(argv))
+
+
+@pytest.mark.parametrize(
+    ("plan", "distributed_type", "processes", "machines"),
+    [
+        ("deepspeed-2x8", "DEEPSPEED", 16, 2),
+        ("deepspeed-1x8", "DEEPSPEED", 8, 1),
+        ("ddp-2x8", "MULTI_GPU", 16, 2),
+        ("ddp-cpu", "NO", 1, 1),
+    ],
+)
+def test_accelerate_config_matches_the_plan(
+    tmp_path: Path, plan: str, distributed_type: str, processes: int, machines: int
+) -> None:
+    emit(tmp_path, plan)
+    config = yaml.safe_load((tmp_path / "accelerate_config.yaml").read_text())
+    assert config["compute_environment"] == "LOCAL_MACHINE"
+    assert config["distributed_type"] == distributed_type
+    assert (config["num_processes"], config["num_machines"]) == (processes, machines)
+    assert config["machine_rank"] == 0 and config["main_process_port"] == 29500
+    assert config["mixed_precision"] == ("no" if plan == "ddp-cpu" else "bf16")
+    if distributed_type == "DEEPSPEED":
+        assert config["deepspeed_config"]["deepspeed_config_file"] == "ds_config.json"
+        assert (tmp_path / config["deepspeed_config"]["deepspeed_config_file"]).is_file()
+    else:
+        assert "deepspeed_config" not in config
+
+
+@pytest.mark.parametrize(("precision", "expected"), [("auto", "fp16"), ("fp32", "no")])
+def test_accelerate_mixed_precision_follows_the_resolved_precision(
+    tmp_path: Path, precision: str, expected: str
+) -> None:
+    emit_launch(tmp_path, brief(precision), gpus(1, 4, V100), model(), DDP, None)
+    config = yaml.safe_load((tmp_path / "accelerate_config.yaml").read_text())
+    assert config["mixed_precision"] == expected
+
+
+def test_horovod_plan_gets_horovodrun_and_a_porting_guide(tmp_path: Path) -> None:
+    command = emit(tmp_path, "horovod-2x8")
+    assert command == ["horovodrun", "-np", "16", "-H", "node0:8,node1:8"] + [
+        "python",
+        "train_horovod.py",
+    ]
+    guide = (tmp_path / "HOROVOD.md").read_text()
+    assert COVERAGE in guide and shlex.join(command) in guide
+    for step in (
+        "hvd.init()",
+        "torch.cuda.set_device(hvd.local_rank())",
+        "hvd.DistributedOptimizer",
+        "hvd.broadcast_parameters",
+        "hvd.broadcast_optimizer_state",
+        "lr * hvd.size()",
+    ):
+        assert step in guide
+    # We do not write a Horovod training script, nor train.py, which cannot run under horovodrun.
+    for absent in ("train_horovod.py", "train.py", "ds_config.json", "train.sbatch"):
+        assert not (tmp_path / absent).exists()
+
+
+def test_tensorflow_plan_gets_one_tf_config_per_worker(tmp_path: Path) -> None:
+    command = emit(tmp_path, "tensorflow-2x8")
+    assert command == ["python", "train_tensorflow.py"]
+    guide = (tmp_path / "TF_CONFIG.md").read_text()
+    assert COVERAGE in guide and "MultiWorkerMirroredStrategy" in guide
+    configs = [json.loads(block) for block in code_blocks(guide, "json")]
+    assert [c["task"] for c in configs] == [
+        {"type": "worker", "index": 0},
+        {"type": "worker", "index": 1},
+    ]
+    assert all(c["cluster"] == {"worker": ["node0:12345", "node1:12345"]} for c in configs)
+    for snippet in code_blocks(guide, "python"):
+        ast.parse(snippet)
+    assert not (tmp_path / "train.py").exists()
+    # launch.sh refuses to start a worker that does not know its place in the cluster.
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    proc = subprocess.run(
+        ["bash", str(tmp_path / "launch.sh")], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and "TF_CONFIG.md" in proc.stderr
+
+
+@pytest.mark.parametrize(("nodes", "strategy"), [(2, "HYBRID_SHARD"), (1, "FULL_SHARD")])
+def test_fsdp_plan_gets_torchrun_and_a_wrapping_guide(
+    tmp_path: Path, nodes: int, strategy: str
+) -> None:
+    command = emit_launch(tmp_path, brief(), gpus(nodes, 8), model(), FSDP, None).command
+    assert command[0] == "torchrun" and command[-1] == "train_fsdp.py"
+    assert ["--nnodes", str(nodes), "--nproc_per_node", "8"] == command[1:5]
+    guide = (tmp_path / "FSDP.md").read_text()
+    assert COVERAGE in guide and f"ShardingStrategy.{strategy}" in guide
+    assert "transformer_auto_wrap_policy" in guide and "torch.bfloat16" in guide
+    (snippet,) = code_blocks(guide, "python")
+    tree = ast.parse(snippet)
+    # The decoder-layer class it names for this gpt2 model really exists.
+    (layer_import,) = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("modeling_gpt2")
+    ]
+    module = importlib.import_module(layer_import.module or "")
+    assert all(hasattr(module, alias.name) for alias in layer_import.names)
+    assert (tmp_path / "train.sbatch").exists()
+    for absent in ("train.py", "accelerate_config.yaml", "ds_config.json"):
+        assert not (tmp_path / absent).exists()
+
+
+def test_switching_plans_removes_the_other_plans_files(tmp_path: Path) -> None:
+    emit(tmp_path, "deepspeed-2x8")
+    emit(tmp_path, "horovod-2x8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "HOROVOD.md",
+        "launch.sh",
+        "model_config.json",
+    ]
+    emit(tmp_path, "ddp-2x8")
+    assert not (tmp_path / "HOROVOD.md").exists() and (tmp_path / "train.py").exists()
 
 
 # --- the emitted launch, run for real on this machine's CPU ---------------------------------
