@@ -73,6 +73,7 @@ def workspace(state: Mapping[str, Any], settings: Settings) -> Workspace:
         framework=typed("framework", FrameworkChoice),
         memory=typed("memory", MemoryPlan),
         deepspeed_config=state.get("deepspeed_config"),
+        speed=state.get("speed"),
         launch=typed("launch", LaunchSpec),
         smoke=typed("smoke_test", SmokeResult),
         review=typed("review", Review),
@@ -229,6 +230,7 @@ def make_engineer(
             ws.smoke = smoke_for(ws)
         return {
             "memory": _dump(ws.memory),
+            "speed": ws.speed,
             "deepspeed_config": ws.deepspeed_config,
             "launch": _dump(ws.launch),
             "smoke_test": _dump(ws.smoke),
@@ -291,6 +293,7 @@ def make_reporter(settings: Settings) -> Node:
             launch=ws.launch,  # type: ignore[arg-type]
             smoke_test=ws.smoke or SmokeResult(status="skipped", reason="no smoke run"),
             review=ws.review,  # type: ignore[arg-type]
+            speed=ws.speed,
             narrative=narrative,
         )
         paths = write_report(plan, ws.out_dir)

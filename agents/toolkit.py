@@ -47,6 +47,7 @@ class Workspace:
     model: ModelSpec | None = None
     framework: FrameworkChoice | None = None
     memory: MemoryPlan | None = None
+    speed: dict[str, Any] | None = None
     deepspeed_config: dict[str, Any] | None = None
     config_validated: bool = False
     launch: LaunchSpec | None = None
@@ -69,17 +70,17 @@ def _need(value: Any, what: str, tool: str) -> Any:
     return value
 
 
-# Frameworks whose plan carries a DeepSpeed config, and those our training script can launch.
+# Frameworks whose plan carries a DeepSpeed config, and those our training script can smoke-test.
 DEEPSPEED_FRAMEWORKS = {"deepspeed", "megatron"}
-LAUNCHABLE = {"deepspeed", "megatron", "pytorch", "pytorch_ddp"}
+SMOKE_TESTABLE = {"deepspeed", "megatron", "pytorch", "pytorch_ddp"}
 AGENT_APP_SMOKE = "an agent application trains nothing, so there is no training run to smoke-test"
 
 
-def not_launchable(framework: str) -> str:
-    """Why a plan for ``framework`` has no generated launch files or smoke run."""
+def not_smoke_testable(framework: str) -> str:
+    """Why a plan for ``framework`` gets launch files and a guide but no smoke run."""
     return (
-        f"trainwright's training script covers PyTorch DDP and DeepSpeed; a {framework} plan gets "
-        "its framework and reasons, but no generated launch files or smoke run"
+        f"trainwright's training script covers PyTorch DDP and DeepSpeed; the {framework} plan gets "
+        "launch files and a guide, but no smoke run"
     )
 
 
@@ -258,6 +259,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         )
         ws.deepspeed_config = None
         ws.config_validated = False
+        ws.speed = _speed(model, hw, ws.brief, ws.memory)
         ws.progress(f"strategy: {ws.memory.chosen} micro-batch {ws.memory.micro_batch_size}")
         return _dump(ws.memory)
 
@@ -287,9 +289,6 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         hw = _need(ws.hardware, "the hardware", "profile_hardware")
         model = _need(ws.model, "the model", "lookup_model")
         fw = _need(ws.framework, "the framework", "the researcher's select_framework")
-        if fw.primary not in LAUNCHABLE:
-            ws.launch = LaunchSpec(command=[], files={})
-            return json.dumps({"launch": None, "reason": not_launchable(fw.primary)})
         ws.launch = _emit_launch(
             ws.out_dir, ws.brief, hw, model, fw, ws.deepspeed_config, steps=steps
         )
@@ -308,14 +307,35 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
     ]
 
 
+def _speed(
+    model: ModelSpec, hw: HardwareSpec, brief: TrainingBrief, memory: MemoryPlan
+) -> dict[str, Any] | None:
+    """The speed model's estimate for the chosen setup; None on a CPU-only target."""
+    if hw.gpu is None:
+        return None
+    from tools.speed import estimate_speed
+
+    est = estimate_speed(
+        model,
+        hw,
+        memory.chosen,
+        micro_batch_size=memory.micro_batch_size,
+        gradient_accumulation_steps=memory.gradient_accumulation_steps,
+        activation_checkpointing=memory.activation_checkpointing,
+        precision=brief.precision,
+        seq_len=brief.seq_len,
+    )
+    return est.model_dump(mode="json")
+
+
 def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
     """Run (or skip) the smoke test for the workspace's plan and attach the predicted peak memory."""
     if ws.brief.task == "agent-app":
         return SmokeResult(status="skipped", reason=AGENT_APP_SMOKE)
     if not ws.brief.smoke:
         return SmokeResult(status="skipped", reason="the brief turns smoke runs off")
-    if ws.framework is not None and ws.framework.primary not in LAUNCHABLE:
-        return SmokeResult(status="skipped", reason=not_launchable(ws.framework.primary))
+    if ws.framework is not None and ws.framework.primary not in SMOKE_TESTABLE:
+        return SmokeResult(status="skipped", reason=not_smoke_testable(ws.framework.primary))
     model = _need(ws.model, "the model", "lookup_model")
     memory = _need(ws.memory, "the memory plan", "plan_parallelism")
     from tools.deepspeed_config import emit_deepspeed_config as _emit

@@ -23,6 +23,7 @@ class PlanState(TypedDict, total=False):
     memory: dict[str, Any] | None
     deepspeed_config: dict[str, Any] | None
     launch: dict[str, Any] | None
+    speed: dict[str, Any] | None
     smoke_test: dict[str, Any] | None
     review: dict[str, Any] | None
     review_round: int

@@ -82,6 +82,10 @@ def test_scenario_through_the_cli(name: str, tmp_path: Path) -> None:
     if primary == "tensorflow":
         alt = next(a for a in fw["alternatives"] if a["name"] == "pytorch")
         assert "TorchServe" in alt["reason"]
+        assert "TF_CONFIG.md" in plan["launch"]["files"]
+    if primary in {"deepspeed", "pytorch", "pytorch_ddp"}:
+        # GPU targets get the speed model's estimate for the chosen setup.
+        assert plan["speed"]["tokens_per_s"] > 0 and 0 < plan["speed"]["mfu"] < 1
 
 
 def test_every_framework_has_a_card() -> None:

@@ -92,6 +92,18 @@ def render_markdown(plan: TrainingPlan) -> str:
             )
     if mem and mem.assumptions:
         lines += ["", "Assumptions:", ""] + [f"- {a}" for a in mem.assumptions]
+    if plan.speed:
+        sp = plan.speed
+        lines += [
+            "",
+            "## Estimated speed (tools/speed.py; a model, not a measurement)",
+            "",
+            f"- Step: {sp['step_time_s']:.2f} s (compute {sp['compute_time_s']:.2f} s, exposed communication "
+            f"{sp['exposed_comm_time_s']:.2f} s, offload {sp['offload_time_s']:.2f} s); bottleneck: {sp['bottleneck']}",
+            f"- Throughput: {sp['tokens_per_s']:,.0f} tokens/s; MFU {sp['mfu']:.0%} at an assumed efficiency of "
+            f"{sp['efficiency']:.0%} of {sp['peak_tflops']:g} TFLOP/s peak",
+        ]
+        lines += [f"- {a}" for a in sp.get("assumptions", [])]
     lines += ["", "## DeepSpeed config", ""]
     if plan.deepspeed_config is not None:
         lines += ["```json", json.dumps(plan.deepspeed_config, indent=2), "```"]

@@ -270,4 +270,6 @@ class TrainingPlan(BaseModel):
     smoke_test: SmokeResult
     review: Review
     report: ReportPaths = Field(default_factory=ReportPaths)
+    # The speed model's estimate for the chosen setup (tools/speed.py); None without a GPU.
+    speed: dict[str, Any] | None = None
     narrative: dict[str, str] = Field(default_factory=dict)

@@ -298,7 +298,11 @@ def estimate_speed(
     assumptions = [
         f"FLOPs per token {flops:.3e}: PaLM appendix B, 6N + 12·L·h·s with N = "
         f"{model.active_params or model.params:,}"
-        + (" active (mixture of experts)" if model.active_params else "")
+        + (
+            " active (mixture of experts)"
+            if model.active_params and model.active_params != model.params
+            else ""
+        )
         + (
             "; full activation checkpointing adds one forward: 8N + 16·L·h·s "
             "(MFU still counts 6N + 12·L·h·s)"
