@@ -215,8 +215,8 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     """Print every strategy's memory per GPU, term by term, and the choice."""
     from tools.brief import brief_from_dict, load_brief
     from tools.hardware import parse_hardware
-    from tools.memory import plan_memory
     from tools.models import lookup_model
+    from tools.strategy import search_strategy
 
     if (args.brief is None) == (args.model is None):
         raise InputError("estimate", "give either --brief FILE or --model M")
@@ -236,7 +236,7 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         )
     hw = parse_hardware(brief.hardware, brief.interconnect)
     model = lookup_model(brief.model, brief.seq_len)
-    memory = plan_memory(model, hw, brief, micro_batch_size=args.micro_batch)
+    memory = search_strategy(model, hw, brief, micro_batch_size=args.micro_batch)
     if args.json_path:
         from tools.files import write_atomic
 
@@ -255,14 +255,20 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
             f"{v / 1e9:8.2f}"
             for v in (t.params, t.gradients, t.optimizer, t.activations, t.buffers)
         )
+        speed = f"{s.tokens_per_s:>10,.0f}" if s.tokens_per_s else f"{'-':>10}"
+        fits = "yes" if s.fits else "no"
         print(
-            f"{mark} {s.name:<24}{s.micro_batch_size:>3} {terms}{t.total / 1e9:9.2f}  {'yes' if s.fits else 'no'}"
+            f"{mark} {s.name:<24}{s.micro_batch_size:>3} {terms}{t.total / 1e9:9.2f}  {fits:<4}{speed}"
         )
     print(
         f"chosen: {memory.chosen}, micro-batch {memory.micro_batch_size} x accumulation "
         f"{memory.gradient_accumulation_steps}"
         + (", activation checkpointing" if memory.activation_checkpointing else "")
     )
+    for name, why in memory.why_not.items():
+        print(f"  not {name}: {why}")
+    if memory.smallest_fitting_hardware:
+        print(f"  would fit on: {memory.smallest_fitting_hardware}")
     return 0
 
 

@@ -236,20 +236,20 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
     from tools.deepspeed_config import emit_deepspeed_config as _emit
     from tools.deepspeed_config import validate_deepspeed_config
     from tools.launch import emit_launch as _emit_launch
-    from tools.memory import plan_memory
+    from tools.strategy import search_strategy
 
     def plan_parallelism(
         micro_batch_size: int | None = None,
         activation_checkpointing: bool | None = None,
         min_strategy: str | None = None,
     ) -> str:
-        """Estimate memory per GPU for every parallelism strategy and choose the one to use."""
+        """Search strategy x micro-batch x checkpointing for the fastest setup that fits in memory."""
         hw = _need(ws.hardware, "the hardware", "the researcher's profile_hardware")
         model = _need(ws.model, "the model", "the researcher's lookup_model")
         strategies: list[str] | None = (
             list(STRATEGY_ORDER[STRATEGY_ORDER.index(min_strategy) :]) if min_strategy else None
         )
-        ws.memory = plan_memory(
+        ws.memory = search_strategy(
             model,
             hw,
             ws.brief,

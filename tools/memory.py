@@ -342,7 +342,8 @@ def _buffer_bytes(
     return total, notes
 
 
-def _capacity_bytes(hardware: HardwareSpec) -> int | None:
+def capacity_bytes(hardware: HardwareSpec) -> int | None:
+    """Bytes one rank may use: the GPU's memory, or a CPU rank's share of the node's RAM."""
     if hardware.gpu is not None:
         return int(hardware.gpu.memory_gb * GB)
     if hardware.ram_gb is None:
@@ -442,7 +443,7 @@ def estimate_strategy(
             "x1.5 (DeepSpeed's additional_buffer_factor for pinned buffers)"
         )
 
-    capacity = _capacity_bytes(hardware)
+    capacity = capacity_bytes(hardware)
     fits = capacity is None or total <= capacity
     if capacity is None:
         notes.append("memory capacity unknown: fit not checked")
@@ -571,7 +572,7 @@ def plan_memory(
     else:
         chosen = next(e for e in estimates if e.name == chosen.name)
 
-    capacity = _capacity_bytes(hardware)
+    capacity = capacity_bytes(hardware)
     device = (
         f"{hardware.gpu.name} {hardware.gpu.memory_gb:g} GB (decimal GB, as vendors quote)"
         if hardware.gpu is not None

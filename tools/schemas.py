@@ -184,6 +184,9 @@ class StrategyEstimate(BaseModel):
     cpu_bytes_per_node: int = 0
     fits: bool
     micro_batch_size: int = 1
+    activation_checkpointing: bool = False
+    # The speed model's throughput for this row's setup (tools/speed.py); None without a GPU.
+    tokens_per_s: float | None = None
     notes: list[str] = Field(default_factory=list)
 
 
@@ -197,6 +200,10 @@ class MemoryPlan(BaseModel):
     activation_checkpointing: bool = False
     capacity_bytes: int | None = None
     assumptions: list[str] = Field(default_factory=list)
+    # Why each strategy other than the chosen one lost (strategy search, tools/strategy.py).
+    why_not: dict[str, str] = Field(default_factory=dict)
+    # When nothing fits: the smallest cluster of the same GPU on which something would.
+    smallest_fitting_hardware: str | None = None
 
 
 class LaunchSpec(BaseModel):
