@@ -90,6 +90,11 @@ def render_markdown(plan: TrainingPlan) -> str:
                 f"{_gb(t.activations)} | {_gb(t.buffers)} | {_gb(t.total)} | {_gb(s.cpu_bytes_per_node)} | "
                 f"{'yes' if s.fits else 'no'} |"
             )
+    if mem and mem.why_not:
+        lines += ["", f"Why not the others (chosen: {mem.chosen}):", ""]
+        lines += [f"- {name}: {why}" for name, why in mem.why_not.items()]
+    if mem and mem.smallest_fitting_hardware:
+        lines += ["", f"The same GPU would fit at {mem.smallest_fitting_hardware}."]
     if mem and mem.assumptions:
         lines += ["", "Assumptions:", ""] + [f"- {a}" for a in mem.assumptions]
     if plan.speed:
