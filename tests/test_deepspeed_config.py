@@ -7,7 +7,13 @@ import copy
 import pytest
 from specs import A100, CPU_BOX, GPT2, LLAMA3_8B, V100
 
-from tools.deepspeed_config import ConfigError, emit_deepspeed_config, validate_deepspeed_config
+from tools.deepspeed_config import (
+    HF_AUTO_KEYS,
+    ConfigError,
+    emit_deepspeed_config,
+    hf_trainer_config,
+    validate_deepspeed_config,
+)
 from tools.errors import ToolFailure
 from tools.memory import STRATEGY_ORDER, plan_memory
 from tools.schemas import HardwareSpec, MemoryPlan, TrainingBrief
@@ -192,3 +198,108 @@ def test_plan_inconsistent_with_brief_is_refused(llama_plan: MemoryPlan) -> None
     with pytest.raises(ConfigError) as err:
         emit_deepspeed_config(llama_plan, LLAMA3_8B, EIGHT_A100, brief)
     assert err.value.key == "train_batch_size"
+
+
+# --- the Hugging Face Trainer flavour (ds_config_hf.json) -----------------------------------
+
+
+def resolve_autos(flavour, strict, path=()):
+    """Replace each "auto" with the strict config's value at the same path."""
+    if flavour == "auto":
+        return strict
+    if isinstance(flavour, dict):
+        return {
+            key: resolve_autos(item, strict[key], (*path, key)) for key, item in flavour.items()
+        }
+    if isinstance(flavour, list):
+        return [resolve_autos(item, strict[i], (*path, i)) for i, item in enumerate(flavour)]
+    return flavour
+
+
+def auto_keys(config) -> set[str]:
+    return {".".join(map(str, path)) for path, value in walk(config) if value == "auto"}
+
+
+@pytest.mark.parametrize("total_steps", [None, 500])
+@pytest.mark.parametrize("strategy", STRATEGY_ORDER)
+def test_hf_flavour_round_trips_to_the_strict_config(
+    llama_plan: MemoryPlan, strategy: str, total_steps: int | None
+) -> None:
+    plan = llama_plan.model_copy(update={"chosen": strategy})
+    strict = emit_deepspeed_config(plan, LLAMA3_8B, EIGHT_A100, BRIEF, total_steps=total_steps)
+    before = copy.deepcopy(strict)
+    flavour = hf_trainer_config(strict)
+    assert strict == before  # the strict config is not touched
+
+    assert resolve_autos(flavour, strict) == strict
+    autos = auto_keys(flavour)
+    assert autos <= set(HF_AUTO_KEYS)
+    expected = {
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+        "gradient_clipping",
+        "optimizer.params.lr",
+        "optimizer.params.betas",
+        "optimizer.params.eps",
+        "optimizer.params.weight_decay",
+        "scheduler.params.warmup_min_lr",
+        "scheduler.params.warmup_max_lr",
+        "scheduler.params.warmup_num_steps",
+        "bf16.enabled",
+    }
+    if total_steps is not None:
+        expected.add("scheduler.params.total_num_steps")
+    zero = flavour["zero_optimization"]
+    if zero["stage"] == 3:
+        expected |= {
+            "zero_optimization.reduce_bucket_size",
+            "zero_optimization.stage3_prefetch_bucket_size",
+            "zero_optimization.stage3_param_persistence_threshold",
+        }
+    assert autos == expected
+    # What the Trainer does not fill stays as we planned it.
+    for key in ("stage", "overlap_comm", "contiguous_gradients", "offload_optimizer"):
+        assert zero.get(key) == strict["zero_optimization"].get(key)
+    assert flavour.get("activation_checkpointing") == strict.get("activation_checkpointing")
+    assert flavour["optimizer"]["type"] == "AdamW"
+    assert flavour["scheduler"]["type"] == strict["scheduler"]["type"]
+
+    # The strict validator refuses the flavour on purpose; resolved, it is the strict config.
+    with pytest.raises(ConfigError, match="Hugging Face"):
+        validate_deepspeed_config(flavour, 8)
+    validate_deepspeed_config(resolve_autos(flavour, strict), 8)
+
+
+def test_hf_flavour_fp16_keeps_loss_scaling() -> None:
+    hardware = HardwareSpec(source="described", nodes=2, gpus_per_node=4, gpu=V100)
+    brief = BRIEF.model_copy(update={"precision": "auto", "seq_len": 1024})
+    strict = emit_deepspeed_config(plan_memory(GPT2, hardware, brief), GPT2, hardware, brief)
+    flavour = hf_trainer_config(strict)
+    assert flavour["fp16"] == dict(strict["fp16"], enabled="auto")
+    assert "bf16" not in flavour
+    assert resolve_autos(flavour, strict) == strict
+
+
+def test_hf_flavour_without_optimizer_or_half_precision() -> None:
+    brief = TrainingBrief(model="gpt2", seq_len=1024, global_batch_size=32, task="inference")
+    strict = emit_deepspeed_config(plan_memory(GPT2, CPU_BOX, brief), GPT2, CPU_BOX, brief)
+    flavour = hf_trainer_config(strict)
+    # Absent sections are not invented: the Trainer only fills keys that are there.
+    assert auto_keys(flavour) == {
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+    }
+    assert resolve_autos(flavour, strict) == strict
+
+
+def test_hf_auto_keys_are_ones_transformers_resolves() -> None:
+    """Each key is named in the integration that fills "auto" (HfTrainerDeepSpeedConfig)."""
+    import inspect
+
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    source = inspect.getsource(HfTrainerDeepSpeedConfig)
+    for key in HF_AUTO_KEYS:
+        assert f'"{key}"' in source, key

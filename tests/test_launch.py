@@ -90,6 +90,7 @@ def test_deepspeed_plan_writes_config_script_and_launcher(tmp_path: Path) -> Non
         "model_config.json",
         "train.py",
         "ds_config.json",
+        "ds_config_hf.json",
         "launch.sh",
         "train.sbatch",
         "accelerate_config.yaml",
@@ -125,6 +126,24 @@ def test_deepspeed_plan_on_several_nodes_writes_a_hostfile(tmp_path: Path) -> No
     ]
     assert (tmp_path / "hostfile").read_text() == "node0 slots=8\nnode1 slots=8\n"
     assert spec.files["hostfile"] == str(tmp_path / "hostfile")
+
+
+def test_deepspeed_plan_writes_the_hugging_face_trainer_flavour(tmp_path: Path) -> None:
+    spec = emit_launch(tmp_path, brief(), gpus(1, 8), model(), DEEPSPEED, DS_CONFIG)
+    assert spec.files["ds_config_hf.json"] == str(tmp_path / "ds_config_hf.json")
+    flavour = json.loads((tmp_path / "ds_config_hf.json").read_text())
+    assert flavour == {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "bf16": {"enabled": "auto"},
+        "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
+        "zero_optimization": {"stage": 2},
+    }
+    # The strict config next to it keeps its numbers; a DDP re-emit removes both.
+    assert json.loads((tmp_path / "ds_config.json").read_text()) == DS_CONFIG
+    emit_launch(tmp_path, brief(), gpus(1, 8), model(), DDP, None)
+    assert not (tmp_path / "ds_config_hf.json").exists()
 
 
 def test_ddp_plan_launches_torchrun_without_deepspeed(tmp_path: Path) -> None:

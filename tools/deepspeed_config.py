@@ -5,10 +5,16 @@
 DeepSpeed never resolves ``auto`` batch sizes, which only the Hugging Face integration fills.
 ``validate_deepspeed_config`` runs DeepSpeed's own ``DeepSpeedConfig`` at the target world size
 and rejects what DeepSpeed would silently ignore.
+
+``hf_trainer_config`` derives the Hugging Face Trainer flavour (``ds_config_hf.json``), where
+the values the Trainer fills from ``TrainingArguments`` say ``"auto"``. The strict validator
+rejects that flavour on purpose; it is checked instead by resolving each ``"auto"`` back to the
+strict config's value (tests/test_deepspeed_config.py).
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,6 +53,33 @@ _ZERO_STAGE = {
 # DeepSpeed's own default for data_types.keep_in_fp32_modules is the string "auto"
 # (runtime/constants.py KEEP_IN_FP32_MODULES_DEFAULT), so it is the one legitimate "auto".
 _AUTO_ALLOWED = {("data_types", "keep_in_fp32_modules")}
+# The keys the Hugging Face Trainer resolves when they say "auto" (Transformers docs: DeepSpeed
+# integration, 'auto' values; HfTrainerDeepSpeedConfig.trainer_config_process and
+# trainer_config_finalize in transformers/integrations/deepspeed.py). Batch sizes, clipping,
+# optimizer and precision come from TrainingArguments; total_num_steps and warmup_num_steps
+# from the computed step count; the three ZeRO sizes from the model's hidden size.
+HF_AUTO_KEYS: tuple[str, ...] = (
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "gradient_clipping",
+    "optimizer.params.lr",
+    "optimizer.params.betas",
+    "optimizer.params.eps",
+    "optimizer.params.weight_decay",
+    "scheduler.params.warmup_min_lr",
+    "scheduler.params.warmup_max_lr",
+    "scheduler.params.warmup_num_steps",
+    "scheduler.params.total_num_steps",
+    "bf16.enabled",
+    "fp16.enabled",
+    "zero_optimization.reduce_bucket_size",
+    "zero_optimization.stage3_prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold",
+)
+# Filled from the hidden size. The docs set them to "auto" for ZeRO-3 only, and only there do
+# our values equal the integration's (tools/memory.py zero_settings), so ZeRO-1/2 keep numbers.
+_HF_ZERO3_KEYS = frozenset(key for key in HF_AUTO_KEYS if key.startswith("zero_optimization."))
 
 
 def _zero_section(plan: MemoryPlan, model: ModelSpec) -> dict[str, Any]:
@@ -173,6 +206,35 @@ def emit_deepspeed_config(
             "profile": False,
         }
     return config
+
+
+def hf_trainer_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of a strict DeepSpeed config with the Hugging Face Trainer's values "auto".
+
+    Every key in ``HF_AUTO_KEYS`` that ``config`` has becomes ``"auto"`` (the ZeRO sizes only
+    at stage 3); everything else (stage, offload, overlap_comm, contiguous_gradients,
+    activation checkpointing, the fp16 loss scaling) is kept. The Trainer then fills the autos
+    from ``TrainingArguments``, so the run matches the strict config only when those arguments
+    carry the same values (learning_rate, adam_beta1/2, adam_epsilon, weight_decay,
+    max_grad_norm, per_device_train_batch_size, gradient_accumulation_steps, warmup_steps,
+    bf16/fp16). ``validate_deepspeed_config`` rejects the result: plain DeepSpeed drops "auto".
+
+    Args:
+        config: A ds_config.json as ``emit_deepspeed_config`` writes it (concrete numbers).
+    """
+    flavour = copy.deepcopy(config)
+    zero = flavour.get("zero_optimization")
+    stage = zero.get("stage") if isinstance(zero, dict) else None
+    for key in HF_AUTO_KEYS:
+        if key in _HF_ZERO3_KEYS and stage != 3:
+            continue
+        *parents, leaf = key.split(".")
+        node: Any = flavour
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf in node:
+            node[leaf] = "auto"
+    return flavour
 
 
 def _find_auto(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:

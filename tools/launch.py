@@ -1,5 +1,8 @@
 """Write the launch artifacts: ds_config.json, the training script, launchers and guides.
 
+DeepSpeed plans also get ``ds_config_hf.json``, the Hugging Face Trainer flavour of the same
+config (tools/deepspeed_config.py ``hf_trainer_config``).
+
 A plan with a DeepSpeed config starts with the DeepSpeed launcher (``deepspeed``, a hostfile
 for several nodes, plus one ``launch_node{R}.sh`` per node for clusters without passwordless
 ssh); a plan without one (plain PyTorch DDP) starts with ``torchrun``, which train.py
@@ -22,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from tools.deepspeed_config import hf_trainer_config
 from tools.files import write_atomic
 from tools.memory import resolve_precision
 from tools.schemas import FrameworkChoice, HardwareSpec, LaunchSpec, ModelSpec, TrainingBrief
@@ -41,6 +45,7 @@ _ARTIFACTS = (
     "model_config.json",
     "train.py",
     "ds_config.json",
+    "ds_config_hf.json",
     "hostfile",
     "launch.sh",
     "train.sbatch",
@@ -131,6 +136,12 @@ def emit_launch(
             script_args = [user_script]
         if deepspeed_config is not None and user_script is None:
             write("ds_config.json", json.dumps(deepspeed_config, indent=2) + "\n")
+            # For users who train with the Hugging Face Trainer (TrainingArguments(deepspeed=...)):
+            # the same config with the values the Trainer fills from its arguments as "auto".
+            write(
+                "ds_config_hf.json",
+                json.dumps(hf_trainer_config(deepspeed_config), indent=2) + "\n",
+            )
             command = ["deepspeed"]
             how_to_run = (
                 "# Run from this directory on the first node; edit hostfile with your node names."
