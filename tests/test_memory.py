@@ -359,3 +359,42 @@ def test_plan_is_fast_and_imports_no_torch() -> None:
     assert (time.perf_counter() - start) / 20 < 0.05
     code = "import sys, tools.memory; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_optimizers_change_only_the_optimizer_term() -> None:
+    """AdamW keeps 8 bytes of moments per parameter, SGD-momentum 4, 8-bit Adam 2 (Dettmers et al. 2022)."""
+    hw = HardwareSpec(source="described", nodes=1, gpus_per_node=1, gpu=A100)
+    moments = {}
+    for opt in ("adamw", "sgd", "adam8bit"):
+        states = model_state_bytes(
+            GPT2.params,
+            GPT2.params,
+            GPT2.largest_layer_params,
+            1,
+            "ddp",
+            precision="bf16",
+            optimizer=opt,
+        )
+        moments[opt] = states.gpu["optimizer_moments"]
+    assert moments["adamw"] == 8 * GPT2.params
+    assert moments["sgd"] == 4 * GPT2.params
+    assert moments["adam8bit"] == 2 * GPT2.params
+    a = estimate_strategy(GPT2, hw, "ddp", optimizer="adamw").per_gpu_bytes
+    b = estimate_strategy(GPT2, hw, "ddp", optimizer="adam8bit").per_gpu_bytes
+    assert a.activations == b.activations and a.params == b.params
+    assert a.optimizer - b.optimizer == 6 * GPT2.params
+
+
+def test_selective_recompute_drops_the_attention_core() -> None:
+    """Korthikanti et al. Table 2: per layer 34sbh + 5as^2b without recompute, 34sbh selective."""
+    kw = dict(
+        seq_len=2048,
+        micro_batch_size=1,
+        precision="bf16",
+        activation_checkpointing=False,
+        task="pretrain",
+    )
+    full = activation_bytes(LLAMA3_8B, **kw)
+    selective = activation_bytes(LLAMA3_8B, selective_recompute=True, **kw)
+    s, a, layers = 2048, LLAMA3_8B.heads, LLAMA3_8B.layers
+    assert full - selective == layers * 5 * a * s * s

@@ -67,9 +67,11 @@ MAX_LIVE_PARAMETERS = 1_000_000_000
 CPU_BUFFER_FACTOR = 1.5
 
 DEFAULT_LORA_RANK = 16
-# Optimizer state bytes per trainable parameter, kept in fp32 (ZeRO paper sec. 3.1: Adam's
-# momentum and variance; SGD with momentum keeps one buffer).
-OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "sgd": 4}
+# Optimizer state bytes per trainable parameter (ZeRO paper sec. 3.1: Adam's momentum and
+# variance in fp32; SGD with momentum keeps one fp32 buffer; 8-bit Adam keeps both moments
+# block-wise quantized to one byte each, Dettmers et al. 2022, "8-bit Optimizers via Block-wise
+# Quantization", whose per-block scales add well under 1%).
+OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "sgd": 4, "adam8bit": 2}
 
 MICRO_BATCH_CANDIDATES = (8, 4, 2, 1)
 
@@ -264,6 +266,7 @@ def activation_bytes(
     precision: ResolvedPrecision,
     activation_checkpointing: bool,
     task: Task = "finetune",
+    selective_recompute: bool = False,
 ) -> int:
     """Activation bytes per GPU for one micro batch (Korthikanti et al. 2022, eq. 1).
 
@@ -275,11 +278,13 @@ def activation_bytes(
     logits add s*b*V at the working precision plus the fp32 copy cross-entropy takes
     (Hugging Face ``ForCausalLMLoss`` upcasts logits with ``.float()``).
     Inference keeps a KV cache (2 * layers * s * b * kv_dim) instead of training activations.
+    Selective recomputation (sec. 5, Table 2) recomputes only the attention core, so a layer
+    keeps 34*s*b*h bytes; memory-efficient attention kernels store about the same.
     """
     s, b, h, a = seq_len, micro_batch_size, model.hidden, model.heads
     scale = 2 if precision == "fp32" else 1
     act_bytes = 4 if precision == "fp32" else 2
-    one_layer = s * b * (34 * h + 5 * a * s) * scale
+    one_layer = s * b * (34 * h + (0 if selective_recompute else 5 * a * s)) * scale
     if task in ("inference", "agent-app"):
         kv_dim = h * (model.kv_heads or a) // a
         kv_cache = 2 * model.layers * s * b * kv_dim * act_bytes
@@ -364,6 +369,7 @@ def estimate_strategy(
     optimizer: str = "adamw",
     seq_len: int | None = None,
     lora_rank: int = DEFAULT_LORA_RANK,
+    selective_recompute: bool = False,
 ) -> StrategyEstimate:
     """Estimate per-GPU memory (and CPU memory per node) of one strategy for one micro batch.
 
@@ -377,9 +383,10 @@ def estimate_strategy(
         precision: bf16, fp16, fp32 or auto (resolved with the GPU; CPU-only means fp32).
         micro_batch_size: Sequences per GPU per forward pass.
         activation_checkpointing: Whether every transformer layer is recomputed in backward.
-        optimizer: adamw, adam or sgd.
+        optimizer: adamw, adam, adam8bit or sgd (with momentum).
         seq_len: Tokens per sequence; defaults to ``model.seq_len``.
         lora_rank: Adapter rank for the lora task.
+        selective_recompute: Recompute only the attention core (Korthikanti et al. sec. 5).
     """
     strategy = _check_strategy(strategy)
     if micro_batch_size < 1:
@@ -423,6 +430,7 @@ def estimate_strategy(
         precision=resolved,
         activation_checkpointing=activation_checkpointing,
         task=task,
+        selective_recompute=selective_recompute,
     )
     buffers, buffer_notes = _buffer_bytes(
         model, strategy, world_size=world, precision=resolved, on_gpu=on_gpu, training=training
