@@ -29,3 +29,28 @@ GPT2 = ModelSpec(
     seq_len=1024,
 )
 CPU_BOX = HardwareSpec(source="local", nodes=1, gpus_per_node=0, gpu=None, cpu_cores=2, ram_gb=24)
+LLAMA3_70B = ModelSpec(
+    name="llama-3-70b",
+    params=70_553_706_496,
+    layers=80,
+    hidden=8192,
+    heads=64,
+    kv_heads=8,
+    vocab=128_256,
+    intermediate=28_672,
+    largest_layer_params=1_050_673_152,
+    seq_len=4096,
+)
+MIXTRAL = ModelSpec(
+    name="mixtral-8x7b",
+    params=46_702_792_704,
+    active_params=12_879_925_248,
+    layers=32,
+    hidden=4096,
+    heads=32,
+    kv_heads=8,
+    vocab=32_000,
+    intermediate=14_336,
+    largest_layer_params=1_409_286_144,
+    seq_len=4096,
+)

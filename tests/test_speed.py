@@ -5,42 +5,16 @@ from __future__ import annotations
 import time
 
 import pytest
+from specs import A100, CPU_BOX, LLAMA3_8B, LLAMA3_70B, MIXTRAL
 
-from tests.specs import A100, CPU_BOX, LLAMA3_8B
 from tools.errors import InputError
 from tools.hardware import parse_hardware
-from tools.schemas import HardwareSpec, ModelSpec
+from tools.schemas import HardwareSpec
 from tools.speed import (
     EFFICIENCY_BY_CLASS,
     estimate_speed,
     gpu_class,
     training_flops_per_token,
-)
-
-LLAMA3_70B = ModelSpec(
-    name="llama-3-70b",
-    params=70_553_706_496,
-    layers=80,
-    hidden=8192,
-    heads=64,
-    kv_heads=8,
-    vocab=128_256,
-    intermediate=28_672,
-    largest_layer_params=1_050_673_152,
-    seq_len=4096,
-)
-MIXTRAL = ModelSpec(
-    name="mixtral-8x7b",
-    params=46_702_792_704,
-    active_params=12_879_925_248,
-    layers=32,
-    hidden=4096,
-    heads=32,
-    kv_heads=8,
-    vocab=32_000,
-    intermediate=14_336,
-    largest_layer_params=1_409_286_144,
-    seq_len=4096,
 )
 
 
