@@ -54,3 +54,28 @@ MIXTRAL = ModelSpec(
     largest_layer_params=1_409_286_144,
     seq_len=4096,
 )
+
+# A two-layer GPT-2 the smoke and launch tests build and run in seconds on CPU.
+GPT2_TINY = {
+    "model_type": "gpt2",
+    "n_layer": 2,
+    "n_embd": 64,
+    "n_head": 2,
+    "vocab_size": 256,
+    "n_positions": 128,
+}
+
+
+def tiny_spec(hf_config: dict | None, name: str = "tiny") -> ModelSpec:
+    """A ModelSpec whose real shape lives in ``hf_config`` (the smoke run scales from that)."""
+    return ModelSpec(
+        name=name,
+        params=0,
+        layers=2,
+        hidden=64,
+        heads=2,
+        vocab=256,
+        seq_len=64,
+        largest_layer_params=0,
+        hf_config=hf_config,
+    )

@@ -16,20 +16,13 @@ from typing import Any
 
 import pytest
 import yaml
+from specs import GPT2_TINY, tiny_spec
 
 from tools.launch import emit_launch
 from tools.schemas import FrameworkChoice, GPUSpec, HardwareSpec, ModelSpec, TrainingBrief
 from tools.smoke import free_port
 from tools.smoke_train import parse_args
 
-GPT2_TINY = {
-    "model_type": "gpt2",
-    "n_layer": 2,
-    "n_embd": 64,
-    "n_head": 2,
-    "vocab_size": 256,
-    "n_positions": 128,
-}
 DEEPSPEED = FrameworkChoice(primary="deepspeed", stack=["pytorch", "deepspeed"], rationale="x")
 DDP = FrameworkChoice(primary="pytorch_ddp", stack=["pytorch", "pytorch_ddp"], rationale="x")
 A100 = GPUSpec(name="A100-80GB", memory_gb=80, bf16_tflops=312)
@@ -53,17 +46,7 @@ def cpu_only() -> HardwareSpec:
 
 
 def model() -> ModelSpec:
-    return ModelSpec(
-        name="tiny",
-        params=0,
-        layers=2,
-        hidden=64,
-        heads=2,
-        vocab=256,
-        seq_len=64,
-        largest_layer_params=0,
-        hf_config=GPT2_TINY,
-    )
+    return tiny_spec(GPT2_TINY)
 
 
 def brief(precision: str = "bf16", seq_len: int = 1024) -> TrainingBrief:

@@ -10,8 +10,9 @@ from typing import Any
 
 import psutil
 import pytest
+from specs import GPT2_TINY, tiny_spec
 
-from tools.schemas import ModelSpec, SmokeResult
+from tools.schemas import SmokeResult
 from tools.settings import Settings
 from tools.smoke import (
     _Outcome,
@@ -24,14 +25,6 @@ from tools.smoke import (
     strategy_of,
 )
 
-GPT2_TINY = {
-    "model_type": "gpt2",
-    "n_layer": 2,
-    "n_embd": 64,
-    "n_head": 2,
-    "vocab_size": 256,
-    "n_positions": 128,
-}
 LLAMA_TINY = {
     "model_type": "llama",
     "num_hidden_layers": 2,
@@ -79,20 +72,6 @@ def plan_ds_config(stage: int, **zero: Any) -> dict[str, Any]:
     }
 
 
-def spec(hf_config: dict[str, Any] | None, name: str = "tiny") -> ModelSpec:
-    return ModelSpec(
-        name=name,
-        params=0,
-        layers=2,
-        hidden=64,
-        heads=2,
-        vocab=256,
-        seq_len=64,
-        largest_layer_params=0,
-        hf_config=hf_config,
-    )
-
-
 def assert_learned(result: Any, settings: Settings, *, deepspeed: bool = True) -> None:
     assert result.status == "passed", result.reason
     assert result.world_size == 2
@@ -126,7 +105,7 @@ def assert_learned(result: Any, settings: Settings, *, deepspeed: bool = True) -
 def test_zero2_run_on_two_cpu_ranks_learns(hf_config: dict[str, Any], settings: Settings) -> None:
     lines: list[str] = []
     result = run_smoke_test(
-        spec(hf_config), plan_ds_config(2), settings, steps=30, on_progress=lines.append
+        tiny_spec(hf_config), plan_ds_config(2), settings, steps=30, on_progress=lines.append
     )
     assert_learned(result, settings)
     assert result.strategy == "zero2"
@@ -139,7 +118,7 @@ def test_zero2_run_on_two_cpu_ranks_learns(hf_config: dict[str, Any], settings: 
 
 @pytest.mark.slow
 def test_zero3_run_on_two_cpu_ranks_learns(settings: Settings) -> None:
-    result = run_smoke_test(spec(LLAMA_TINY), plan_ds_config(3), settings, steps=30)
+    result = run_smoke_test(tiny_spec(LLAMA_TINY), plan_ds_config(3), settings, steps=30)
     assert_learned(result, settings)
     assert result.strategy == "zero3"
 
@@ -148,7 +127,9 @@ def test_zero3_run_on_two_cpu_ranks_learns(settings: Settings) -> None:
 def test_ddp_run_on_two_cpu_ranks_learns(settings: Settings) -> None:
     """A plan without DeepSpeed (ds_config None) runs plain PyTorch DDP under torchrun."""
     lines: list[str] = []
-    result = run_smoke_test(spec(LLAMA_TINY), None, settings, steps=30, on_progress=lines.append)
+    result = run_smoke_test(
+        tiny_spec(LLAMA_TINY), None, settings, steps=30, on_progress=lines.append
+    )
     assert_learned(result, settings, deepspeed=False)
     assert result.strategy == "ddp"
     assert "plain PyTorch DDP" in result.reason
@@ -171,7 +152,7 @@ def test_interrupt_stops_the_whole_group(settings: Settings, ds: bool) -> None:
     run_dir = settings.runs_dir / "interrupted"
     with pytest.raises(KeyboardInterrupt):
         run_smoke_test(
-            spec(GPT2_TINY),
+            tiny_spec(GPT2_TINY),
             plan_ds_config(2) if ds else None,
             settings,
             steps=1_000_000,
@@ -186,7 +167,7 @@ def test_interrupt_stops_the_whole_group(settings: Settings, ds: bool) -> None:
 def test_timeout_fails_and_leaves_no_process(settings: Settings) -> None:
     lines: list[str] = []
     result = run_smoke_test(
-        spec(GPT2_TINY),
+        tiny_spec(GPT2_TINY),
         plan_ds_config(2),
         settings.with_(smoke_timeout_s=15.0),
         steps=1_000_000,
@@ -214,7 +195,9 @@ def test_timeout_fails_and_leaves_no_process(settings: Settings) -> None:
 
 @pytest.mark.slow
 def test_invalid_config_is_a_crash_with_the_error(settings: Settings) -> None:
-    result = run_smoke_test(spec(GPT2_TINY), {"zero_optimization": {"stage": 7}}, settings, steps=5)
+    result = run_smoke_test(
+        tiny_spec(GPT2_TINY), {"zero_optimization": {"stage": 7}}, settings, steps=5
+    )
     assert result.status == "failed"
     assert result.reason.startswith("crash: exit code"), result.reason
     assert "DeepSpeedZeroConfig" in result.reason
@@ -223,7 +206,7 @@ def test_invalid_config_is_a_crash_with_the_error(settings: Settings) -> None:
 @pytest.mark.slow
 def test_exploding_weights_are_reported_as_nan(settings: Settings) -> None:
     exploding = {**GPT2_TINY, "initializer_range": 1e30}
-    result = run_smoke_test(spec(exploding), plan_ds_config(2), settings, steps=10)
+    result = run_smoke_test(tiny_spec(exploding), plan_ds_config(2), settings, steps=10)
     assert result.status == "failed"
     assert result.reason.startswith("nan"), result.reason
 
@@ -315,7 +298,7 @@ def test_scale_model_config_keeps_a_tiny_model_full_size() -> None:
 
 
 def test_model_without_hf_config_becomes_a_llama_of_its_shape() -> None:
-    config, shape = scale_model_config(llama_config_from_shape(spec(None)), seq_len=64)
+    config, shape = scale_model_config(llama_config_from_shape(tiny_spec(None)), seq_len=64)
     assert config["model_type"] == "llama" and "fallback" not in shape
     assert (shape["layers"], shape["hidden"], shape["heads"], shape["vocab"]) == (2, 64, 2, 256)
 
@@ -335,6 +318,6 @@ def test_relative_home_still_finds_the_script(
     """Settings default to a relative home (.trainwright); the launcher must still find its files."""
     monkeypatch.chdir(tmp_path)
     rel = Settings(home=Path("rel-home"), out_dir=Path("out"), smoke_steps=12)
-    result = run_smoke_test(spec(GPT2_TINY), plan_ds_config(1), rel)
+    result = run_smoke_test(tiny_spec(GPT2_TINY), plan_ds_config(1), rel)
     assert result.status == "passed", result.reason
     assert Path(result.run_dir).is_absolute()
