@@ -44,3 +44,38 @@ def test_cli_help_does_not_import_heavy_libraries() -> None:
     )
     assert res.stdout.strip() == "[]", res.stdout + res.stderr
     assert importlib.util.find_spec("app") is not None
+
+
+HEAVY = ("torch", "transformers", "deepspeed", "chromadb", "crewai")
+
+
+def test_the_planner_path_imports_no_heavy_library() -> None:
+    """Importing the planning tools and planning a catalog model stays free of torch & co.
+
+    The catalog's parameter counts are shipped (knowledge/models/counts.json), so a one-shot
+    plan need not import torch/transformers; only DeepSpeed's own validation imports DeepSpeed.
+    """
+    code = (
+        "import sys\n"
+        "import tools.models, tools.memory, tools.strategy, tools.speed, tools.deepspeed_config\n"
+        f"heavy = {HEAVY!r}\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "from tools.deepspeed_config import emit_deepspeed_config\n"
+        "from tools.hardware import parse_hardware\n"
+        "from tools.models import lookup_model\n"
+        "from tools.schemas import TrainingBrief\n"
+        "from tools.strategy import search_strategy\n"
+        "hw = parse_hardware('8x8xH100-80GB')\n"
+        "brief = TrainingBrief(model='llama-3-70b', seq_len=4096, global_batch_size=1024,\n"
+        "                      hardware='8x8xH100-80GB', task='pretrain')\n"
+        "model = lookup_model('llama-3-70b', 4096)\n"
+        "plan = search_strategy(model, hw, brief)\n"
+        "config = emit_deepspeed_config(plan, model, hw, brief)\n"
+        "assert model.params == 70_553_706_496 and config['train_batch_size'] == 1024\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["[]", "[]"], res.stdout + res.stderr

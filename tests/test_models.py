@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tools import models
 from tools.errors import InputError
 from tools.models import list_models, load_model_catalog, lookup_model
 from tools.schemas import ModelParams, ModelShape
+
+COUNTS_PATH = Path(__file__).resolve().parents[1] / "knowledge" / "models" / models.COUNTS_FILE
 
 REQUIRED_MODELS = {
     "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-2-7b", "llama-2-13b", "llama-2-70b",
@@ -158,11 +163,15 @@ def test_sequence_length_is_checked() -> None:
     assert lookup_model("llama-3-8b", 32768).seq_len == 32768
 
 
-def test_largest_models_are_fast_enough() -> None:
-    lookup_model("gpt2", 128)  # pays the torch/transformers import once
+def test_largest_models_are_fast_enough_to_count_live() -> None:
+    configs = [
+        json.dumps(models._catalog_config(model_id), sort_keys=True)
+        for model_id in ("gpt2", "llama-3.1-405b", "mixtral-8x7b", "qwen2.5-72b")
+    ]
+    models._count.__wrapped__(configs[0])  # pays the torch/transformers import once
     started = time.perf_counter()
-    for model_id in ("llama-3.1-405b", "mixtral-8x7b", "qwen2.5-72b"):
-        lookup_model(model_id, 4096)
+    for config_json in configs[1:]:
+        models._count.__wrapped__(config_json)  # bypass the in-process cache: really count
     assert time.perf_counter() - started < 30
 
 
@@ -173,3 +182,96 @@ def test_mixture_of_experts_counts_active_parameters() -> None:
     assert abs(spec.active_params - 12.9e9) / 12.9e9 < 0.01
     dense = lookup_model("llama-3-8b", 4096)
     assert dense.active_params == dense.params
+
+
+# ---- the shipped counts (knowledge/models/counts.json) -------------------------------------------
+
+
+@pytest.fixture
+def count_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every live meta-device count lookup_model asks for, with shipped counts reloaded."""
+    calls: list[str] = []
+    live: Callable[[str], Any] = models._count
+
+    def spy(config_json: str) -> Any:
+        calls.append(config_json)
+        return live(config_json)
+
+    monkeypatch.setattr(models, "_count", spy)
+    models._shipped_counts.cache_clear()
+    return calls
+
+
+@pytest.fixture(autouse=True)
+def _fresh_shipped_counts() -> Iterator[None]:
+    """Forget counts a test loaded from a patched place; torn down after monkeypatch's undo."""
+    yield
+    models._shipped_counts.cache_clear()
+
+
+def test_shipped_counts_equal_a_live_meta_count() -> None:
+    """Every catalog model's stored counts are what meta instantiation gives now (about 5 s)."""
+    shipped = json.loads(COUNTS_PATH.read_text(encoding="utf-8"))
+    live = models.catalog_counts()
+    stale = "stale: run `python -m tools.models --refresh-counts`"
+    assert shipped["transformers"] == live["transformers"], stale
+    assert sorted(shipped["models"]) == sorted(live["models"]) == sorted(list_models()), stale
+    for model_id, counts in live["models"].items():
+        assert shipped["models"][model_id] == counts, f"{model_id}: {stale}"
+    assert shipped == live, stale
+
+
+def test_every_catalog_model_is_served_without_counting(count_calls: list[str]) -> None:
+    for model_id in list_models():
+        spec = lookup_model(model_id, 512)
+        assert f"stored for this exact config in knowledge/models/{models.COUNTS_FILE}" in (
+            spec.source
+        )
+    assert count_calls == []
+
+
+def test_a_changed_config_misses_the_shipped_counts_and_is_counted_live(
+    count_calls: list[str],
+) -> None:
+    config = models._catalog_config("llama-3-8b")
+    # The same config with its keys in another order is the same canonical JSON: a hit.
+    assert lookup_model(dict(reversed(list(config.items()))), 4096).params == 8_030_261_248
+    assert count_calls == []
+
+    changed = {**config, "vocab_size": 128000}
+    spec = lookup_model(changed, 4096)
+    assert len(count_calls) == 1 and json.loads(count_calls[0])["vocab_size"] == 128000
+    # Untied input and output embeddings each lose 256 rows of 4096.
+    assert spec.params == 8_030_261_248 - 2 * 256 * 4096
+    assert spec.source.endswith("on meta")
+
+
+def test_counts_from_another_transformers_version_are_ignored(
+    count_calls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(models, "_transformers_version", lambda: "0.0.1")
+    models._shipped_counts.cache_clear()
+    assert models._shipped_counts() == {}
+    assert lookup_model("llama-3-8b", 4096).params == 8_030_261_248
+    assert len(count_calls) == 1
+
+
+def test_a_missing_or_damaged_counts_file_falls_back_to_live_counting(
+    count_calls: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(models, "_models_dir", lambda: tmp_path)
+    for model_id in ("gpt2", "llama-3-8b"):
+        (tmp_path / f"{model_id}.json").write_text(
+            json.dumps(json.loads((COUNTS_PATH.parent / f"{model_id}.json").read_text()))
+        )
+    (tmp_path / "catalog.yaml").write_text((COUNTS_PATH.parent / "catalog.yaml").read_text())
+    shipped = json.loads(COUNTS_PATH.read_text())
+    shipped["models"]["gpt2"].pop("params")  # a damaged entry is skipped, the rest still serve
+    (tmp_path / models.COUNTS_FILE).write_text(json.dumps(shipped))
+    models._shipped_counts.cache_clear()
+    assert lookup_model("llama-3-8b", 4096).params == 8_030_261_248 and count_calls == []
+    assert lookup_model("gpt2", 1024).params == 124_439_808 and len(count_calls) == 1
+
+    (tmp_path / models.COUNTS_FILE).write_text("{not json")
+    models._shipped_counts.cache_clear()
+    assert lookup_model("llama-3-8b", 4096).params == 8_030_261_248 and len(count_calls) == 2

@@ -3,17 +3,28 @@
 Every count comes from instantiating the architecture with transformers on the ``meta`` device
 (no weights are allocated and nothing is downloaded), so tied embeddings, biases, norms, MoE
 experts and GQA are counted the way the real model has them, not by a hand formula.
+
+Importing torch and transformers and building a 70B model on ``meta`` takes seconds, which a
+one-shot ``app.py plan`` would pay on every run. So the catalog's counts are precomputed by that
+same meta-device count and shipped in knowledge/models/counts.json, keyed by the SHA-256 of the
+canonical config JSON and valid only for the transformers version that counted them: a changed
+config or another transformers is counted live. Regenerate the file after changing the catalog
+or upgrading transformers with ``python -m tools.models --refresh-counts``;
+tests/test_models.py fails while it is stale.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import difflib
+import hashlib
 import json
 import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +55,7 @@ _REFERENCE_SHAPES = (
 )
 _DERIVED_VOCAB = 32000  # Llama-2's tokenizer
 _DERIVED_TOLERANCE = 0.05
+COUNTS_FILE = "counts.json"  # in knowledge/models/, next to the catalog
 
 
 @dataclass(frozen=True)
@@ -360,7 +372,16 @@ def _from_shape(ref: ModelShape, seq_len: int) -> ModelSpec:
 
 
 def _spec_from_config(config: dict[str, Any], seq_len: int, *, name: str, source: str) -> ModelSpec:
-    counted = _count(json.dumps(config, sort_keys=True))
+    config_json = _canonical_json(config)
+    counted = _shipped_counts().get(config_key(config_json))
+    if counted is None:
+        counted = _count(config_json)
+        how = f"parameters counted by instantiating {counted.model_class} on meta"
+    else:
+        how = (
+            f"parameters counted by instantiating {counted.model_class} on meta, stored for this "
+            f"exact config in knowledge/models/{COUNTS_FILE}"
+        )
     if counted.max_positions is not None and seq_len > counted.max_positions:
         raise InputError(
             "seq_len",
@@ -381,8 +402,76 @@ def _spec_from_config(config: dict[str, Any], seq_len: int, *, name: str, source
         kv_heads=counted.kv_heads,
         family=str(config["model_type"]),
         hf_config=config,
-        source=f"{source}; parameters counted by instantiating {counted.model_class} on meta",
+        source=f"{source}; {how}",
     )
+
+
+def _canonical_json(config: dict[str, Any]) -> str:
+    """The config as JSON with sorted keys: equal configs give equal text, whatever the order."""
+    return json.dumps(config, sort_keys=True)
+
+
+def config_key(config_json: str) -> str:
+    """The cache key of a canonical config JSON: its SHA-256, so any change to the config misses."""
+    return hashlib.sha256(config_json.encode("utf-8")).hexdigest()
+
+
+def _transformers_version() -> str | None:
+    # Read from the installed metadata: importing transformers is what the cache avoids.
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@lru_cache(maxsize=1)
+def _shipped_counts() -> dict[str, _Counted]:
+    """The shipped counts by config key; empty if the file is absent, damaged or another version's.
+
+    The version matters: transformers decides the module layout (e.g. fused MoE expert blocks),
+    hence ``largest_layer_params`` and the model class, so another version counts live.
+    """
+    try:
+        text = _models_dir().joinpath(COUNTS_FILE).read_text(encoding="utf-8")
+        document = json.loads(text)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(document, dict) or document.get("transformers") != _transformers_version():
+        return {}
+    fields = [f.name for f in dataclasses.fields(_Counted)]
+    shipped: dict[str, _Counted] = {}
+    for entry in (document.get("models") or {}).values():
+        try:
+            shipped[str(entry["config_sha256"])] = _Counted(**{k: entry[k] for k in fields})
+        except (KeyError, TypeError):
+            continue  # a damaged entry is counted live; tests/test_models.py flags it
+    return shipped
+
+
+def catalog_counts() -> dict[str, Any]:
+    """What knowledge/models/counts.json must hold: a live meta count of every catalog config."""
+    models: dict[str, Any] = {}
+    for model_id in list_models():
+        config_json = _canonical_json(_catalog_config(model_id))
+        models[model_id] = {
+            "config_sha256": config_key(config_json),
+            **dataclasses.asdict(_count(config_json)),
+        }
+    return {
+        "generated_by": "python -m tools.models --refresh-counts",
+        "transformers": _transformers_version(),
+        "models": models,
+    }
+
+
+def refresh_counts() -> Path:
+    """Count every catalog model live and rewrite knowledge/models/counts.json; return its path."""
+    from tools.files import write_atomic
+
+    path = Path(str(_models_dir().joinpath(COUNTS_FILE)))
+    write_atomic(path, json.dumps(catalog_counts(), indent=2) + "\n")
+    _shipped_counts.cache_clear()
+    return path
 
 
 @lru_cache(maxsize=128)
@@ -516,3 +605,23 @@ def _learned_positions(model: Any, config: Any) -> int | None:
             limit = int(module.num_embeddings)
             return min(limit, int(declared)) if isinstance(declared, int) else limit
     return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.models --refresh-counts``: regenerate the shipped parameter counts."""
+    parser = argparse.ArgumentParser(prog="python -m tools.models", description=main.__doc__)
+    parser.add_argument(
+        "--refresh-counts",
+        action="store_true",
+        help=f"count every catalog model on meta and rewrite knowledge/models/{COUNTS_FILE}",
+    )
+    args = parser.parse_args(argv)
+    if not args.refresh_counts:
+        parser.print_help()
+        return 2
+    print(f"wrote {refresh_counts()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
