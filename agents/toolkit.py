@@ -234,8 +234,9 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
 def engineer_tools(ws: Workspace) -> list[BaseTool]:
     """plan_parallelism, emit_deepspeed_config, emit_launch, run_smoke_test."""
     from tools.deepspeed_config import emit_deepspeed_config as _emit
-    from tools.deepspeed_config import validate_deepspeed_config
+    from tools.deepspeed_config import planned_total_steps, validate_deepspeed_config
     from tools.launch import emit_launch as _emit_launch
+    from tools.memory import data_parallel_size
     from tools.strategy import search_strategy
 
     def plan_parallelism(
@@ -274,15 +275,17 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
             return json.dumps(
                 {"deepspeed_config": None, "reason": f"{fw.primary} does not use DeepSpeed"}
             )
-        config = _emit(memory, model, hw, ws.brief)
-        validate_deepspeed_config(config, hw.world_size)
+        config = _emit(memory, model, hw, ws.brief, total_steps=planned_total_steps(ws.brief))
+        # Under tensor/pipeline parallelism DeepSpeed sizes batches by the data-parallel group.
+        dp = data_parallel_size(hw, memory.tensor_parallel, memory.pipeline_parallel)
+        validate_deepspeed_config(config, dp)
         ws.deepspeed_config = config
         ws.config_validated = True
         ws.progress(
             f"deepspeed config: ZeRO stage {config.get('zero_optimization', {}).get('stage', 0)}, "
-            f"accepted by DeepSpeedConfig at world size {hw.world_size}"
+            f"accepted by DeepSpeedConfig at data-parallel size {dp}"
         )
-        return json.dumps({"deepspeed_config": config, "validated_world_size": hw.world_size})
+        return json.dumps({"deepspeed_config": config, "validated_world_size": dp})
 
     def emit_launch(steps: int = 1000) -> str:
         """Write ds_config.json, train.py, hostfile and launch.sh to the output directory."""

@@ -12,10 +12,11 @@ from tools.deepspeed_config import (
     ConfigError,
     emit_deepspeed_config,
     hf_trainer_config,
+    planned_total_steps,
     validate_deepspeed_config,
 )
 from tools.errors import ToolFailure
-from tools.memory import STRATEGY_ORDER, plan_memory
+from tools.memory import STRATEGY_ORDER, data_parallel_size, plan_memory
 from tools.schemas import HardwareSpec, MemoryPlan, TrainingBrief
 
 EIGHT_A100 = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=A100)
@@ -303,3 +304,79 @@ def test_hf_auto_keys_are_ones_transformers_resolves() -> None:
     source = inspect.getsource(HfTrainerDeepSpeedConfig)
     for key in HF_AUTO_KEYS:
         assert f'"{key}"' in source, key
+
+
+# --- scheduler steps from the dataset, and tensor/pipeline-parallel plans ----------------
+
+
+def test_dataset_tokens_set_the_schedulers_total_steps(llama_plan: MemoryPlan) -> None:
+    brief = BRIEF.model_copy(update={"dataset_tokens": 1e9})
+    # ceil(1e9 tokens / (64 sequences x 4096 tokens)) = ceil(3814.7) optimizer steps.
+    assert planned_total_steps(brief) == 3815
+    assert planned_total_steps(BRIEF) is None
+    config = emit_deepspeed_config(llama_plan, LLAMA3_8B, EIGHT_A100, brief)
+    assert config["scheduler"]["type"] == "WarmupDecayLR"
+    assert config["scheduler"]["params"]["total_num_steps"] == 3815
+    assert config["scheduler"]["params"]["warmup_num_steps"] == 100
+    validate_deepspeed_config(config, 8)
+    # An explicit step count still wins; without dataset_tokens the LR stays flat after warmup.
+    assert (
+        emit_deepspeed_config(llama_plan, LLAMA3_8B, EIGHT_A100, brief, total_steps=10)[
+            "scheduler"
+        ]["params"]["total_num_steps"]
+        == 10
+    )
+    assert emit_deepspeed_config(llama_plan, LLAMA3_8B, EIGHT_A100, BRIEF)["scheduler"]["type"] == (
+        "WarmupLR"
+    )
+    # The Hugging Face flavour leaves the count to the Trainer, which computes its own.
+    flavour = hf_trainer_config(config)
+    assert flavour["scheduler"]["params"]["total_num_steps"] == "auto"
+
+
+def test_tensor_pipeline_plan_counts_data_parallel_ranks() -> None:
+    """train_batch_size = micro x accumulation x world / (t x p), validated at that size."""
+    from tools.brief import brief_from_dict
+    from tools.hardware import parse_hardware
+    from tools.models import lookup_model
+    from tools.strategy import search_strategy
+
+    brief = brief_from_dict(
+        {
+            "model": "llama-3-70b",
+            "hardware": "4x8xH100-80GB",
+            "seq_len": 8192,
+            "global_batch_size": 512,
+            "task": "pretrain",
+            "dataset_tokens": 2e10,
+        }
+    )
+    hw = parse_hardware("4x8xH100-80GB")
+    model = lookup_model("llama-3-70b", 8192)
+    plan = search_strategy(model, hw, brief)
+    tp, pp = plan.tensor_parallel, plan.pipeline_parallel
+    assert tp * pp > 1
+    dp = data_parallel_size(hw, tp, pp)
+    config = emit_deepspeed_config(plan, model, hw, brief)
+    micro, accum = config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]
+    assert config["train_batch_size"] == micro * accum * dp == 512
+    assert config["zero_optimization"]["stage"] == 1
+    assert config["activation_checkpointing"]["partition_activations"] is (tp > 1)
+    assert config["scheduler"]["params"]["total_num_steps"] == -(-2e10 // (512 * 8192))
+    validate_deepspeed_config(config, dp)
+    # At the full world size the batch arithmetic is wrong, and DeepSpeed says so.
+    with pytest.raises(ConfigError, match="DeepSpeed rejects"):
+        validate_deepspeed_config(config, hw.world_size)
+    # ZeRO-2/3 cannot run under DeepSpeed's pipeline engine.
+    zero3_pipeline = plan.model_copy(
+        update={
+            "chosen": "zero3",
+            "tensor_parallel": 4,
+            "pipeline_parallel": 2,
+            "micro_batch_size": 1,
+            "gradient_accumulation_steps": 512 // data_parallel_size(hw, 4, 2),
+        }
+    )
+    with pytest.raises(ConfigError) as err:
+        emit_deepspeed_config(zero3_pipeline, model, hw, brief)
+    assert err.value.key == "zero_optimization.stage"

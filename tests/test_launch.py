@@ -19,7 +19,16 @@ import yaml
 from specs import GPT2_TINY, tiny_spec
 
 from tools.launch import emit_launch
-from tools.schemas import FrameworkChoice, GPUSpec, HardwareSpec, ModelSpec, TrainingBrief
+from tools.schemas import (
+    FrameworkChoice,
+    GPUSpec,
+    HardwareSpec,
+    MemoryBreakdown,
+    MemoryPlan,
+    ModelSpec,
+    StrategyEstimate,
+    TrainingBrief,
+)
 from tools.smoke import free_port
 from tools.smoke_train import parse_args
 
@@ -505,3 +514,110 @@ def test_emitted_deepspeed_launch_runs_on_cpu(tmp_path: Path) -> None:
     proc = _run_launch(out, {"DS_ACCELERATOR": "cpu"})
     metrics = _assert_ran(out, proc, 3)
     assert metrics["mode"] == "deepspeed" and metrics["deepspeed"]
+
+
+# --- a tensor/pipeline-parallel plan: Megatron-DeepSpeed, not train.py -----------------------
+
+
+def _llama_70b() -> ModelSpec:
+    return ModelSpec(
+        name="llama-3-70b",
+        params=70_553_706_496,
+        layers=80,
+        hidden=8192,
+        heads=64,
+        kv_heads=8,
+        vocab=128_256,
+        intermediate=28_672,
+        largest_layer_params=1_050_673_152,
+        seq_len=8192,
+        family="llama",
+    )
+
+
+def _tp_pp_plan(tp: int, pp: int, micro: int, accumulation: int) -> MemoryPlan:
+    row = StrategyEstimate(
+        name="zero1",
+        per_gpu_bytes=MemoryBreakdown(
+            params=1, gradients=1, optimizer=1, activations=1, buffers=1, total=5
+        ),
+        fits=True,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+    )
+    return MemoryPlan(
+        strategies=[row],
+        chosen="zero1",
+        micro_batch_size=micro,
+        gradient_accumulation_steps=accumulation,
+        activation_checkpointing=True,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+    )
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_tensor_pipeline_plan_launches_megatron_deepspeed(tmp_path: Path, nodes: int) -> None:
+    hw = gpus(nodes, 8)
+    tp, pp = 4, 2
+    dp = hw.world_size // (tp * pp)
+    config = {
+        "train_batch_size": 64,
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 64 // dp,
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 1},
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95]}},
+        "scheduler": {
+            "type": "WarmupDecayLR",
+            "params": {"warmup_num_steps": 20, "total_num_steps": 321},
+        },
+        "activation_checkpointing": {"partition_activations": True},
+    }
+    (tmp_path / "train.py").write_text("stale")  # from an earlier data-parallel plan
+    memory = _tp_pp_plan(tp, pp, 1, 64 // dp)
+    seq_brief = brief(seq_len=8192).model_copy(update={"global_batch_size": 64})
+    spec = emit_launch(tmp_path, seq_brief, hw, _llama_70b(), DEEPSPEED, config, memory=memory)
+    command = spec.command
+    assert set(spec.files) == {
+        "model_config.json",
+        "ds_config.json",
+        "MEGATRON.md",
+        "launch.sh",
+        "train.sbatch",
+    }
+    # No train.py, HF flavour or Accelerate config: they would size batches by all GPUs.
+    assert not (tmp_path / "train.py").exists()
+    assert json.loads((tmp_path / "ds_config.json").read_text()) == config
+    assert command[0] == "torchrun" and "pretrain_gpt.py" in command
+    args = command[command.index("pretrain_gpt.py") + 1 :]
+
+    def flag(name: str) -> str:
+        return args[args.index(name) + 1]
+
+    assert flag("--tensor-model-parallel-size") == "4"
+    assert flag("--pipeline-model-parallel-size") == "2"
+    assert flag("--num-layers") == "80" and flag("--num-key-value-heads") == "8"
+    assert flag("--micro-batch-size") == "1" and flag("--global-batch-size") == "64"
+    assert flag("--train-iters") == "321" and flag("--lr-warmup-iters") == "20"
+    assert flag("--deepspeed_config") == "ds_config.json" and flag("--zero-stage") == "1"
+    assert {"--bf16", "--sequence-parallel", "--deepspeed", "--swiglu"} <= set(args)
+    assert "--no-pipeline-parallel" not in args
+    assert launch_line(tmp_path) == shlex.join(command)
+    guide = (tmp_path / "MEGATRON.md").read_text()
+    assert f"tensor parallel 4 x pipeline parallel 2 x data parallel {dp}" in guide
+    for script in ("launch.sh", "train.sbatch"):
+        proc = subprocess.run(["bash", "-n", str(tmp_path / script)], capture_output=True)
+        assert proc.returncode == 0, proc.stderr
+    if nodes > 1:
+        assert "srun" in (tmp_path / "train.sbatch").read_text()
+
+
+def test_tensor_only_plan_turns_megatrons_pipeline_off(tmp_path: Path) -> None:
+    config = dict(DS_CONFIG, train_batch_size=16, gradient_accumulation_steps=4)
+    memory = _tp_pp_plan(8, 1, 4, 4)
+    spec = emit_launch(tmp_path, brief(), gpus(1, 8), model(), DEEPSPEED, config, memory=memory)
+    assert "--no-pipeline-parallel" in spec.command
+    # A data-parallel plan (the default memory=None) keeps the DeepSpeed launcher and train.py.
+    plain = emit_launch(tmp_path, brief(), gpus(1, 8), model(), DEEPSPEED, DS_CONFIG)
+    assert plain.command[0] == "deepspeed" and not (tmp_path / "MEGATRON.md").exists()

@@ -8,15 +8,17 @@ import time
 from pathlib import Path
 
 import pytest
-from specs import A100, CPU_BOX, GPT2, LLAMA3_8B, V100
+from specs import A100, CPU_BOX, GPT2, LLAMA3_8B, LLAMA3_70B, V100
 
 from tools.errors import InputError
 from tools.memory import (
     GB,
     STRATEGY_ORDER,
     activation_bytes,
+    data_parallel_size,
     estimate_strategy,
     lora_adapter_params,
+    model_parallel_params,
     model_state_bytes,
     plan_memory,
     resolve_precision,
@@ -398,3 +400,122 @@ def test_selective_recompute_drops_the_attention_core() -> None:
     selective = activation_bytes(LLAMA3_8B, selective_recompute=True, **kw)
     s, a, layers = 2048, LLAMA3_8B.heads, LLAMA3_8B.layers
     assert full - selective == layers * 5 * a * s * s
+
+
+# --- tensor and pipeline parallelism -----------------------------------------------------
+
+
+def test_tensor_parallel_divides_activations_by_t_with_sequence_parallelism() -> None:
+    """Korthikanti et al. sec. 4.2.2: with sequence parallelism a layer keeps sbh(34 + 5as/h)/t."""
+    kw = dict(seq_len=4096, micro_batch_size=1, precision="bf16", task="pretrain")
+    for ckpt in (False, True):
+        one = activation_bytes(LLAMA3_70B, activation_checkpointing=ckpt, **kw)
+        for t in (2, 4, 8):
+            split = activation_bytes(
+                LLAMA3_70B, activation_checkpointing=ckpt, tensor_parallel=t, **kw
+            )
+            assert split == pytest.approx(one / t, rel=1e-6)
+
+
+def test_pipeline_first_stage_holds_p_micro_batches_of_its_layers() -> None:
+    """Korthikanti et al. sec. 4.2.3 (1F1B): the first stage stores p micro-batches of L/p layers."""
+    s, b, h, a, t, p = 4096, 1, 8192, 64, 8, 4
+    kw = dict(seq_len=s, micro_batch_size=b, precision="bf16", task="pretrain")
+    layer = s * b * (34 * h + 5 * a * s) / t
+    logits = s * b * LLAMA3_70B.vocab * 6 / t
+    full = activation_bytes(
+        LLAMA3_70B, activation_checkpointing=False, tensor_parallel=t, pipeline_parallel=p, **kw
+    )
+    # p micro-batches of L/p layers: as much as all L layers of one micro-batch (no logits).
+    assert full == pytest.approx(max(80 * layer, 80 / p * layer + logits), rel=1e-6)
+    ckpt = activation_bytes(
+        LLAMA3_70B, activation_checkpointing=True, tensor_parallel=t, pipeline_parallel=p, **kw
+    )
+    stored = 2 * s * b * h / t
+    first = 80 / p * stored * p + layer
+    last = 80 / p * stored + layer + logits
+    assert ckpt == pytest.approx(max(first, last), rel=1e-6)
+    # Fewer micro-batches per step than stages: only those are in flight.
+    two = activation_bytes(
+        LLAMA3_70B,
+        activation_checkpointing=False,
+        tensor_parallel=t,
+        pipeline_parallel=p,
+        micro_batches=2,
+        **kw,
+    )
+    assert two == pytest.approx(max(80 / p * layer * 2, 80 / p * layer + logits), rel=1e-6)
+
+
+def test_tensor_pipeline_model_states_split_t_x_p_ways_then_zero_over_dp() -> None:
+    """Narayanan et al. 2021: the heaviest stage holds (Ψ - V·h)/p + V·h, split t ways."""
+    h100 = GPUSpec(name="H100-80GB", memory_gb=80, bf16_tflops=989)
+    hw = gpus(4, 8, h100)
+    t, p = 8, 2
+    dp = 32 // (t * p)
+    embedding = LLAMA3_70B.vocab * LLAMA3_70B.hidden
+    stage = -(-(LLAMA3_70B.params - embedding) // p) + embedding
+    here = -(-stage // t)
+    params_here, largest_here = model_parallel_params(LLAMA3_70B, t, p)
+    assert params_here == here and largest_here == -(-LLAMA3_70B.largest_layer_params // t)
+    est = estimate_strategy(
+        LLAMA3_70B,
+        hw,
+        "zero1",
+        task="pretrain",
+        seq_len=4096,
+        activation_checkpointing=True,
+        tensor_parallel=t,
+        pipeline_parallel=p,
+    )
+    b = est.per_gpu_bytes
+    assert (est.tensor_parallel, est.pipeline_parallel) == (t, p)
+    assert b.params == 2 * here
+    # ZeRO-1 over dp: 16-bit gradients whole, fp32 gradients, master and Adam partitioned.
+    assert b.gradients == 2 * here + 4 * -(-here // dp)
+    assert b.optimizer == 12 * -(-here // dp)
+    # Data parallelism alone: every GPU holds the whole model before ZeRO.
+    alone = estimate_strategy(LLAMA3_70B, hw, "zero1", task="pretrain", seq_len=4096)
+    assert alone.per_gpu_bytes.params == 2 * LLAMA3_70B.params
+    assert data_parallel_size(hw, t, p) == dp
+
+
+def test_invalid_tensor_pipeline_splits_are_input_errors() -> None:
+    hw = gpus(2, 8)
+    for strategy, t, p in (
+        ("zero1", 16, 1),  # beyond one node
+        ("zero1", 1, 3),  # 3 does not divide 32 layers
+        ("zero2", 2, 2),  # ZeRO-2 with a pipeline
+        ("zero3_offload_all", 2, 1),  # offload is not combined
+    ):
+        with pytest.raises(InputError):
+            estimate_strategy(LLAMA3_8B, hw, strategy, tensor_parallel=t, pipeline_parallel=p)
+    with pytest.raises(InputError):
+        estimate_strategy(GPT2, CPU_BOX, "zero1", tensor_parallel=2)
+
+
+# --- offload and the node's CPU RAM ------------------------------------------------------
+
+
+def test_offload_without_known_ram_checks_a_stated_assumption() -> None:
+    """CPU term: DeepSpeed's estimate_zero3_model_states_mem_needs (states per node x1.5)."""
+    short = {"seq_len": 1024, "activation_checkpointing": True}  # GPU side fits easily
+    one_a100_40 = gpus(1, 1, GPUSpec(name="A100-40GB", memory_gb=40, bf16_tflops=312))
+    est = estimate_strategy(LLAMA3_8B, one_a100_40, "zero3_offload_all", **short)
+    # 2 + 4 + 4 + 8 bytes per parameter on the host, plus the 16-bit gradients: ~217 GB.
+    assert est.cpu_bytes_per_node > 16 * LLAMA3_8B.params * 1.5
+    # Assumed RAM: max(64 GB, 2 x 40 GB) = 80 GB, with 10% kept free.
+    assert not est.fits
+    assert any("assumed 80 GB" in n for n in est.notes)
+    assert any("does not fit in CPU RAM" in n for n in est.notes)
+    # The same node with enough RAM, known: fits; and 10% of headroom is enforced.
+    need_gb = est.cpu_bytes_per_node / GB
+    roomy = one_a100_40.model_copy(update={"ram_gb": need_gb / 0.85})
+    tight = one_a100_40.model_copy(update={"ram_gb": need_gb / 0.95})
+    assert estimate_strategy(LLAMA3_8B, roomy, "zero3_offload_all", **short).fits
+    assert not estimate_strategy(LLAMA3_8B, tight, "zero3_offload_all", **short).fits
+    # Eight H100s: assumed 1280 GB, which holds 8B's offloaded states.
+    h100s = gpus(1, 8, GPUSpec(name="H100-80GB", memory_gb=80, bf16_tflops=989))
+    assert estimate_strategy(LLAMA3_8B, h100s, "zero3_offload_all", **short).fits
+    plan = plan_memory(LLAMA3_8B, h100s, llama_brief())
+    assert any("node RAM not given: assumed 1280 GB" in a for a in plan.assumptions)

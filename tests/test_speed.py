@@ -207,3 +207,86 @@ def test_speed_is_fast():
         )
     per_call_ms = (time.perf_counter() - start) / calls * 1e3
     print(f"estimate_speed: {per_call_ms:.3f} ms per call")
+
+
+def test_tensor_and_pipeline_parallel_step():
+    """Narayanan et al. 2021: bubble (p-1)/(m+p-1), 4 all-reduces of s·b·h per layer, t x p split."""
+    hw = parse_hardware("4x8xH100-80GB", "ib400")
+    tp, pp, m, s = 8, 4, 16, 4096
+    est = estimate_speed(
+        LLAMA3_70B,
+        hw,
+        "zero1",
+        micro_batch_size=1,
+        gradient_accumulation_steps=m,
+        activation_checkpointing=False,
+        seq_len=s,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+    )
+    dp = 32 // (tp * pp)
+    assert (est.tensor_parallel, est.pipeline_parallel, est.data_parallel) == (tp, pp, dp)
+    assert est.tokens_per_step == m * dp * s
+    flops = training_flops_per_token(LLAMA3_70B, s, activation_checkpointing=False)
+    eff = EFFICIENCY_BY_CLASS["hopper"][0]
+    # Each GPU does 1/(t x p) of its replica's FLOPs.
+    assert est.compute_time_s == pytest.approx(m * s * flops / (tp * pp) / (989.4e12 * eff))
+    assert est.bubble_fraction == pytest.approx((pp - 1) / (m + pp - 1))
+    assert est.bubble_time_s == pytest.approx(est.compute_time_s * (pp - 1) / m)
+    # Tensor parallel: 4 ring all-reduces of s·b·h 16-bit values per layer per micro-batch,
+    # each sending 2(t-1)/t of it, over NVLink and not overlapped.
+    tp_bytes = 4 * (80 // pp) * m * 2 * (tp - 1) / tp * s * 8192 * 2
+    assert est.tp_comm_time_s > 0
+    assert est.tp_comm_time_s == pytest.approx(tp_bytes / (900 / 2 * 0.75 * 1e9))
+    assert est.pp_comm_time_s > 0
+    assert est.step_time_s == pytest.approx(
+        est.compute_time_s + est.bubble_time_s + est.exposed_comm_time_s + est.offload_time_s
+    )
+    assert any("1F1B bubble" in a for a in est.assumptions)
+    # Recomputation repeats the forward's two all-reduces.
+    ckpt = estimate_speed(
+        LLAMA3_70B,
+        hw,
+        "zero1",
+        micro_batch_size=1,
+        gradient_accumulation_steps=m,
+        activation_checkpointing=True,
+        seq_len=s,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+    )
+    assert ckpt.tp_comm_time_s == pytest.approx(1.5 * est.tp_comm_time_s)
+    # More micro-batches shrink the bubble.
+    longer = estimate_speed(
+        LLAMA3_70B,
+        hw,
+        "zero1",
+        micro_batch_size=1,
+        gradient_accumulation_steps=4 * m,
+        activation_checkpointing=False,
+        seq_len=s,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+    )
+    assert longer.bubble_fraction < est.bubble_fraction
+
+
+def test_data_parallel_only_has_no_model_parallel_terms():
+    est = _speed(strategy="zero2")
+    assert (est.tensor_parallel, est.pipeline_parallel, est.data_parallel) == (1, 1, 8)
+    assert est.tp_comm_time_s == est.pp_comm_time_s == est.bubble_time_s == 0
+
+
+def test_invalid_model_parallel_degrees_raise_input_errors():
+    hw = parse_hardware("2x8xH100-80GB")
+    for kw in (
+        {"tensor_parallel": 16},  # more than one node's GPUs
+        {"tensor_parallel": 3},  # does not divide the GPUs or the heads
+        {"pipeline_parallel": 3},  # does not divide 80 layers or the GPUs
+    ):
+        with pytest.raises(InputError):
+            _speed(model=LLAMA3_70B, hardware=hw, strategy="zero1", **kw)
+    with pytest.raises(InputError):  # DeepSpeed's pipeline engine takes ZeRO-0/1 only
+        _speed(model=LLAMA3_70B, hardware=hw, strategy="zero3", pipeline_parallel=2)
+    with pytest.raises(InputError):
+        _speed(model=LLAMA3_70B, hardware=hw, strategy="zero3_offload_all", tensor_parallel=2)

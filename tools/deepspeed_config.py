@@ -6,6 +6,13 @@ DeepSpeed never resolves ``auto`` batch sizes, which only the Hugging Face integ
 ``validate_deepspeed_config`` runs DeepSpeed's own ``DeepSpeedConfig`` at the target world size
 and rejects what DeepSpeed would silently ignore.
 
+A plan with tensor/pipeline parallelism (``plan.tensor_parallel`` x ``plan.pipeline_parallel``
+> 1) runs under Megatron-DeepSpeed, which builds the parallel layers and hands DeepSpeed its
+``mpu``; DeepSpeed then sizes batches by the data-parallel group, world / (t x p). So the
+config's ``train_batch_size`` is micro x accumulation x data-parallel ranks, and it is validated
+at that size (``validate_deepspeed_config(config, data_parallel_size(...))``), the way
+DeepSpeedConfig itself reads ``mpu.get_data_parallel_world_size()``.
+
 ``hf_trainer_config`` derives the Hugging Face Trainer flavour (``ds_config_hf.json``), where
 the values the Trainer fills from ``TrainingArguments`` say ``"auto"``. The strict validator
 rejects that flavour on purpose; it is checked instead by resolving each ``"auto"`` back to the
@@ -15,13 +22,14 @@ strict config's value (tests/test_deepspeed_config.py).
 from __future__ import annotations
 
 import copy
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from tools.errors import ToolFailure
-from tools.memory import OFFLOAD_STRATEGIES, resolve_precision, zero_settings
+from tools.memory import OFFLOAD_STRATEGIES, data_parallel_size, resolve_precision, zero_settings
 from tools.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 
 
@@ -121,6 +129,13 @@ def _zero_section(plan: MemoryPlan, model: ModelSpec) -> dict[str, Any]:
     return section
 
 
+def planned_total_steps(brief: TrainingBrief) -> int | None:
+    """Optimizer steps to train on ``brief.dataset_tokens``: ceil(tokens / (batch x seq_len))."""
+    if brief.dataset_tokens is None:
+        return None
+    return max(1, math.ceil(brief.dataset_tokens / (brief.global_batch_size * brief.seq_len)))
+
+
 def emit_deepspeed_config(
     plan: MemoryPlan,
     model: ModelSpec,
@@ -134,12 +149,14 @@ def emit_deepspeed_config(
     Args:
         plan: The memory plan; its chosen strategy, micro batch, accumulation and checkpointing.
         model: The architecture (hidden size sets the ZeRO-3 bucket sizes).
-        hardware: The target; its world size fixes train_batch_size.
+        hardware: The target; its data-parallel size (the world size over the plan's tensor x
+            pipeline degree) fixes train_batch_size.
         brief: The brief (task picks the optimizer recipe, precision the 16-bit section).
         total_steps: Planned optimizer steps; with it the LR decays (WarmupDecayLR), without it
-            it stays at the peak after warmup (WarmupLR).
+            it stays at the peak after warmup (WarmupLR). Defaults to the brief's
+            ``dataset_tokens`` over the tokens per step (``planned_total_steps``), when given.
     """
-    world = hardware.world_size
+    world = data_parallel_size(hardware, plan.tensor_parallel, plan.pipeline_parallel)
     train_batch = plan.micro_batch_size * plan.gradient_accumulation_steps * world
     if train_batch != brief.global_batch_size:
         raise ConfigError(
@@ -147,6 +164,14 @@ def emit_deepspeed_config(
             f"= {train_batch} sequences per step, the brief asks {brief.global_batch_size}",
             key="train_batch_size",
         )
+    if plan.pipeline_parallel > 1 and _ZERO_STAGE[plan.chosen] > 1:
+        raise ConfigError(
+            f"{plan.chosen} with pipeline parallelism: DeepSpeed's PipelineEngine takes ZeRO "
+            "stage 0 or 1 only",
+            key="zero_optimization.stage",
+        )
+    if total_steps is None:
+        total_steps = planned_total_steps(brief)
     config: dict[str, Any] = {
         "train_batch_size": train_batch,
         "train_micro_batch_size_per_gpu": plan.micro_batch_size,
@@ -199,7 +224,9 @@ def emit_deepspeed_config(
         # Configures deepspeed.checkpointing for models that call it; Hugging Face models turn
         # recomputation on with model.gradient_checkpointing_enable() instead.
         config["activation_checkpointing"] = {
-            "partition_activations": False,
+            # Megatron-DeepSpeed: split each checkpointed layer input over the tensor-parallel
+            # ranks, as tools/memory.py counts it (2*s*b*h/t per layer).
+            "partition_activations": plan.tensor_parallel > 1,
             "cpu_checkpointing": False,
             "contiguous_memory_optimization": False,
             "synchronize_checkpoint_boundary": False,

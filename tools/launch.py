@@ -12,6 +12,12 @@ an Accelerate ``accelerate_config.yaml``.
 train.py covers DeepSpeed and DDP only. Horovod, TensorFlow and FSDP plans get a launch
 command for the user's own script and a guide (HOROVOD.md, TF_CONFIG.md, FSDP.md) saying how
 to write it; none of them gets train.py.
+
+A plan with tensor/pipeline parallelism (tools/strategy.py, when no data-parallel setup fits)
+cannot run on train.py or the plain DeepSpeed engine: it gets ds_config.json (the ZeRO part,
+batch sizes per data-parallel rank), a torchrun command for Megatron-DeepSpeed's
+``pretrain_gpt.py`` with the plan's degrees, and MEGATRON.md; no train.py, no Hugging Face
+flavour and no Accelerate config, which would all size batches by the whole world.
 """
 
 from __future__ import annotations
@@ -28,7 +34,14 @@ import yaml
 from tools.deepspeed_config import hf_trainer_config
 from tools.files import write_atomic
 from tools.memory import resolve_precision
-from tools.schemas import FrameworkChoice, HardwareSpec, LaunchSpec, ModelSpec, TrainingBrief
+from tools.schemas import (
+    FrameworkChoice,
+    HardwareSpec,
+    LaunchSpec,
+    MemoryPlan,
+    ModelSpec,
+    TrainingBrief,
+)
 
 TRAIN_SCRIPT = Path(__file__).with_name("smoke_train.py")
 MASTER_PORT = 29500
@@ -53,7 +66,10 @@ _ARTIFACTS = (
     "HOROVOD.md",
     "TF_CONFIG.md",
     "FSDP.md",
+    "MEGATRON.md",
 )
+# Megatron-DeepSpeed's training entry point (github.com/microsoft/Megatron-DeepSpeed).
+MEGATRON_SCRIPT = "pretrain_gpt.py"
 _COVERAGE = (
     "trainwright's own train.py covers DeepSpeed and PyTorch DDP only, so this plan has no "
     "generated training script: `{script}` is yours to write, and this guide says how."
@@ -91,10 +107,14 @@ def emit_launch(
     deepspeed_config: dict[str, Any] | None,
     *,
     steps: int = 1000,
+    memory: MemoryPlan | None = None,
 ) -> LaunchSpec:
     """Write the files needed to start training on the target hardware and return the command.
 
     The command is an argument list (never a shell string); ``launch.sh`` quotes it for people.
+    ``memory`` is the plan the config came from: a tensor/pipeline-parallel plan gets the
+    Megatron-DeepSpeed launch. (The config alone cannot tell: its batch arithmetic gives the
+    product of the degrees at best, not the split.)
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
@@ -110,8 +130,23 @@ def emit_launch(
     precision = resolve_precision(brief.precision, hardware)
     title = f"# Launch for: {brief.goal or model.name} ({framework.primary})"
     user_script = USER_SCRIPTS.get(framework.primary)
+    split = _model_parallel(memory)
+    preamble: list[str] = []
 
-    if framework.primary == "horovod":
+    if split is not None and deepspeed_config is not None and user_script is None:
+        write("ds_config.json", json.dumps(deepspeed_config, indent=2) + "\n")
+        command = _torchrun(hardware, gpus, "node0") + _megatron_args(
+            brief, model, split, deepspeed_config, steps, precision
+        )
+        how_to_run = (
+            "# Tensor/pipeline parallel: run from a Megatron-DeepSpeed checkout (MEGATRON.md), "
+            "adding your --data-path and tokenizer arguments"
+            + (f", on each of the {hardware.nodes} nodes" if hardware.nodes > 1 else "")
+            + "."
+        )
+        write("MEGATRON.md", _megatron_md(command, hardware, model, split, deepspeed_config))
+        write("train.sbatch", _sbatch(brief, hardware, model, gpus, command))
+    elif framework.primary == "horovod":
         hosts = ",".join(f"{host}:{gpus}" for host in _hosts(hardware))
         command = ["horovodrun", "-np", str(hardware.nodes * gpus), "-H", hosts]
         command += ["python", USER_SCRIPTS["horovod"]]
@@ -192,7 +227,6 @@ def emit_launch(
         else:
             write("FSDP.md", _fsdp_md(command, hardware, model, precision))
 
-    preamble = []
     if framework.primary == "tensorflow":
         preamble = [': "${TF_CONFIG:?export TF_CONFIG for this worker first, see TF_CONFIG.md}"']
     write("launch.sh", _script([title, how_to_run], command, preamble), executable=True)
@@ -577,3 +611,175 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
 
 {layer_note} {strategy_note}
 {scaler_note}"""
+
+
+def _model_parallel(memory: MemoryPlan | None) -> tuple[int, int] | None:
+    """(tensor degree, pipeline degree) of a tensor/pipeline-parallel plan, else None."""
+    if memory is None or memory.tensor_parallel * memory.pipeline_parallel == 1:
+        return None
+    return memory.tensor_parallel, memory.pipeline_parallel
+
+
+def _megatron_args(
+    brief: TrainingBrief,
+    model: ModelSpec,
+    split: tuple[int, int],
+    config: dict[str, Any],
+    steps: int,
+    precision: str,
+) -> list[str]:
+    """Megatron-DeepSpeed ``pretrain_gpt.py`` arguments for the plan (its examples' flag names).
+
+    Megatron-DeepSpeed hands DeepSpeed its own optimizer and LR schedule, which take precedence
+    over the config's (DeepSpeed uses a client optimizer when given one), so the recipe in
+    ds_config.json is repeated here as Megatron flags.
+    """
+    tp, pp = split
+    zero = config.get("zero_optimization") or {}
+    optimizer = (config.get("optimizer") or {}).get("params") or {}
+    scheduler = (config.get("scheduler") or {}).get("params") or {}
+    total = scheduler.get("total_num_steps")
+    args: list[str] = [
+        MEGATRON_SCRIPT,
+        "--tensor-model-parallel-size",
+        str(tp),
+        "--pipeline-model-parallel-size",
+        str(pp),
+        "--num-layers",
+        str(model.layers),
+        "--hidden-size",
+        str(model.hidden),
+        "--num-attention-heads",
+        str(model.heads),
+    ]
+    if model.intermediate:
+        args += ["--ffn-hidden-size", str(model.intermediate)]
+    if model.kv_heads and model.kv_heads != model.heads:
+        args += ["--num-key-value-heads", str(model.kv_heads)]
+    family = str((model.hf_config or {}).get("model_type") or model.family or "").lower()
+    if family in ("llama", "mistral"):
+        # The Llama architecture in Megatron-DeepSpeed (examples_deepspeed/
+        # pretrain_llama2_distributed.sh).
+        args += [
+            "--swiglu",
+            "--normalization",
+            "rmsnorm",
+            "--use-rotary-position-embeddings",
+            "--untie-embeddings-and-output-weights",
+            "--disable-bias-linear",
+            "--no-query-key-layer-scaling",
+            "--attention-dropout",
+            "0",
+            "--hidden-dropout",
+            "0",
+        ]
+    args += [
+        "--seq-length",
+        str(brief.seq_len),
+        "--max-position-embeddings",
+        str(max(brief.seq_len, model.seq_len)),
+        "--micro-batch-size",
+        str(config.get("train_micro_batch_size_per_gpu", 1)),
+        "--global-batch-size",
+        str(config.get("train_batch_size", brief.global_batch_size)),
+        "--train-iters",
+        str(total or steps),
+    ]
+    if optimizer:
+        betas = optimizer.get("betas") or [0.9, 0.999]
+        args += [
+            "--optimizer",
+            "adam",
+            "--lr",
+            f"{optimizer.get('lr', 1e-4):g}",
+            "--adam-beta1",
+            f"{betas[0]:g}",
+            "--adam-beta2",
+            f"{betas[1]:g}",
+            "--adam-eps",
+            f"{optimizer.get('eps', 1e-8):g}",
+            "--weight-decay",
+            f"{optimizer.get('weight_decay', 0.0):g}",
+            "--clip-grad",
+            f"{config.get('gradient_clipping', 1.0):g}",
+            "--lr-warmup-iters",
+            str(scheduler.get("warmup_num_steps", 0)),
+            "--lr-decay-style",
+            "linear" if total else "constant",
+            "--min-lr",
+            "0",
+        ]
+    if precision in ("bf16", "fp16"):
+        args.append(f"--{precision}")
+    if tp > 1:
+        # Korthikanti et al. 2022 sec. 4.2.2: what the memory estimate assumes under t > 1.
+        args.append("--sequence-parallel")
+    if "activation_checkpointing" in config:
+        args += [
+            "--recompute-granularity",
+            "full",
+            "--recompute-method",
+            "uniform",
+            "--deepspeed-activation-checkpointing",
+        ]
+    if pp == 1:
+        # Megatron-DeepSpeed builds a DeepSpeed PipelineModule unless told not to.
+        args.append("--no-pipeline-parallel")
+    args += [
+        "--deepspeed",
+        "--deepspeed_config",
+        "ds_config.json",
+        "--zero-stage",
+        str(zero.get("stage", 0)),
+    ]
+    return args
+
+
+def _megatron_md(
+    command: list[str],
+    hardware: HardwareSpec,
+    model: ModelSpec,
+    split: tuple[int, int],
+    config: dict[str, Any],
+) -> str:
+    tp, pp = split
+    world = hardware.world_size
+    dp = world // (tp * pp)
+    degrees = f"tensor parallel {tp} x pipeline parallel {pp} x data parallel {dp} = {world} GPUs"
+    stage = (config.get("zero_optimization") or {}).get("stage", 0)
+    return f"""# Tensor/pipeline-parallel launch (Megatron-DeepSpeed)
+
+{model.name} does not fit on these GPUs with data parallelism alone, not even ZeRO-3, so the
+plan splits each model replica: {degrees}. DeepSpeed's engine on its own has no tensor- or
+pipeline-parallel layers, and trainwright's train.py parallelises data only, so this plan runs
+on Megatron-DeepSpeed (github.com/microsoft/Megatron-DeepSpeed), which builds the parallel
+model and hands DeepSpeed its process groups (Megatron-LM or NeMo work too, with their own
+configuration instead of ds_config.json).
+
+## Start it
+
+From a Megatron-DeepSpeed checkout with this directory's ds_config.json copied next to
+`{MEGATRON_SCRIPT}`, on each of the {hardware.nodes} node(s):
+
+```bash
+{shell_join(command)} \\
+    --data-path YOUR_DATA_PREFIX --tokenizer-type YOUR_TOKENIZER_TYPE --tokenizer-model YOUR_TOKENIZER
+```
+
+`launch.sh` and `train.sbatch` run the same command; append the data and tokenizer arguments
+there.
+
+## What the config says and why
+
+- ZeRO stage {stage} over the {dp} data-parallel rank(s). DeepSpeed's pipeline engine accepts
+  stage 0 or 1 only; with tensor parallelism alone stages 2 and 3 also work.
+- `train_batch_size` {config.get("train_batch_size")} = micro-batch
+  {config.get("train_micro_batch_size_per_gpu")} x gradient accumulation
+  {config.get("gradient_accumulation_steps")} x {dp} data-parallel ranks, not x {world} GPUs:
+  DeepSpeed counts the data-parallel group Megatron gives it. trainwright validated the config
+  with DeepSpeed's own DeepSpeedConfig at that size. With a pipeline, the accumulation steps
+  are the micro-batches each pipeline runs per step (the bubble is (p-1)/(m+p-1) of it).
+- Megatron passes its own optimizer and LR schedule to DeepSpeed, which then ignores the
+  config's `optimizer` and `scheduler`; the command repeats them as Megatron flags.
+- `--sequence-parallel` and full recomputation are what the memory estimate assumed.
+"""

@@ -1,4 +1,6 @@
-"""Per-GPU memory estimates for data-parallel strategies (DDP, ZeRO-1/2/3, ZeRO-Offload).
+"""Per-GPU memory estimates for DDP, ZeRO-1/2/3 and ZeRO-Offload, and with tensor/pipeline parallelism.
+
+Data-parallel strategies alone, or under Megatron-style tensor and pipeline parallelism.
 
 Pure arithmetic on a ``ModelSpec`` and a ``HardwareSpec``; nothing here imports torch or
 DeepSpeed, so the engineer agent can compare every strategy in microseconds.
@@ -11,7 +13,12 @@ Sources, cited again at each term:
   whose own estimators ``estimate_zero2_model_states_mem_needs`` and
   ``estimate_zero3_model_states_mem_needs`` the tests compare against.
 - Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-  Transformer Models", eq. 1 (no parallelism) and sec. 4.1 (full recomputation).
+  Transformer Models", eq. 1 (no parallelism), sec. 4.1 (full recomputation), sec. 4.2.2
+  (tensor + sequence parallelism divide a layer's activations by t) and sec. 4.2.3 (with the
+  1F1B pipeline schedule the first stage holds p micro-batches of its L/p layers).
+- Tensor and pipeline parallelism: Narayanan et al. 2021, "Efficient Large-Scale Language Model
+  Training on GPU Clusters Using Megatron-LM" (sec. 2.2-2.3: each GPU holds 1/(t*p) of the
+  weights; sec. 3: tensor groups stay inside a node).
 - Buffers: DeepSpeed's ZeRO config defaults (``deepspeed/runtime/zero/config.py``) and the
   Hugging Face DeepSpeed guide on ``overlap_comm`` (4.5x the bucket sizes).
 """
@@ -65,6 +72,26 @@ MAX_LIVE_PARAMETERS = 1_000_000_000
 # DeepSpeed's estimators' additional_buffer_factor for CPU memory: pinned staging copies
 # (e.g. stage_1_and_2.py's param_buffer_of_bit16_for_cpu_offload_groups) and allocator slack.
 CPU_BUFFER_FACTOR = 1.5
+# Offload must leave this share of the node's RAM to the OS, the page cache, data-loader
+# workers and each rank's own process (the same line as the GPU headroom in tools/strategy.py).
+CPU_RAM_HEADROOM = 0.10
+# A described cluster ("2x8xH100-80GB") says nothing about host RAM. Assumed: twice the node's
+# GPU memory, a common server sizing rule (DGX H100: 2 TB for 640 GB of GPU memory; DGX A100:
+# 1-2 TB for 320-640 GB; cloud 8-GPU instances 1.1-2 TB), and at least a 64 GB workstation.
+ASSUMED_RAM_PER_GPU_MEMORY = 2.0
+MIN_ASSUMED_NODE_RAM_GB = 64.0
+
+# Tensor-parallel degrees to try: powers of two up to one node (Narayanan et al. 2021 sec. 3.3:
+# tensor parallelism's all-reduces in every layer need the intra-node links, so t <= GPUs per
+# node; Megatron also needs t to divide the attention heads and the key-value heads).
+TENSOR_PARALLEL_CANDIDATES = (1, 2, 4, 8)
+# ZeRO stages that combine with tensor/pipeline parallelism. DeepSpeed's PipelineEngine refuses
+# stages 2 and 3 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
+# runtime/pipe/engine.py), so a pipeline uses ZeRO-1, as Megatron-DeepSpeed's recipes do (BLOOM-176B:
+# TP 4, PP 12, ZeRO-1); tensor parallelism alone also combines with stages 2 and 3 (DeepSpeed
+# takes Megatron's mpu for the data-parallel group).
+PIPELINE_STAGES: tuple[StrategyName, ...] = ("zero1",)
+TENSOR_ONLY_STAGES: tuple[StrategyName, ...] = ("zero1", "zero2", "zero3")
 
 DEFAULT_LORA_RANK = 16
 # Optimizer state bytes per trainable parameter (ZeRO paper sec. 3.1: Adam's momentum and
@@ -162,6 +189,105 @@ def _check_strategy(strategy: str) -> StrategyName:
             "strategy", f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGY_ORDER)}"
         )
     return strategy  # type: ignore[return-value]
+
+
+def setup_label(strategy: str, tensor_parallel: int = 1, pipeline_parallel: int = 1) -> str:
+    """A setup's name in ``why_not`` and notes: ``zero1``, ``zero3+tp8``, ``zero1+tp8+pp4``."""
+    return (
+        strategy
+        + (f"+tp{tensor_parallel}" if tensor_parallel > 1 else "")
+        + (f"+pp{pipeline_parallel}" if pipeline_parallel > 1 else "")
+    )
+
+
+def data_parallel_size(
+    hardware: HardwareSpec, tensor_parallel: int = 1, pipeline_parallel: int = 1
+) -> int:
+    """Data-parallel ranks: the world size over the model-parallel degree t x p."""
+    return max(1, hardware.world_size // (tensor_parallel * pipeline_parallel))
+
+
+def check_model_parallel(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    strategy: StrategyName,
+    tensor_parallel: int,
+    pipeline_parallel: int,
+) -> int:
+    """Check a tensor x pipeline split of ``model`` on ``hardware``; return the data-parallel size.
+
+    Megatron-LM's constraints (Narayanan et al. 2021 sec. 3.3 for t within a node): t divides
+    the attention heads and the key-value heads, p divides the layers, t x p divides the GPUs.
+    Pipelines combine with ZeRO-1 at most (DeepSpeed's PipelineEngine); offload is not combined.
+    """
+    t, p = tensor_parallel, pipeline_parallel
+    if t < 1 or p < 1:
+        raise InputError("tensor_parallel", "tensor and pipeline degrees must be at least 1")
+    world = hardware.world_size
+    if t * p == 1:
+        return world
+    if hardware.gpu is None:
+        raise InputError("tensor_parallel", "tensor/pipeline parallelism needs GPUs")
+    if world % (t * p):
+        raise InputError(
+            "tensor_parallel", f"tensor x pipeline = {t * p} must divide the {world} GPUs"
+        )
+    if t > max(1, hardware.gpus_per_node):
+        raise InputError(
+            "tensor_parallel",
+            f"tensor-parallel degree {t} exceeds the {hardware.gpus_per_node} GPUs of one node",
+        )
+    kv_heads = model.kv_heads or model.heads
+    if model.heads % t or kv_heads % t:
+        raise InputError(
+            "tensor_parallel",
+            f"{t} must divide the {model.heads} attention heads and {kv_heads} key-value heads",
+        )
+    if model.layers % p:
+        raise InputError("pipeline_parallel", f"{p} must divide the {model.layers} layers")
+    if strategy in OFFLOAD_STRATEGIES:
+        raise InputError(
+            "strategy", f"{strategy} is not combined with tensor/pipeline parallelism here"
+        )
+    if p > 1 and strategy not in ("ddp", "zero1"):
+        raise InputError(
+            "strategy",
+            f"{strategy} with a pipeline: DeepSpeed's PipelineEngine takes ZeRO stage 0 or 1 only",
+        )
+    return world // (t * p)
+
+
+def model_parallel_params(
+    model: ModelSpec, tensor_parallel: int = 1, pipeline_parallel: int = 1
+) -> tuple[int, int]:
+    """Parameters on the most loaded GPU before ZeRO shards them, and its share of the largest layer.
+
+    Narayanan et al. 2021 sec. 2.2-2.3: each pipeline stage takes L/p layers and tensor
+    parallelism splits every weight matrix t ways (the embedding and output layer by vocabulary).
+    Megatron puts the input embedding on the first stage and the output layer on the last, so the
+    heaviest stage holds (Ψ - V·h)/p + V·h; for a model with untied embeddings this counts the
+    second V·h matrix in the body, which overstates a stage by V·h/p. Replicated layer norms are
+    left out (a few hidden-sized vectors per layer).
+    """
+    t, p = tensor_parallel, pipeline_parallel
+    stage = model.params
+    if p > 1:
+        embedding = model.vocab * model.hidden
+        stage = math.ceil(max(0, model.params - embedding) / p) + min(embedding, model.params)
+    return math.ceil(stage / t), math.ceil(model.largest_layer_params / t)
+
+
+def node_ram_bytes(hardware: HardwareSpec) -> tuple[int, str | None]:
+    """Host RAM per node, and the assumption behind it when the hardware spec does not say."""
+    if hardware.ram_gb is not None:
+        return int(hardware.ram_gb * GB), None
+    gpu_gb = (hardware.gpu.memory_gb if hardware.gpu else 0.0) * max(1, hardware.gpus_per_node)
+    ram_gb = max(MIN_ASSUMED_NODE_RAM_GB, ASSUMED_RAM_PER_GPU_MEMORY * gpu_gb)
+    return int(ram_gb * GB), (
+        f"node RAM not given: assumed {ram_gb:g} GB ({ASSUMED_RAM_PER_GPU_MEMORY:g}x the node's "
+        f"{gpu_gb:g} GB of GPU memory, a common server sizing, at least "
+        f"{MIN_ASSUMED_NODE_RAM_GB:g} GB); offload must leave {CPU_RAM_HEADROOM:.0%} of it free"
+    )
 
 
 def model_state_bytes(
@@ -267,6 +393,9 @@ def activation_bytes(
     activation_checkpointing: bool,
     task: Task = "finetune",
     selective_recompute: bool = False,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+    micro_batches: int | None = None,
 ) -> int:
     """Activation bytes per GPU for one micro batch (Korthikanti et al. 2022, eq. 1).
 
@@ -280,22 +409,36 @@ def activation_bytes(
     Inference keeps a KV cache (2 * layers * s * b * kv_dim) instead of training activations.
     Selective recomputation (sec. 5, Table 2) recomputes only the attention core, so a layer
     keeps 34*s*b*h bytes; memory-efficient attention kernels store about the same.
+
+    Tensor parallelism of degree t is modelled with Megatron's sequence parallelism (sec. 4.2.2):
+    every per-layer term, the checkpointed layer inputs and the vocabulary-parallel logits are
+    divided by t. Pipeline parallelism of degree p (sec. 4.2.3, 1F1B schedule of Narayanan et
+    al. 2021 sec. 2.2.1): a stage runs L/p layers; the first stage holds min(p, m) micro-batches
+    in flight (m = ``micro_batches`` per optimizer step, p when not given), the last stage one,
+    plus the logits. The larger of the two is the per-GPU peak.
     """
     s, b, h, a = seq_len, micro_batch_size, model.hidden, model.heads
+    t, p = tensor_parallel, pipeline_parallel
     scale = 2 if precision == "fp32" else 1
     act_bytes = 4 if precision == "fp32" else 2
-    one_layer = s * b * (34 * h + (0 if selective_recompute else 5 * a * s)) * scale
+    one_layer = -(-s * b * (34 * h + (0 if selective_recompute else 5 * a * s)) * scale // t)
+    layers = -(-model.layers // p)
     if task in ("inference", "agent-app"):
         kv_dim = h * (model.kv_heads or a) // a
-        kv_cache = 2 * model.layers * s * b * kv_dim * act_bytes
+        kv_cache = -(-2 * layers * s * b * kv_dim * act_bytes // t)
         # Generation computes logits for the last position only (transformers logits_to_keep).
         return kv_cache + one_layer + b * model.vocab * 4
-    if activation_checkpointing:
-        kept = model.layers * 2 * s * b * h * scale + one_layer
-    else:
-        kept = model.layers * one_layer
-    logits = s * b * model.vocab * (act_bytes + 4)
-    return kept + logits
+    # Per layer and micro-batch: the layer's input under full checkpointing (plus one layer's
+    # activations while it is recomputed), else all of them.
+    stored = -(-2 * s * b * h * scale // t) if activation_checkpointing else one_layer
+    working = one_layer if activation_checkpointing else 0
+    logits = -(-s * b * model.vocab * (act_bytes + 4) // t)
+    if p == 1:
+        return model.layers * stored + working + logits
+    in_flight = min(p, micro_batches or p)
+    first_stage = layers * stored * in_flight + working
+    last_stage = layers * stored + working + logits
+    return max(first_stage, last_stage)
 
 
 def _buffer_bytes(
@@ -370,6 +513,9 @@ def estimate_strategy(
     seq_len: int | None = None,
     lora_rank: int = DEFAULT_LORA_RANK,
     selective_recompute: bool = False,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+    gradient_accumulation_steps: int | None = None,
 ) -> StrategyEstimate:
     """Estimate per-GPU memory (and CPU memory per node) of one strategy for one micro batch.
 
@@ -387,6 +533,11 @@ def estimate_strategy(
         seq_len: Tokens per sequence; defaults to ``model.seq_len``.
         lora_rank: Adapter rank for the lora task.
         selective_recompute: Recompute only the attention core (Korthikanti et al. sec. 5).
+        tensor_parallel: Megatron tensor-parallel degree t (with sequence parallelism).
+        pipeline_parallel: Pipeline-parallel degree p (1F1B schedule); ZeRO then shards over
+            the world / (t x p) data-parallel ranks.
+        gradient_accumulation_steps: Micro-batches per optimizer step, which bounds the
+            micro-batches a pipeline's first stage holds in flight (p when not given).
     """
     strategy = _check_strategy(strategy)
     if micro_batch_size < 1:
@@ -395,24 +546,36 @@ def estimate_strategy(
     if not on_gpu and strategy in OFFLOAD_STRATEGIES:
         raise InputError("strategy", f"{strategy} offloads GPU memory to CPU and needs a GPU")
     resolved = resolve_precision(precision, hardware)
-    world = hardware.world_size
+    tp, pp = tensor_parallel, pipeline_parallel
+    world = check_model_parallel(model, hardware, strategy, tp, pp)  # the data-parallel size
     seq = seq_len or model.seq_len
     training = task in ("pretrain", "finetune", "lora")
 
     notes: list[str] = []
+    # What one GPU holds of the model before ZeRO shards it over the data-parallel ranks.
+    params_here, largest_here = model_parallel_params(model, tp, pp)
+    share = params_here / model.params if model.params else 1.0
+    if tp * pp > 1:
+        notes.append(
+            f"tensor parallel {tp} x pipeline {pp} x data parallel {world} "
+            f"(Megatron-LM, Narayanan et al. 2021): {params_here:,} parameters on the heaviest "
+            "stage's GPUs before ZeRO; activations with sequence parallelism"
+            + (f" and {pp} micro-batches in flight on the first stage (1F1B)" if pp > 1 else "")
+        )
     if task == "lora":
         adapters = lora_adapter_params(model, lora_rank)
-        total_params, trainable = model.params + adapters, adapters
-        layer_trainable = adapters // model.layers
+        adapters_here = math.ceil(adapters * share)
+        total_params, trainable = params_here + adapters_here, adapters_here
+        layer_trainable = adapters // model.layers // tp
         notes.append(f"LoRA rank {lora_rank} on q/k/v/o: {adapters:,} trainable parameters")
     elif training:
-        total_params, trainable, layer_trainable = model.params, model.params, None
+        total_params, trainable, layer_trainable = params_here, params_here, None
     else:
-        total_params, trainable, layer_trainable = model.params, 0, 0
+        total_params, trainable, layer_trainable = params_here, 0, 0
     states = model_state_bytes(
         total_params,
         trainable,
-        model.largest_layer_params,
+        largest_here,
         world,
         strategy,
         precision=resolved,
@@ -431,9 +594,20 @@ def estimate_strategy(
         activation_checkpointing=activation_checkpointing,
         task=task,
         selective_recompute=selective_recompute,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        micro_batches=gradient_accumulation_steps,
     )
+    # Buckets scale with what this GPU's data-parallel group reduces: its model-parallel share.
+    # Pipeline send/receive buffers (2 x s*b*h/t 16-bit values) are left to the margin.
+    bucket_model = model if tp * pp == 1 else model.model_copy(update={"params": params_here})
     buffers, buffer_notes = _buffer_bytes(
-        model, strategy, world_size=world, precision=resolved, on_gpu=on_gpu, training=training
+        bucket_model,
+        strategy,
+        world_size=world,
+        precision=resolved,
+        on_gpu=on_gpu,
+        training=training,
     )
     subtotal = params + gradients + optimizer_bytes + activations + buffers
     margin = int(FRAGMENTATION_MARGIN * subtotal)
@@ -444,6 +618,8 @@ def estimate_strategy(
 
     cpu_per_node = 0
     if states.cpu_per_rank:
+        # DeepSpeed's estimate_zero3_model_states_mem_needs / estimate_zero2_model_states_mem_
+        # needs CPU figure: the offloaded states of every rank on the node, x1.5.
         ranks_per_node = max(1, hardware.gpus_per_node)
         cpu_per_node = int(sum(states.cpu_per_rank.values()) * ranks_per_node * CPU_BUFFER_FACTOR)
         notes.append(
@@ -455,13 +631,18 @@ def estimate_strategy(
     fits = capacity is None or total <= capacity
     if capacity is None:
         notes.append("memory capacity unknown: fit not checked")
-    if cpu_per_node and hardware.ram_gb is not None and cpu_per_node > hardware.ram_gb * GB:
-        fits = False
-        notes.append(
-            f"needs {cpu_per_node / GB:.0f} GB CPU RAM per node, node has {hardware.ram_gb:g} GB"
-        )
-    elif cpu_per_node and hardware.ram_gb is None:
-        notes.append(f"node RAM unknown: offload needs {cpu_per_node / GB:.0f} GB per node")
+    if cpu_per_node:
+        ram, assumed = node_ram_bytes(hardware)
+        usable = (1 - CPU_RAM_HEADROOM) * ram
+        if assumed:
+            notes.append(assumed)
+        if cpu_per_node > usable:
+            fits = False
+            notes.append(
+                f"does not fit in CPU RAM: offload needs {cpu_per_node / GB:.0f} GB per node, "
+                f"more than {1 - CPU_RAM_HEADROOM:.0%} of the node's {ram / GB:g} GB"
+                + (" (assumed)" if assumed else "")
+            )
     if strategy != "ddp" and world == 1:
         notes.append("world size 1: ZeRO has nothing to partition across")
     return StrategyEstimate(
@@ -478,6 +659,8 @@ def estimate_strategy(
         fits=fits,
         micro_batch_size=micro_batch_size,
         notes=notes,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
     )
 
 
@@ -615,6 +798,13 @@ def plan_memory(
             "(Hugging Face does this for stage 3)",
         ]
     )
+    if hardware.gpu is not None and any(n in OFFLOAD_STRATEGIES for n in names):
+        ram, assumed = node_ram_bytes(hardware)
+        assumptions.append(
+            assumed
+            or f"offload: CPU states per node (DeepSpeed's estimator figure, x1.5) must fit in "
+            f"{1 - CPU_RAM_HEADROOM:.0%} of the node's {ram / GB:g} GB RAM"
+        )
     if brief.seq_len > model.seq_len:
         assumptions.append(f"seq_len {brief.seq_len} exceeds the model's {model.seq_len} positions")
     if ckpt and chosen.fits and activation_checkpointing is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from tools.memory import data_parallel_size, setup_label
 from tools.schemas import (
     Finding,
     FrameworkChoice,
@@ -30,7 +31,12 @@ def check_plan(
 ) -> list[Finding]:
     """Run every check and return the findings (errors block approval)."""
     findings: list[Finding] = []
-    ws = hardware.world_size
+    # DeepSpeed's batch arithmetic counts data-parallel ranks: world / (tensor x pipeline).
+    ws = (
+        data_parallel_size(hardware, memory.tensor_parallel, memory.pipeline_parallel)
+        if memory is not None
+        else hardware.world_size
+    )
     if deepspeed_config is not None:
         micro = int(deepspeed_config.get("train_micro_batch_size_per_gpu", 0))
         accum = int(deepspeed_config.get("gradient_accumulation_steps", 0))
@@ -40,7 +46,7 @@ def check_plan(
                 Finding(
                     severity="error",
                     check="batch_arithmetic",
-                    message=f"train_batch_size {train} != micro {micro} x accumulation {accum} x world {ws}"
+                    message=f"train_batch_size {train} != micro {micro} x accumulation {accum} x data-parallel {ws}"
                     f" (brief asks {brief.global_batch_size})",
                     fix="recompute gradient_accumulation_steps for the target world size",
                 )
@@ -54,6 +60,19 @@ def check_plan(
                 )
             )
     findings.extend(_memory_findings(memory))
+    if memory is not None and memory.tensor_parallel * memory.pipeline_parallel > 1:
+        findings.append(
+            Finding(
+                severity="warning",
+                check="model_parallel",
+                message=f"the plan needs tensor parallel {memory.tensor_parallel} x pipeline "
+                f"parallel {memory.pipeline_parallel}: run it with Megatron-DeepSpeed (or "
+                "Megatron-LM/NeMo); the plain DeepSpeed engine and the generated train.py "
+                "parallelise data only",
+                fix="launch Megatron-DeepSpeed's pretrain_gpt.py with the plan's parallel "
+                "degrees and ds_config.json (MEGATRON.md)",
+            )
+        )
     if (
         memory
         and framework.primary in {"pytorch", "pytorch_ddp", "tensorflow", "horovod"}
@@ -129,13 +148,24 @@ def _memory_findings(memory: MemoryPlan | None) -> list[Finding]:
                 message="nothing is trained: no memory plan needed",
             )
         ]
-    chosen = next((s for s in memory.strategies if s.name == memory.chosen), None)
+    # Rows with the same name differ by their tensor/pipeline degrees.
+    chosen = next(
+        (
+            s
+            for s in memory.strategies
+            if s.name == memory.chosen
+            and s.tensor_parallel == memory.tensor_parallel
+            and s.pipeline_parallel == memory.pipeline_parallel
+        ),
+        None,
+    )
+    label = setup_label(memory.chosen, memory.tensor_parallel, memory.pipeline_parallel)
     if chosen is None or not chosen.fits:
         return [
             Finding(
                 severity="error",
                 check="memory_headroom",
-                message=f"the chosen strategy {memory.chosen} does not fit in GPU memory",
+                message=f"the chosen strategy {label} does not fit in GPU memory",
                 fix="a higher ZeRO stage, offload, activation checkpointing or more GPUs",
             )
         ]
@@ -147,7 +177,7 @@ def _memory_findings(memory: MemoryPlan | None) -> list[Finding]:
         Finding(
             severity="info" if ok else "warning",
             check="memory_headroom",
-            message=f"{memory.chosen} uses {chosen.per_gpu_bytes.total / 1e9:.1f} GB of "
+            message=f"{label} uses {chosen.per_gpu_bytes.total / 1e9:.1f} GB of "
             f"{memory.capacity_bytes / 1e9:.1f} GB per device ({headroom:.0%} headroom)",
             fix="" if ok else "lower the micro-batch or enable activation checkpointing",
         )

@@ -83,6 +83,8 @@ class TrainingBrief(_Strict):
     team: Team = Field(default_factory=Team)
     deployment: Deployment = "none"
     smoke: bool = True
+    # Tokens the run trains on (all epochs); sets the scheduler's step count and time to train.
+    dataset_tokens: float | None = Field(default=None, gt=0, le=1e16)
 
     @field_validator("model")
     @classmethod
@@ -188,6 +190,10 @@ class StrategyEstimate(BaseModel):
     # The speed model's throughput for this row's setup (tools/speed.py); None without a GPU.
     tokens_per_s: float | None = None
     notes: list[str] = Field(default_factory=list)
+    # Megatron-style model parallelism (searched only when no data-parallel setup fits):
+    # tensor- and pipeline-parallel degrees; data parallel is world / (tensor x pipeline).
+    tensor_parallel: int = Field(default=1, ge=1)
+    pipeline_parallel: int = Field(default=1, ge=1)
 
 
 class MemoryPlan(BaseModel):
@@ -204,6 +210,11 @@ class MemoryPlan(BaseModel):
     why_not: dict[str, str] = Field(default_factory=dict)
     # When nothing fits: the smallest cluster of the same GPU on which something would.
     smallest_fitting_hardware: str | None = None
+    # The chosen setup's tensor- and pipeline-parallel degrees (1 and 1: data parallel only).
+    # Rows in ``strategies`` with the same name are told apart by their own two degrees; the
+    # chosen setup is the first row named ``chosen``.
+    tensor_parallel: int = Field(default=1, ge=1)
+    pipeline_parallel: int = Field(default=1, ge=1)
 
 
 class LaunchSpec(BaseModel):

@@ -1,4 +1,6 @@
-"""Step time, throughput and MFU for data-parallel strategies (DDP, ZeRO-1/2/3, ZeRO-Offload).
+"""Step time, throughput and MFU for DDP, ZeRO-1/2/3, ZeRO-Offload and tensor/pipeline parallelism.
+
+Data-parallel strategies alone, or under Megatron-style tensor and pipeline parallelism.
 
 Pure arithmetic on a ``ModelSpec`` and a ``HardwareSpec``, like ``tools.memory``: no torch, no
 DeepSpeed, microseconds per call. Every number is a model of the run, not a measurement; the
@@ -18,6 +20,11 @@ Sources, cited again at each formula:
   Training" (VLDB), sec. 3.2.3 (bucketed all-reduce overlapping backward).
 - Offload: Ren et al. 2021, "ZeRO-Offload: Democratizing Billion-Scale Model Training",
   sec. 4 (what crosses PCIe, and the CPU-side Adam step).
+- Tensor and pipeline parallelism: Narayanan et al. 2021, "Efficient Large-Scale Language Model
+  Training on GPU Clusters Using Megatron-LM", sec. 2.2.1 (1F1B pipeline bubble (p-1)/m of the
+  ideal time), sec. 2.3 and Shoeybi et al. 2019 fig. 4 (two all-reduces per layer in forward
+  and two in backward), sec. 4.1 (scatter/gather of pipeline messages over t GPUs);
+  Korthikanti et al. 2022 sec. 4.2.2 (sequence parallelism moves the same bytes).
 """
 
 from __future__ import annotations
@@ -29,7 +36,14 @@ from pydantic import BaseModel, Field
 
 from tools.errors import InputError
 from tools.hardware import CatalogGPU, find_gpu
-from tools.memory import OFFLOAD_STRATEGIES, STRATEGY_ORDER, ResolvedPrecision, resolve_precision
+from tools.memory import (
+    OFFLOAD_STRATEGIES,
+    STRATEGY_ORDER,
+    ResolvedPrecision,
+    check_model_parallel,
+    model_parallel_params,
+    resolve_precision,
+)
 from tools.schemas import GPUSpec, HardwareSpec, ModelSpec, StrategyName
 
 Bottleneck = Literal["compute", "communication", "offload", "unknown"]
@@ -156,6 +170,14 @@ class SpeedEstimate(BaseModel):
     exposed_comm_time_s: float = 0.0
     offload_bytes_per_step: int = Field(default=0, description="PCIe bytes per GPU per step")
     offload_time_s: float = 0.0
+    # Megatron-style model parallelism; all zero/one for a data-parallel-only setup.
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    data_parallel: int = 1
+    tp_comm_time_s: float = Field(default=0.0, description="tensor-parallel collectives, exposed")
+    pp_comm_time_s: float = Field(default=0.0, description="pipeline sends and receives, exposed")
+    bubble_fraction: float = Field(default=0.0, description="(p-1)/(m+p-1) of the step idle")
+    bubble_time_s: float = 0.0
     step_time_s: float | None = None
     tokens_per_s: float | None = None
     mfu: float | None = None
@@ -256,6 +278,8 @@ def estimate_speed(
     dataset_tokens: float | None = None,
     seq_len: int | None = None,
     inter_node_gbs: float | None = None,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
 ) -> SpeedEstimate:
     """Estimate step time, tokens/s, MFU and the bottleneck of one training setup.
 
@@ -272,6 +296,9 @@ def estimate_speed(
         seq_len: Tokens per sequence; defaults to ``model.seq_len``.
         inter_node_gbs: Network GB/s per direction per node, overriding the interconnect table
             (e.g. 400 for eight 400 Gb/s NICs per node).
+        tensor_parallel: Megatron tensor-parallel degree t (inside a node).
+        pipeline_parallel: Pipeline-parallel degree p; ``gradient_accumulation_steps`` is then
+            the pipeline's micro-batches per step, m. Data parallel is world / (t x p).
     """
     if strategy not in STRATEGY_ORDER:
         raise InputError(
@@ -290,9 +317,14 @@ def estimate_speed(
     resolved = resolve_precision(precision, hardware)
     seq = seq_len or model.seq_len
     world = hardware.world_size
+    tp, pp = tensor_parallel, pipeline_parallel
+    dp = check_model_parallel(model, hardware, strategy, tp, pp)
     accumulation = gradient_accumulation_steps
-    tokens_per_gpu = micro_batch_size * accumulation * seq
-    tokens_per_step = tokens_per_gpu * world
+    # Model FLOPs each GPU does per step: its data-parallel replica's tokens, split t x p ways.
+    tokens_per_gpu = micro_batch_size * accumulation * seq / (tp * pp)
+    if tp * pp == 1:
+        tokens_per_gpu = micro_batch_size * accumulation * seq
+    tokens_per_step = micro_batch_size * accumulation * seq * dp
     flops = training_flops_per_token(model, seq, activation_checkpointing=activation_checkpointing)
     model_flops = training_flops_per_token(model, seq, activation_checkpointing=False)
     assumptions = [
@@ -310,8 +342,13 @@ def estimate_speed(
             else ""
         ),
         f"{tokens_per_step:,} tokens per step = micro {micro_batch_size} x accumulation "
-        f"{accumulation} x {world} rank(s) x seq {seq}",
+        f"{accumulation} x {dp} {'data-parallel ' if tp * pp > 1 else ''}rank(s) x seq {seq}",
     ]
+    if tp * pp > 1:
+        assumptions.append(
+            f"tensor parallel {tp} x pipeline {pp} x data parallel {dp}: each GPU computes "
+            f"1/{tp * pp} of its replica's FLOPs (Narayanan et al. 2021)"
+        )
 
     # Compute.
     peak: float | None = None
@@ -340,26 +377,41 @@ def estimate_speed(
     base = _base_strategy(strategy)
     grad_bytes = 4 if resolved == "fp32" else 2
     units, why_units = _comm_units(base, accumulation)
-    model_bytes = model.params * grad_bytes  # all experts' gradients, not only the active ones
-    comm_bytes = int(units * (world - 1) / world * model_bytes)
+    # All experts' gradients, not only the active ones; under t x p, this GPU's share.
+    params_here = model_parallel_params(model, tp, pp)[0]
+    model_bytes = params_here * grad_bytes
+    comm_bytes = int(units * (dp - 1) / dp * model_bytes)
     comm_s = 0.0
-    if world > 1:
+    catalog = _catalog_gpu(gpu) if gpu is not None else None
+    link = catalog.link if catalog is not None else "pcie"
+    g2g = catalog.gpu_to_gpu_gbs if catalog and catalog.gpu_to_gpu_gbs else None
+    # The catalog quotes bidirectional totals; a ring sends and receives at once, so each
+    # direction gets half.
+    intra_gbs = (g2g or DEFAULT_GPU_TO_GPU_GBS) / 2 * LINK_EFFICIENCY[link]
+    network = (hardware.interconnect or "").lower()
+    if hardware.nodes > 1 and network != "nvlink" and network not in INTERCONNECT_GBS:
+        assumptions.append(
+            f"interconnect {'unknown' if not network else repr(network)} between "
+            f"{hardware.nodes} nodes: {DEFAULT_INTERCONNECT} assumed"
+        )
+        network = DEFAULT_INTERCONNECT
+    line_gbs = inter_node_gbs or INTERCONNECT_GBS.get(network, 0.0)
+    inter_gbs = line_gbs * LINK_EFFICIENCY.get(network, 1.0)
+    if world > 1 and g2g is None:
+        assumptions.append(
+            f"GPU-to-GPU bandwidth unknown: PCIe Gen4 x16 ({DEFAULT_GPU_TO_GPU_GBS:g} GB/s "
+            "bidirectional) assumed"
+        )
+    if dp > 1:
         assumptions.append(
             f"communication {comm_bytes / 1e9:.1f} GB per GPU per step: {why_units}; ring "
             f"collectives send (n-1)/n of the {grad_bytes}-byte model per GPU (ZeRO paper sec. 7)"
-        )
-        catalog = _catalog_gpu(gpu) if gpu is not None else None
-        link = catalog.link if catalog is not None else "pcie"
-        g2g = catalog.gpu_to_gpu_gbs if catalog and catalog.gpu_to_gpu_gbs else None
-        # The catalog quotes bidirectional totals; a ring sends and receives at once, so each
-        # direction gets half.
-        intra_gbs = (g2g or DEFAULT_GPU_TO_GPU_GBS) / 2 * LINK_EFFICIENCY[link]
-        if g2g is None:
-            assumptions.append(
-                f"GPU-to-GPU bandwidth unknown: PCIe Gen4 x16 ({DEFAULT_GPU_TO_GPU_GBS:g} GB/s "
-                "bidirectional) assumed"
+            + (
+                f", n = {dp} data-parallel ranks holding {params_here:,} parameters"
+                if tp * pp > 1
+                else ""
             )
-        network = (hardware.interconnect or "").lower()
+        )
         if hardware.nodes == 1 or network == "nvlink":
             # One NVLink/PCIe domain: a flat ring over all ranks.
             comm_s = comm_bytes / (intra_gbs * 1e9)
@@ -369,27 +421,65 @@ def estimate_speed(
                 f"{g2g or DEFAULT_GPU_TO_GPU_GBS:g} GB/s bidirectional)"
             )
         else:
-            if network not in INTERCONNECT_GBS:
-                assumptions.append(
-                    f"interconnect {'unknown' if not network else repr(network)} between "
-                    f"{hardware.nodes} nodes: {DEFAULT_INTERCONNECT} assumed"
-                )
-                network = DEFAULT_INTERCONNECT
-            line_gbs = inter_node_gbs or INTERCONNECT_GBS[network]
-            inter_gbs = line_gbs * LINK_EFFICIENCY[network]
-            m, g = hardware.nodes, max(1, hardware.gpus_per_node)
-            # Hierarchical collectives (NCCL's tree/ring across nodes): the intra-node legs
-            # move (g-1)/g of the model per GPU; each node's NIC carries (m-1)/m of it for
-            # the node as a whole, whatever g is. The NIC is the bottleneck.
-            intra_s = units * (g - 1) / g * model_bytes / (intra_gbs * 1e9)
-            inter_s = units * (m - 1) / m * model_bytes / (inter_gbs * 1e9)
+            g = max(1, hardware.gpus_per_node)
+            # Megatron orders ranks tensor first, then data: a node holds r replicas of each of
+            # its g/r model-parallel shards (r = g for plain data parallelism), and a shard's
+            # data-parallel group spans n = dp/r nodes. Hierarchical collectives (NCCL's tree/
+            # ring across nodes): the intra-node legs move (r-1)/r of the shard per GPU; the
+            # node's NIC carries (n-1)/n of every shard on the node. The NIC is the bottleneck.
+            replicas = max(1, min(dp, g // tp))
+            shards = max(1, g // replicas)
+            spanned = max(1, dp // replicas)
+            intra_s = units * (replicas - 1) / replicas * model_bytes / (intra_gbs * 1e9)
+            inter_s = units * shards * (spanned - 1) / spanned * model_bytes / (inter_gbs * 1e9)
             comm_s = intra_s + inter_s
             assumptions.append(
-                f"{m} nodes over {network}: {line_gbs:g} GB/s per direction per node"
+                f"{hardware.nodes} nodes over {network}: {line_gbs:g} GB/s per direction per node"
                 + (" (given)" if inter_node_gbs else " (one NIC per node, shared by its GPUs)")
                 + f" at {LINK_EFFICIENCY[network]:.0%}; hierarchical collectives, "
                 f"{inter_s:.2f} s on the network + {intra_s:.2f} s inside nodes"
             )
+
+    # Tensor parallelism (Narayanan et al. 2021 sec. 2.3; Shoeybi et al. 2019 fig. 4): per layer
+    # and micro-batch, two all-reduces of the s·b·h activations in forward and two in backward
+    # (sequence parallelism swaps each for an all-gather plus a reduce-scatter, the same bytes:
+    # Korthikanti et al. 2022 sec. 4.2.2); full recomputation repeats the forward's two. They sit
+    # on the critical path, so none of it overlaps. Tensor groups stay inside a node.
+    tp_bytes = 0
+    tp_s = 0.0
+    micro_bytes = micro_batch_size * seq * model.hidden * grad_bytes
+    layers_here = model.layers // pp
+    if tp > 1:
+        per_layer = 6 if activation_checkpointing else 4
+        tp_bytes = int(per_layer * layers_here * accumulation * 2 * (tp - 1) / tp * micro_bytes)
+        tp_s = tp_bytes / (intra_gbs * 1e9)
+        assumptions.append(
+            f"tensor parallel: {per_layer} all-reduces of s·b·h per layer per micro-batch "
+            f"(2 forward, 2 backward{', 2 recomputed' if activation_checkpointing else ''}) x "
+            f"{layers_here} layers x {accumulation} micro-batches, ring 2(t-1)/t: "
+            f"{tp_bytes / 1e9:.1f} GB per GPU over {link} at {intra_gbs:.0f} GB/s: "
+            f"{tp_s:.2f} s, not overlapped"
+        )
+    # Pipeline: each stage boundary sends a micro-batch's activations forward and its gradient
+    # back, split over the t GPUs of a stage (Narayanan et al. 2021 sec. 4.1 scatter/gather);
+    # the 1F1B bubble leaves (p-1)/(m+p-1) of the step idle (sec. 2.2.1: (p-1)/m of the ideal).
+    pp_bytes = 0
+    pp_s = 0.0
+    bubble_fraction = 0.0
+    if pp > 1:
+        pp_bytes = int(2 * accumulation * micro_bytes / tp)
+        crosses_nodes = hardware.nodes > 1 and tp * pp > max(1, hardware.gpus_per_node)
+        # Across a node boundary the t GPUs of the boundary stage share the node's NIC.
+        pp_gbs = inter_gbs / tp if crosses_nodes and network != "nvlink" else intra_gbs
+        pp_s = pp_bytes / (pp_gbs * 1e9)
+        bubble_fraction = (pp - 1) / (accumulation + pp - 1)
+        assumptions.append(
+            f"pipeline: 1F1B bubble (p-1)/(m+p-1) = ({pp}-1)/({accumulation}+{pp}-1) = "
+            f"{bubble_fraction:.1%} of the step idle (Narayanan et al. 2021 sec. 2.2.1); "
+            f"{pp_bytes / 1e9:.2f} GB of activations and gradients sent per GPU "
+            f"{'between nodes' if crosses_nodes else 'inside the node'}: {pp_s:.2f} s"
+        )
+    comm_bytes += tp_bytes + pp_bytes
 
     # Offload: PCIe traffic per GPU and the CPU optimizer step (Ren et al. 2021 sec. 4).
     offload_bytes = 0
@@ -416,9 +506,12 @@ def estimate_speed(
             f"on {model.params / hardware.nodes:.2e} params: {adam_s:.2f} s; not overlapped"
         )
 
-    # Step: compute + the communication that does not hide behind it + offload.
-    exposed_s = comm_s - OVERLAP_FRACTION * min(comm_s, compute_s or 0.0)
-    if world > 1:
+    # Step: compute (stretched by the pipeline bubble) + the communication that does not hide
+    # behind it + offload.
+    bubble_s = (compute_s or 0.0) * bubble_fraction / (1 - bubble_fraction)
+    exposed_s = comm_s - OVERLAP_FRACTION * min(comm_s, compute_s or 0.0) + tp_s + pp_s
+    comm_s += tp_s + pp_s
+    if dp > 1:
         assumptions.append(
             f"overlap: {OVERLAP_FRACTION:.0%} of the communication that could hide behind "
             "compute does (bucketed reduction during backward, Li et al. 2020 sec. 3.2.3; "
@@ -429,7 +522,7 @@ def estimate_speed(
     mfu: float | None = None
     time_to_train: float | None = None
     if compute_s is not None:
-        step_s = compute_s + exposed_s + offload_s
+        step_s = compute_s + bubble_s + exposed_s + offload_s
         tokens_per_s = tokens_per_step / step_s
         # PaLM appendix B: MFU = observed tokens/s x 6N + 12·L·h·s over the cluster's peak.
         mfu = tokens_per_s * model_flops / cluster_peak_flops
@@ -465,6 +558,13 @@ def estimate_speed(
         exposed_comm_time_s=exposed_s,
         offload_bytes_per_step=offload_bytes,
         offload_time_s=offload_s,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        data_parallel=dp,
+        tp_comm_time_s=tp_s,
+        pp_comm_time_s=pp_s,
+        bubble_fraction=bubble_fraction,
+        bubble_time_s=bubble_s,
         step_time_s=step_s,
         tokens_per_s=tokens_per_s,
         mfu=mfu,
