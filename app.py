@@ -73,6 +73,31 @@ def _build_parser() -> argparse.ArgumentParser:
     est.add_argument("--micro-batch", type=int, help="sequences per GPU per step (default: chosen)")
     est.add_argument("--precision", help="bf16 | fp16 | fp32 | auto")
     est.add_argument("--json", dest="json_path", type=Path, help="write the estimate JSON here")
+
+    smoke = sub.add_parser(
+        "smoke",
+        help="a short real training run (DeepSpeed or torchrun) that proves a setup starts, "
+        "fits and learns",
+    )
+    smoke.add_argument("--model", required=True, help="catalog id or config.json path")
+    smoke.add_argument(
+        "--strategy",
+        default="zero2",
+        help="ddp (torchrun), zero1, zero2, zero3, zero2_offload_optimizer, "
+        "zero3_offload_optimizer, zero3_offload_all (DeepSpeed); default zero2",
+    )
+    smoke.add_argument(
+        "--world-size", type=int, help="planned GPUs: caps the local GPUs used (CPU: 2 ranks)"
+    )
+    smoke.add_argument("--steps", type=int, help="optimizer steps (default 30)")
+    smoke.add_argument("--nodes", type=int, default=1, help="run as N nodes on this machine")
+    smoke.add_argument("--timeout", type=float, help="wall-clock limit in seconds")
+    smoke.add_argument("--inject", help="fail on purpose: oom, nan, hang or crash")
+    smoke.add_argument("--inject-step", type=int, default=3, help="step of the injected fault")
+    smoke.add_argument("--micro-batch", type=int, default=1, help="sequences per rank per step")
+    smoke.add_argument("--seq-len", type=int, help="tokens per sequence (capped locally)")
+    smoke.add_argument("--run-dir", type=Path, help="where logs and metrics go")
+    smoke.add_argument("--json", dest="json_path", type=Path, help="write the result JSON here")
     return p
 
 
@@ -272,7 +297,90 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-COMMANDS = {"plan": cmd_plan, "profile": cmd_profile, "estimate": cmd_estimate}
+def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
+    """Run one smoke test; exit 0 when it passed, 1 when it failed, 2 on bad input."""
+    from tools.hardware import profile_local
+    from tools.memory import STRATEGY_ORDER
+    from tools.models import lookup_model
+    from tools.smoke import INJECT_KINDS, run_smoke_test, smoke_ds_config
+
+    if args.strategy not in STRATEGY_ORDER:
+        raise InputError("--strategy", f"must be one of {', '.join(STRATEGY_ORDER)}")
+    if args.inject is not None and args.inject not in INJECT_KINDS:
+        raise InputError("--inject", f"must be one of {', '.join(INJECT_KINDS)}")
+    for flag, value in (
+        ("--world-size", args.world_size),
+        ("--steps", args.steps),
+        ("--nodes", args.nodes),
+        ("--micro-batch", args.micro_batch),
+        ("--seq-len", args.seq_len),
+    ):
+        if value is not None and value < 1:
+            raise InputError(flag, f"must be at least 1, got {value}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise InputError("--timeout", f"must be positive, got {args.timeout:g}")
+    model = lookup_model(args.model, args.seq_len or 1024)
+    config = smoke_ds_config(
+        model,
+        args.strategy,
+        world_size=args.world_size or settings.smoke_cpu_ranks,
+        nodes=args.nodes,
+        micro_batch_size=args.micro_batch,
+        gpu=profile_local().gpu if args.strategy != "ddp" else None,
+    )
+    result = run_smoke_test(
+        model,
+        config,
+        settings,
+        steps=args.steps,
+        micro_batch_size=args.micro_batch,
+        seq_len=args.seq_len,
+        world_size=args.world_size,
+        strategy=args.strategy,
+        run_dir=args.run_dir,
+        on_progress=_emit,
+        nodes=args.nodes,
+        inject=args.inject,
+        inject_step=args.inject_step,
+        timeout_s=args.timeout,
+    )
+    if args.json_path:
+        from tools.files import write_atomic
+
+        write_atomic(args.json_path, json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
+    print(format_smoke(result))
+    return 0 if result.status == "passed" else 1
+
+
+def format_smoke(result: Any) -> str:
+    """A short human summary of a SmokeResult."""
+    lines = [
+        f"smoke test: {result.status} ({result.strategy}, {result.world_size} {result.device} rank(s))"
+    ]
+    lines.append(f"  {result.reason.splitlines()[0] if result.reason else ''}")
+    if result.step_time_s:
+        lines.append(
+            f"  median step {result.step_time_s:.3f} s, {result.tokens_per_s:,.0f} tokens/s"
+            + (f", MFU {result.mfu:.1%}" if result.mfu is not None else "")
+        )
+    measured = result.measured_memory_bytes
+    if measured and result.predicted_peak_memory_bytes:
+        what = "peak RSS above baseline" if result.device == "cpu" else "peak allocated"
+        lines.append(
+            f"  memory per rank: {what} {measured / 2**20:,.1f} MiB, predicted "
+            f"{result.predicted_peak_memory_bytes / 2**20:,.1f} MiB ({result.memory_gap:+.0%})"
+        )
+    if result.run_dir:
+        lines.append(f"  run dir: {result.run_dir}")
+    return "\n".join(lines)
+
+
+COMMANDS = {
+    "plan": cmd_plan,
+    "profile": cmd_profile,
+    "estimate": cmd_estimate,
+    "smoke": cmd_smoke,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -293,7 +293,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         model = _need(ws.model, "the model", "lookup_model")
         fw = _need(ws.framework, "the framework", "the researcher's select_framework")
         ws.launch = _emit_launch(
-            ws.out_dir, ws.brief, hw, model, fw, ws.deepspeed_config, steps=steps
+            ws.out_dir, ws.brief, hw, model, fw, ws.deepspeed_config, steps=steps, memory=ws.memory
         )
         return _dump(ws.launch)
 
@@ -327,6 +327,9 @@ def _speed(
         activation_checkpointing=memory.activation_checkpointing,
         precision=brief.precision,
         seq_len=brief.seq_len,
+        dataset_tokens=brief.dataset_tokens,
+        tensor_parallel=memory.tensor_parallel,
+        pipeline_parallel=memory.pipeline_parallel,
     )
     return est.model_dump(mode="json")
 
@@ -361,43 +364,9 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
         micro_batch_size=1,
         strategy=memory.chosen,
         on_progress=ws.progress,
+        task=ws.brief.task,
     )
-    return _with_prediction(result, memory)
-
-
-def _with_prediction(result: SmokeResult, memory: MemoryPlan) -> SmokeResult:
-    """Predict the smoke run's own peak with the planner, on the scaled shape it actually ran."""
-    shape = result.model_shape
-    if not shape or result.status == "skipped":
-        return result
-    from tools.memory import estimate_strategy
-
-    scaled = ModelSpec(
-        name="smoke-scaled",
-        params=int(shape["params"]),
-        layers=int(shape["layers"]),
-        hidden=int(shape["hidden"]),
-        heads=int(shape["heads"]),
-        vocab=int(shape["vocab"]),
-        seq_len=int(shape["seq_len"]),
-        largest_layer_params=int(
-            shape.get("largest_layer_params", shape["vocab"] * shape["hidden"])
-        ),
-    )
-    # The smoke ranks as "devices" of a CPU machine, so ZeRO shards over the ranks that ran.
-    ranks = HardwareSpec(source="local", nodes=1, gpus_per_node=max(1, result.world_size), gpu=None)
-    strategy: str = result.strategy if result.strategy in STRATEGY_ORDER else memory.chosen
-    if result.device == "cpu" and "offload" in strategy:
-        # On CPU ranks "offload" moves states from RAM to RAM: the footprint is the base stage's.
-        strategy = strategy.split("_", 1)[0]
-    est = estimate_strategy(
-        scaled,
-        ranks,
-        strategy,  # type: ignore[arg-type]
-        precision="fp32" if result.device == "cpu" else "bf16",
-        micro_batch_size=int(shape.get("micro_batch_size", 1)),
-    )
-    return result.model_copy(update={"predicted_peak_memory_bytes": est.per_gpu_bytes.total})
+    return result
 
 
 # ---- reviewer --------------------------------------------------------------------------------

@@ -244,6 +244,24 @@ class SmokeResult(BaseModel):
     wall_time_s: float | None = None
     model_shape: dict[str, Any] | None = None
     strategy: str | None = None
+    # The GPU torch reported ("cpu" on CPU ranks), and on a GPU the driver's (NVML) view of the
+    # process's memory, which includes the CUDA context and the allocator's cache.
+    device_name: str | None = None
+    process_gpu_memory_bytes: int | None = None
+    # measured / predicted - 1, for the shape that ran (tools/smoke.py with_prediction).
+    memory_gap: float | None = None
+    # Model FLOPs utilisation of a GPU run (6N + 12·L·h·s per token over the catalog's peak).
+    mfu: float | None = None
+    nodes: int = 1
+    # The fault a test injected on purpose (oom, nan, hang, crash), if any.
+    inject: str | None = None
+
+    @property
+    def measured_memory_bytes(self) -> int | None:
+        """Peak memory the run itself added: GPU tensors, or CPU RSS above the baseline."""
+        if not self.peak_memory_bytes:
+            return None
+        return max(0, self.peak_memory_bytes - self.baseline_memory_bytes)
 
 
 class Finding(BaseModel):

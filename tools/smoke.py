@@ -45,18 +45,19 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from tools.errors import InputError
 from tools.files import write_atomic
-from tools.schemas import ModelSpec, SmokeResult
+from tools.schemas import ModelSpec, SmokeResult, StrategyName
 from tools.settings import TELEMETRY_OFF, Settings
 
 SCRIPT = Path(__file__).with_name("smoke_train.py")
+_KNOWN_STRATEGIES: tuple[str, ...] = get_args(StrategyName)
 
 # Local budgets for the scaled model. On CPU a step must take well under a second on two
 # cores; on a GPU a few layers at moderate width still start in seconds.
-CPU_BUDGET = {"layers": 2, "hidden": 128, "heads": 4, "vocab": 512, "seq_len": 64, "experts": 4}
+CPU_BUDGET = {"layers": 2, "hidden": 256, "heads": 4, "vocab": 8192, "seq_len": 64, "experts": 4}
 GPU_BUDGET = {
     "layers": 4,
     "hidden": 1024,
@@ -67,11 +68,19 @@ GPU_BUDGET = {
 }
 # A safety net for families whose extra dimensions (e.g. MLA ranks) we do not scale.
 MAX_SCALED_PARAMS = {"cpu": 20_000_000, "cuda": 500_000_000}
+# On a GPU the real model runs at full size when the planner says it fits the local GPU with
+# this share left free (the strategy search's headroom, tools/strategy.py MIN_HEADROOM).
+FULL_SIZE_HEADROOM = 0.10
+# The sequence length a full-size GPU run is capped to (memory, not the model, sets the limit).
+FULL_SIZE_MAX_SEQ = 2048
 
 # The plan's learning rate and schedule are sized for the full model over a long run (often
 # 1e-5 with hundreds of warm-up steps); a random-init tiny model needs a larger, constant rate
 # to show learning within ~30 steps. The smoke run checks the mechanics, not the schedule.
 SMOKE_LR = 3e-3
+# Above this width the rate shrinks as 1/width: Adam's per-weight step must shrink as fan-in
+# grows for the update to stay the same size (Yang et al. 2021, "Tensor Programs V", muP).
+SMOKE_LR_WIDTH = 256
 WARMUP_STEPS = 3
 MIN_LOSS_DROP = 0.10
 KILL_GRACE_S = 5.0
@@ -97,6 +106,25 @@ _DROPPED_SECTIONS = (
     "dump_state",
 )
 _PROGRESS = re.compile(r"^step \d+/\d+ ")
+# What an out-of-memory failure prints: torch's CUDA and CPU allocators, Python, the C++ runtime.
+_OOM_MARKERS = (
+    "CUDA out of memory",
+    "OutOfMemoryError",
+    "can't allocate memory",
+    "MemoryError",
+    "std::bad_alloc",
+)
+# A rank that died of SIGKILL we did not send: on Linux, almost always the kernel's OOM killer.
+_KILLED_MARKERS = ("return code = -9", "Signals.SIGKILL", "exitcode  : -9")
+INJECT_KINDS = ("oom", "nan", "hang", "crash")
+# Errors a rank raises because a peer died, not because of its own fault.
+_PEER_FAILURE_MARKERS = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "NCCL communicator was aborted",
+    "Socket Timeout",
+)
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 _ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b")
 # Log text that shows the launcher got as far as starting the ranks: DeepSpeed's runner logs
@@ -132,14 +160,22 @@ def run_smoke_test(
     strategy: str | None = None,
     run_dir: Path | None = None,
     on_progress: Callable[[str], None] | None = None,
+    nodes: int = 1,
+    inject: str | None = None,
+    inject_step: int = 3,
+    timeout_s: float | None = None,
+    task: str = "pretrain",
+    attn_implementation: str | None = None,
 ) -> SmokeResult:
-    """Run a short real training of a scaled-down model and report whether it learns.
+    """Run a short real training of the planned model (scaled down to fit) and report whether it learns.
 
     Args:
-        model: The planned model; its ``hf_config`` (or its shape) is scaled down to fit locally.
+        model: The planned model. On a GPU it runs at full size when the planner says it fits
+            the local GPU with 10% headroom; otherwise (and always on CPU) its ``hf_config``
+            (or its shape) is scaled down to the local budget, keeping the family.
         ds_config: The planned DeepSpeed config; it is adapted to the local ranks and device and
             run with DeepSpeed's launcher. ``None`` (a plan without DeepSpeed) runs plain
-            PyTorch DDP (AdamW at a constant ``SMOKE_LR``; bf16 autocast on CUDA) with torchrun.
+            PyTorch DDP (AdamW; bf16 autocast on CUDA) with torchrun.
         settings: Run settings (``smoke_steps``, ``smoke_timeout_s``, ``smoke_cpu_ranks``, paths).
         steps: Optimizer steps to run; defaults to ``settings.smoke_steps``.
         micro_batch_size: Sequences per rank per step.
@@ -148,21 +184,42 @@ def run_smoke_test(
             use ``settings.smoke_cpu_ranks`` ranks, to exercise the distributed code paths).
         strategy: The strategy name to record; derived from ``ds_config`` when omitted
             (``ddp`` when it is ``None``).
-        run_dir: Where the configs, log, metrics and temporary files go; defaults to
+        run_dir: Where the configs, logs, metrics and temporary files go; defaults to
             ``settings.runs_dir / <timestamp>-<id>``.
         on_progress: Called with one line per training step (and a launch line).
+        nodes: Run as this many "nodes" on this machine through the real multi-node mechanism:
+            one DeepSpeed launcher per node with ``--no_ssh --node_rank R`` and a hostfile, or
+            one torchrun per node with a static rendezvous on 127.0.0.1. The ranks are split
+            evenly between the nodes.
+        inject: ``oom``, ``nan``, ``hang`` or ``crash``: make the run fail that way for real at
+            ``inject_step`` (tools/smoke_train.py), to test the supervision and the verdict.
+        inject_step: The step at which the injected fault happens.
+        timeout_s: Wall-clock limit; defaults to ``settings.smoke_timeout_s``.
+        task: The planned task, for the memory prediction (the run itself always trains).
+        attn_implementation: The transformers attention kernel (eager, sdpa, ...); default:
+            transformers' own choice for the model.
 
     Returns:
-        A ``SmokeResult``; ``failed`` results carry a reason that starts with ``nan``,
+        A ``SmokeResult`` with the measured metrics and the planner's prediction for the shape
+        that ran; ``failed`` results carry a reason that starts with ``oom``, ``nan``,
         ``diverged``, ``timeout``, ``crash`` or ``launcher_error``.
     """
     steps = settings.smoke_steps if steps is None else steps
+    timeout_s = settings.smoke_timeout_s if timeout_s is None else timeout_s
     if steps < 2:
         raise InputError("steps", f"a smoke run needs at least 2 steps, got {steps}")
     if micro_batch_size < 1:
         raise InputError("micro_batch_size", f"must be at least 1, got {micro_batch_size}")
     if settings.smoke_cpu_ranks < 1:
         raise InputError("smoke_cpu_ranks", f"must be at least 1, got {settings.smoke_cpu_ranks}")
+    if nodes < 1:
+        raise InputError("nodes", f"must be at least 1, got {nodes}")
+    if inject is not None and inject not in INJECT_KINDS:
+        raise InputError("inject", f"must be one of {', '.join(INJECT_KINDS)}, got {inject!r}")
+    if not 1 <= inject_step <= steps:
+        raise InputError("inject_step", f"must be between 1 and steps ({steps}), got {inject_step}")
+    if timeout_s <= 0:
+        raise InputError("timeout", f"must be positive, got {timeout_s:g}")
 
     started = time.monotonic()
     # Absolute, because the launcher runs with the run directory as its working directory.
@@ -173,6 +230,10 @@ def run_smoke_test(
         ranks = max(1, min(gpu_count, world_size or gpu_count))
     else:
         ranks = settings.smoke_cpu_ranks
+    if ranks % nodes:
+        raise InputError(
+            "nodes", f"{ranks} local rank(s) cannot be split evenly over {nodes} nodes"
+        )
     budget = GPU_BUDGET if device == "cuda" else CPU_BUDGET
     strategy = strategy or (strategy_of(ds_config) if ds_config is not None else "ddp")
     base = SmokeResult(
@@ -182,33 +243,51 @@ def run_smoke_test(
         steps=steps,
         run_dir=str(run_dir),
         strategy=strategy,
+        nodes=nodes,
+        inject=inject,
     )
 
     want_seq = seq_len if seq_len is not None else model.seq_len
-    smoke_seq = max(8, min(want_seq, budget["seq_len"]))
     hf_config = model.hf_config or llama_config_from_shape(model)
+    full_size = device == "cuda" and _fits_local_gpu(
+        model, strategy, ranks, micro_batch_size, min(want_seq, FULL_SIZE_MAX_SEQ), task
+    )
+    smoke_seq = max(8, min(want_seq, FULL_SIZE_MAX_SEQ if full_size else budget["seq_len"]))
     try:
-        model_config, shape = scale_model_config(hf_config, seq_len=smoke_seq, device=device)
+        model_config, shape = scale_model_config(
+            hf_config, seq_len=smoke_seq, device=device, full_size=full_size
+        )
     except Exception as exc:  # whatever transformers rejects is reported as the run's result
         reason = f"launcher_error: cannot build the model: {_first_line(exc)}"
         return _finish(base, run_dir, started, reason=reason)
     shape.update(seq_len=smoke_seq, micro_batch_size=micro_batch_size)
     base.model_shape = shape
+    lr = smoke_lr(int(shape["hidden"]))
     run_config: dict[str, Any] | None = None
     if ds_config is not None:
         run_config, notes = adapt_ds_config(
-            ds_config, device=device, ranks=ranks, micro_batch_size=micro_batch_size
+            ds_config,
+            device=device,
+            ranks=ranks,
+            micro_batch_size=micro_batch_size,
+            scaled=shape_spec(shape),
+            lr=lr,
         )
     else:
-        notes = ["plain PyTorch DDP (torchrun)", f"constant lr {SMOKE_LR:g}"]
+        notes = ["plain PyTorch DDP (torchrun)", f"constant lr {lr:g}"]
         if device == "cuda":
             notes.append("bf16 autocast")
+    if full_size:
+        notes.append("full-size model (fits the local GPU)")
+    if nodes > 1:
+        notes.append(f"{nodes} nodes x {ranks // nodes} rank(s) on this machine")
 
     tmp_dir = run_dir / "tmp"
     metrics_dir = run_dir / "metrics"
     for folder in (tmp_dir, metrics_dir):
         folder.mkdir(parents=True, exist_ok=True)
-    for stale in metrics_dir.glob("rank*.json"):
+    stale_logs = [*run_dir.glob("smoke*.log"), *run_dir.glob("logs/rank*.log")]
+    for stale in [*metrics_dir.glob("rank*.json"), *stale_logs]:
         stale.unlink()
     _write_json(run_dir / "model_config.json", model_config)
     if run_config is not None:
@@ -220,7 +299,6 @@ def run_smoke_test(
     script = run_dir / SCRIPT.name
     shutil.copyfile(SCRIPT, script)
 
-    port = free_port()
     train_args = [
         "--steps",
         str(steps),
@@ -230,62 +308,306 @@ def run_smoke_test(
         str(micro_batch_size),
         "--metrics-dir",
         str(metrics_dir),
+        "--log-dir",
+        str(run_dir / "logs"),
     ]
-    if run_config is not None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "deepspeed.launcher.runner",
-            # A missing hostfile keeps the launcher on this machine even where a cluster image
-            # ships /job/hostfile (the runner's default), which would make it ssh to workers.
-            "--hostfile",
-            str(run_dir / "no-hostfile"),
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(port),
-            *_rank_selection(device, ranks),
-            str(script),
-            "--model-config",
-            str(run_dir / "model_config.json"),
-            "--deepspeed_config",
-            str(run_dir / "ds_config.json"),
-            *train_args,
-        ]
-    else:
-        # torchrun's ranks index the GPUs that CUDA_VISIBLE_DEVICES leaves visible, so a
-        # user's selection holds without an --include equivalent.
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            "1",
-            "--nproc_per_node",
-            str(ranks),
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(port),
-            str(script),
-            "--model-config",
-            str(run_dir / "model_config.json"),
-            *train_args,
-            "--lr",
-            str(SMOKE_LR),
-            *(["--bf16"] if device == "cuda" else []),
-        ]
+    if inject is not None:
+        train_args += ["--inject", inject, "--inject-step", str(inject_step)]
+    if attn_implementation:
+        train_args += ["--attn-implementation", attn_implementation]
+    commands = launch_commands(
+        run_dir=run_dir,
+        script=script,
+        device=device,
+        ranks=ranks,
+        nodes=nodes,
+        deepspeed=run_config is not None,
+        train_args=train_args,
+        lr=lr,
+    )
+    # Every "node" runs on this machine, so the cores are split over all the ranks.
     env = _child_env(tmp_dir, device, ranks)
-    log_path = run_dir / "smoke.log"
     if on_progress is not None:
         on_progress(
-            f"launching {ranks} {device} rank(s): {shape['family']} {shape['layers']}x"
-            f"{shape['hidden']}, {shape['params']:,} params, {strategy}, {steps} steps"
+            f"launching {ranks} {device} rank(s) on {nodes} node(s): {shape['family']} "
+            f"{shape['layers']}x{shape['hidden']}, {shape['params']:,} params, {strategy}, "
+            f"{steps} steps" + (f", injecting {inject} at step {inject_step}" if inject else "")
         )
 
-    outcome = _launch_and_wait(cmd, env, run_dir, log_path, settings.smoke_timeout_s, on_progress)
+    outcome = _launch_and_wait(commands, env, run_dir, timeout_s, on_progress)
     result = _verdict(base, outcome, metrics_dir, ranks, steps, notes)
+    result = with_prediction(result, task=task)
     return _finish(result, run_dir, started)
+
+
+def smoke_ds_config(
+    model: ModelSpec,
+    strategy: str,
+    *,
+    world_size: int,
+    nodes: int = 1,
+    micro_batch_size: int = 1,
+    gpu: Any = None,
+) -> dict[str, Any] | None:
+    """The DeepSpeed config the planner emits for ``strategy`` on ``world_size`` ranks.
+
+    For a smoke run without a plan (``app.py smoke``, the GPU check): the config as a plan with
+    that strategy would carry it, before the runner adapts it to the local world. ``gpu`` (a
+    GPUSpec) picks the precision as the planner would (bf16 where the GPU has it); without one
+    the config is fp32. ``ddp`` gives None: a plain PyTorch DDP run with torchrun.
+    """
+    from tools.deepspeed_config import emit_deepspeed_config
+    from tools.schemas import HardwareSpec, MemoryPlan, TrainingBrief
+
+    if strategy not in _KNOWN_STRATEGIES:
+        raise InputError("strategy", f"must be one of {', '.join(_KNOWN_STRATEGIES)}")
+    if strategy == "ddp":
+        return None
+    nodes = nodes if world_size % nodes == 0 else 1
+    hardware = HardwareSpec(source="local", nodes=nodes, gpus_per_node=world_size // nodes, gpu=gpu)
+    brief = TrainingBrief(
+        model=model.name,
+        task="pretrain",
+        seq_len=model.seq_len,
+        global_batch_size=micro_batch_size * world_size,
+        hardware="local",
+        precision="auto",
+    )
+    plan = MemoryPlan(strategies=[], chosen=strategy, micro_batch_size=micro_batch_size)  # type: ignore[arg-type]
+    return emit_deepspeed_config(plan, model, hardware, brief)
+
+
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so that ``finally`` blocks stop the launched groups.
+
+    Smoke runs start their launchers in new sessions (so one killpg reaches every rank); a
+    process killed by SIGTERM's default action would leave them running. Call it in a
+    program's main thread (the CLI, the GPU check) before starting runs.
+    """
+
+    def _exit(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
+def smoke_lr(hidden: int) -> float:
+    """The smoke run's constant learning rate for a model of width ``hidden``."""
+    return SMOKE_LR * min(1.0, SMOKE_LR_WIDTH / max(1, hidden))
+
+
+def launch_commands(
+    *,
+    run_dir: Path,
+    script: Path,
+    device: str,
+    ranks: int,
+    nodes: int,
+    deepspeed: bool,
+    train_args: list[str],
+    lr: float,
+) -> list[list[str]]:
+    """One launcher command per node, as argument lists (no shell), for the local smoke world.
+
+    One node: ``deepspeed`` (its runner) or ``torchrun`` on this machine. Several nodes: the
+    commands the planner emits for a cluster without ssh (tools/launch.py launch_node{R}.sh),
+    every "node" being this machine: DeepSpeed's runner with a hostfile of ``nodes`` hosts,
+    ``--no_ssh --node_rank R``; torchrun with ``--nnodes N --node_rank R`` and a static
+    rendezvous at 127.0.0.1.
+    """
+    port = free_port()
+    per_node = ranks // nodes
+    model_args = ["--model-config", str(run_dir / "model_config.json")]
+    commands: list[list[str]] = []
+    if deepspeed:
+        if nodes > 1:
+            hostfile = run_dir / "hostfile"
+            write_atomic(hostfile, "".join(f"node{i} slots={per_node}\n" for i in range(nodes)))
+        for node in range(nodes):
+            if nodes > 1:
+                where = ["--hostfile", str(run_dir / "hostfile"), "--no_ssh"]
+                where += ["--node_rank", str(node)]
+            else:
+                # A missing hostfile keeps the launcher on this machine even where a cluster
+                # image ships /job/hostfile (the runner's default), which would make it ssh.
+                where = [
+                    "--hostfile",
+                    str(run_dir / "no-hostfile"),
+                    *_rank_selection(device, ranks),
+                ]
+            commands.append(
+                [
+                    sys.executable,
+                    "-m",
+                    "deepspeed.launcher.runner",
+                    *where,
+                    "--master_addr",
+                    "127.0.0.1",
+                    "--master_port",
+                    str(port),
+                    str(script),
+                    *model_args,
+                    "--deepspeed_config",
+                    str(run_dir / "ds_config.json"),
+                    *train_args,
+                    "--lr",
+                    f"{lr:g}",
+                ]
+            )
+        return commands
+    # torchrun's ranks index the GPUs that CUDA_VISIBLE_DEVICES leaves visible, so a user's
+    # selection holds without an --include equivalent.
+    for node in range(nodes):
+        commands.append(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                str(nodes),
+                "--node_rank",
+                str(node),
+                "--nproc_per_node",
+                str(per_node),
+                "--master_addr",
+                "127.0.0.1",
+                "--master_port",
+                str(port),
+                str(script),
+                *model_args,
+                *train_args,
+                "--lr",
+                f"{lr:g}",
+                *(["--bf16"] if device == "cuda" else []),
+            ]
+        )
+    return commands
+
+
+def shape_spec(shape: dict[str, Any]) -> ModelSpec:
+    """The ModelSpec of the model a smoke run builds (its ``model_shape``)."""
+    return ModelSpec(
+        name="smoke-scaled",
+        params=int(shape["params"]),
+        layers=int(shape["layers"]),
+        hidden=int(shape["hidden"]),
+        heads=int(shape["heads"]),
+        kv_heads=shape.get("kv_heads"),
+        intermediate=shape.get("intermediate"),
+        vocab=int(shape["vocab"]),
+        seq_len=int(shape.get("seq_len") or 64),
+        largest_layer_params=int(
+            shape.get("largest_layer_params", shape["vocab"] * shape["hidden"])
+        ),
+    )
+
+
+def predict_peak_bytes(
+    shape: dict[str, Any], strategy: str, device: str, ranks: int, *, task: str = "pretrain"
+) -> int:
+    """The planner's prediction of what a smoke run of ``shape`` measures, per rank.
+
+    Like for like: the measurement is ``max_memory_allocated`` on a GPU (tensors only) and the
+    peak RSS above the pre-model baseline on CPU, so the prediction is the memory model's total
+    for the same shape, ranks, strategy and micro-batch without the two terms neither reading
+    contains: the CUDA context and the 10% fragmentation margin (tools/memory.py).
+    """
+    from tools.memory import CUDA_CONTEXT_BYTES, FRAGMENTATION_MARGIN, estimate_strategy
+    from tools.schemas import GPUSpec, HardwareSpec
+
+    name = strategy if strategy in _KNOWN_STRATEGIES else "ddp"
+    gpu = GPUSpec(name="local", memory_gb=1e6) if device == "cuda" else None
+    if gpu is None and "offload" in name:
+        # On CPU ranks "offload" moves states from RAM to RAM: the footprint is the base stage's.
+        name = name.split("_", 1)[0]
+    hardware = HardwareSpec(source="local", nodes=1, gpus_per_node=max(1, ranks), gpu=gpu)
+    est = estimate_strategy(
+        shape_spec(shape),
+        hardware,
+        name,  # type: ignore[arg-type]
+        task="lora" if task == "lora" else "pretrain",
+        precision="bf16" if device == "cuda" else "fp32",
+        micro_batch_size=int(shape.get("micro_batch_size", 1)),
+        seq_len=int(shape.get("seq_len") or 64),
+    )
+    # total = subtotal + int(margin * subtotal), so this recovers the subtotal to a byte.
+    subtotal = round(est.per_gpu_bytes.total / (1 + FRAGMENTATION_MARGIN))
+    if gpu is not None:
+        subtotal -= CUDA_CONTEXT_BYTES
+    return int(subtotal)
+
+
+def with_prediction(result: SmokeResult, *, task: str = "pretrain") -> SmokeResult:
+    """Attach the predicted peak for the shape that ran, the gap to the measurement, and MFU."""
+    shape = result.model_shape
+    if not shape or result.status == "skipped" or not result.strategy:
+        return result
+    update: dict[str, Any] = {
+        "predicted_peak_memory_bytes": predict_peak_bytes(
+            shape, result.strategy, result.device, result.world_size, task=task
+        )
+    }
+    measured = result.measured_memory_bytes
+    if measured and update["predicted_peak_memory_bytes"] > 0:
+        update["memory_gap"] = measured / update["predicted_peak_memory_bytes"] - 1
+    if result.device == "cuda" and result.tokens_per_s and result.device_name:
+        update["mfu"] = smoke_mfu(shape, result.tokens_per_s, result.device_name, result.world_size)
+    return result.model_copy(update=update)
+
+
+def smoke_mfu(
+    shape: dict[str, Any], tokens_per_s: float, device_name: str, ranks: int
+) -> float | None:
+    """Model FLOPs utilisation of a GPU smoke run: 6N + 12·L·h·s per token over the bf16 peak.
+
+    The FLOPs are tools/speed.py's ``training_flops_per_token`` (PaLM appendix B, without
+    recompute: the smoke configs do not checkpoint activations); the peak is the GPU catalog's
+    dense bf16 figure for the device torch reports. None when the catalog lacks the device.
+    """
+    from tools.errors import InputError as _InputError
+    from tools.hardware import find_gpu
+    from tools.speed import training_flops_per_token
+
+    try:
+        gpu = find_gpu(device_name)
+    except _InputError:
+        return None
+    if not gpu.bf16_tflops:
+        return None
+    flops = training_flops_per_token(
+        shape_spec(shape), int(shape.get("seq_len") or 64), activation_checkpointing=False
+    )
+    return float(tokens_per_s * flops / (gpu.bf16_tflops * 1e12 * max(1, ranks)))
+
+
+def _fits_local_gpu(
+    model: ModelSpec, strategy: str, ranks: int, micro_batch: int, seq_len: int, task: str
+) -> bool:
+    """Whether the full-size model fits the local GPU under ``strategy`` with 10% free."""
+    import torch
+
+    from tools.memory import estimate_strategy
+    from tools.schemas import GPUSpec, HardwareSpec
+
+    if strategy not in _KNOWN_STRATEGIES:
+        return False
+    props = torch.cuda.get_device_properties(0)
+    capacity = int(props.total_memory)
+    gpu = GPUSpec(name=str(props.name), memory_gb=capacity / 1e9)
+    hardware = HardwareSpec(source="local", nodes=1, gpus_per_node=ranks, gpu=gpu)
+    try:
+        est = estimate_strategy(
+            model,
+            hardware,
+            strategy,  # type: ignore[arg-type]
+            task="lora" if task == "lora" else "pretrain",
+            precision="bf16",
+            micro_batch_size=micro_batch,
+            seq_len=seq_len,
+        )
+    except InputError:
+        return False
+    return est.per_gpu_bytes.total <= (1 - FULL_SIZE_HEADROOM) * capacity
 
 
 def strategy_of(ds_config: dict[str, Any]) -> str:
@@ -323,9 +645,13 @@ def llama_config_from_shape(model: ModelSpec) -> dict[str, Any]:
 
 
 def scale_model_config(
-    hf_config: dict[str, Any], *, seq_len: int, device: str = "cpu"
+    hf_config: dict[str, Any], *, seq_len: int, device: str = "cpu", full_size: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Shrink a Hugging Face config to the local budget (same family); return it and its shape."""
+    """Shrink a Hugging Face config to the local budget (same family); return it and its shape.
+
+    With ``full_size`` the dimensions stay as they are (only the position table follows
+    ``seq_len``), for a GPU on which the planner says the whole model fits.
+    """
     import transformers
 
     # Default configs of a family warn about special-token ids outside the vocabulary we are
@@ -333,17 +659,20 @@ def scale_model_config(
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
     try:
-        return _scale_model_config(hf_config, seq_len=seq_len, device=device)
+        return _scale_model_config(hf_config, seq_len=seq_len, device=device, full_size=full_size)
     finally:
         transformers.logging.set_verbosity(verbosity)
 
 
 def _scale_model_config(
-    hf_config: dict[str, Any], *, seq_len: int, device: str
+    hf_config: dict[str, Any], *, seq_len: int, device: str, full_size: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     import transformers
 
     budget = GPU_BUDGET if device == "cuda" else CPU_BUDGET
+    if full_size:
+        budget = {key: 10**12 for key in budget}
+        budget["seq_len"] = seq_len
     source = {k: v for k, v in hf_config.items() if k not in _NOT_CONFIG_KEYS}
     family = str(source.pop("model_type", None) or "llama")
     orig: dict[str, Any] | None = None
@@ -358,7 +687,7 @@ def _scale_model_config(
         _clear_out_of_range_token_ids(config, scaled["vocab"])
         out = {"model_type": family, **_config_dict(config)}
         params, largest = _count_params(out)
-        if params > MAX_SCALED_PARAMS.get(device, MAX_SCALED_PARAMS["cpu"]):
+        if not full_size and params > MAX_SCALED_PARAMS.get(device, MAX_SCALED_PARAMS["cpu"]):
             fallback = f"{family} scaled to {params:,} params, over budget; used llama"
             out = None
     except Exception as exc:  # a family that cannot be built or scaled here falls back to llama
@@ -394,9 +723,21 @@ def _scale_model_config(
 
 
 def adapt_ds_config(
-    ds_config: dict[str, Any], *, device: str, ranks: int, micro_batch_size: int
+    ds_config: dict[str, Any],
+    *,
+    device: str,
+    ranks: int,
+    micro_batch_size: int,
+    scaled: ModelSpec | None = None,
+    lr: float = SMOKE_LR,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Adapt a DeepSpeed config to the local smoke world; return it and notes on what changed."""
+    """Adapt a DeepSpeed config to the local smoke world; return it and notes on what changed.
+
+    With ``scaled`` (the model the run builds), the ZeRO bucket sizes become the ones the
+    planner gives that model (tools/memory.py ``zero_settings``): the planned sizes are sized
+    for the full model and would make the scaled run's buffers, and so its memory, unlike
+    both the target's and the prediction's.
+    """
     cfg = _drop_auto(copy.deepcopy(ds_config))
     notes: list[str] = []
     for key in _DROPPED_SECTIONS:
@@ -439,6 +780,8 @@ def adapt_ds_config(
                 notes.append(f"{key} nvme -> cpu")
             if key == "offload_optimizer" and zero[key].get("device", "none") != "none":
                 offload_optimizer = True
+        if scaled is not None and zero.get("stage"):
+            _rescale_buckets(zero, scaled, notes)
 
     optimizer = cfg.get("optimizer")
     if not isinstance(optimizer, dict) or not optimizer.get("type"):
@@ -450,14 +793,36 @@ def adapt_ds_config(
         notes.append(f"optimizer {optimizer['type']} -> AdamW (CPU)")
         optimizer = {"type": "AdamW"}
         params = {k: v for k, v in params.items() if k in ("betas", "eps", "weight_decay")}
-    params["lr"] = SMOKE_LR
-    if on_cpu and not offload_optimizer:
-        # Same Adam(W) update without JIT-building DeepSpeed's CPU fused_adam op.
+    params["lr"] = lr
+    if not offload_optimizer and str(optimizer["type"]).lower() in ("adam", "adamw"):
+        # Same Adam(W) update (torch.optim.AdamW) without JIT-building DeepSpeed's fused_adam
+        # op (gcc on CPU, nvcc on GPU: a minute or more the first time, and a CUDA toolkit that
+        # must match torch's). The optimizer states, and so the memory, are the same.
         params["torch_adam"] = True
     optimizer["params"] = params
     cfg["optimizer"] = optimizer
-    notes.append(f"constant lr {SMOKE_LR:g}")
+    notes.append(f"constant lr {lr:g}")
     return cfg, notes
+
+
+def _rescale_buckets(zero: dict[str, Any], scaled: ModelSpec, notes: list[str]) -> None:
+    from tools.memory import zero_settings
+
+    stage = int(zero["stage"])
+    sizes = zero_settings(scaled, "zero3" if stage == 3 else "zero2")  # type: ignore[arg-type]
+    wanted = {
+        "reduce_bucket_size": sizes.reduce_bucket_size,
+        "allgather_bucket_size": sizes.allgather_bucket_size,
+        "stage3_prefetch_bucket_size": sizes.prefetch_bucket_size,
+        "stage3_param_persistence_threshold": sizes.param_persistence_threshold,
+    }
+    changed = False
+    for key, value in wanted.items():
+        if key in zero and zero[key] != value:
+            zero[key] = value
+            changed = True
+    if changed:
+        notes.append("ZeRO bucket sizes scaled to the smoke model")
 
 
 def free_port() -> int:
@@ -517,6 +882,11 @@ def _child_env(tmp_dir: Path, device: str, ranks: int) -> dict[str, str]:
         # One OpenMP pool per rank over all cores oversubscribes the CPU and makes steps slow
         # and noisy; split the cores between the ranks instead.
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // ranks)))
+        # glibc keeps freed blocks in its arenas and adapts its mmap threshold upwards, so a
+        # rank's RSS would hold every size it ever freed. A fixed threshold gives each block of
+        # 64 KiB or more (nearly every tensor) its own mapping, returned to the system when
+        # freed: the RSS peak then follows live tensors, as a GPU's allocated peak does.
+        env.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
     return env
 
 
@@ -716,55 +1086,77 @@ class _Outcome:
 
 
 def _launch_and_wait(
-    cmd: list[str],
+    commands: list[list[str]],
     env: dict[str, str],
     run_dir: Path,
-    log_path: Path,
     timeout_s: float,
     on_progress: Callable[[str], None] | None,
 ) -> _Outcome:
+    """Start one launcher per node, each in its own process group, and supervise them all.
+
+    Node 0 logs to ``smoke.log`` (its progress lines reach ``on_progress``), node R to
+    ``smoke-node{R}.log``; the training script also writes ``logs/rank{R}.log`` per rank. The
+    run ends when every launcher has exited, when one fails (the others are stopped: their
+    ranks would only wait for the missing peers), or at the timeout. Every group is then sent
+    SIGTERM and, after a grace period, SIGKILL, also on Ctrl-C or any error.
+    """
     outcome = _Outcome()
     outcome.timeout_s = timeout_s
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=run_dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # Its own session and process group, so one killpg reaches the launcher, the
-                # per-rank processes and any compiler it started, and nothing of ours.
-                start_new_session=True,
-            )
-        except OSError as exc:
-            outcome.start_error = str(exc)
-            return outcome
-    pgid = proc.pid  # start_new_session makes the launcher its group's leader
-    deadline = time.monotonic() + timeout_s
-    offset = 0
-    pending = b""
+    log_paths = [
+        run_dir / ("smoke.log" if i == 0 else f"smoke-node{i}.log") for i in range(len(commands))
+    ]
+    procs: list[subprocess.Popen[bytes]] = []
     try:
-        _write_json(run_dir / "launch.json", {"cmd": cmd, "pid": proc.pid, "pgid": pgid})
+        for cmd, log_path in zip(commands, log_paths, strict=True):
+            with open(log_path, "wb") as log:
+                try:
+                    procs.append(
+                        subprocess.Popen(
+                            cmd,
+                            cwd=run_dir,
+                            env=env,
+                            stdin=subprocess.DEVNULL,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            # Its own session and process group, so one killpg reaches the
+                            # launcher, its ranks and any compiler it started, and nothing of ours.
+                            start_new_session=True,
+                        )
+                    )
+                except OSError as exc:
+                    outcome.start_error = str(exc)
+                    return outcome
+        _write_json(
+            run_dir / "launch.json",
+            {"commands": commands, "pids": [p.pid for p in procs], "pgids": [p.pid for p in procs]},
+        )
+        deadline = time.monotonic() + timeout_s
+        offset = 0
+        pending = b""
         while True:
-            returncode = proc.poll()
-            offset, pending = _pump_log(log_path, offset, pending, outcome, on_progress)
-            if returncode is not None:
-                outcome.returncode = returncode
+            codes = [proc.poll() for proc in procs]
+            offset, pending = _pump_log(log_paths[0], offset, pending, outcome, on_progress)
+            failed = [code for code in codes if code not in (None, 0)]
+            if failed or all(code is not None for code in codes):
+                outcome.returncode = failed[0] if failed else 0
                 break
             if time.monotonic() >= deadline:
                 outcome.timed_out = True
                 break
             time.sleep(POLL_S)
+        _pump_log(log_paths[0], offset, pending + b"\n", outcome, on_progress)
     finally:
         # Also on KeyboardInterrupt or any error: nothing of the run may outlive this call.
-        _kill_group(proc, pgid)
-    if outcome.returncode is None:
-        outcome.returncode = proc.returncode
-    _pump_log(log_path, offset, pending + b"\n", outcome, on_progress)
-    with contextlib.suppress(OSError):
-        outcome.log_text = log_path.read_text(errors="replace")
+        _kill_groups(procs)
+    if outcome.returncode is None and procs:
+        outcome.returncode = next(
+            (p.returncode for p in procs if p.returncode), procs[0].returncode
+        )
+    texts = []
+    for log_path in log_paths:
+        with contextlib.suppress(OSError):
+            texts.append(log_path.read_text(errors="replace"))
+    outcome.log_text = "\n".join(texts)
     return outcome
 
 
@@ -792,24 +1184,29 @@ def _pump_log(
     return offset, pending
 
 
-def _kill_group(proc: subprocess.Popen[bytes], pgid: int) -> None:
-    # SIGTERM first so the launcher (DeepSpeed's runner or torchrun) can stop its ranks
-    # cleanly, then SIGKILL for whatever is left after the grace period. Orphaned ranks may
-    # linger as zombies when PID 1 does not reap, so liveness ignores zombies.
-    if proc.poll() is None or group_alive(pgid):
+def _kill_groups(procs: list[subprocess.Popen[bytes]]) -> None:
+    # SIGTERM first so each launcher (DeepSpeed's runner or torchrun) can stop its ranks
+    # cleanly, then SIGKILL for whatever is left after the grace period. Each launcher leads
+    # its own group (start_new_session). Orphaned ranks may linger as zombies when PID 1 does
+    # not reap, so liveness ignores zombies.
+    def alive(proc: subprocess.Popen[bytes]) -> bool:
+        return proc.poll() is None or bool(group_alive(proc.pid))
+
+    live = [proc for proc in procs if alive(proc)]
+    for proc in live:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + KILL_GRACE_S
-        while time.monotonic() < deadline:
-            proc.poll()
-            if proc.returncode is not None and not group_alive(pgid):
-                break
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + KILL_GRACE_S
+    while live and time.monotonic() < deadline:
+        live = [proc for proc in live if alive(proc)]
+        if live:
             time.sleep(0.1)
+    for proc in live:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            if group_alive(pgid) or proc.poll() is None:
-                os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=KILL_GRACE_S)
+            os.killpg(proc.pid, signal.SIGKILL)
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=KILL_GRACE_S)
 
 
 def _tail(text: str, lines: int = 25, max_chars: int = 3000) -> str:
@@ -844,6 +1241,20 @@ def _merge(base: SmokeResult, metrics: list[dict[str, Any]]) -> SmokeResult:
     result.peak_memory_bytes = max(int(m.get("peak_memory_bytes", 0)) for m in metrics) or None
     result.baseline_memory_bytes = max(int(m.get("baseline_memory_bytes", 0)) for m in metrics)
     result.world_size = int(metrics[0].get("world_size", base.world_size))
+    result.device_name = str(metrics[0].get("device_name") or base.device)
+    if result.model_shape is not None and metrics[0].get("attn_implementation"):
+        result.model_shape = {
+            **result.model_shape,
+            "attn_implementation": metrics[0]["attn_implementation"],
+        }
+    for key in ("allocated_at_start_bytes", "allocated_after_step1_bytes"):
+        values = [int(m[key]) for m in metrics if m.get(key) is not None]
+        if values and result.model_shape is not None:
+            result.model_shape = {**result.model_shape, key: max(values)}
+    gpu_process = [
+        int(m["process_gpu_memory_bytes"]) for m in metrics if m.get("process_gpu_memory_bytes")
+    ]
+    result.process_gpu_memory_bytes = max(gpu_process) if gpu_process else None
     return result
 
 
@@ -868,6 +1279,14 @@ def _verdict(
     if outcome.timed_out:
         where = outcome.last_progress or "before the first step"
         return failed(f"timeout: stopped after {outcome.timeout_s:g} s; last: {where}")
+    oom_ranks = [m["rank"] for m in metrics if m.get("status") == "oom"]
+    killed = any(marker in outcome.log_text for marker in _KILLED_MARKERS)
+    if oom_ranks or (outcome.returncode != 0 and (_oom_line(outcome.log_text) or killed)):
+        where = f" on rank(s) {oom_ranks}" if oom_ranks else ""
+        error = (
+            _oom_line(outcome.log_text) or "a rank was killed by SIGKILL (the kernel's OOM killer?)"
+        )
+        return failed(f"oom: out of memory{where}: {error}", with_log=True)
     nan_ranks = [m["rank"] for m in metrics if not all(map(math.isfinite, m.get("losses", [])))]
     if nan_ranks:
         return failed(f"nan: non-finite loss on rank(s) {nan_ranks} by step {len(result.losses)}")
@@ -875,9 +1294,10 @@ def _verdict(
         # Ranks that never spawned point at the launcher (bad arguments, port, no devices).
         if not any(marker in outcome.log_text for marker in _SPAWNED):
             return failed(f"launcher_error: launcher exited {outcome.returncode}", with_log=True)
-        error = _error_line(outcome.log_text)
-        reason = f"crash: exit code {outcome.returncode}" + (f": {error}" if error else "")
-        return failed(reason, with_log=True)
+        rank, error, tail = _failing_rank(metrics_dir.parent / "logs", outcome.log_text)
+        where = f" on rank {rank}" if rank is not None else ""
+        reason = f"crash: exit code {outcome.returncode}{where}" + (f": {error}" if error else "")
+        return result.model_copy(update={"status": "failed", "reason": f"{reason}\n{tail}"})
     if missing:
         return failed(f"crash: rank(s) {missing} wrote no metrics", with_log=True)
     losses = result.losses
@@ -894,6 +1314,37 @@ def _verdict(
     return result.model_copy(
         update={"status": "passed", "reason": "; ".join([f"{summary} {where}", *notes])}
     )
+
+
+def _failing_rank(logs_dir: Path, launcher_log: str) -> tuple[int | None, str, str]:
+    """The rank that failed first, its error line and the tail of its log.
+
+    When one rank dies, its peers fail next in their collectives ("Connection closed by peer",
+    NCCL aborts); those errors are consequences, so a rank with any other error is preferred.
+    Without per-rank logs, the launcher's log stands in.
+    """
+    found: list[tuple[int, str, str]] = []
+    for path in sorted(logs_dir.glob("rank*.log")):
+        try:
+            rank = int(path.stem.removeprefix("rank"))
+            text = path.read_text(errors="replace")
+        except (OSError, ValueError):
+            continue
+        error = _error_line(text)
+        if error:
+            found.append((rank, error, text))
+    primary = [f for f in found if not any(m in f[1] for m in _PEER_FAILURE_MARKERS)]
+    for rank, error, text in primary or found:
+        return rank, error, _tail(text)
+    return None, _error_line(launcher_log), _tail(launcher_log)
+
+
+def _oom_line(text: str) -> str:
+    for raw in reversed(text.splitlines()):
+        line = _RANK_PREFIX.sub("", raw).strip()
+        if any(marker in line for marker in _OOM_MARKERS):
+            return line[:300]
+    return ""
 
 
 def _error_line(text: str) -> str:

@@ -12,8 +12,15 @@ library only, so it can be copied to any GPU box. Two modes:
   Run as a single process without torchrun's environment, it trains without DDP. DeepSpeed
   need not be installed for this mode.
 
-Both take ``--steps``, ``--seq-len``, ``--micro-batch`` and ``--seed``. On a machine without
-CUDA the ranks run on CPU over gloo, in fp32.
+Both take ``--steps``, ``--seq-len``, ``--micro-batch``, ``--seed`` and ``--lr``. On a machine
+without CUDA the ranks run on CPU over gloo, in fp32.
+
+``--inject oom|nan|hang|crash`` (with ``--inject-step N``) makes the run fail for real at step N,
+to test whatever supervises it: ``oom`` caps the memory just above what the process holds (an
+address-space limit on CPU, ``torch.cuda.set_per_process_memory_fraction`` on GPU) and gives
+that step a 16x batch; ``nan`` turns the input embeddings' output into NaN; ``hang`` makes rank
+0 sleep inside the step, so every other rank blocks in its next collective; ``crash`` raises on
+the last rank.
 
 Each rank writes ``metrics-dir/rank{R}.json`` (losses, step times, tokens, peak memory);
 rank 0 prints one progress line per step.
@@ -49,6 +56,10 @@ DEFAULT_LR = 3e-3
 # torchrun (and any env:// launcher) sets these for every rank.
 _DIST_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+INJECT_KINDS = ("oom", "nan", "hang", "crash")
+# The oom injection: bytes left above what the process holds, and the batch multiplier.
+_OOM_MARGIN_BYTES = 1 << 20
+_OOM_BATCH_FACTOR = 16
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -66,8 +77,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--micro-batch", type=int, default=1, help="sequences per rank per step")
     parser.add_argument("--metrics-dir", required=True, type=Path, help="where rank{R}.json go")
     parser.add_argument("--seed", type=int, default=1234, help="seed for model init and data")
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help=f"constant learning rate (DDP default {DEFAULT_LR:g}; DeepSpeed: the config's)",
+    )
+    parser.add_argument(
+        "--inject", choices=INJECT_KINDS, default=None, help="fail for real at --inject-step"
+    )
+    parser.add_argument("--inject-step", type=int, default=3, help="step of the injected fault")
+    parser.add_argument(
+        "--log-dir", type=Path, default=None, help="also write each rank's output to rank{R}.log"
+    )
+    parser.add_argument(
+        "--attn-implementation",
+        default=None,
+        help="transformers attention kernel: eager, sdpa, ... (default: transformers' choice)",
+    )
     ddp = parser.add_argument_group("DDP mode (ignored with --deepspeed_config)")
-    ddp.add_argument("--lr", type=float, default=DEFAULT_LR, help="constant AdamW learning rate")
     ddp.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay")
     ddp.add_argument(
         "--max-grad-norm", type=float, default=1.0, help="gradient clipping norm (0: off)"
@@ -83,11 +111,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def build_model(config_dict: dict[str, Any]) -> transformers.PreTrainedModel:
+def build_model(
+    config_dict: dict[str, Any], attn_implementation: str | None = None
+) -> transformers.PreTrainedModel:
     """Build a random-init causal LM from a Hugging Face config dict (no download)."""
     cfg = dict(config_dict)
     model_type = cfg.pop("model_type")
     config = transformers.AutoConfig.for_model(model_type, **cfg)
+    if attn_implementation:
+        return transformers.AutoModelForCausalLM.from_config(
+            config, attn_implementation=attn_implementation
+        )
     return transformers.AutoModelForCausalLM.from_config(config)
 
 
@@ -124,6 +158,58 @@ class PatternData:
         return torch.stack(rows)
 
 
+class CpuPeak:
+    """The peak of this process's anonymous resident memory (heap), sampled during training.
+
+    On CPU a rank's tensors live in anonymous memory (``RssAnon`` in /proc/self/status), while
+    the libraries' code pages that the first steps touch show up in file-backed RSS; the
+    kernel's own high-water mark (``VmHWM``) mixes both. Samples are taken after each forward,
+    backward and optimizer step, where parameters, gradients, optimizer states and activations
+    peak together. 0 where /proc is unavailable.
+    """
+
+    peak = 0
+    enabled = False
+
+    @classmethod
+    def sample(cls) -> int:
+        """Read RssAnon now and keep the maximum."""
+        now = anon_rss_bytes()
+        cls.peak = max(cls.peak, now)
+        return now
+
+
+def anon_rss_bytes() -> int:
+    """This process's anonymous resident memory (Linux /proc; 0 where unavailable)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def cpu_baseline_bytes(model_config: dict[str, Any]) -> int:
+    """Anonymous memory before the model exists, with the model's code already imported.
+
+    Building the model once on the meta device imports its modeling code (for a small model
+    that import holds more memory than the weights), so the baseline leaves it out.
+    """
+    with torch.device("meta"):
+        build_model(model_config)
+    CpuPeak.peak = 0
+    CpuPeak.enabled = True
+    return anon_rss_bytes()
+
+
+def sample() -> None:
+    """Sample the CPU memory peak (a no-op on GPU, where torch tracks the peak itself)."""
+    if CpuPeak.enabled:
+        CpuPeak.sample()
+
+
 def current_rss_bytes() -> int:
     """This process's resident memory now (Linux /proc; 0 where unavailable)."""
     try:
@@ -137,8 +223,96 @@ def peak_memory_bytes(device: torch.device) -> int:
     """Peak accelerator memory on CUDA, else this process's peak RSS."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
+    if CpuPeak.peak:
+        return CpuPeak.peak
     # ru_maxrss is in KiB on Linux (bytes on macOS, where this over-reports harmlessly large).
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def process_gpu_memory_bytes(device: torch.device) -> int | None:
+    """This process's memory on its GPU as the driver sees it (NVML), or None where unavailable.
+
+    It includes the CUDA context and the caching allocator's reserved blocks, which
+    ``max_memory_allocated`` leaves out. NVML comes with nvidia-ml-py (a DeepSpeed dependency);
+    without it, or where the driver does not report per-process use, this returns None.
+    """
+    if device.type != "cuda":
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            uuid = str(torch.cuda.get_device_properties(device).uuid)
+            handle = None
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                candidate = pynvml.nvmlDeviceGetHandleByIndex(i)
+                found = pynvml.nvmlDeviceGetUUID(candidate)
+                found = found.decode() if isinstance(found, bytes) else str(found)
+                if found.replace("GPU-", "") == uuid.replace("GPU-", ""):
+                    handle = candidate
+                    break
+            if handle is None:
+                return None
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == os.getpid() and proc.usedGpuMemory:
+                    return int(proc.usedGpuMemory)
+            return None
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # NVML is an extra reading: any failure just means "not measured"
+        return None
+
+
+class FaultInjector:
+    """Make the run fail for real at one step (``--inject``), to test what supervises it."""
+
+    def __init__(self, kind: str | None, step: int, rank: int, world_size: int) -> None:
+        self.kind = kind
+        self.step = step
+        self.rank = rank
+        self.world_size = world_size
+        self._cpu_limit: tuple[int, int] | None = None
+
+    def batch(self, step: int, batch: torch.Tensor) -> torch.Tensor:
+        """The batch for ``step``: 16 copies of it at the oom step."""
+        if self.kind == "oom" and step == self.step:
+            return batch.repeat(_OOM_BATCH_FACTOR, 1)
+        return batch
+
+    def before_step(self, step: int, model: torch.nn.Module, device: torch.device) -> None:
+        """Arm the fault due at ``step``."""
+        if self.kind is None or step != self.step:
+            return
+        print(f"[inject] {self.kind} at step {step} on rank {self.rank}", flush=True)
+        if self.kind == "crash" and self.rank == self.world_size - 1:
+            raise RuntimeError(f"injected crash on rank {self.rank} at step {step}")
+        if self.kind == "hang" and self.rank == 0:
+            # The other ranks block in their next collective; only a supervisor's kill ends this.
+            time.sleep(10**7)
+        if self.kind == "nan":
+            embeddings: torch.nn.Module = model.get_input_embeddings()  # type: ignore[operator]
+            embeddings.register_forward_hook(lambda _m, _i, out: out * float("nan"))
+        if self.kind == "oom":
+            self._cap_memory(device)
+
+    def _cap_memory(self, device: torch.device) -> None:
+        if device.type == "cuda":
+            total = torch.cuda.get_device_properties(device).total_memory
+            held = torch.cuda.memory_reserved(device) + _OOM_MARGIN_BYTES
+            torch.cuda.set_per_process_memory_fraction(min(1.0, held / total), device)
+            return
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        with open("/proc/self/statm") as fh:
+            vm_bytes = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (vm_bytes + _OOM_MARGIN_BYTES, hard))
+        self._cpu_limit = (soft, hard)
+
+    def release(self) -> None:
+        """Lift the CPU cap again (so the error's traceback can still be printed)."""
+        if self._cpu_limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, self._cpu_limit)
+            self._cpu_limit = None
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -199,9 +373,40 @@ def has_experts(model: torch.nn.Module) -> bool:
     return False
 
 
+class _Tee:
+    """A text stream that writes to the console stream and to a per-rank log file."""
+
+    def __init__(self, stream: Any, log: Any) -> None:
+        self.stream = stream
+        self.log = log
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        self.log.flush()
+        return int(self.stream.write(text))
+
+    def flush(self) -> None:
+        self.stream.flush()
+        self.log.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def tee_rank_log(log_dir: Path) -> None:
+    """Copy this rank's Python-level stdout and stderr into ``log_dir/rank{RANK}.log``."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    rank = os.environ.get("RANK", "0")
+    log = open(log_dir / f"rank{rank}.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+    sys.stdout = _Tee(sys.stdout, log)
+    sys.stderr = _Tee(sys.stderr, log)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the smoke training and write this rank's metrics; returns the exit code."""
     args = parse_args(argv)
+    if args.log_dir is not None:
+        tee_rank_log(args.log_dir)
     if args.deepspeed_config is None:
         return run_ddp(args)
     return run_deepspeed(args)
@@ -221,16 +426,24 @@ def run_deepspeed(args: argparse.Namespace) -> int:
 
     model_config = json.loads(args.model_config.read_text())
     ds_config = adapt_precision(json.loads(args.deepspeed_config.read_text()), on_cuda)
+    if args.lr is not None and isinstance(ds_config.get("optimizer"), dict):
+        ds_config["optimizer"].setdefault("params", {})["lr"] = args.lr
 
     skip_shm_comm_build()
+    # The process group first, so that its buffers are in the CPU baseline, not the model's.
+    deepspeed.init_distributed()
 
     # Same seed on every rank: the replicas must start identical for data parallelism.
     torch.manual_seed(args.seed)
-    # On CPU the peak is process RSS; what the run itself adds is the peak minus what the
-    # interpreter, torch and DeepSpeed already hold before the model exists.
-    baseline_bytes = 0 if on_cuda else current_rss_bytes()
+    # On CPU the peak is anonymous RSS; what the run itself adds is the peak minus what the
+    # interpreter, torch, DeepSpeed and the model's code already hold.
+    baseline_bytes = 0 if on_cuda else cpu_baseline_bytes(model_config)
     # fp32 master weights whatever dtype the config names; DeepSpeed casts for bf16/fp16.
-    model = build_model(model_config).float()
+    # On a GPU the weights are initialised there: a billion-parameter init on CPU takes long.
+    with torch.device(f"cuda:{local_rank}" if on_cuda else "cpu"):
+        model = build_model(model_config, args.attn_implementation).float()
+    if "activation_checkpointing" in ds_config:
+        model.gradient_checkpointing_enable()
 
     engine, _, _, _ = deepspeed.initialize(
         model=model,
@@ -243,7 +456,9 @@ def run_deepspeed(args: argparse.Namespace) -> int:
 
     def train_step(batch: torch.Tensor) -> torch.Tensor:
         loss = engine(input_ids=batch, labels=batch).loss
+        sample()
         engine.backward(loss)
+        sample()
         engine.step()
         return loss
 
@@ -280,8 +495,9 @@ def run_ddp(args: argparse.Namespace) -> int:
         # Same seed on every rank: the replicas must start identical (DDP also broadcasts
         # rank 0's weights when it wraps the model).
         torch.manual_seed(args.seed)
-        baseline_bytes = 0 if on_cuda else current_rss_bytes()
-        model = build_model(model_config).float().to(device)
+        baseline_bytes = 0 if on_cuda else cpu_baseline_bytes(model_config)
+        with torch.device(device):
+            model = build_model(model_config, args.attn_implementation).float()
         train_model: torch.nn.Module = model
         if distributed:
             train_model = torch.nn.parallel.DistributedDataParallel(
@@ -300,7 +516,8 @@ def run_ddp(args: argparse.Namespace) -> int:
             amp_dtype = torch.float16
         scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
+        lr = args.lr if args.lr is not None else DEFAULT_LR
+        optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=args.weight_decay)
 
         def autocast() -> contextlib.AbstractContextManager[Any]:
             if amp_dtype is None:
@@ -311,11 +528,13 @@ def run_ddp(args: argparse.Namespace) -> int:
             optimizer.zero_grad(set_to_none=True)
             with autocast():
                 loss = train_model(input_ids=batch, labels=batch).loss
+            sample()
             if scaler is not None:
                 scaler.scale(loss).backward()
                 scaler.unscale_(optimizer)
             else:
                 loss.backward()
+            sample()
             if args.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
             if scaler is not None:
@@ -364,6 +583,11 @@ def train_loop(
     )
     if on_cuda:
         torch.cuda.reset_peak_memory_stats(device)
+    # On a GPU: what the model states hold before the first step, and after it (when the
+    # optimizer has created its states), to split the peak into states and activations.
+    memory_marks: dict[str, int] = {}
+    if on_cuda:
+        memory_marks["allocated_at_start_bytes"] = int(torch.cuda.memory_allocated(device))
 
     vocab_size = int(model.config.vocab_size)
     data = PatternData(vocab_size, args.seq_len, args.micro_batch, args.seed, rank)
@@ -371,6 +595,7 @@ def train_loop(
     step_times_s: list[float] = []
     tokens_per_step = args.micro_batch * args.seq_len
     metrics_path = args.metrics_dir / f"rank{rank}.json"
+    injector = FaultInjector(args.inject, args.inject_step, rank, world_size)
 
     def metrics(status: str) -> dict[str, Any]:
         return {
@@ -385,22 +610,38 @@ def train_loop(
             "tokens_per_step": tokens_per_step,
             "tokens_processed": tokens_per_step * len(losses),
             "peak_memory_bytes": peak_memory_bytes(device),
+            "process_gpu_memory_bytes": process_gpu_memory_bytes(device),
             "baseline_memory_bytes": baseline_bytes,
             "seq_len": args.seq_len,
             "micro_batch": args.micro_batch,
+            "attn_implementation": getattr(model.config, "_attn_implementation", None),
+            **memory_marks,
             "params": sum(p.numel() for p in model.parameters()),
             "torch": torch.__version__,
             **extra,
         }
 
     for step in range(1, args.steps + 1):
-        batch = data.next().to(device)
+        batch = injector.batch(step, data.next()).to(device)
         if on_cuda:
             torch.cuda.synchronize(device)
         start = time.perf_counter()
-        loss = train_step(batch)
+        try:
+            injector.before_step(step, model, device)
+            loss = train_step(batch)
+            sample()
+        except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
+            injector.release()
+            if _is_oom(exc):
+                write_json_atomic(metrics_path, metrics("oom"))
+            raise
+        injector.release()
         if on_cuda:
             torch.cuda.synchronize(device)
+            if step == 1:
+                memory_marks["allocated_after_step1_bytes"] = int(
+                    torch.cuda.memory_allocated(device)
+                )
         elapsed_s = time.perf_counter() - start
         value = float(loss.detach().float().item())
         losses.append(value if math.isfinite(value) else float("nan"))
@@ -417,6 +658,13 @@ def train_loop(
 
     write_json_atomic(metrics_path, metrics("ok"))
     return 0
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc)
+    return "out of memory" in text or "can't allocate memory" in text
 
 
 if __name__ == "__main__":
