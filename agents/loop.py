@@ -1,7 +1,9 @@
 """The tool-calling loop every role runs, and the loading of role and task prompts as data.
 
-Mistakes the model makes (unknown tool, bad arguments, a tool that failed on its input) go
-back to it as a ToolMessage saying what to do next (STYLE.md 6); the loop is bounded.
+Mistakes the model makes (unknown tool, bad arguments, a tool that failed on its input, a
+reply whose tool call cannot be parsed) go back to it as a message saying what to do next
+(STYLE.md 6); the loop is bounded. A provider that fails (timeout, HTTP error, unreadable
+reply) ends the run with one ``TrainwrightError`` from ``agents.models.provider_error``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
-from tools.errors import TrainwrightError
+from agents.models import provider_error
+from tools.errors import InputError, TrainwrightError
 
 
 @lru_cache(maxsize=1)
@@ -65,10 +68,29 @@ def run_tool_loop(
     on_event: Callable[[str], None] | None = None,
 ) -> list[BaseMessage]:
     """Let the model call tools until it answers without one (or ``max_steps`` model turns)."""
-    bound = model.bind_tools(tools)
+    try:
+        bound = model.bind_tools(tools)
+    except NotImplementedError:
+        raise InputError(
+            "--llm",
+            f"{model._llm_type} cannot call tools; choose a model that supports tool calling",
+        ) from None
     by_name = {t.name: t for t in tools}
     for _ in range(max_steps):
-        reply = bound.invoke(messages)
+        try:
+            reply = bound.invoke(messages)
+        except ValidationError as exc:
+            if exc.title != "AIMessage":
+                raise
+            # The client could not build a message from the reply: a tool call whose arguments
+            # are JSON but not an object (e.g. a list). The model's mistake, so tell it.
+            messages.append(HumanMessage(_unreadable_reply(exc)))
+            continue
+        except Exception as exc:
+            error = provider_error(exc, model)
+            if error is None:
+                raise
+            raise error from exc
         if not isinstance(reply, AIMessage):
             reply = AIMessage(content=str(getattr(reply, "content", reply)))
         messages.append(reply)
@@ -96,6 +118,14 @@ def run_tool_loop(
                 )
             )
     return messages
+
+
+def _unreadable_reply(exc: ValidationError) -> str:
+    problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
+    return (
+        f"Your last reply could not be read ({problems}). Tool-call arguments must be a JSON "
+        "object of named arguments. Call the tool again that way, or answer in plain text."
+    )
 
 
 def _call_tool(by_name: dict[str, BaseTool], name: str, args: dict[str, Any]) -> str:

@@ -1,10 +1,14 @@
-"""The one place a chat model is built (STYLE.md 5): ``load_chat_model(spec)``."""
+"""The one place a chat model is built (STYLE.md 5): ``load_chat_model(spec)``.
+
+Also the one place that knows how a provider's client fails: ``provider_error`` turns what it
+raised into one clear ``TrainwrightError`` for the CLI.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tools.errors import InputError
+from tools.errors import InputError, ProviderError, TrainwrightError
 
 if TYPE_CHECKING:
     from langchain_core.language_models.chat_models import BaseChatModel
@@ -16,12 +20,15 @@ def load_chat_model(
     base_url: str | None = None,
     api_key: str | None = None,
     timeout_s: float = 60.0,
+    max_retries: int = 1,
 ) -> BaseChatModel:
     """Build the chat model named by ``spec``.
 
     ``offline`` (default) is the deterministic playbook model; ``provider:model`` goes through
     LangChain's ``init_chat_model``; ``openai:NAME`` with ``base_url`` talks to any
-    OpenAI-compatible server (vLLM, llama.cpp, LM Studio, Ollama).
+    OpenAI-compatible server (vLLM, llama.cpp, LM Studio, Ollama). A request that gets no
+    answer within ``timeout_s`` is retried ``max_retries`` times, so a dead server costs at
+    most about ``(1 + max_retries) * timeout_s`` before the run fails.
     """
     spec = (spec or "offline").strip()
     if spec == "offline":
@@ -40,7 +47,7 @@ def load_chat_model(
         )
     from langchain.chat_models import init_chat_model
 
-    kwargs: dict[str, Any] = {"timeout": timeout_s, "max_retries": 1}
+    kwargs: dict[str, Any] = {"timeout": timeout_s, "max_retries": max_retries}
     if base_url is not None:
         kwargs["base_url"] = base_url
         # Local servers accept any key; the OpenAI client insists on one being set.
@@ -54,5 +61,75 @@ def load_chat_model(
             "--llm", f"provider {provider!r} needs a package that is not installed: {exc}"
         ) from None
     except Exception as exc:  # noqa: BLE001 - providers raise their own types (e.g. a missing API key)
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError("--llm", f"cannot set up {spec}: {first}") from None
+        raise InputError("--llm", f"cannot set up {spec}: {_first_line(exc)}") from None
+
+
+def provider_error(exc: Exception, model: BaseChatModel) -> TrainwrightError | None:
+    """Translate what a provider's chat client raised into one clear error; None if it is ours.
+
+    LangChain maps every provider's HTTP and network failures onto ``langchain_core``'s
+    ``ModelError`` family (``ModelTimeoutError``, ``ModelAPIError`` for 5xx, ...); statuses it
+    does not map still carry ``status_code``. Anything else a non-builtin model raises while
+    answering means its reply could not be read (e.g. a server that is not OpenAI-compatible).
+    A bad key, a forbidden or unknown model is the user's configuration (exit 2); the rest is
+    a failure of the server (exit 1).
+    """
+    from langchain_core.exceptions import (
+        ModelAuthenticationError,
+        ModelConnectionError,
+        ModelError,
+        ModelNotFoundError,
+        ModelPermissionDeniedError,
+        ModelTimeoutError,
+    )
+
+    where = _endpoint(exc, model)
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, ModelTimeoutError):
+        timeout = getattr(model, "request_timeout", None)
+        retries = getattr(model, "max_retries", None)
+        within = f" within {timeout:g} s" if isinstance(timeout, int | float) else ""
+        tries = f", {1 + retries} attempt(s)" if isinstance(retries, int) else ""
+        return ProviderError(f"LLM request failed: timed out waiting for {where}{within}{tries}")
+    if isinstance(exc, ModelConnectionError):
+        return ProviderError(f"LLM request failed: cannot reach {where}: {_first_line(exc)}")
+    if isinstance(status, int):
+        message = f"LLM request failed: HTTP {status} from {where}: {_detail(exc)}"
+        if isinstance(
+            exc, ModelAuthenticationError | ModelPermissionDeniedError | ModelNotFoundError
+        ):
+            return InputError("--llm", message)
+        return ProviderError(message)
+    if isinstance(exc, ModelError):
+        return ProviderError(f"LLM request failed ({type(exc).__name__}): {_first_line(exc)}")
+    if type(model).__module__.startswith("agents."):
+        return None  # our offline model: an exception there is a bug, not a provider failure
+    return ProviderError(
+        f"LLM reply from {where} could not be read ({type(exc).__name__}: {_first_line(exc)})"
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _detail(exc: BaseException) -> str:
+    """The server's own error message when its body carries one (OpenAI's ``{"error": {...}}``)."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("message"), str) and body["message"]:
+        return str(body["message"]).splitlines()[0]
+    return _first_line(exc)
+
+
+def _endpoint(exc: BaseException, model: BaseChatModel) -> str:
+    """The URL the failed request went to, else the model's configured server, else its name."""
+    try:
+        return str(exc.request.url)  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # httpx raises RuntimeError when no request is set
+        pass
+    base = getattr(model, "openai_api_base", None) or getattr(model, "base_url", None)
+    if base:
+        return str(base)
+    name = getattr(model, "model_name", None) or getattr(model, "model", None)
+    return f"{model._llm_type} model {name}" if name else model._llm_type

@@ -1,9 +1,20 @@
-"""A real chat-model client over real HTTP, against a local fake OpenAI-compatible server."""
+"""A real chat-model client over real HTTP, against a local fake OpenAI-compatible server.
+
+The server plays four kinds of model: one that calls tools properly, one that only writes
+prose, one whose tool calls are malformed or name tools that do not exist, and a dead one
+(HTTP 500, or no answer at all). Each run ends in a complete plan whose numbers are the
+offline plan's, or in one clear error, through the graph API and through the CLI.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -13,13 +24,42 @@ import pytest
 
 from agents.models import load_chat_model
 from graphs import build_graph
+from tools.brief import load_brief
+from tools.errors import InputError, ProviderError
 from tools.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+BRIEF_FILE = Path(__file__).parent / "data" / "llama3-8b-finetune-8xa100.yaml"
+# A dead server must end the run quickly: short timeout, one retry (the CLI's default).
+TIMEOUT_S = 1.0
+DEAD_RUN_LIMIT_S = 30.0
+# Numbers a prose-writing model might invent; none of them may reach the plan.
+INVENTED = "Use ZeRO-3 with micro-batch 99 and 12 accumulation steps; it needs 1234 GB per GPU."
+
+
+def _tool_call(call_id: str, name: str | None, arguments: Any) -> dict[str, Any]:
+    function: dict[str, Any] = {"arguments": arguments}
+    if name is not None:
+        function["name"] = name
+    return {"id": call_id, "type": "function", "function": function}
 
 
 class _FakeOpenAI(BaseHTTPRequestHandler):
-    """Answers /v1/chat/completions: a tool call where the request offers select_framework, prose otherwise."""
+    """Answers POST /v1/chat/completions as the model named by ``mode``.
 
+    tools: a tool call where the request offers select_framework, prose otherwise.
+    prose: only prose, with invented numbers.
+    malformed: first a call with arguments that are not JSON plus a call to an unknown tool,
+        then arguments that are JSON but not an object, then only calls without a name: never
+        a usable one, so the loop's step bound must end each role.
+    http500: HTTP 500 with an OpenAI-style error body.
+    http401: HTTP 401, as for a rejected API key.
+    hang: reads the request and never answers (until the test tears the server down).
+    """
+
+    mode = "tools"
     requests: list[dict[str, Any]] = []
+    release = threading.Event()
 
     def log_message(self, *args: Any) -> None:  # keep test output quiet
         pass
@@ -27,25 +67,49 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.requests.append({"path": self.path, "body": body})
+        if self.mode == "hang":
+            self.release.wait(60)
+            return
+        if self.mode == "http500":
+            error = {"error": {"message": "model worker crashed", "type": "server_error"}}
+            self._send(500, error)
+            return
+        if self.mode == "http401":
+            error = {"error": {"message": "Incorrect API key provided", "type": "auth_error"}}
+            self._send(401, error)
+            return
+        self._send(200, self._completion(body, self._message(body)))
+
+    def _message(self, body: dict[str, Any]) -> dict[str, Any]:
+        msgs = body["messages"]
         tools = [t["function"]["name"] for t in body.get("tools", [])]
-        answered = any(m.get("role") == "tool" for m in body["messages"])
-        message: dict[str, Any] = {"role": "assistant", "content": "Here is my analysis."}
+        answered = any(m.get("role") == "tool" for m in msgs)
+        if self.mode == "prose":
+            return {"role": "assistant", "content": INVENTED}
+        if self.mode == "malformed":
+            sent = len(msgs) - 2  # after the system and task messages
+            if sent == 0:
+                calls = [
+                    _tool_call("bad_json", tools[0], '{"spec": "1x8xA100-80GB", '),
+                    _tool_call("unknown", "gpu_memory_calculator", json.dumps({"gpus": 8})),
+                ]
+            elif sent == 3:  # one reply and its two error messages later
+                calls = [_tool_call("list_args", tools[0], json.dumps(["1x8xA100-80GB"]))]
+            else:
+                calls = [_tool_call("no_name", None, "{}")]
+            return {"role": "assistant", "content": None, "tool_calls": calls}
         if "select_framework" in tools and not answered:
-            message = {
+            args = json.dumps({"spec": "1x8xA100-80GB"})
+            return {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {
-                            "name": "profile_hardware",
-                            "arguments": json.dumps({"spec": "1x8xA100-80GB"}),
-                        },
-                    }
-                ],
+                "tool_calls": [_tool_call("call_1", "profile_hardware", args)],
             }
-        payload = {
+        return {"role": "assistant", "content": "Here is my analysis."}
+
+    @staticmethod
+    def _completion(body: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
+        return {
             "id": "chatcmpl-1",
             "object": "chat.completion",
             "created": 0,
@@ -53,25 +117,82 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
         }
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
-        self.send_response(200)
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
 
-@pytest.fixture
-def fake_server() -> Iterator[str]:
+def _serve(mode: str) -> Iterator[str]:
+    if mode == "down":  # a port nothing listens on
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        yield f"http://127.0.0.1:{port}/v1"
+        return
+    _FakeOpenAI.mode = mode
     _FakeOpenAI.requests = []
+    _FakeOpenAI.release = threading.Event()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     finally:
+        _FakeOpenAI.release.set()
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def fake_server() -> Iterator[str]:
+    yield from _serve("tools")
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The fake server in the mode the test is parametrized with."""
+    yield from _serve(request.param)
+
+
+def _brief() -> dict[str, Any]:
+    return load_brief(BRIEF_FILE).model_dump(mode="json")
+
+
+def _numbers(plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan's facts: everything a tool computes, nothing a model writes."""
+    return {
+        "brief": plan["brief"],
+        "hardware": plan["hardware"],
+        "model": plan["model"],
+        "framework": {k: plan["framework"][k] for k in ("primary", "stack")},
+        "memory": plan["memory"],
+        "speed": plan.get("speed"),
+        "deepspeed_config": plan["deepspeed_config"],
+        "launch": plan["launch"]["command"],
+        "smoke_test": plan["smoke_test"]["status"],
+        "review": {k: plan["review"][k] for k in ("verdict", "rounds")},
+    }
+
+
+def _offline_plan(settings: Settings, out_dir: Path) -> dict[str, Any]:
+    graph = build_graph(load_chat_model("offline"), settings=settings)
+    plan: dict[str, Any] = graph.invoke({"brief": _brief(), "out_dir": str(out_dir)})["plan"]
+    return plan
+
+
+def _sent(role: str) -> list[str]:
+    """Every message of ``role`` the fake server received (as text)."""
+    return [
+        str(m.get("content"))
+        for r in _FakeOpenAI.requests
+        for m in r["body"]["messages"]
+        if m.get("role") == role
+    ]
 
 
 def test_openai_compatible_server_drives_the_graph(
@@ -98,3 +219,152 @@ def test_openai_compatible_server_drives_the_graph(
     assert "ran lookup_model directly" in plan["narrative"]["fallbacks"]
     assert plan["narrative"]["researcher"] == "Here is my analysis."
     assert plan["review"]["verdict"] == "approved"
+
+
+@pytest.mark.parametrize("server", ["prose", "malformed"], indirect=True)
+def test_misbehaving_model_still_gives_the_offline_plans_numbers(
+    server: str, settings: Settings, tmp_path: Path
+) -> None:
+    model = load_chat_model("openai:fake", base_url=server, timeout_s=10)
+    plan = build_graph(model, settings=settings).invoke(
+        {"brief": _brief(), "out_dir": str(tmp_path / "p")}
+    )["plan"]
+    expected = _offline_plan(settings, tmp_path / "p")
+    assert _numbers(plan) == _numbers(expected)
+    for tool in ("profile_hardware", "lookup_model", "plan_parallelism", "review_plan"):
+        assert f"ran {tool} directly" in plan["narrative"]["fallbacks"]
+    assert INVENTED not in json.dumps(_numbers(plan))
+    if _FakeOpenAI.mode == "malformed":
+        # Every mistake went back to the model as a message saying what to do next, and the
+        # loop's step bound ended each role's conversation.
+        tool_replies = _sent("tool")
+        assert any("are not valid JSON" in t for t in tool_replies)
+        assert any("no tool 'gpu_memory_calculator'" in t for t in tool_replies)
+        assert any("no tool ''" in t for t in tool_replies)
+        assert any("must be a JSON object" in t for t in _sent("user"))
+        assert len(_FakeOpenAI.requests) == 3 * settings.max_agent_steps
+    else:
+        assert len(_FakeOpenAI.requests) == 3  # one prose answer per role
+        assert plan["narrative"]["engineer"] == INVENTED
+
+
+@pytest.mark.parametrize(
+    ("server", "problem"),
+    [("http500", "HTTP 500 from "), ("hang", "timed out waiting for ")],
+    indirect=["server"],
+)
+def test_dead_server_fails_the_run_with_one_clear_error(
+    server: str, problem: str, settings: Settings, tmp_path: Path
+) -> None:
+    model = load_chat_model("openai:fake", base_url=server, timeout_s=TIMEOUT_S, max_retries=1)
+    started = time.monotonic()
+    with pytest.raises(ProviderError) as info:
+        build_graph(model, settings=settings).invoke(
+            {"brief": _brief(), "out_dir": str(tmp_path / "p")}
+        )
+    assert time.monotonic() - started < DEAD_RUN_LIMIT_S
+    message = str(info.value)
+    assert message.startswith(f"LLM request failed: {problem}{server}/chat/completions")
+    assert "\n" not in message
+    assert len(_FakeOpenAI.requests) == 2  # the first try and one retry, then it gives up
+    if _FakeOpenAI.mode == "http500":
+        assert message.endswith(": model worker crashed")
+    else:
+        assert f"within {TIMEOUT_S:g} s, 2 attempt(s)" in message
+
+
+@pytest.mark.parametrize(
+    ("server", "error", "problem"),
+    [
+        ("down", ProviderError, "LLM request failed: cannot reach "),
+        ("http401", InputError, "--llm: LLM request failed: HTTP 401 from "),
+    ],
+    indirect=["server"],
+)
+def test_unreachable_server_and_rejected_key_are_one_clear_error(
+    server: str, error: type[Exception], problem: str, settings: Settings, tmp_path: Path
+) -> None:
+    model = load_chat_model("openai:fake", base_url=server, timeout_s=TIMEOUT_S, max_retries=0)
+    with pytest.raises(error) as info:
+        build_graph(model, settings=settings).invoke(
+            {"brief": _brief(), "out_dir": str(tmp_path / "p")}
+        )
+    assert type(info.value) is error  # exit 1 for a dead server, 2 for the user's key
+    assert str(info.value).startswith(f"{problem}{server}/chat/completions")
+
+
+def _run_cli(base_url: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": "sk-dummy",
+        "TRAINWRIGHT_LLM_TIMEOUT_S": str(TIMEOUT_S),
+    }
+    env.pop("TRAINWRIGHT_DEBUG", None)
+    argv = [sys.executable, str(ROOT / "app.py"), "plan", "--brief", str(BRIEF_FILE)]
+    argv += ["--no-smoke", "--llm", "openai:fake", "--base-url", base_url, "--json", "p.json"]
+    started = time.monotonic()
+    res = subprocess.run(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return res, time.monotonic() - started
+
+
+@pytest.mark.parametrize("server", ["prose", "malformed"], indirect=True)
+def test_cli_with_a_misbehaving_model_writes_the_offline_plans_numbers(
+    server: str, settings: Settings, tmp_path: Path
+) -> None:
+    res, _ = _run_cli(server, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    assert _FakeOpenAI.requests  # the CLI really talked to the server
+    plan = json.loads((tmp_path / "p.json").read_text())
+    expected = _offline_plan(settings, Path(plan["report"]["markdown"]).parent)
+    assert _numbers(plan) == _numbers(expected)
+    assert "ran plan_parallelism directly" in plan["narrative"]["fallbacks"]
+
+
+def _cli_reads_llm_timeout() -> bool:
+    """Whether the CLI's settings loader takes the LLM timeout from the environment."""
+    env = {"TRAINWRIGHT_LLM_TIMEOUT_S": str(TIMEOUT_S)}
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        return Settings.load().llm_timeout_s == TIMEOUT_S
+
+
+@pytest.mark.parametrize(
+    ("server", "problem"),
+    [
+        ("http500", "HTTP 500 from "),
+        pytest.param(
+            "hang",
+            "timed out waiting for ",
+            # Without it a hung server costs the default 2 x 60 s before this same error.
+            marks=pytest.mark.skipif(
+                not _cli_reads_llm_timeout(),
+                reason="Settings.load does not read TRAINWRIGHT_LLM_TIMEOUT_S yet",
+            ),
+        ),
+    ],
+    indirect=["server"],
+)
+def test_cli_with_a_dead_server_exits_1_with_one_error_line(
+    server: str, problem: str, tmp_path: Path
+) -> None:
+    res, elapsed_s = _run_cli(server, tmp_path)
+    assert res.returncode == 1, res.stderr
+    assert elapsed_s < DEAD_RUN_LIMIT_S + 30  # interpreter start and imports on top
+    assert "Traceback" not in res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("trainwright:")]
+    assert errors == [res.stderr.splitlines()[-1]], res.stderr  # one error line, and it is last
+    assert errors[0].startswith(
+        f"trainwright: error: LLM request failed: {problem}{server}/chat/completions"
+    )
+    assert not (tmp_path / "p.json").exists()
+    assert res.stdout == ""

@@ -27,3 +27,11 @@ class InputError(TrainwrightError):
 
 class ToolFailure(TrainwrightError):
     """A tool could not do its job on valid input (e.g. a launcher that failed to start)."""
+
+
+class ProviderError(TrainwrightError):
+    """The configured LLM failed: unreachable, timed out, an HTTP error, or an unreadable reply.
+
+    A run with a real LLM fails on this rather than quietly switching to the offline playbook:
+    the user asked for that model, and a plan it never saw must not be attributed to it.
+    """
