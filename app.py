@@ -365,7 +365,7 @@ def format_smoke(result: Any) -> str:
         )
     measured = result.measured_memory_bytes
     if measured and result.predicted_peak_memory_bytes:
-        what = "peak RSS above baseline" if result.device == "cpu" else "peak allocated"
+        what = "peak anonymous RSS above baseline" if result.device == "cpu" else "peak allocated"
         lines.append(
             f"  memory per rank: {what} {measured / 2**20:,.1f} MiB, predicted "
             f"{result.predicted_peak_memory_bytes / 2**20:,.1f} MiB ({result.memory_gap:+.0%})"

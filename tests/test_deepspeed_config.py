@@ -345,14 +345,14 @@ def test_tensor_pipeline_plan_counts_data_parallel_ranks() -> None:
         {
             "model": "llama-3-70b",
             "hardware": "4x8xH100-80GB",
-            "seq_len": 8192,
+            "seq_len": 16384,
             "global_batch_size": 512,
             "task": "pretrain",
             "dataset_tokens": 2e10,
         }
     )
     hw = parse_hardware("4x8xH100-80GB")
-    model = lookup_model("llama-3-70b", 8192)
+    model = lookup_model("llama-3-70b", 16384)
     plan = search_strategy(model, hw, brief)
     tp, pp = plan.tensor_parallel, plan.pipeline_parallel
     assert tp * pp > 1
@@ -362,7 +362,7 @@ def test_tensor_pipeline_plan_counts_data_parallel_ranks() -> None:
     assert config["train_batch_size"] == micro * accum * dp == 512
     assert config["zero_optimization"]["stage"] == 1
     assert config["activation_checkpointing"]["partition_activations"] is (tp > 1)
-    assert config["scheduler"]["params"]["total_num_steps"] == -(-2e10 // (512 * 8192))
+    assert config["scheduler"]["params"]["total_num_steps"] == -(-2e10 // (512 * 16384))
     validate_deepspeed_config(config, dp)
     # At the full world size the batch arithmetic is wrong, and DeepSpeed says so.
     with pytest.raises(ConfigError, match="DeepSpeed rejects"):

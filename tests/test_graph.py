@@ -214,8 +214,10 @@ def _review() -> list[AIMessage]:
     return [call("review_plan"), AIMessage(content="Reviewed.")]
 
 
-# Micro-batch 8 without activation checkpointing: llama-3-8b at 4096 tokens fits no strategy.
+# Micro-batch 8 without activation checkpointing: llama-3-8b at 8192 tokens fits no strategy,
+# not even split 8 ways by tensor parallelism (~85 GB per GPU of 80).
 TOO_BIG = {"micro_batch_size": 8, "activation_checkpointing": False}
+LLAMA_8B_LONG = {**LLAMA_8B, "seq_len": 8192}
 
 
 def test_review_sends_findings_back_and_the_engineer_fixes_them(
@@ -224,7 +226,7 @@ def test_review_sends_findings_back_and_the_engineer_fixes_them(
     model = scripted(
         script=_research() + _engineer_round(TOO_BIG) + _review() + _engineer_round({}) + _review()
     )
-    state = _run(build_graph(model, settings=settings), LLAMA_8B, tmp_path / "p")
+    state = _run(build_graph(model, settings=settings), LLAMA_8B_LONG, tmp_path / "p")
     review = state["plan"]["review"]
     assert review["verdict"] == "approved" and review["rounds"] == 2
     # Round two's engineer was shown the memory finding it had to act on.
@@ -244,7 +246,9 @@ def test_review_rounds_are_bounded_then_rejected(
     for _ in range(rounds):
         script += _engineer_round(TOO_BIG) + _review()
     model = scripted(script=script)
-    review = _run(build_graph(model, settings=settings), LLAMA_8B, tmp_path / "p")["plan"]["review"]
+    review = _run(build_graph(model, settings=settings), LLAMA_8B_LONG, tmp_path / "p")["plan"][
+        "review"
+    ]
     assert review["verdict"] == "rejected"
     assert review["rounds"] == rounds
     assert any(

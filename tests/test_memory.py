@@ -16,6 +16,7 @@ from tools.memory import (
     STRATEGY_ORDER,
     activation_bytes,
     data_parallel_size,
+    layer_coefficient,
     estimate_strategy,
     lora_adapter_params,
     model_parallel_params,
@@ -69,12 +70,19 @@ def test_llama3_8b_on_8xa100_plan() -> None:
     assert chosen.per_gpu_bytes.total <= plan.capacity_bytes == 80 * GB
     assert plan.micro_batch_size == chosen.micro_batch_size
     assert plan.micro_batch_size * plan.gradient_accumulation_steps * 8 == 64
-    # 4096-token sequences without recomputation need ~100 GB of activations per sample.
-    assert plan.activation_checkpointing
+    # With SDPA, 4096-token sequences fit without recomputation; eager attention would keep
+    # 32 x 6 x a x s^2 bytes of scores per sample (~100 GB) and need it.
+    assert not plan.activation_checkpointing
+    eager = estimate_strategy(
+        LLAMA3_8B, gpus(1, 8), plan.chosen, task="finetune", micro_batch_size=1, attention="eager"
+    )
+    assert eager.per_gpu_bytes.activations > 100 * GB
     assert any("bf16" in a for a in plan.assumptions)
     for est in plan.strategies:
         b = est.per_gpu_bytes
-        assert b.total == b.params + b.gradients + b.optimizer + b.activations + b.buffers
+        terms = b.params + b.gradients + b.optimizer + b.activations + b.buffers
+        assert b.not_concurrent == min(b.activations, b.gradients)
+        assert b.total == terms - b.not_concurrent
 
 
 def test_choice_prefers_simplest_fitting_strategy() -> None:
@@ -168,20 +176,28 @@ def test_activations_follow_korthikanti_eq1() -> None:
         seq_len=s,
         largest_layer_params=v * h,
     )
-    per_layer = s * b * h * (34 + 5 * a * s / h)
-    logits = s * b * v * (2 + 4)
-    full = activation_bytes(
-        model, seq_len=s, micro_batch_size=b, precision="bf16", activation_checkpointing=False
-    )
+    # Eager attention keeps the scores: Korthikanti's 34sbh plus 6 bytes per score (Hugging
+    # Face's fp32 softmax and its 16-bit cast); SDPA/FlashAttention keeps none of them.
+    per_layer = s * b * h * 34 + 6 * a * s * s * b
+    logits = s * b * v * (2 + 4 + 4)
+    kw = dict(seq_len=s, micro_batch_size=b, precision="bf16")
+    full = activation_bytes(model, activation_checkpointing=False, attention="eager", **kw)
     assert full == pytest.approx(layers * per_layer + logits, rel=1e-9)
-    ckpt = activation_bytes(
-        model, seq_len=s, micro_batch_size=b, precision="bf16", activation_checkpointing=True
-    )
+    ckpt = activation_bytes(model, activation_checkpointing=True, attention="eager", **kw)
     assert ckpt == pytest.approx(layers * 2 * s * b * h + per_layer + logits, rel=1e-9)
+    sdpa = activation_bytes(model, activation_checkpointing=False, **kw)
+    assert sdpa == pytest.approx(layers * s * b * h * 34 + logits, rel=1e-9)
+    with pytest.raises(InputError):
+        activation_bytes(model, activation_checkpointing=False, attention="flashy", **kw)
     fp32 = activation_bytes(
-        model, seq_len=s, micro_batch_size=b, precision="fp32", activation_checkpointing=False
+        model,
+        seq_len=s,
+        micro_batch_size=b,
+        precision="fp32",
+        activation_checkpointing=False,
     )
-    assert fp32 > full
+    # fp32 doubles the 16-bit tensors; the logits' fp32 copy is the logits themselves.
+    assert fp32 == pytest.approx(layers * s * b * h * 34 * 2 + s * b * v * (4 + 4), rel=1e-9)
 
 
 def test_precision_resolution() -> None:
@@ -396,10 +412,12 @@ def test_selective_recompute_drops_the_attention_core() -> None:
         activation_checkpointing=False,
         task="pretrain",
     )
-    full = activation_bytes(LLAMA3_8B, **kw)
-    selective = activation_bytes(LLAMA3_8B, selective_recompute=True, **kw)
+    full = activation_bytes(LLAMA3_8B, attention="eager", **kw)
+    selective = activation_bytes(LLAMA3_8B, selective_recompute=True, attention="eager", **kw)
     s, a, layers = 2048, LLAMA3_8B.heads, LLAMA3_8B.layers
-    assert full - selective == layers * 5 * a * s * s
+    assert full - selective == layers * 6 * a * s * s
+    # SDPA stores no scores in the first place: the same as selective recomputation.
+    assert activation_bytes(LLAMA3_8B, **kw) == selective
 
 
 # --- tensor and pipeline parallelism -----------------------------------------------------
@@ -421,8 +439,9 @@ def test_pipeline_first_stage_holds_p_micro_batches_of_its_layers() -> None:
     """Korthikanti et al. sec. 4.2.3 (1F1B): the first stage stores p micro-batches of L/p layers."""
     s, b, h, a, t, p = 4096, 1, 8192, 64, 8, 4
     kw = dict(seq_len=s, micro_batch_size=b, precision="bf16", task="pretrain")
-    layer = s * b * (34 * h + 5 * a * s) / t
-    logits = s * b * LLAMA3_70B.vocab * 6 / t
+    layer = s * b * layer_coefficient(LLAMA3_70B) * h / t
+    logits = s * b * LLAMA3_70B.vocab * 10 / t
+    assert a == LLAMA3_70B.heads
     full = activation_bytes(
         LLAMA3_70B, activation_checkpointing=False, tensor_parallel=t, pipeline_parallel=p, **kw
     )

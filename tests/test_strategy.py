@@ -123,9 +123,9 @@ def _chosen_row(plan):
 
 
 def test_70b_pretraining_on_32_h100_needs_tensor_and_pipeline_parallelism() -> None:
-    """ZeRO-3 alone needs ~94 GB per GPU at seq 8192; a Megatron split fits, and beats offload."""
-    plan, hw = _search("llama-3-70b", "4x8xH100-80GB", 8192, 512, task="pretrain")
-    model = lookup_model("llama-3-70b", 8192)
+    """ZeRO-3 alone needs ~92 GB per GPU at seq 16384; a Megatron split fits, and beats offload."""
+    plan, hw = _search("llama-3-70b", "4x8xH100-80GB", 16384, 512, task="pretrain")
+    model = lookup_model("llama-3-70b", 16384)
     tp, pp = plan.tensor_parallel, plan.pipeline_parallel
     dp = hw.world_size // (tp * pp)
     assert tp * pp > 1 and plan.chosen == "zero1"  # a pipeline takes ZeRO-1 at most
@@ -151,7 +151,7 @@ def test_70b_pretraining_on_32_h100_needs_tensor_and_pipeline_parallelism() -> N
 
     # The row's numbers are the memory and speed models' for exactly this setup.
     brief = brief_from_dict(
-        {"model": "llama-3-70b", "hardware": "4x8xH100-80GB", "seq_len": 8192,
+        {"model": "llama-3-70b", "hardware": "4x8xH100-80GB", "seq_len": 16384,
          "global_batch_size": 512, "task": "pretrain"}
     )  # fmt: skip
     kw = {
@@ -165,7 +165,7 @@ def test_70b_pretraining_on_32_h100_needs_tensor_and_pipeline_parallelism() -> N
         hw,
         "zero1",
         task="pretrain",
-        seq_len=8192,
+        seq_len=16384,
         gradient_accumulation_steps=plan.gradient_accumulation_steps,
         **kw,
     )
@@ -175,12 +175,12 @@ def test_70b_pretraining_on_32_h100_needs_tensor_and_pipeline_parallelism() -> N
         hw,
         "zero1",
         gradient_accumulation_steps=plan.gradient_accumulation_steps,
-        seq_len=8192,
+        seq_len=16384,
         precision=brief.precision,
         **kw,
     )
     assert chosen.tokens_per_s == pytest.approx(speed.tokens_per_s)
-    assert speed.tokens_per_step == 512 * 8192
+    assert speed.tokens_per_step == 512 * 16384
     assert speed.bubble_fraction == pytest.approx(
         (pp - 1) / (plan.gradient_accumulation_steps + pp - 1)
     )
@@ -256,7 +256,7 @@ def test_offload_that_overflows_the_nodes_ram_loses_with_a_reason() -> None:
 
 def test_the_chosen_tensor_pipeline_row_is_the_first_of_its_name() -> None:
     """Readers that look the choice up by name (report, reviewer, narrative) find its row."""
-    plan, _ = _search("llama-3-70b", "4x8xH100-80GB", 8192, 512, task="pretrain")
+    plan, _ = _search("llama-3-70b", "4x8xH100-80GB", 16384, 512, task="pretrain")
     first = next(s for s in plan.strategies if s.name == plan.chosen)
     assert first is _chosen_row(plan) and first.tensor_parallel == plan.tensor_parallel
     assert sum(s.name == plan.chosen for s in plan.strategies) == 2  # and the data-parallel one

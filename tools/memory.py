@@ -20,7 +20,9 @@ Sources, cited again at each term:
   Training on GPU Clusters Using Megatron-LM" (sec. 2.2-2.3: each GPU holds 1/(t*p) of the
   weights; sec. 3: tensor groups stay inside a node).
 - Buffers: DeepSpeed's ZeRO config defaults (``deepspeed/runtime/zero/config.py``) and the
-  Hugging Face DeepSpeed guide on ``overlap_comm`` (4.5x the bucket sizes).
+  reduce buckets its ZeRO-1/2 optimizer allocates (``stage_1_and_2.py`` setup_buckets).
+- Liveness: activations and gradients are not counted at full size together (PyTorch autograd
+  frees saved tensors as backward produces gradients).
 """
 
 from __future__ import annotations
@@ -62,8 +64,8 @@ FRAGMENTATION_MARGIN = 0.10
 # ZeRO-1/2 bucket size we emit: DeepSpeed's default is 5e8 elements, which with overlap_comm
 # costs ~9 GB (HF DeepSpeed guide: 5e8 x 2 bytes x 2 x 4.5); 2e8 is the guide's advice.
 ZERO12_BUCKET_ELEMENTS = 200_000_000
-# HF DeepSpeed guide: "overlap_comm uses 4.5x the allgather_bucket_size and reduce_bucket_size".
-OVERLAP_COMM_FACTOR = 4.5
+# Reduce buffers DeepSpeed's ZeRO-1/2 optimizer allocates with overlap_comm (double buffering).
+OVERLAP_BUFFERS = 2
 # deepspeed/runtime/engine.py MEMORY_OPT_ALLREDUCE_SIZE: the stage-0 gradient all-reduce bucket.
 DDP_ALLREDUCE_BUCKET_ELEMENTS = 500_000_000
 # DeepSpeed ZeRO-3 defaults (zero/config.py): sub_group_size and stage3_max_live_parameters.
@@ -98,6 +100,12 @@ DEFAULT_LORA_RANK = 16
 # variance in fp32; SGD with momentum keeps one fp32 buffer; 8-bit Adam keeps both moments
 # block-wise quantized to one byte each, Dettmers et al. 2022, "8-bit Optimizers via Block-wise
 # Quantization", whose per-block scales add well under 1%).
+# Attention kernels the activation model knows (activation_bytes).
+ATTENTION_KERNELS = ("sdpa", "eager")
+# Families whose layers are RMSNorm + a gated SiLU/GeLU MLP with no dropout (llama-style).
+GATED_MLP_FAMILIES = frozenset(
+    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "phi3"}
+)
 OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "sgd": 4, "adam8bit": 2}
 
 MICRO_BATCH_CANDIDATES = (8, 4, 2, 1)
@@ -384,6 +392,24 @@ def model_state_bytes(
     return ModelStates(gpu=gpu, cpu_per_rank=cpu)
 
 
+def layer_coefficient(model: ModelSpec) -> float:
+    """Bytes per s*b*h one transformer layer keeps for backward at 16-bit, without the scores.
+
+    34 for GPT-style layers (Korthikanti et al. 2022, eq. 1); 22 + 8*i/h for llama-style
+    layers (see ``activation_bytes``).
+    """
+    config = model.hf_config or {}
+    family = str(config.get("model_type", ""))
+    if family in GATED_MLP_FAMILIES and model.intermediate:
+        return 22 + 8 * model.intermediate / model.hidden
+    if config.get("activation_function") == "gelu_new" or family == "gpt2":
+        # Hugging Face's NewGELUActivation is composed of elementwise ops, which save the tanh
+        # output, the half input and the (1 + tanh) factor besides its input: 3 more 4h-wide
+        # 16-bit tensors (+24); the attention kernel also keeps its output (+2).
+        return 60.0
+    return 34.0
+
+
 def activation_bytes(
     model: ModelSpec,
     *,
@@ -396,8 +422,25 @@ def activation_bytes(
     tensor_parallel: int = 1,
     pipeline_parallel: int = 1,
     micro_batches: int | None = None,
+    attention: str = "sdpa",
 ) -> int:
     """Activation bytes per GPU for one micro batch (Korthikanti et al. 2022, eq. 1).
+
+    ``attention`` is the kernel: ``sdpa`` (PyTorch's scaled_dot_product_attention, the
+    Hugging Face default since transformers 4.36, or FlashAttention) keeps no s x s tensors
+    (Dao et al. 2022: memory linear in s), so the 5*a*s/h part below is left out; ``eager``
+    keeps the scores, at 6 bytes each in 16-bit training (see the code). Measured on an H200 (bench/gpu_check.json, a 1.1B llama at s=2048, b=4): eager
+    peaks at 3.2x the sdpa run's memory.
+
+    The per-layer coefficient 34 is Korthikanti's for a GPT layer (LayerNorm, 4h GeLU MLP,
+    dropout). Llama-style layers (``GATED_MLP_FAMILIES``: RMSNorm, a gated SiLU MLP of width i,
+    no dropout) keep, per s*b*h at 16-bit, as the Hugging Face modeling code saves them for
+    backward: 12 for the two RMSNorms (each keeps its fp32 input, 4 bytes, and its 16-bit
+    normalised output, 2, which the next projections share), 10 for attention (q, k and v
+    repeated to all heads and the output, saved by the attention kernel, 8, plus the output
+    projection's input, 2) and 8*i/h for the MLP (gate, SiLU, up and product outputs, i wide):
+    22 + 8*i/h, which is 44 for i = 2.75h against 47 measured on the H200. GPT-2 (composite
+    tanh GeLU, ``layer_coefficient``) keeps 60 against 66 measured.
 
     Per transformer layer without recomputation: s*b*h*(34 + 5*a*s/h) bytes at 16-bit (the
     5*a*s/h part is the attention score/softmax/dropout tensors, which FlashAttention-style
@@ -417,11 +460,18 @@ def activation_bytes(
     in flight (m = ``micro_batches`` per optimizer step, p when not given), the last stage one,
     plus the logits. The larger of the two is the per-GPU peak.
     """
+    if attention not in ATTENTION_KERNELS:
+        raise InputError("attention", f"must be one of {', '.join(ATTENTION_KERNELS)}")
     s, b, h, a = seq_len, micro_batch_size, model.hidden, model.heads
     t, p = tensor_parallel, pipeline_parallel
     scale = 2 if precision == "fp32" else 1
     act_bytes = 4 if precision == "fp32" else 2
-    one_layer = -(-s * b * (34 * h + (0 if selective_recompute else 5 * a * s)) * scale // t)
+    keeps_scores = attention == "eager" and not selective_recompute
+    # Eager attention keeps the softmax output in fp32 (Hugging Face computes it with
+    # dtype=torch.float32) and, at 16-bit, its cast that the scores-times-values matmul saves:
+    # 6 bytes per score (Korthikanti's 5 assume a 16-bit softmax plus dropout), 4 in fp32.
+    score_bytes = (4 if precision == "fp32" else 6) * a * s * s * b if keeps_scores else 0
+    one_layer = -(-(int(s * b * layer_coefficient(model) * h) * scale + score_bytes) // t)
     layers = -(-model.layers // p)
     if task in ("inference", "agent-app"):
         kv_dim = h * (model.kv_heads or a) // a
@@ -432,7 +482,10 @@ def activation_bytes(
     # activations while it is recomputed), else all of them.
     stored = -(-2 * s * b * h * scale // t) if activation_checkpointing else one_layer
     working = one_layer if activation_checkpointing else 0
-    logits = -(-s * b * model.vocab * (act_bytes + 4) // t)
+    # Logits at the working precision (kept in the model output), the fp32 copy Hugging Face's
+    # ForCausalLMLoss makes with .float() (none when training in fp32) and the fp32
+    # log-softmax that cross-entropy saves for backward, all live during the loss.
+    logits = -(-s * b * model.vocab * (act_bytes + (4 if act_bytes < 4 else 0) + 4) // t)
     if p == 1:
         return model.layers * stored + working + logits
     in_flight = min(p, micro_batches or p)
@@ -473,16 +526,19 @@ def _buffer_bytes(
             f"prefetch bucket {settings.prefetch_bucket_size:,} elements: "
             f"{(reduce + prefetch) / GB:.2f} GB"
         )
-    else:
-        bucket = int(
-            OVERLAP_COMM_FACTOR
-            * (settings.reduce_bucket_size + settings.allgather_bucket_size)
-            * grad_bytes
-        )
+    elif training:
+        # DeepSpeed stage_1_and_2.py setup_buckets: a reduce bucket of reduce_bucket_size
+        # elements, doubled with overlap_comm, in the gradient-reduction dtype: the fp32
+        # accumulator at stage 1, the gradients' 16-bit dtype at stage 2. The all-gather of
+        # updated parameters writes into the flat parameter buffer in place (runtime/utils.py
+        # all_gather_dp_groups), so allgather_bucket_size adds no memory. (The Hugging Face
+        # guide's "4.5x the bucket sizes" for overlap_comm is a rule of thumb; this is the code.)
+        reduce_bytes = 4 if strategy.startswith("zero1") else grad_bytes
+        bucket = OVERLAP_BUFFERS * settings.reduce_bucket_size * reduce_bytes
         total += bucket
         notes.append(
-            f"reduce/allgather buckets {settings.reduce_bucket_size:,} elements each, x4.5 for "
-            f"overlap_comm: {bucket / GB:.2f} GB"
+            f"reduce bucket {settings.reduce_bucket_size:,} elements x{OVERLAP_BUFFERS} "
+            f"(overlap_comm) at {reduce_bytes} bytes: {bucket / GB:.2f} GB"
         )
     if on_gpu:
         total += CUDA_CONTEXT_BYTES
@@ -516,6 +572,7 @@ def estimate_strategy(
     tensor_parallel: int = 1,
     pipeline_parallel: int = 1,
     gradient_accumulation_steps: int | None = None,
+    attention: str = "sdpa",
 ) -> StrategyEstimate:
     """Estimate per-GPU memory (and CPU memory per node) of one strategy for one micro batch.
 
@@ -533,6 +590,7 @@ def estimate_strategy(
         seq_len: Tokens per sequence; defaults to ``model.seq_len``.
         lora_rank: Adapter rank for the lora task.
         selective_recompute: Recompute only the attention core (Korthikanti et al. sec. 5).
+        attention: The attention kernel, ``sdpa`` (default, also FlashAttention) or ``eager``.
         tensor_parallel: Megatron tensor-parallel degree t (with sequence parallelism).
         pipeline_parallel: Pipeline-parallel degree p (1F1B schedule); ZeRO then shards over
             the world / (t x p) data-parallel ranks.
@@ -597,6 +655,7 @@ def estimate_strategy(
         tensor_parallel=tp,
         pipeline_parallel=pp,
         micro_batches=gradient_accumulation_steps,
+        attention=attention,
     )
     # Buckets scale with what this GPU's data-parallel group reduces: its model-parallel share.
     # Pipeline send/receive buffers (2 x s*b*h/t 16-bit values) are left to the margin.
@@ -609,7 +668,16 @@ def estimate_strategy(
         on_gpu=on_gpu,
         training=training,
     )
-    subtotal = params + gradients + optimizer_bytes + activations + buffers
+    # Activations and gradients do not peak together: autograd frees each saved tensor once
+    # its node's backward has run, while the gradients it produces appear (PyTorch autograd
+    # mechanics, "saved tensors"). The forward ends with every activation and no gradient, the
+    # backward with every gradient and no activation; the peak holds the larger of the two.
+    subtotal = params + optimizer_bytes + max(activations, gradients) + buffers
+    if gradients and activations:
+        notes.append(
+            f"activations ({activations / GB:.2f} GB) and gradients ({gradients / GB:.2f} GB) "
+            "are not live together: the peak counts the larger"
+        )
     margin = int(FRAGMENTATION_MARGIN * subtotal)
     buffers += margin
     total = subtotal + margin
@@ -654,6 +722,7 @@ def estimate_strategy(
             activations=activations,
             buffers=buffers,
             total=total,
+            not_concurrent=min(activations, gradients),
         ),
         cpu_bytes_per_node=cpu_per_node,
         fits=fits,
@@ -787,10 +856,12 @@ def plan_memory(
             f"{per_rank // chosen.micro_batch_size} x {world}",
             "model states: ZeRO paper (2+2+12 bytes/param for mixed-precision Adam) plus the "
             "fp32 gradient copy DeepSpeed steps on (4 bytes/param, partitioned like the optimizer)",
-            "activations: Korthikanti et al. 2022 eq. 1 (stores attention scores; an upper bound "
-            "with FlashAttention/SDPA), full checkpointing keeps 2*s*b*h per layer",
-            "logits: 16-bit logits plus the fp32 copy cross-entropy makes (s*b*V*(2+4) bytes)",
-            f"buffers: ZeRO-1/2 buckets {ZERO12_BUCKET_ELEMENTS:.0e} elements x4.5 with "
+            "activations: Korthikanti et al. 2022 eq. 1 with the SDPA/FlashAttention kernel "
+            "(no s x s scores; llama-style layers 22 + 8*i/h per s*b*h instead of 34), full "
+            "checkpointing keeps 2*s*b*h per layer; activations and gradients are not live "
+            "together, so the peak counts the larger",
+            "logits: 16-bit logits, the fp32 copy and the fp32 log-softmax cross-entropy saves (s*b*V*(2+4+4) bytes)",
+            f"buffers: ZeRO-1/2 reduce bucket {ZERO12_BUCKET_ELEMENTS:.0e} elements x2 with "
             "overlap_comm; ZeRO-3 buckets from hidden size as the HF integration sets them; "
             f"CUDA context {CUDA_CONTEXT_BYTES / GB:.2f} GB; "
             f"fragmentation margin {FRAGMENTATION_MARGIN:.0%} of the total",

@@ -176,6 +176,9 @@ class MemoryBreakdown(BaseModel):
     activations: int
     buffers: int
     total: int
+    # Bytes of the terms above never live at the same time (activations are freed in backward
+    # as gradients appear): total = the sum of the terms minus this, min(activations, gradients).
+    not_concurrent: int = 0
 
 
 class StrategyEstimate(BaseModel):

@@ -499,6 +499,8 @@ def shape_spec(shape: dict[str, Any]) -> ModelSpec:
         largest_layer_params=int(
             shape.get("largest_layer_params", shape["vocab"] * shape["hidden"])
         ),
+        # The family picks the activation model's per-layer coefficient (tools/memory.py).
+        hf_config={"model_type": shape["family"]} if shape.get("family") else None,
     )
 
 
@@ -529,6 +531,7 @@ def predict_peak_bytes(
         precision="bf16" if device == "cuda" else "fp32",
         micro_batch_size=int(shape.get("micro_batch_size", 1)),
         seq_len=int(shape.get("seq_len") or 64),
+        attention="eager" if shape.get("attn_implementation") == "eager" else "sdpa",
     )
     # total = subtotal + int(margin * subtotal), so this recovers the subtotal to a byte.
     subtotal = round(est.per_gpu_bytes.total / (1 + FRAGMENTATION_MARGIN))
