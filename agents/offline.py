@@ -17,9 +17,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from tools.memory import STRATEGY_ORDER
-
 _JSON_BLOCK = re.compile(r"```json\s*(.*?)```", re.S)
+# A change a reviewer's fix names: ``plan_parallelism {"min_strategy": "zero2"}`` (tools/review.py).
+_SUGGESTION = re.compile(r"plan_parallelism (\{[^{}]*\})")
 
 
 def _task_json(messages: list[BaseMessage]) -> dict[str, Any]:
@@ -164,8 +164,16 @@ class OfflinePlaybookModel(BaseChatModel):
             if chosen
             else "unknown memory"
         )
+        acted = self._adjustments(context)
+        review_note = (
+            f"Acting on the review (previous strategy {context.get('previous_strategy')}), I "
+            f"re-planned with {json.dumps(acted)}. "
+            if acted
+            else ""
+        )
         return AIMessage(
-            content=f"Chose {mem.get('chosen')} with micro-batch {mem.get('micro_batch_size')} and "
+            content=review_note
+            + f"Chose {mem.get('chosen')} with micro-batch {mem.get('micro_batch_size')} and "
             f"{mem.get('gradient_accumulation_steps')} accumulation steps ({per_gpu}). "
             f"Smoke test: {smoke.get('status')}"
             + (f" ({smoke.get('reason')})" if smoke.get("reason") else "")
@@ -174,18 +182,23 @@ class OfflinePlaybookModel(BaseChatModel):
 
     @staticmethod
     def _adjustments(context: dict[str, Any]) -> dict[str, Any]:
-        """Act on the reviewer's findings: after a failed run or a memory error, go heavier."""
-        findings = context.get("review_findings") or []
-        previous = context.get("previous_strategy")
-        errors = [f for f in findings if f.get("severity") == "error"]
-        if not errors:
-            return {}
-        args: dict[str, Any] = {"micro_batch_size": 1, "activation_checkpointing": True}
-        order = list(STRATEGY_ORDER)
-        memory_trouble = any(f.get("check") in {"memory_headroom", "smoke_verdict"} for f in errors)
-        if memory_trouble and previous in order and previous != order[-1]:
-            args["min_strategy"] = order[order.index(previous) + 1]
-        return args
+        """Act on the reviewer's findings: take the first change an error's fix names.
+
+        After an OOM the reviewer's fix lists plan_parallelism arguments that lower memory per
+        GPU, cheapest first (the next ZeRO stage, activation checkpointing, half the
+        micro-batch); the playbook takes the first. Without one, re-plan from scratch.
+        """
+        for finding in context.get("review_findings") or []:
+            if finding.get("severity") != "error":
+                continue
+            for match in _SUGGESTION.finditer(str(finding.get("fix") or "")):
+                try:
+                    args = json.loads(match.group(1))
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(args, dict) and args:
+                    return args
+        return {}
 
     @staticmethod
     def _reviewer(done: dict[str, Any]) -> AIMessage:
@@ -201,7 +214,12 @@ class OfflinePlaybookModel(BaseChatModel):
             return AIMessage(content=f"I could not review the plan: {review['error']}")
         errors = [f["message"] for f in review.get("findings", []) if f["severity"] == "error"]
         warns = [f["message"] for f in review.get("findings", []) if f["severity"] == "warning"]
-        text = f"Verdict: {review['verdict']}."
+        history = [
+            f["message"] for f in review.get("findings", []) if f.get("check") == "review_history"
+        ]
+        text = f"Verdict: {review['verdict']} after {review.get('rounds', 1)} round(s)."
+        if history:
+            text += " Rounds: " + "; ".join(history) + "."
         if errors:
             text += " Blocking: " + "; ".join(errors) + "."
         if warns:

@@ -57,6 +57,21 @@ class Workspace:
     findings: list[Finding] = field(default_factory=list)
     on_progress: Callable[[str], None] | None = None
     notes: list[str] = field(default_factory=list)
+    # The review this node started from (the previous round's), kept when a node clears
+    # ``review`` to start a new one: the reviewer compares rounds with it.
+    prior_review: Review | None = None
+    # Smoke runs made through this workspace (the injected-fault testing aid counts them).
+    smoke_runs: int = 0
+
+    def __post_init__(self) -> None:
+        """Remember the review the workspace was built with."""
+        if self.prior_review is None:
+            self.prior_review = self.review
+
+    @property
+    def first_round(self) -> bool:
+        """Whether this plan is in its first engineering round (no changes were requested)."""
+        return self.prior_review is None or self.prior_review.verdict != "changes_requested"
 
     def progress(self, text: str) -> None:
         """Report progress to whoever is watching (CLI, REPL)."""
@@ -353,8 +368,12 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
             memory, model, _need(ws.hardware, "the hardware", "profile_hardware"), ws.brief
         )
     # config None: a plain PyTorch DDP plan, smoke-tested with torchrun and no DeepSpeed.
+    # Testing aid (Settings.smoke_inject): a real fault in the plan's first run, or in every run.
+    inject = ws.settings.smoke_fault(first_run=ws.first_round and ws.smoke_runs == 0)
+    ws.smoke_runs += 1
     ws.progress(
         f"smoke run: {memory.chosen}, {ws.settings.smoke_steps if steps is None else steps} steps"
+        + (f", injecting {inject} (smoke_inject)" if inject else "")
     )
     result = _run(
         model,
@@ -365,6 +384,7 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
         strategy=memory.chosen,
         on_progress=ws.progress,
         task=ws.brief.task,
+        inject=inject,
     )
     return result
 
@@ -374,10 +394,10 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
 
 def reviewer_tools(ws: Workspace) -> list[BaseTool]:
     """review_plan."""
-    from tools.review import check_plan, decide
+    from tools.review import check_plan, decide, round_findings
 
     def review_plan() -> str:
-        """Run the review checks (batch arithmetic, memory headroom, framework fit, config, smoke run)."""
+        """Run the review checks (batch arithmetic, memory headroom, framework fit, config keys, smoke run)."""
         findings = check_plan(
             ws.brief,
             _need(ws.hardware, "the hardware", "profile_hardware"),
@@ -388,6 +408,7 @@ def reviewer_tools(ws: Workspace) -> list[BaseTool]:
             ws.deepspeed_config,
             ws.smoke or SmokeResult(status="skipped", reason="no smoke run was made"),
         )
+        findings += round_findings(ws.memory, ws.deepspeed_config, ws.prior_review, ws.round_no)
         ws.review = decide(findings, ws.round_no, ws.settings.max_review_rounds)
         ws.progress(f"review round {ws.round_no}: {ws.review.verdict}")
         return _dump(ws.review)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tools.errors import InputError
+
 # Telemetry exporters of our dependencies try to reach the network, which is closed here and
 # which users did not opt into. These are the variables each library documents.
 TELEMETRY_OFF = {
@@ -25,6 +27,12 @@ TELEMETRY_OFF = {
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "DO_NOT_TRACK": "1",
 }
+
+
+# The faults tools/smoke.py can inject for real (its INJECT_KINDS; tests check they match).
+SMOKE_FAULTS = ("oom", "nan", "hang", "crash")
+# When an injected fault strikes: the first smoke run of a plan only, or every run.
+SMOKE_INJECT_WHEN = ("first", "always")
 
 
 def disable_telemetry() -> None:
@@ -49,6 +57,29 @@ class Settings:
     smoke_cpu_ranks: int = 2
     llm_timeout_s: float = 60.0
     knowledge_dir: Path | None = None
+    # Testing aid, off by default: "KIND" or "KIND:first" makes the first smoke run of a plan
+    # fail for real with KIND (oom, nan, hang, crash); "KIND:always" makes every run fail. It
+    # exercises the review loop: after an injected oom the engineer must re-plan with less
+    # memory, and the second round runs clean.
+    smoke_inject: str | None = None
+
+    def __post_init__(self) -> None:
+        """Reject a malformed ``smoke_inject`` here, not deep inside a smoke run."""
+        if self.smoke_inject is not None:
+            kind, _, when = self.smoke_inject.partition(":")
+            if kind not in SMOKE_FAULTS or (when and when not in SMOKE_INJECT_WHEN):
+                raise InputError(
+                    "smoke_inject",
+                    f"expected KIND or KIND:first|always with KIND one of {', '.join(SMOKE_FAULTS)}, "
+                    f"got {self.smoke_inject!r}",
+                )
+
+    def smoke_fault(self, first_run: bool) -> str | None:
+        """The fault to inject into a smoke run (``smoke_inject``), or None for a clean run."""
+        if self.smoke_inject is None:
+            return None
+        kind, _, when = self.smoke_inject.partition(":")
+        return kind if first_run or when == "always" else None
 
     @property
     def knowledge_index_dir(self) -> Path:
@@ -86,6 +117,8 @@ class Settings:
             from_env["base_url"] = env["TRAINWRIGHT_BASE_URL"]
         if "TRAINWRIGHT_API_KEY" in env:
             from_env["api_key"] = env["TRAINWRIGHT_API_KEY"]
+        if env.get("TRAINWRIGHT_SMOKE_INJECT"):
+            from_env["smoke_inject"] = env["TRAINWRIGHT_SMOKE_INJECT"]
         for name, conv in (
             ("smoke_steps", int),
             ("smoke_timeout_s", float),
