@@ -29,14 +29,22 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# (label, model, strategy, micro-batch, seq len, attention kernel)
-CASES: list[tuple[str, str, str, int, int, str | None]] = [
-    ("gpt2-medium zero2", "gpt2-medium", "zero2", 8, 1024, None),
-    ("gpt2-medium zero3", "gpt2-medium", "zero3", 8, 1024, None),
-    ("llama-1.1b zero2", "bench/configs/llama-1.1b.json", "zero2", 4, 2048, None),
-    ("llama-1.1b zero3", "bench/configs/llama-1.1b.json", "zero3", 4, 2048, None),
-    ("llama-1.1b zero2 eager", "bench/configs/llama-1.1b.json", "zero2", 4, 2048, "eager"),
-    ("gpt2-medium ddp", "gpt2-medium", "ddp", 8, 1024, None),
+# (label, model, strategy, micro-batch, seq len, attention kernel, activation checkpointing)
+CASES: list[tuple[str, str, str, int, int, str | None, bool]] = [
+    ("gpt2-medium zero2", "gpt2-medium", "zero2", 8, 1024, None, False),
+    ("gpt2-medium zero3", "gpt2-medium", "zero3", 8, 1024, None, False),
+    ("llama-1.1b zero2", "bench/configs/llama-1.1b.json", "zero2", 4, 2048, None, False),
+    ("llama-1.1b zero3", "bench/configs/llama-1.1b.json", "zero3", 4, 2048, None, False),
+    ("llama-1.1b zero2 eager", "bench/configs/llama-1.1b.json", "zero2", 4, 2048, "eager", False),
+    ("gpt2-medium ddp", "gpt2-medium", "ddp", 8, 1024, None, False),
+]
+# Cases the memory model was not fitted on (other families, ZeRO-1, checkpointing):
+# ``--cases validation``.
+VALIDATION_CASES: list[tuple[str, str, str, int, int, str | None, bool]] = [
+    ("qwen2.5-0.5b zero2", "qwen2.5-0.5b", "zero2", 8, 2048, None, False),
+    ("gpt2-large zero1", "gpt2-large", "zero1", 4, 1024, None, False),
+    ("llama-1.1b zero2 ckpt", "bench/configs/llama-1.1b.json", "zero2", 8, 2048, None, True),
+    ("phi-3-mini zero2 ckpt", "phi-3-mini", "zero2", 4, 2048, None, True),
 ]
 BUDGET_S = 420.0
 CASE_TIMEOUT_S = 150.0
@@ -49,6 +57,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--budget-s", type=float, default=BUDGET_S)
     parser.add_argument("--only", nargs="*", help="labels of the cases to run")
+    parser.add_argument(
+        "--cases", choices=("check", "validation"), default="check", help="which case set"
+    )
     args = parser.parse_args()
 
     import deepspeed
@@ -84,7 +95,9 @@ def main() -> int:
     }
     start = time.monotonic()
     run_root = args.out.parent / "gpu_check_runs"
-    for label, model_ref, strategy, micro, seq, attn in CASES:
+    cases = VALIDATION_CASES if args.cases == "validation" else CASES
+    report["cases_set"] = args.cases
+    for label, model_ref, strategy, micro, seq, attn, ckpt in cases:
         if args.only and label not in args.only:
             continue
         left = args.budget_s - (time.monotonic() - start)
@@ -94,7 +107,12 @@ def main() -> int:
         print(f"== {label}", flush=True)
         model = lookup_model(model_ref, seq)
         config = smoke_ds_config(
-            model, strategy, world_size=1, micro_batch_size=micro, gpu=hardware.gpu
+            model,
+            strategy,
+            world_size=1,
+            micro_batch_size=micro,
+            gpu=hardware.gpu,
+            activation_checkpointing=ckpt,
         )
         case_start = time.monotonic()
         result = run_smoke_test(
@@ -155,6 +173,8 @@ def _full_estimate(result: Any, gpu: Any) -> int:
         precision="bf16",
         micro_batch_size=int(shape.get("micro_batch_size", 1)),
         seq_len=int(shape["seq_len"]),
+        attention="eager" if shape.get("attn_implementation") == "eager" else "sdpa",
+        activation_checkpointing=bool(shape.get("activation_checkpointing")),
     )
     return int(est.per_gpu_bytes.total)
 

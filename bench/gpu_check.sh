@@ -3,6 +3,7 @@
 # ZeRO-3 in bf16 on one GPU, measured vs predicted peak memory and MFU, into one JSON file.
 #
 #   bash bench/gpu_check.sh [OUT_DIR]        (default: bench/gpu_out)
+#   CASES=validation bash bench/gpu_check.sh  (cases the memory model was not fitted on)
 #
 # For a machine whose python3 has torch and transformers but not DeepSpeed and no network:
 # DeepSpeed and its missing pure-Python requirements (pydantic, hjson, ...) are installed from
@@ -28,4 +29,5 @@ if ! "$py" -c "import deepspeed, pydantic, hjson" 2>/dev/null; then
 fi
 export PYTHONUNBUFFERED=1 DO_NOT_TRACK=1 ANONYMIZED_TELEMETRY=False
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-timeout --kill-after=10 470 "$py" bench/gpu_check.py --out "$out_dir/gpu_check.json" 2>&1 | tee "$out_dir/gpu_check.log"
+cases=${CASES:-check}
+timeout --kill-after=10 470 "$py" bench/gpu_check.py --cases "$cases" --out "$out_dir/gpu_check.json" 2>&1 | tee "$out_dir/gpu_check.log"

@@ -249,8 +249,15 @@ def run_smoke_test(
 
     want_seq = seq_len if seq_len is not None else model.seq_len
     hf_config = model.hf_config or llama_config_from_shape(model)
+    checkpointing = bool(ds_config and "activation_checkpointing" in ds_config)
     full_size = device == "cuda" and _fits_local_gpu(
-        model, strategy, ranks, micro_batch_size, min(want_seq, FULL_SIZE_MAX_SEQ), task
+        model,
+        strategy,
+        ranks,
+        micro_batch_size,
+        min(want_seq, FULL_SIZE_MAX_SEQ),
+        task,
+        activation_checkpointing=checkpointing,
     )
     smoke_seq = max(8, min(want_seq, FULL_SIZE_MAX_SEQ if full_size else budget["seq_len"]))
     try:
@@ -260,7 +267,11 @@ def run_smoke_test(
     except Exception as exc:  # whatever transformers rejects is reported as the run's result
         reason = f"launcher_error: cannot build the model: {_first_line(exc)}"
         return _finish(base, run_dir, started, reason=reason)
-    shape.update(seq_len=smoke_seq, micro_batch_size=micro_batch_size)
+    shape.update(
+        seq_len=smoke_seq,
+        micro_batch_size=micro_batch_size,
+        activation_checkpointing=checkpointing,
+    )
     base.model_shape = shape
     lr = smoke_lr(int(shape["hidden"]))
     run_config: dict[str, Any] | None = None
@@ -348,6 +359,7 @@ def smoke_ds_config(
     nodes: int = 1,
     micro_batch_size: int = 1,
     gpu: Any = None,
+    activation_checkpointing: bool = False,
 ) -> dict[str, Any] | None:
     """The DeepSpeed config the planner emits for ``strategy`` on ``world_size`` ranks.
 
@@ -373,7 +385,12 @@ def smoke_ds_config(
         hardware="local",
         precision="auto",
     )
-    plan = MemoryPlan(strategies=[], chosen=strategy, micro_batch_size=micro_batch_size)  # type: ignore[arg-type]
+    plan = MemoryPlan(
+        strategies=[],
+        chosen=strategy,  # type: ignore[arg-type]
+        micro_batch_size=micro_batch_size,
+        activation_checkpointing=activation_checkpointing,
+    )
     return emit_deepspeed_config(plan, model, hardware, brief)
 
 
@@ -532,6 +549,7 @@ def predict_peak_bytes(
         micro_batch_size=int(shape.get("micro_batch_size", 1)),
         seq_len=int(shape.get("seq_len") or 64),
         attention="eager" if shape.get("attn_implementation") == "eager" else "sdpa",
+        activation_checkpointing=bool(shape.get("activation_checkpointing")),
     )
     # total = subtotal + int(margin * subtotal), so this recovers the subtotal to a byte.
     subtotal = round(est.per_gpu_bytes.total / (1 + FRAGMENTATION_MARGIN))
@@ -584,7 +602,14 @@ def smoke_mfu(
 
 
 def _fits_local_gpu(
-    model: ModelSpec, strategy: str, ranks: int, micro_batch: int, seq_len: int, task: str
+    model: ModelSpec,
+    strategy: str,
+    ranks: int,
+    micro_batch: int,
+    seq_len: int,
+    task: str,
+    *,
+    activation_checkpointing: bool = False,
 ) -> bool:
     """Whether the full-size model fits the local GPU under ``strategy`` with 10% free."""
     import torch
@@ -607,6 +632,7 @@ def _fits_local_gpu(
             precision="bf16",
             micro_batch_size=micro_batch,
             seq_len=seq_len,
+            activation_checkpointing=activation_checkpointing,
         )
     except InputError:
         return False
