@@ -123,8 +123,14 @@ class Settings:
             ("smoke_steps", int),
             ("smoke_timeout_s", float),
             ("max_review_rounds", int),
+            ("llm_timeout_s", float),
         ):
             key = "TRAINWRIGHT_" + name.upper()
             if key in env:
-                from_env[name] = conv(env[key])
+                try:
+                    from_env[name] = conv(env[key])
+                except ValueError:
+                    raise InputError(
+                        key, f"must be a {conv.__name__} number, got {env[key]!r}"
+                    ) from None
         return cls().with_(**from_env).with_(**explicit)
