@@ -273,9 +273,12 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     print(
         f"  {'strategy':<24}{'mb':>3} {'params':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'buffers':>8}{'total':>9}  fits  (GB per GPU)"
     )
+    from tools.report import is_chosen, setup_name
+
     for s in memory.strategies:
         t = s.per_gpu_bytes
-        mark = "*" if s.name == memory.chosen else " "
+        mark = "*" if is_chosen(s, memory) else " "
+        name = setup_name(s.name, s.tensor_parallel, s.pipeline_parallel)
         terms = "".join(
             f"{v / 1e9:8.2f}"
             for v in (t.params, t.gradients, t.optimizer, t.activations, t.buffers)
@@ -283,12 +286,17 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         speed = f"{s.tokens_per_s:>10,.0f}" if s.tokens_per_s else f"{'-':>10}"
         fits = "yes" if s.fits else "no"
         print(
-            f"{mark} {s.name:<24}{s.micro_batch_size:>3} {terms}{t.total / 1e9:9.2f}  {fits:<4}{speed}"
+            f"{mark} {name:<24}{s.micro_batch_size:>3} {terms}{t.total / 1e9:9.2f}  {fits:<4}{speed}"
         )
     print(
-        f"chosen: {memory.chosen}, micro-batch {memory.micro_batch_size} x accumulation "
+        f"chosen: {setup_name(memory.chosen, memory.tensor_parallel, memory.pipeline_parallel)}, "
+        f"micro-batch {memory.micro_batch_size} x accumulation "
         f"{memory.gradient_accumulation_steps}"
         + (", activation checkpointing" if memory.activation_checkpointing else "")
+    )
+    print(
+        "  (total = params + optimizer + the larger of grads and activations, which are not "
+        "live together, + buffers)"
     )
     for name, why in memory.why_not.items():
         print(f"  not {name}: {why}")
