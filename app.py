@@ -51,7 +51,15 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--json", dest="json_path", type=Path, help="also write the plan JSON here")
     _llm_args(plan)
-    plan.add_argument("--thread", help="checkpoint thread id: resume or continue this plan")
+    plan.add_argument(
+        "--thread",
+        help="checkpoint thread id: an unfinished run on it resumes from its last checkpoint "
+        "(default: a new id, printed at the start)",
+    )
+    plan.add_argument(
+        "--answer",
+        help="answer to the clarifying question, if the request leaves one (else read from stdin)",
+    )
 
     prof = sub.add_parser(
         "profile", help="profile this machine: CPU, RAM, disk, GPUs, topology, libraries"
@@ -112,48 +120,44 @@ def _emit(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _load_brief_input(args: argparse.Namespace) -> dict[str, Any]:
-    from tools.brief import load_brief
-
-    if args.brief is not None and getattr(args, "text", None):
+def _plan_inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """The graph's input: a brief file or a request text, and the flags that override either."""
+    if args.brief is not None and args.text:
         raise InputError("plan", "give either a request text or --brief, not both")
-    if args.brief is not None:
-        brief = load_brief(args.brief).model_dump(mode="json")
-    elif getattr(args, "text", None):
-        from tools.brief import parse_request
-        from tools.models import list_models
-
-        brief = parse_request(args.text, list_models()).model_dump(mode="json")
-    else:
-        raise InputError("plan", "give a request text or --brief FILE")
+    overrides: dict[str, Any] = {}
     if args.hardware:
-        brief["hardware"] = args.hardware
-    if getattr(args, "interconnect", None):
-        brief["interconnect"] = args.interconnect
-    if getattr(args, "smoke", None) is not None:
-        brief["smoke"] = args.smoke
-    return brief
+        overrides["hardware"] = args.hardware
+    if args.interconnect:
+        overrides["interconnect"] = args.interconnect
+    if args.smoke is not None:
+        overrides["smoke"] = args.smoke
+    if args.brief is not None:
+        from tools.brief import brief_from_dict, load_brief
 
-
-def _safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:64] or "plan"
+        brief = brief_from_dict({**load_brief(args.brief).model_dump(mode="json"), **overrides})
+        return {"request": None, "brief": brief.model_dump(mode="json"), "overrides": overrides}
+    if args.text:
+        # Intake parses it inside the graph, so that it can ask about what is missing.
+        return {"request": args.text, "brief": None, "overrides": overrides}
+    raise InputError("plan", "give a request text or --brief FILE")
 
 
 def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
-    """Run the whole graph and write the report; print where it is."""
-    from tools.brief import brief_from_dict
+    """Run the whole graph, checkpointed per thread, and write the report; print where it is.
 
-    brief = brief_from_dict(_load_brief_input(args))
-    model_name = (
-        brief.model
-        if isinstance(brief.model, str)
-        else (brief.task if brief.model is None else "custom")
-    )
-    out_dir = args.out or settings.out_dir / _safe_name(Path(model_name).stem)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError("--out", f"{out_dir} exists and is not a directory")
+    Every run is checkpointed (LangGraph SqliteSaver in ``settings.checkpoint_db``) under its
+    thread id, durably after each node, so a run killed at any point resumes with the same
+    ``--thread``: finished nodes are not run again. A clarifying question from intake is
+    answered by ``--answer`` or one line of stdin.
+    """
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise InputError("--out", f"{args.out} exists and is not a directory")
     if args.thread is not None and not THREAD_RE.match(args.thread):
         raise InputError("--thread", "use letters, digits, '.', '_' or '-' (at most 128)")
+    inputs = {**_plan_inputs(args), "out_dir": str(args.out) if args.out else None}
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.types import Command
 
     from agents.models import load_chat_model
     from graphs import build_graph
@@ -165,23 +169,37 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
         timeout_s=settings.llm_timeout_s,
     )
     started = time.perf_counter()
-    inputs = {"brief": brief.model_dump(mode="json"), "out_dir": str(out_dir)}
-    if args.thread:
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
-        settings.checkpoint_db.parent.mkdir(parents=True, exist_ok=True)
-        with SqliteSaver.from_conn_string(str(settings.checkpoint_db)) as saver:
-            graph = build_graph(model, saver, settings)
-            config = {"configurable": {"thread_id": args.thread}}
-            state = graph.get_state(config)
-            # An unfinished checkpoint on this thread resumes where it stopped; else start afresh.
-            resume = bool(state.next)
-            if resume:
-                _emit(f"resuming thread {args.thread} at {', '.join(state.next)}")
-            final = _stream(graph, None if resume else inputs, config)
-    else:
-        graph = build_graph(model, None, settings)
-        final = _stream(graph, inputs, {})
+    thread = args.thread or f"plan-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
+    # Said once the input is known to be valid (after intake), so that an input error stays
+    # the one line on stderr.
+    notice = (
+        None
+        if args.thread
+        else f"thread {thread} (if this run stops, rerun with --thread {thread} to resume)"
+    )
+    settings.checkpoint_db.parent.mkdir(parents=True, exist_ok=True)
+    with SqliteSaver.from_conn_string(str(settings.checkpoint_db)) as saver:
+        graph = build_graph(model, saver, settings)
+        config: dict[str, Any] = {"configurable": {"thread_id": thread}}
+        snapshot = graph.get_state(config)
+        run_input: Any = inputs
+        if snapshot.next:
+            # An unfinished run on this thread carries on from its last checkpoint; the
+            # input given now is not used.
+            _emit(f"resuming thread {thread} at {', '.join(snapshot.next)}")
+            run_input = None
+        pending = snapshot.interrupts if snapshot.next else ()
+        answer = args.answer
+        while True:
+            if pending:
+                run_input = Command(resume=_answer(pending[0].value, answer))
+                answer = None  # a given answer answers one question
+            _stream(graph, run_input, config, after_intake=notice)
+            snapshot = graph.get_state(config)
+            pending = snapshot.interrupts
+            if not pending:
+                break
+        final = snapshot.values
     plan = final.get("plan")
     if not plan:
         raise TrainwrightError("the graph finished without a plan")
@@ -203,18 +221,72 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _stream(graph: Any, inputs: dict[str, Any] | None, config: dict[str, Any]) -> dict[str, Any]:
-    """Run the graph, printing each agent's progress to stderr; return the final state."""
-    final: dict[str, Any] = {}
-    for mode, chunk in graph.stream(inputs, config, stream_mode=["values", "updates", "custom"]):
-        if mode == "custom" and isinstance(chunk, dict) and "progress" in chunk:
-            _emit(f"  {chunk['progress']}")
-        elif mode == "updates":
-            for node in chunk:
-                _emit(f"[{node}] done")
-        elif mode == "values":
-            final = chunk
-    return final
+def _answer(question: Any, given: str | None) -> str:
+    """The answer to intake's clarifying question: ``--answer``, else one line of stdin."""
+    value = question if isinstance(question, dict) else {"question": str(question)}
+    field, text, problem = value.get("field", "request"), value["question"], value.get("problem")
+    if given is not None:
+        _emit(f"[intake] question: {text}")
+        return given
+    interactive = sys.stdin is not None and not sys.stdin.closed and sys.stdin.isatty()
+    if interactive:
+        _emit(f"[intake] question: {text}")
+        print("answer> ", end="", file=sys.stderr, flush=True)
+    try:
+        line = sys.stdin.readline() if sys.stdin is not None else ""
+    except (OSError, ValueError):  # stdin closed
+        line = ""
+    if not line.strip():
+        # Piped or closed stdin with nothing on it: the error is the one line.
+        if problem:  # a given answer was not enough
+            raise InputError(field, f"{problem}; pass another --answer (e.g. --answer llama-3-8b)")
+        raise InputError(
+            "request",
+            f"names no {field}, and no answer came on stdin; name it in the request "
+            f"or pass --answer (e.g. --answer llama-3-8b)",
+        )
+    if not interactive:
+        _emit(f"[intake] question: {text}")
+    return line.strip()
+
+
+# How each kind of custom stream event (agents/roles.py Events) is shown.
+_EVENT_FORMATS = {
+    "start": "[{agent}] started",
+    "tool": "[{agent}] {text}",
+    "tool_error": "[{agent}] ! {text}",
+    "progress": "[{agent}]   {text}",
+    "answer": "[{agent}] answer: {text}",
+}
+
+
+def _stream(
+    graph: Any, inputs: Any, config: dict[str, Any], after_intake: str | None = None
+) -> None:
+    """Run the graph, printing node and tool events to stderr as they happen.
+
+    ``updates`` says when a node finished (its checkpoint is on disk first: durability
+    ``sync``); ``custom`` carries the nodes' events: each tool call, what it found, smoke steps.
+    ``after_intake`` is printed once intake has accepted the input.
+    """
+    last = time.perf_counter()
+    for mode, chunk in graph.stream(
+        inputs, config, stream_mode=["updates", "custom"], durability="sync"
+    ):
+        if mode == "custom" and isinstance(chunk, dict):
+            fmt = _EVENT_FORMATS.get(str(chunk.get("kind")), "[{agent}] {text}")
+            _emit(fmt.format(agent=chunk.get("agent", "?"), text=chunk.get("text", "")))
+        elif mode == "updates" and isinstance(chunk, dict):
+            for node, update in chunk.items():
+                # __interrupt__: the caller asks the question; None: the node raised, and the
+                # error follows from graph.stream.
+                if node.startswith("__") or update is None:
+                    continue
+                now = time.perf_counter()
+                _emit(f"[{node}] done in {now - last:.1f} s")
+                last = now
+                if node == "intake" and after_intake:
+                    _emit(after_intake)
 
 
 def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:

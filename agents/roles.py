@@ -8,13 +8,16 @@ the plan's facts always come from tools, whatever the model does.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.tools import BaseTool
+from langgraph.types import Overwrite, interrupt
 
 from agents.loop import final_text, role_messages, run_tool_loop
 from agents.toolkit import (
@@ -26,7 +29,8 @@ from agents.toolkit import (
     reviewer_tools,
     smoke_for,
 )
-from tools.brief import brief_from_dict, parse_request
+from tools.brief import brief_from_dict
+from tools.errors import InputError
 from tools.schemas import (
     FrameworkChoice,
     HardwareSpec,
@@ -35,6 +39,7 @@ from tools.schemas import (
     ModelSpec,
     Review,
     SmokeResult,
+    TrainingBrief,
     TrainingPlan,
 )
 from tools.settings import Settings
@@ -46,18 +51,87 @@ class Node(Protocol):
     def __call__(self, state: Any) -> dict[str, Any]: ...  # noqa: D102
 
 
-def _progress() -> Callable[[str], None]:
-    """Send progress lines to LangGraph's custom stream when running inside a graph."""
-    try:
-        from langgraph.config import get_stream_writer
+class Events:
+    """One node's custom stream events (LangGraph ``stream_mode="custom"``), as plain dicts.
 
-        writer = get_stream_writer()
-    except (RuntimeError, ImportError):  # called outside a graph run
-        return lambda _text: None
-    return lambda text: writer({"progress": text})
+    Each event is ``{"agent": node, "kind": kind, "text": line, ...}``; kinds: ``start``,
+    ``tool`` (a tool call, with ``tool`` and ``args``), ``tool_error``, ``progress`` (what a
+    tool found, smoke-run steps) and ``answer`` (the clarifying question's answer, at intake).
+    Outside a graph run, or when nobody streams "custom", events go nowhere.
+    """
+
+    def __init__(self, agent: str) -> None:
+        """Bind to the running graph's stream writer, if any."""
+        self.agent = agent
+        try:
+            from langgraph.config import get_stream_writer
+
+            self._writer: Callable[[Any], None] | None = get_stream_writer()
+        except (RuntimeError, ImportError):  # called outside a graph run
+            self._writer = None
+
+    def __call__(self, kind: str, text: str, **extra: Any) -> None:
+        """Send one event."""
+        if self._writer is not None:
+            self._writer({"agent": self.agent, "kind": kind, "text": text, **extra})
+
+    def progress(self, text: str) -> None:
+        """A progress line (the Workspace's ``on_progress``)."""
+        self("progress", text)
 
 
-def workspace(state: Mapping[str, Any], settings: Settings) -> Workspace:
+class _ToolEvents(BaseCallbackHandler):
+    """Turns every run of a role's tools into stream events, whoever called it (model or node)."""
+
+    run_inline = True
+
+    def __init__(self, events: Events) -> None:
+        self.events = events
+        self._names: dict[Any, str] = {}
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: Any = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Report the call before the tool runs."""
+        name = str((serialized or {}).get("name", "?"))
+        self._names[run_id] = name
+        args = inputs if inputs is not None else input_str
+        shown = json.dumps(args, default=str)
+        self.events(
+            "tool",
+            f"{name} {shown if len(shown) <= 160 else shown[:157] + '...'}",
+            tool=name,
+            args=args,
+        )
+
+    def on_tool_error(self, error: BaseException, *, run_id: Any = None, **kwargs: Any) -> None:
+        """Report a failed call (it goes back to the model as a message)."""
+        name = self._names.pop(run_id, "?")
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+        self.events("tool_error", f"{name} failed: {first}", tool=name)
+
+    def on_tool_end(self, output: Any, *, run_id: Any = None, **kwargs: Any) -> None:
+        """Forget the finished call."""
+        self._names.pop(run_id, None)
+
+
+def _watched(tools: list[BaseTool], events: Events) -> list[BaseTool]:
+    """Attach the stream-event handler to a role's (freshly built) tools."""
+    handler = _ToolEvents(events)
+    for tool in tools:
+        tool.callbacks = [handler]
+    return tools
+
+
+def workspace(
+    state: Mapping[str, Any], settings: Settings, events: Events | None = None
+) -> Workspace:
     """Rebuild the typed workspace from the graph state (state holds plain JSON-able dicts)."""
 
     def typed(key: str, cls: Any) -> Any:
@@ -78,7 +152,7 @@ def workspace(state: Mapping[str, Any], settings: Settings) -> Workspace:
         smoke=typed("smoke_test", SmokeResult),
         review=typed("review", Review),
         round_no=int(state.get("review_round", 0)) or 1,
-        on_progress=_progress(),
+        on_progress=events.progress if events else None,
     )
 
 
@@ -89,7 +163,7 @@ def _dump(obj: Any) -> Any:
 def _converse(
     model: BaseChatModel,
     settings: Settings,
-    ws: Workspace,
+    events: Events,
     tools: list[BaseTool],
     role: str,
     task: str,
@@ -97,10 +171,17 @@ def _converse(
     **prompt: Any,
 ) -> list[BaseMessage]:
     """Run one role's tool-calling conversation over its tools."""
+    names = {t.name for t in tools}
+
+    def on_event(text: str) -> None:
+        # Calls of real tools are reported by their callbacks (_ToolEvents); the loop's own
+        # line matters only for a tool that does not exist, which no callback sees.
+        name = text[5:].split("(", 1)[0] if text.startswith("tool ") else ""
+        if name not in names:
+            events("tool_error", f"{name}: no such tool" if name else text, tool=name or None)
+
     msgs = role_messages(role, task, overrides=overrides, **prompt)
-    return run_tool_loop(
-        model, tools, msgs, max_steps=settings.max_agent_steps, on_event=ws.progress
-    )
+    return run_tool_loop(model, tools, msgs, max_steps=settings.max_agent_steps, on_event=on_event)
 
 
 def _run_skipped(
@@ -111,23 +192,94 @@ def _run_skipped(
     next(t for t in tools if t.name == name).invoke(args)
 
 
+# Everything a plan's later nodes write: a fresh request on a used thread starts clean.
+_FRESH: dict[str, Any] = dict.fromkeys(
+    (
+        "hardware",
+        "model",
+        "framework",
+        "memory",
+        "deepspeed_config",
+        "launch",
+        "speed",
+        "smoke_test",
+        "review",
+        "report",
+        "plan",
+    )
+)
+
+
+def _default_out_dir(brief: TrainingBrief, settings: Settings) -> Path:
+    """out/<model name>, or out/<task> for an agent application."""
+    if isinstance(brief.model, str):
+        name = Path(brief.model).stem
+    else:
+        name = brief.task if brief.model is None else "custom"
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:64] or "plan"
+    return settings.out_dir / safe
+
+
 def make_intake(settings: Settings) -> Node:
-    """Intake: a brief dict or a free-text request becomes a validated brief; the hardware spec is checked."""
+    """Intake: a brief or a free-text request becomes a validated brief; the hardware is checked.
+
+    A request that lacks something essential (a training request naming no model) gets one
+    clarifying question through LangGraph's ``interrupt``: the run pauses (it needs a
+    checkpointer) and resumes with ``Command(resume=answer)``; the answer goes through the
+    same parser and is merged into the request. Flags the caller set (``overrides``) win.
+    """
 
     def intake(state: Mapping[str, Any]) -> dict[str, Any]:
+        from tools.brief import (
+            QUESTIONS,
+            brief_from_request,
+            merge_answer,
+            missing_field,
+            request_fields,
+        )
         from tools.hardware import parse_hardware
         from tools.models import list_models
 
+        events = Events("intake")
+        overrides = dict(state.get("overrides") or {})
         if state.get("brief"):
-            brief = brief_from_dict(state["brief"])
+            brief = brief_from_dict({**state["brief"], **overrides})
         else:
-            brief = parse_request(str(state.get("request") or ""), list_models())
+            models = list_models()
+            fields = {**request_fields(str(state.get("request") or ""), models), **overrides}
+            if field := missing_field(fields):
+                # On resume the node runs again from the top and each interrupt() returns its
+                # answer, in order (LangGraph matches resume values to interrupts by position).
+                # An answer that still names no model is asked about again, saying why: the
+                # answers given stay with the task, so failing here would replay the bad one
+                # on every resume of this thread.
+                problem = None
+                while True:
+                    question = QUESTIONS[field]
+                    if problem:
+                        question = f"{problem[0].upper()}{problem[1:]}. {question}"
+                    answer = str(
+                        interrupt({"field": field, "question": question, "problem": problem}) or ""
+                    )
+                    try:
+                        fields = {**merge_answer(fields, field, answer, models), **overrides}
+                        break
+                    except InputError as exc:
+                        problem = exc.message.split(";")[0]
+                events("answer", f"{field}: {answer.strip()[:120]}", field=field)
+            brief = brief_from_request(fields)
         # Fail fast on a bad hardware spec, before any agent spends a turn on it.
         parse_hardware(brief.hardware, brief.interconnect)
-        _progress()(
-            f"intake: {brief.model if isinstance(brief.model, str) else 'custom model'} on {brief.hardware}"
-        )
-        return {"brief": brief.model_dump(mode="json"), "review_round": 0}
+        name = brief.model if isinstance(brief.model, str) else "custom model"
+        events.progress(f"{name if brief.model is not None else brief.task} on {brief.hardware}")
+        return {
+            **_FRESH,
+            "brief": brief.model_dump(mode="json"),
+            "out_dir": state.get("out_dir") or str(_default_out_dir(brief, settings)),
+            "review_round": 0,
+            "narrative": Overwrite({}),
+            "notes": Overwrite([]),
+        }
 
     return intake
 
@@ -138,12 +290,14 @@ def make_researcher(
     """Researcher: hardware, model and framework facts."""
 
     def researcher(state: Mapping[str, Any]) -> dict[str, Any]:
-        ws = workspace(state, settings)
-        tools = researcher_tools(ws)
+        events = Events("researcher")
+        events("start", "started")
+        ws = workspace(state, settings, events)
+        tools = _watched(researcher_tools(ws), events)
         msgs = _converse(
             model,
             settings,
-            ws,
+            events,
             tools,
             "researcher",
             "research",
@@ -183,7 +337,9 @@ def make_engineer(
     """Engineer: strategy, DeepSpeed config, launch files, smoke run; acts on review findings."""
 
     def engineer(state: Mapping[str, Any]) -> dict[str, Any]:
-        ws = workspace(state, settings)
+        events = Events("engineer")
+        events("start", "started")
+        ws = workspace(state, settings, events)
         if ws.brief.task == "agent-app":
             # Nothing to train: no strategy, config, launch or run to engineer.
             return {
@@ -210,9 +366,9 @@ def make_engineer(
         }
         # A new round plans afresh: stale results must not survive into the review.
         ws.memory, ws.deepspeed_config, ws.launch, ws.smoke = None, None, None, None
-        tools = engineer_tools(ws)
+        tools = _watched(engineer_tools(ws), events)
         msgs = _converse(
-            model, settings, ws, tools, "engineer", "engineer", overrides, context=context
+            model, settings, events, tools, "engineer", "engineer", overrides, context=context
         )
         if ws.memory is None:
             _run_skipped(ws, tools, "engineer", "plan_parallelism", {})
@@ -247,10 +403,12 @@ def make_reviewer(
     """Reviewer: mechanical checks decide the verdict; the model explains it."""
 
     def reviewer(state: Mapping[str, Any]) -> dict[str, Any]:
-        ws = workspace(state, settings)
+        events = Events("reviewer")
+        events("start", "started")
+        ws = workspace(state, settings, events)
         ws.round_no = int(state.get("review_round", 0)) + 1
         ws.review = None
-        tools = reviewer_tools(ws)
+        tools = _watched(reviewer_tools(ws), events)
         summary = {
             "strategy": ws.memory.chosen if ws.memory else None,
             "deepspeed_config": ws.deepspeed_config,
@@ -259,7 +417,7 @@ def make_reviewer(
             },
         }
         msgs = _converse(
-            model, settings, ws, tools, "reviewer", "review", overrides, context=summary
+            model, settings, events, tools, "reviewer", "review", overrides, context=summary
         )
         if ws.review is None:
             _run_skipped(ws, tools, "reviewer", "review_plan", {})
@@ -279,7 +437,7 @@ def make_reporter(settings: Settings) -> Node:
     def reporter(state: Mapping[str, Any]) -> dict[str, Any]:
         from tools.report import write_report
 
-        ws = workspace(state, settings)
+        ws = workspace(state, settings, Events("reporter"))
         narrative = dict(state.get("narrative") or {})
         if state.get("notes"):
             narrative["fallbacks"] = " ".join(state["notes"])

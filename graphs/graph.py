@@ -18,7 +18,14 @@ def build_graph(
     checkpointer: Any | None = None,
     settings: Settings | None = None,
 ) -> Any:
-    """Compile the planning graph; pass a checkpointer (e.g. SqliteSaver) to resume by thread id."""
+    """Compile the planning graph; pass a checkpointer (e.g. SqliteSaver) to resume by thread id.
+
+    Input: ``{"brief": {...}}`` or ``{"request": "fine-tune ..."}`` (plus ``overrides`` and
+    ``out_dir``). A request that names no model pauses at intake with an ``interrupt`` whose
+    value is ``{"field", "question", "problem"}``; resume it with ``Command(resume=answer)``,
+    which needs the checkpointer. Stream with ``stream_mode=["updates", "custom"]`` to see
+    each node finish and each tool call as it happens (events: agents/roles.py ``Events``).
+    """
     settings = settings or Settings.load()
     model = chat_model or load_chat_model(
         settings.llm,

@@ -14,9 +14,12 @@ def merge_dicts(left: dict[str, str] | None, right: dict[str, str] | None) -> di
 class PlanState(TypedDict, total=False):
     """One plan's state; keys mirror TrainingPlan (tools/schemas.py)."""
 
+    # The input: a free-text request or a brief (the other None), and the fields the caller
+    # fixed (CLI flags such as --hardware), which win over what intake reads or is told.
     request: str | None
-    brief: dict[str, Any]
-    out_dir: str
+    brief: dict[str, Any] | None
+    overrides: dict[str, Any] | None
+    out_dir: str | None
     hardware: dict[str, Any] | None
     model: dict[str, Any] | None
     framework: dict[str, Any] | None

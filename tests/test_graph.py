@@ -276,3 +276,117 @@ def test_pytorch_ddp_plan_smoke_tests_with_torchrun(settings: Settings, tmp_path
     assert smoke["status"] == "passed", smoke["reason"]
     assert not (Path(smoke["run_dir"]) / "ds_config.json").exists()
     assert plan["review"]["verdict"] == "approved"
+
+
+# ---- clarifying question (interrupt) and streaming ----------------------------------------------
+
+
+def test_intake_asks_for_a_missing_model_and_resumes_with_the_answer(
+    settings: Settings, tmp_path: Path
+) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    graph = build_graph(settings=settings, checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "q"}}
+    request = {
+        "request": "pretrain a model on 2 nodes of 8 H100 with 4k context",
+        "overrides": {"smoke": False},
+        "out_dir": str(tmp_path / "p"),
+    }
+    paused = graph.invoke(request, config)
+    assert "plan" not in paused or paused["plan"] is None
+    state = graph.get_state(config)
+    assert state.next == ("intake",)
+    (question,) = state.interrupts
+    assert question.value["field"] == "model"
+    assert question.value["question"].startswith("Which model")
+    # An answer that names no model gets the question again, saying why.
+    graph.invoke(Command(resume="no idea"), config)
+    (again,) = graph.get_state(config).interrupts
+    assert again.value["problem"] == "the answer 'no idea' names no model"
+    assert again.value["question"].startswith("The answer 'no idea' names no model. Which model")
+    # The answer goes through the same parser and is merged into what the request said.
+    plan = graph.invoke(Command(resume="llama 3 8b"), config)["plan"]
+    assert plan["brief"]["model"] == "llama-3-8b"
+    assert plan["brief"]["hardware"] == "2x8xH100-80GB"
+    assert plan["brief"]["seq_len"] == 4096 and plan["brief"]["task"] == "pretrain"
+    assert plan["model"]["params"] == 8_030_261_248
+    assert graph.get_state(config).next == ()
+
+
+def test_a_request_that_names_its_model_is_not_asked_anything(
+    settings: Settings, tmp_path: Path
+) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    graph = build_graph(settings=settings, checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "n"}}
+    state = graph.invoke(
+        {"request": "build a support assistant with agents", "out_dir": str(tmp_path / "p")},
+        config,
+    )
+    assert state["plan"]["brief"]["task"] == "agent-app"
+    assert not graph.get_state(config).interrupts
+
+
+def _events(graph, inputs: dict) -> list[tuple[str, str, dict]]:
+    """(node, kind, payload) for each stream item: kind 'done' for a node's update."""
+    seen = []
+    for mode, chunk in graph.stream(inputs, {}, stream_mode=["updates", "custom"]):
+        if mode == "updates":
+            seen += [(node, "done", update) for node, update in chunk.items()]
+        else:
+            seen.append((chunk["agent"], chunk["kind"], chunk))
+    return seen
+
+
+def test_stream_reports_nodes_in_order_with_each_tool_call_inside_its_node(
+    settings: Settings, tmp_path: Path
+) -> None:
+    events = _events(
+        build_graph(settings=settings), {"brief": LLAMA_8B, "out_dir": str(tmp_path / "p")}
+    )
+    order = [node for node, kind, _ in events if kind == "done"]
+    assert order == ["intake", "researcher", "engineer", "reviewer", "reporter"]
+    # Every custom event comes from the node running at that moment: before its update.
+    running = iter(order)
+    node = next(running)
+    tools: dict[str, list[str]] = {}
+    for agent, kind, payload in events:
+        assert agent == node, (agent, kind, node)
+        if kind == "done":
+            node = next(running, "")
+        elif kind == "tool":
+            tools.setdefault(agent, []).append(payload["tool"])
+            assert payload["text"].startswith(payload["tool"] + " ")
+    assert tools == {
+        "researcher": ["profile_hardware", "lookup_model", "select_framework", "search_knowledge"],
+        "engineer": ["plan_parallelism", "emit_deepspeed_config", "emit_launch"],
+        "reviewer": ["review_plan"],
+    }
+    # What each tool found follows its call.
+    texts = [(agent, kind, p.get("text", "")) for agent, kind, p in events if kind != "done"]
+    call = texts.index(("engineer", "tool", "plan_parallelism {}"))
+    assert texts[call + 1][1] == "progress" and texts[call + 1][2].startswith("strategy: ")
+    starts = [agent for agent, kind, _ in events if kind == "start"]
+    assert starts == ["researcher", "engineer", "reviewer"]
+
+
+def test_stream_shows_model_mistakes_and_the_tools_a_node_ran_itself(
+    scripted, settings: Settings, tmp_path: Path
+) -> None:
+    model = scripted(script=[call("launch_missiles", {"target": "moon"})])
+    events = _events(
+        build_graph(model, settings=settings), {"brief": LLAMA_8B, "out_dir": str(tmp_path / "p")}
+    )
+    researcher = [
+        (kind, p["text"]) for agent, kind, p in events if agent == "researcher" and kind != "done"
+    ]
+    assert ("tool_error", "launch_missiles: no such tool") in researcher
+    # The model called none of the real tools; the node ran them, and they are reported too.
+    assert [t for kind, t in researcher if kind == "tool"][:3] == [
+        'profile_hardware {"spec": "1x8xA100-80GB", "interconnect": null}',
+        'lookup_model {"model": "llama-3-8b", "seq_len": 4096}',
+        "select_framework {}",
+    ]

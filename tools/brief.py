@@ -85,6 +85,14 @@ _GPUS_RE = re.compile(r"(\d+)\s*(?:x\s*|×\s*)?(" + _GPU_WORDS + r")s?\b", re.I)
 _SEQ_RE = re.compile(
     r"(?:seq(?:uence)?[ _-]?len(?:gth)?|context(?: length)?)\s*(?:of|=|:)?\s*(\d+)\s*(k)?", re.I
 )
+# The length before the noun: "4k context", "a 4096-token context", "8k sequence length".
+_SEQ_BEFORE_RE = re.compile(
+    r"\b(\d+)\s*(k)?(?:[ -]?tokens?)?[ -](?:context|seq(?:uence)?[ _-]?len(?:gth)?)\b", re.I
+)
+# A bare size, accepted only as the answer to "which model?": "7B", "1.3 billion parameters".
+_BARE_SIZE_RE = re.compile(
+    r"^\s*(?:an?\s+)?(\d+(?:\.\d+)?)\s*([bm])(?:illion)?(?:\s*param(?:eter)?s?)?\s*$", re.I
+)
 _BATCH_RE = re.compile(r"(?:global\s+)?batch(?:\s+size)?\s*(?:of|=|:)?\s*(\d+)", re.I)
 _SIZE_RE = re.compile(
     r"\b(\d+(?:\.\d+)?)\s*([bm])(?:illion)?\s*(?:param(?:eter)?s?)?\s*model\b", re.I
@@ -119,6 +127,15 @@ def _normalise_gpu(word: str) -> str:
     return {"A100": "A100-80GB", "H100": "H100-80GB"}.get(w, w)
 
 
+# One clarifying question per essential field a request can lack (graph intake asks it).
+# What a good answer looks like, for the question and for the error when none came.
+ANSWER_HINTS = {
+    "model": "a catalog model (e.g. llama-3-8b, gpt2), a size (e.g. 'a 7B model') "
+    "or the path to a Hugging Face config.json",
+}
+QUESTIONS = {"model": f"Which model should this plan train? Name {ANSWER_HINTS['model']}."}
+
+
 def parse_request(text: str, known_models: list[str]) -> TrainingBrief:
     """Read a free-text request ("fine-tune llama-3-8b on 8 A100s") into a brief.
 
@@ -128,6 +145,72 @@ def parse_request(text: str, known_models: list[str]) -> TrainingBrief:
     input error, since every number downstream depends on it; an agent application (an
     assistant, a multi-agent app) trains nothing and needs none.
     """
+    return brief_from_request(request_fields(text, known_models))
+
+
+def missing_field(fields: dict[str, Any]) -> str | None:
+    """The essential field parsed request fields lack (a key of ``QUESTIONS``), or None."""
+    if fields.get("model") is None and fields.get("task") != "agent-app":
+        return "model"
+    return None
+
+
+def brief_from_request(fields: dict[str, Any]) -> TrainingBrief:
+    """Validate the fields ``request_fields`` read; a training request without a model is an input error."""
+    if missing_field(fields) == "model":
+        raise InputError(
+            "request",
+            "names no model; say which (e.g. 'llama-3-8b', 'gpt2', 'a 7B model') or use --brief",
+        )
+    data = dict(fields)
+    if "seq_len" not in data and isinstance(data.get("model"), str):
+        # No length given: the default, but never past the model's position table (gpt2: 1024).
+        from tools.models import lookup_model
+
+        cfg = lookup_model(data["model"], 1).hf_config or {}
+        limit = cfg.get("n_positions") or cfg.get("max_position_embeddings")
+        if cfg.get("image_size") and cfg.get("patch_size"):
+            # A vision transformer's sequence is its patches plus the class token.
+            limit = (int(cfg["image_size"]) // int(cfg["patch_size"])) ** 2 + 1
+        if isinstance(limit, int) and limit < DEFAULT_SEQ_LEN:
+            data["seq_len"] = limit
+    return brief_from_dict(data)
+
+
+def merge_answer(
+    fields: dict[str, Any], field: str, answer: str, known_models: list[str]
+) -> dict[str, Any]:
+    """Fold the answer to the clarifying question about ``field`` into a request's fields.
+
+    The answer goes through the same parser as the request; what it states wins (it is the
+    newer word), except the goal, which stays the request's, and ``agent-app``, which an
+    answer naming a model cannot mean. An answer that still leaves ``field`` open is an input
+    error naming the field.
+    """
+    said = request_fields(answer, known_models) if answer.strip() else {}
+    said.pop("goal", None)
+    if said.get("task") == "agent-app":
+        del said["task"]
+    if field == "model" and "model" not in said:
+        text = answer.strip()
+        if m := _BARE_SIZE_RE.match(text):
+            scale = 1e9 if m.group(2).lower() == "b" else 1e6
+            said["model"] = {"params": float(m.group(1)) * scale}
+        elif text.lower().endswith(".json"):
+            said["model"] = text
+    merged = {**fields, **said}
+    if missing_field(merged) == field:
+        raise InputError(
+            field,
+            f"the answer {answer.strip()[:80]!r} names no {field}; give {ANSWER_HINTS[field]}",
+        )
+    if answer.strip():
+        merged["goal"] = f"{fields.get('goal', '')} ({field}: {answer.strip()[:200]})".strip()
+    return merged
+
+
+def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
+    """The brief fields a free-text request states, not yet validated (the model may be missing)."""
     if not text or not text.strip():
         raise InputError(
             "request", "is empty; describe what to train, e.g. 'fine-tune llama-3-8b on 8xA100'"
@@ -151,28 +234,12 @@ def parse_request(text: str, known_models: list[str]) -> TrainingBrief:
     agent_app = bool(_AGENT_APP.search(text)) and not _TRAINING.search(text)
     if agent_app:
         data["task"] = "agent-app"
-    elif "model" not in data:
-        raise InputError(
-            "request",
-            "names no model; say which (e.g. 'llama-3-8b', 'gpt2', 'a 7B model') or use --brief",
-        )
     if m := _NODES_RE.search(text):
         data["hardware"] = f"{m.group(1)}x{m.group(2)}x{_normalise_gpu(m.group(3))}"
     elif m := _GPUS_RE.search(text):
         data["hardware"] = f"1x{m.group(1)}x{_normalise_gpu(m.group(2))}"
-    if m := _SEQ_RE.search(text):
+    if m := (_SEQ_RE.search(text) or _SEQ_BEFORE_RE.search(text)):
         data["seq_len"] = int(m.group(1)) * (1024 if m.group(2) else 1)
-    elif isinstance(data.get("model"), str):
-        # No length given: the default, but never past the model's position table (gpt2: 1024).
-        from tools.models import lookup_model
-
-        cfg = lookup_model(data["model"], 1).hf_config or {}
-        limit = cfg.get("n_positions") or cfg.get("max_position_embeddings")
-        if cfg.get("image_size") and cfg.get("patch_size"):
-            # A vision transformer's sequence is its patches plus the class token.
-            limit = (int(cfg["image_size"]) // int(cfg["patch_size"])) ** 2 + 1
-        if isinstance(limit, int) and limit < DEFAULT_SEQ_LEN:
-            data["seq_len"] = limit
     if m := _BATCH_RE.search(text):
         data["global_batch_size"] = int(m.group(1))
     for task, pattern in _TASKS if not agent_app else ():
@@ -191,4 +258,4 @@ def parse_request(text: str, known_models: list[str]) -> TrainingBrief:
             break
     if re.search(r"\bno smoke\b|\bwithout (?:a )?smoke", low):
         data["smoke"] = False
-    return brief_from_dict(data)
+    return data

@@ -402,8 +402,63 @@ def tee_rank_log(log_dir: Path) -> None:
     sys.stderr = _Tee(sys.stderr, log)
 
 
+# ---- supervision: a run must not outlive the process that started it --------------------------
+# The smoke runner (tools/smoke.py) puts its own pid here. It starts each launcher in a new
+# session so it can stop the run with one killpg; if the runner itself dies by SIGKILL, nothing
+# would stop the ranks, so each rank watches the runner and ends its process group when it goes.
+SUPERVISOR_ENV = "TRAINWRIGHT_SMOKE_SUPERVISOR_PID"
+_SUPERVISOR_POLL_S = 1.0
+
+
+def _start_ticks(pid: int) -> str | None:
+    """A live process's start time (/proc/PID/stat field 22); None when gone or a zombie."""
+    if not os.path.exists("/proc/self/stat"):  # not Linux: liveness only
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return "?"
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def watch_supervisor() -> None:
+    """If ``$TRAINWRIGHT_SMOKE_SUPERVISOR_PID`` is set, end this process group when that process dies."""
+    import signal
+    import threading
+
+    value = os.environ.get(SUPERVISOR_ENV, "")
+    if not value.isdigit():
+        return
+    pid = int(value)
+    # Comparing start times guards against the pid being reused by another process.
+    started = _start_ticks(pid)
+
+    def watch() -> None:
+        while True:
+            if started is None or _start_ticks(pid) != started:
+                print(
+                    f"smoke_train: supervising process {pid} is gone; stopping the run",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                with contextlib.suppress(OSError):
+                    os.killpg(os.getpgid(0), signal.SIGKILL)
+                os._exit(137)
+            time.sleep(_SUPERVISOR_POLL_S)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the smoke training and write this rank's metrics; returns the exit code."""
+    watch_supervisor()
     args = parse_args(argv)
     if args.log_dir is not None:
         tee_rank_log(args.log_dir)
