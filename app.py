@@ -61,6 +61,16 @@ def _build_parser() -> argparse.ArgumentParser:
         help="answer to the clarifying question, if the request leaves one (else read from stdin)",
     )
 
+    chat = sub.add_parser(
+        "chat", help="a REPL: plan requests, follow-ups ('what if I only had 4 GPUs?'), /help"
+    )
+    _llm_args(chat)
+    chat.add_argument("--thread", help="checkpoint thread id to start on or resume")
+    chat.add_argument(
+        "--smoke", dest="smoke", action="store_true", default=None, help="run smoke tests"
+    )
+    chat.add_argument("--no-smoke", dest="smoke", action="store_false", help="skip smoke tests")
+
     prof = sub.add_parser(
         "profile", help="profile this machine: CPU, RAM, disk, GPUs, topology, libraries"
     )
@@ -289,6 +299,14 @@ def _stream(
                     _emit(after_intake)
 
 
+def cmd_chat(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the chat REPL (agents/repl.py) on the planning graph."""
+    from agents.repl import run_chat
+    from graphs import build_graph
+
+    return run_chat(settings, build_graph, thread=args.thread, smoke=args.smoke)
+
+
 def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
     """Print this machine's profile as a summary, or as JSON when --json is given."""
     from tools.hardware import describe_local_machine, format_profile, parse_hardware
@@ -457,6 +475,7 @@ def format_smoke(result: Any) -> str:
 
 COMMANDS = {
     "plan": cmd_plan,
+    "chat": cmd_chat,
     "profile": cmd_profile,
     "estimate": cmd_estimate,
     "smoke": cmd_smoke,

@@ -259,3 +259,41 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     if re.search(r"\bno smoke\b|\bwithout (?:a )?smoke", low):
         data["smoke"] = False
     return data
+
+
+# A follow-up that counts GPUs or nodes without naming a type: "what if I only had 4 GPUs?".
+_GPU_COUNT_RE = re.compile(r"\b(\d+)\s*(?:x\s*)?gpus?\b", re.I)
+_NODE_COUNT_RE = re.compile(r"\b(\d+)\s*nodes?\b", re.I)
+_SPEC_RE = re.compile(r"^\s*(?:(\d+)x)?(\d+)x(.+?)\s*$", re.I)
+
+
+def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) -> dict[str, Any]:
+    """The brief fields a follow-up ("what if I only had 4 GPUs?") changes in ``brief``.
+
+    The follow-up goes through the request parser; a GPU or node count without a GPU type
+    keeps the brief's type ("4 GPUs" on 1x8xA100-80GB -> 1x4xA100-80GB; "2 nodes" keeps the
+    GPUs per node). The goal stays the brief's. Merge the result over the brief.
+    """
+    said = request_fields(text, known_models)
+    said.pop("goal", None)
+    if said.get("task") == "agent-app" and brief.get("model") is not None:
+        del said["task"]  # "my assistant" in a follow-up does not drop the model
+    spec = _SPEC_RE.match(str(brief.get("hardware") or ""))
+    if "hardware" not in said and spec:
+        nodes, per_node, gpu = int(spec[1] or 1), int(spec[2]), spec[3]
+        node_count, gpu_count = _NODE_COUNT_RE.search(text), _GPU_COUNT_RE.search(text)
+        if node_count:
+            nodes = int(node_count[1])
+            if gpu_count:  # "2 nodes of 4 GPUs": the count is per node
+                per_node = int(gpu_count[1])
+        elif gpu_count:
+            total = int(gpu_count[1])
+            # "N GPUs" is the total: whole nodes of the brief's size when it divides, else one node.
+            nodes, per_node = (
+                (total // per_node, per_node)
+                if total > per_node and total % per_node == 0
+                else (1, total)
+            )
+        if (nodes, per_node) != (int(spec[1] or 1), int(spec[2])):
+            said["hardware"] = f"{nodes}x{per_node}x{gpu}"
+    return said
