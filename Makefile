@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint venv clean
+.PHONY: run test lint venv clean browser
 
 venv: $(STAMP)
 
@@ -22,6 +22,14 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# Headless Chromium for tests/test_batch.py's browser check (Debian's package). Installs only
+# as root; otherwise it says so, and the test fails under CI=true rather than passing silently.
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+	  else echo "make browser: chromium missing and not root (or no apt-get); the browser test will not run" >&2; fi
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -116,6 +116,18 @@ def _build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--seq-len", type=int, help="tokens per sequence (capped locally)")
     smoke.add_argument("--run-dir", type=Path, help="where logs and metrics go")
     smoke.add_argument("--json", dest="json_path", type=Path, help="write the result JSON here")
+    rep = sub.add_parser(
+        "report", help="plan many briefs: one report folder each, plus index.md and index.html"
+    )
+    rep.add_argument("paths", nargs="+", type=Path, help="brief files or directories of them")
+    rep.add_argument("--out", type=Path, required=True, help="directory for reports and index")
+    rep.add_argument("--jobs", type=int, default=2, help="briefs planned at once (default 2)")
+    rep.add_argument(
+        "--smoke", dest="smoke", action="store_true", default=None, help="run every smoke test"
+    )
+    rep.add_argument("--no-smoke", dest="smoke", action="store_false", help="skip smoke tests")
+    rep.add_argument("--force", action="store_true", help="re-plan briefs that did not change")
+    _llm_args(rep)
     return p
 
 
@@ -473,9 +485,45 @@ def format_smoke(result: Any) -> str:
     return "\n".join(lines)
 
 
+def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    """Plan every brief into its own report folder and write the index; 1 if any brief failed."""
+    from tools.batch import run_batch
+
+    def make_graph(checkpointer: Any) -> Any:
+        from agents.models import load_chat_model
+        from graphs import build_graph
+
+        model = load_chat_model(
+            settings.llm,
+            base_url=settings.base_url,
+            api_key=settings.api_key,
+            timeout_s=settings.llm_timeout_s,
+        )
+        return build_graph(model, checkpointer, settings)
+
+    outcomes = run_batch(
+        args.paths,
+        args.out,
+        settings,
+        make_graph,
+        jobs=args.jobs,
+        smoke=args.smoke,
+        force=args.force,
+        llm=settings.llm,
+        base_url=settings.base_url,
+    )
+    failed = [o for o in outcomes if o.status == "failed"]
+    print(
+        f"{len(outcomes) - len(failed)} of {len(outcomes)} brief(s) planned "
+        f"({sum(o.status == 'skipped' for o in outcomes)} unchanged); index: {args.out / 'index.html'}"
+    )
+    return 1 if failed else 0
+
+
 COMMANDS = {
     "plan": cmd_plan,
     "chat": cmd_chat,
+    "report": cmd_report,
     "profile": cmd_profile,
     "estimate": cmd_estimate,
     "smoke": cmd_smoke,

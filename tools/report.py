@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 from pathlib import Path
@@ -148,16 +149,35 @@ def render_markdown(plan: TrainingPlan) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def render_html(markdown: str, title: str) -> str:
-    """A self-contained HTML page of the Markdown report."""
+STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}"
+    "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25rem .5rem}"
+    "pre{background:#f6f8fa;padding:1rem;overflow:auto}"
+    "figure{margin:1rem 0}figure img{max-width:100%;height:auto}figcaption{color:#555}"
+)
+
+
+def charts_html(charts: list[tuple[str, bytes]]) -> str:
+    """Charts as ``<figure>`` elements with the PNG inline (base64 data URI), so the page needs no files."""
+    figures = "".join(
+        f"<figure><img alt='{html.escape(caption)}' "
+        f"src='data:image/png;base64,{base64.b64encode(png).decode('ascii')}'>"
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+        for caption, png in charts
+    )
+    return f"<section class='charts'><h2>Charts</h2>{figures}</section>" if figures else ""
+
+
+def render_html(markdown: str, title: str, charts: list[tuple[str, bytes]] | None = None) -> str:
+    """A self-contained HTML page of the Markdown report, charts inline after the verdict."""
     from markdown_it import MarkdownIt
 
     body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
-    style = (
-        "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25rem .5rem}"
-        "pre{background:#f6f8fa;padding:1rem;overflow:auto}"
-    )
+    if charts:
+        # After the title and verdict paragraph: the picture comes right after the decision.
+        head, sep, rest = body.partition("</p>")
+        body = head + sep + charts_html(charts) + rest if sep else body + charts_html(charts)
+    style = STYLE
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{style}</style></head><body>{body}</body></html>\n"
@@ -165,7 +185,9 @@ def render_html(markdown: str, title: str) -> str:
 
 
 def write_report(plan: TrainingPlan, out_dir: Path) -> ReportPaths:
-    """Write report.md, report.html and plan.json under ``out_dir`` and return their paths."""
+    """Write report.md, report.html (with its charts) and plan.json under ``out_dir``; return the paths."""
+    from tools.charts import plan_charts
+
     paths = ReportPaths(
         markdown=str(out_dir / "report.md"),
         html=str(out_dir / "report.html"),
@@ -174,7 +196,10 @@ def write_report(plan: TrainingPlan, out_dir: Path) -> ReportPaths:
     plan = plan.model_copy(update={"report": paths})
     md = render_markdown(plan)
     write_atomic(out_dir / "report.md", md)
-    write_atomic(out_dir / "report.html", render_html(md, plan.brief.goal or "training plan"))
+    write_atomic(
+        out_dir / "report.html",
+        render_html(md, plan.brief.goal or "training plan", plan_charts(plan)),
+    )
     write_atomic(out_dir / "plan.json", plan_json(plan))
     return paths
 
