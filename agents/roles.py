@@ -14,6 +14,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.exceptions import (
+    ContextOverflowError,
+    ModelError,
+    ModelInvalidRequestError,
+    ModelRefusalError,
+)
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.tools import BaseTool
@@ -220,20 +226,117 @@ def _default_out_dir(brief: TrainingBrief, settings: Settings) -> Path:
     return settings.out_dir / safe
 
 
-def make_intake(settings: Settings) -> Node:
+# Provider failures after which intake still has the offline parser's reading: the server
+# refused this structured request (e.g. no tool_choice support), or the model would not answer
+# it. Any other provider failure (down, timed out, HTTP 5xx, a rejected key) ends the run.
+_STRUCTURED_REFUSALS = (ModelInvalidRequestError, ModelRefusalError, ContextOverflowError)
+
+
+def _llm_read(
+    model: BaseChatModel, text: str, known_models: list[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """Ask a real LLM for a request's brief fields by structured output: (fields, notes).
+
+    Method ``function_calling``: the tool-calling API the roles already need, so any server
+    that can run the roles (vLLM, llama.cpp, Ollama, LM Studio) can answer it, where
+    ``json_schema`` response formats are less widely served. A reply that cannot be used
+    (unparsable, not the schema, values a brief would refuse) leaves a note and the offline
+    parser's reading; a provider that is down, times out or rejects the key raises the
+    same error the roles would (``provider_error``).
+    """
+    from langchain_core.messages import HumanMessage, SystemMessage
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from pydantic import ValidationError
+
+    from agents.models import provider_error
+    from tools.brief import RequestBrief, llm_request_fields
+
+    schema = convert_to_openai_tool(RequestBrief)
+    messages = [
+        SystemMessage(
+            f"{' '.join((RequestBrief.__doc__ or '').split())} Reply by calling "
+            f"{schema['function']['name']}."
+        ),
+        HumanMessage(text),
+    ]
+    fallback = "intake: the LLM's structured reading of the request could not be used"
+    try:
+        # A dict schema (not the class) so the reply comes back unvalidated: each field is
+        # then checked on its own, and one bad value does not cost the others.
+        try:
+            reader = model.with_structured_output(
+                schema, method="function_calling", include_raw=True
+            )
+        except (TypeError, ValueError):  # a chat model whose structured output has one method
+            reader = model.with_structured_output(schema, include_raw=True)
+        answer = reader.invoke(messages)  # include_raw: {raw, parsed, parsing_error}
+    except NotImplementedError:
+        return {}, [f"{fallback} ({model._llm_type} has no structured output); parser only"]
+    except ValidationError as exc:
+        # The client could not build a message from the reply (arguments not an object).
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        return {}, [f"{fallback} (unreadable reply: {where}: {first['msg']}); parser only"]
+    except Exception as exc:
+        error = provider_error(exc, model)
+        if error is None:
+            raise  # our own model: a bug, not a provider failure
+        status = getattr(exc, "status_code", None)
+        refused = isinstance(exc, _STRUCTURED_REFUSALS) or status in (400, 422)
+        if not refused and (isinstance(exc, ModelError) or isinstance(status, int)):
+            raise error from exc
+        return {}, [f"{fallback} ({error}); parser only"]
+    result: dict[str, Any] = answer if isinstance(answer, dict) else {"parsed": answer}
+    if result.get("parsing_error") is not None:
+        line = (str(result["parsing_error"]).strip().splitlines() or ["?"])[0][:160]
+        return {}, [f"{fallback} (unparsable: {line}); parser only"]
+    if result.get("parsed") is None:
+        raw = result.get("raw")
+        bad = getattr(raw, "invalid_tool_calls", None)
+        why = "its arguments are not valid JSON" if bad else "it answered without the fields"
+        return {}, [f"{fallback} ({why}); parser only"]
+    fields, dropped = llm_request_fields(result["parsed"], known_models)
+    return fields, [f"intake: dropped the LLM's {d}" for d in dropped]
+
+
+def make_intake(settings: Settings, model: BaseChatModel | None = None) -> Node:
     """Intake: a brief or a free-text request becomes a validated brief; the hardware is checked.
 
-    A request that lacks something essential (a training request naming no model) gets one
-    clarifying question through LangGraph's ``interrupt``: the run pauses (it needs a
-    checkpointer) and resumes with ``Command(resume=answer)``; the answer goes through the
-    same parser and is merged into the request. Flags the caller set (``overrides``) win.
+    A free-text request is read by the offline parser and, when the chat model is a real LLM,
+    also by the LLM through structured output: the LLM fills what the parser did not find,
+    and the parser wins where both found a value (``tools.brief.merge_read_fields``).
+    ``model`` is the graph's chat model; None builds the one ``settings`` names, on the
+    first request. A request that lacks something essential (a training request naming no
+    model) gets one clarifying question through LangGraph's ``interrupt``: the run pauses (it
+    needs a checkpointer) and resumes with ``Command(resume=answer)``; the answer goes
+    through the parser and is merged into the request. Flags the caller set (``overrides``)
+    win.
     """
+    built: list[BaseChatModel] = []
+
+    def reader() -> BaseChatModel:
+        if model is not None:
+            return model
+        if not built:
+            from agents.models import load_chat_model
+
+            built.append(
+                load_chat_model(
+                    settings.llm,
+                    base_url=settings.base_url,
+                    api_key=settings.api_key,
+                    timeout_s=settings.llm_timeout_s,
+                )
+            )
+        return built[0]
 
     def intake(state: Mapping[str, Any]) -> dict[str, Any]:
+        from agents.offline import OfflinePlaybookModel
         from tools.brief import (
             QUESTIONS,
             brief_from_request,
             merge_answer,
+            merge_read_fields,
             missing_field,
             request_fields,
         )
@@ -242,11 +345,24 @@ def make_intake(settings: Settings) -> Node:
 
         events = Events("intake")
         overrides = dict(state.get("overrides") or {})
+        notes: list[str] = []
         if state.get("brief"):
             brief = brief_from_dict({**state["brief"], **overrides})
         else:
             models = list_models()
-            fields = {**request_fields(str(state.get("request") or ""), models), **overrides}
+            text = str(state.get("request") or "")
+            parsed = request_fields(text, models)
+            llm = reader()
+            if not isinstance(llm, OfflinePlaybookModel):
+                # On a resume after the clarifying question this node runs again and so asks
+                # the LLM again; whatever it says then, the answers given stay matched to
+                # the question (the model is the only field asked about).
+                read, notes = _llm_read(llm, text, models)
+                parsed, disagreements = merge_read_fields(parsed, read)
+                notes += [f"intake: {d}" for d in disagreements]
+                if read:
+                    events.progress(f"LLM read: {', '.join(sorted(read))}")
+            fields = {**parsed, **overrides}
             if field := missing_field(fields):
                 # On resume the node runs again from the top and each interrupt() returns its
                 # answer, in order (LangGraph matches resume values to interrupts by position).
@@ -278,7 +394,7 @@ def make_intake(settings: Settings) -> Node:
             "out_dir": state.get("out_dir") or str(_default_out_dir(brief, settings)),
             "review_round": 0,
             "narrative": Overwrite({}),
-            "notes": Overwrite([]),
+            "notes": Overwrite(notes),
         }
 
     return intake

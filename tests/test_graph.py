@@ -390,3 +390,33 @@ def test_stream_shows_model_mistakes_and_the_tools_a_node_ran_itself(
         'lookup_model {"model": "llama-3-8b", "seq_len": 4096}',
         "select_framework {}",
     ]
+
+
+def test_intake_reads_a_request_with_the_chat_model_it_is_given(
+    scripted, settings: Settings
+) -> None:
+    from agents.roles import make_intake
+
+    read = {"model": "llama-2-7b", "seq_len": 8192, "hardware": "2x8xH100-80GB", "task": "dance"}
+    model = scripted(
+        script=[
+            AIMessage(
+                content="",
+                tool_calls=[{"name": "RequestBrief", "args": read, "id": "r", "type": "tool_call"}],
+            )
+        ]
+    )
+    update = make_intake(settings, model)(
+        {"request": "fine-tune llama-3-8b with a long context on our cluster"}
+    )
+    brief = update["brief"]
+    # The text named the model, so the parser's stands; the LLM filled what the text only hinted.
+    assert brief["model"] == "llama-3-8b"
+    assert (brief["seq_len"], brief["hardware"]) == (8192, "2x8xH100-80GB")
+    assert brief["task"] == "finetune"  # the LLM's "dance" is no task, and the text said fine-tune
+    notes = " | ".join(update["notes"].value)
+    assert "intake: model: kept 'llama-3-8b' from the text over the LLM's 'llama-2-7b'" in notes
+    assert "intake: dropped the LLM's brief.task: Input should be" in notes
+    # The model was shown the request itself, after the instruction naming the schema.
+    system, human = model.seen[-1]
+    assert "RequestBrief" in system.content and human.content.startswith("fine-tune llama-3-8b")

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,19 @@ TIMEOUT_S = 1.0
 DEAD_RUN_LIMIT_S = 30.0
 # Numbers a prose-writing model might invent; none of them may reach the plan.
 INVENTED = "Use ZeRO-3 with micro-batch 99 and 12 accumulation steps; it needs 1234 GB per GPU."
+# A request the offline parser cannot read beyond its words: no digits, no catalog id.
+WORDY = (
+    "train the 8 billion parameter llama three on four eighty-gig A100s "
+    "with four thousand token context"
+)
+# What the fake LLM reads from it, as a real one would (a Hugging Face name, not a catalog id).
+LLM_BRIEF = {
+    "model": "Meta-Llama-3-8B",
+    "task": "finetune",
+    "seq_len": 4096,
+    "hardware": "1x4xA100-80GB",
+    "precision": "bf16",
+}
 
 
 def _tool_call(call_id: str, name: str | None, arguments: Any) -> dict[str, Any]:
@@ -42,6 +57,12 @@ def _tool_call(call_id: str, name: str | None, arguments: Any) -> dict[str, Any]
     if name is not None:
         function["name"] = name
     return {"id": call_id, "type": "function", "function": function}
+
+
+def _forced_tool(body: dict[str, Any]) -> str | None:
+    """The tool a request forces the model to call (``tool_choice``), if any."""
+    choice = body.get("tool_choice")
+    return choice.get("function", {}).get("name") if isinstance(choice, dict) else None
 
 
 class _FakeOpenAI(BaseHTTPRequestHandler):
@@ -60,6 +81,10 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
     mode = "tools"
     requests: list[dict[str, Any]] = []
     release = threading.Event()
+    # Intake's structured-output request (function calling: it forces the RequestBrief tool)
+    # is answered, in every mode that answers, with a call whose arguments are this text;
+    # None answers it with HTTP 400, as a server without tool_choice support does.
+    brief_args: str | None = json.dumps(LLM_BRIEF)
 
     def log_message(self, *args: Any) -> None:  # keep test output quiet
         pass
@@ -78,12 +103,19 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
             error = {"error": {"message": "Incorrect API key provided", "type": "auth_error"}}
             self._send(401, error)
             return
+        if _forced_tool(body) == "RequestBrief" and self.brief_args is None:
+            error = {"error": {"message": "tool_choice is not supported", "type": "invalid"}}
+            self._send(400, error)
+            return
         self._send(200, self._completion(body, self._message(body)))
 
     def _message(self, body: dict[str, Any]) -> dict[str, Any]:
         msgs = body["messages"]
         tools = [t["function"]["name"] for t in body.get("tools", [])]
         answered = any(m.get("role") == "tool" for m in msgs)
+        if _forced_tool(body) == "RequestBrief":
+            calls = [_tool_call("brief_1", "RequestBrief", self.brief_args)]
+            return {"role": "assistant", "content": None, "tool_calls": calls}
         if self.mode == "prose":
             return {"role": "assistant", "content": INVENTED}
         if self.mode == "malformed":
@@ -137,6 +169,7 @@ def _serve(mode: str) -> Iterator[str]:
     _FakeOpenAI.mode = mode
     _FakeOpenAI.requests = []
     _FakeOpenAI.release = threading.Event()
+    _FakeOpenAI.brief_args = json.dumps(LLM_BRIEF)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -363,3 +396,144 @@ def test_cli_with_a_dead_server_exits_1_with_one_error_line(
     )
     assert not (tmp_path / "p.json").exists()
     assert res.stdout == ""
+
+
+# ---- intake: free text read by the LLM through structured output --------------------------------
+
+
+def _llm_settings(settings: Settings, base_url: str) -> Settings:
+    """Settings naming the fake server's model, as ``--llm openai:fake --base-url URL`` would."""
+    return replace(settings, llm="openai:fake", base_url=base_url, llm_timeout_s=TIMEOUT_S)
+
+
+def _plan_request(settings: Settings, text: str, out: Path, **extra: Any) -> dict[str, Any]:
+    model = load_chat_model("openai:fake", base_url=settings.base_url, timeout_s=TIMEOUT_S)
+    inputs = {"request": text, "overrides": {"smoke": False}, "out_dir": str(out), **extra}
+    plan: dict[str, Any] = build_graph(model, settings=settings).invoke(inputs)["plan"]
+    return plan
+
+
+def _structured_requests() -> list[dict[str, Any]]:
+    return [r["body"] for r in _FakeOpenAI.requests if r["body"].get("tool_choice")]
+
+
+@pytest.mark.parametrize("server", ["prose"], indirect=True)
+def test_llm_reads_the_request_fields_the_parser_cannot(
+    server: str, settings: Settings, tmp_path: Path
+) -> None:
+    from tools.brief import request_fields
+    from tools.models import list_models
+
+    assert set(request_fields(WORDY, list_models())) == {"goal"}  # the parser reads nothing
+    plan = _plan_request(_llm_settings(settings, server), WORDY, tmp_path / "p")
+    brief = plan["brief"]
+    # The LLM's name was mapped onto the catalog; the rest of its fields passed validation.
+    assert brief["model"] == "llama-3-8b"
+    assert (brief["hardware"], brief["seq_len"]) == ("1x4xA100-80GB", 4096)
+    assert (brief["task"], brief["precision"]) == ("finetune", "bf16")
+    assert plan["model"]["params"] == 8_030_261_248
+    assert plan["hardware"]["nodes"] == 1 and plan["hardware"]["gpus_per_node"] == 4
+    # One structured-output request, by function calling, carrying the request text.
+    (asked,) = _structured_requests()
+    assert asked["tool_choice"] == {"type": "function", "function": {"name": "RequestBrief"}}
+    (tool,) = asked["tools"]
+    assert {"model", "seq_len", "global_batch_size", "hardware", "precision", "task"} <= set(
+        tool["function"]["parameters"]["properties"]
+    )
+    assert asked["messages"][-1] == {"role": "user", "content": WORDY}
+    assert "intake:" not in plan["narrative"].get("fallbacks", "")
+
+
+@pytest.mark.parametrize("server", ["prose"], indirect=True)
+def test_parser_wins_where_both_read_a_value_and_bad_llm_values_are_dropped(
+    server: str, settings: Settings, tmp_path: Path
+) -> None:
+    _FakeOpenAI.brief_args = json.dumps(
+        {**LLM_BRIEF, "hardware": "1x8xA100-80GB", "global_batch_size": 0, "gpus": 4}
+    )
+    text = "fine-tune llama 3 8b on 4 A100s with four thousand token context"
+    plan = _plan_request(_llm_settings(settings, server), text, tmp_path / "p")
+    brief = plan["brief"]
+    assert brief["hardware"] == "1x4xA100-80GB"  # the text's "4 A100s", not the LLM's 8
+    assert (brief["seq_len"], brief["precision"]) == (4096, "bf16")  # only the LLM read these
+    assert brief["global_batch_size"] == 32  # the LLM's 0 was refused: the default stands
+    notes = plan["narrative"]["fallbacks"]
+    assert (
+        "intake: hardware: kept '1x4xA100-80GB' from the text over the LLM's '1x8xA100-80GB'"
+        in notes
+    )
+    assert (
+        "intake: dropped the LLM's brief.global_batch_size: Input should be greater than 0" in notes
+    )
+    assert "intake: dropped the LLM's gpus: is not a request field" in notes
+
+
+@pytest.mark.parametrize(
+    ("server", "reply", "why"),
+    [
+        ("prose", '{"model": "llama-3-8b", "seq_len": ', "arguments are not valid JSON"),
+        (
+            "prose",
+            '["llama-3-8b", 4096]',
+            "unreadable reply: tool_calls.0.args: Input should be a valid dictionary",
+        ),
+        ("prose", None, "HTTP 400 from "),
+    ],
+    indirect=["server"],
+)
+def test_unusable_structured_output_falls_back_to_the_parser_with_a_note(
+    server: str, reply: str | None, why: str, settings: Settings, tmp_path: Path
+) -> None:
+    _FakeOpenAI.brief_args = reply
+    text = "fine-tune llama 3 8b on 4 A100s with four thousand token context"
+    plan = _plan_request(_llm_settings(settings, server), text, tmp_path / "p")
+    assert _structured_requests()  # the LLM was asked
+    brief = plan["brief"]
+    assert (brief["model"], brief["hardware"]) == ("llama-3-8b", "1x4xA100-80GB")
+    assert brief["seq_len"] == 2048  # the words were not read: the default
+    notes = plan["narrative"]["fallbacks"]
+    (reason,) = re.findall(
+        r"intake: the LLM's structured reading .*? \((.*?)\); parser only", notes
+    )
+    assert why in reason
+    assert "Traceback" not in notes
+
+
+@pytest.mark.parametrize("server", ["prose"], indirect=True)
+def test_clarifying_question_still_asked_when_the_llm_finds_no_model(
+    server: str, settings: Settings, tmp_path: Path
+) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    _FakeOpenAI.brief_args = json.dumps({"task": "pretrain", "seq_len": 4096, "model": None})
+    settings = _llm_settings(settings, server)
+    model = load_chat_model("openai:fake", base_url=server, timeout_s=TIMEOUT_S)
+    graph = build_graph(model, checkpointer=InMemorySaver(), settings=settings)
+    config = {"configurable": {"thread_id": "q"}}
+    request = "pretrain something big on two nodes of eight H100s, four thousand token context"
+    graph.invoke(
+        {"request": request, "overrides": {"smoke": False}, "out_dir": str(tmp_path)}, config
+    )
+    (question,) = graph.get_state(config).interrupts
+    assert question.value["field"] == "model"
+    plan = graph.invoke(Command(resume="llama 3 8b"), config)["plan"]
+    assert plan["brief"]["model"] == "llama-3-8b"
+    assert (plan["brief"]["task"], plan["brief"]["seq_len"]) == ("pretrain", 4096)  # the LLM's
+    assert plan["brief"]["hardware"] == "local"  # neither read "two nodes of eight H100s"
+
+
+@pytest.mark.parametrize("server", ["http500"], indirect=True)
+def test_dead_server_at_intake_is_the_same_one_clear_error(
+    server: str, settings: Settings, tmp_path: Path
+) -> None:
+    settings = _llm_settings(settings, server)
+    model = load_chat_model("openai:fake", base_url=server, timeout_s=TIMEOUT_S, max_retries=1)
+    with pytest.raises(ProviderError) as info:
+        build_graph(model, settings=settings).invoke({"request": WORDY, "out_dir": str(tmp_path)})
+    message = str(info.value)
+    assert message.startswith(f"LLM request failed: HTTP 500 from {server}/chat/completions")
+    assert message.endswith(": model worker crashed")
+    # Intake asked (a try and one retry) and the run ended there: no role was started.
+    assert len(_FakeOpenAI.requests) == 2
+    assert all(r["body"].get("tool_choice") for r in _FakeOpenAI.requests)
