@@ -16,10 +16,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import re
 import shutil
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -283,7 +285,6 @@ class ChatSession:
                     return
                 run_input = Command(resume=answer.strip())
         except KeyboardInterrupt:
-            # The smoke runner killed its process groups on the way out (tools/smoke.py).
             self.say(
                 f"cancelled; any smoke run was stopped. /resume {self.thread} continues this "
                 "plan, a new message starts another",
@@ -293,16 +294,49 @@ class ChatSession:
         self._take(snapshot.values)
 
     def _stream(self, run_input: Any, config: dict[str, Any]) -> None:
+        """Run the graph, showing its events; Ctrl-C stops it and any smoke run it started.
+
+        The graph runs in a thread and the main thread waits on a queue with a timeout, so
+        Ctrl-C lands within a fraction of a second whatever LangGraph is waiting on.
+        """
+        chunks: queue.Queue[Any] = queue.Queue()
+        finished = object()
+
+        def pump() -> None:
+            try:
+                for item in self.graph.stream(
+                    run_input, config, stream_mode=["updates", "custom"], durability="sync"
+                ):
+                    chunks.put(item)
+                chunks.put(finished)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread, re-raised
+                chunks.put(exc)
+
+        worker = threading.Thread(target=pump, name="chat-graph", daemon=True)
         with _Events(self.log, live=self.interactive) as events:
-            for mode, chunk in self.graph.stream(
-                run_input, config, stream_mode=["updates", "custom"], durability="sync"
-            ):
-                if mode == "custom" and isinstance(chunk, dict):
-                    events.event(chunk)
-                elif mode == "updates" and isinstance(chunk, dict):
-                    for node, update in chunk.items():
-                        if not node.startswith("__") and update is not None:
-                            events.node_done(node)
+            worker.start()
+            try:
+                while True:
+                    try:
+                        item = chunks.get(timeout=0.2)
+                    except queue.Empty:
+                        continue
+                    if item is finished:
+                        break
+                    if isinstance(item, BaseException):
+                        raise item
+                    mode, chunk = item
+                    if mode == "custom" and isinstance(chunk, dict):
+                        events.event(chunk)
+                    elif mode == "updates" and isinstance(chunk, dict):
+                        for node, update in chunk.items():
+                            if not node.startswith("__") and update is not None:
+                                events.node_done(node)
+            except KeyboardInterrupt:
+                stop_running_nodes()
+                worker.join(timeout=10.0)
+                raise
+        worker.join()
 
     def _take(self, values: dict[str, Any]) -> None:
         """Make a finished run's brief and plan the current ones, and summarise the plan."""
@@ -514,6 +548,59 @@ def save_plan(plan: dict[str, Any], directory: str) -> list[Path]:
         shutil.copyfile(source, dest)
         copied.append(dest)
     return copied
+
+
+def stop_running_nodes(timeout_s: float = 20.0) -> None:
+    """Stop the graph's node threads after Ctrl-C, and any smoke run they started.
+
+    With ``custom`` streaming LangGraph runs each node in a worker thread, so Ctrl-C reaches
+    only the main thread. Each worker still inside our node code (agents/roles.py) gets a
+    KeyboardInterrupt of its own, raised at its next bytecode (the smoke runner polls, so
+    within a poll interval): the smoke runner's ``finally`` then kills its process groups, as
+    it does under a plain Ctrl-C. Whatever child process group is left after that (a worker
+    that did not stop in time) is killed here, TERM then KILL.
+    """
+    import ctypes
+    import signal
+
+    roles = str(Path(__file__).with_name("roles.py"))
+    main = threading.main_thread().ident
+
+    def node_threads() -> list[int]:
+        found = []
+        for tid, frame in sys._current_frames().items():
+            f: Any = frame
+            while tid != main and f is not None:
+                if f.f_code.co_filename == roles:
+                    found.append(tid)
+                    break
+                f = f.f_back
+        return found
+
+    for tid in node_threads():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(tid), ctypes.py_object(KeyboardInterrupt)
+        )
+    deadline = time.monotonic() + timeout_s
+    while node_threads() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    import psutil
+
+    # Launchers lead their own process groups (tools/smoke.py starts them in new sessions).
+    groups = [c.pid for c in psutil.Process().children() if _leads_group(c.pid)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
+        if groups and sig == signal.SIGTERM:
+            time.sleep(2.0)
+
+
+def _leads_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
 
 
 def list_threads(db: Path) -> list[str]:
