@@ -39,7 +39,7 @@ def build_graph(
         return "engineer" if review.get("verdict") == "changes_requested" else "reporter"
 
     builder = StateGraph(PlanState)
-    builder.add_node("intake", make_intake(settings))
+    builder.add_node("intake", make_intake(settings, model))
     builder.add_node("researcher", make_researcher(model, settings))
     builder.add_node("engineer", make_engineer(model, settings))
     builder.add_node("reviewer", make_reviewer(model, settings))
