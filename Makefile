@@ -20,7 +20,7 @@ $(STAMP): requirements.lock pyproject.toml
 run: $(STAMP)
 	$(PY) app.py plan --brief examples/briefs/local-smoke.yaml --out out/local-smoke --json out/local-smoke/plan.json
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m pytest -q
 
 # Headless Chromium for tests/test_batch.py's browser check (Debian's package). Installs only
