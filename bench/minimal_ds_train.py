@@ -35,3 +35,5 @@ for _ in range(args.steps):
     loss = engine(input_ids=batch, labels=batch).loss
     engine.backward(loss)
     engine.step()
+# Without this, gloo's threads can abort the interpreter at exit ("terminate called ...").
+torch.distributed.destroy_process_group()
