@@ -164,6 +164,16 @@ def _plan_inputs(args: argparse.Namespace) -> dict[str, Any]:
     raise InputError("plan", "give a request text or --brief FILE")
 
 
+def _check_out(out: Path | None) -> None:
+    """Refuse an output directory that cannot be one: NUL in its name, or an existing file."""
+    if out is None:
+        return
+    if "\x00" in str(out):
+        raise InputError("--out", "the path contains a NUL character")
+    if out.exists() and not out.is_dir():
+        raise InputError("--out", f"{out} exists and is not a directory")
+
+
 def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     """Run the whole graph, checkpointed per thread, and write the report; print where it is.
 
@@ -172,9 +182,8 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     ``--thread``: finished nodes are not run again. A clarifying question from intake is
     answered by ``--answer`` or one line of stdin.
     """
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
-        raise InputError("--out", f"{args.out} exists and is not a directory")
-    if args.thread is not None and not THREAD_RE.match(args.thread):
+    _check_out(args.out)
+    if args.thread is not None and not THREAD_RE.fullmatch(args.thread):
         raise InputError("--thread", "use letters, digits, '.', '_' or '-' (at most 128)")
     inputs = {**_plan_inputs(args), "out_dir": str(args.out) if args.out else None}
 
@@ -488,6 +497,8 @@ def format_smoke(result: Any) -> str:
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     """Plan every brief into its own report folder and write the index; 1 if any brief failed."""
     from tools.batch import run_batch
+
+    _check_out(args.out)
 
     def make_graph(checkpointer: Any) -> Any:
         from agents.models import load_chat_model

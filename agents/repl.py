@@ -161,7 +161,7 @@ class ChatSession:
         err: TextIO | None = None,
     ) -> None:
         """Set up the session; the graph and checkpointer open in ``run``."""
-        if thread is not None and not THREAD_RE.match(thread):
+        if thread is not None and not THREAD_RE.fullmatch(thread):
             raise InputError("--thread", "use letters, digits, '.', '_' or '-' (at most 128)")
         self.settings = settings
         self.build_graph = build_graph
@@ -456,7 +456,7 @@ class ChatSession:
 
     def cmd_resume(self, arg: str) -> bool:
         """/resume ID: switch to thread ID."""
-        if not THREAD_RE.match(arg):
+        if not THREAD_RE.fullmatch(arg):
             raise InputError("/resume", "give a thread id (see /threads)")
         if arg not in list_threads(self.settings.checkpoint_db):
             raise InputError("/resume", f"no thread {arg!r} in the checkpoint database")

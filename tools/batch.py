@@ -98,7 +98,9 @@ def find_briefs(paths: Iterable[Path]) -> list[BriefJob]:
     jobs: list[BriefJob] = []
     seen: dict[str, int] = {}
     for f in dict.fromkeys(f.resolve() for f in files):  # a file named twice runs once
-        stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in f.stem) or "brief"
+        # Leading dots off: a file named "...yaml" (stem "..") must not name out_dir's parent.
+        safe = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in f.stem)
+        stem = safe.lstrip(".")[:100] or "brief"
         seen[stem] = seen.get(stem, 0) + 1
         jobs.append(BriefJob(stem if seen[stem] == 1 else f"{stem}-{seen[stem]}", f))
     return jobs

@@ -98,6 +98,15 @@ def shell_join(argv: list[str]) -> str:
     return " ".join(arg if isinstance(arg, Shell) else shlex.quote(arg) for arg in argv)
 
 
+def comment_text(text: str) -> str:
+    """``text`` as one line for a ``#`` comment in a script.
+
+    A newline (or any other control character) in a brief's goal or a model's name would end
+    the comment, and the rest would run as a command.
+    """
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+
+
 def emit_launch(
     out_dir: Path,
     brief: TrainingBrief,
@@ -128,7 +137,7 @@ def emit_launch(
     write("model_config.json", json.dumps(model.hf_config or {}, indent=2) + "\n")
     gpus = hardware.gpus_per_node if hardware.gpus_per_node > 0 else 1
     precision = resolve_precision(brief.precision, hardware)
-    title = f"# Launch for: {brief.goal or model.name} ({framework.primary})"
+    title = f"# Launch for: {comment_text(brief.goal or model.name)} ({framework.primary})"
     user_script = USER_SCRIPTS.get(framework.primary)
     split = _model_parallel(memory)
     preamble: list[str] = []
@@ -307,7 +316,7 @@ def _sbatch(
     cpus = hardware.cpu_cores or 8 * gpus
     header = [
         "#!/usr/bin/env bash",
-        f"# SLURM job for: {brief.goal or model.name}. Submit with: sbatch train.sbatch",
+        f"# SLURM job for: {comment_text(brief.goal or model.name)}. Submit with: sbatch train.sbatch",
         f"#SBATCH --job-name={job}",
         f"#SBATCH --nodes={hardware.nodes}",
         "#SBATCH --ntasks-per-node=1",
