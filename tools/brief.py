@@ -14,6 +14,9 @@ from tools.errors import InputError
 from tools.schemas import Deployment, Precision, Task, TrainingBrief
 
 MAX_BRIEF_BYTES = 1_000_000
+# Longer requests make the regexes below quadratic (a 100k-digit run took minutes); a request
+# is a few sentences.
+MAX_REQUEST_CHARS = 4000
 DEFAULT_SEQ_LEN = TrainingBrief.model_fields["seq_len"].default
 
 
@@ -214,6 +217,11 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     if not text or not text.strip():
         raise InputError(
             "request", "is empty; describe what to train, e.g. 'fine-tune llama-3-8b on 8xA100'"
+        )
+    if len(text) > MAX_REQUEST_CHARS:
+        raise InputError(
+            "request",
+            f"is {len(text)} characters; keep it under {MAX_REQUEST_CHARS} or use --brief",
         )
     low = text.lower()
     data: dict[str, Any] = {"goal": text.strip()[:500]}

@@ -106,7 +106,7 @@ def find_gpu(name: str) -> CatalogGPU:
         if suggestions
         else f"known types include {', '.join(list(catalog)[:6])}, ..."
     )
-    raise InputError("hardware", f"unknown GPU type '{name.strip()}'; {hint}")
+    raise InputError("hardware", f"unknown GPU type {name.strip()!r}; {hint}")
 
 
 def parse_hardware(spec: str, interconnect: str | None = None) -> HardwareSpec:
@@ -132,21 +132,21 @@ def parse_hardware(spec: str, interconnect: str | None = None) -> HardwareSpec:
 
     match = _CLUSTER_RE.match(spec) or _SINGLE_NODE_RE.match(spec)
     if match is None:
-        raise InputError("hardware", f"cannot read '{spec.strip()}'; {SPEC_EXAMPLE}")
+        raise InputError("hardware", f"cannot read {spec.strip()!r}; {SPEC_EXAMPLE}")
     if len(match.groups()) == 3:
         nodes, gpus, type_name = int(match[1]), int(match[2]), match[3]
     else:
         nodes, gpus, type_name = 1, int(match[1]), match[2]
     if type_name.isdigit():
-        raise InputError("hardware", f"'{spec.strip()}' names no GPU type; {SPEC_EXAMPLE}")
+        raise InputError("hardware", f"{spec.strip()!r} names no GPU type; {SPEC_EXAMPLE}")
     if not 1 <= nodes <= MAX_NODES:
         raise InputError(
-            "hardware", f"nodes must be 1..{MAX_NODES}, got {nodes} in '{spec.strip()}'"
+            "hardware", f"nodes must be 1..{MAX_NODES}, got {nodes} in {spec.strip()!r}"
         )
     if not 1 <= gpus <= MAX_GPUS_PER_NODE:
         raise InputError(
             "hardware",
-            f"GPUs per node must be 1..{MAX_GPUS_PER_NODE}, got {gpus} in '{spec.strip()}'",
+            f"GPUs per node must be 1..{MAX_GPUS_PER_NODE}, got {gpus} in {spec.strip()!r}",
         )
     gpu = find_gpu(type_name)
     if link is None and nodes == 1:
@@ -169,7 +169,7 @@ def _check_interconnect(interconnect: str | None) -> str | None:
     if value not in INTERCONNECTS:
         raise InputError(
             "hardware",
-            f"unknown interconnect '{interconnect.strip()}'; use one of {', '.join(INTERCONNECTS)}",
+            f"unknown interconnect {interconnect.strip()!r}; use one of {', '.join(INTERCONNECTS)}",
         )
     return value
 
