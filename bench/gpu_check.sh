@@ -24,6 +24,7 @@ if ! "$py" -c "import deepspeed, pydantic, hjson" 2>/dev/null; then
     exit 2
   fi
   site=$(mktemp -d /tmp/trainwright-site.XXXXXX)
+  trap 'rm -rf "$site"' EXIT
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/*.whl
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi

@@ -723,6 +723,7 @@ def estimate_strategy(
             buffers=buffers,
             total=total,
             not_concurrent=min(activations, gradients),
+            margin=margin,
         ),
         cpu_bytes_per_node=cpu_per_node,
         fits=fits,

@@ -179,6 +179,8 @@ class MemoryBreakdown(BaseModel):
     # Bytes of the terms above never live at the same time (activations are freed in backward
     # as gradients appear): total = the sum of the terms minus this, min(activations, gradients).
     not_concurrent: int = 0
+    # The fragmentation margin included in buffers (and so in total).
+    margin: int = 0
 
 
 class StrategyEstimate(BaseModel):

@@ -531,7 +531,7 @@ def predict_peak_bytes(
     for the same shape, ranks, strategy and micro-batch without the two terms neither reading
     contains: the CUDA context and the 10% fragmentation margin (tools/memory.py).
     """
-    from tools.memory import CUDA_CONTEXT_BYTES, FRAGMENTATION_MARGIN, estimate_strategy
+    from tools.memory import CUDA_CONTEXT_BYTES, estimate_strategy
     from tools.schemas import GPUSpec, HardwareSpec
 
     name = strategy if strategy in _KNOWN_STRATEGIES else "ddp"
@@ -551,8 +551,7 @@ def predict_peak_bytes(
         attention="eager" if shape.get("attn_implementation") == "eager" else "sdpa",
         activation_checkpointing=bool(shape.get("activation_checkpointing")),
     )
-    # total = subtotal + int(margin * subtotal), so this recovers the subtotal to a byte.
-    subtotal = round(est.per_gpu_bytes.total / (1 + FRAGMENTATION_MARGIN))
+    subtotal = est.per_gpu_bytes.total - est.per_gpu_bytes.margin
     if gpu is not None:
         subtotal -= CUDA_CONTEXT_BYTES
     return int(subtotal)
