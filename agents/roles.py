@@ -36,7 +36,7 @@ from agents.toolkit import (
     smoke_for,
 )
 from tools.brief import brief_from_dict
-from tools.errors import InputError
+from tools.errors import InputError, printable
 from tools.schemas import (
     FrameworkChoice,
     HardwareSpec,
@@ -79,7 +79,7 @@ class Events:
     def __call__(self, kind: str, text: str, **extra: Any) -> None:
         """Send one event."""
         if self._writer is not None:
-            self._writer({"agent": self.agent, "kind": kind, "text": text, **extra})
+            self._writer({"agent": self.agent, "kind": kind, "text": printable(text), **extra})
 
     def progress(self, text: str) -> None:
         """A progress line (the Workspace's ``on_progress``)."""

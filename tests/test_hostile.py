@@ -43,6 +43,10 @@ HOSTILE_MODELS = [
     "gpt2 | touch pwned",
     "../../../etc/passwd",
     "gpt2\x00; touch pwned",
+    "gpt2\r\ntouch pwned\r\n",
+    "\x1b[2J\x1b[31mgpt2\x1b[0m; touch pwned",
+    "gpt2; touch pwned " + "A" * 5000,
+    "/" + "a" * 300 + "/config.json",
 ]
 LLAMA_8B = {
     "goal": "Fine-tune Llama-3-8B on support tickets",
@@ -86,6 +90,10 @@ def test_hostile_model_name_in_a_brief_is_one_input_error(
     assert rc == 2, err
     line = _one_error_line(err)
     assert "model" in line
+    # The name is echoed as an escaped literal: one short line, no raw control characters.
+    assert len(line) < 500, line
+    assert not any(ord(ch) < 32 and ch != "\n" for ch in err), err
+    assert not any(ln.startswith("touch pwned") for ln in err.splitlines()), err
     assert not list(tmp_path.rglob(CANARY))
     assert not (tmp_path / "o").exists()
 

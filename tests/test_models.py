@@ -89,11 +89,11 @@ def test_paths_must_be_existing_json_configs(tmp_path: Path) -> None:
         lookup_model(str(notes), 2048)
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
-    with pytest.raises(InputError, match="broken.json is not valid JSON"):
+    with pytest.raises(InputError, match="broken.json' is not valid JSON"):
         lookup_model(str(broken), 2048)
     untyped = tmp_path / "untyped.json"
     untyped.write_text('{"hidden_size": 8}')
-    with pytest.raises(InputError, match="untyped.json .*no model_type"):
+    with pytest.raises(InputError, match="untyped.json' .*no model_type"):
         lookup_model(str(untyped), 2048)
     alien = tmp_path / "alien.json"
     alien.write_text('{"model_type": "my-secret-arch", "auto_map": {}}')

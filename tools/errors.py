@@ -7,6 +7,27 @@ mistakes made by a chat model are not raised here but returned to the model as m
 from __future__ import annotations
 
 
+def shown(text: object, limit: int = 80) -> str:
+    """``text`` as a quoted one-line literal for an error message, cut to about ``limit`` chars.
+
+    ``repr`` escapes newlines, NULs, ANSI escapes and other control characters, so what a
+    user (or a document, or an LLM) typed cannot break the one-line message or a terminal.
+    """
+    value = str(text).strip()
+    if len(value) > limit:
+        return repr(value[:limit]) + f"... ({len(value)} chars)"
+    return repr(value)
+
+
+def printable(text: str) -> str:
+    """``text`` made safe for one terminal line: control characters become escapes (``\\n``,
+    ``\\x1b``), so text from a brief, a document or an LLM cannot add lines or move the cursor.
+    """
+    if all(ch.isprintable() for ch in text):
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 class TrainwrightError(Exception):
     """Base class for errors the CLI reports as one line."""
 

@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from tools.errors import InputError
+from tools.errors import InputError, shown
 from tools.schemas import ModelParams, ModelShape, ModelSpec
 
 MAX_SEQ_LEN = 1_048_576
@@ -217,20 +217,25 @@ def _from_name(ref: str, seq_len: int) -> ModelSpec:
             ),
         )
     path = Path(ref.strip()).expanduser()
-    if path.is_dir() and (path / "config.json").is_file():
-        path = path / "config.json"
-    if path.is_file() and path.suffix == ".json":
+    try:
+        if path.is_dir() and (path / "config.json").is_file():
+            path = path / "config.json"
+        is_config = path.is_file() and path.suffix == ".json"
+        exists = path.exists()
+    except (OSError, ValueError):  # a name too long for the file system, or one with a NUL
+        is_config = exists = False
+    if is_config:
         return _spec_from_config(
             _read_config_file(path), seq_len, name=_name_for(path), source=f"config file {path}"
         )
     if _looks_like_path(ref):
-        problem = "is not a .json file" if path.exists() else "does not exist"
+        problem = "is not a .json file" if exists else "does not exist"
         raise InputError(
             "model",
-            f"'{ref.strip()}' is not a catalog model and {problem}; give the path of an "
+            f"{shown(ref)} is not a catalog model and {problem}; give the path of an "
             f"existing config.json or a catalog id ({_suggest(ref)})",
         )
-    raise InputError("model", f"unknown model '{ref.strip()}'; {_suggest(ref)}")
+    raise InputError("model", f"unknown model {shown(ref)}; {_suggest(ref)}")
 
 
 def _suggest(ref: str) -> str:
@@ -256,15 +261,18 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError("model", f"cannot read {path}: {exc}") from None
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InputError("model", f"cannot read {shown(path, 300)}: {why}") from None
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(
-            "model", f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})"
+            "model", f"{shown(path, 300)} is not valid JSON ({exc.msg} at line {exc.lineno})"
         ) from None
     if not isinstance(config, dict) or not config.get("model_type"):
-        raise InputError("model", f"{path} is not a Hugging Face config.json: it has no model_type")
+        raise InputError(
+            "model", f"{shown(path, 300)} is not a Hugging Face config.json: it has no model_type"
+        )
     return config
 
 
