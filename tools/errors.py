@@ -20,8 +20,10 @@ def shown(text: object, limit: int = 80) -> str:
 
 
 def printable(text: str) -> str:
-    """``text`` made safe for one terminal line: control characters become escapes (``\\n``,
-    ``\\x1b``), so text from a brief, a document or an LLM cannot add lines or move the cursor.
+    """``text`` made safe for one terminal line: control characters become escapes.
+
+    A newline becomes a backslash and ``n``, ESC becomes backslash-x1b, so text from a brief, a
+    document or an LLM cannot add lines or move the cursor.
     """
     if all(ch.isprintable() for ch in text):
         return text
