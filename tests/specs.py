@@ -79,3 +79,17 @@ def tiny_spec(hf_config: dict | None, name: str = "tiny") -> ModelSpec:
         largest_layer_params=0,
         hf_config=hf_config,
     )
+
+
+# A brief for llama-3-8b fine-tuning on one 8xA100-80GB node (the review-loop and hostile-input
+# tests start from it; each sets "smoke" as it needs).
+LLAMA_8B_BRIEF = {
+    "goal": "Fine-tune Llama-3-8B on support tickets",
+    "model": "llama-3-8b",
+    "task": "finetune",
+    "seq_len": 4096,
+    "global_batch_size": 64,
+    "hardware": "1x8xA100-80GB",
+    "precision": "bf16",
+    "smoke": False,
+}

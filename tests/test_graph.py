@@ -8,20 +8,12 @@ from pathlib import Path
 import pytest
 from conftest import call
 from langchain_core.messages import AIMessage, ToolMessage
+from specs import LLAMA_8B_BRIEF
 
 from graphs import build_graph
 from tools.settings import Settings
 
-LLAMA_8B = {
-    "goal": "Fine-tune Llama-3-8B on support tickets",
-    "model": "llama-3-8b",
-    "task": "finetune",
-    "seq_len": 4096,
-    "global_batch_size": 64,
-    "hardware": "1x8xA100-80GB",
-    "precision": "bf16",
-    "smoke": False,
-}
+LLAMA_8B = LLAMA_8B_BRIEF
 
 
 def _run(graph, brief: dict, out: Path, config: dict | None = None) -> dict:

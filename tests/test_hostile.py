@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from conftest import call
 from langchain_core.messages import AIMessage, ToolMessage
+from specs import LLAMA_8B_BRIEF
 
 import app
 from agents.repl import ChatSession, save_plan
@@ -48,16 +49,7 @@ HOSTILE_MODELS = [
     "gpt2; touch pwned " + "A" * 5000,
     "/" + "a" * 300 + "/config.json",
 ]
-LLAMA_8B = {
-    "goal": "Fine-tune Llama-3-8B on support tickets",
-    "model": "llama-3-8b",
-    "task": "finetune",
-    "seq_len": 4096,
-    "global_batch_size": 64,
-    "hardware": "1x8xA100-80GB",
-    "precision": "bf16",
-    "smoke": False,
-}
+LLAMA_8B = LLAMA_8B_BRIEF
 
 
 def _files(root: Path) -> set[Path]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from specs import LLAMA_8B_BRIEF
 
 from agents.loop import role_messages, run_tool_loop
 from agents.offline import OfflinePlaybookModel
@@ -36,16 +37,7 @@ from tools.schemas import Finding, FrameworkChoice, MemoryPlan, Review, SmokeRes
 from tools.settings import SMOKE_FAULTS, Settings
 from tools.strategy import search_strategy
 
-LLAMA_8B = {
-    "goal": "Fine-tune Llama-3-8B on support tickets",
-    "model": "llama-3-8b",
-    "task": "finetune",
-    "seq_len": 4096,
-    "global_batch_size": 64,
-    "hardware": "1x8xA100-80GB",
-    "precision": "bf16",
-    "smoke": True,
-}
+LLAMA_8B = {**LLAMA_8B_BRIEF, "smoke": True}
 OOM = SmokeResult(status="failed", reason="oom: out of memory on rank(s) [0, 1]: RuntimeError")
 DEEPSPEED = FrameworkChoice(primary="deepspeed", stack=["deepspeed"], rationale="test")
 
