@@ -23,6 +23,16 @@ run: $(STAMP)
 test: $(STAMP) browser
 	$(PY) -m pytest -q
 
+# Benchmarks (bench/run.py): both write bench/RESULTS.md and bench/results.json. bench-quick
+# runs fewer cases and repeats (under 5 minutes on a quiet 2-core machine); bench runs more of
+# each, roughly 10-20 minutes.
+.PHONY: bench bench-quick
+bench: $(STAMP)
+	$(PY) bench/run.py --full
+
+bench-quick: $(STAMP)
+	$(PY) bench/run.py --quick
+
 # Headless Chromium for tests/test_batch.py's browser check (Debian's package). Installs only
 # as root; otherwise it says so, and the test fails under CI=true rather than passing silently.
 browser:

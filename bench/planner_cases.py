@@ -58,8 +58,8 @@ def deepspeed_model_states(model: Any, hardware: Any, strategy: str, task: str) 
     return float(out[1])
 
 
-def main() -> int:
-    """Plan each case and print the table."""
+def plan_cases() -> list[dict[str, Any]]:
+    """Plan each case; one record per case (our figures, DeepSpeed's, the choice and why)."""
     from tools.brief import brief_from_dict
     from tools.hardware import parse_hardware
     from tools.models import lookup_model
@@ -101,6 +101,12 @@ def main() -> int:
                 "why": why,
             }
         )
+    return rows
+
+
+def main() -> int:
+    """Plan each case, write the JSON and print the table."""
+    rows = plan_cases()
     OUT.write_text(json.dumps(rows, indent=2) + "\n")
     print(
         "| case | chosen | mb x acc, ckpt | our total GB/GPU | our model states | DeepSpeed model states | why |"
