@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -59,6 +60,9 @@ def _sources(passages: Any) -> str:
     )
 
 
+_COUNTER_LOCK = threading.Lock()
+
+
 class OfflinePlaybookModel(BaseChatModel):
     """A deterministic chat model that follows the researcher/engineer/reviewer playbooks."""
 
@@ -95,9 +99,13 @@ class OfflinePlaybookModel(BaseChatModel):
     def _call(self, *calls: tuple[str, dict[str, Any]]) -> AIMessage:
         tool_calls = []
         for name, args in calls:
-            self.call_counter += 1
+            # One model serves every plan of a graph, and plans may run in parallel threads:
+            # the lock keeps each call id unique (``+=`` on a field is not atomic).
+            with _COUNTER_LOCK:
+                self.call_counter += 1
+                number = self.call_counter
             tool_calls.append(
-                {"name": name, "args": args, "id": f"call_{self.call_counter}", "type": "tool_call"}
+                {"name": name, "args": args, "id": f"call_{number}", "type": "tool_call"}
             )
         return AIMessage(content="", tool_calls=tool_calls)
 

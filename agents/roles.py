@@ -7,8 +7,11 @@ the plan's facts always come from tools, whatever the model does.
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 import re
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +52,44 @@ from tools.schemas import (
     TrainingPlan,
 )
 from tools.settings import Settings
+
+_IMPORTS_LOCK = threading.Lock()
+_imported = False
+# Imported lazily by the nodes' tools, besides tools.batch.WARM_IMPORTS: the knowledge search.
+LAZY_IMPORTS = ("sentence_transformers",)
+
+
+def import_lazy_dependencies() -> None:
+    """Import, once per process and under a lock, what the nodes' tools import lazily.
+
+    Python's per-module import locks do not cover packages with import cycles: a thread that
+    imports one while another thread does can be handed the half-initialised module. Twenty
+    plans started at once on one compiled graph hit it ("cannot import name
+    'GatheredParameters' from partially initialized module 'deepspeed.runtime.zero'"). So the
+    first role to run in a process imports them all while other threads wait; later calls
+    return at once. A plan imports nearly all of them anyway (DeepSpeed validates configs,
+    the researcher embeds its query with torch, the reporter draws with matplotlib). Intake
+    does not call it: its imports are light, and a chat's clarifying question should not
+    wait for DeepSpeed.
+    """
+    global _imported
+    if _imported:
+        return
+    with _IMPORTS_LOCK:
+        if _imported:
+            return
+        import tools
+        from tools.batch import WARM_IMPORTS
+
+        for name in (*WARM_IMPORTS, *LAZY_IMPORTS):
+            try:
+                importlib.import_module(name)
+            except ImportError:  # an optional library; the plan that needs it will say so
+                continue
+        for info in pkgutil.walk_packages(tools.__path__, "tools."):
+            if info.name != "tools.smoke_train":  # a script: it parses argv on import
+                importlib.import_module(info.name)
+        _imported = True
 
 
 class Node(Protocol):
@@ -406,6 +447,7 @@ def make_researcher(
     """Researcher: hardware, model and framework facts."""
 
     def researcher(state: Mapping[str, Any]) -> dict[str, Any]:
+        import_lazy_dependencies()
         events = Events("researcher")
         events("start", "started")
         ws = workspace(state, settings, events)
@@ -453,6 +495,7 @@ def make_engineer(
     """Engineer: strategy, DeepSpeed config, launch files, smoke run; acts on review findings."""
 
     def engineer(state: Mapping[str, Any]) -> dict[str, Any]:
+        import_lazy_dependencies()
         events = Events("engineer")
         events("start", "started")
         ws = workspace(state, settings, events)
@@ -519,6 +562,7 @@ def make_reviewer(
     """Reviewer: mechanical checks decide the verdict; the model explains it."""
 
     def reviewer(state: Mapping[str, Any]) -> dict[str, Any]:
+        import_lazy_dependencies()
         events = Events("reviewer")
         events("start", "started")
         ws = workspace(state, settings, events)
@@ -551,6 +595,7 @@ def make_reporter(settings: Settings) -> Node:
     """Reporter: assemble the TrainingPlan and write report.md, report.html and plan.json."""
 
     def reporter(state: Mapping[str, Any]) -> dict[str, Any]:
+        import_lazy_dependencies()
         from tools.report import write_report
 
         ws = workspace(state, settings, Events("reporter"))

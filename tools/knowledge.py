@@ -2,12 +2,12 @@
 
 The index lives at ``settings.knowledge_index_dir`` and is built on first use (see
 ``knowledge.index``); one ``KnowledgeIndex`` per path is kept for the life of the process so
-the embedding model and the chromadb client load once.
+the embedding model and the chromadb client load once, whichever threads ask first.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
 from pathlib import Path
 
 from knowledge.index import KnowledgeIndex, Passage
@@ -16,9 +16,21 @@ from tools.settings import Settings
 __all__ = ["Passage", "cite", "search_knowledge"]
 
 
-@lru_cache(maxsize=4)
+_INDEXES: dict[Path, KnowledgeIndex] = {}
+_INDEXES_LOCK = threading.Lock()
+_MAX_INDEXES = 4
+
+
 def _index(path: Path) -> KnowledgeIndex:
-    return KnowledgeIndex(path)
+    # A lock, not functools.lru_cache: lru_cache may run the constructor twice for threads
+    # that miss at once, and the planning graph runs plans in parallel threads.
+    with _INDEXES_LOCK:
+        index = _INDEXES.get(path)
+        if index is None:
+            index = _INDEXES[path] = KnowledgeIndex(path)
+            if len(_INDEXES) > _MAX_INDEXES:  # bounded, as lru_cache(maxsize=4) was
+                del _INDEXES[next(iter(_INDEXES))]
+        return index
 
 
 def search_knowledge(query: str, settings: Settings, k: int = 3) -> list[Passage]:
