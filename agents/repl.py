@@ -18,7 +18,6 @@ import json
 import os
 import queue
 import re
-import shutil
 import sqlite3
 import sys
 import threading
@@ -31,6 +30,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tools.errors import InputError, TrainwrightError
+from tools.files import copy_atomic, write_atomic
 from tools.settings import Settings
 
 THREAD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -361,7 +361,9 @@ class ChatSession:
             return
         self.brief, self.plan = values.get("brief"), values.get("plan")
         if snapshot.next:
-            self.say(f"thread {self.thread}: continuing at {', '.join(snapshot.next)}")
+            # Killed (or stopped) mid-graph: the nodes that finished are checkpointed, so only
+            # the one that was running starts again; the same line as ``plan --thread``.
+            self.say(f"resuming thread {self.thread} at {', '.join(snapshot.next)}")
             self._plan(None)
         elif self.plan:
             self.say(f"thread {self.thread}: last plan")
@@ -535,8 +537,6 @@ def save_plan(plan: dict[str, Any], directory: str) -> list[Path]:
     target.mkdir(parents=True, exist_ok=True)
     root = target.resolve()
     if plan.get("deepspeed_config") is not None and "ds_config.json" not in sources:
-        from tools.files import write_atomic
-
         write_atomic(root / "ds_config.json", json.dumps(plan["deepspeed_config"], indent=2))
     copied = []
     for name, source in sorted(sources.items()):
@@ -545,7 +545,7 @@ def save_plan(plan: dict[str, Any], directory: str) -> list[Path]:
             raise InputError("/save", f"{dest} would be written outside {root}")
         if not source.is_file():
             continue
-        shutil.copyfile(source, dest)
+        copy_atomic(source, dest)  # keeps launch scripts executable
         copied.append(dest)
     return copied
 

@@ -9,14 +9,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from procs import cli as _cli
+from procs import history_nodes as _history_nodes
+from procs import ours as _ours
 
 TINY_GPT2 = """\
 model: gpt2
@@ -27,37 +26,6 @@ hardware: local
 smoke: true
 team: {experience: beginner, existing_stack: none}
 """
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, str(ROOT / "app.py"), *args]
-
-
-def _ours(home: Path) -> list[psutil.Process]:
-    """Live processes started for this test's runs (their arguments name the run dir in home)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
-                continue
-            if any(str(home) in arg for arg in proc.info["cmdline"] or ()):
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
-
-
-def _history_nodes(db: Path, thread: str) -> list[str]:
-    """The nodes each checkpoint of ``thread`` was about to run, oldest first."""
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    from graphs import build_graph
-    from tools.settings import Settings
-
-    with SqliteSaver.from_conn_string(str(db)) as saver:
-        graph = build_graph(checkpointer=saver, settings=Settings.load())
-        config = {"configurable": {"thread_id": thread}}
-        return [n for snap in reversed(list(graph.get_state_history(config))) for n in snap.next]
 
 
 @pytest.mark.slow

@@ -182,10 +182,13 @@ def plan_one(
     smoke: bool | None,
     smoke_lock: threading.Lock,
     on_node: Callable[[str], None] = lambda node: None,
+    on_resume: Callable[[str], None] = lambda nodes: None,
 ) -> dict[str, Any]:
     """Run the planning graph on one brief (as ``plan --brief`` does) and return the plan JSON.
 
-    The run is checkpointed under ``thread``: an unfinished run of the same inputs resumes.
+    The run is checkpointed under ``thread``: an unfinished run of the same inputs resumes at
+    the node that was running (``on_resume`` hears which), and a run that finished, wrote
+    ``plan.json`` and was killed before the batch recorded it is not run again.
     A brief that will run a smoke test holds ``smoke_lock`` for its whole run.
     """
     from tools.brief import brief_from_dict, load_brief
@@ -200,7 +203,13 @@ def plan_one(
     }
     graph = make_graph(checkpointer)
     config: dict[str, Any] = {"configurable": {"thread_id": thread}}
-    run_input: Any = None if graph.get_state(config).next else inputs
+    previous = graph.get_state(config)
+    run_input: Any = inputs
+    if previous.next:
+        on_resume(", ".join(previous.next))
+        run_input = None
+    elif (previous.values or {}).get("plan") and (out / "plan.json").is_file():
+        return dict(previous.values["plan"])
     with smoke_lock if brief.smoke else _NO_LOCK:
         for chunk in graph.stream(run_input, config, stream_mode="updates", durability="sync"):
             for node in chunk if isinstance(chunk, dict) else ():
@@ -297,6 +306,11 @@ class _Progress:
         with self._lock:
             self._line(f"[{self.done}/{self.total}] {name}: planning")
 
+    def resumed(self, name: str, nodes: str) -> None:
+        """A brief's earlier run was cut short (a crash, a kill): it continues at ``nodes``."""
+        with self._lock:
+            self._line(f"[{self.done}/{self.total}] {name}: resuming at {nodes}")
+
     def finished(self, outcome: BriefOutcome) -> None:
         """A brief is done (planned, skipped or failed)."""
         with self._lock:
@@ -391,6 +405,7 @@ def run_batch(
                     smoke,
                     smoke_lock,
                     on_node=lambda node: progress.step(job.name, node),
+                    on_resume=lambda nodes: progress.resumed(job.name, nodes),
                 )
                 summary = summarize(plan, job.name)
                 write_atomic(

@@ -25,14 +25,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tools.deepspeed_config import hf_trainer_config
-from tools.files import write_atomic
+from tools.files import copy_atomic, write_atomic
 from tools.memory import resolve_precision
 from tools.schemas import (
     FrameworkChoice,
@@ -129,9 +128,7 @@ def emit_launch(
     files: dict[str, str] = {}
 
     def write(name: str, text: str, *, executable: bool = False) -> None:
-        write_atomic(out_dir / name, text)
-        if executable:
-            (out_dir / name).chmod(0o755)
+        write_atomic(out_dir / name, text, executable=executable)
         files[name] = str(out_dir / name)
 
     write("model_config.json", json.dumps(model.hf_config or {}, indent=2) + "\n")
@@ -173,7 +170,7 @@ def emit_launch(
         write("TF_CONFIG.md", _tf_config_md(command, hardware))
     else:
         if user_script is None:
-            shutil.copyfile(TRAIN_SCRIPT, out_dir / "train.py")
+            copy_atomic(TRAIN_SCRIPT, out_dir / "train.py")
             files["train.py"] = str(out_dir / "train.py")
             script_args = _train_py_args(brief, steps, deepspeed_config)
         else:  # pytorch_fsdp: torchrun starts the user's own FSDP script.
