@@ -110,7 +110,12 @@ def _build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--steps", type=int, help="optimizer steps (default 30)")
     smoke.add_argument("--nodes", type=int, default=1, help="run as N nodes on this machine")
     smoke.add_argument("--timeout", type=float, help="wall-clock limit in seconds")
-    smoke.add_argument("--inject", help="fail on purpose: oom, nan, hang or crash")
+    smoke.add_argument(
+        "--memory-cap",
+        help="most resident memory the run's processes may hold together, e.g. 8GiB or 512MiB, "
+        "or 'off' (default: TRAINWRIGHT_SMOKE_MEMORY_CAP, else half the machine's RAM)",
+    )
+    smoke.add_argument("--inject", help="fail on purpose: oom, nan, hang, crash or alloc")
     smoke.add_argument("--inject-step", type=int, default=3, help="step of the injected fault")
     smoke.add_argument("--micro-batch", type=int, default=1, help="sequences per rank per step")
     smoke.add_argument("--seq-len", type=int, help="tokens per sequence (capped locally)")
@@ -421,7 +426,8 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
     from tools.hardware import profile_local
     from tools.memory import STRATEGY_ORDER
     from tools.models import lookup_model
-    from tools.smoke import INJECT_KINDS, run_smoke_test, smoke_ds_config
+    from tools.settings import parse_memory_cap
+    from tools.smoke import INJECT_KINDS, run_smoke_test, smoke_ds_config, stop_on_sigterm
 
     if args.strategy not in STRATEGY_ORDER:
         raise InputError("--strategy", f"must be one of {', '.join(STRATEGY_ORDER)}")
@@ -438,6 +444,9 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
             raise InputError(flag, f"must be at least 1, got {value}")
     if args.timeout is not None and args.timeout <= 0:
         raise InputError("--timeout", f"must be positive, got {args.timeout:g}")
+    memory_cap = None if args.memory_cap is None else parse_memory_cap(args.memory_cap)
+    # A SIGTERM to the CLI then stops the run's process groups too (finally blocks run).
+    stop_on_sigterm()
     model = lookup_model(args.model, args.seq_len or 1024)
     config = smoke_ds_config(
         model,
@@ -462,6 +471,7 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
         inject=args.inject,
         inject_step=args.inject_step,
         timeout_s=args.timeout,
+        memory_cap=memory_cap,
     )
     if args.json_path:
         from tools.files import write_atomic
@@ -550,6 +560,11 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.load(
             llm=getattr(args, "llm", None), base_url=getattr(args, "base_url", None)
         )
+        if args.command in ("plan", "chat", "report", "smoke"):
+            from tools.smoke import stop_runs_on_interrupt
+
+            # Ctrl-C also stops smoke runs that graph nodes supervise in worker threads.
+            stop_runs_on_interrupt()
         return COMMANDS[args.command](args, settings)
     except TrainwrightError as exc:
         if debug:

@@ -7,6 +7,10 @@ config that run (a) wrote, same steps, batch and sequence length, same environme
 accelerator, threads per rank, the shared-memory op build skipped in both). Wall time of each
 whole command (launcher, imports, model build, 30 steps, exit) is measured; the JSON and the
 printed table give the medians and the ratio. Writes bench/smoke_overhead.json.
+
+``--profile DIR`` instead runs one smoke run with every Python process of it (the CLI, the
+DeepSpeed runner and launcher, each rank) under pyinstrument, through a ``sitecustomize``
+hook on PYTHONPATH, and writes one text profile per process into DIR.
 """
 
 from __future__ import annotations
@@ -31,13 +35,69 @@ def _time(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
     return time.perf_counter() - start
 
 
+# Started in every Python process whose PYTHONPATH holds it (the CLI, the launchers, the
+# ranks): a pyinstrument profile of the whole process, written at exit.
+PROFILE_HOOK = """\
+import atexit, os, sys
+_out = os.environ.get("SMOKE_PROFILE_OUT")
+if _out and "-S" not in sys.orig_argv[1:2]:
+    from pyinstrument import Profiler
+
+    _profiler = Profiler(interval=0.001)
+    _profiler.start()
+
+    def _save():
+        _profiler.stop()
+        name = os.path.basename(sys.argv[0]) or "python"
+        if name == "__main__.py" or name.startswith("-"):
+            name = "python"
+        name = name.removesuffix(".py")
+        rank = os.environ.get("RANK")
+        tag = f"{name}-rank{rank}" if rank and name == "smoke_train" else name
+        path = os.path.join(_out, f"{tag}-{os.getpid()}.txt")
+        with open(path, "w") as fh:
+            fh.write(_profiler.output_text(unicode=True, color=False))
+
+    atexit.register(_save)
+"""
+
+
+def profile(out_dir: Path, work: Path, env: dict[str, str]) -> int:
+    """One smoke run with every Python process of it under pyinstrument; profiles in out_dir."""
+    hook = work / "hook"
+    hook.mkdir(parents=True, exist_ok=True)
+    (hook / "sitecustomize.py").write_text(PROFILE_HOOK)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(
+        env,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(hook), env.get("PYTHONPATH")])),
+        SMOKE_PROFILE_OUT=str(out_dir.resolve()),
+    )
+    for i in range(2):  # the first fills the caches a user's second run would find
+        seconds = _time(
+            [sys.executable, "app.py", "smoke", "--model", "gpt2", "--strategy", "zero2",
+             "--run-dir", str(work / f"profiled{i}")],
+            env if i == 1 else {k: v for k, v in env.items() if k != "SMOKE_PROFILE_OUT"},
+            ROOT,
+        )  # fmt: skip
+        print(f"{'profiled' if i else 'warm-up'} run: {seconds:.1f} s", flush=True)
+    for path in sorted(out_dir.glob("*.txt")):
+        print(f"wrote {path}")
+    return 0
+
+
 def main() -> int:
     """Run the interleaved pairs and write the medians and their ratio."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--profile", type=Path, metavar="DIR", help="profile one run instead (pyinstrument)"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="smoke-overhead-"))
     env = dict(os.environ, TRAINWRIGHT_HOME=str(work / "home"), PYTHONUNBUFFERED="1")
+    if args.profile is not None:
+        return profile(args.profile, work, env)
     ours: list[float] = []
     minimal: list[float] = []
     # Repeat 0 is a warm-up (page cache, DeepSpeed's JIT op cache for the minimal script),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,8 @@ from tools.smoke import (
     scale_model_config,
     strategy_of,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 LLAMA_TINY = {
     "model_type": "llama",
@@ -316,6 +320,39 @@ def test_scale_model_config_falls_back_to_llama_for_unknown_family() -> None:
     assert config["model_type"] == "llama" and shape["family"] == "llama"
     assert "not_a_model" in shape["fallback"]
     assert shape["layers"] == CPU_BUDGET["layers"] and shape["hidden"] == CPU_BUDGET["hidden"]
+
+
+def test_scaled_config_cache_returns_what_scaling_returns(tmp_path: Path) -> None:
+    from tools.smoke import _scale_model_config_cached
+
+    direct = json.loads(json.dumps(scale_model_config(LLAMA3_8B, seq_len=64)))
+    kwargs: dict[str, Any] = {"seq_len": 64, "device": "cpu", "full_size": False}
+    first = _scale_model_config_cached(LLAMA3_8B, cache_dir=tmp_path, **kwargs)
+    entries = list(tmp_path.glob("*.json"))
+    assert len(entries) == 1
+    second = _scale_model_config_cached(LLAMA3_8B, cache_dir=tmp_path, **kwargs)
+    assert list(first) == list(second) == direct
+    # Another input is another entry, never the cached one.
+    other = _scale_model_config_cached(LLAMA_TINY, cache_dir=tmp_path, **kwargs)
+    assert len(list(tmp_path.glob("*.json"))) == 2 and other != first
+    # A damaged entry is recomputed, not trusted.
+    entries[0].write_text("{not json")
+    assert list(_scale_model_config_cached(LLAMA3_8B, cache_dir=tmp_path, **kwargs)) == direct
+
+
+def test_torch_may_see_gpus_agrees_with_the_torch_build() -> None:
+    # In a fresh interpreter: the answer must come without importing torch, and match torch.
+    code = (
+        "import sys; from tools.gpu_probe import torch_may_see_gpus as f; answer = f(); "
+        "assert 'torch' not in sys.modules; import torch; "
+        "print(answer, bool(torch.version.cuda or torch.version.hip))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    answer, build = out.stdout.split()
+    assert answer == build
 
 
 @pytest.mark.slow

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +20,8 @@ from tools.review import MAX_MEMORY_GAP, check_plan
 from tools.schemas import FrameworkChoice, HardwareSpec, SmokeResult, TrainingBrief
 from tools.settings import Settings
 from tools.smoke import (
+    ADDRESS_SPACE_HEADROOM,
+    format_bytes,
     group_alive,
     predict_peak_bytes,
     run_smoke_test,
@@ -23,6 +30,8 @@ from tools.smoke import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+# What tools/smoke.py puts in every launched process's environment (tools/smoke_train.py).
+SUPERVISOR_ENV = "TRAINWRIGHT_SMOKE_SUPERVISOR_PID"
 
 
 def assert_nothing_left(result: SmokeResult) -> None:
@@ -136,6 +145,196 @@ def test_two_node_run_passes_through_the_multi_node_launch(
     assert_nothing_left(result)
 
 
+# --- resource limits: memory cap, Ctrl-C -------------------------------------------------------
+
+
+def run_processes(needle: Path, supervisor: int) -> list[int]:
+    """Live processes of a run: ``needle`` in their arguments or ``supervisor`` in their env."""
+    marker = f"{SUPERVISOR_ENV}={supervisor}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            environ = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X") and (str(needle).encode() in cmdline or marker in environ):
+            found.append(int(name))
+    return found
+
+
+def rank_pids(needle: Path) -> list[int]:
+    """The training ranks (smoke_train.py) running under ``needle``."""
+    pids = []
+    for pid in run_processes(needle, supervisor=-1):
+        with contextlib.suppress(OSError):
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:]
+            # The script is the first argument that is not an option (launchers pass it on).
+            script = next((arg for arg in args if not arg.startswith(b"-")), b"")
+            if script.endswith(b"smoke_train.py"):
+                pids.append(pid)
+    return pids
+
+
+@pytest.mark.slow
+def test_memory_cap_stops_a_leaking_rank_with_oom(settings: Settings) -> None:
+    # Rank 0 allocates ~1 GiB/s from step 3; the run's normal footprint (2 ranks, 2
+    # launchers) is ~1.5 GiB resident, so a 3 GiB cap is crossed only by the leak.
+    cap = 3 * 2**30
+    result = run_smoke_test(
+        tiny_spec(GPT2_TINY),
+        smoke_ds_config(tiny_spec(GPT2_TINY), "zero2", world_size=2),
+        settings,
+        steps=30,
+        inject="alloc",
+        inject_step=3,
+        memory_cap=cap,
+    )
+    assert result.status == "failed"
+    first = result.reason.splitlines()[0]
+    assert first.startswith(f"oom: memory cap {format_bytes(cap)} exceeded"), result.reason
+    assert "(the run's processes held " in first and "last: step 2/30" in first, first
+    assert_nothing_left(result)
+    run_dir = Path(result.run_dir or "")
+    launch = json.loads((run_dir / "launch.json").read_text())
+    assert launch["memory_cap_bytes"] == cap
+    assert launch["address_space_limit_bytes"] == cap + ADDRESS_SPACE_HEADROOM
+    assert "[inject] alloc at step 3 on rank 0" in (run_dir / "logs" / "rank0.log").read_text()
+
+
+@pytest.mark.slow
+def test_cli_memory_cap_below_the_footprint_is_an_oom_naming_the_cap(tmp_path: Path) -> None:
+    out = tmp_path / "smoke.json"
+    proc = run_cli(
+        "smoke", "--model", "gpt2", "--memory-cap", "300MiB", "--json", str(out), "--timeout", "120"
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["status"] == "failed"
+    assert data["reason"].startswith("oom: memory cap 300 MiB exceeded"), data["reason"]
+    assert "oom: memory cap 300 MiB exceeded" in proc.stdout
+    assert_nothing_left(SmokeResult.model_validate(data))
+
+
+def _interrupt_cli(
+    args: list[str], home: Path, ready: str, env: dict[str, str]
+) -> dict[str, object]:
+    """Start ``app.py ARGS`` in its own session, Ctrl-C it once ``ready`` shows on stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "app.py"), *args],
+        cwd=home.parent,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    seen: list[str] = []
+    try:
+        guard = time.monotonic() + 300  # hang guard
+        while not any(ready in line for line in seen):
+            line = lines.get(timeout=max(0.1, guard - time.monotonic()))
+            assert line is not None, "\n".join(seen)
+            seen.append(line)
+        ranks = rank_pids(home)
+        limits = [Path(f"/proc/{pid}/limits").read_text() for pid in ranks]
+        # What a terminal's Ctrl-C does: SIGINT to the foreground process group (the CLI's).
+        sent = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)  # hang guard
+        elapsed = time.monotonic() - sent
+        while (line := lines.get(timeout=10)) is not None:
+            seen.append(line)
+        left = run_processes(home, proc.pid)
+    finally:
+        with_leftovers = run_processes(home, proc.pid) if proc.poll() is not None else []
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pid in with_leftovers:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    print(f"{args[0]}: exited {elapsed:.2f} s after SIGINT")
+    return {
+        "elapsed": elapsed,
+        "code": proc.returncode,
+        "stderr": seen,
+        "left": left,
+        "ranks": ranks,
+        "limits": limits,
+    }
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_cli_smoke_exits_130_and_leaves_no_process(tmp_path: Path) -> None:
+    home = Path(os.environ["TRAINWRIGHT_HOME"])
+    run_dir = home / "runs" / "ctrl-c"
+    args = ["smoke", "--model", "gpt2", "--steps", "100000", "--timeout", "600"]
+    got = _interrupt_cli(
+        [*args, "--memory-cap", "4GiB", "--run-dir", str(run_dir)],
+        home,
+        "step 2/100000",
+        dict(os.environ),
+    )
+    stderr = got["stderr"]
+    assert isinstance(stderr, list)
+    assert got["code"] == 130, stderr[-20:]
+    assert stderr[-1] == "trainwright: interrupted", stderr[-20:]
+    assert got["left"] == [], got["left"]
+    # Both ranks were running, each under the address-space limit the cap implies.
+    assert len(got["ranks"]) == 2  # type: ignore[arg-type]
+    limit = 4 * 2**30 + ADDRESS_SPACE_HEADROOM
+    for text in got["limits"]:  # type: ignore[attr-defined]
+        row = next(line for line in text.splitlines() if line.startswith("Max address space"))
+        assert row.split()[3:5] == [str(limit), str(limit)], row
+    launch = json.loads((run_dir / "launch.json").read_text())
+    assert all(group_alive(pgid) == [] for pgid in launch["pgids"])
+
+
+TINY_GPT2_BRIEF = """\
+model: gpt2
+task: pretrain
+seq_len: 128
+global_batch_size: 8
+hardware: local
+smoke: true
+team: {experience: beginner, existing_stack: none}
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_cli_plan_during_its_smoke_run_leaves_no_process(tmp_path: Path) -> None:
+    home = Path(os.environ["TRAINWRIGHT_HOME"])
+    (home.parent / "brief.yaml").write_text(TINY_GPT2_BRIEF)
+    env = {**os.environ, "TRAINWRIGHT_SMOKE_STEPS": "100000", "TRAINWRIGHT_SMOKE_TIMEOUT_S": "600"}
+    got = _interrupt_cli(
+        ["plan", "--brief", "brief.yaml", "--out", str(tmp_path / "plan-out")],
+        home,
+        "step 2/100000",
+        env,
+    )
+    stderr = got["stderr"]
+    assert isinstance(stderr, list)
+    assert got["code"] == 130, stderr[-20:]
+    assert stderr[-1] == "trainwright: interrupted", stderr[-20:]
+    assert len(got["ranks"]) == 2  # type: ignore[arg-type]
+    assert got["left"] == [], got["left"]
+    assert not (tmp_path / "plan-out" / "plan.json").exists()
+
+
 # --- CLI input errors ------------------------------------------------------------------------
 
 
@@ -147,6 +346,9 @@ def test_two_node_run_passes_through_the_multi_node_launch(
         (["--steps", "0"], "--steps"),
         (["--timeout", "-1"], "--timeout"),
         (["--nodes", "3"], "nodes"),
+        (["--memory-cap", "lots"], "--memory-cap"),
+        (["--memory-cap", "12MiB"], "--memory-cap"),
+        (["--memory-cap", "-1GiB"], "--memory-cap"),
     ],
 )
 def test_cli_smoke_rejects_bad_input_with_one_line(args: list[str], needle: str) -> None:
@@ -250,3 +452,30 @@ def test_review_gives_the_oom_fix_after_an_oom() -> None:
     verdict = [f for f in findings if f.check == "smoke_verdict"]
     assert verdict[0].severity == "error"
     assert "ZeRO stage" in verdict[0].fix and "activation checkpointing" in verdict[0].fix
+
+
+def test_bad_memory_cap_setting_exits_2_naming_the_variable() -> None:
+    proc = subprocess.run(
+        [sys.executable, "app.py", "smoke", "--model", "gpt2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TRAINWRIGHT_SMOKE_MEMORY_CAP": "8 gigs"},
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "TRAINWRIGHT_SMOKE_MEMORY_CAP" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("8GiB", 8 * 2**30), ("512MiB", 512 * 2**20), ("2G", 2 * 2**30), ("1.5 gb", 3 * 2**29),
+     ("off", 0), ("1073741824", 2**30)],
+)  # fmt: skip
+def test_parse_memory_cap(text: str, expected: int) -> None:
+    from tools.settings import parse_memory_cap
+
+    assert parse_memory_cap(text) == expected
+    assert Settings.load(smoke_memory_cap=expected).smoke_memory_cap == expected

@@ -8,9 +8,11 @@ the profile asks the driver directly. Every outside call goes through two inject
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from itertools import combinations
 from typing import Any, Literal
@@ -118,6 +120,38 @@ class GPUProbe(BaseModel):
             names[gpu.name] = names.get(gpu.name, 0) + 1
         parts = [f"{count}x {name}" for name, count in names.items()]
         return f"{', '.join(parts)} (via {self.source})"
+
+
+_BUILD_LINE_RE = re.compile(r"^(cuda|hip)\s*(?::[^=]*)?=\s*(.+?)\s*$", re.MULTILINE)
+
+
+def torch_may_see_gpus() -> bool:
+    """False only when the installed torch certainly sees no GPU: a CPU-only build.
+
+    Answered from the build's ``torch/version.py`` (``cuda``/``hip`` both None) without
+    importing torch (seconds), so a CPU machine asks torch nothing. True when torch is already
+    imported (asking it then costs nothing, and what it says wins), when the file cannot be
+    read, or for a CUDA or ROCm build. Not installed: False.
+    """
+    if "torch" in sys.modules:
+        return True
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    if not spec.submodule_search_locations:
+        return True
+    try:
+        with open(f"{list(spec.submodule_search_locations)[0]}/version.py") as fh:
+            text = fh.read()
+    except OSError:
+        return True
+    builds = dict(_BUILD_LINE_RE.findall(text))
+    if set(builds) != {"cuda", "hip"}:
+        return True  # a layout we do not know: ask torch
+    return any(value != "None" for value in builds.values())
 
 
 def run_command(argv: Sequence[str], timeout_s: float = TIMEOUT_S) -> str:

@@ -213,6 +213,8 @@ def _local_gpu(
 
 def _torch_cuda() -> tuple[bool, int, tuple[str, float] | None]:
     """Whether torch sees CUDA (or ROCm), how many devices, and device 0's name and GiB."""
+    if not gpu_probe.torch_may_see_gpus():
+        return False, 0, None  # a CPU-only build: no need to import torch to know
     try:
         import torch  # lazy: heavy, and only profiling needs it here
     except ImportError:

@@ -7,11 +7,12 @@ Only ``Settings.load`` reads the environment.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tools.errors import InputError
+from tools.errors import InputError, shown
 
 # Telemetry exporters of our dependencies try to reach the network, which is closed here and
 # which users did not opt into. These are the variables each library documents.
@@ -30,9 +31,35 @@ TELEMETRY_OFF = {
 
 
 # The faults tools/smoke.py can inject for real (its INJECT_KINDS; tests check they match).
-SMOKE_FAULTS = ("oom", "nan", "hang", "crash")
+SMOKE_FAULTS = ("oom", "nan", "hang", "crash", "alloc")
 # When an injected fault strikes: the first smoke run of a plan only, or every run.
 SMOKE_INJECT_WHEN = ("first", "always")
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+# The smallest memory cap accepted: below it not even the Python interpreter starts.
+MIN_MEMORY_CAP = 64 * 2**20
+
+
+def parse_memory_cap(text: str, field: str = "--memory-cap") -> int:
+    """Parse a memory cap such as ``8GiB``, ``512MiB``, ``2G`` or ``off``; bytes, 0 for off.
+
+    K/M/G/T are binary (KiB, MiB, ...) with or without ``iB``/``B``; a bare number is bytes.
+    Raises InputError (naming ``field``) for anything else or a cap below 64 MiB.
+    """
+    if text.strip().lower() in ("off", "none", "0"):
+        return 0
+    match = _SIZE_RE.match(text)
+    if match is None:
+        raise InputError(
+            field, f"expected a size such as 8GiB or 512MiB (or 'off'), got {shown(text, 40)}"
+        )
+    unit = (match.group(2) or "").lower()[:1]
+    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if value < MIN_MEMORY_CAP:
+        raise InputError(field, f"must be at least 64MiB (or 'off'), got {shown(text, 40)}")
+    return value
 
 
 def disable_telemetry() -> None:
@@ -56,11 +83,15 @@ class Settings:
     smoke_timeout_s: float = 300.0
     smoke_cpu_ranks: int = 2
     llm_timeout_s: float = 60.0
+    # The most resident memory all processes of one smoke run may hold together, in bytes
+    # (TRAINWRIGHT_SMOKE_MEMORY_CAP, e.g. "8GiB"); None: half of this machine's RAM
+    # (tools/smoke.py default_memory_cap); 0: no cap.
+    smoke_memory_cap: int | None = None
     knowledge_dir: Path | None = None
     # Testing aid, off by default: "KIND" or "KIND:first" makes the first smoke run of a plan
-    # fail for real with KIND (oom, nan, hang, crash); "KIND:always" makes every run fail. It
-    # exercises the review loop: after an injected oom the engineer must re-plan with less
-    # memory, and the second round runs clean.
+    # fail for real with KIND (oom, nan, hang, crash, alloc); "KIND:always" makes every run
+    # fail. It exercises the review loop: after an injected oom the engineer must re-plan
+    # with less memory, and the second round runs clean.
     smoke_inject: str | None = None
 
     def __post_init__(self) -> None:
@@ -117,6 +148,10 @@ class Settings:
             from_env["base_url"] = env["TRAINWRIGHT_BASE_URL"]
         if "TRAINWRIGHT_API_KEY" in env:
             from_env["api_key"] = env["TRAINWRIGHT_API_KEY"]
+        if env.get("TRAINWRIGHT_SMOKE_MEMORY_CAP"):
+            from_env["smoke_memory_cap"] = parse_memory_cap(
+                env["TRAINWRIGHT_SMOKE_MEMORY_CAP"], "TRAINWRIGHT_SMOKE_MEMORY_CAP"
+            )
         if env.get("TRAINWRIGHT_SMOKE_INJECT"):
             from_env["smoke_inject"] = env["TRAINWRIGHT_SMOKE_INJECT"]
         for name, conv in (

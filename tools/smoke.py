@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import hashlib
 import json
 import math
 import os
@@ -41,9 +43,10 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, get_args
 
@@ -84,7 +87,26 @@ SMOKE_LR_WIDTH = 256
 WARMUP_STEPS = 3
 MIN_LOSS_DROP = 0.10
 KILL_GRACE_S = 5.0
+# After Ctrl-C (or SystemExit) the user is waiting: the ranks die at SIGTERM at once, and only
+# the launchers' own interpreter teardown (seconds) would use a longer grace.
+INTERRUPT_GRACE_S = 1.0
 POLL_S = 0.2
+# The memory cap a run gets by default (Settings.smoke_memory_cap unset): this share of the
+# machine's RAM, or of its cgroup's limit when that is lower. The cap bounds the resident
+# memory of every process of the run together (launchers and ranks; shared library pages
+# count in each process that maps them).
+DEFAULT_MEMORY_CAP_FRACTION = 0.5
+# On CPU every rank also runs under an address-space limit (RLIMIT_AS) of the cap plus this
+# much. torch, OpenMP and glibc's per-thread arenas reserve address space they never touch (a
+# CPU rank maps ~1.4 GiB for ~0.5 GiB resident), so this limit is only a backstop for an
+# allocation too fast for the watchdog's poll. Never on CUDA, which reserves huge ranges.
+ADDRESS_SPACE_HEADROOM = 8 * 2**30
+# Starts a launcher under an address-space limit: sets RLIMIT_AS, then execs the launcher (a
+# shim rather than preexec_fn, which is unsafe when the caller has other threads).
+_RLIMIT_SHIM = (
+    "import os, resource, sys; n = int(sys.argv[1]); "
+    "resource.setrlimit(resource.RLIMIT_AS, (n, n)); os.execv(sys.argv[2], sys.argv[2:])"
+)
 
 # Sections that need the network (wandb, comet), write outside the run dir, or change the
 # batch sizes we set (elasticity, autotuning); none of them bears on whether training works.
@@ -116,7 +138,7 @@ _OOM_MARKERS = (
 )
 # A rank that died of SIGKILL we did not send: on Linux, almost always the kernel's OOM killer.
 _KILLED_MARKERS = ("return code = -9", "Signals.SIGKILL", "exitcode  : -9")
-INJECT_KINDS = ("oom", "nan", "hang", "crash")
+INJECT_KINDS = ("oom", "nan", "hang", "crash", "alloc")
 # Errors a rank raises because a peer died, not because of its own fault.
 _PEER_FAILURE_MARKERS = (
     "Connection closed by peer",
@@ -166,6 +188,7 @@ def run_smoke_test(
     timeout_s: float | None = None,
     task: str = "pretrain",
     attn_implementation: str | None = None,
+    memory_cap: int | None = None,
 ) -> SmokeResult:
     """Run a short real training of the planned model (scaled down to fit) and report whether it learns.
 
@@ -191,13 +214,18 @@ def run_smoke_test(
             one DeepSpeed launcher per node with ``--no_ssh --node_rank R`` and a hostfile, or
             one torchrun per node with a static rendezvous on 127.0.0.1. The ranks are split
             evenly between the nodes.
-        inject: ``oom``, ``nan``, ``hang`` or ``crash``: make the run fail that way for real at
-            ``inject_step`` (tools/smoke_train.py), to test the supervision and the verdict.
+        inject: ``oom``, ``nan``, ``hang``, ``crash`` or ``alloc`` (allocate memory until
+            stopped): make the run fail that way for real at ``inject_step``
+            (tools/smoke_train.py), to test the supervision and the verdict.
         inject_step: The step at which the injected fault happens.
         timeout_s: Wall-clock limit; defaults to ``settings.smoke_timeout_s``.
         task: The planned task, for the memory prediction (the run itself always trains).
         attn_implementation: The transformers attention kernel (eager, sdpa, ...); default:
             transformers' own choice for the model.
+        memory_cap: The most resident memory (bytes) the run's processes may hold together;
+            over it the run is killed with verdict ``oom``. Defaults to
+            ``settings.smoke_memory_cap``, else ``default_memory_cap()``; 0 turns it off. On
+            CPU each rank also gets an address-space limit of the cap plus 8 GiB.
 
     Returns:
         A ``SmokeResult`` with the measured metrics and the planner's prediction for the shape
@@ -220,6 +248,10 @@ def run_smoke_test(
         raise InputError("inject_step", f"must be between 1 and steps ({steps}), got {inject_step}")
     if timeout_s <= 0:
         raise InputError("timeout", f"must be positive, got {timeout_s:g}")
+    cap = settings.smoke_memory_cap if memory_cap is None else memory_cap
+    cap = default_memory_cap() if cap is None else cap
+    if cap < 0:
+        raise InputError("memory_cap", f"must be positive (or 0 for none), got {cap}")
 
     started = time.monotonic()
     # Absolute, because the launcher runs with the run directory as its working directory.
@@ -261,8 +293,12 @@ def run_smoke_test(
     )
     smoke_seq = max(8, min(want_seq, FULL_SIZE_MAX_SEQ if full_size else budget["seq_len"]))
     try:
-        model_config, shape = scale_model_config(
-            hf_config, seq_len=smoke_seq, device=device, full_size=full_size
+        model_config, shape = _scale_model_config_cached(
+            hf_config,
+            seq_len=smoke_seq,
+            device=device,
+            full_size=full_size,
+            cache_dir=settings.home / "cache" / "smoke-shapes",
         )
     except Exception as exc:  # whatever transformers rejects is reported as the run's result
         reason = f"launcher_error: cannot build the model: {_first_line(exc)}"
@@ -345,7 +381,16 @@ def run_smoke_test(
             f"{steps} steps" + (f", injecting {inject} at step {inject_step}" if inject else "")
         )
 
-    outcome = _launch_and_wait(commands, env, run_dir, timeout_s, on_progress)
+    outcome = _launch_and_wait(
+        commands,
+        env,
+        run_dir,
+        timeout_s,
+        on_progress,
+        memory_cap=cap,
+        # CUDA reserves far more address space than any limit we could set here.
+        address_space=cap + ADDRESS_SPACE_HEADROOM if cap and device != "cuda" else 0,
+    )
     result = _verdict(base, outcome, metrics_dir, ranks, steps, notes)
     result = with_prediction(result, task=task)
     return _finish(result, run_dir, started)
@@ -692,6 +737,52 @@ def scale_model_config(
         transformers.logging.set_verbosity(verbosity)
 
 
+def _scale_model_config_cached(
+    hf_config: dict[str, Any], *, seq_len: int, device: str, full_size: bool, cache_dir: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``scale_model_config``, remembered on disk: the same inputs give the same result.
+
+    Scaling imports transformers and torch and builds the model on the meta device to count
+    its parameters: seconds before every launch, for a result that only depends on the
+    inputs, the installed transformers and torch, and this file (the budgets and the scaling
+    code). The cache key covers all of them; a missing or unreadable entry is recomputed.
+    """
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for package in ("transformers", "torch"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    key = hashlib.sha256(
+        json.dumps(
+            [hf_config, seq_len, device, full_size, versions, _source_digest()],
+            sort_keys=True,
+            default=str,
+        ).encode()
+    ).hexdigest()[:32]
+    path = cache_dir / f"{key}.json"
+    try:
+        cached = json.loads(path.read_text())
+        return dict(cached["model_config"]), dict(cached["shape"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    model_config, shape = scale_model_config(
+        hf_config, seq_len=seq_len, device=device, full_size=full_size
+    )
+    with contextlib.suppress(OSError):
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        _write_json(path, {"model_config": model_config, "shape": shape})
+    # What the caller gets is what a later cache hit returns: the JSON form.
+    return json.loads(json.dumps(model_config)), json.loads(json.dumps(shape))
+
+
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
 def _scale_model_config(
     hf_config: dict[str, Any], *, seq_len: int, device: str, full_size: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -874,7 +965,62 @@ def group_alive(pgid: int) -> list[int]:
     return alive
 
 
+def group_rss_bytes(pgids: Collection[int]) -> int:
+    """The resident memory of every process in the process groups ``pgids``, summed (bytes).
+
+    One read of ``/proc/PID/stat`` per process gives both its group and its RSS (zombies hold
+    none); psutil stands in where there is no /proc.
+    """
+    wanted = set(pgids)
+    total = 0
+    if not os.path.exists("/proc/self/stat"):
+        import psutil
+
+        for proc in psutil.process_iter():
+            with contextlib.suppress(OSError, psutil.Error):
+                if os.getpgid(proc.pid) in wanted:
+                    total += int(proc.memory_info().rss)
+        return total
+    page = os.sysconf("SC_PAGE_SIZE")
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            # Fields 5 (pgrp) and 24 (rss, in pages) of proc(5), counted after the name.
+            if int(fields[2]) in wanted:
+                total += int(fields[21]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def default_memory_cap() -> int:
+    """The default memory cap of a smoke run: half of this machine's RAM (or cgroup limit)."""
+    return int(DEFAULT_MEMORY_CAP_FRACTION * _usable_memory())
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes as MiB below 1 GiB (``512 MiB``), else GiB with one decimal (``8.0 GiB``)."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
 # --- internals -----------------------------------------------------------------------------
+
+
+def _usable_memory() -> int:
+    total = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    # A container's memory limit (cgroup v2, then v1) is what the run can really use.
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            limit = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if limit.isdigit() and 0 < int(limit) < total:
+            total = int(limit)
+        break
+    return total
 
 
 def _new_run_dir(settings: Settings) -> Path:
@@ -883,6 +1029,10 @@ def _new_run_dir(settings: Settings) -> Path:
 
 
 def _local_device() -> tuple[str, int]:
+    from tools.gpu_probe import torch_may_see_gpus
+
+    if not torch_may_see_gpus():
+        return "cpu", 0  # a CPU-only torch build; importing torch to ask would take seconds
     import torch
 
     if torch.cuda.is_available():
@@ -1114,6 +1264,9 @@ class _Outcome:
         self.last_progress = ""
         self.log_text = ""
         self.timeout_s = 0.0
+        # Set when the run's processes held more than the memory cap: (cap, held) in bytes.
+        self.over_cap: tuple[int, int] | None = None
+        self.address_space = 0
 
 
 def _launch_and_wait(
@@ -1122,28 +1275,45 @@ def _launch_and_wait(
     run_dir: Path,
     timeout_s: float,
     on_progress: Callable[[str], None] | None,
+    *,
+    memory_cap: int = 0,
+    address_space: int = 0,
 ) -> _Outcome:
     """Start one launcher per node, each in its own process group, and supervise them all.
 
     Node 0 logs to ``smoke.log`` (its progress lines reach ``on_progress``), node R to
     ``smoke-node{R}.log``; the training script also writes ``logs/rank{R}.log`` per rank. The
     run ends when every launcher has exited, when one fails (the others are stopped: their
-    ranks would only wait for the missing peers), or at the timeout. Every group is then sent
-    SIGTERM and, after a grace period, SIGKILL, also on Ctrl-C or any error.
+    ranks would only wait for the missing peers), at the timeout, or when the groups together
+    hold more resident memory than ``memory_cap`` (checked every POLL_S; 0: no cap). Every
+    group is then sent SIGTERM and, after a grace period, SIGKILL (at once over the cap), also
+    on Ctrl-C or any error. ``address_space`` (bytes, 0: none) is the RLIMIT_AS each launcher
+    starts under, inherited by its ranks.
     """
     outcome = _Outcome()
     outcome.timeout_s = timeout_s
+    outcome.address_space = address_space
     log_paths = [
         run_dir / ("smoke.log" if i == 0 else f"smoke-node{i}.log") for i in range(len(commands))
     ]
     procs: list[subprocess.Popen[bytes]] = []
+    grace = KILL_GRACE_S
+    run = _ActiveRun()
+    with _ACTIVE_LOCK:
+        _ACTIVE.add(run)
     try:
+        if _INTERRUPTED.is_set():
+            raise KeyboardInterrupt  # Ctrl-C came while this run was being prepared
         for cmd, log_path in zip(commands, log_paths, strict=True):
-            with open(log_path, "wb") as log:
+            argv = cmd
+            if address_space:
+                argv = [sys.executable, "-S", "-c", _RLIMIT_SHIM, str(address_space), *cmd]
+            with open(log_path, "wb") as log, _interrupts_deferred():
+                # Ctrl-C waits until the launcher is in ``procs``, so the kill below reaches it.
                 try:
                     procs.append(
                         subprocess.Popen(
-                            cmd,
+                            argv,
                             cwd=run_dir,
                             env=env,
                             stdin=subprocess.DEVNULL,
@@ -1157,28 +1327,59 @@ def _launch_and_wait(
                 except OSError as exc:
                     outcome.start_error = str(exc)
                     return outcome
+        pgids = [p.pid for p in procs]
         _write_json(
             run_dir / "launch.json",
-            {"commands": commands, "pids": [p.pid for p in procs], "pgids": [p.pid for p in procs]},
+            {
+                "commands": commands,
+                "pids": pgids,
+                "pgids": pgids,
+                "memory_cap_bytes": memory_cap or None,
+                "address_space_limit_bytes": address_space or None,
+            },
         )
         deadline = time.monotonic() + timeout_s
+        next_memory_check = 0.0
         offset = 0
         pending = b""
         while True:
+            if run.stop.is_set():
+                raise KeyboardInterrupt  # stop_all_runs (the CLI's Ctrl-C, from another thread)
             codes = [proc.poll() for proc in procs]
             offset, pending = _pump_log(log_paths[0], offset, pending, outcome, on_progress)
             failed = [code for code in codes if code not in (None, 0)]
             if failed or all(code is not None for code in codes):
                 outcome.returncode = failed[0] if failed else 0
                 break
+            if memory_cap and time.monotonic() >= next_memory_check:
+                checked = time.monotonic()
+                held = group_rss_bytes(pgids)
+                # Every poll, unless a scan of /proc is slow (thousands of processes): then
+                # at most a tenth of a core goes to it.
+                next_memory_check = checked + 10 * (time.monotonic() - checked)
+                if held > memory_cap:
+                    outcome.over_cap = (memory_cap, held)
+                    # As the kernel's OOM killer would: the memory is still growing.
+                    grace = 0.0
+                    break
             if time.monotonic() >= deadline:
                 outcome.timed_out = True
                 break
             time.sleep(POLL_S)
         _pump_log(log_paths[0], offset, pending + b"\n", outcome, on_progress)
+    except (KeyboardInterrupt, SystemExit):
+        grace = min(grace, INTERRUPT_GRACE_S)
+        raise
     finally:
-        # Also on KeyboardInterrupt or any error: nothing of the run may outlive this call.
-        _kill_groups(procs)
+        # Also on KeyboardInterrupt or any error: nothing of the run may outlive this call. A
+        # second Ctrl-C waits until the groups are gone.
+        try:
+            with _interrupts_deferred():
+                _kill_groups(procs, grace)
+        finally:
+            with _ACTIVE_LOCK:
+                _ACTIVE.discard(run)
+            run.done.set()
     if outcome.returncode is None and procs:
         outcome.returncode = next(
             (p.returncode for p in procs if p.returncode), procs[0].returncode
@@ -1189,6 +1390,90 @@ def _launch_and_wait(
             texts.append(log_path.read_text(errors="replace"))
     outcome.log_text = "\n".join(texts)
     return outcome
+
+
+class _ActiveRun:
+    """A supervised run in progress: ``stop`` asks it to end, ``done`` says it has."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.done = threading.Event()
+
+
+_ACTIVE: set[_ActiveRun] = set()
+_ACTIVE_LOCK = threading.Lock()
+# Set by the handler stop_runs_on_interrupt installs: this process was interrupted, so runs
+# still being started (in other threads) do not launch anything.
+_INTERRUPTED = threading.Event()
+
+
+def stop_all_runs(wait_s: float = KILL_GRACE_S + 5.0) -> int:
+    """Stop every smoke run in progress in this process; return how many there were.
+
+    For a Ctrl-C that reaches the main thread while runs are supervised in other threads (a
+    LangGraph node runs in a worker thread): each run kills its process groups and raises
+    KeyboardInterrupt in its own thread. Waits up to ``wait_s`` for them to be gone.
+    """
+    with _ACTIVE_LOCK:
+        runs = list(_ACTIVE)
+    for run in runs:
+        run.stop.set()
+    deadline = time.monotonic() + wait_s
+    for run in runs:
+        run.done.wait(max(0.0, deadline - time.monotonic()))
+    return len(runs)
+
+
+def stop_runs_on_interrupt() -> None:
+    """Make Ctrl-C (SIGINT) also stop smoke runs supervised in other threads.
+
+    Python raises KeyboardInterrupt in the main thread only; a run in a worker thread (a
+    LangGraph node, a batch job) would go on while the main thread waits for that thread to
+    finish. The handler this installs (main thread only; a no-op elsewhere) asks every run to
+    stop, keeps new ones from launching, then does what the previous handler did (raise
+    KeyboardInterrupt). For programs such as the CLI; call it before starting runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        return  # started with Ctrl-C ignored (a background job): keep it that way
+
+    def _interrupt(signum: int, frame: Any) -> None:
+        _INTERRUPTED.set()
+        with _ACTIVE_LOCK:
+            runs = list(_ACTIVE)
+        for run in runs:
+            run.stop.set()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, _interrupt)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold SIGINT (Ctrl-C) for the duration of the block, then raise KeyboardInterrupt.
+
+    Only in the main thread, where Python delivers signals; elsewhere a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    except ValueError:  # not the main interpreter
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and sys.exc_info()[0] is None:
+            raise KeyboardInterrupt
 
 
 def _pump_log(
@@ -1215,19 +1500,19 @@ def _pump_log(
     return offset, pending
 
 
-def _kill_groups(procs: list[subprocess.Popen[bytes]]) -> None:
+def _kill_groups(procs: list[subprocess.Popen[bytes]], grace_s: float = KILL_GRACE_S) -> None:
     # SIGTERM first so each launcher (DeepSpeed's runner or torchrun) can stop its ranks
-    # cleanly, then SIGKILL for whatever is left after the grace period. Each launcher leads
-    # its own group (start_new_session). Orphaned ranks may linger as zombies when PID 1 does
-    # not reap, so liveness ignores zombies.
+    # cleanly, then SIGKILL for whatever is left after the grace period (at once with no
+    # grace). Each launcher leads its own group (start_new_session). Orphaned ranks may
+    # linger as zombies when PID 1 does not reap, so liveness ignores zombies.
     def alive(proc: subprocess.Popen[bytes]) -> bool:
         return proc.poll() is None or bool(group_alive(proc.pid))
 
     live = [proc for proc in procs if alive(proc)]
-    for proc in live:
+    for proc in live if grace_s > 0 else []:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + KILL_GRACE_S
+    deadline = time.monotonic() + grace_s
     while live and time.monotonic() < deadline:
         live = [proc for proc in live if alive(proc)]
         if live:
@@ -1235,6 +1520,13 @@ def _kill_groups(procs: list[subprocess.Popen[bytes]]) -> None:
     for proc in live:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+    # A killed process is gone only once the kernel has freed its memory (a large one takes
+    # a moment); wait for that, so that nothing of the run is left when this returns.
+    deadline = time.monotonic() + KILL_GRACE_S
+    while live and time.monotonic() < deadline:
+        live = [proc for proc in live if alive(proc)]
+        if live:
+            time.sleep(0.05)
     for proc in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=KILL_GRACE_S)
@@ -1307,6 +1599,13 @@ def _verdict(
             reason = f"{reason}\n{_tail(outcome.log_text)}"
         return result.model_copy(update={"status": "failed", "reason": reason})
 
+    if outcome.over_cap is not None:
+        cap, held = outcome.over_cap
+        where = outcome.last_progress or "before the first step"
+        return failed(
+            f"oom: memory cap {format_bytes(cap)} exceeded (the run's processes held "
+            f"{format_bytes(held)}); stopped; last: {where}"
+        )
     if outcome.timed_out:
         where = outcome.last_progress or "before the first step"
         return failed(f"timeout: stopped after {outcome.timeout_s:g} s; last: {where}")
@@ -1317,6 +1616,11 @@ def _verdict(
         error = (
             _oom_line(outcome.log_text) or "a rank was killed by SIGKILL (the kernel's OOM killer?)"
         )
+        if outcome.address_space and base.inject != "oom":
+            error += (
+                f" (ranks ran under a {format_bytes(outcome.address_space)} address-space "
+                "limit: the memory cap plus headroom)"
+            )
         return failed(f"oom: out of memory{where}: {error}", with_log=True)
     nan_ranks = [m["rank"] for m in metrics if not all(map(math.isfinite, m.get("losses", [])))]
     if nan_ranks:

@@ -15,12 +15,13 @@ library only, so it can be copied to any GPU box. Two modes:
 Both take ``--steps``, ``--seq-len``, ``--micro-batch``, ``--seed`` and ``--lr``. On a machine
 without CUDA the ranks run on CPU over gloo, in fp32.
 
-``--inject oom|nan|hang|crash`` (with ``--inject-step N``) makes the run fail for real at step N,
+``--inject oom|nan|hang|crash|alloc`` (with ``--inject-step N``) makes the run fail for real at step N,
 to test whatever supervises it: ``oom`` caps the memory just above what the process holds (an
 address-space limit on CPU, ``torch.cuda.set_per_process_memory_fraction`` on GPU) and gives
 that step a 16x batch; ``nan`` turns the input embeddings' output into NaN; ``hang`` makes rank
 0 sleep inside the step, so every other rank blocks in its next collective; ``crash`` raises on
-the last rank.
+the last rank; ``alloc`` makes rank 0 allocate (and touch) memory steadily until something
+stops it, for the supervisor's memory cap to catch.
 
 Each rank writes ``metrics-dir/rank{R}.json`` (losses, step times, tokens, peak memory);
 rank 0 prints one progress line per step.
@@ -56,10 +57,13 @@ DEFAULT_LR = 3e-3
 # torchrun (and any env:// launcher) sets these for every rank.
 _DIST_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
-INJECT_KINDS = ("oom", "nan", "hang", "crash")
+INJECT_KINDS = ("oom", "nan", "hang", "crash", "alloc")
 # The oom injection: bytes left above what the process holds, and the batch multiplier.
 _OOM_MARGIN_BYTES = 1 << 20
 _OOM_BATCH_FACTOR = 16
+# The alloc injection: a block of this size every interval (~1 GiB/s), written so it is resident.
+_ALLOC_BLOCK_BYTES = 64 << 20
+_ALLOC_INTERVAL_S = 0.05
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -290,6 +294,12 @@ class FaultInjector:
         if self.kind == "hang" and self.rank == 0:
             # The other ranks block in their next collective; only a supervisor's kill ends this.
             time.sleep(10**7)
+        if self.kind == "alloc" and self.rank == 0:
+            # A leak: memory grows until a cap (or the address-space limit) stops the run.
+            held: list[bytearray] = []
+            while True:
+                held.append(bytearray(b"\x01") * _ALLOC_BLOCK_BYTES)
+                time.sleep(_ALLOC_INTERVAL_S)
         if self.kind == "nan":
             embeddings: torch.nn.Module = model.get_input_embeddings()  # type: ignore[operator]
             embeddings.register_forward_hook(lambda _m, _i, out: out * float("nan"))
@@ -305,7 +315,10 @@ class FaultInjector:
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         with open("/proc/self/statm") as fh:
             vm_bytes = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        resource.setrlimit(resource.RLIMIT_AS, (vm_bytes + _OOM_MARGIN_BYTES, hard))
+        limit = vm_bytes + _OOM_MARGIN_BYTES
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)  # under a supervisor's address-space limit
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
         self._cpu_limit = (soft, hard)
 
     def release(self) -> None:
