@@ -56,7 +56,7 @@ from tools.settings import Settings
 _IMPORTS_LOCK = threading.Lock()
 _imported = False
 # Imported lazily by the nodes' tools, besides tools.batch.WARM_IMPORTS: the knowledge search.
-LAZY_IMPORTS = ("sentence_transformers",)
+LAZY_IMPORTS = ("knowledge.minilm", "tokenizers", "safetensors.torch")
 
 
 def import_lazy_dependencies() -> None:

