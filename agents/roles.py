@@ -80,10 +80,14 @@ def import_lazy_dependencies() -> None:
             return
         import tools
         from tools.batch import WARM_IMPORTS
+        from tools.deepspeed_config import import_deepspeed_quietly
 
         for name in (*WARM_IMPORTS, *LAZY_IMPORTS):
             try:
-                importlib.import_module(name)
+                if name == "deepspeed":  # its logger would write to stdout, the CLI's answer
+                    import_deepspeed_quietly()
+                else:
+                    importlib.import_module(name)
             except ImportError:  # an optional library; the plan that needs it will say so
                 continue
         for info in pkgutil.walk_packages(tools.__path__, "tools."):

@@ -242,9 +242,14 @@ def warm_up() -> None:
     import importlib
     import pkgutil
 
+    from tools.deepspeed_config import import_deepspeed_quietly
+
     for name in WARM_IMPORTS:
         try:
-            importlib.import_module(name)
+            if name == "deepspeed":  # its logger would write to stdout, the CLI's answer
+                import_deepspeed_quietly()
+            else:
+                importlib.import_module(name)
         except ImportError:  # an optional library; the brief that needs it will say so
             continue
     importlib.import_module("graphs")  # not graphs.adapters: CrewAI and AutoGen are slow imports
@@ -432,6 +437,8 @@ def run_batch(
             return outcome
 
         with ThreadPoolExecutor(max_workers=min(jobs, len(briefs))) as pool:
+            # On Ctrl-C, Executor.map's iterator cancels the briefs not yet started; the running
+            # ones finish or stop (the interrupt handler stops their smoke runs).
             outcomes = list(pool.map(work, briefs))
     write_index(out_dir, outcomes)
     return outcomes

@@ -421,7 +421,7 @@ def validate_deepspeed_config(config: dict[str, Any], world_size: int) -> None:
             key=".".join(auto_path),
         )
 
-    _quiet_deepspeed_logs()
+    import_deepspeed_quietly()
     from deepspeed.runtime import config as config_module
 
     recording = _RecordingDict(config)
@@ -450,7 +450,7 @@ def validate_deepspeed_config(config: dict[str, Any], world_size: int) -> None:
     _check_scheduler(config)
 
 
-def _quiet_deepspeed_logs() -> None:
+def import_deepspeed_quietly() -> None:
     """Import DeepSpeed with its logger on stderr, showing errors only.
 
     DeepSpeed's logger writes to stdout (deepspeed/utils/logging.py) and warns at import and

@@ -37,7 +37,6 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
 import socket
 import statistics
@@ -51,7 +50,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from tools.errors import InputError
-from tools.files import write_atomic
+from tools.files import copy_atomic, write_atomic
 from tools.schemas import ModelSpec, SmokeResult, StrategyName
 from tools.settings import TELEMETRY_OFF, Settings
 
@@ -344,7 +343,7 @@ def run_smoke_test(
         (run_dir / "ds_config.json").unlink(missing_ok=True)
     # A copy of the script makes the run dir a self-contained reproduction of the run.
     script = run_dir / SCRIPT.name
-    shutil.copyfile(SCRIPT, script)
+    copy_atomic(SCRIPT, script)
 
     train_args = [
         "--steps",
