@@ -155,17 +155,23 @@ def _s(x: float | None) -> str:
 
 
 def _busy_note(machine: dict[str, Any]) -> str:
+    """A line on how busy the machine was.
+
+    The start load is before any of our work; the end load includes the benchmark's own runs.
+    """
     load = machine.get("load_average_start") or [0.0]
     end = machine.get("load_average_end") or [0.0]
     cores = machine.get("nproc") or 1
-    peak = max(load[0], end[0])
-    if peak > 0.5 * cores:
+    if load[0] > 0.75 * cores:
         return (
-            f"**Busy machine:** load average {load[0]:g} at start and {end[0]:g} at the end on "
+            f"**Busy machine:** load average {load[0]:g} at start, before the benchmark, on "
             f"{cores} cores (other work was running), so timings and throughputs are noisy; "
             "ratios of interleaved runs are the more robust figures."
         )
-    return f"Load average {load[0]:g} at start, {end[0]:g} at the end, on {cores} cores."
+    return (
+        f"Load average {load[0]:g} at start (before the benchmark) and {end[0]:g} at the end "
+        f"(including its own runs), on {cores} cores."
+    )
 
 
 def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
