@@ -93,3 +93,15 @@ LLAMA_8B_BRIEF = {
     "precision": "bf16",
     "smoke": False,
 }
+
+# A brief that plans a tiny gpt2 on this machine with a smoke run (the crash, resume and
+# Ctrl-C tests kill or interrupt it mid-run).
+TINY_GPT2_BRIEF_YAML = """\
+model: gpt2
+task: pretrain
+seq_len: 128
+global_batch_size: 8
+hardware: local
+smoke: true
+team: {experience: beginner, existing_stack: none}
+"""

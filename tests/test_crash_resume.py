@@ -40,6 +40,19 @@ def _briefs(folder: Path) -> dict[str, dict]:
     return briefs
 
 
+def _start(cmd: list[str], cwd: Path) -> subprocess.Popen[str]:
+    """Start a batch in its own session (so its whole group can be signalled), stderr piped."""
+    return subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def _stats(folder: Path) -> dict[str, tuple[int, int]]:
     """Every file under ``folder``: relative path -> (inode, mtime in ns)."""
     return {
@@ -53,15 +66,7 @@ def test_batch_killed_mid_run_finishes_the_rest_on_rerun(tmp_path: Path) -> None
     briefs = _briefs(tmp_path / "briefs")
     out = tmp_path / "reports"
     cmd = cli("report", str(tmp_path / "briefs"), "--out", str(out), "--no-smoke", "--jobs", "2")
-    first = subprocess.Popen(
-        cmd,
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    first = _start(cmd, tmp_path)
     assert first.stderr is not None
     try:
         seen: list[str] = []
@@ -116,15 +121,7 @@ def test_batch_interrupted_with_ctrl_c_starts_nothing_more_and_exits_130(tmp_pat
     briefs = _briefs(tmp_path / "briefs")
     out = tmp_path / "reports"
     cmd = cli("report", str(tmp_path / "briefs"), "--out", str(out), "--no-smoke", "--jobs", "1")
-    first = subprocess.Popen(
-        cmd,
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    first = _start(cmd, tmp_path)
     assert first.stderr is not None
     try:
         seen = read_until(first, first.stderr, ": ok (")

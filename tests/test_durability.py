@@ -16,16 +16,9 @@ import pytest
 from procs import cli as _cli
 from procs import history_nodes as _history_nodes
 from procs import ours as _ours
+from specs import TINY_GPT2_BRIEF_YAML
 
-TINY_GPT2 = """\
-model: gpt2
-task: pretrain
-seq_len: 128
-global_batch_size: 8
-hardware: local
-smoke: true
-team: {experience: beginner, existing_stack: none}
-"""
+TINY_GPT2 = TINY_GPT2_BRIEF_YAML
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from specs import GPT2_TINY, tiny_spec
+from specs import GPT2_TINY, TINY_GPT2_BRIEF_YAML, tiny_spec
 
 from tools.review import MAX_MEMORY_GAP, check_plan
 from tools.schemas import FrameworkChoice, HardwareSpec, SmokeResult, TrainingBrief
@@ -304,15 +304,7 @@ def test_ctrl_c_on_cli_smoke_exits_130_and_leaves_no_process(tmp_path: Path) -> 
     assert all(group_alive(pgid) == [] for pgid in launch["pgids"])
 
 
-TINY_GPT2_BRIEF = """\
-model: gpt2
-task: pretrain
-seq_len: 128
-global_batch_size: 8
-hardware: local
-smoke: true
-team: {experience: beginner, existing_stack: none}
-"""
+TINY_GPT2_BRIEF = TINY_GPT2_BRIEF_YAML
 
 
 @pytest.mark.slow
