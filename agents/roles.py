@@ -7,9 +7,7 @@ the plan's facts always come from tools, whatever the model does.
 
 from __future__ import annotations
 
-import importlib
 import json
-import pkgutil
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -78,21 +76,9 @@ def import_lazy_dependencies() -> None:
     with _IMPORTS_LOCK:
         if _imported:
             return
-        import tools
-        from tools.batch import WARM_IMPORTS
-        from tools.deepspeed_config import import_deepspeed_quietly
+        from tools.batch import WARM_IMPORTS, import_modules
 
-        for name in (*WARM_IMPORTS, *LAZY_IMPORTS):
-            try:
-                if name == "deepspeed":  # its logger would write to stdout, the CLI's answer
-                    import_deepspeed_quietly()
-                else:
-                    importlib.import_module(name)
-            except ImportError:  # an optional library; the plan that needs it will say so
-                continue
-        for info in pkgutil.walk_packages(tools.__path__, "tools."):
-            if info.name != "tools.smoke_train":  # a script: it parses argv on import
-                importlib.import_module(info.name)
+        import_modules((*WARM_IMPORTS, *LAZY_IMPORTS), packages=("tools",))
         _imported = True
 
 

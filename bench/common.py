@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,23 +119,6 @@ def rel_error(predicted: float, reference: float) -> float:
     return predicted / reference - 1.0
 
 
-def _cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def _git(*args: str) -> str | None:
     try:
         proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
@@ -155,6 +137,8 @@ def load_average() -> list[float] | None:
 
 def machine_info() -> dict[str, object]:
     """Where and with what the figures were measured."""
+    from tools.hardware import cpu_model, package_version
+
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
@@ -164,14 +148,14 @@ def machine_info() -> dict[str, object]:
         "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": usable,
         "cpu_count": os.cpu_count(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "ram_gb": _ram_gb(),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "torch": _version("torch"),
-        "deepspeed": _version("deepspeed"),
-        "transformers": _version("transformers"),
-        "langgraph": _version("langgraph"),
+        "torch": package_version("torch"),
+        "deepspeed": package_version("deepspeed"),
+        "transformers": package_version("transformers"),
+        "langgraph": package_version("langgraph"),
         "git_head": _git("rev-parse", "--short", "HEAD"),
         "git_dirty": bool(status) if status is not None else None,
         "load_average_start": load_average(),

@@ -237,27 +237,39 @@ class _NoLock:
 _NO_LOCK = _NoLock()
 
 
-def warm_up() -> None:
-    """Import what the planning graph imports lazily, and the package's own modules, once."""
+def import_modules(names: Iterable[str], packages: Iterable[str] = ()) -> None:
+    """Import ``names`` and every module of ``packages`` (except the smoke training script).
+
+    A library that is not installed is skipped: the plan that needs it will say so. DeepSpeed
+    is imported with its logger on stderr: it would otherwise write to stdout, the CLI's answer.
+    """
     import importlib
     import pkgutil
 
     from tools.deepspeed_config import import_deepspeed_quietly
 
-    for name in WARM_IMPORTS:
+    for name in names:
         try:
-            if name == "deepspeed":  # its logger would write to stdout, the CLI's answer
+            if name == "deepspeed":
                 import_deepspeed_quietly()
             else:
                 importlib.import_module(name)
-        except ImportError:  # an optional library; the brief that needs it will say so
+        except ImportError:
             continue
-    importlib.import_module("graphs")  # not graphs.adapters: CrewAI and AutoGen are slow imports
-    for package in ("tools", "agents"):
+    for package in packages:
         pkg = importlib.import_module(package)
         for info in pkgutil.walk_packages(pkg.__path__, f"{package}."):
             if info.name != "tools.smoke_train":  # a script: it parses argv on import
                 importlib.import_module(info.name)
+
+
+def warm_up() -> None:
+    """Import what the planning graph imports lazily, and the package's own modules, once."""
+    import importlib
+
+    import_modules(WARM_IMPORTS)
+    importlib.import_module("graphs")  # not graphs.adapters: CrewAI and AutoGen are slow imports
+    import_modules((), packages=("tools", "agents"))
 
 
 def _one_line(exc: BaseException) -> str:

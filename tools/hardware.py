@@ -307,7 +307,7 @@ def describe_local_machine(out_dir: str | os.PathLike[str] | None = None) -> dic
             "python": platform.python_version(),
         },
         "cpu": {
-            "model": _cpu_model(),
+            "model": cpu_model(),
             "arch": platform.machine() or None,
             "physical_cores": psutil.cpu_count(logical=False),
             "logical_cores": psutil.cpu_count(logical=True),
@@ -359,7 +359,7 @@ def _disk(path: Path) -> dict[str, Any]:
 
 def _software() -> dict[str, Any]:
     """Installed library versions, and what torch's build can use."""
-    facts: dict[str, Any] = {name: _version(name) for name in PACKAGES}
+    facts: dict[str, Any] = {name: package_version(name) for name in PACKAGES}
     facts.update(torch_cuda_available=False, torch_cuda_build=None, torch_hip_build=None)
     if facts["torch"] is None:
         return facts
@@ -442,7 +442,8 @@ def _topology_line(topology: dict[str, Any] | None) -> str:
     return f"{nvlinked} of {len(topology['links'])} GPU pairs NVLink; paths {', '.join(paths)}"
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (x86 "model name", ARM "Hardware"), if known."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
@@ -454,7 +455,8 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def _version(package: str) -> str | None:
+def package_version(package: str) -> str | None:
+    """The installed version of a distribution, or None when it is not installed."""
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
