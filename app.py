@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tools.errors import InputError, TrainwrightError
-from tools.settings import Settings, disable_telemetry
+from tools.core.errors import InputError, TrainwrightError
+from tools.core.settings import Settings, disable_telemetry
 
 THREAD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -159,7 +159,7 @@ def _plan_inputs(args: argparse.Namespace) -> dict[str, Any]:
     if args.smoke is not None:
         overrides["smoke"] = args.smoke
     if args.brief is not None:
-        from tools.brief import brief_from_dict, load_brief
+        from tools.intake.brief import brief_from_dict, load_brief
 
         brief = brief_from_dict({**load_brief(args.brief).model_dump(mode="json"), **overrides})
         return {"request": None, "brief": brief.model_dump(mode="json"), "overrides": overrides}
@@ -195,7 +195,7 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.types import Command
 
-    from agents.models import load_chat_model
+    from agents.chat_models import load_chat_model
     from graphs import build_graph
 
     model = load_chat_model(
@@ -240,7 +240,7 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     if not plan:
         raise TrainwrightError("the graph finished without a plan")
     if args.json_path:
-        from tools.files import write_atomic
+        from tools.core.files import write_atomic
 
         write_atomic(args.json_path, json.dumps(plan, indent=2) + "\n")
     smoke, review = plan["smoke_test"], plan["review"]
@@ -326,23 +326,23 @@ def _stream(
 
 
 def cmd_chat(args: argparse.Namespace, settings: Settings) -> int:
-    """Run the chat REPL (agents/repl.py) on the planning graph."""
-    from agents.repl import run_chat
+    """Run the chat REPL (graphs/chat.py) on the planning graph."""
     from graphs import build_graph
+    from graphs.chat import run_chat
 
     return run_chat(settings, build_graph, thread=args.thread, smoke=args.smoke)
 
 
 def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
     """Print this machine's profile as a summary, or as JSON when --json is given."""
-    from tools.hardware import describe_local_machine, format_profile, parse_hardware
+    from tools.research.hardware import describe_local_machine, format_profile, parse_hardware
 
     if args.hardware.strip().lower() == "local":
         profile = describe_local_machine(settings.out_dir)
     else:
         profile = {"hardware": parse_hardware(args.hardware).model_dump(mode="json")}
     if args.json_path:
-        from tools.files import write_atomic
+        from tools.core.files import write_atomic
 
         text = json.dumps(profile, indent=2)
         write_atomic(args.json_path, text + "\n")
@@ -354,10 +354,10 @@ def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     """Print every strategy's memory per GPU, term by term, and the choice."""
-    from tools.brief import brief_from_dict, load_brief
-    from tools.hardware import parse_hardware
-    from tools.models import lookup_model
-    from tools.strategy import search_strategy
+    from tools.intake.brief import brief_from_dict, load_brief
+    from tools.planning.search import search_strategy
+    from tools.research.hardware import parse_hardware
+    from tools.research.model_catalog import lookup_model
 
     if (args.brief is None) == (args.model is None):
         raise InputError("estimate", "give either --brief FILE or --model M")
@@ -379,7 +379,7 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     model = lookup_model(brief.model, brief.seq_len)
     memory = search_strategy(model, hw, brief, micro_batch_size=args.micro_batch)
     if args.json_path:
-        from tools.files import write_atomic
+        from tools.core.files import write_atomic
 
         write_atomic(args.json_path, json.dumps(memory.model_dump(mode="json"), indent=2) + "\n")
     gpu = f"{hw.gpu.name} {hw.gpu.memory_gb:g} GB" if hw.gpu else "CPU"
@@ -389,7 +389,7 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     print(
         f"  {'strategy':<24}{'mb':>3} {'params':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'buffers':>8}{'total':>9}  fits  (GB per GPU)"
     )
-    from tools.report import is_chosen, setup_name
+    from tools.artifacts.report import is_chosen, setup_name
 
     for s in memory.strategies:
         t = s.per_gpu_bytes
@@ -423,11 +423,11 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
     """Run one smoke test; exit 0 when it passed, 1 when it failed, 2 on bad input."""
-    from tools.hardware import profile_local
-    from tools.memory import STRATEGY_ORDER
-    from tools.models import lookup_model
-    from tools.settings import parse_memory_cap
-    from tools.smoke import INJECT_KINDS, run_smoke_test, smoke_ds_config, stop_on_sigterm
+    from tools.core.settings import parse_memory_cap
+    from tools.planning.memory import STRATEGY_ORDER
+    from tools.research.hardware import profile_local
+    from tools.research.model_catalog import lookup_model
+    from tools.smoke.runner import INJECT_KINDS, run_smoke_test, smoke_ds_config, stop_on_sigterm
 
     if args.strategy not in STRATEGY_ORDER:
         raise InputError("--strategy", f"must be one of {', '.join(STRATEGY_ORDER)}")
@@ -474,7 +474,7 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
         memory_cap=memory_cap,
     )
     if args.json_path:
-        from tools.files import write_atomic
+        from tools.core.files import write_atomic
 
         write_atomic(args.json_path, json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
     print(format_smoke(result))
@@ -506,12 +506,12 @@ def format_smoke(result: Any) -> str:
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     """Plan every brief into its own report folder and write the index; 1 if any brief failed."""
-    from tools.batch import run_batch
+    from graphs.batch import run_batch
 
     _check_out(args.out)
 
     def make_graph(checkpointer: Any) -> Any:
-        from agents.models import load_chat_model
+        from agents.chat_models import load_chat_model
         from graphs import build_graph
 
         model = load_chat_model(
@@ -561,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
             llm=getattr(args, "llm", None), base_url=getattr(args, "base_url", None)
         )
         if args.command in ("plan", "chat", "report", "smoke"):
-            from tools.smoke import stop_runs_on_interrupt
+            from tools.smoke.runner import stop_runs_on_interrupt
 
             # Ctrl-C also stops smoke runs that graph nodes supervise in worker threads.
             stop_runs_on_interrupt()

@@ -20,8 +20,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
-from agents.models import provider_error
-from tools.errors import InputError, TrainwrightError
+from agents.chat_models import provider_error
+from tools.core.errors import InputError, TrainwrightError
 
 
 @lru_cache(maxsize=1)

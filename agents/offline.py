@@ -19,7 +19,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 _JSON_BLOCK = re.compile(r"```json\s*(.*?)```", re.S)
-# A change a reviewer's fix names: ``plan_parallelism {"min_strategy": "zero2"}`` (tools/review.py).
+# A change a reviewer's fix names: ``plan_parallelism {"min_strategy": "zero2"}`` (tools/review/checks.py).
 _SUGGESTION = re.compile(r"plan_parallelism (\{[^{}]*\})")
 
 

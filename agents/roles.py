@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,9 +35,9 @@ from agents.toolkit import (
     reviewer_tools,
     smoke_for,
 )
-from tools.brief import brief_from_dict
-from tools.errors import InputError, printable
-from tools.schemas import (
+from tools.core.errors import InputError, printable
+from tools.core.imports import warm_up
+from tools.core.schemas import (
     FrameworkChoice,
     HardwareSpec,
     LaunchSpec,
@@ -49,37 +48,8 @@ from tools.schemas import (
     TrainingBrief,
     TrainingPlan,
 )
-from tools.settings import Settings
-
-_IMPORTS_LOCK = threading.Lock()
-_imported = False
-# Imported lazily by the nodes' tools, besides tools.batch.WARM_IMPORTS: the knowledge search.
-LAZY_IMPORTS = ("knowledge.minilm", "tokenizers", "safetensors.torch")
-
-
-def import_lazy_dependencies() -> None:
-    """Import, once per process and under a lock, what the nodes' tools import lazily.
-
-    Python's per-module import locks do not cover packages with import cycles: a thread that
-    imports one while another thread does can be handed the half-initialised module. Twenty
-    plans started at once on one compiled graph hit it ("cannot import name
-    'GatheredParameters' from partially initialized module 'deepspeed.runtime.zero'"). So the
-    first role to run in a process imports them all while other threads wait; later calls
-    return at once. A plan imports nearly all of them anyway (DeepSpeed validates configs,
-    the researcher embeds its query with torch, the reporter draws with matplotlib). Intake
-    does not call it: its imports are light, and a chat's clarifying question should not
-    wait for DeepSpeed.
-    """
-    global _imported
-    if _imported:
-        return
-    with _IMPORTS_LOCK:
-        if _imported:
-            return
-        from tools.batch import WARM_IMPORTS, import_modules
-
-        import_modules((*WARM_IMPORTS, *LAZY_IMPORTS), packages=("tools",))
-        _imported = True
+from tools.core.settings import Settings
+from tools.intake.brief import brief_from_dict
 
 
 class Node(Protocol):
@@ -279,8 +249,8 @@ def _llm_read(
     from langchain_core.utils.function_calling import convert_to_openai_tool
     from pydantic import ValidationError
 
-    from agents.models import provider_error
-    from tools.brief import RequestBrief, llm_request_fields
+    from agents.chat_models import provider_error
+    from tools.intake.brief import RequestBrief, llm_request_fields
 
     schema = convert_to_openai_tool(RequestBrief)
     messages = [
@@ -349,7 +319,7 @@ def make_intake(settings: Settings, model: BaseChatModel | None = None) -> Node:
         if model is not None:
             return model
         if not built:
-            from agents.models import load_chat_model
+            from agents.chat_models import load_chat_model
 
             built.append(
                 load_chat_model(
@@ -363,7 +333,7 @@ def make_intake(settings: Settings, model: BaseChatModel | None = None) -> Node:
 
     def intake(state: Mapping[str, Any]) -> dict[str, Any]:
         from agents.offline import OfflinePlaybookModel
-        from tools.brief import (
+        from tools.intake.brief import (
             QUESTIONS,
             brief_from_request,
             merge_answer,
@@ -371,8 +341,8 @@ def make_intake(settings: Settings, model: BaseChatModel | None = None) -> Node:
             missing_field,
             request_fields,
         )
-        from tools.hardware import parse_hardware
-        from tools.models import list_models
+        from tools.research.hardware import parse_hardware
+        from tools.research.model_catalog import list_models
 
         events = Events("intake")
         overrides = dict(state.get("overrides") or {})
@@ -437,7 +407,7 @@ def make_researcher(
     """Researcher: hardware, model and framework facts."""
 
     def researcher(state: Mapping[str, Any]) -> dict[str, Any]:
-        import_lazy_dependencies()
+        warm_up()
         events = Events("researcher")
         events("start", "started")
         ws = workspace(state, settings, events)
@@ -485,7 +455,7 @@ def make_engineer(
     """Engineer: strategy, DeepSpeed config, launch files, smoke run; acts on review findings."""
 
     def engineer(state: Mapping[str, Any]) -> dict[str, Any]:
-        import_lazy_dependencies()
+        warm_up()
         events = Events("engineer")
         events("start", "started")
         ws = workspace(state, settings, events)
@@ -552,7 +522,7 @@ def make_reviewer(
     """Reviewer: mechanical checks decide the verdict; the model explains it."""
 
     def reviewer(state: Mapping[str, Any]) -> dict[str, Any]:
-        import_lazy_dependencies()
+        warm_up()
         events = Events("reviewer")
         events("start", "started")
         ws = workspace(state, settings, events)
@@ -585,8 +555,8 @@ def make_reporter(settings: Settings) -> Node:
     """Reporter: assemble the TrainingPlan and write report.md, report.html and plan.json."""
 
     def reporter(state: Mapping[str, Any]) -> dict[str, Any]:
-        import_lazy_dependencies()
-        from tools.report import write_report
+        warm_up()
+        from tools.artifacts.report import write_report
 
         ws = workspace(state, settings, Events("reporter"))
         narrative = dict(state.get("narrative") or {})

@@ -17,9 +17,8 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-from tools.errors import InputError
-from tools.memory import STRATEGY_ORDER
-from tools.schemas import (
+from tools.core.errors import InputError
+from tools.core.schemas import (
     Finding,
     FrameworkChoice,
     HardwareSpec,
@@ -33,7 +32,8 @@ from tools.schemas import (
     StrategyName,
     TrainingBrief,
 )
-from tools.settings import Settings
+from tools.core.settings import Settings
+from tools.planning.memory import STRATEGY_ORDER
 
 
 @dataclass
@@ -184,10 +184,10 @@ def _dump(obj: BaseModel | dict[str, Any], **exclude: Any) -> str:
 
 def researcher_tools(ws: Workspace) -> list[BaseTool]:
     """profile_hardware, lookup_model, select_framework."""
-    from tools.framework import select_framework as _select
-    from tools.hardware import parse_hardware
-    from tools.memory import plan_memory
-    from tools.models import lookup_model as _lookup
+    from tools.planning.memory import plan_memory
+    from tools.research.framework import select_framework as _select
+    from tools.research.hardware import parse_hardware
+    from tools.research.model_catalog import lookup_model as _lookup
 
     def profile_hardware(spec: str, interconnect: str | None = None) -> str:
         """Resolve the target hardware: 'local' profiles this machine, NODESxGPUSxTYPE describes a cluster."""
@@ -217,13 +217,13 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
 
     def search_knowledge(query: str, k: int = 3) -> str:
         """Search the framework knowledge cards; returns passages with card#section citations."""
-        from tools.knowledge import cite
-        from tools.knowledge import search_knowledge as _search
+        from tools.research.knowledge import cite
+        from tools.research.knowledge import search_knowledge as _search
 
         passages = _search(query, ws.settings, k=k)
         if ws.framework is not None:
             # Passages about the chosen stack or its alternatives back the choice: cite them.
-            from tools.framework import CARD_OF
+            from tools.research.framework import CARD_OF
 
             relevant = {
                 CARD_OF[f]
@@ -248,11 +248,11 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
 
 def engineer_tools(ws: Workspace) -> list[BaseTool]:
     """plan_parallelism, emit_deepspeed_config, emit_launch, run_smoke_test."""
-    from tools.deepspeed_config import emit_deepspeed_config as _emit
-    from tools.deepspeed_config import planned_total_steps, validate_deepspeed_config
-    from tools.launch import emit_launch as _emit_launch
-    from tools.memory import data_parallel_size
-    from tools.strategy import search_strategy
+    from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
+    from tools.artifacts.deepspeed_config import planned_total_steps, validate_deepspeed_config
+    from tools.artifacts.launch import emit_launch as _emit_launch
+    from tools.planning.memory import data_parallel_size
+    from tools.planning.search import search_strategy
 
     def plan_parallelism(
         micro_batch_size: int | None = None,
@@ -331,7 +331,7 @@ def _speed(
     """The speed model's estimate for the chosen setup; None on a CPU-only target."""
     if hw.gpu is None:
         return None
-    from tools.speed import estimate_speed
+    from tools.planning.speed import estimate_speed
 
     est = estimate_speed(
         model,
@@ -359,8 +359,8 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
         return SmokeResult(status="skipped", reason=not_smoke_testable(ws.framework.primary))
     model = _need(ws.model, "the model", "lookup_model")
     memory = _need(ws.memory, "the memory plan", "plan_parallelism")
-    from tools.deepspeed_config import emit_deepspeed_config as _emit
-    from tools.smoke import run_smoke_test as _run
+    from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
+    from tools.smoke.runner import run_smoke_test as _run
 
     config = ws.deepspeed_config
     if config is None and (ws.framework is None or ws.framework.primary in DEEPSPEED_FRAMEWORKS):
@@ -394,7 +394,7 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
 
 def reviewer_tools(ws: Workspace) -> list[BaseTool]:
     """review_plan."""
-    from tools.review import check_plan, decide, round_findings
+    from tools.review.checks import check_plan, decide, round_findings
 
     def review_plan() -> str:
         """Run the review checks (batch arithmetic, memory headroom, framework fit, config keys, smoke run)."""

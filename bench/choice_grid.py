@@ -4,7 +4,7 @@ DeepSpeed's autotuner needs GPUs; here a grid search stands in for it. On this m
 (2 CPU ranks, the smoke runner's CPU setting) every strategy x micro-batch of the grid trains
 a small llama-style model for real (bench/grid_train.py, all in one DeepSpeed launch) and the
 best measured tokens/s is the search's answer. The planner answers the same question without
-running anything: tools/strategy.py ``search_strategy`` for the same model, world size and
+running anything: tools/planning/search.py ``search_strategy`` for the same model, world size and
 global batch. The figures: the measured throughput of the planner's pick over the best
 measured throughput, and the grid's wall time over the planner's.
 
@@ -48,7 +48,7 @@ QUICK = {
 
 def smoke_model() -> tuple[dict[str, Any], dict[str, Any]]:
     """The CPU smoke shape of the llama-1.1b bench config: (HF config dict, shape)."""
-    from tools.smoke import scale_model_config
+    from tools.smoke.runner import scale_model_config
 
     hf = {k: v for k, v in json.loads(MODEL_CONFIG.read_text()).items() if not k.startswith("_")}
     return scale_model_config(hf, seq_len=SEQ_LEN, device="cpu")
@@ -58,7 +58,7 @@ def _hardware() -> Any:
     """2 CPU ranks, as the planner's schema describes a GPU-less machine (gpu None)."""
     import psutil
 
-    from tools.schemas import HardwareSpec
+    from tools.core.schemas import HardwareSpec
 
     # Not profile_local(): it imports torch to look for CUDA, which the planner itself never
     # needs for a described machine, and would be charged to the planner's time.
@@ -73,7 +73,7 @@ def _hardware() -> Any:
 
 
 def _brief() -> Any:
-    from tools.schemas import TrainingBrief
+    from tools.core.schemas import TrainingBrief
 
     return TrainingBrief(
         model="llama-1.1b-smoke",
@@ -87,8 +87,8 @@ def _brief() -> Any:
 
 def planner_pick(shape: dict[str, Any]) -> dict[str, Any]:
     """What search_strategy chooses for this model on 2 CPU ranks, and how long it took."""
-    from tools.smoke import shape_spec
-    from tools.strategy import search_strategy
+    from tools.planning.search import search_strategy
+    from tools.smoke.runner import shape_spec
 
     model = shape_spec({**shape, "seq_len": SEQ_LEN})
     hardware = _hardware()
@@ -127,9 +127,9 @@ def grid_entries(
     shape: dict[str, Any], strategies: list[str], micro_batches: list[int]
 ) -> list[dict[str, Any]]:
     """One entry per strategy x micro-batch: the planner's ds_config for it, adapted to CPU."""
-    from tools.deepspeed_config import emit_deepspeed_config
-    from tools.schemas import MemoryPlan
-    from tools.smoke import adapt_ds_config, shape_spec, smoke_lr
+    from tools.artifacts.deepspeed_config import emit_deepspeed_config
+    from tools.core.schemas import MemoryPlan
+    from tools.smoke.runner import adapt_ds_config, shape_spec, smoke_lr
 
     model = shape_spec({**shape, "seq_len": SEQ_LEN})
     hardware = _hardware()
@@ -183,7 +183,7 @@ def run_grid(
     work: Path,
 ) -> tuple[list[dict[str, Any]], float, str]:
     """All entries in one ``deepspeed --num_gpus 2`` launch; (records, wall seconds, output)."""
-    from tools.smoke import free_port
+    from tools.smoke.runner import free_port
 
     work.mkdir(parents=True, exist_ok=True)
     (work / "model_config.json").write_text(json.dumps(model_config))
@@ -191,7 +191,7 @@ def run_grid(
     out = work / "records.json"
     argv = [
         PY, "-m", "deepspeed.launcher.runner",
-        # A missing hostfile keeps the launcher on this machine (as tools/smoke.py does).
+        # A missing hostfile keeps the launcher on this machine (as tools/smoke/runner.py does).
         "--hostfile", str(work / "no-hostfile"), "--num_gpus", str(RANKS),
         "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
         str(ROOT / "bench" / "grid_train.py"),

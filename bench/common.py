@@ -15,14 +15,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-# What the smoke runner gives its CPU ranks (tools/smoke.py _child_env): the grid's ranks run
+# What the smoke runner gives its CPU ranks (tools/smoke/runner.py _child_env): the grid's ranks run
 # under the same conditions.
 CPU_RANK_ENV = {
     "DS_ACCELERATOR": "cpu",
     "MALLOC_MMAP_THRESHOLD_": "65536",
     "PYTHONUNBUFFERED": "1",
 }
-# The telemetry and offline switches tools/settings.py sets, for every command we start.
+# The telemetry and offline switches tools/core/settings.py sets, for every command we start.
 QUIET_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -137,7 +137,7 @@ def load_average() -> list[float] | None:
 
 def machine_info() -> dict[str, object]:
     """Where and with what the figures were measured."""
-    from tools.hardware import cpu_model, package_version
+    from tools.research.hardware import cpu_model, package_version
 
     try:
         usable = len(os.sched_getaffinity(0))

@@ -2,7 +2,7 @@
 
 Run through ``bash bench/gpu_check.sh [OUT_DIR]`` on a GPU machine (it installs DeepSpeed and
 its missing requirements from the wheels in ``.whl/`` when they are not installed). Each case
-is a 30-step smoke run of the real architecture at full size (tools/smoke.py decides: full size
+is a 30-step smoke run of the real architecture at full size (tools/smoke/runner.py decides: full size
 when the planner says it fits the GPU with 10% free), bf16, one rank. For each case the JSON
 holds the smoke result (losses, step time, tokens/s, MFU, ``torch.cuda.max_memory_allocated``,
 the NVML per-process reading) and the planner's figures for the same shape:
@@ -66,10 +66,10 @@ def main() -> int:
     import torch
     import transformers
 
-    from tools.hardware import profile_local
-    from tools.models import lookup_model
-    from tools.settings import Settings, disable_telemetry
-    from tools.smoke import run_smoke_test, smoke_ds_config, stop_on_sigterm
+    from tools.core.settings import Settings, disable_telemetry
+    from tools.research.hardware import profile_local
+    from tools.research.model_catalog import lookup_model
+    from tools.smoke.runner import run_smoke_test, smoke_ds_config, stop_on_sigterm
 
     disable_telemetry()
     stop_on_sigterm()
@@ -159,9 +159,9 @@ def main() -> int:
 
 
 def _full_estimate(result: Any, gpu: Any) -> int:
-    from tools.memory import estimate_strategy
-    from tools.schemas import HardwareSpec
-    from tools.smoke import shape_spec
+    from tools.core.schemas import HardwareSpec
+    from tools.planning.memory import estimate_strategy
+    from tools.smoke.runner import shape_spec
 
     shape = result.model_shape
     hardware = HardwareSpec(source="local", nodes=1, gpus_per_node=1, gpu=gpu)

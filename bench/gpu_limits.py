@@ -35,10 +35,10 @@ SUPERVISOR = """
 import sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from tools.models import lookup_model
-from tools.settings import Settings, disable_telemetry
-from tools.smoke import run_smoke_test, smoke_ds_config, stop_runs_on_interrupt
-from tools.hardware import profile_local
+from tools.research.model_catalog import lookup_model
+from tools.core.settings import Settings, disable_telemetry
+from tools.smoke.runner import run_smoke_test, smoke_ds_config, stop_runs_on_interrupt
+from tools.research.hardware import profile_local
 disable_telemetry()
 stop_runs_on_interrupt()
 model = lookup_model("gpt2-medium", 1024)
@@ -94,10 +94,10 @@ def main() -> int:
 
     import torch
 
-    from tools.hardware import profile_local
-    from tools.models import lookup_model
-    from tools.settings import Settings, disable_telemetry
-    from tools.smoke import default_memory_cap, run_smoke_test, smoke_ds_config
+    from tools.core.settings import Settings, disable_telemetry
+    from tools.research.hardware import profile_local
+    from tools.research.model_catalog import lookup_model
+    from tools.smoke.runner import default_memory_cap, run_smoke_test, smoke_ds_config
 
     disable_telemetry()
     if not torch.cuda.is_available():

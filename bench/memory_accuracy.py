@@ -1,6 +1,6 @@
 """Memory estimate accuracy: against DeepSpeed's estimators, CPU smoke runs and the GPU check.
 
-(a) ``estimator_grid``: our per-GPU model-state bytes (tools/memory.py ``model_state_bytes``,
+(a) ``estimator_grid``: our per-GPU model-state bytes (tools/planning/memory.py ``model_state_bytes``,
     the figure the planner adds activations and buffers to) vs DeepSpeed's
     ``estimate_zero2_model_states_mem_needs`` / ``estimate_zero3_model_states_mem_needs`` (the
     functions behind ``estimate_zero{2,3}_model_states_mem_needs_all_cold``, whose tables print
@@ -8,7 +8,7 @@
 (b) ``smoke_cases``: our predicted peak vs the measured peak of real ``app.py smoke`` runs on
     2 CPU ranks (anonymous RSS above the pre-model baseline; the prediction is the memory
     model's total for the shape that ran, without the CUDA context and fragmentation margin
-    that this reading does not contain: tools/smoke.py ``predict_peak_bytes``).
+    that this reading does not contain: tools/smoke/runner.py ``predict_peak_bytes``).
 (c) ``gpu_cases``: the H200 runs of bench/gpu_check.sh, read from bench/gpu_check*.json (not
     re-run), with the prediction recomputed by today's memory model.
 
@@ -50,8 +50,8 @@ def estimator_grid(
     from types import SimpleNamespace
 
     from bench.planner_cases import deepspeed_model_states
-    from tools.memory import model_state_bytes
-    from tools.models import lookup_model
+    from tools.planning.memory import model_state_bytes
+    from tools.research.model_catalog import lookup_model
 
     cases = []
     for model_id in models or GRID_MODELS:
@@ -95,7 +95,7 @@ def estimator_grid(
     return {
         "what": (
             "per-GPU model-state bytes (bf16 mixed precision, Adam, every parameter trained): "
-            "tools/memory.py model_state_bytes vs DeepSpeed's estimate_zero2/zero3_"
+            "tools/planning/memory.py model_state_bytes vs DeepSpeed's estimate_zero2/zero3_"
             "model_states_mem_needs (zero_init=True, as the _all_cold tables)"
         ),
         "deepspeed_functions": [
@@ -187,7 +187,7 @@ def gpu_cases() -> dict[str, Any]:
     return {
         "what": (
             "GPU, measured by bench/gpu_check.sh (torch.cuda.max_memory_allocated per rank) vs "
-            "tools/smoke.py predict_peak_bytes recomputed now; read from the JSON, not re-run"
+            "tools/smoke/runner.py predict_peak_bytes recomputed now; read from the JSON, not re-run"
         ),
         "measured_on": sorted({r["when"] for r in rows if r.get("when")}),
         "gpu": sorted({r["gpu"] for r in rows if r.get("gpu")}),

@@ -1,7 +1,7 @@
 """Six reference planning cases: our per-GPU estimate beside DeepSpeed's own model-state figure.
 
 Run ``python bench/planner_cases.py`` from the repository root; it prints a Markdown table and
-writes bench/planner_cases.json. For each case the strategy search (tools/strategy.py) picks a
+writes bench/planner_cases.json. For each case the strategy search (tools/planning/search.py) picks a
 setup; the table gives our per-GPU total for it (model states, activations, buffers, CUDA
 context, 10% margin), the model-state part alone, and DeepSpeed's
 ``estimate_zero2_model_states_mem_needs`` / ``estimate_zero3_model_states_mem_needs`` for the
@@ -60,10 +60,10 @@ def deepspeed_model_states(model: Any, hardware: Any, strategy: str, task: str) 
 
 def plan_cases() -> list[dict[str, Any]]:
     """Plan each case; one record per case (our figures, DeepSpeed's, the choice and why)."""
-    from tools.brief import brief_from_dict
-    from tools.hardware import parse_hardware
-    from tools.models import lookup_model
-    from tools.strategy import search_strategy
+    from tools.intake.brief import brief_from_dict
+    from tools.planning.search import search_strategy
+    from tools.research.hardware import parse_hardware
+    from tools.research.model_catalog import lookup_model
 
     rows = []
     for label, model_id, hw_spec, task, seq, batch in CASES:

@@ -13,7 +13,7 @@ Regimes, measured separately because they differ by orders of magnitude:
   - planner: import tools, parse hardware and brief, lookup_model (catalog counts from
     knowledge/models/counts.json), search_strategy (what ``app.py estimate`` and the engineer's
     plan_parallelism call; it runs plan_memory), emit_deepspeed_config, and our pure-Python
-    strict checks: no ``"auto"`` value (tools/deepspeed_config.py ``_find_auto``) and the batch
+    strict checks: no ``"auto"`` value (tools/artifacts/deepspeed_config.py ``_find_auto``) and the batch
     arithmetic train = micro x accumulation x world (emit also refuses a plan that breaks it).
     The child records whether torch, transformers or deepspeed got imported on the way.
   - with DeepSpeed validation: the planner plus ``validate_deepspeed_config``, which imports
@@ -71,7 +71,7 @@ HEAVY = ("torch", "transformers", "deepspeed")
 
 def strict_check(config: dict[str, Any], world_size: int) -> None:
     """The pure-Python half of validate_deepspeed_config: no "auto", consistent batch sizes."""
-    from tools.deepspeed_config import ConfigError, _find_auto
+    from tools.artifacts.deepspeed_config import ConfigError, _find_auto
 
     auto_path = _find_auto(config)
     if auto_path is not None:
@@ -89,11 +89,11 @@ def one_pass(model_id: str, hardware_spec: str, global_batch: int, seq_len: int)
     """Run the planner steps, then DeepSpeed's validation, once; return each step's seconds."""
     times: dict[str, Any] = {}
     start = time.perf_counter()
-    from tools.deepspeed_config import emit_deepspeed_config, validate_deepspeed_config
-    from tools.hardware import parse_hardware
-    from tools.models import lookup_model
-    from tools.schemas import TrainingBrief
-    from tools.strategy import search_strategy
+    from tools.artifacts.deepspeed_config import emit_deepspeed_config, validate_deepspeed_config
+    from tools.core.schemas import TrainingBrief
+    from tools.planning.search import search_strategy
+    from tools.research.hardware import parse_hardware
+    from tools.research.model_catalog import lookup_model
 
     times["import_tools"] = time.perf_counter() - start
 
@@ -149,7 +149,7 @@ def one_pass(model_id: str, hardware_spec: str, global_batch: int, seq_len: int)
 def live_lookup(model_id: str, seq_len: int) -> dict[str, Any]:
     """lookup_model for a catalog config that counts.json cannot serve (one extra key)."""
     start = time.perf_counter()
-    from tools import models
+    from tools.research import model_catalog as models
 
     config = {**models._catalog_config(model_id), "_name_or_path": f"bench/{model_id}"}
     import_s = time.perf_counter() - start
@@ -195,7 +195,7 @@ def warm_runs(scenario: tuple[str, str, int, int], repeats: int) -> list[dict[st
 
 def warm_live_counts(model_id: str, repeats: int) -> list[float]:
     """A live meta count with imports warm and no cache: a session asking about a new config."""
-    from tools import models
+    from tools.research import model_catalog as models
 
     config_json = json.dumps(models._catalog_config(model_id), sort_keys=True)
     times = []

@@ -405,7 +405,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{c['model']['params'] / 1e6:.1f}M params). The grid stands in for DeepSpeed's "
             "autotuner, which needs GPUs.",
             "",
-            f"Planner (tools/strategy.py search_strategy, hardware: {c['ranks']} CPU ranks, "
+            f"Planner (tools/planning/search.py search_strategy, hardware: {c['ranks']} CPU ranks, "
             f"global batch {c['global_batch']}): **{pk['strategy']}, micro-batch "
             f"{pk['micro_batch']} x accumulation {pk['accumulation']}**, in "
             f"{_s(pk['search_strategy_s'])}; in a fresh process "

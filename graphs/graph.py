@@ -7,10 +7,10 @@ from typing import Any, Literal
 from langchain_core.language_models.chat_models import BaseChatModel
 from langgraph.graph import END, START, StateGraph
 
-from agents.models import load_chat_model
+from agents.chat_models import load_chat_model
 from agents.roles import make_engineer, make_intake, make_reporter, make_researcher, make_reviewer
 from graphs.state import PlanState
-from tools.settings import Settings
+from tools.core.settings import Settings
 
 
 def build_graph(

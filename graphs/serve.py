@@ -4,7 +4,7 @@ Offline model and settings from the environment (``TRAINWRIGHT_*``); no checkpoi
 the LangGraph server supplies its own persistence.
 """
 
-from tools.settings import Settings, disable_telemetry
+from tools.core.settings import Settings, disable_telemetry
 
 disable_telemetry()
 

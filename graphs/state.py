@@ -12,7 +12,7 @@ def merge_dicts(left: dict[str, str] | None, right: dict[str, str] | None) -> di
 
 
 class PlanState(TypedDict, total=False):
-    """One plan's state; keys mirror TrainingPlan (tools/schemas.py)."""
+    """One plan's state; keys mirror TrainingPlan (tools/core/schemas.py)."""
 
     # The input: a free-text request or a brief (the other None), and the fields the caller
     # fixed (CLI flags such as --hardware), which win over what intake reads or is told.

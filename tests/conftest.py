@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tools.settings import TELEMETRY_OFF, Settings  # noqa: E402
+from tools.core.settings import TELEMETRY_OFF, Settings  # noqa: E402
 
 os.environ.update(TELEMETRY_OFF)
 

@@ -8,7 +8,7 @@ DeepSpeed launcher, on CPU over gloo:
         --deepspeed_config ds.json --out DIR
 
 It builds a random-init causal LM from ``model.json`` (fp32; under ``deepspeed.zero.Init``
-for ZeRO-3, as tools/memory.py assumes), runs one full training step so the optimizer
+for ZeRO-3, as tools/planning/memory.py assumes), runs one full training step so the optimizer
 states exist, then the forward and backward of a second step, and counts what the engine
 holds at that point (every model state is alive at once: the peak) and again after the
 second ``step()``. Each rank writes ``DIR/rank{R}.json``.
@@ -50,7 +50,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def skip_shm_comm_build() -> None:
-    """Skip JIT-building DeepSpeed's CPU shared-memory all-reduce op (tools/smoke_train.py)."""
+    """Skip JIT-building DeepSpeed's CPU shared-memory all-reduce op (tools/smoke/train.py)."""
     try:
         import deepspeed
         from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
@@ -188,7 +188,7 @@ def main() -> int:
     with torch.device("meta"):
         transformers.AutoModelForCausalLM.from_config(config)
     if stage == 3:
-        # tools/memory.py: "ZeRO-3 assumes the model is built under deepspeed.zero.Init".
+        # tools/planning/memory.py: "ZeRO-3 assumes the model is built under deepspeed.zero.Init".
         # No dtype argument: Init's _set_dtype (partition_parameters.py) takes the dtype from
         # the config (fp32 here) only when dtype is None; given one, an operator-precedence
         # slip there picks bf16 on the CPU accelerator whatever was passed.

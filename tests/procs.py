@@ -50,7 +50,7 @@ def history_nodes(db: Path, thread: str) -> list[str]:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from graphs import build_graph
-    from tools.settings import Settings
+    from tools.core.settings import Settings
 
     with SqliteSaver.from_conn_string(str(db)) as saver:
         graph = build_graph(checkpointer=saver, settings=Settings.load())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tools.schemas import GPUSpec, HardwareSpec, ModelSpec
+from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec
 
 A100 = GPUSpec(name="A100-80GB", memory_gb=80, bf16_tflops=312, fp16_tflops=312)
 V100 = GPUSpec(name="V100-32GB", memory_gb=32, fp16_tflops=125)

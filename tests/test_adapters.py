@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tools.settings import Settings
+from tools.core.settings import Settings
 
 BRIEF = {"model": "llama-3-8b", "hardware": "1x8xA100-80GB", "smoke": False}
 

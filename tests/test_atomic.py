@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from procs import ROOT, cli, kill_group, read_until
 
-from tools.files import STALE_AFTER_S, clean_stale_temps, copy_atomic, write_atomic
+from tools.core.files import STALE_AFTER_S, clean_stale_temps, copy_atomic, write_atomic
 
 # The versions the writer writes, also exec'd here to know each version's exact bytes:
 # version i is a ~2.5 MB plan-like JSON whose first and last keys both carry i.
@@ -47,7 +47,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, sys.argv[1])
-from tools.files import write_atomic
+from tools.core.files import write_atomic
 
 target, first, last = Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 texts = {i: version_text(i) for i in range(first, last + 1)}
@@ -184,7 +184,7 @@ def test_modes_follow_the_umask_and_launch_scripts_stay_executable(tmp_path: Pat
     assert stat.S_IMODE((tmp_path / "saved" / "report.md").stat().st_mode) == 0o666 & ~mask
     assert (tmp_path / "saved" / "launch.sh").read_text() == "#!/bin/sh\n"
     # The chat's /save copies a plan's files the same way.
-    from agents.repl import save_plan
+    from graphs.chat import save_plan
 
     plan = {
         "report": {"markdown": str(tmp_path / "report.md")},
@@ -203,7 +203,7 @@ def test_modes_follow_the_umask_and_launch_scripts_stay_executable(tmp_path: Pat
 
 
 def test_stale_temporary_files_go_and_live_writers_keep_theirs(tmp_path: Path) -> None:
-    from tools.files import _HOST
+    from tools.core.files import _HOST
 
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],

@@ -70,7 +70,7 @@ def test_parse_importtime_keeps_top_level_imports() -> None:
 
 
 def test_write_briefs_are_valid(tmp_path: Path) -> None:
-    from tools.brief import brief_from_dict
+    from tools.intake.brief import brief_from_dict
 
     for path in latency.write_briefs(tmp_path, 12):
         brief_from_dict(json.loads(path.read_text()))

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.brief import brief_from_dict, load_brief, parse_request
-from tools.errors import InputError
-from tools.models import list_models
+from tools.core.errors import InputError
+from tools.intake.brief import brief_from_dict, load_brief, parse_request
+from tools.research.model_catalog import list_models
 
 SHARED = Path(__file__).parent / "data"
 

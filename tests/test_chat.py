@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.repl import list_threads, save_plan
-from tools.brief import follow_up_fields
-from tools.errors import InputError
-from tools.models import list_models
+from graphs.chat import list_threads, save_plan
+from tools.core.errors import InputError
+from tools.intake.brief import follow_up_fields
+from tools.research.model_catalog import list_models
 
 ROOT = Path(__file__).resolve().parents[1]
 

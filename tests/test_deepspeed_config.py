@@ -7,7 +7,7 @@ import copy
 import pytest
 from specs import A100, CPU_BOX, GPT2, LLAMA3_8B, V100
 
-from tools.deepspeed_config import (
+from tools.artifacts.deepspeed_config import (
     HF_AUTO_KEYS,
     ConfigError,
     emit_deepspeed_config,
@@ -15,9 +15,9 @@ from tools.deepspeed_config import (
     planned_total_steps,
     validate_deepspeed_config,
 )
-from tools.errors import ToolFailure
-from tools.memory import STRATEGY_ORDER, data_parallel_size, plan_memory
-from tools.schemas import HardwareSpec, MemoryPlan, TrainingBrief
+from tools.core.errors import ToolFailure
+from tools.core.schemas import HardwareSpec, MemoryPlan, TrainingBrief
+from tools.planning.memory import STRATEGY_ORDER, data_parallel_size, plan_memory
 
 EIGHT_A100 = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=A100)
 BRIEF = TrainingBrief(
@@ -336,10 +336,10 @@ def test_dataset_tokens_set_the_schedulers_total_steps(llama_plan: MemoryPlan) -
 
 def test_tensor_pipeline_plan_counts_data_parallel_ranks() -> None:
     """train_batch_size = micro x accumulation x world / (t x p), validated at that size."""
-    from tools.brief import brief_from_dict
-    from tools.hardware import parse_hardware
-    from tools.models import lookup_model
-    from tools.strategy import search_strategy
+    from tools.intake.brief import brief_from_dict
+    from tools.planning.search import search_strategy
+    from tools.research.hardware import parse_hardware
+    from tools.research.model_catalog import lookup_model
 
     brief = brief_from_dict(
         {

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.framework import CARD_OF, load_cards, score_frameworks, select_framework
-from tools.schemas import HardwareSpec, MemoryPlan, TrainingBrief
+from tools.core.schemas import HardwareSpec, MemoryPlan, TrainingBrief
+from tools.research.framework import CARD_OF, load_cards, score_frameworks, select_framework
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,14 +17,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tools.brief import brief_from_dict, load_brief, parse_request
-from tools.deepspeed_config import emit_deepspeed_config, validate_deepspeed_config
-from tools.errors import InputError, TrainwrightError
-from tools.hardware import load_gpu_catalog, parse_hardware
-from tools.memory import data_parallel_size
-from tools.models import list_models, lookup_model
-from tools.schemas import HardwareSpec, TrainingBrief
-from tools.strategy import search_strategy
+from tools.artifacts.deepspeed_config import emit_deepspeed_config, validate_deepspeed_config
+from tools.core.errors import InputError, TrainwrightError
+from tools.core.schemas import HardwareSpec, TrainingBrief
+from tools.intake.brief import brief_from_dict, load_brief, parse_request
+from tools.planning.memory import data_parallel_size
+from tools.planning.search import search_strategy
+from tools.research.hardware import load_gpu_catalog, parse_hardware
+from tools.research.model_catalog import list_models, lookup_model
 
 # Examples each property actually ran, for the closing note.
 RUN: Counter[str] = Counter()

@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from specs import LLAMA_8B_BRIEF
 
 from graphs import build_graph
-from tools.settings import Settings
+from tools.core.settings import Settings
 
 LLAMA_8B = LLAMA_8B_BRIEF
 
@@ -120,7 +120,7 @@ def test_model_mistakes_go_back_as_messages_and_facts_still_come_from_tools(
 
 
 def test_invalid_hardware_in_brief_is_an_input_error(settings: Settings, tmp_path: Path) -> None:
-    from tools.errors import InputError
+    from tools.core.errors import InputError
 
     with pytest.raises(InputError) as err:
         _run(build_graph(settings=settings), {**LLAMA_8B, "hardware": "9xbanana"}, tmp_path / "p")

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tools import gpu_probe
-from tools.errors import InputError
-from tools.gpu_probe import (
+from tools.core.errors import InputError
+from tools.research import gpu_probe
+from tools.research.gpu_probe import (
     ROCM_SMI,
     SMI_HEADER,
     SMI_QUERY,
@@ -25,7 +25,7 @@ from tools.gpu_probe import (
     probe_gpus,
     run_command,
 )
-from tools.hardware import (
+from tools.research.hardware import (
     describe_local_machine,
     find_gpu,
     format_profile,

@@ -19,19 +19,19 @@ from langchain_core.messages import AIMessage, ToolMessage
 from specs import LLAMA_8B_BRIEF
 
 import app
-from agents.repl import ChatSession, save_plan
 from graphs import build_graph
-from tools.batch import find_briefs
-from tools.brief import brief_from_dict
-from tools.deepspeed_config import emit_deepspeed_config
-from tools.errors import InputError
-from tools.framework import select_framework
-from tools.hardware import parse_hardware
-from tools.launch import deepspeed_no_ssh_command, emit_launch
-from tools.memory import plan_memory
-from tools.models import lookup_model
-from tools.settings import Settings
-from tools.strategy import search_strategy
+from graphs.batch import find_briefs
+from graphs.chat import ChatSession, save_plan
+from tools.artifacts.deepspeed_config import emit_deepspeed_config
+from tools.artifacts.launch import deepspeed_no_ssh_command, emit_launch
+from tools.core.errors import InputError
+from tools.core.settings import Settings
+from tools.intake.brief import brief_from_dict
+from tools.planning.memory import plan_memory
+from tools.planning.search import search_strategy
+from tools.research.framework import select_framework
+from tools.research.hardware import parse_hardware
+from tools.research.model_catalog import lookup_model
 
 CANARY = "pwned"
 # Each tries to run `touch pwned` in the working directory if any shell ever evaluates it.
@@ -417,8 +417,8 @@ def test_prompt_injection_in_a_card_and_the_goal_changes_nothing(
     scripted: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import knowledge.index as index
-    import tools.knowledge as knowledge
-    from tools.knowledge import search_knowledge
+    import tools.research.knowledge as knowledge
+    from tools.research.knowledge import search_knowledge
 
     monkeypatch.chdir(tmp_path)
     # A real card in a copy of the card folder, and an index built from it (real embeddings,

@@ -23,8 +23,8 @@ from knowledge.index import (
     load_passages,
     slug,
 )
-from tools.knowledge import cite, search_knowledge
-from tools.settings import Settings
+from tools.core.settings import Settings
+from tools.research.knowledge import cite, search_knowledge
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -174,7 +174,7 @@ def test_cards_have_front_matter_and_the_required_sections() -> None:
 
 
 def test_framework_tool_still_reads_the_cards() -> None:
-    from tools.framework import load_cards
+    from tools.research.framework import load_cards
 
     load_cards.cache_clear()
     cards = load_cards()
@@ -237,7 +237,7 @@ def test_knowledge_package_imports_nothing_above_it() -> None:
 
 def test_importing_the_index_module_loads_no_heavy_library() -> None:
     code = (
-        "import sys, knowledge.index, tools.knowledge; "
+        "import sys, knowledge.index, tools.research.knowledge; "
         "print(sorted(m for m in ('chromadb', 'sentence_transformers', 'torch', 'transformers') if m in sys.modules))"
     )
     res = subprocess.run(

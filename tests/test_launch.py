@@ -18,8 +18,8 @@ import pytest
 import yaml
 from specs import GPT2_TINY, tiny_spec
 
-from tools.launch import emit_launch
-from tools.schemas import (
+from tools.artifacts.launch import emit_launch
+from tools.core.schemas import (
     FrameworkChoice,
     GPUSpec,
     HardwareSpec,
@@ -29,8 +29,8 @@ from tools.schemas import (
     StrategyEstimate,
     TrainingBrief,
 )
-from tools.smoke import free_port
-from tools.smoke_train import parse_args
+from tools.smoke.runner import free_port
+from tools.smoke.train import parse_args
 
 DEEPSPEED = FrameworkChoice(primary="deepspeed", stack=["pytorch", "deepspeed"], rationale="x")
 DDP = FrameworkChoice(primary="pytorch_ddp", stack=["pytorch", "pytorch_ddp"], rationale="x")
@@ -92,7 +92,7 @@ def test_deepspeed_plan_writes_config_script_and_launcher(tmp_path: Path) -> Non
     assert json.loads((out / "ds_config.json").read_text()) == DS_CONFIG
     assert json.loads((out / "model_config.json").read_text()) == GPT2_TINY
     assert (out / "train.py").read_text() == (
-        Path(__file__).parents[1] / "tools" / "smoke_train.py"
+        Path(__file__).parents[1] / "tools" / "smoke" / "train.py"
     ).read_text()
     assert launch_line(out) == shlex.join(command)
     assert os.access(out / "launch.sh", os.X_OK)

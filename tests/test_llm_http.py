@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from agents.models import load_chat_model
+from agents.chat_models import load_chat_model
 from graphs import build_graph
-from tools.brief import load_brief
-from tools.errors import InputError, ProviderError
-from tools.settings import Settings
+from tools.core.errors import InputError, ProviderError
+from tools.core.settings import Settings
+from tools.intake.brief import load_brief
 
 ROOT = Path(__file__).resolve().parents[1]
 BRIEF_FILE = Path(__file__).parent / "data" / "llama3-8b-finetune-8xa100.yaml"
@@ -421,8 +421,8 @@ def _structured_requests() -> list[dict[str, Any]]:
 def test_llm_reads_the_request_fields_the_parser_cannot(
     server: str, settings: Settings, tmp_path: Path
 ) -> None:
-    from tools.brief import request_fields
-    from tools.models import list_models
+    from tools.intake.brief import request_fields
+    from tools.research.model_catalog import list_models
 
     assert set(request_fields(WORDY, list_models())) == {"goal"}  # the parser reads nothing
     plan = _plan_request(_llm_settings(settings, server), WORDY, tmp_path / "p")

@@ -26,7 +26,7 @@ import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from graphs import build_graph
-from tools.settings import Settings
+from tools.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = 20
@@ -87,7 +87,7 @@ def brief(i: int) -> dict[str, Any]:
 
 @contextmanager
 def saver_on(db: str) -> Iterator[SqliteSaver]:
-    """A SqliteSaver on one connection that every thread may use (as tools/batch.py opens it)."""
+    """A SqliteSaver on one connection that every thread may use (as graphs/batch.py opens it)."""
     with closing(sqlite3.connect(db, check_same_thread=False)) as conn:
         yield SqliteSaver(conn)
 
@@ -215,7 +215,7 @@ def test_twenty_parallel_plans_share_one_checkpointer_and_one_store(
 
 def test_twenty_threads_search_one_store_at_once(settings: Settings) -> None:
     """The knowledge search from 20 threads at once gives what it gives one query at a time."""
-    from tools.knowledge import search_knowledge
+    from tools.research.knowledge import search_knowledge
 
     queries = [
         f"when to choose ZeRO stage {stage} for {gpus} GPUs and {what}"

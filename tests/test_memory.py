@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from specs import A100, CPU_BOX, GPT2, LLAMA3_8B, LLAMA3_70B, V100
 
-from tools.errors import InputError
-from tools.memory import (
+from tools.core.errors import InputError
+from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, TrainingBrief
+from tools.planning.memory import (
     GB,
     STRATEGY_ORDER,
     activation_bytes,
@@ -24,7 +25,6 @@ from tools.memory import (
     plan_memory,
     resolve_precision,
 )
-from tools.schemas import GPUSpec, HardwareSpec, ModelSpec, TrainingBrief
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -375,7 +375,7 @@ def test_plan_is_fast_and_imports_no_torch() -> None:
     for _ in range(20):
         plan_memory(LLAMA3_8B, gpus(1, 8), llama_brief())
     assert (time.perf_counter() - start) / 20 < 0.05
-    code = "import sys, tools.memory; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, tools.planning.memory; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 

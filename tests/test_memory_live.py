@@ -2,9 +2,9 @@
 
 Each stage launches ``tests/live_states_probe.py`` on 2 CPU ranks (gloo, fp32) with the
 DeepSpeed launcher: a llama-style model (hidden 256, 4 layers, vocab 1024, ~3.7M parameters),
-AdamW (``torch_adam``), and the ZeRO section tools/deepspeed_config.py emits for the strategy
-(its bucket sizes, overlap_comm, contiguous_gradients), adapted for CPU as tools/smoke.py
-adapts it. ZeRO-3 builds the model under ``deepspeed.zero.Init``, as tools/memory.py assumes.
+AdamW (``torch_adam``), and the ZeRO section tools/artifacts/deepspeed_config.py emits for the strategy
+(its bucket sizes, overlap_comm, contiguous_gradients), adapted for CPU as tools/smoke/runner.py
+adapts it. ZeRO-3 builds the model under ``deepspeed.zero.Init``, as tools/planning/memory.py assumes.
 The probe runs one full step, then the forward and backward of a second, and counts the
 storages the engine holds (each storage once): the working weights, the fp32 master
 partition, Adam's exp_avg/exp_avg_sq and the gradients. These must agree with
@@ -59,12 +59,12 @@ from typing import Any
 
 import pytest
 
-from tools.deepspeed_config import _zero_section
-from tools.memory import estimate_strategy, model_state_bytes, resolve_precision
-from tools.models import lookup_model
-from tools.schemas import HardwareSpec, ModelSpec
-from tools.settings import TELEMETRY_OFF
-from tools.smoke import adapt_ds_config, free_port, group_alive
+from tools.artifacts.deepspeed_config import _zero_section
+from tools.core.schemas import HardwareSpec, ModelSpec
+from tools.core.settings import TELEMETRY_OFF
+from tools.planning.memory import estimate_strategy, model_state_bytes, resolve_precision
+from tools.research.model_catalog import lookup_model
+from tools.smoke.runner import adapt_ds_config, free_port, group_alive
 
 PROBE = Path(__file__).with_name("live_states_probe.py")
 RANKS = 2
@@ -116,7 +116,7 @@ def _run_probe(spec: ModelSpec, strategy: str, run_dir: Path) -> list[dict[str, 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "model.json").write_text(json.dumps(MODEL_CONFIG))
     (run_dir / "ds_config.json").write_text(json.dumps(ds_config))
-    # A copy of the script makes the run dir a self-contained reproduction (as tools/smoke.py).
+    # A copy of the script makes the run dir a self-contained reproduction (as tools/smoke/runner.py).
     script = run_dir / PROBE.name
     shutil.copyfile(PROBE, script)
     out = run_dir / "out"

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from tools import models
-from tools.errors import InputError
-from tools.models import list_models, load_model_catalog, lookup_model
-from tools.schemas import ModelParams, ModelShape
+from tools.core.errors import InputError
+from tools.core.schemas import ModelParams, ModelShape
+from tools.research import model_catalog as models
+from tools.research.model_catalog import list_models, load_model_catalog, lookup_model
 
 COUNTS_PATH = Path(__file__).resolve().parents[1] / "knowledge" / "models" / models.COUNTS_FILE
 
@@ -213,7 +213,7 @@ def test_shipped_counts_equal_a_live_meta_count() -> None:
     """Every catalog model's stored counts are what meta instantiation gives now (about 5 s)."""
     shipped = json.loads(COUNTS_PATH.read_text(encoding="utf-8"))
     live = models.catalog_counts()
-    stale = "stale: run `python -m tools.models --refresh-counts`"
+    stale = "stale: run `python -m tools.research.model_catalog --refresh-counts`"
     assert shipped["transformers"] == live["transformers"], stale
     assert sorted(shipped["models"]) == sorted(live["models"]) == sorted(list_models()), stale
     for model_id, counts in live["models"].items():

@@ -17,14 +17,17 @@ from agents.loop import role_messages, run_tool_loop
 from agents.offline import OfflinePlaybookModel
 from agents.toolkit import Workspace, engineer_tools
 from graphs import build_graph
-from tools.brief import brief_from_dict
-from tools.deepspeed_config import emit_deepspeed_config
-from tools.errors import InputError
-from tools.framework import select_framework
-from tools.hardware import parse_hardware
-from tools.memory import STRATEGY_ORDER, plan_memory
-from tools.models import lookup_model
-from tools.review import (
+from tools.artifacts.deepspeed_config import emit_deepspeed_config
+from tools.core.errors import InputError
+from tools.core.schemas import Finding, FrameworkChoice, MemoryPlan, Review, SmokeResult
+from tools.core.settings import SMOKE_FAULTS, Settings
+from tools.intake.brief import brief_from_dict
+from tools.planning.memory import STRATEGY_ORDER, plan_memory
+from tools.planning.search import search_strategy
+from tools.research.framework import select_framework
+from tools.research.hardware import parse_hardware
+from tools.research.model_catalog import lookup_model
+from tools.review.checks import (
     DEEPSPEED_REMOVED_KEYS,
     DEEPSPEED_TOP_LEVEL_KEYS,
     check_plan,
@@ -33,9 +36,6 @@ from tools.review import (
     memory_fix,
     round_findings,
 )
-from tools.schemas import Finding, FrameworkChoice, MemoryPlan, Review, SmokeResult
-from tools.settings import SMOKE_FAULTS, Settings
-from tools.strategy import search_strategy
 
 LLAMA_8B = {**LLAMA_8B_BRIEF, "smoke": True}
 OOM = SmokeResult(status="failed", reason="oom: out of memory on rank(s) [0, 1]: RuntimeError")
@@ -91,7 +91,7 @@ def test_key_sets_are_what_the_installed_deepspeed_reads() -> None:
     """Re-record the top-level keys DeepSpeedConfig looks up; a DeepSpeed upgrade shows here."""
     from deepspeed.runtime import config as config_module
 
-    from tools.deepspeed_config import _as_rank_zero, _DataParallelGroup, _RecordingDict
+    from tools.artifacts.deepspeed_config import _as_rank_zero, _DataParallelGroup, _RecordingDict
 
     recording = _RecordingDict({"train_batch_size": 1})
     with _as_rank_zero(config_module, 1):
@@ -253,7 +253,7 @@ def test_rejection_states_its_reasons() -> None:
 
 
 def test_smoke_inject_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tools.smoke import INJECT_KINDS
+    from tools.smoke.runner import INJECT_KINDS
 
     assert SMOKE_FAULTS == INJECT_KINDS
     assert Settings.load().smoke_inject is None

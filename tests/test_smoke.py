@@ -14,9 +14,9 @@ import psutil
 import pytest
 from specs import GPT2_TINY, tiny_spec
 
-from tools.schemas import SmokeResult
-from tools.settings import Settings
-from tools.smoke import (
+from tools.core.schemas import SmokeResult
+from tools.core.settings import Settings
+from tools.smoke.runner import (
     CPU_BUDGET,
     _Outcome,
     _verdict,
@@ -323,7 +323,7 @@ def test_scale_model_config_falls_back_to_llama_for_unknown_family() -> None:
 
 
 def test_scaled_config_cache_returns_what_scaling_returns(tmp_path: Path) -> None:
-    from tools.smoke import _scale_model_config_cached
+    from tools.smoke.runner import _scale_model_config_cached
 
     direct = json.loads(json.dumps(scale_model_config(LLAMA3_8B, seq_len=64)))
     kwargs: dict[str, Any] = {"seq_len": 64, "device": "cpu", "full_size": False}
@@ -343,7 +343,7 @@ def test_scaled_config_cache_returns_what_scaling_returns(tmp_path: Path) -> Non
 def test_torch_may_see_gpus_agrees_with_the_torch_build() -> None:
     # In a fresh interpreter: the answer must come without importing torch, and match torch.
     code = (
-        "import sys; from tools.gpu_probe import torch_may_see_gpus as f; answer = f(); "
+        "import sys; from tools.research.gpu_probe import torch_may_see_gpus as f; answer = f(); "
         "assert 'torch' not in sys.modules; import torch; "
         "print(answer, bool(torch.version.cuda or torch.version.hip))"
     )

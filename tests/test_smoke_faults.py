@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from specs import GPT2_TINY, TINY_GPT2_BRIEF_YAML, tiny_spec
 
-from tools.review import MAX_MEMORY_GAP, check_plan
-from tools.schemas import FrameworkChoice, HardwareSpec, SmokeResult, TrainingBrief
-from tools.settings import Settings
-from tools.smoke import (
+from tools.core.schemas import FrameworkChoice, HardwareSpec, SmokeResult, TrainingBrief
+from tools.core.settings import Settings
+from tools.review.checks import MAX_MEMORY_GAP, check_plan
+from tools.smoke.runner import (
     ADDRESS_SPACE_HEADROOM,
     format_bytes,
     group_alive,
@@ -30,7 +30,7 @@ from tools.smoke import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-# What tools/smoke.py puts in every launched process's environment (tools/smoke_train.py).
+# What tools/smoke/runner.py puts in every launched process's environment (tools/smoke/train.py).
 SUPERVISOR_ENV = "TRAINWRIGHT_SMOKE_SUPERVISOR_PID"
 
 
@@ -368,9 +368,9 @@ SHAPE = {
 
 
 def test_prediction_leaves_out_what_the_measurement_cannot_see() -> None:
-    from tools.memory import CUDA_CONTEXT_BYTES, FRAGMENTATION_MARGIN, estimate_strategy
-    from tools.schemas import GPUSpec
-    from tools.smoke import shape_spec
+    from tools.core.schemas import GPUSpec
+    from tools.planning.memory import CUDA_CONTEXT_BYTES, FRAGMENTATION_MARGIN, estimate_strategy
+    from tools.smoke.runner import shape_spec
 
     cpu = predict_peak_bytes(SHAPE, "zero2", "cpu", 2)
     full = estimate_strategy(
@@ -467,7 +467,7 @@ def test_bad_memory_cap_setting_exits_2_naming_the_variable() -> None:
      ("off", 0), ("1073741824", 2**30)],
 )  # fmt: skip
 def test_parse_memory_cap(text: str, expected: int) -> None:
-    from tools.settings import parse_memory_cap
+    from tools.core.settings import parse_memory_cap
 
     assert parse_memory_cap(text) == expected
     assert Settings.load(smoke_memory_cap=expected).smoke_memory_cap == expected

@@ -7,15 +7,15 @@ import time
 import pytest
 from specs import A100, CPU_BOX, LLAMA3_8B, LLAMA3_70B, MIXTRAL
 
-from tools.errors import InputError
-from tools.hardware import parse_hardware
-from tools.schemas import HardwareSpec
-from tools.speed import (
+from tools.core.errors import InputError
+from tools.core.schemas import HardwareSpec
+from tools.planning.speed import (
     EFFICIENCY_BY_CLASS,
     estimate_speed,
     gpu_class,
     training_flops_per_token,
 )
+from tools.research.hardware import parse_hardware
 
 
 def _speed(model=LLAMA3_8B, hardware="1x8xA100-80GB", strategy="zero2", **kw):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tools.brief import brief_from_dict
-from tools.hardware import parse_hardware
-from tools.memory import OFFLOAD_STRATEGIES, capacity_bytes, estimate_strategy, setup_label
-from tools.models import lookup_model
-from tools.speed import estimate_speed
-from tools.strategy import MIN_HEADROOM, model_parallel_setups, search_strategy
+from tools.intake.brief import brief_from_dict
+from tools.planning.memory import OFFLOAD_STRATEGIES, capacity_bytes, estimate_strategy, setup_label
+from tools.planning.search import MIN_HEADROOM, model_parallel_setups, search_strategy
+from tools.planning.speed import estimate_speed
+from tools.research.hardware import parse_hardware
+from tools.research.model_catalog import lookup_model
 
 
 def _search(model: str, hardware: str, seq_len: int, batch: int, task: str = "finetune"):

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from agents.toolkit import Workspace, engineer_tools, researcher_tools, reviewer_tools
-from tools.schemas import TrainingBrief
-from tools.settings import Settings
+from tools.core.schemas import TrainingBrief
+from tools.core.settings import Settings
 
 
 @pytest.mark.parametrize("factory", [researcher_tools, engineer_tools, reviewer_tools])

@@ -8,8 +8,8 @@ from typing import Any
 from langchain_core.language_models.chat_models import BaseChatModel
 from pydantic import BaseModel, Field
 
-from tools.errors import InputError
-from tools.settings import Settings, disable_telemetry
+from tools.core.errors import InputError
+from tools.core.settings import Settings, disable_telemetry
 
 
 class PlanTrainingInput(BaseModel):

@@ -9,7 +9,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.tools import StructuredTool
 
 from graphs.adapters.core import PlanTrainingInput, plan_training
-from tools.settings import Settings
+from tools.core.settings import Settings
 
 TOOL_NAME = "plan_training"
 TOOL_DESCRIPTION = (

@@ -14,7 +14,7 @@ from importlib import resources
 
 import yaml
 
-from tools.schemas import (
+from tools.core.schemas import (
     Alternative,
     FrameworkChoice,
     FrameworkId,

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tools.schemas import SmokeResult, TrainingPlan
+from tools.core.schemas import SmokeResult, TrainingPlan
 
 GB = 1e9
 _LOCK = threading.Lock()
@@ -39,7 +39,7 @@ def _png(fig: Any) -> bytes:
 
 
 def _setup_names(plan: TrainingPlan) -> list[str]:
-    from tools.report import is_chosen, setup_name
+    from tools.artifacts.report import is_chosen, setup_name
 
     assert plan.memory is not None
     return [
@@ -106,7 +106,7 @@ def throughput_chart(plan: TrainingPlan) -> bytes | None:
 
 
 def step_times_s(smoke: SmokeResult) -> list[float]:
-    """Per-step wall times of a smoke run, the slowest rank per step (tools/smoke.py ``_merge``)."""
+    """Per-step wall times of a smoke run, the slowest rank per step (tools/smoke/runner.py ``_merge``)."""
     if not smoke.run_dir:
         return []
     per_rank = []

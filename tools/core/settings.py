@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tools.errors import InputError, shown
+from tools.core.errors import InputError, shown
 
 # Telemetry exporters of our dependencies try to reach the network, which is closed here and
 # which users did not opt into. These are the variables each library documents.
@@ -30,7 +30,7 @@ TELEMETRY_OFF = {
 }
 
 
-# The faults tools/smoke.py can inject for real (its INJECT_KINDS; tests check they match).
+# The faults tools/smoke/runner.py can inject for real (its INJECT_KINDS; tests check they match).
 SMOKE_FAULTS = ("oom", "nan", "hang", "crash", "alloc")
 # When an injected fault strikes: the first smoke run of a plan only, or every run.
 SMOKE_INJECT_WHEN = ("first", "always")
@@ -85,7 +85,7 @@ class Settings:
     llm_timeout_s: float = 60.0
     # The most resident memory all processes of one smoke run may hold together, in bytes
     # (TRAINWRIGHT_SMOKE_MEMORY_CAP, e.g. "8GiB"); None: half of this machine's RAM
-    # (tools/smoke.py default_memory_cap); 0: no cap.
+    # (tools/smoke/runner.py default_memory_cap); 0: no cap.
     smoke_memory_cap: int | None = None
     knowledge_dir: Path | None = None
     # Testing aid, off by default: "KIND" or "KIND:first" makes the first smoke run of a plan

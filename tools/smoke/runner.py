@@ -3,7 +3,7 @@
 The run uses a scaled-down copy of the planned model (same family), the planned DeepSpeed
 config adapted to the local world (CPU ranks over gloo, or the local GPUs) or, for a plan
 without DeepSpeed, plain PyTorch DDP started with torchrun, and synthetic but learnable data
-(tools/smoke_train.py). It proves the setup starts, steps and learns; the memory it reports
+(tools/smoke/train.py). It proves the setup starts, steps and learns; the memory it reports
 is that of the scaled model, so the caller compares it with a prediction for the same shape.
 
 Notes from checking DeepSpeed 0.19 on the CPU accelerator (2 ranks, gloo):
@@ -49,12 +49,14 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, get_args
 
-from tools.errors import InputError
-from tools.files import copy_atomic, write_atomic
-from tools.schemas import ModelSpec, SmokeResult, StrategyName
-from tools.settings import TELEMETRY_OFF, Settings
+from tools.core.errors import InputError
+from tools.core.files import copy_atomic, write_atomic
+from tools.core.schemas import ModelSpec, SmokeResult, StrategyName
+from tools.core.settings import TELEMETRY_OFF, Settings
 
-SCRIPT = Path(__file__).with_name("smoke_train.py")
+SCRIPT = Path(__file__).with_name("train.py")
+# The name the script has in a run directory (and so in the ranks' command lines).
+RUN_SCRIPT_NAME = "smoke_train.py"
 _KNOWN_STRATEGIES: tuple[str, ...] = get_args(StrategyName)
 
 # Local budgets for the scaled model. On CPU a step must take well under a second on two
@@ -71,7 +73,7 @@ GPU_BUDGET = {
 # A safety net for families whose extra dimensions (e.g. MLA ranks) we do not scale.
 MAX_SCALED_PARAMS = {"cpu": 20_000_000, "cuda": 500_000_000}
 # On a GPU the real model runs at full size when the planner says it fits the local GPU with
-# this share left free (the strategy search's headroom, tools/strategy.py MIN_HEADROOM).
+# this share left free (the strategy search's headroom, tools/planning/search.py MIN_HEADROOM).
 FULL_SIZE_HEADROOM = 0.10
 # The sequence length a full-size GPU run is capped to (memory, not the model, sets the limit).
 FULL_SIZE_MAX_SEQ = 2048
@@ -215,7 +217,7 @@ def run_smoke_test(
             evenly between the nodes.
         inject: ``oom``, ``nan``, ``hang``, ``crash`` or ``alloc`` (allocate memory until
             stopped): make the run fail that way for real at ``inject_step``
-            (tools/smoke_train.py), to test the supervision and the verdict.
+            (tools/smoke/train.py), to test the supervision and the verdict.
         inject_step: The step at which the injected fault happens.
         timeout_s: Wall-clock limit; defaults to ``settings.smoke_timeout_s``.
         task: The planned task, for the memory prediction (the run itself always trains).
@@ -342,7 +344,7 @@ def run_smoke_test(
         # A reused run dir must not suggest that this run used an earlier run's config.
         (run_dir / "ds_config.json").unlink(missing_ok=True)
     # A copy of the script makes the run dir a self-contained reproduction of the run.
-    script = run_dir / SCRIPT.name
+    script = run_dir / RUN_SCRIPT_NAME
     copy_atomic(SCRIPT, script)
 
     train_args = [
@@ -412,8 +414,8 @@ def smoke_ds_config(
     GPUSpec) picks the precision as the planner would (bf16 where the GPU has it); without one
     the config is fp32. ``ddp`` gives None: a plain PyTorch DDP run with torchrun.
     """
-    from tools.deepspeed_config import emit_deepspeed_config
-    from tools.schemas import HardwareSpec, MemoryPlan, TrainingBrief
+    from tools.artifacts.deepspeed_config import emit_deepspeed_config
+    from tools.core.schemas import HardwareSpec, MemoryPlan, TrainingBrief
 
     if strategy not in _KNOWN_STRATEGIES:
         raise InputError("strategy", f"must be one of {', '.join(_KNOWN_STRATEGIES)}")
@@ -471,7 +473,7 @@ def launch_commands(
     """One launcher command per node, as argument lists (no shell), for the local smoke world.
 
     One node: ``deepspeed`` (its runner) or ``torchrun`` on this machine. Several nodes: the
-    commands the planner emits for a cluster without ssh (tools/launch.py launch_node{R}.sh),
+    commands the planner emits for a cluster without ssh (tools/artifacts/launch.py launch_node{R}.sh),
     every "node" being this machine: DeepSpeed's runner with a hostfile of ``nodes`` hosts,
     ``--no_ssh --node_rank R``; torchrun with ``--nnodes N --node_rank R`` and a static
     rendezvous at 127.0.0.1.
@@ -560,7 +562,7 @@ def shape_spec(shape: dict[str, Any]) -> ModelSpec:
         largest_layer_params=int(
             shape.get("largest_layer_params", shape["vocab"] * shape["hidden"])
         ),
-        # The family picks the activation model's per-layer coefficient (tools/memory.py).
+        # The family picks the activation model's per-layer coefficient (tools/planning/memory.py).
         hf_config={"model_type": shape["family"]} if shape.get("family") else None,
     )
 
@@ -573,10 +575,10 @@ def predict_peak_bytes(
     Like for like: the measurement is ``max_memory_allocated`` on a GPU (tensors only) and the
     peak RSS above the pre-model baseline on CPU, so the prediction is the memory model's total
     for the same shape, ranks, strategy and micro-batch without the two terms neither reading
-    contains: the CUDA context and the 10% fragmentation margin (tools/memory.py).
+    contains: the CUDA context and the 10% fragmentation margin (tools/planning/memory.py).
     """
-    from tools.memory import CUDA_CONTEXT_BYTES, estimate_strategy
-    from tools.schemas import GPUSpec, HardwareSpec
+    from tools.core.schemas import GPUSpec, HardwareSpec
+    from tools.planning.memory import CUDA_CONTEXT_BYTES, estimate_strategy
 
     name = strategy if strategy in _KNOWN_STRATEGIES else "ddp"
     gpu = GPUSpec(name="local", memory_gb=1e6) if device == "cuda" else None
@@ -624,13 +626,13 @@ def smoke_mfu(
 ) -> float | None:
     """Model FLOPs utilisation of a GPU smoke run: 6N + 12·L·h·s per token over the bf16 peak.
 
-    The FLOPs are tools/speed.py's ``training_flops_per_token`` (PaLM appendix B, without
+    The FLOPs are tools/planning/speed.py's ``training_flops_per_token`` (PaLM appendix B, without
     recompute: the smoke configs do not checkpoint activations); the peak is the GPU catalog's
     dense bf16 figure for the device torch reports. None when the catalog lacks the device.
     """
-    from tools.errors import InputError as _InputError
-    from tools.hardware import find_gpu
-    from tools.speed import training_flops_per_token
+    from tools.core.errors import InputError as _InputError
+    from tools.planning.speed import training_flops_per_token
+    from tools.research.hardware import find_gpu
 
     try:
         gpu = find_gpu(device_name)
@@ -657,8 +659,8 @@ def _fits_local_gpu(
     """Whether the full-size model fits the local GPU under ``strategy`` with 10% free."""
     import torch
 
-    from tools.memory import estimate_strategy
-    from tools.schemas import GPUSpec, HardwareSpec
+    from tools.core.schemas import GPUSpec, HardwareSpec
+    from tools.planning.memory import estimate_strategy
 
     if strategy not in _KNOWN_STRATEGIES:
         return False
@@ -852,7 +854,7 @@ def adapt_ds_config(
     """Adapt a DeepSpeed config to the local smoke world; return it and notes on what changed.
 
     With ``scaled`` (the model the run builds), the ZeRO bucket sizes become the ones the
-    planner gives that model (tools/memory.py ``zero_settings``): the planned sizes are sized
+    planner gives that model (tools/planning/memory.py ``zero_settings``): the planned sizes are sized
     for the full model and would make the scaled run's buffers, and so its memory, unlike
     both the target's and the prediction's.
     """
@@ -924,7 +926,7 @@ def adapt_ds_config(
 
 
 def _rescale_buckets(zero: dict[str, Any], scaled: ModelSpec, notes: list[str]) -> None:
-    from tools.memory import zero_settings
+    from tools.planning.memory import zero_settings
 
     stage = int(zero["stage"])
     sizes = zero_settings(scaled, "zero3" if stage == 3 else "zero2")  # type: ignore[arg-type]
@@ -1028,7 +1030,7 @@ def _new_run_dir(settings: Settings) -> Path:
 
 
 def _local_device() -> tuple[str, int]:
-    from tools.gpu_probe import torch_may_see_gpus
+    from tools.research.gpu_probe import torch_may_see_gpus
 
     if not torch_may_see_gpus():
         return "cpu", 0  # a CPU-only torch build; importing torch to ask would take seconds
@@ -1055,7 +1057,7 @@ def _child_env(tmp_dir: Path, device: str, ranks: int) -> dict[str, str]:
     env["TMPDIR"] = str(tmp_dir)
     env["PYTHONUNBUFFERED"] = "1"
     # The ranks end the run if this process dies without stopping it (e.g. SIGKILL):
-    # tools/smoke_train.py SUPERVISOR_ENV.
+    # tools/smoke/train.py SUPERVISOR_ENV.
     env["TRAINWRIGHT_SMOKE_SUPERVISOR_PID"] = str(os.getpid())
     if device != "cuda":
         env["DS_ACCELERATOR"] = "cpu"
@@ -1229,7 +1231,7 @@ def _config_dict(config: Any) -> dict[str, Any]:
 
 def _count_params(config_dict: dict[str, Any]) -> tuple[int, int]:
     # Total parameters, and the most owned directly by one module (what ZeRO-3 gathers at once;
-    # tools/models.py counts largest_layer_params the same way).
+    # tools/research/model_catalog.py counts largest_layer_params the same way).
     import torch
     import transformers
 

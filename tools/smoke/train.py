@@ -52,7 +52,7 @@ _NUM_PATTERNS = 8
 _PATTERN_LEN = (3, 6)
 _METRICS_EVERY = 5
 # The DDP mode's default learning rate: the constant rate the smoke runner gives DeepSpeed
-# (tools/smoke.py SMOKE_LR), large enough for a random-init tiny model to learn in ~30 steps.
+# (tools/smoke/runner.py SMOKE_LR), large enough for a random-init tiny model to learn in ~30 steps.
 DEFAULT_LR = 3e-3
 # torchrun (and any env:// launcher) sets these for every rank.
 _DIST_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -416,7 +416,7 @@ def tee_rank_log(log_dir: Path) -> None:
 
 
 # ---- supervision: a run must not outlive the process that started it --------------------------
-# The smoke runner (tools/smoke.py) puts its own pid here. It starts each launcher in a new
+# The smoke runner (tools/smoke/runner.py) puts its own pid here. It starts each launcher in a new
 # session so it can stop the run with one killpg; if the runner itself dies by SIGKILL, nothing
 # would stop the ranks, so each rank watches the runner and ends its process group when it goes.
 SUPERVISOR_ENV = "TRAINWRIGHT_SMOKE_SUPERVISOR_PID"

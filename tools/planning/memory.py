@@ -31,8 +31,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from tools.errors import InputError
-from tools.schemas import (
+from tools.core.errors import InputError
+from tools.core.schemas import (
     HardwareSpec,
     MemoryBreakdown,
     MemoryPlan,
@@ -75,7 +75,7 @@ MAX_LIVE_PARAMETERS = 1_000_000_000
 # (e.g. stage_1_and_2.py's param_buffer_of_bit16_for_cpu_offload_groups) and allocator slack.
 CPU_BUFFER_FACTOR = 1.5
 # Offload must leave this share of the node's RAM to the OS, the page cache, data-loader
-# workers and each rank's own process (the same line as the GPU headroom in tools/strategy.py).
+# workers and each rank's own process (the same line as the GPU headroom in tools/planning/search.py).
 CPU_RAM_HEADROOM = 0.10
 # A described cluster ("2x8xH100-80GB") says nothing about host RAM. Assumed: twice the node's
 # GPU memory, a common server sizing rule (DGX H100: 2 TB for 640 GB of GPU memory; DGX A100:

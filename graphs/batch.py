@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import importlib
 import json
 import os
 import sys
@@ -26,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tools.errors import InputError
-from tools.files import write_atomic
-from tools.report import STYLE, setup_name
-from tools.settings import Settings
+from tools.artifacts.report import STYLE, setup_name
+from tools.core import imports
+from tools.core.errors import InputError
+from tools.core.files import write_atomic
+from tools.core.settings import Settings
 
 BRIEF_SUFFIXES = (".yaml", ".yml", ".json")
 STAMP = ".batch-inputs.json"
@@ -39,24 +41,6 @@ CODE_DIRS = ("agents", "graphs", "tools", "prompts", "knowledge")
 CODE_SUFFIXES = (".py", ".yaml", ".yml", ".md", ".json")
 
 Status = Literal["ok", "failed", "skipped"]
-
-# What the graph imports lazily, imported once before the thread pool starts: a first import
-# racing in two threads can see a half-initialised module (numpy, transformers' lazy modules).
-WARM_IMPORTS = (
-    "numpy",
-    "torch",
-    "transformers",
-    "deepspeed",
-    "deepspeed.runtime.config",
-    "deepspeed.runtime.lr_schedules",
-    "matplotlib.figure",
-    "matplotlib.backends.backend_agg",
-    "markdown_it",
-    "chromadb",
-    "langchain_core.messages",
-    "langchain_core.utils.function_calling",
-    "langgraph.config",
-)
 
 
 @dataclass
@@ -191,7 +175,7 @@ def plan_one(
     ``plan.json`` and was killed before the batch recorded it is not run again.
     A brief that will run a smoke test holds ``smoke_lock`` for its whole run.
     """
-    from tools.brief import brief_from_dict, load_brief
+    from tools.intake.brief import brief_from_dict, load_brief
 
     overrides: dict[str, Any] = {} if smoke is None else {"smoke": smoke}
     brief = brief_from_dict({**load_brief(job.path).model_dump(mode="json"), **overrides})
@@ -237,39 +221,11 @@ class _NoLock:
 _NO_LOCK = _NoLock()
 
 
-def import_modules(names: Iterable[str], packages: Iterable[str] = ()) -> None:
-    """Import ``names`` and every module of ``packages`` (except the smoke training script).
-
-    A library that is not installed is skipped: the plan that needs it will say so. DeepSpeed
-    is imported with its logger on stderr: it would otherwise write to stdout, the CLI's answer.
-    """
-    import importlib
-    import pkgutil
-
-    from tools.deepspeed_config import import_deepspeed_quietly
-
-    for name in names:
-        try:
-            if name == "deepspeed":
-                import_deepspeed_quietly()
-            else:
-                importlib.import_module(name)
-        except ImportError:
-            continue
-    for package in packages:
-        pkg = importlib.import_module(package)
-        for info in pkgutil.walk_packages(pkg.__path__, f"{package}."):
-            if info.name != "tools.smoke_train":  # a script: it parses argv on import
-                importlib.import_module(info.name)
-
-
 def warm_up() -> None:
     """Import what the planning graph imports lazily, and the package's own modules, once."""
-    import importlib
-
-    import_modules(WARM_IMPORTS)
-    importlib.import_module("graphs")  # not graphs.adapters: CrewAI and AutoGen are slow imports
-    import_modules((), packages=("tools", "agents"))
+    # Not graphs.adapters: CrewAI and AutoGen are slow imports.
+    imports.warm_up(packages=("agents",))
+    importlib.import_module("graphs")
 
 
 def _one_line(exc: BaseException) -> str:

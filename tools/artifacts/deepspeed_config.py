@@ -28,9 +28,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tools.errors import ToolFailure
-from tools.memory import OFFLOAD_STRATEGIES, data_parallel_size, resolve_precision, zero_settings
-from tools.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
+from tools.core.errors import ToolFailure
+from tools.core.imports import import_deepspeed_quietly
+from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
+from tools.planning.memory import (
+    OFFLOAD_STRATEGIES,
+    data_parallel_size,
+    resolve_precision,
+    zero_settings,
+)
 
 
 class ConfigError(ToolFailure):
@@ -86,7 +92,7 @@ HF_AUTO_KEYS: tuple[str, ...] = (
     "zero_optimization.stage3_param_persistence_threshold",
 )
 # Filled from the hidden size. The docs set them to "auto" for ZeRO-3 only, and only there do
-# our values equal the integration's (tools/memory.py zero_settings), so ZeRO-1/2 keep numbers.
+# our values equal the integration's (tools/planning/memory.py zero_settings), so ZeRO-1/2 keep numbers.
 _HF_ZERO3_KEYS = frozenset(key for key in HF_AUTO_KEYS if key.startswith("zero_optimization."))
 
 
@@ -97,7 +103,7 @@ def _zero_section(plan: MemoryPlan, model: ModelSpec) -> dict[str, Any]:
     sizes = zero_settings(model, plan.chosen)
     section: dict[str, Any] = {
         "stage": stage,
-        # Overlap reduction with backward; tools/memory.py budgets its extra buffers.
+        # Overlap reduction with backward; tools/planning/memory.py budgets its extra buffers.
         "overlap_comm": True,
         "contiguous_gradients": True,
         "reduce_bucket_size": sizes.reduce_bucket_size,
@@ -225,7 +231,7 @@ def emit_deepspeed_config(
         # recomputation on with model.gradient_checkpointing_enable() instead.
         config["activation_checkpointing"] = {
             # Megatron-DeepSpeed: split each checkpointed layer input over the tensor-parallel
-            # ranks, as tools/memory.py counts it (2*s*b*h/t per layer).
+            # ranks, as tools/planning/memory.py counts it (2*s*b*h/t per layer).
             "partition_activations": plan.tensor_parallel > 1,
             "cpu_checkpointing": False,
             "contiguous_memory_optimization": False,
@@ -448,20 +454,3 @@ def validate_deepspeed_config(config: dict[str, Any], world_size: int) -> None:
             key=unknown[0],
         )
     _check_scheduler(config)
-
-
-def import_deepspeed_quietly() -> None:
-    """Import DeepSpeed with its logger on stderr, showing errors only.
-
-    DeepSpeed's logger writes to stdout (deepspeed/utils/logging.py) and warns at import and
-    while parsing; our stdout is the CLI's answer, so keep it clean for scripts.
-    """
-    import contextlib
-    import logging
-    import sys
-
-    if "deepspeed" not in sys.modules:
-        # The handler captures sys.stdout when it is created, at import.
-        with contextlib.redirect_stdout(sys.stderr):
-            import deepspeed  # noqa: F401
-    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from knowledge.index import KnowledgeIndex, Passage
-from tools.settings import Settings
+from tools.core.settings import Settings
 
 __all__ = ["Passage", "cite", "search_knowledge"]
 

@@ -1,19 +1,19 @@
 """Write the launch artifacts: ds_config.json, the training script, launchers and guides.
 
 DeepSpeed plans also get ``ds_config_hf.json``, the Hugging Face Trainer flavour of the same
-config (tools/deepspeed_config.py ``hf_trainer_config``).
+config (tools/artifacts/deepspeed_config.py ``hf_trainer_config``).
 
 A plan with a DeepSpeed config starts with the DeepSpeed launcher (``deepspeed``, a hostfile
 for several nodes, plus one ``launch_node{R}.sh`` per node for clusters without passwordless
 ssh); a plan without one (plain PyTorch DDP) starts with ``torchrun``, which train.py
-(tools/smoke_train.py) then runs in its DDP mode. Both also get a SLURM ``train.sbatch`` and
+(tools/smoke/train.py) then runs in its DDP mode. Both also get a SLURM ``train.sbatch`` and
 an Accelerate ``accelerate_config.yaml``.
 
 train.py covers DeepSpeed and DDP only. Horovod, TensorFlow and FSDP plans get a launch
 command for the user's own script and a guide (HOROVOD.md, TF_CONFIG.md, FSDP.md) saying how
 to write it; none of them gets train.py.
 
-A plan with tensor/pipeline parallelism (tools/strategy.py, when no data-parallel setup fits)
+A plan with tensor/pipeline parallelism (tools/planning/search.py, when no data-parallel setup fits)
 cannot run on train.py or the plain DeepSpeed engine: it gets ds_config.json (the ZeRO part,
 batch sizes per data-parallel rank), a torchrun command for Megatron-DeepSpeed's
 ``pretrain_gpt.py`` with the plan's degrees, and MEGATRON.md; no train.py, no Hugging Face
@@ -30,10 +30,9 @@ from typing import Any
 
 import yaml
 
-from tools.deepspeed_config import hf_trainer_config
-from tools.files import copy_atomic, write_atomic
-from tools.memory import resolve_precision
-from tools.schemas import (
+from tools.artifacts.deepspeed_config import hf_trainer_config
+from tools.core.files import copy_atomic, write_atomic
+from tools.core.schemas import (
     FrameworkChoice,
     HardwareSpec,
     LaunchSpec,
@@ -41,8 +40,9 @@ from tools.schemas import (
     ModelSpec,
     TrainingBrief,
 )
+from tools.planning.memory import resolve_precision
 
-TRAIN_SCRIPT = Path(__file__).with_name("smoke_train.py")
+TRAIN_SCRIPT = Path(__file__).parents[1] / "smoke" / "train.py"
 MASTER_PORT = 29500
 TF_WORKER_PORT = 12345
 # The scripts the user writes for frameworks train.py does not cover (we never generate them).

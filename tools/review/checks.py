@@ -6,8 +6,7 @@ import difflib
 import json
 from typing import Any, Literal
 
-from tools.memory import STRATEGY_ORDER, data_parallel_size, setup_label
-from tools.schemas import (
+from tools.core.schemas import (
     Finding,
     FrameworkChoice,
     HardwareSpec,
@@ -16,12 +15,13 @@ from tools.schemas import (
     SmokeResult,
     TrainingBrief,
 )
+from tools.planning.memory import STRATEGY_ORDER, data_parallel_size, setup_label
 
 # Below this share of free GPU memory the plan is one allocator spike away from an OOM.
 MIN_HEADROOM = 0.10
 # Predicted vs measured peak memory of the smoke run: a gap beyond this share is flagged.
 MAX_MEMORY_GAP = 0.15
-# What to change after a failed smoke run, by the reason's kind (tools/smoke.py verdicts).
+# What to change after a failed smoke run, by the reason's kind (tools/smoke/runner.py verdicts).
 SMOKE_FIXES = {
     "oom": "raise the ZeRO stage, enable activation checkpointing, halve the micro-batch "
     "(doubling gradient accumulation), or offload the optimizer to CPU",
@@ -33,7 +33,7 @@ SMOKE_FIXES = {
 }
 # Frameworks that run a plan's ZeRO stage (and so can raise it after an OOM).
 ZERO_FRAMEWORKS = frozenset({"deepspeed", "megatron"})
-# What the next strategy up the ladder saves (tools/memory.py STRATEGY_ORDER).
+# What the next strategy up the ladder saves (tools/planning/memory.py STRATEGY_ORDER).
 STRATEGY_GAIN = {
     "zero1": "ZeRO-1 shards the optimizer states",
     "zero2": "ZeRO-2 also shards the gradients",
@@ -46,7 +46,7 @@ STRATEGY_GAIN = {
 # The top-level keys DeepSpeed 0.19's DeepSpeedConfig reads: DeepSpeedConfig.__init__ and
 # _initialize_params in deepspeed/runtime/config.py, through the get_* helpers over the names in
 # deepspeed/runtime/constants.py and the config classes they build. Recorded by parsing a config
-# with a dict that logs every lookup (as tools/deepspeed_config.py validates); "bfloat16" is the
+# with a dict that logs every lookup (as tools/artifacts/deepspeed_config.py validates); "bfloat16" is the
 # legacy alias read when "bf16" is absent, "sequence_parallel_size" is read only without an mpu.
 # DeepSpeed silently ignores any other top-level key: "zero_optimisation" trains without ZeRO.
 # tests/test_review_loop.py re-records the set from the installed DeepSpeed.

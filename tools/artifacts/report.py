@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tools.files import write_atomic
-from tools.schemas import ReportPaths, TrainingPlan
+from tools.core.files import write_atomic
+from tools.core.schemas import ReportPaths, TrainingPlan
 
 GB = 1e9
 
@@ -105,7 +105,7 @@ def render_markdown(plan: TrainingPlan) -> str:
         sp = plan.speed
         lines += [
             "",
-            "## Estimated speed (tools/speed.py; a model, not a measurement)",
+            "## Estimated speed (tools/planning/speed.py; a model, not a measurement)",
             "",
             f"- Step: {sp['step_time_s']:.2f} s (compute {sp['compute_time_s']:.2f} s, exposed communication "
             f"{sp['exposed_comm_time_s']:.2f} s, offload {sp['offload_time_s']:.2f} s); bottleneck: {sp['bottleneck']}",
@@ -186,7 +186,7 @@ def render_html(markdown: str, title: str, charts: list[tuple[str, bytes]] | Non
 
 def write_report(plan: TrainingPlan, out_dir: Path) -> ReportPaths:
     """Write report.md, report.html (with its charts) and plan.json under ``out_dir``; return the paths."""
-    from tools.charts import plan_charts
+    from tools.artifacts.charts import plan_charts
 
     paths = ReportPaths(
         markdown=str(out_dir / "report.md"),

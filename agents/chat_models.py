@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tools.errors import InputError, ProviderError, TrainwrightError
+from tools.core.errors import InputError, ProviderError, TrainwrightError
 
 if TYPE_CHECKING:
     from langchain_core.language_models.chat_models import BaseChatModel

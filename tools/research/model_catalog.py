@@ -9,7 +9,7 @@ one-shot ``app.py plan`` would pay on every run. So the catalog's counts are pre
 same meta-device count and shipped in knowledge/models/counts.json, keyed by the SHA-256 of the
 canonical config JSON and valid only for the transformers version that counted them: a changed
 config or another transformers is counted live. Regenerate the file after changing the catalog
-or upgrading transformers with ``python -m tools.models --refresh-counts``;
+or upgrading transformers with ``python -m tools.research.model_catalog --refresh-counts``;
 tests/test_models.py fails while it is stale.
 """
 
@@ -31,8 +31,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from tools.errors import InputError, shown
-from tools.schemas import ModelParams, ModelShape, ModelSpec
+from tools.core.errors import InputError, shown
+from tools.core.schemas import ModelParams, ModelShape, ModelSpec
 
 MAX_SEQ_LEN = 1_048_576
 
@@ -466,7 +466,7 @@ def catalog_counts() -> dict[str, Any]:
             **dataclasses.asdict(_count(config_json)),
         }
     return {
-        "generated_by": "python -m tools.models --refresh-counts",
+        "generated_by": "python -m tools.research.model_catalog --refresh-counts",
         "transformers": _transformers_version(),
         "models": models,
     }
@@ -474,7 +474,7 @@ def catalog_counts() -> dict[str, Any]:
 
 def refresh_counts() -> Path:
     """Count every catalog model live and rewrite knowledge/models/counts.json; return its path."""
-    from tools.files import write_atomic
+    from tools.core.files import write_atomic
 
     path = Path(str(_models_dir().joinpath(COUNTS_FILE)))
     write_atomic(path, json.dumps(catalog_counts(), indent=2) + "\n")
@@ -616,8 +616,10 @@ def _learned_positions(model: Any, config: Any) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.models --refresh-counts``: regenerate the shipped parameter counts."""
-    parser = argparse.ArgumentParser(prog="python -m tools.models", description=main.__doc__)
+    """``python -m tools.research.model_catalog --refresh-counts``: regenerate the shipped parameter counts."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.research.model_catalog", description=main.__doc__
+    )
     parser.add_argument(
         "--refresh-counts",
         action="store_true",

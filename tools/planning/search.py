@@ -16,8 +16,16 @@ ranks (ZeRO-2/3 too when p = 1). Such a setup, when it fits, wins over offload.
 
 from __future__ import annotations
 
-from tools.errors import InputError
-from tools.memory import (
+from tools.core.errors import InputError
+from tools.core.schemas import (
+    HardwareSpec,
+    MemoryPlan,
+    ModelSpec,
+    StrategyEstimate,
+    StrategyName,
+    TrainingBrief,
+)
+from tools.planning.memory import (
     MICRO_BATCH_CANDIDATES,
     OFFLOAD_STRATEGIES,
     PIPELINE_STAGES,
@@ -32,15 +40,7 @@ from tools.memory import (
     resolve_precision,
     setup_label,
 )
-from tools.schemas import (
-    HardwareSpec,
-    MemoryPlan,
-    ModelSpec,
-    StrategyEstimate,
-    StrategyName,
-    TrainingBrief,
-)
-from tools.speed import estimate_speed
+from tools.planning.speed import estimate_speed
 
 # The share of GPU memory a chosen setup must leave free: allocator spikes and fragmentation
 # beyond the estimate's own margin (the reviewer warns below the same line).
@@ -447,7 +447,7 @@ def _smallest_fitting(model: ModelSpec, hardware: HardwareSpec, brief: TrainingB
 
 def _gpu_id(name: str) -> str:
     """The catalog id of a GPU (what a hardware spec names), from its display name."""
-    from tools.hardware import find_gpu
+    from tools.research.hardware import find_gpu
 
     try:
         return str(getattr(find_gpu(name), "id", name))

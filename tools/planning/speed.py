@@ -2,7 +2,7 @@
 
 Data-parallel strategies alone, or under Megatron-style tensor and pipeline parallelism.
 
-Pure arithmetic on a ``ModelSpec`` and a ``HardwareSpec``, like ``tools.memory``: no torch, no
+Pure arithmetic on a ``ModelSpec`` and a ``HardwareSpec``, like ``tools.planning.memory``: no torch, no
 DeepSpeed, microseconds per call. Every number is a model of the run, not a measurement; the
 assumptions that drive it (efficiency per GPU class, link speeds, overlap) are tables below and
 are repeated in each estimate's ``assumptions``.
@@ -34,9 +34,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from tools.errors import InputError
-from tools.hardware import CatalogGPU, find_gpu
-from tools.memory import (
+from tools.core.errors import InputError
+from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, StrategyName
+from tools.planning.memory import (
     OFFLOAD_STRATEGIES,
     STRATEGY_ORDER,
     ResolvedPrecision,
@@ -44,7 +44,7 @@ from tools.memory import (
     model_parallel_params,
     resolve_precision,
 )
-from tools.schemas import GPUSpec, HardwareSpec, ModelSpec, StrategyName
+from tools.research.hardware import CatalogGPU, find_gpu
 
 Bottleneck = Literal["compute", "communication", "offload", "unknown"]
 

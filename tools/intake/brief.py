@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
-from tools.errors import InputError
-from tools.schemas import Deployment, Precision, Task, TrainingBrief
+from tools.core.errors import InputError
+from tools.core.schemas import Deployment, Precision, Task, TrainingBrief
 
 MAX_BRIEF_BYTES = 1_000_000
 # Longer requests make the regexes below quadratic (a 100k-digit run took minutes); a request
@@ -168,7 +168,7 @@ def brief_from_request(fields: dict[str, Any]) -> TrainingBrief:
     data = dict(fields)
     if "seq_len" not in data and isinstance(data.get("model"), str):
         # No length given: the default, but never past the model's position table (gpt2: 1024).
-        from tools.models import lookup_model
+        from tools.research.model_catalog import lookup_model
 
         cfg = lookup_model(data["model"], 1).hf_config or {}
         limit = cfg.get("n_positions") or cfg.get("max_position_embeddings")
@@ -321,7 +321,7 @@ def _llm_field(key: str, value: Any, known_models: list[str]) -> dict[str, Any]:
         value = {"params": float(value) * 1e9}
         key = "model"
     elif key == "hardware" and isinstance(value, str) and value.strip().lower() != "local":
-        from tools.hardware import parse_hardware
+        from tools.research.hardware import parse_hardware
 
         parse_hardware(value)
     if key == "model":

@@ -192,7 +192,7 @@ class StrategyEstimate(BaseModel):
     fits: bool
     micro_batch_size: int = 1
     activation_checkpointing: bool = False
-    # The speed model's throughput for this row's setup (tools/speed.py); None without a GPU.
+    # The speed model's throughput for this row's setup (tools/planning/speed.py); None without a GPU.
     tokens_per_s: float | None = None
     notes: list[str] = Field(default_factory=list)
     # Megatron-style model parallelism (searched only when no data-parallel setup fits):
@@ -211,7 +211,7 @@ class MemoryPlan(BaseModel):
     activation_checkpointing: bool = False
     capacity_bytes: int | None = None
     assumptions: list[str] = Field(default_factory=list)
-    # Why each strategy other than the chosen one lost (strategy search, tools/strategy.py).
+    # Why each strategy other than the chosen one lost (strategy search, tools/planning/search.py).
     why_not: dict[str, str] = Field(default_factory=dict)
     # When nothing fits: the smallest cluster of the same GPU on which something would.
     smallest_fitting_hardware: str | None = None
@@ -253,7 +253,7 @@ class SmokeResult(BaseModel):
     # process's memory, which includes the CUDA context and the allocator's cache.
     device_name: str | None = None
     process_gpu_memory_bytes: int | None = None
-    # measured / predicted - 1, for the shape that ran (tools/smoke.py with_prediction).
+    # measured / predicted - 1, for the shape that ran (tools/smoke/runner.py with_prediction).
     memory_gap: float | None = None
     # Model FLOPs utilisation of a GPU run (6N + 12·L·h·s per token over the catalog's peak).
     mfu: float | None = None
@@ -311,6 +311,6 @@ class TrainingPlan(BaseModel):
     smoke_test: SmokeResult
     review: Review
     report: ReportPaths = Field(default_factory=ReportPaths)
-    # The speed model's estimate for the chosen setup (tools/speed.py); None without a GPU.
+    # The speed model's estimate for the chosen setup (tools/planning/speed.py); None without a GPU.
     speed: dict[str, Any] | None = None
     narrative: dict[str, str] = Field(default_factory=dict)

@@ -19,10 +19,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field
 
-from tools import gpu_probe
-from tools.errors import InputError
-from tools.gpu_probe import GPUDevice, GPUProbe, GPUTopology
-from tools.schemas import GPUSpec, HardwareSpec
+from tools.core.errors import InputError
+from tools.core.schemas import GPUSpec, HardwareSpec
+from tools.research import gpu_probe
+from tools.research.gpu_probe import GPUDevice, GPUProbe, GPUTopology
 
 INTERCONNECTS = ("ib400", "ib200", "roce100", "eth25", "nvlink")
 """Inter-node networks a user may name: InfiniBand NDR/HDR, RoCE 100G, 25G Ethernet, NVLink."""

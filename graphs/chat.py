@@ -29,9 +29,9 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.text import Text
 
-from tools.errors import InputError, TrainwrightError
-from tools.files import copy_atomic, write_atomic
-from tools.settings import Settings
+from tools.core.errors import InputError, TrainwrightError
+from tools.core.files import copy_atomic, write_atomic
+from tools.core.settings import Settings
 
 THREAD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 # A message that reads as a change to the last plan, not as a new request.
@@ -232,8 +232,8 @@ class ChatSession:
 
     def request(self, text: str) -> None:
         """Plan a new request, or re-plan the last brief with a follow-up's changes."""
-        from tools.brief import brief_from_dict, follow_up_fields, request_fields
-        from tools.models import list_models
+        from tools.intake.brief import brief_from_dict, follow_up_fields, request_fields
+        from tools.research.model_catalog import list_models
 
         models = list_models()
         run_input: dict[str, Any]
@@ -371,7 +371,7 @@ class ChatSession:
                 self.say(line)
 
     def _load_model(self, settings: Settings) -> Any:
-        from agents.models import load_chat_model
+        from agents.chat_models import load_chat_model
 
         return load_chat_model(
             settings.llm,
@@ -407,14 +407,14 @@ class ChatSession:
 
         hardware = (self.plan or {}).get("hardware")
         if hardware is None and self.brief is not None:
-            from tools.hardware import parse_hardware
+            from tools.research.hardware import parse_hardware
 
             hw = parse_hardware(
                 self.brief.get("hardware") or "local", self.brief.get("interconnect")
             )
             hardware = hw.model_dump(mode="json")
         if hardware is None:
-            from tools.hardware import describe_local_machine, format_profile
+            from tools.research.hardware import describe_local_machine, format_profile
 
             self.out.print(
                 format_profile(describe_local_machine(self.settings.out_dir)), markup=False
@@ -563,7 +563,7 @@ def stop_running_nodes(timeout_s: float = 20.0) -> None:
     import ctypes
     import signal
 
-    roles = str(Path(__file__).with_name("roles.py"))
+    roles = str(Path(__file__).parents[1] / "agents" / "roles.py")
     main = threading.main_thread().ident
 
     def node_threads() -> list[int]:
@@ -586,7 +586,7 @@ def stop_running_nodes(timeout_s: float = 20.0) -> None:
         time.sleep(0.1)
     import psutil
 
-    # Launchers lead their own process groups (tools/smoke.py starts them in new sessions).
+    # Launchers lead their own process groups (tools/smoke/runner.py starts them in new sessions).
     groups = [c.pid for c in psutil.Process().children() if _leads_group(c.pid)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pgid in groups:
