@@ -389,12 +389,12 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     print(
         f"  {'strategy':<24}{'mb':>3} {'params':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'buffers':>8}{'total':>9}  fits  (GB per GPU)"
     )
-    from tools.artifacts.report import is_chosen, setup_name
+    from tools.core.strategies import setup_label
 
     for s in memory.strategies:
         t = s.per_gpu_bytes
-        mark = "*" if is_chosen(s, memory) else " "
-        name = setup_name(s.name, s.tensor_parallel, s.pipeline_parallel)
+        mark = "*" if memory.is_chosen(s) else " "
+        name = setup_label(s.name, s.tensor_parallel, s.pipeline_parallel)
         terms = "".join(
             f"{v / 1e9:8.2f}"
             for v in (t.params, t.gradients, t.optimizer, t.activations, t.buffers)
@@ -405,7 +405,7 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
             f"{mark} {name:<24}{s.micro_batch_size:>3} {terms}{t.total / 1e9:9.2f}  {fits:<4}{speed}"
         )
     print(
-        f"chosen: {setup_name(memory.chosen, memory.tensor_parallel, memory.pipeline_parallel)}, "
+        f"chosen: {memory.chosen_label}, "
         f"micro-batch {memory.micro_batch_size} x accumulation "
         f"{memory.gradient_accumulation_steps}"
         + (", activation checkpointing" if memory.activation_checkpointing else "")
@@ -423,14 +423,14 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
     """Run one smoke test; exit 0 when it passed, 1 when it failed, 2 on bad input."""
+    from tools.artifacts.deepspeed_config import smoke_ds_config
     from tools.core.settings import parse_memory_cap
-    from tools.planning.memory import STRATEGY_ORDER
+    from tools.core.strategies import check_strategy
     from tools.research.hardware import profile_local
     from tools.research.model_catalog import lookup_model
-    from tools.smoke.runner import INJECT_KINDS, run_smoke_test, smoke_ds_config, stop_on_sigterm
+    from tools.smoke.runner import INJECT_KINDS, run_smoke_test, stop_on_sigterm
 
-    if args.strategy not in STRATEGY_ORDER:
-        raise InputError("--strategy", f"must be one of {', '.join(STRATEGY_ORDER)}")
+    check_strategy(args.strategy, "--strategy")
     if args.inject is not None and args.inject not in INJECT_KINDS:
         raise InputError("--inject", f"must be one of {', '.join(INJECT_KINDS)}")
     for flag, value in (

@@ -33,7 +33,7 @@ from tools.core.schemas import (
     TrainingBrief,
 )
 from tools.core.settings import Settings
-from tools.planning.memory import STRATEGY_ORDER
+from tools.core.strategies import STRATEGY_ORDER
 
 
 @dataclass

@@ -66,10 +66,11 @@ def main() -> int:
     import torch
     import transformers
 
+    from tools.artifacts.deepspeed_config import smoke_ds_config
     from tools.core.settings import Settings, disable_telemetry
     from tools.research.hardware import profile_local
     from tools.research.model_catalog import lookup_model
-    from tools.smoke.runner import run_smoke_test, smoke_ds_config, stop_on_sigterm
+    from tools.smoke.runner import run_smoke_test, stop_on_sigterm
 
     disable_telemetry()
     stop_on_sigterm()

@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tools.artifacts.report import STYLE, setup_name
+from tools.artifacts.report import STYLE
 from tools.core import imports
 from tools.core.errors import InputError
 from tools.core.files import write_atomic
 from tools.core.settings import Settings
+from tools.core.strategies import setup_label
 
 BRIEF_SUFFIXES = (".yaml", ".yml", ".json")
 STAMP = ".batch-inputs.json"
@@ -136,7 +137,7 @@ def summarize(plan: dict[str, Any], name: str) -> dict[str, Any]:
     }
     if mem:
         tp, pp = mem.get("tensor_parallel", 1), mem.get("pipeline_parallel", 1)
-        row["strategy"] = setup_name(mem["chosen"], tp, pp)
+        row["strategy"] = setup_label(mem["chosen"], tp, pp)
         row["batching"] = f"{mem['micro_batch_size']} x {mem['gradient_accumulation_steps']}"
         chosen = next(
             (

@@ -17,7 +17,8 @@ from tools.artifacts.deepspeed_config import (
 )
 from tools.core.errors import ToolFailure
 from tools.core.schemas import HardwareSpec, MemoryPlan, TrainingBrief
-from tools.planning.memory import STRATEGY_ORDER, data_parallel_size, plan_memory
+from tools.core.strategies import STRATEGY_ORDER
+from tools.planning.memory import data_parallel_size, plan_memory
 
 EIGHT_A100 = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=A100)
 BRIEF = TrainingBrief(

@@ -21,8 +21,9 @@ from tools.artifacts.deepspeed_config import emit_deepspeed_config
 from tools.core.errors import InputError
 from tools.core.schemas import Finding, FrameworkChoice, MemoryPlan, Review, SmokeResult
 from tools.core.settings import SMOKE_FAULTS, Settings
+from tools.core.strategies import STRATEGY_ORDER
 from tools.intake.brief import brief_from_dict
-from tools.planning.memory import STRATEGY_ORDER, plan_memory
+from tools.planning.memory import plan_memory
 from tools.planning.search import search_strategy
 from tools.research.framework import select_framework
 from tools.research.hardware import parse_hardware

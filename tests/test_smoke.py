@@ -16,6 +16,7 @@ from specs import GPT2_TINY, tiny_spec
 
 from tools.core.schemas import SmokeResult
 from tools.core.settings import Settings
+from tools.core.strategies import strategy_of
 from tools.smoke.runner import (
     CPU_BUDGET,
     _Outcome,
@@ -25,7 +26,6 @@ from tools.smoke.runner import (
     llama_config_from_shape,
     run_smoke_test,
     scale_model_config,
-    strategy_of,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

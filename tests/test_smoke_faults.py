@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from specs import GPT2_TINY, TINY_GPT2_BRIEF_YAML, tiny_spec
 
+from tools.artifacts.deepspeed_config import smoke_ds_config
 from tools.core.schemas import FrameworkChoice, HardwareSpec, SmokeResult, TrainingBrief
 from tools.core.settings import Settings
 from tools.review.checks import MAX_MEMORY_GAP, check_plan
@@ -25,7 +26,6 @@ from tools.smoke.runner import (
     group_alive,
     predict_peak_bytes,
     run_smoke_test,
-    smoke_ds_config,
     with_prediction,
 )
 

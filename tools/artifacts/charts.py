@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.core.schemas import SmokeResult, TrainingPlan
+from tools.core.strategies import setup_label
 
 GB = 1e9
 _LOCK = threading.Lock()
@@ -39,12 +40,10 @@ def _png(fig: Any) -> bytes:
 
 
 def _setup_names(plan: TrainingPlan) -> list[str]:
-    from tools.artifacts.report import is_chosen, setup_name
-
     assert plan.memory is not None
     return [
-        setup_name(s.name, s.tensor_parallel, s.pipeline_parallel)
-        + (" *" if is_chosen(s, plan.memory) else "")
+        setup_label(s.name, s.tensor_parallel, s.pipeline_parallel)
+        + (" *" if plan.memory.is_chosen(s) else "")
         for s in plan.memory.strategies
     ]
 

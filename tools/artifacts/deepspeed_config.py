@@ -31,8 +31,8 @@ from typing import Any
 from tools.core.errors import ToolFailure
 from tools.core.imports import import_deepspeed_quietly
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
+from tools.core.strategies import OFFLOAD_STRATEGIES, ZERO_STAGE, check_strategy
 from tools.planning.memory import (
-    OFFLOAD_STRATEGIES,
     data_parallel_size,
     resolve_precision,
     zero_settings,
@@ -54,15 +54,6 @@ _RECIPES: dict[str, dict[str, Any]] = {
     "pretrain": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1, "warmup": 2000},
     "finetune": {"lr": 2e-5, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup": 100},
     "lora": {"lr": 2e-4, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup": 100},
-}
-_ZERO_STAGE = {
-    "ddp": 0,
-    "zero1": 1,
-    "zero2": 2,
-    "zero3": 3,
-    "zero2_offload_optimizer": 2,
-    "zero3_offload_optimizer": 3,
-    "zero3_offload_all": 3,
 }
 # DeepSpeed's own default for data_types.keep_in_fp32_modules is the string "auto"
 # (runtime/constants.py KEEP_IN_FP32_MODULES_DEFAULT), so it is the one legitimate "auto".
@@ -97,7 +88,7 @@ _HF_ZERO3_KEYS = frozenset(key for key in HF_AUTO_KEYS if key.startswith("zero_o
 
 
 def _zero_section(plan: MemoryPlan, model: ModelSpec) -> dict[str, Any]:
-    stage = _ZERO_STAGE[plan.chosen]
+    stage = ZERO_STAGE[plan.chosen]
     if stage == 0:
         return {"stage": 0}
     sizes = zero_settings(model, plan.chosen)
@@ -170,7 +161,7 @@ def emit_deepspeed_config(
             f"= {train_batch} sequences per step, the brief asks {brief.global_batch_size}",
             key="train_batch_size",
         )
-    if plan.pipeline_parallel > 1 and _ZERO_STAGE[plan.chosen] > 1:
+    if plan.pipeline_parallel > 1 and ZERO_STAGE[plan.chosen] > 1:
         raise ConfigError(
             f"{plan.chosen} with pipeline parallelism: DeepSpeed's PipelineEngine takes ZeRO "
             "stage 0 or 1 only",
@@ -239,6 +230,45 @@ def emit_deepspeed_config(
             "profile": False,
         }
     return config
+
+
+def smoke_ds_config(
+    model: ModelSpec,
+    strategy: str,
+    *,
+    world_size: int,
+    nodes: int = 1,
+    micro_batch_size: int = 1,
+    gpu: Any = None,
+    activation_checkpointing: bool = False,
+) -> dict[str, Any] | None:
+    """The DeepSpeed config the planner emits for ``strategy`` on ``world_size`` ranks.
+
+    For a smoke run without a plan (``app.py smoke``, the GPU check): the config as a plan with
+    that strategy would carry it, before the runner adapts it to the local world. ``gpu`` (a
+    GPUSpec) picks the precision as the planner would (bf16 where the GPU has it); without one
+    the config is fp32. ``ddp`` gives None: a plain PyTorch DDP run with torchrun.
+    """
+    check_strategy(strategy)
+    if strategy == "ddp":
+        return None
+    nodes = nodes if world_size % nodes == 0 else 1
+    hardware = HardwareSpec(source="local", nodes=nodes, gpus_per_node=world_size // nodes, gpu=gpu)
+    brief = TrainingBrief(
+        model=model.name,
+        task="pretrain",
+        seq_len=model.seq_len,
+        global_batch_size=micro_batch_size * world_size,
+        hardware="local",
+        precision="auto",
+    )
+    plan = MemoryPlan(
+        strategies=[],
+        chosen=strategy,  # type: ignore[arg-type]
+        micro_batch_size=micro_batch_size,
+        activation_checkpointing=activation_checkpointing,
+    )
+    return emit_deepspeed_config(plan, model, hardware, brief)
 
 
 def hf_trainer_config(config: dict[str, Any]) -> dict[str, Any]:

@@ -6,10 +6,10 @@ import base64
 import html
 import json
 from pathlib import Path
-from typing import Any
 
 from tools.core.files import write_atomic
 from tools.core.schemas import ReportPaths, TrainingPlan
+from tools.core.strategies import setup_label
 
 GB = 1e9
 
@@ -31,7 +31,7 @@ def render_markdown(plan: TrainingPlan) -> str:
     )
     gpu = f"{hw.gpu.name} ({hw.gpu.memory_gb:g} GB)" if hw.gpu else "no GPU (CPU only)"
     strategy = (
-        f"**Strategy:** {setup_name(mem.chosen, mem.tensor_parallel, mem.pipeline_parallel)}, "
+        f"**Strategy:** {mem.chosen_label}, "
         f"micro-batch {mem.micro_batch_size}, gradient accumulation "
         f"{mem.gradient_accumulation_steps}{', activation checkpointing' if mem.activation_checkpointing else ''}. "
         if mem
@@ -87,8 +87,8 @@ def render_markdown(plan: TrainingPlan) -> str:
         ]
         for s in mem.strategies:
             t = s.per_gpu_bytes
-            mark = " (chosen)" if is_chosen(s, mem) else ""
-            name = setup_name(s.name, s.tensor_parallel, s.pipeline_parallel)
+            mark = " (chosen)" if mem.is_chosen(s) else ""
+            name = setup_label(s.name, s.tensor_parallel, s.pipeline_parallel)
             lines.append(
                 f"| {name}{mark} | {_gb(t.params)} | {_gb(t.gradients)} | {_gb(t.optimizer)} | "
                 f"{_gb(t.activations)} | {_gb(t.buffers)} | {_gb(t.total)} | {_gb(s.cpu_bytes_per_node)} | "
@@ -210,22 +210,3 @@ def plan_json(plan: TrainingPlan) -> str:
     if data["model"]:
         data["model"].pop("hf_config", None)
     return json.dumps(data, indent=2) + "\n"
-
-
-def setup_name(strategy: str, tensor_parallel: int = 1, pipeline_parallel: int = 1) -> str:
-    """A strategy with its model-parallel degrees, e.g. ``zero1+tp2+pp8``."""
-    name = strategy
-    if tensor_parallel > 1:
-        name += f"+tp{tensor_parallel}"
-    if pipeline_parallel > 1:
-        name += f"+pp{pipeline_parallel}"
-    return name
-
-
-def is_chosen(row: Any, memory: Any) -> bool:
-    """Whether a strategy row is the plan's choice (name and model-parallel degrees)."""
-    return bool(
-        row.name == memory.chosen
-        and row.tensor_parallel == memory.tensor_parallel
-        and row.pipeline_parallel == memory.pipeline_parallel
-    )

@@ -11,20 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tools.core.strategies import StrategyName, setup_label
+
 Task = Literal["pretrain", "finetune", "lora", "inference", "agent-app"]
 Precision = Literal["bf16", "fp16", "fp32", "auto"]
 Experience = Literal["beginner", "intermediate", "expert"]
 Stack = Literal["pytorch", "tensorflow", "none"]
 Deployment = Literal["none", "research", "production-serving", "mobile"]
-StrategyName = Literal[
-    "ddp",
-    "zero1",
-    "zero2",
-    "zero3",
-    "zero2_offload_optimizer",
-    "zero3_offload_optimizer",
-    "zero3_offload_all",
-]
 FrameworkId = Literal[
     "pytorch",
     "pytorch_ddp",
@@ -220,6 +213,24 @@ class MemoryPlan(BaseModel):
     # chosen setup is the first row named ``chosen``.
     tensor_parallel: int = Field(default=1, ge=1)
     pipeline_parallel: int = Field(default=1, ge=1)
+
+    def is_chosen(self, row: StrategyEstimate) -> bool:
+        """Whether ``row`` is the chosen setup: its name and both model-parallel degrees."""
+        return (row.name, row.tensor_parallel, row.pipeline_parallel) == (
+            self.chosen,
+            self.tensor_parallel,
+            self.pipeline_parallel,
+        )
+
+    @property
+    def chosen_row(self) -> StrategyEstimate | None:
+        """The chosen setup's row (None in a plan built without its rows)."""
+        return next((row for row in self.strategies if self.is_chosen(row)), None)
+
+    @property
+    def chosen_label(self) -> str:
+        """The chosen setup's name, e.g. ``zero1`` or ``zero1+tp8+pp4``."""
+        return setup_label(self.chosen, self.tensor_parallel, self.pipeline_parallel)
 
 
 class LaunchSpec(BaseModel):

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal
 
 from tools.core.errors import InputError
 from tools.core.schemas import (
@@ -42,15 +42,9 @@ from tools.core.schemas import (
     Task,
     TrainingBrief,
 )
+from tools.core.strategies import OFFLOAD_STRATEGIES, STRATEGY_ORDER, check_strategy
 
 ResolvedPrecision = Literal["bf16", "fp16", "fp32"]
-
-# Preference order for the choice: communication volume and step time grow along it (ZeRO
-# paper sec. 7: stages 1-2 move as much data as DDP, stage 3 1.5x; offload adds PCIe traffic).
-STRATEGY_ORDER: tuple[StrategyName, ...] = get_args(StrategyName)
-OFFLOAD_STRATEGIES: frozenset[str] = frozenset(
-    {"zero2_offload_optimizer", "zero3_offload_optimizer", "zero3_offload_all"}
-)
 
 # Vendors quote GPU memory in decimal GB ("80GB"); 80e9 bytes is ~7% under the 80 GiB an
 # A100-80GB has, which leaves room for what the driver and ECC reserve.
@@ -191,23 +185,6 @@ def lora_adapter_params(model: ModelSpec, rank: int = DEFAULT_LORA_RANK) -> int:
     return model.layers * per_layer
 
 
-def _check_strategy(strategy: str) -> StrategyName:
-    if strategy not in STRATEGY_ORDER:
-        raise InputError(
-            "strategy", f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGY_ORDER)}"
-        )
-    return strategy  # type: ignore[return-value]
-
-
-def setup_label(strategy: str, tensor_parallel: int = 1, pipeline_parallel: int = 1) -> str:
-    """A setup's name in ``why_not`` and notes: ``zero1``, ``zero3+tp8``, ``zero1+tp8+pp4``."""
-    return (
-        strategy
-        + (f"+tp{tensor_parallel}" if tensor_parallel > 1 else "")
-        + (f"+pp{pipeline_parallel}" if pipeline_parallel > 1 else "")
-    )
-
-
 def data_parallel_size(
     hardware: HardwareSpec, tensor_parallel: int = 1, pipeline_parallel: int = 1
 ) -> int:
@@ -326,7 +303,7 @@ def model_state_bytes(
         largest_layer_trainable_params: Trainable parameters of that largest layer (defaults to
             all of it when training everything, none otherwise).
     """
-    strategy = _check_strategy(strategy)
+    strategy = check_strategy(strategy)
     if optimizer not in OPTIMIZER_STATE_BYTES:
         raise InputError(
             "optimizer",
@@ -597,7 +574,7 @@ def estimate_strategy(
         gradient_accumulation_steps: Micro-batches per optimizer step, which bounds the
             micro-batches a pipeline's first stage holds in flight (p when not given).
     """
-    strategy = _check_strategy(strategy)
+    strategy = check_strategy(strategy)
     if micro_batch_size < 1:
         raise InputError("micro_batch_size", "must be at least 1")
     on_gpu = hardware.gpu is not None
@@ -777,7 +754,7 @@ def plan_memory(
     micro_candidates = _micro_batch_candidates(per_rank, micro_batch_size)
     precision = resolve_precision(brief.precision, hardware)
 
-    names = [_check_strategy(s) for s in strategies] if strategies else list(STRATEGY_ORDER)
+    names = [check_strategy(s) for s in strategies] if strategies else list(STRATEGY_ORDER)
     names = sorted(set(names), key=STRATEGY_ORDER.index)
     assumptions: list[str] = []
     if hardware.gpu is None:

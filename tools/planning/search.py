@@ -25,11 +25,10 @@ from tools.core.schemas import (
     StrategyName,
     TrainingBrief,
 )
+from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, STRATEGY_ORDER, setup_label
 from tools.planning.memory import (
     MICRO_BATCH_CANDIDATES,
-    OFFLOAD_STRATEGIES,
     PIPELINE_STAGES,
-    STRATEGY_ORDER,
     TENSOR_ONLY_STAGES,
     TENSOR_PARALLEL_CANDIDATES,
     capacity_bytes,
@@ -38,13 +37,9 @@ from tools.planning.memory import (
     node_ram_bytes,
     plan_memory,
     resolve_precision,
-    setup_label,
 )
 from tools.planning.speed import estimate_speed
 
-# The share of GPU memory a chosen setup must leave free: allocator spikes and fragmentation
-# beyond the estimate's own margin (the reviewer warns below the same line).
-MIN_HEADROOM = 0.10
 # How far the search scales a cluster out, in nodes, to name hardware on which something fits.
 MAX_NODES_SUGGESTED = 64
 TRAINING_TASKS = ("pretrain", "finetune", "lora")

@@ -36,9 +36,8 @@ from pydantic import BaseModel, Field
 
 from tools.core.errors import InputError
 from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, StrategyName
+from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy, check_strategy
 from tools.planning.memory import (
-    OFFLOAD_STRATEGIES,
-    STRATEGY_ORDER,
     ResolvedPrecision,
     check_model_parallel,
     model_parallel_params,
@@ -262,10 +261,6 @@ def _comm_units(base: str, accumulation: int) -> tuple[float, str]:
     )
 
 
-def _base_strategy(strategy: StrategyName) -> str:
-    return "zero3" if strategy.startswith("zero3") else strategy.split("_", 1)[0]
-
-
 def estimate_speed(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -300,10 +295,7 @@ def estimate_speed(
         pipeline_parallel: Pipeline-parallel degree p; ``gradient_accumulation_steps`` is then
             the pipeline's micro-batches per step, m. Data parallel is world / (t x p).
     """
-    if strategy not in STRATEGY_ORDER:
-        raise InputError(
-            "strategy", f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGY_ORDER)}"
-        )
+    check_strategy(strategy)
     if micro_batch_size < 1:
         raise InputError("micro_batch_size", "must be at least 1")
     if gradient_accumulation_steps < 1:
@@ -374,7 +366,7 @@ def estimate_speed(
             )
 
     # Communication: bytes each GPU sends per step (ring), and the time on the slowest link.
-    base = _base_strategy(strategy)
+    base = base_strategy(strategy)
     grad_bytes = 4 if resolved == "fp32" else 2
     units, why_units = _comm_units(base, accumulation)
     # All experts' gradients, not only the active ones; under t x p, this GPU's share.

@@ -15,10 +15,9 @@ from tools.core.schemas import (
     SmokeResult,
     TrainingBrief,
 )
-from tools.planning.memory import STRATEGY_ORDER, data_parallel_size, setup_label
+from tools.core.strategies import MIN_HEADROOM, STRATEGY_GAIN, STRATEGY_ORDER, setup_label
+from tools.planning.memory import data_parallel_size
 
-# Below this share of free GPU memory the plan is one allocator spike away from an OOM.
-MIN_HEADROOM = 0.10
 # Predicted vs measured peak memory of the smoke run: a gap beyond this share is flagged.
 MAX_MEMORY_GAP = 0.15
 # What to change after a failed smoke run, by the reason's kind (tools/smoke/runner.py verdicts).
@@ -33,16 +32,6 @@ SMOKE_FIXES = {
 }
 # Frameworks that run a plan's ZeRO stage (and so can raise it after an OOM).
 ZERO_FRAMEWORKS = frozenset({"deepspeed", "megatron"})
-# What the next strategy up the ladder saves (tools/planning/memory.py STRATEGY_ORDER).
-STRATEGY_GAIN = {
-    "zero1": "ZeRO-1 shards the optimizer states",
-    "zero2": "ZeRO-2 also shards the gradients",
-    "zero3": "ZeRO-3 also shards the parameters",
-    "zero2_offload_optimizer": "the optimizer states move to CPU RAM",
-    "zero3_offload_optimizer": "ZeRO-3 with the optimizer states in CPU RAM",
-    "zero3_offload_all": "parameters and optimizer states in CPU RAM",
-}
-
 # The top-level keys DeepSpeed 0.19's DeepSpeedConfig reads: DeepSpeedConfig.__init__ and
 # _initialize_params in deepspeed/runtime/config.py, through the get_* helpers over the names in
 # deepspeed/runtime/constants.py and the config classes they build. Recorded by parsing a config
@@ -253,17 +242,8 @@ def _memory_findings(memory: MemoryPlan | None, framework: FrameworkChoice) -> l
             )
         ]
     # Rows with the same name differ by their tensor/pipeline degrees.
-    chosen = next(
-        (
-            s
-            for s in memory.strategies
-            if s.name == memory.chosen
-            and s.tensor_parallel == memory.tensor_parallel
-            and s.pipeline_parallel == memory.pipeline_parallel
-        ),
-        None,
-    )
-    label = setup_label(memory.chosen, memory.tensor_parallel, memory.pipeline_parallel)
+    chosen = memory.chosen_row
+    label = memory.chosen_label
     if chosen is None or not chosen.fits:
         return [
             Finding(

@@ -47,17 +47,17 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from tools.core.errors import InputError
 from tools.core.files import copy_atomic, write_atomic
-from tools.core.schemas import ModelSpec, SmokeResult, StrategyName
+from tools.core.schemas import ModelSpec, SmokeResult
 from tools.core.settings import TELEMETRY_OFF, Settings
+from tools.core.strategies import MIN_HEADROOM, STRATEGY_ORDER, base_strategy, strategy_of
 
 SCRIPT = Path(__file__).with_name("train.py")
 # The name the script has in a run directory (and so in the ranks' command lines).
 RUN_SCRIPT_NAME = "smoke_train.py"
-_KNOWN_STRATEGIES: tuple[str, ...] = get_args(StrategyName)
 
 # Local budgets for the scaled model. On CPU a step must take well under a second on two
 # cores; on a GPU a few layers at moderate width still start in seconds.
@@ -72,9 +72,6 @@ GPU_BUDGET = {
 }
 # A safety net for families whose extra dimensions (e.g. MLA ranks) we do not scale.
 MAX_SCALED_PARAMS = {"cpu": 20_000_000, "cuda": 500_000_000}
-# On a GPU the real model runs at full size when the planner says it fits the local GPU with
-# this share left free (the strategy search's headroom, tools/planning/search.py MIN_HEADROOM).
-FULL_SIZE_HEADROOM = 0.10
 # The sequence length a full-size GPU run is capped to (memory, not the model, sets the limit).
 FULL_SIZE_MAX_SEQ = 2048
 
@@ -397,49 +394,6 @@ def run_smoke_test(
     return _finish(result, run_dir, started)
 
 
-def smoke_ds_config(
-    model: ModelSpec,
-    strategy: str,
-    *,
-    world_size: int,
-    nodes: int = 1,
-    micro_batch_size: int = 1,
-    gpu: Any = None,
-    activation_checkpointing: bool = False,
-) -> dict[str, Any] | None:
-    """The DeepSpeed config the planner emits for ``strategy`` on ``world_size`` ranks.
-
-    For a smoke run without a plan (``app.py smoke``, the GPU check): the config as a plan with
-    that strategy would carry it, before the runner adapts it to the local world. ``gpu`` (a
-    GPUSpec) picks the precision as the planner would (bf16 where the GPU has it); without one
-    the config is fp32. ``ddp`` gives None: a plain PyTorch DDP run with torchrun.
-    """
-    from tools.artifacts.deepspeed_config import emit_deepspeed_config
-    from tools.core.schemas import HardwareSpec, MemoryPlan, TrainingBrief
-
-    if strategy not in _KNOWN_STRATEGIES:
-        raise InputError("strategy", f"must be one of {', '.join(_KNOWN_STRATEGIES)}")
-    if strategy == "ddp":
-        return None
-    nodes = nodes if world_size % nodes == 0 else 1
-    hardware = HardwareSpec(source="local", nodes=nodes, gpus_per_node=world_size // nodes, gpu=gpu)
-    brief = TrainingBrief(
-        model=model.name,
-        task="pretrain",
-        seq_len=model.seq_len,
-        global_batch_size=micro_batch_size * world_size,
-        hardware="local",
-        precision="auto",
-    )
-    plan = MemoryPlan(
-        strategies=[],
-        chosen=strategy,  # type: ignore[arg-type]
-        micro_batch_size=micro_batch_size,
-        activation_checkpointing=activation_checkpointing,
-    )
-    return emit_deepspeed_config(plan, model, hardware, brief)
-
-
 def stop_on_sigterm() -> None:
     """Turn SIGTERM into SystemExit, so that ``finally`` blocks stop the launched groups.
 
@@ -580,11 +534,11 @@ def predict_peak_bytes(
     from tools.core.schemas import GPUSpec, HardwareSpec
     from tools.planning.memory import CUDA_CONTEXT_BYTES, estimate_strategy
 
-    name = strategy if strategy in _KNOWN_STRATEGIES else "ddp"
+    name: str = strategy if strategy in STRATEGY_ORDER else "ddp"
     gpu = GPUSpec(name="local", memory_gb=1e6) if device == "cuda" else None
     if gpu is None and "offload" in name:
         # On CPU ranks "offload" moves states from RAM to RAM: the footprint is the base stage's.
-        name = name.split("_", 1)[0]
+        name = base_strategy(name)
     hardware = HardwareSpec(source="local", nodes=1, gpus_per_node=max(1, ranks), gpu=gpu)
     est = estimate_strategy(
         shape_spec(shape),
@@ -662,7 +616,7 @@ def _fits_local_gpu(
     from tools.core.schemas import GPUSpec, HardwareSpec
     from tools.planning.memory import estimate_strategy
 
-    if strategy not in _KNOWN_STRATEGIES:
+    if strategy not in STRATEGY_ORDER:
         return False
     props = torch.cuda.get_device_properties(0)
     capacity = int(props.total_memory)
@@ -681,25 +635,7 @@ def _fits_local_gpu(
         )
     except InputError:
         return False
-    return est.per_gpu_bytes.total <= (1 - FULL_SIZE_HEADROOM) * capacity
-
-
-def strategy_of(ds_config: dict[str, Any]) -> str:
-    """Name the parallelism strategy a DeepSpeed config describes (DESIGN.md strategy names)."""
-    zero = ds_config.get("zero_optimization") or {}
-    stage = int(zero.get("stage", 0) or 0)
-    if stage == 0:
-        return "ddp"
-    name = f"zero{stage}"
-    offload_opt = (zero.get("offload_optimizer") or {}).get("device", "none") != "none"
-    offload_param = (zero.get("offload_param") or {}).get("device", "none") != "none"
-    if offload_opt and offload_param:
-        return f"{name}_offload_all"
-    if offload_opt:
-        return f"{name}_offload_optimizer"
-    if offload_param:
-        return f"{name}_offload_param"
-    return name
+    return est.per_gpu_bytes.total <= (1 - MIN_HEADROOM) * capacity
 
 
 def llama_config_from_shape(model: ModelSpec) -> dict[str, Any]:

@@ -1,0 +1,90 @@
+"""The strategy vocabulary, defined once: names, their order, ZeRO stages, labels, headroom.
+
+Every other module (planner, config emitter, smoke runner, reviewer, report) speaks these
+names; DESIGN.md's plan contract lists the same seven.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+from tools.core.errors import InputError
+
+StrategyName = Literal[
+    "ddp",
+    "zero1",
+    "zero2",
+    "zero3",
+    "zero2_offload_optimizer",
+    "zero3_offload_optimizer",
+    "zero3_offload_all",
+]
+# Preference order of the memory-only choice: communication volume and step time grow along it
+# (ZeRO paper sec. 7: stages 1-2 move as much data as DDP, stage 3 1.5x; offload adds PCIe).
+STRATEGY_ORDER: tuple[StrategyName, ...] = get_args(StrategyName)
+OFFLOAD_STRATEGIES: frozenset[str] = frozenset(
+    {"zero2_offload_optimizer", "zero3_offload_optimizer", "zero3_offload_all"}
+)
+ZERO_STAGE: dict[str, int] = {
+    "ddp": 0,
+    "zero1": 1,
+    "zero2": 2,
+    "zero3": 3,
+    "zero2_offload_optimizer": 2,
+    "zero3_offload_optimizer": 3,
+    "zero3_offload_all": 3,
+}
+# What each strategy saves over the one before it in STRATEGY_ORDER.
+STRATEGY_GAIN = {
+    "zero1": "ZeRO-1 shards the optimizer states",
+    "zero2": "ZeRO-2 also shards the gradients",
+    "zero3": "ZeRO-3 also shards the parameters",
+    "zero2_offload_optimizer": "the optimizer states move to CPU RAM",
+    "zero3_offload_optimizer": "ZeRO-3 with the optimizer states in CPU RAM",
+    "zero3_offload_all": "parameters and optimizer states in CPU RAM",
+}
+# The share of GPU memory a chosen setup must leave free: allocator spikes and fragmentation
+# beyond the estimate's own margin. The search keeps it, the reviewer warns below it, and the
+# smoke runner runs a model at full size only when it leaves this much.
+MIN_HEADROOM = 0.10
+
+
+def check_strategy(strategy: str, field: str = "strategy") -> StrategyName:
+    """``strategy`` as a StrategyName; InputError (naming ``field``) for any other string."""
+    if strategy not in STRATEGY_ORDER:
+        raise InputError(
+            field, f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGY_ORDER)}"
+        )
+    return strategy  # type: ignore[return-value]
+
+
+def setup_label(strategy: str, tensor_parallel: int = 1, pipeline_parallel: int = 1) -> str:
+    """A setup's name: ``zero1``, ``zero3+tp8``, ``zero1+tp8+pp4``."""
+    return (
+        strategy
+        + (f"+tp{tensor_parallel}" if tensor_parallel > 1 else "")
+        + (f"+pp{pipeline_parallel}" if pipeline_parallel > 1 else "")
+    )
+
+
+def base_strategy(strategy: str) -> str:
+    """The ZeRO stage a strategy runs, as a name: ``zero3_offload_all`` -> ``zero3``."""
+    return "zero3" if strategy.startswith("zero3") else strategy.split("_", 1)[0]
+
+
+def strategy_of(ds_config: dict[str, Any]) -> str:
+    """Name the strategy a DeepSpeed config describes (``zero3_offload_param`` is not ours)."""
+    zero = ds_config.get("zero_optimization") or {}
+    stage = int(zero.get("stage", 0) or 0)
+    if stage == 0:
+        return "ddp"
+    name = f"zero{stage}"
+    offload_opt = (zero.get("offload_optimizer") or {}).get("device", "none") != "none"
+    offload_param = (zero.get("offload_param") or {}).get("device", "none") != "none"
+    if offload_opt and offload_param:
+        return f"{name}_offload_all"
+    if offload_opt:
+        return f"{name}_offload_optimizer"
+    if offload_param:
+        return f"{name}_offload_param"
+    return name
