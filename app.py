@@ -355,7 +355,7 @@ def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     """Print every strategy's memory per GPU, term by term, and the choice."""
     from tools.intake.brief import brief_from_dict, load_brief
-    from tools.planning.search import search_strategy
+    from tools.planning import search_strategy
     from tools.research.hardware import parse_hardware
     from tools.research.model_catalog import lookup_model
 

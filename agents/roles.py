@@ -45,6 +45,7 @@ from tools.core.schemas import (
     ModelSpec,
     Review,
     SmokeResult,
+    SpeedEstimate,
     TrainingBrief,
     TrainingPlan,
 )
@@ -154,7 +155,7 @@ def workspace(
         framework=typed("framework", FrameworkChoice),
         memory=typed("memory", MemoryPlan),
         deepspeed_config=state.get("deepspeed_config"),
-        speed=state.get("speed"),
+        speed=typed("speed", SpeedEstimate),
         launch=typed("launch", LaunchSpec),
         smoke=typed("smoke_test", SmokeResult),
         review=typed("review", Review),
@@ -505,7 +506,7 @@ def make_engineer(
             ws.smoke = smoke_for(ws)
         return {
             "memory": _dump(ws.memory),
-            "speed": ws.speed,
+            "speed": _dump(ws.speed),
             "deepspeed_config": ws.deepspeed_config,
             "launch": _dump(ws.launch),
             "smoke_test": _dump(ws.smoke),

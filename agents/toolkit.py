@@ -29,6 +29,7 @@ from tools.core.schemas import (
     ModelSpec,
     Review,
     SmokeResult,
+    SpeedEstimate,
     StrategyName,
     TrainingBrief,
 )
@@ -47,7 +48,7 @@ class Workspace:
     model: ModelSpec | None = None
     framework: FrameworkChoice | None = None
     memory: MemoryPlan | None = None
-    speed: dict[str, Any] | None = None
+    speed: SpeedEstimate | None = None
     deepspeed_config: dict[str, Any] | None = None
     config_validated: bool = False
     launch: LaunchSpec | None = None
@@ -184,7 +185,7 @@ def _dump(obj: BaseModel | dict[str, Any], **exclude: Any) -> str:
 
 def researcher_tools(ws: Workspace) -> list[BaseTool]:
     """profile_hardware, lookup_model, select_framework."""
-    from tools.planning.memory import plan_memory
+    from tools.planning import search_strategy
     from tools.research.framework import select_framework as _select
     from tools.research.hardware import parse_hardware
     from tools.research.model_catalog import lookup_model as _lookup
@@ -211,7 +212,8 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
             ws.framework = _select(ws.brief, hw, None, None)
         else:
             model = _need(ws.model, "the model", "lookup_model")
-            ws.framework = _select(ws.brief, hw, model, plan_memory(model, hw, ws.brief))
+            # The same search the engineer runs: the framework is chosen for the setup the plan uses.
+            ws.framework = _select(ws.brief, hw, model, search_strategy(model, hw, ws.brief))
         ws.progress(f"framework: {ws.framework.primary}")
         return _dump(ws.framework)
 
@@ -251,8 +253,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
     from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
     from tools.artifacts.deepspeed_config import planned_total_steps, validate_deepspeed_config
     from tools.artifacts.launch import emit_launch as _emit_launch
-    from tools.planning.memory import data_parallel_size
-    from tools.planning.search import search_strategy
+    from tools.planning import data_parallel_size, search_strategy
 
     def plan_parallelism(
         micro_batch_size: int | None = None,
@@ -275,7 +276,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         )
         ws.deepspeed_config = None
         ws.config_validated = False
-        ws.speed = _speed(model, hw, ws.brief, ws.memory)
+        ws.speed = ws.memory.speed
         ws.progress(f"strategy: {ws.memory.chosen} micro-batch {ws.memory.micro_batch_size}")
         return _dump(ws.memory)
 
@@ -323,30 +324,6 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         StructuredTool.from_function(emit_launch, args_schema=EmitLaunchArgs),
         StructuredTool.from_function(run_smoke_test, args_schema=SmokeArgs),
     ]
-
-
-def _speed(
-    model: ModelSpec, hw: HardwareSpec, brief: TrainingBrief, memory: MemoryPlan
-) -> dict[str, Any] | None:
-    """The speed model's estimate for the chosen setup; None on a CPU-only target."""
-    if hw.gpu is None:
-        return None
-    from tools.planning.speed import estimate_speed
-
-    est = estimate_speed(
-        model,
-        hw,
-        memory.chosen,
-        micro_batch_size=memory.micro_batch_size,
-        gradient_accumulation_steps=memory.gradient_accumulation_steps,
-        activation_checkpointing=memory.activation_checkpointing,
-        precision=brief.precision,
-        seq_len=brief.seq_len,
-        dataset_tokens=brief.dataset_tokens,
-        tensor_parallel=memory.tensor_parallel,
-        pipeline_parallel=memory.pipeline_parallel,
-    )
-    return est.model_dump(mode="json")
 
 
 def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:

@@ -87,7 +87,7 @@ def _brief() -> Any:
 
 def planner_pick(shape: dict[str, Any]) -> dict[str, Any]:
     """What search_strategy chooses for this model on 2 CPU ranks, and how long it took."""
-    from tools.planning.search import search_strategy
+    from tools.planning import search_strategy
     from tools.smoke.runner import shape_spec
 
     model = shape_spec({**shape, "seq_len": SEQ_LEN})
@@ -104,7 +104,7 @@ def planner_pick(shape: dict[str, Any]) -> dict[str, Any]:
         "search_strategy_s": seconds,
         "rule": (
             "no GPU in the hardware spec, so no speed model: search_strategy returns "
-            "plan_memory's choice, the simplest strategy that fits with the largest micro-batch"
+            "the memory-only choice, the simplest strategy that fits with the largest micro-batch"
         ),
         "assumptions": plan.assumptions[:3],
     }

@@ -161,7 +161,7 @@ def main() -> int:
 
 def _full_estimate(result: Any, gpu: Any) -> int:
     from tools.core.schemas import HardwareSpec
-    from tools.planning.memory import estimate_strategy
+    from tools.planning import estimate_strategy
     from tools.smoke.runner import shape_spec
 
     shape = result.model_shape

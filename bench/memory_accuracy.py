@@ -50,7 +50,7 @@ def estimator_grid(
     from types import SimpleNamespace
 
     from bench.planner_cases import deepspeed_model_states
-    from tools.planning.memory import model_state_bytes
+    from tools.planning import model_state_bytes
     from tools.research.model_catalog import lookup_model
 
     cases = []

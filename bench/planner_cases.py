@@ -61,7 +61,7 @@ def deepspeed_model_states(model: Any, hardware: Any, strategy: str, task: str) 
 def plan_cases() -> list[dict[str, Any]]:
     """Plan each case; one record per case (our figures, DeepSpeed's, the choice and why)."""
     from tools.intake.brief import brief_from_dict
-    from tools.planning.search import search_strategy
+    from tools.planning import search_strategy
     from tools.research.hardware import parse_hardware
     from tools.research.model_catalog import lookup_model
 

@@ -12,7 +12,7 @@ Regimes, measured separately because they differ by orders of magnitude:
 
   - planner: import tools, parse hardware and brief, lookup_model (catalog counts from
     knowledge/models/counts.json), search_strategy (what ``app.py estimate`` and the engineer's
-    plan_parallelism call; it runs plan_memory), emit_deepspeed_config, and our pure-Python
+    plan_parallelism call; it runs search_strategy), emit_deepspeed_config, and our pure-Python
     strict checks: no ``"auto"`` value (tools/artifacts/deepspeed_config.py ``_find_auto``) and the batch
     arithmetic train = micro x accumulation x world (emit also refuses a plan that breaks it).
     The child records whether torch, transformers or deepspeed got imported on the way.
@@ -91,7 +91,7 @@ def one_pass(model_id: str, hardware_spec: str, global_batch: int, seq_len: int)
     start = time.perf_counter()
     from tools.artifacts.deepspeed_config import emit_deepspeed_config, validate_deepspeed_config
     from tools.core.schemas import TrainingBrief
-    from tools.planning.search import search_strategy
+    from tools.planning import search_strategy
     from tools.research.hardware import parse_hardware
     from tools.research.model_catalog import lookup_model
 

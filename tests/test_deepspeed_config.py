@@ -18,7 +18,7 @@ from tools.artifacts.deepspeed_config import (
 from tools.core.errors import ToolFailure
 from tools.core.schemas import HardwareSpec, MemoryPlan, TrainingBrief
 from tools.core.strategies import STRATEGY_ORDER
-from tools.planning.memory import data_parallel_size, plan_memory
+from tools.planning import data_parallel_size, search_strategy
 
 EIGHT_A100 = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=A100)
 BRIEF = TrainingBrief(
@@ -32,7 +32,7 @@ BRIEF = TrainingBrief(
 
 @pytest.fixture(scope="module")
 def llama_plan() -> MemoryPlan:
-    return plan_memory(LLAMA3_8B, EIGHT_A100, BRIEF)
+    return search_strategy(LLAMA3_8B, EIGHT_A100, BRIEF, objective="memory")
 
 
 def walk(value, path=()):
@@ -169,7 +169,7 @@ def test_scheduler_checked(llama_plan: MemoryPlan) -> None:
 def test_fp16_with_dynamic_loss_scaling_on_v100() -> None:
     hardware = HardwareSpec(source="described", nodes=2, gpus_per_node=4, gpu=V100)
     brief = BRIEF.model_copy(update={"precision": "auto", "seq_len": 1024})
-    plan = plan_memory(GPT2, hardware, brief)
+    plan = search_strategy(GPT2, hardware, brief, objective="memory")
     config = emit_deepspeed_config(plan, GPT2, hardware, brief)
     assert config["fp16"]["enabled"] and config["fp16"]["loss_scale"] == 0
     assert "bf16" not in config
@@ -178,7 +178,7 @@ def test_fp16_with_dynamic_loss_scaling_on_v100() -> None:
 
 def test_gpt2_cpu_config() -> None:
     brief = TrainingBrief(model="gpt2", seq_len=1024, global_batch_size=32, task="pretrain")
-    plan = plan_memory(GPT2, CPU_BOX, brief)
+    plan = search_strategy(GPT2, CPU_BOX, brief, objective="memory")
     config = emit_deepspeed_config(plan, GPT2, CPU_BOX, brief)
     assert "bf16" not in config and "fp16" not in config
     assert config["optimizer"]["params"]["torch_adam"] is True
@@ -189,7 +189,7 @@ def test_gpt2_cpu_config() -> None:
 
 def test_inference_config_has_no_optimizer() -> None:
     brief = BRIEF.model_copy(update={"task": "inference"})
-    plan = plan_memory(LLAMA3_8B, EIGHT_A100, brief)
+    plan = search_strategy(LLAMA3_8B, EIGHT_A100, brief, objective="memory")
     config = emit_deepspeed_config(plan, LLAMA3_8B, EIGHT_A100, brief)
     assert "optimizer" not in config and "scheduler" not in config
     validate_deepspeed_config(config, 8)
@@ -276,7 +276,9 @@ def test_hf_flavour_round_trips_to_the_strict_config(
 def test_hf_flavour_fp16_keeps_loss_scaling() -> None:
     hardware = HardwareSpec(source="described", nodes=2, gpus_per_node=4, gpu=V100)
     brief = BRIEF.model_copy(update={"precision": "auto", "seq_len": 1024})
-    strict = emit_deepspeed_config(plan_memory(GPT2, hardware, brief), GPT2, hardware, brief)
+    strict = emit_deepspeed_config(
+        search_strategy(GPT2, hardware, brief, objective="memory"), GPT2, hardware, brief
+    )
     flavour = hf_trainer_config(strict)
     assert flavour["fp16"] == dict(strict["fp16"], enabled="auto")
     assert "bf16" not in flavour
@@ -285,7 +287,9 @@ def test_hf_flavour_fp16_keeps_loss_scaling() -> None:
 
 def test_hf_flavour_without_optimizer_or_half_precision() -> None:
     brief = TrainingBrief(model="gpt2", seq_len=1024, global_batch_size=32, task="inference")
-    strict = emit_deepspeed_config(plan_memory(GPT2, CPU_BOX, brief), GPT2, CPU_BOX, brief)
+    strict = emit_deepspeed_config(
+        search_strategy(GPT2, CPU_BOX, brief, objective="memory"), GPT2, CPU_BOX, brief
+    )
     flavour = hf_trainer_config(strict)
     # Absent sections are not invented: the Trainer only fills keys that are there.
     assert auto_keys(flavour) == {
@@ -338,7 +342,7 @@ def test_dataset_tokens_set_the_schedulers_total_steps(llama_plan: MemoryPlan) -
 def test_tensor_pipeline_plan_counts_data_parallel_ranks() -> None:
     """train_batch_size = micro x accumulation x world / (t x p), validated at that size."""
     from tools.intake.brief import brief_from_dict
-    from tools.planning.search import search_strategy
+    from tools.planning import search_strategy
     from tools.research.hardware import parse_hardware
     from tools.research.model_catalog import lookup_model
 

@@ -21,8 +21,7 @@ from tools.artifacts.deepspeed_config import emit_deepspeed_config, validate_dee
 from tools.core.errors import InputError, TrainwrightError
 from tools.core.schemas import HardwareSpec, TrainingBrief
 from tools.intake.brief import brief_from_dict, load_brief, parse_request
-from tools.planning.memory import data_parallel_size
-from tools.planning.search import search_strategy
+from tools.planning import data_parallel_size, search_strategy
 from tools.research.hardware import load_gpu_catalog, parse_hardware
 from tools.research.model_catalog import list_models, lookup_model
 

@@ -27,8 +27,7 @@ from tools.artifacts.launch import deepspeed_no_ssh_command, emit_launch
 from tools.core.errors import InputError
 from tools.core.settings import Settings
 from tools.intake.brief import brief_from_dict
-from tools.planning.memory import plan_memory
-from tools.planning.search import search_strategy
+from tools.planning import search_strategy
 from tools.research.framework import select_framework
 from tools.research.hardware import parse_hardware
 from tools.research.model_catalog import lookup_model
@@ -176,7 +175,7 @@ def test_launch_files_quote_every_value_and_run_nothing_else(
     hw = parse_hardware(brief.hardware, brief.interconnect)
     model = lookup_model(brief.model, brief.seq_len)
     memory = search_strategy(model, hw, brief)
-    fw = select_framework(brief, hw, model, plan_memory(model, hw, brief))
+    fw = select_framework(brief, hw, model, search_strategy(model, hw, brief, objective="memory"))
     config: dict[str, Any] | None = emit_deepspeed_config(memory, model, hw, brief)
     if framework == "ddp":
         fw, config = fw.model_copy(update={"primary": "pytorch_ddp"}), None

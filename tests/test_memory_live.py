@@ -62,7 +62,7 @@ import pytest
 from tools.artifacts.deepspeed_config import _zero_section
 from tools.core.schemas import HardwareSpec, ModelSpec
 from tools.core.settings import TELEMETRY_OFF
-from tools.planning.memory import estimate_strategy, model_state_bytes, resolve_precision
+from tools.planning import estimate_strategy, model_state_bytes, resolve_precision
 from tools.research.model_catalog import lookup_model
 from tools.smoke.runner import adapt_ds_config, free_port, group_alive
 

@@ -23,8 +23,7 @@ from tools.core.schemas import Finding, FrameworkChoice, MemoryPlan, Review, Smo
 from tools.core.settings import SMOKE_FAULTS, Settings
 from tools.core.strategies import STRATEGY_ORDER
 from tools.intake.brief import brief_from_dict
-from tools.planning.memory import plan_memory
-from tools.planning.search import search_strategy
+from tools.planning import search_strategy
 from tools.research.framework import select_framework
 from tools.research.hardware import parse_hardware
 from tools.research.model_catalog import lookup_model
@@ -52,7 +51,9 @@ def llama() -> dict[str, Any]:
     brief = brief_from_dict({**LLAMA_8B, "smoke": False})
     hardware = parse_hardware(brief.hardware)
     model = lookup_model("llama-3-8b", brief.seq_len)
-    framework = select_framework(brief, hardware, model, plan_memory(model, hardware, brief))
+    framework = select_framework(
+        brief, hardware, model, search_strategy(model, hardware, brief, objective="memory")
+    )
     memory = search_strategy(model, hardware, brief).model_copy(
         update={
             "chosen": "zero1",

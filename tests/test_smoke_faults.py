@@ -369,7 +369,8 @@ SHAPE = {
 
 def test_prediction_leaves_out_what_the_measurement_cannot_see() -> None:
     from tools.core.schemas import GPUSpec
-    from tools.planning.memory import CUDA_CONTEXT_BYTES, FRAGMENTATION_MARGIN, estimate_strategy
+    from tools.planning import estimate_strategy
+    from tools.planning.memory import CUDA_CONTEXT_BYTES, FRAGMENTATION_MARGIN
     from tools.smoke.runner import shape_spec
 
     cpu = predict_peak_bytes(SHAPE, "zero2", "cpu", 2)

@@ -9,12 +9,8 @@ from specs import A100, CPU_BOX, LLAMA3_8B, LLAMA3_70B, MIXTRAL
 
 from tools.core.errors import InputError
 from tools.core.schemas import HardwareSpec
-from tools.planning.speed import (
-    EFFICIENCY_BY_CLASS,
-    estimate_speed,
-    gpu_class,
-    training_flops_per_token,
-)
+from tools.planning import estimate_speed, training_flops_per_token
+from tools.planning.speed import EFFICIENCY_BY_CLASS, gpu_class
 from tools.research.hardware import parse_hardware
 
 

@@ -6,9 +6,13 @@ import pytest
 
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, setup_label
 from tools.intake.brief import brief_from_dict
-from tools.planning.memory import capacity_bytes, estimate_strategy
-from tools.planning.search import model_parallel_setups, search_strategy
-from tools.planning.speed import estimate_speed
+from tools.planning import (
+    capacity_bytes,
+    estimate_speed,
+    estimate_strategy,
+    model_parallel_setups,
+    search_strategy,
+)
 from tools.research.hardware import parse_hardware
 from tools.research.model_catalog import lookup_model
 

@@ -32,11 +32,7 @@ from tools.core.errors import ToolFailure
 from tools.core.imports import import_deepspeed_quietly
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.core.strategies import OFFLOAD_STRATEGIES, ZERO_STAGE, check_strategy
-from tools.planning.memory import (
-    data_parallel_size,
-    resolve_precision,
-    zero_settings,
-)
+from tools.planning import data_parallel_size, resolve_precision, zero_settings
 
 
 class ConfigError(ToolFailure):

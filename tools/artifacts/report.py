@@ -107,12 +107,12 @@ def render_markdown(plan: TrainingPlan) -> str:
             "",
             "## Estimated speed (tools/planning/speed.py; a model, not a measurement)",
             "",
-            f"- Step: {sp['step_time_s']:.2f} s (compute {sp['compute_time_s']:.2f} s, exposed communication "
-            f"{sp['exposed_comm_time_s']:.2f} s, offload {sp['offload_time_s']:.2f} s); bottleneck: {sp['bottleneck']}",
-            f"- Throughput: {sp['tokens_per_s']:,.0f} tokens/s; MFU {sp['mfu']:.0%} at an assumed efficiency of "
-            f"{sp['efficiency']:.0%} of {sp['peak_tflops']:g} TFLOP/s peak",
+            f"- Step: {sp.step_time_s:.2f} s (compute {sp.compute_time_s:.2f} s, exposed communication "
+            f"{sp.exposed_comm_time_s:.2f} s, offload {sp.offload_time_s:.2f} s); bottleneck: {sp.bottleneck}",
+            f"- Throughput: {sp.tokens_per_s:,.0f} tokens/s; MFU {sp.mfu:.0%} at an assumed efficiency of "
+            f"{sp.efficiency:.0%} of {sp.peak_tflops:g} TFLOP/s peak",
         ]
-        lines += [f"- {a}" for a in sp.get("assumptions", [])]
+        lines += [f"- {a}" for a in sp.assumptions]
     lines += ["", "## DeepSpeed config", ""]
     if plan.deepspeed_config is not None:
         lines += ["```json", json.dumps(plan.deepspeed_config, indent=2), "```"]

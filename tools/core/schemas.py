@@ -15,6 +15,9 @@ from tools.core.strategies import StrategyName, setup_label
 
 Task = Literal["pretrain", "finetune", "lora", "inference", "agent-app"]
 Precision = Literal["bf16", "fp16", "fp32", "auto"]
+# What training really runs in once "auto" and CPU-only machines are resolved.
+ResolvedPrecision = Literal["bf16", "fp16", "fp32"]
+Bottleneck = Literal["compute", "communication", "offload", "unknown"]
 Experience = Literal["beginner", "intermediate", "expert"]
 Stack = Literal["pytorch", "tensorflow", "none"]
 Deployment = Literal["none", "research", "production-serving", "mobile"]
@@ -194,6 +197,43 @@ class StrategyEstimate(BaseModel):
     pipeline_parallel: int = Field(default=1, ge=1)
 
 
+class SpeedEstimate(BaseModel):
+    """Predicted time and throughput of one optimizer step for one strategy.
+
+    Times are per optimizer step (``gradient_accumulation_steps`` micro batches on every GPU);
+    ``None`` where the machine has no known peak FLOP/s (CPU-only, or a GPU without figures).
+    """
+
+    strategy: StrategyName
+    precision: ResolvedPrecision
+    seq_len: int
+    tokens_per_step: int
+    flops_per_token: float = Field(description="executed FLOPs per token, recomputation included")
+    model_flops_per_token: float = Field(description="6N + 12·L·h·s, the MFU numerator")
+    peak_tflops: float | None = None
+    efficiency: float | None = None
+    compute_time_s: float | None = None
+    comm_bytes_per_step: int = Field(description="bytes each GPU sends per optimizer step")
+    comm_time_s: float = 0.0
+    exposed_comm_time_s: float = 0.0
+    offload_bytes_per_step: int = Field(default=0, description="PCIe bytes per GPU per step")
+    offload_time_s: float = 0.0
+    # Megatron-style model parallelism; all zero/one for a data-parallel-only setup.
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    data_parallel: int = 1
+    tp_comm_time_s: float = Field(default=0.0, description="tensor-parallel collectives, exposed")
+    pp_comm_time_s: float = Field(default=0.0, description="pipeline sends and receives, exposed")
+    bubble_fraction: float = Field(default=0.0, description="(p-1)/(m+p-1) of the step idle")
+    bubble_time_s: float = 0.0
+    step_time_s: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    time_to_train_s: float | None = None
+    bottleneck: Bottleneck
+    assumptions: list[str] = Field(default_factory=list)
+
+
 class MemoryPlan(BaseModel):
     """All strategies considered and the one chosen."""
 
@@ -213,6 +253,9 @@ class MemoryPlan(BaseModel):
     # chosen setup is the first row named ``chosen``.
     tensor_parallel: int = Field(default=1, ge=1)
     pipeline_parallel: int = Field(default=1, ge=1)
+    # The speed model's estimate for the chosen setup, as the search computed it (None without
+    # a GPU). Carried with the result, not dumped: the plan JSON holds it once, as "speed".
+    speed: SpeedEstimate | None = Field(default=None, exclude=True)
 
     def is_chosen(self, row: StrategyEstimate) -> bool:
         """Whether ``row`` is the chosen setup: its name and both model-parallel degrees."""
@@ -323,5 +366,5 @@ class TrainingPlan(BaseModel):
     review: Review
     report: ReportPaths = Field(default_factory=ReportPaths)
     # The speed model's estimate for the chosen setup (tools/planning/speed.py); None without a GPU.
-    speed: dict[str, Any] | None = None
+    speed: SpeedEstimate | None = None
     narrative: dict[str, str] = Field(default_factory=dict)

@@ -30,22 +30,21 @@ Sources, cited again at each formula:
 from __future__ import annotations
 
 import re
-from typing import Literal
-
-from pydantic import BaseModel, Field
 
 from tools.core.errors import InputError
-from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, StrategyName
-from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy, check_strategy
-from tools.planning.memory import (
+from tools.core.schemas import (
+    Bottleneck,
+    GPUSpec,
+    HardwareSpec,
+    ModelSpec,
     ResolvedPrecision,
-    check_model_parallel,
-    model_parallel_params,
-    resolve_precision,
+    SpeedEstimate,
+    StrategyName,
 )
+from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy, check_strategy
+from tools.planning.parallel import check_model_parallel, model_parallel_params
+from tools.planning.states import resolve_precision
 from tools.research.hardware import CatalogGPU, find_gpu
-
-Bottleneck = Literal["compute", "communication", "offload", "unknown"]
 
 # Achieved fraction of dense peak for LLM training, by GPU class: (efficiency, why). The first
 # pattern found in the GPU's normalized name picks the class; order matters ("a100" before
@@ -146,43 +145,6 @@ PCIE_GBS = 25.0
 # DeepSpeed's vectorized CPU Adam (Ren et al. 2021 sec. 4.2): parameters updated per second by
 # all cores of one node. An assumption: it scales with cores and memory bandwidth.
 CPU_ADAM_PARAMS_PER_S = 1e9
-
-
-class SpeedEstimate(BaseModel):
-    """Predicted time and throughput of one optimizer step for one strategy.
-
-    Times are per optimizer step (``gradient_accumulation_steps`` micro batches on every GPU);
-    ``None`` where the machine has no known peak FLOP/s (CPU-only, or a GPU without figures).
-    """
-
-    strategy: StrategyName
-    precision: ResolvedPrecision
-    seq_len: int
-    tokens_per_step: int
-    flops_per_token: float = Field(description="executed FLOPs per token, recomputation included")
-    model_flops_per_token: float = Field(description="6N + 12·L·h·s, the MFU numerator")
-    peak_tflops: float | None = None
-    efficiency: float | None = None
-    compute_time_s: float | None = None
-    comm_bytes_per_step: int = Field(description="bytes each GPU sends per optimizer step")
-    comm_time_s: float = 0.0
-    exposed_comm_time_s: float = 0.0
-    offload_bytes_per_step: int = Field(default=0, description="PCIe bytes per GPU per step")
-    offload_time_s: float = 0.0
-    # Megatron-style model parallelism; all zero/one for a data-parallel-only setup.
-    tensor_parallel: int = 1
-    pipeline_parallel: int = 1
-    data_parallel: int = 1
-    tp_comm_time_s: float = Field(default=0.0, description="tensor-parallel collectives, exposed")
-    pp_comm_time_s: float = Field(default=0.0, description="pipeline sends and receives, exposed")
-    bubble_fraction: float = Field(default=0.0, description="(p-1)/(m+p-1) of the step idle")
-    bubble_time_s: float = 0.0
-    step_time_s: float | None = None
-    tokens_per_s: float | None = None
-    mfu: float | None = None
-    time_to_train_s: float | None = None
-    bottleneck: Bottleneck
-    assumptions: list[str] = Field(default_factory=list)
 
 
 def gpu_class(gpu: GPUSpec) -> str:

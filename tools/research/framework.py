@@ -276,7 +276,10 @@ def select_framework(
         if model.params >= PIPELINE_PARAMS:
             rationale += " At this size add pipeline parallelism (DeepSpeed's PipelineModule or Megatron-LM) to ZeRO."
         elif memory is not None:
-            rationale += f" The memory plan picks {memory.chosen}; the largest models add pipeline parallelism."
+            rationale += (
+                " ZeRO runs the setup the strategy search chose (the plan's strategy), up to"
+                " ZeRO-3 with offload; the largest models add pipeline parallelism."
+            )
     return FrameworkChoice(
         primary=best.framework,
         stack=stack,

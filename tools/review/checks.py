@@ -16,7 +16,7 @@ from tools.core.schemas import (
     TrainingBrief,
 )
 from tools.core.strategies import MIN_HEADROOM, STRATEGY_GAIN, STRATEGY_ORDER, setup_label
-from tools.planning.memory import data_parallel_size
+from tools.planning import data_parallel_size
 
 # Predicted vs measured peak memory of the smoke run: a gap beyond this share is flagged.
 MAX_MEMORY_GAP = 0.15

@@ -1,0 +1,122 @@
+"""Activation bytes per GPU for one micro-batch (Korthikanti et al. 2022).
+
+"Reducing Activation Recomputation in Large Transformer Models": eq. 1 (no parallelism), sec.
+4.1 (full recomputation), sec. 4.2.2 (tensor + sequence parallelism divide a layer's
+activations by t), sec. 4.2.3 (with the 1F1B pipeline schedule the first stage holds p
+micro-batches of its L/p layers).
+"""
+
+from __future__ import annotations
+
+from tools.core.errors import InputError
+from tools.core.schemas import ModelSpec, Task
+from tools.planning.states import ResolvedPrecision
+
+# Attention kernels the activation model knows (activation_bytes).
+ATTENTION_KERNELS = ("sdpa", "eager")
+# Families whose layers are RMSNorm + a gated SiLU/GeLU MLP with no dropout (llama-style).
+GATED_MLP_FAMILIES = frozenset(
+    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "phi3"}
+)
+
+
+def layer_coefficient(model: ModelSpec) -> float:
+    """Bytes per s*b*h one transformer layer keeps for backward at 16-bit, without the scores.
+
+    34 for GPT-style layers (Korthikanti et al. 2022, eq. 1); 22 + 8*i/h for llama-style
+    layers (see ``activation_bytes``).
+    """
+    config = model.hf_config or {}
+    family = str(config.get("model_type", ""))
+    if family in GATED_MLP_FAMILIES and model.intermediate:
+        return 22 + 8 * model.intermediate / model.hidden
+    if config.get("activation_function") == "gelu_new" or family == "gpt2":
+        # Hugging Face's NewGELUActivation is composed of elementwise ops, which save the tanh
+        # output, the half input and the (1 + tanh) factor besides its input: 3 more 4h-wide
+        # 16-bit tensors (+24); the attention kernel also keeps its output (+2).
+        return 60.0
+    return 34.0
+
+
+def activation_bytes(
+    model: ModelSpec,
+    *,
+    seq_len: int,
+    micro_batch_size: int,
+    precision: ResolvedPrecision,
+    activation_checkpointing: bool,
+    task: Task = "finetune",
+    selective_recompute: bool = False,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+    micro_batches: int | None = None,
+    attention: str = "sdpa",
+) -> int:
+    """Activation bytes per GPU for one micro batch (Korthikanti et al. 2022, eq. 1).
+
+    ``attention`` is the kernel: ``sdpa`` (PyTorch's scaled_dot_product_attention, the
+    Hugging Face default since transformers 4.36, or FlashAttention) keeps no s x s tensors
+    (Dao et al. 2022: memory linear in s), so the 5*a*s/h part below is left out; ``eager``
+    keeps the scores, at 6 bytes each in 16-bit training (see the code). Measured on an H200 (bench/gpu_check.json, a 1.1B llama at s=2048, b=4): eager
+    peaks at 3.2x the sdpa run's memory.
+
+    The per-layer coefficient 34 is Korthikanti's for a GPT layer (LayerNorm, 4h GeLU MLP,
+    dropout). Llama-style layers (``GATED_MLP_FAMILIES``: RMSNorm, a gated SiLU MLP of width i,
+    no dropout) keep, per s*b*h at 16-bit, as the Hugging Face modeling code saves them for
+    backward: 12 for the two RMSNorms (each keeps its fp32 input, 4 bytes, and its 16-bit
+    normalised output, 2, which the next projections share), 10 for attention (q, k and v
+    repeated to all heads and the output, saved by the attention kernel, 8, plus the output
+    projection's input, 2) and 8*i/h for the MLP (gate, SiLU, up and product outputs, i wide):
+    22 + 8*i/h, which is 44 for i = 2.75h against 47 measured on the H200. GPT-2 (composite
+    tanh GeLU, ``layer_coefficient``) keeps 60 against 66 measured.
+
+    Per transformer layer without recomputation: s*b*h*(34 + 5*a*s/h) bytes at 16-bit (the
+    5*a*s/h part is the attention score/softmax/dropout tensors, which FlashAttention-style
+    kernels do not store, so this is an upper bound with them). With full activation
+    checkpointing (sec. 4.1) each layer keeps only its 16-bit input, 2*s*b*h bytes, plus one
+    layer's full activations while it is recomputed. fp32 doubles the 16-bit tensors. The
+    logits add s*b*V at the working precision plus the fp32 copy cross-entropy takes
+    (Hugging Face ``ForCausalLMLoss`` upcasts logits with ``.float()``).
+    Inference keeps a KV cache (2 * layers * s * b * kv_dim) instead of training activations.
+    Selective recomputation (sec. 5, Table 2) recomputes only the attention core, so a layer
+    keeps 34*s*b*h bytes; memory-efficient attention kernels store about the same.
+
+    Tensor parallelism of degree t is modelled with Megatron's sequence parallelism (sec. 4.2.2):
+    every per-layer term, the checkpointed layer inputs and the vocabulary-parallel logits are
+    divided by t. Pipeline parallelism of degree p (sec. 4.2.3, 1F1B schedule of Narayanan et
+    al. 2021 sec. 2.2.1): a stage runs L/p layers; the first stage holds min(p, m) micro-batches
+    in flight (m = ``micro_batches`` per optimizer step, p when not given), the last stage one,
+    plus the logits. The larger of the two is the per-GPU peak.
+    """
+    if attention not in ATTENTION_KERNELS:
+        raise InputError("attention", f"must be one of {', '.join(ATTENTION_KERNELS)}")
+    s, b, h, a = seq_len, micro_batch_size, model.hidden, model.heads
+    t, p = tensor_parallel, pipeline_parallel
+    scale = 2 if precision == "fp32" else 1
+    act_bytes = 4 if precision == "fp32" else 2
+    keeps_scores = attention == "eager" and not selective_recompute
+    # Eager attention keeps the softmax output in fp32 (Hugging Face computes it with
+    # dtype=torch.float32) and, at 16-bit, its cast that the scores-times-values matmul saves:
+    # 6 bytes per score (Korthikanti's 5 assume a 16-bit softmax plus dropout), 4 in fp32.
+    score_bytes = (4 if precision == "fp32" else 6) * a * s * s * b if keeps_scores else 0
+    one_layer = -(-(int(s * b * layer_coefficient(model) * h) * scale + score_bytes) // t)
+    layers = -(-model.layers // p)
+    if task in ("inference", "agent-app"):
+        kv_dim = h * (model.kv_heads or a) // a
+        kv_cache = -(-2 * layers * s * b * kv_dim * act_bytes // t)
+        # Generation computes logits for the last position only (transformers logits_to_keep).
+        return kv_cache + one_layer + b * model.vocab * 4
+    # Per layer and micro-batch: the layer's input under full checkpointing (plus one layer's
+    # activations while it is recomputed), else all of them.
+    stored = -(-2 * s * b * h * scale // t) if activation_checkpointing else one_layer
+    working = one_layer if activation_checkpointing else 0
+    # Logits at the working precision (kept in the model output), the fp32 copy Hugging Face's
+    # ForCausalLMLoss makes with .float() (none when training in fp32) and the fp32
+    # log-softmax that cross-entropy saves for backward, all live during the loss.
+    logits = -(-s * b * model.vocab * (act_bytes + (4 if act_bytes < 4 else 0) + 4) // t)
+    if p == 1:
+        return model.layers * stored + working + logits
+    in_flight = min(p, micro_batches or p)
+    first_stage = layers * stored * in_flight + working
+    last_stage = layers * stored + working + logits
+    return max(first_stage, last_stage)

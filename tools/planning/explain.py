@@ -1,0 +1,224 @@
+"""The strategy search's words: what it assumed, what it searched, and why each setup lost.
+
+Only text from numbers the estimates already hold; nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+from tools.core.schemas import HardwareSpec, ModelSpec, StrategyEstimate, TrainingBrief
+from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, setup_label
+from tools.planning.memory import (
+    CPU_RAM_HEADROOM,
+    CUDA_CONTEXT_BYTES,
+    FRAGMENTATION_MARGIN,
+    GB,
+    node_ram_bytes,
+)
+from tools.planning.states import ZERO12_BUCKET_ELEMENTS
+
+MEGATRON_NOTE = (
+    "tensor/pipeline parallelism needs Megatron-DeepSpeed (or Megatron-LM/NeMo): DeepSpeed's "
+    "engine alone has no Megatron tensor- or pipeline-parallel layers. ds_config.json carries "
+    "the ZeRO part with train_batch_size = micro x accumulation x data-parallel ranks, which "
+    "DeepSpeed checks against Megatron's data-parallel group (its mpu); the parallel degrees "
+    "are Megatron arguments (--tensor-model-parallel-size, --pipeline-model-parallel-size)"
+)
+
+
+def label(est: StrategyEstimate) -> str:
+    """The setup label of an estimate row."""
+    return setup_label(est.name, est.tensor_parallel, est.pipeline_parallel)
+
+
+def _gb(value: float) -> str:
+    return f"{value / 1e9:.1f} GB"
+
+
+def node_ram_text(hardware: HardwareSpec) -> str:
+    """The node's RAM as the reasons quote it: "the node's 2048 GB" (and whether assumed)."""
+    ram, assumed = node_ram_bytes(hardware)
+    return f"the node's {ram / 1e9:g} GB" + (" (assumed)" if assumed else "")
+
+
+def batch_line(
+    brief: TrainingBrief, micro: int, per_rank: int, dp: int, tp: int = 1, pp: int = 1
+) -> str:
+    """How the global batch splits: micro x accumulation x data-parallel ranks."""
+    split = f"micro {micro} x accumulation {per_rank // micro} x {dp}"
+    if tp * pp > 1:
+        return (
+            f"tensor parallel {tp} x pipeline parallel {pp} x data parallel {dp}; seq_len "
+            f"{brief.seq_len}; global batch {brief.global_batch_size} = {split}"
+        )
+    return (
+        f"data-parallel world size {dp}; seq_len {brief.seq_len}; global batch "
+        f"{brief.global_batch_size} = {split}"
+    )
+
+
+def base_assumptions(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    brief: TrainingBrief,
+    precision: str,
+    names: Collection[str],
+    chosen: StrategyEstimate,
+    *,
+    checkpointing_needed: bool,
+) -> list[str]:
+    """What every memory estimate of the plan assumed, and how the chosen setup splits the batch."""
+    world = hardware.world_size
+    per_rank = brief.global_batch_size // world
+    device = (
+        f"{hardware.gpu.name} {hardware.gpu.memory_gb:g} GB (decimal GB, as vendors quote)"
+        if hardware.gpu is not None
+        else f"CPU RAM {hardware.ram_gb} GB shared by {world} rank(s)"
+    )
+    how_precision = (
+        f"precision {precision}"
+        + (" (auto)" if brief.precision == "auto" else "")
+        + (
+            f" (asked {brief.precision}; CPU-only runs fp32)"
+            if precision != brief.precision and brief.precision != "auto"
+            else ""
+        )
+    )
+    lines = [
+        f"capacity per device: {device}",
+        how_precision,
+        batch_line(brief, chosen.micro_batch_size, per_rank, world),
+        "model states: ZeRO paper (2+2+12 bytes/param for mixed-precision Adam) plus the "
+        "fp32 gradient copy DeepSpeed steps on (4 bytes/param, partitioned like the optimizer)",
+        "activations: Korthikanti et al. 2022 eq. 1 with the SDPA/FlashAttention kernel "
+        "(no s x s scores; llama-style layers 22 + 8·i/h per s·b·h instead of 34), full "
+        "checkpointing keeps 2·s·b·h per layer; activations and gradients are not live "
+        "together, so the peak counts the larger",
+        "logits: 16-bit logits, the fp32 copy and the fp32 log-softmax cross-entropy saves (s·b·V·(2+4+4) bytes)",
+        f"buffers: ZeRO-1/2 reduce bucket {ZERO12_BUCKET_ELEMENTS:.0e} elements x2 with "
+        "overlap_comm; ZeRO-3 buckets from hidden size as the HF integration sets them; "
+        f"CUDA context {CUDA_CONTEXT_BYTES / GB:.2f} GB; "
+        f"fragmentation margin {FRAGMENTATION_MARGIN:.0%} of the total",
+        "ZeRO-3 assumes the model is built under deepspeed.zero.Init "
+        "(Hugging Face does this for stage 3)",
+    ]
+    if hardware.gpu is not None and any(n in OFFLOAD_STRATEGIES for n in names):
+        ram, assumed = node_ram_bytes(hardware)
+        lines.append(
+            assumed
+            or f"offload: CPU states per node (DeepSpeed's estimator figure, x1.5) must fit in "
+            f"{1 - CPU_RAM_HEADROOM:.0%} of the node's {ram / GB:g} GB RAM"
+        )
+    if brief.seq_len > model.seq_len:
+        lines.append(f"seq_len {brief.seq_len} exceeds the model's {model.seq_len} positions")
+    if checkpointing_needed:
+        lines.append("activation checkpointing is needed: nothing fits without it")
+    return lines
+
+
+def search_line(
+    names: Collection[str], ckpts: list[bool], setups: Iterable[tuple[str, int, int]]
+) -> str:
+    """One line on what the speed search covered."""
+    line = (
+        f"search: {len(names)} strategies x micro-batch x checkpointing {ckpts}; the fastest "
+        f"estimated setup with at least {MIN_HEADROOM:.0%} memory headroom, never offloading "
+        "when a non-offload strategy fits"
+    )
+    setups = list(setups)
+    if setups:
+        tps = sorted({s[1] for s in setups})
+        pps = sorted({s[2] for s in setups})
+        line += (
+            f"; no data-parallel strategy fit without offload, so also {len(setups)} tensor x "
+            f"pipeline splits (t in {tps}, p in {pps}; ZeRO-1 with a pipeline, ZeRO-1/2/3 with "
+            "tensor parallelism alone; activations with sequence parallelism, Korthikanti et "
+            "al. 2022 sec. 4.2)"
+        )
+    return line
+
+
+def _cpu_short(est: StrategyEstimate, limit: float) -> bool:
+    """Did ``est`` fail on the node's CPU RAM rather than on GPU memory?"""
+    return not est.fits and est.per_gpu_bytes.total <= limit and est.cpu_bytes_per_node > 0
+
+
+def over(
+    est: StrategyEstimate, limit: float, capacity: int, node_ram: str, *, split: bool = False
+) -> str:
+    """Why a row does not fit, when nothing does (every reason says "over 90%")."""
+    if _cpu_short(est, limit):
+        return (
+            f"offload needs {_gb(est.cpu_bytes_per_node)} of CPU RAM per node, over "
+            f"{1 - MIN_HEADROOM:.0%} of {node_ram}"
+        )
+    where = f" (smallest at tensor {est.tensor_parallel} x pipeline {est.pipeline_parallel})"
+    return (
+        f"needs {_gb(est.per_gpu_bytes.total)} at best, over {1 - MIN_HEADROOM:.0%} of "
+        f"{capacity / 1e9:.0f} GB" + (where if split else "")
+    )
+
+
+def no_fit(
+    est: StrategyEstimate, limit: float, capacity: int, node_ram: str, *, split: bool
+) -> str:
+    """Why a row lost by not fitting, when something else does."""
+    if _cpu_short(est, limit):
+        return (
+            f"does not fit in CPU RAM: offload needs {_gb(est.cpu_bytes_per_node)} per node, "
+            f"over {1 - MIN_HEADROOM:.0%} of {node_ram}"
+        )
+    what = "any tensor/pipeline split or micro-batch" if split else "any micro-batch"
+    return (
+        f"does not fit with {MIN_HEADROOM:.0%} headroom at {what} (smallest "
+        f"{_gb(est.per_gpu_bytes.total)} of {capacity / 1e9:.0f} GB)"
+    )
+
+
+def nothing_fits_note(bigger: str | None, max_nodes: int) -> str:
+    """The first assumption of a plan on which nothing fits with headroom."""
+    if bigger:
+        return f"nothing fits with {MIN_HEADROOM:.0%} headroom; the same GPU would fit at {bigger}"
+    return (
+        f"nothing fits with {MIN_HEADROOM:.0%} headroom, and more GPUs of this type do "
+        f"not help up to {max_nodes} nodes, even with tensor (up to one node) and "
+        "pipeline parallelism: the activations of one layer or the model states stay too "
+        "large; this needs memory-efficient attention (the estimate stores attention "
+        "scores, Korthikanti et al. eq. 1), a shorter sequence, or GPUs with more memory"
+    )
+
+
+def why_not(
+    rows: list[StrategyEstimate],
+    win: StrategyEstimate,
+    fitting: Collection[int],
+    limit: float,
+    capacity: int,
+    node_ram: str,
+) -> dict[str, str]:
+    """Why every row other than ``win`` lost; ``fitting`` holds the ids of rows that fit."""
+    win_label = label(win)
+    reasons: dict[str, str] = {}
+    for row in rows:
+        if row is win:
+            continue
+        split = row.tensor_parallel * row.pipeline_parallel > 1
+        if id(row) not in fitting:
+            reasons[label(row)] = no_fit(row, limit, capacity, node_ram, split=split)
+        elif row.name in OFFLOAD_STRATEGIES and win.name not in OFFLOAD_STRATEGIES:
+            reasons[label(row)] = "offload not needed: a strategy without offload fits" + (
+                f" ({win_label}, tensor/pipeline parallel)" if win_label != win.name else ""
+            )
+        elif (row.tokens_per_s or 0) >= (win.tokens_per_s or 0):
+            reasons[label(row)] = (
+                f"no faster than {win_label} ({win.tokens_per_s or 0:,.0f} tokens/s), which is "
+                "simpler"
+            )
+        else:
+            reasons[label(row)] = (
+                f"slower: {row.tokens_per_s or 0:,.0f} tokens/s vs {win.tokens_per_s or 0:,.0f} "
+                f"(micro-batch {row.micro_batch_size}"
+                f"{', checkpointing' if row.activation_checkpointing else ''})"
+            )
+    return reasons

@@ -1,0 +1,71 @@
+"""When nothing fits: the smallest cluster of the same GPU on which some setup would."""
+
+from __future__ import annotations
+
+from tools.core.errors import InputError
+from tools.core.schemas import HardwareSpec, ModelSpec, TrainingBrief
+from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, STRATEGY_ORDER
+from tools.planning.memory import capacity_bytes, estimate_strategy
+from tools.planning.parallel import model_parallel_setups
+from tools.planning.states import resolve_precision
+
+# How far the search scales a cluster out, in nodes, to name hardware on which something fits.
+MAX_NODES_SUGGESTED = 64
+TRAINING_TASKS = ("pretrain", "finetune", "lora")
+
+
+def fits_somewhere(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief) -> bool:
+    """Does any strategy, or tensor x pipeline split, fit at micro-batch 1 with checkpointing?"""
+    world = hardware.world_size
+    if brief.global_batch_size % world:
+        return False
+    limit = (1 - MIN_HEADROOM) * (capacity_bytes(hardware) or 0)
+    precision = resolve_precision(brief.precision, hardware)
+    names = [n for n in STRATEGY_ORDER if hardware.gpu is not None or n not in OFFLOAD_STRATEGIES]
+    setups = [(name, 1, 1) for name in names]
+    if brief.task in TRAINING_TASKS:
+        setups += model_parallel_setups(model, hardware, list(STRATEGY_ORDER))
+    for name, tp, pp in setups:
+        est = estimate_strategy(
+            model,
+            hardware,
+            name,
+            task=brief.task,
+            precision=precision,
+            micro_batch_size=1,
+            activation_checkpointing=True,
+            seq_len=brief.seq_len,
+            tensor_parallel=tp,
+            pipeline_parallel=pp,
+            gradient_accumulation_steps=brief.global_batch_size // (world // (tp * pp)),
+        )
+        if est.fits and est.per_gpu_bytes.total <= limit:
+            return True
+    return False
+
+
+def smallest_fitting(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief) -> str | None:
+    """Scale the cluster out (same GPU) until some setup fits with headroom; None if never."""
+    if hardware.gpu is None:
+        return None
+    gpus = max(hardware.gpus_per_node, 8) if hardware.gpus_per_node < 8 else hardware.gpus_per_node
+    nodes = 1 if gpus > hardware.gpus_per_node else hardware.nodes * 2
+    while nodes <= MAX_NODES_SUGGESTED:
+        bigger = hardware.model_copy(update={"nodes": nodes, "gpus_per_node": gpus})
+        world = bigger.world_size
+        batch = max(world, -(-brief.global_batch_size // world) * world)
+        trial = brief.model_copy(update={"global_batch_size": batch})
+        if fits_somewhere(model, bigger, trial):
+            return f"{nodes}x{gpus}x{_gpu_id(hardware.gpu.name)}"
+        nodes *= 2
+    return None
+
+
+def _gpu_id(name: str) -> str:
+    """The catalog id of a GPU (what a hardware spec names), from its display name."""
+    from tools.research.hardware import find_gpu
+
+    try:
+        return str(getattr(find_gpu(name), "id", name))
+    except InputError:
+        return name
