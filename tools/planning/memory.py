@@ -21,6 +21,7 @@ from tools.planning.activations import activation_bytes
 from tools.planning.parallel import check_model_parallel, model_parallel_params
 from tools.planning.states import (
     DEFAULT_LORA_RANK,
+    ModelStates,
     ResolvedPrecision,
     lora_adapter_params,
     model_state_bytes,
@@ -128,6 +129,130 @@ def capacity_bytes(hardware: HardwareSpec) -> int | None:
     return int(hardware.ram_gb * GB / hardware.world_size)
 
 
+def _model_states(
+    model: ModelSpec,
+    strategy: StrategyName,
+    task: Task,
+    world: int,
+    tp: int,
+    pp: int,
+    precision: ResolvedPrecision,
+    optimizer: str,
+    lora_rank: int,
+    notes: list[str],
+) -> tuple[ModelStates, int]:
+    """Model states on the most loaded GPU, and the parameters it holds before ZeRO shards them."""
+    params_here, largest_here = model_parallel_params(model, tp, pp)
+    share = params_here / model.params if model.params else 1.0
+    if tp * pp > 1:
+        notes.append(
+            f"tensor parallel {tp} x pipeline {pp} x data parallel {world} "
+            f"(Megatron-LM, Narayanan et al. 2021): {params_here:,} parameters on the heaviest "
+            "stage's GPUs before ZeRO; activations with sequence parallelism"
+            + (f" and {pp} micro-batches in flight on the first stage (1F1B)" if pp > 1 else "")
+        )
+    total_params, trainable, layer_trainable = _trainable(
+        model, task, params_here, share, tp, lora_rank, notes
+    )
+    states = model_state_bytes(
+        total_params,
+        trainable,
+        largest_here,
+        world,
+        strategy,
+        precision=precision,
+        optimizer=optimizer,
+        largest_layer_trainable_params=layer_trainable,
+    )
+    return states, params_here
+
+
+def _trainable(
+    model: ModelSpec,
+    task: Task,
+    params_here: int,
+    share: float,
+    tp: int,
+    lora_rank: int,
+    notes: list[str],
+) -> tuple[int, int, int | None]:
+    """(parameters held, parameters trained, trained parameters of the largest layer) per GPU."""
+    if task == "lora":
+        adapters = lora_adapter_params(model, lora_rank)
+        adapters_here = math.ceil(adapters * share)
+        notes.append(f"LoRA rank {lora_rank} on q/k/v/o: {adapters:,} trainable parameters")
+        return params_here + adapters_here, adapters_here, adapters // model.layers // tp
+    if task in ("pretrain", "finetune"):
+        return params_here, params_here, None
+    return params_here, 0, 0
+
+
+def _breakdown(
+    gpu: dict[str, int], activations: int, buffers: int, notes: list[str]
+) -> MemoryBreakdown:
+    """The per-GPU terms, their peak and the fragmentation margin (counted in buffers).
+
+    Activations and gradients do not peak together: autograd frees each saved tensor once its
+    node's backward has run, while the gradients it produces appear (PyTorch autograd
+    mechanics, "saved tensors"). The forward ends with every activation and no gradient, the
+    backward with every gradient and no activation; the peak holds the larger of the two.
+    """
+    params = gpu.get("params", 0) + gpu.get("gathered_params", 0)
+    gradients = gpu.get("grads", 0) + gpu.get("gathered_grads", 0) + gpu.get("grads_fp32", 0)
+    optimizer = gpu.get("master_params", 0) + gpu.get("optimizer_moments", 0)
+    subtotal = params + optimizer + max(activations, gradients) + buffers
+    if gradients and activations:
+        notes.append(
+            f"activations ({activations / GB:.2f} GB) and gradients ({gradients / GB:.2f} GB) "
+            "are not live together: the peak counts the larger"
+        )
+    margin = int(FRAGMENTATION_MARGIN * subtotal)
+    return MemoryBreakdown(
+        params=params,
+        gradients=gradients,
+        optimizer=optimizer,
+        activations=activations,
+        buffers=buffers + margin,
+        total=subtotal + margin,
+        not_concurrent=min(activations, gradients),
+        margin=margin,
+    )
+
+
+def _cpu_bytes_per_node(
+    hardware: HardwareSpec, cpu_per_rank: dict[str, int], notes: list[str]
+) -> int:
+    """Offloaded states in host RAM per node (0 without offload).
+
+    DeepSpeed's estimate_zero3_model_states_mem_needs / estimate_zero2_model_states_mem_needs
+    CPU figure: the offloaded states of every rank on the node, x1.5.
+    """
+    if not cpu_per_rank:
+        return 0
+    ranks_per_node = max(1, hardware.gpus_per_node)
+    cpu_per_node = int(sum(cpu_per_rank.values()) * ranks_per_node * CPU_BUFFER_FACTOR)
+    notes.append(
+        f"CPU per node {cpu_per_node / GB:.1f} GB: offloaded states of {ranks_per_node} ranks "
+        "x1.5 (DeepSpeed's additional_buffer_factor for pinned buffers)"
+    )
+    return cpu_per_node
+
+
+def _fits_cpu_ram(hardware: HardwareSpec, cpu_per_node: int, notes: list[str]) -> bool:
+    """Whether offloaded states leave ``CPU_RAM_HEADROOM`` of the node's RAM free."""
+    ram, assumed = node_ram_bytes(hardware)
+    if assumed:
+        notes.append(assumed)
+    if cpu_per_node <= (1 - CPU_RAM_HEADROOM) * ram:
+        return True
+    notes.append(
+        f"does not fit in CPU RAM: offload needs {cpu_per_node / GB:.0f} GB per node, "
+        f"more than {1 - CPU_RAM_HEADROOM:.0%} of the node's {ram / GB:g} GB"
+        + (" (assumed)" if assumed else "")
+    )
+    return False
+
+
 def estimate_strategy(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -182,40 +307,9 @@ def estimate_strategy(
     training = task in ("pretrain", "finetune", "lora")
 
     notes: list[str] = []
-    # What one GPU holds of the model before ZeRO shards it over the data-parallel ranks.
-    params_here, largest_here = model_parallel_params(model, tp, pp)
-    share = params_here / model.params if model.params else 1.0
-    if tp * pp > 1:
-        notes.append(
-            f"tensor parallel {tp} x pipeline {pp} x data parallel {world} "
-            f"(Megatron-LM, Narayanan et al. 2021): {params_here:,} parameters on the heaviest "
-            "stage's GPUs before ZeRO; activations with sequence parallelism"
-            + (f" and {pp} micro-batches in flight on the first stage (1F1B)" if pp > 1 else "")
-        )
-    if task == "lora":
-        adapters = lora_adapter_params(model, lora_rank)
-        adapters_here = math.ceil(adapters * share)
-        total_params, trainable = params_here + adapters_here, adapters_here
-        layer_trainable = adapters // model.layers // tp
-        notes.append(f"LoRA rank {lora_rank} on q/k/v/o: {adapters:,} trainable parameters")
-    elif training:
-        total_params, trainable, layer_trainable = params_here, params_here, None
-    else:
-        total_params, trainable, layer_trainable = params_here, 0, 0
-    states = model_state_bytes(
-        total_params,
-        trainable,
-        largest_here,
-        world,
-        strategy,
-        precision=resolved,
-        optimizer=optimizer,
-        largest_layer_trainable_params=layer_trainable,
+    states, params_here = _model_states(
+        model, strategy, task, world, tp, pp, resolved, optimizer, lora_rank, notes
     )
-    gpu = states.gpu
-    params = gpu.get("params", 0) + gpu.get("gathered_params", 0)
-    gradients = gpu.get("grads", 0) + gpu.get("gathered_grads", 0) + gpu.get("grads_fp32", 0)
-    optimizer_bytes = gpu.get("master_params", 0) + gpu.get("optimizer_moments", 0)
     activations = activation_bytes(
         model,
         seq_len=seq,
@@ -240,63 +334,25 @@ def estimate_strategy(
         on_gpu=on_gpu,
         training=training,
     )
-    # Activations and gradients do not peak together: autograd frees each saved tensor once
-    # its node's backward has run, while the gradients it produces appear (PyTorch autograd
-    # mechanics, "saved tensors"). The forward ends with every activation and no gradient, the
-    # backward with every gradient and no activation; the peak holds the larger of the two.
-    subtotal = params + optimizer_bytes + max(activations, gradients) + buffers
-    if gradients and activations:
-        notes.append(
-            f"activations ({activations / GB:.2f} GB) and gradients ({gradients / GB:.2f} GB) "
-            "are not live together: the peak counts the larger"
-        )
-    margin = int(FRAGMENTATION_MARGIN * subtotal)
-    buffers += margin
-    total = subtotal + margin
+    breakdown = _breakdown(states.gpu, activations, buffers, notes)
     notes.extend(buffer_notes)
-    notes.append(f"fragmentation margin {margin / GB:.2f} GB (10% of the rest), in buffers")
+    notes.append(
+        f"fragmentation margin {breakdown.margin / GB:.2f} GB (10% of the rest), in buffers"
+    )
+    total = breakdown.total
 
-    cpu_per_node = 0
-    if states.cpu_per_rank:
-        # DeepSpeed's estimate_zero3_model_states_mem_needs / estimate_zero2_model_states_mem_
-        # needs CPU figure: the offloaded states of every rank on the node, x1.5.
-        ranks_per_node = max(1, hardware.gpus_per_node)
-        cpu_per_node = int(sum(states.cpu_per_rank.values()) * ranks_per_node * CPU_BUFFER_FACTOR)
-        notes.append(
-            f"CPU per node {cpu_per_node / GB:.1f} GB: offloaded states of {ranks_per_node} ranks "
-            "x1.5 (DeepSpeed's additional_buffer_factor for pinned buffers)"
-        )
-
+    cpu_per_node = _cpu_bytes_per_node(hardware, states.cpu_per_rank, notes)
     capacity = capacity_bytes(hardware)
     fits = capacity is None or total <= capacity
     if capacity is None:
         notes.append("memory capacity unknown: fit not checked")
-    if cpu_per_node:
-        ram, assumed = node_ram_bytes(hardware)
-        usable = (1 - CPU_RAM_HEADROOM) * ram
-        if assumed:
-            notes.append(assumed)
-        if cpu_per_node > usable:
-            fits = False
-            notes.append(
-                f"does not fit in CPU RAM: offload needs {cpu_per_node / GB:.0f} GB per node, "
-                f"more than {1 - CPU_RAM_HEADROOM:.0%} of the node's {ram / GB:g} GB"
-                + (" (assumed)" if assumed else "")
-            )
+    if cpu_per_node and not _fits_cpu_ram(hardware, cpu_per_node, notes):
+        fits = False
     if strategy != "ddp" and world == 1:
         notes.append("world size 1: ZeRO has nothing to partition across")
     return StrategyEstimate(
         name=strategy,
-        per_gpu_bytes=MemoryBreakdown(
-            params=params,
-            gradients=gradients,
-            optimizer=optimizer_bytes,
-            activations=activations,
-            buffers=buffers,
-            total=total,
-            not_concurrent=min(activations, gradients),
-            margin=margin,
-        ),
+        per_gpu_bytes=breakdown,
         cpu_bytes_per_node=cpu_per_node,
         fits=fits,
         micro_batch_size=micro_batch_size,

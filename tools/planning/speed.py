@@ -41,10 +41,18 @@ from tools.core.schemas import (
     SpeedEstimate,
     StrategyName,
 )
-from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy, check_strategy
-from tools.planning.parallel import check_model_parallel, model_parallel_params
+from tools.core.strategies import OFFLOAD_STRATEGIES, check_strategy
+from tools.planning.comm import (
+    OVERLAP_FRACTION,
+    StepSetup,
+    data_parallel_comm,
+    offload_cost,
+    pipeline_comm,
+    step_links,
+    tensor_parallel_comm,
+)
+from tools.planning.parallel import check_model_parallel
 from tools.planning.states import resolve_precision
-from tools.research.hardware import CatalogGPU, find_gpu
 
 # Achieved fraction of dense peak for LLM training, by GPU class: (efficiency, why). The first
 # pattern found in the GPU's normalized name picks the class; order matters ("a100" before
@@ -106,46 +114,6 @@ _CLASS_PATTERNS: tuple[tuple[str, str], ...] = (
     ("t4", "turing"),
 )
 
-# Inter-node links, GB/s per direction per node: 400/200/100/25 Gb/s divided by 8. We assume
-# one NIC per node, shared by its GPUs; DGX/HGX nodes with one NIC per GPU have 8x this (pass
-# inter_node_gbs).
-INTERCONNECT_GBS: dict[str, float] = {
-    "ib400": 50.0,
-    "ib200": 25.0,
-    "roce100": 12.5,
-    "eth25": 3.125,
-}
-# Multi-node spec without a named network: a middle-of-the-road RDMA fabric.
-DEFAULT_INTERCONNECT = "roce100"
-# Achieved fraction of link bandwidth for NCCL collectives on large messages: nccl-tests bus
-# bandwidth on A100 NVLink is ~230 of 300 GB/s; RDMA fabrics reach 80-90% of line rate; plain
-# Ethernet goes through NCCL's socket transport (TCP), which reaches far less.
-LINK_EFFICIENCY: dict[str, float] = {
-    "nvlink": 0.75,
-    "infinity_fabric": 0.75,
-    "pcie": 0.70,
-    "ib400": 0.85,
-    "ib200": 0.85,
-    "roce100": 0.80,
-    "eth25": 0.60,
-}
-# A GPU not in the catalog: assume its PCIe Gen4 x16 slot (64 GB/s bidirectional).
-DEFAULT_GPU_TO_GPU_GBS = 64.0
-
-# Share of the communication that could hide behind compute and does. DDP and ZeRO bucket
-# gradients and reduce them while backward still runs (Li et al. 2020 sec. 3.2.3), and ZeRO-3
-# prefetches parameters; but the first bucket waits for the last layer's gradients, ZeRO-1/2's
-# parameter all-gather after the optimizer step cannot overlap, and NCCL kernels take SMs from
-# compute. Half is the assumption.
-OVERLAP_FRACTION = 0.5
-
-# PCIe Gen4 x16: 32 GB/s per direction theoretical, ~25 GB/s achieved with pinned memory; each
-# GPU is assumed to have its own x16 link to the host.
-PCIE_GBS = 25.0
-# DeepSpeed's vectorized CPU Adam (Ren et al. 2021 sec. 4.2): parameters updated per second by
-# all cores of one node. An assumption: it scales with cores and memory bandwidth.
-CPU_ADAM_PARAMS_PER_S = 1e9
-
 
 def gpu_class(gpu: GPUSpec) -> str:
     """The ``EFFICIENCY_BY_CLASS`` key for ``gpu``, matched on its normalized name."""
@@ -173,15 +141,6 @@ def training_flops_per_token(
     return float((4 if activation_checkpointing else 3) * forward)
 
 
-def _catalog_gpu(gpu: GPUSpec) -> CatalogGPU | None:
-    if isinstance(gpu, CatalogGPU):
-        return gpu
-    try:
-        return find_gpu(gpu.name)
-    except InputError:
-        return None
-
-
 def _peak_tflops(gpu: GPUSpec, precision: ResolvedPrecision, notes: list[str]) -> float | None:
     """Dense peak for the precision from the catalog; fp32 where the part lacks that mode."""
     peak = {"bf16": gpu.bf16_tflops, "fp16": gpu.fp16_tflops, "fp32": gpu.fp32_tflops}[precision]
@@ -198,29 +157,110 @@ def _peak_tflops(gpu: GPUSpec, precision: ResolvedPrecision, notes: list[str]) -
     return peak
 
 
-def _comm_units(base: str, accumulation: int) -> tuple[float, str]:
-    """Model-sized collectives per optimizer step (each moves (n-1)/n·Ψ per GPU), and why.
+def _compute(setup: StepSetup, flops: float) -> tuple[float | None, float | None, float | None]:
+    """(peak TFLOP/s, achieved fraction, compute seconds per step) on one GPU.
 
-    ZeRO paper sec. 7: all-reduce = reduce-scatter + all-gather = 2Ψ for DDP and stages 1-2;
-    stage 3 adds an all-gather of parameters in forward and again in backward, 3Ψ. DeepSpeed's
-    ``engine.allreduce_gradients``: DDP and stage 1 reduce only at the accumulation boundary,
-    stages 2-3 reduce-scatter in every micro step ("ZeRO stage >= 2 communicates during non
-    gradient accumulation boundaries as well"), and stage 3 gathers parameters every micro step.
+    Time = FLOPs / (peak x achieved fraction); each GPU computes its data-parallel replica's
+    tokens split t x p ways.
     """
-    if base in ("ddp", "zero1"):
-        return 2.0, "gradients reduced once per optimizer step (2Ψ: reduce-scatter + all-gather)"
-    if base == "zero2":
-        return (
-            accumulation + 1.0,
-            "ZeRO-2 reduce-scatters gradients every micro step (DeepSpeed engine."
-            "allreduce_gradients) and all-gathers updated parameters once per step: "
-            f"({accumulation} + 1)Ψ",
+    gpu = setup.hardware.gpu
+    if gpu is None:
+        setup.notes.append(
+            "no GPU: no peak FLOP/s in the catalog for a CPU, so no step time, tokens/s or MFU"
         )
-    return (
-        3.0 * accumulation,
-        "ZeRO-3 all-gathers parameters in forward and backward and reduce-scatters gradients "
-        f"every micro step: 3Ψ x {accumulation} micro steps",
+        return None, None, None
+    peak = _peak_tflops(gpu, setup.precision, setup.notes)
+    efficiency, why = EFFICIENCY_BY_CLASS[gpu_class(gpu)]
+    if peak is None:
+        setup.notes.append(f"{gpu.name}: no {setup.precision} peak known, so no step time or MFU")
+        return None, efficiency, None
+    tokens_per_gpu: float = setup.micro * setup.accumulation * setup.seq
+    if setup.tp * setup.pp > 1:
+        tokens_per_gpu = tokens_per_gpu / (setup.tp * setup.pp)
+    setup.notes.append(
+        f"compute at {efficiency:.0%} of {peak:g} TFLOP/s dense {setup.precision} peak: {why}"
     )
+    return peak, efficiency, tokens_per_gpu * flops / (peak * 1e12 * efficiency)
+
+
+def _bottleneck(compute_s: float | None, comm_s: float, offload_s: float) -> Bottleneck:
+    """The largest raw time names the bottleneck, before overlap hides any of it."""
+    if compute_s is None:
+        return "unknown"
+    if comm_s > compute_s and comm_s >= offload_s:
+        return "communication"
+    if offload_s > compute_s and offload_s > comm_s:
+        return "offload"
+    return "compute"
+
+
+def _throughput(
+    setup: StepSetup,
+    step_s: float | None,
+    peak: float | None,
+    model_flops: float,
+    dataset_tokens: float | None,
+) -> tuple[float | None, float | None, float | None]:
+    """Tokens/s of the whole cluster, MFU, and the time to train on ``dataset_tokens``."""
+    if step_s is None or peak is None:
+        if dataset_tokens is not None:
+            setup.notes.append("time to train unknown: no step time")
+        return None, None, None
+    tokens_per_s = setup.tokens_per_step / step_s
+    # PaLM appendix B: MFU = observed tokens/s x 6N + 12·L·h·s over the cluster's peak.
+    mfu = tokens_per_s * model_flops / (setup.hardware.world_size * peak * 1e12)
+    time_to_train = None
+    if dataset_tokens is not None:
+        time_to_train = dataset_tokens / tokens_per_s
+        setup.notes.append(
+            f"time to train: {dataset_tokens:.3g} tokens / {tokens_per_s:,.0f} tokens/s"
+        )
+    return tokens_per_s, mfu, time_to_train
+
+
+def _check_speed_args(
+    strategy: str,
+    micro_batch_size: int,
+    gradient_accumulation_steps: int,
+    dataset_tokens: float | None,
+    hardware: HardwareSpec,
+) -> None:
+    check_strategy(strategy)
+    if micro_batch_size < 1:
+        raise InputError("micro_batch_size", "must be at least 1")
+    if gradient_accumulation_steps < 1:
+        raise InputError("gradient_accumulation_steps", "must be at least 1")
+    if dataset_tokens is not None and dataset_tokens <= 0:
+        raise InputError("dataset_tokens", "must be positive")
+    if hardware.gpu is None and strategy in OFFLOAD_STRATEGIES:
+        raise InputError("strategy", f"{strategy} offloads GPU memory to CPU and needs a GPU")
+
+
+def _flops_notes(setup: StepSetup, flops: float) -> None:
+    model = setup.model
+    setup.notes += [
+        f"FLOPs per token {flops:.3e}: PaLM appendix B, 6N + 12·L·h·s with N = "
+        f"{model.active_params or model.params:,}"
+        + (
+            " active (mixture of experts)"
+            if model.active_params and model.active_params != model.params
+            else ""
+        )
+        + (
+            "; full activation checkpointing adds one forward: 8N + 16·L·h·s "
+            "(MFU still counts 6N + 12·L·h·s)"
+            if setup.checkpointing
+            else ""
+        ),
+        f"{setup.tokens_per_step:,} tokens per step = micro {setup.micro} x accumulation "
+        f"{setup.accumulation} x {setup.dp} {'data-parallel ' if setup.tp * setup.pp > 1 else ''}"
+        f"rank(s) x seq {setup.seq}",
+    ]
+    if setup.tp * setup.pp > 1:
+        setup.notes.append(
+            f"tensor parallel {setup.tp} x pipeline {setup.pp} x data parallel {setup.dp}: each "
+            f"GPU computes 1/{setup.tp * setup.pp} of its replica's FLOPs (Narayanan et al. 2021)"
+        )
 
 
 def estimate_speed(
@@ -257,264 +297,67 @@ def estimate_speed(
         pipeline_parallel: Pipeline-parallel degree p; ``gradient_accumulation_steps`` is then
             the pipeline's micro-batches per step, m. Data parallel is world / (t x p).
     """
-    check_strategy(strategy)
-    if micro_batch_size < 1:
-        raise InputError("micro_batch_size", "must be at least 1")
-    if gradient_accumulation_steps < 1:
-        raise InputError("gradient_accumulation_steps", "must be at least 1")
-    if dataset_tokens is not None and dataset_tokens <= 0:
-        raise InputError("dataset_tokens", "must be positive")
-    gpu = hardware.gpu
-    if gpu is None and strategy in OFFLOAD_STRATEGIES:
-        raise InputError("strategy", f"{strategy} offloads GPU memory to CPU and needs a GPU")
-
-    resolved = resolve_precision(precision, hardware)
-    seq = seq_len or model.seq_len
-    world = hardware.world_size
-    tp, pp = tensor_parallel, pipeline_parallel
-    dp = check_model_parallel(model, hardware, strategy, tp, pp)
-    accumulation = gradient_accumulation_steps
-    # Model FLOPs each GPU does per step: its data-parallel replica's tokens, split t x p ways.
-    tokens_per_gpu = micro_batch_size * accumulation * seq / (tp * pp)
-    if tp * pp == 1:
-        tokens_per_gpu = micro_batch_size * accumulation * seq
-    tokens_per_step = micro_batch_size * accumulation * seq * dp
-    flops = training_flops_per_token(model, seq, activation_checkpointing=activation_checkpointing)
-    model_flops = training_flops_per_token(model, seq, activation_checkpointing=False)
-    assumptions = [
-        f"FLOPs per token {flops:.3e}: PaLM appendix B, 6N + 12·L·h·s with N = "
-        f"{model.active_params or model.params:,}"
-        + (
-            " active (mixture of experts)"
-            if model.active_params and model.active_params != model.params
-            else ""
-        )
-        + (
-            "; full activation checkpointing adds one forward: 8N + 16·L·h·s "
-            "(MFU still counts 6N + 12·L·h·s)"
-            if activation_checkpointing
-            else ""
-        ),
-        f"{tokens_per_step:,} tokens per step = micro {micro_batch_size} x accumulation "
-        f"{accumulation} x {dp} {'data-parallel ' if tp * pp > 1 else ''}rank(s) x seq {seq}",
-    ]
-    if tp * pp > 1:
-        assumptions.append(
-            f"tensor parallel {tp} x pipeline {pp} x data parallel {dp}: each GPU computes "
-            f"1/{tp * pp} of its replica's FLOPs (Narayanan et al. 2021)"
-        )
-
-    # Compute.
-    peak: float | None = None
-    efficiency: float | None = None
-    compute_s: float | None = None
-    cluster_peak_flops = 0.0
-    if gpu is None:
-        assumptions.append(
-            "no GPU: no peak FLOP/s in the catalog for a CPU, so no step time, tokens/s or MFU"
-        )
-    else:
-        peak = _peak_tflops(gpu, resolved, assumptions)
-        cls = gpu_class(gpu)
-        efficiency, why = EFFICIENCY_BY_CLASS[cls]
-        if peak is None:
-            assumptions.append(f"{gpu.name}: no {resolved} peak known, so no step time or MFU")
-        else:
-            # Time = FLOPs / (peak x achieved fraction), per GPU per step.
-            compute_s = tokens_per_gpu * flops / (peak * 1e12 * efficiency)
-            cluster_peak_flops = world * peak * 1e12
-            assumptions.append(
-                f"compute at {efficiency:.0%} of {peak:g} TFLOP/s dense {resolved} peak: {why}"
-            )
-
-    # Communication: bytes each GPU sends per step (ring), and the time on the slowest link.
-    base = base_strategy(strategy)
-    grad_bytes = 4 if resolved == "fp32" else 2
-    units, why_units = _comm_units(base, accumulation)
-    # All experts' gradients, not only the active ones; under t x p, this GPU's share.
-    params_here = model_parallel_params(model, tp, pp)[0]
-    model_bytes = params_here * grad_bytes
-    comm_bytes = int(units * (dp - 1) / dp * model_bytes)
-    comm_s = 0.0
-    catalog = _catalog_gpu(gpu) if gpu is not None else None
-    link = catalog.link if catalog is not None else "pcie"
-    g2g = catalog.gpu_to_gpu_gbs if catalog and catalog.gpu_to_gpu_gbs else None
-    # The catalog quotes bidirectional totals; a ring sends and receives at once, so each
-    # direction gets half.
-    intra_gbs = (g2g or DEFAULT_GPU_TO_GPU_GBS) / 2 * LINK_EFFICIENCY[link]
-    network = (hardware.interconnect or "").lower()
-    if hardware.nodes > 1 and network != "nvlink" and network not in INTERCONNECT_GBS:
-        assumptions.append(
-            f"interconnect {'unknown' if not network else repr(network)} between "
-            f"{hardware.nodes} nodes: {DEFAULT_INTERCONNECT} assumed"
-        )
-        network = DEFAULT_INTERCONNECT
-    line_gbs = inter_node_gbs or INTERCONNECT_GBS.get(network, 0.0)
-    inter_gbs = line_gbs * LINK_EFFICIENCY.get(network, 1.0)
-    if world > 1 and g2g is None:
-        assumptions.append(
-            f"GPU-to-GPU bandwidth unknown: PCIe Gen4 x16 ({DEFAULT_GPU_TO_GPU_GBS:g} GB/s "
-            "bidirectional) assumed"
-        )
-    if dp > 1:
-        assumptions.append(
-            f"communication {comm_bytes / 1e9:.1f} GB per GPU per step: {why_units}; ring "
-            f"collectives send (n-1)/n of the {grad_bytes}-byte model per GPU (ZeRO paper sec. 7)"
-            + (
-                f", n = {dp} data-parallel ranks holding {params_here:,} parameters"
-                if tp * pp > 1
-                else ""
-            )
-        )
-        if hardware.nodes == 1 or network == "nvlink":
-            # One NVLink/PCIe domain: a flat ring over all ranks.
-            comm_s = comm_bytes / (intra_gbs * 1e9)
-            assumptions.append(
-                f"one {link} domain: {intra_gbs:.0f} GB/s per direction per GPU achieved "
-                f"({LINK_EFFICIENCY[link]:.0%} of half the catalog's "
-                f"{g2g or DEFAULT_GPU_TO_GPU_GBS:g} GB/s bidirectional)"
-            )
-        else:
-            g = max(1, hardware.gpus_per_node)
-            # Megatron orders ranks tensor first, then data: a node holds r replicas of each of
-            # its g/r model-parallel shards (r = g for plain data parallelism), and a shard's
-            # data-parallel group spans n = dp/r nodes. Hierarchical collectives (NCCL's tree/
-            # ring across nodes): the intra-node legs move (r-1)/r of the shard per GPU; the
-            # node's NIC carries (n-1)/n of every shard on the node. The NIC is the bottleneck.
-            replicas = max(1, min(dp, g // tp))
-            shards = max(1, g // replicas)
-            spanned = max(1, dp // replicas)
-            intra_s = units * (replicas - 1) / replicas * model_bytes / (intra_gbs * 1e9)
-            inter_s = units * shards * (spanned - 1) / spanned * model_bytes / (inter_gbs * 1e9)
-            comm_s = intra_s + inter_s
-            assumptions.append(
-                f"{hardware.nodes} nodes over {network}: {line_gbs:g} GB/s per direction per node"
-                + (" (given)" if inter_node_gbs else " (one NIC per node, shared by its GPUs)")
-                + f" at {LINK_EFFICIENCY[network]:.0%}; hierarchical collectives, "
-                f"{inter_s:.2f} s on the network + {intra_s:.2f} s inside nodes"
-            )
-
-    # Tensor parallelism (Narayanan et al. 2021 sec. 2.3; Shoeybi et al. 2019 fig. 4): per layer
-    # and micro-batch, two all-reduces of the s·b·h activations in forward and two in backward
-    # (sequence parallelism swaps each for an all-gather plus a reduce-scatter, the same bytes:
-    # Korthikanti et al. 2022 sec. 4.2.2); full recomputation repeats the forward's two. They sit
-    # on the critical path, so none of it overlaps. Tensor groups stay inside a node.
-    tp_bytes = 0
-    tp_s = 0.0
-    micro_bytes = micro_batch_size * seq * model.hidden * grad_bytes
-    layers_here = model.layers // pp
-    if tp > 1:
-        per_layer = 6 if activation_checkpointing else 4
-        tp_bytes = int(per_layer * layers_here * accumulation * 2 * (tp - 1) / tp * micro_bytes)
-        tp_s = tp_bytes / (intra_gbs * 1e9)
-        assumptions.append(
-            f"tensor parallel: {per_layer} all-reduces of s·b·h per layer per micro-batch "
-            f"(2 forward, 2 backward{', 2 recomputed' if activation_checkpointing else ''}) x "
-            f"{layers_here} layers x {accumulation} micro-batches, ring 2(t-1)/t: "
-            f"{tp_bytes / 1e9:.1f} GB per GPU over {link} at {intra_gbs:.0f} GB/s: "
-            f"{tp_s:.2f} s, not overlapped"
-        )
-    # Pipeline: each stage boundary sends a micro-batch's activations forward and its gradient
-    # back, split over the t GPUs of a stage (Narayanan et al. 2021 sec. 4.1 scatter/gather);
-    # the 1F1B bubble leaves (p-1)/(m+p-1) of the step idle (sec. 2.2.1: (p-1)/m of the ideal).
-    pp_bytes = 0
-    pp_s = 0.0
-    bubble_fraction = 0.0
-    if pp > 1:
-        pp_bytes = int(2 * accumulation * micro_bytes / tp)
-        crosses_nodes = hardware.nodes > 1 and tp * pp > max(1, hardware.gpus_per_node)
-        # Across a node boundary the t GPUs of the boundary stage share the node's NIC.
-        pp_gbs = inter_gbs / tp if crosses_nodes and network != "nvlink" else intra_gbs
-        pp_s = pp_bytes / (pp_gbs * 1e9)
-        bubble_fraction = (pp - 1) / (accumulation + pp - 1)
-        assumptions.append(
-            f"pipeline: 1F1B bubble (p-1)/(m+p-1) = ({pp}-1)/({accumulation}+{pp}-1) = "
-            f"{bubble_fraction:.1%} of the step idle (Narayanan et al. 2021 sec. 2.2.1); "
-            f"{pp_bytes / 1e9:.2f} GB of activations and gradients sent per GPU "
-            f"{'between nodes' if crosses_nodes else 'inside the node'}: {pp_s:.2f} s"
-        )
-    comm_bytes += tp_bytes + pp_bytes
-
-    # Offload: PCIe traffic per GPU and the CPU optimizer step (Ren et al. 2021 sec. 4).
-    offload_bytes = 0
-    offload_s = 0.0
-    if strategy in OFFLOAD_STRATEGIES:
-        partition = model.params / world
-        # Gradients go down once per reduction (every micro step for ZeRO-2/3) and updated
-        # 16-bit parameters come back once per step (ZeRO-Offload sec. 4.1: 2Ψ + 2Ψ).
-        moved = (accumulation + 1) * partition * grad_bytes
-        what = f"gradients x{accumulation} micro steps down, parameters once up"
-        if strategy == "zero3_offload_all":
-            # Parameters live on CPU: each micro step fetches the partition for forward and
-            # again for backward before the all-gather.
-            moved += 2 * accumulation * partition * grad_bytes
-            what += ", parameters fetched for forward and backward every micro step"
-        offload_bytes = int(moved)
-        pcie_s = offload_bytes / (PCIE_GBS * 1e9)
-        adam_s = model.params / hardware.nodes / CPU_ADAM_PARAMS_PER_S
-        offload_s = pcie_s + adam_s
-        assumptions.append(
-            f"offload: {offload_bytes / 1e9:.1f} GB per GPU over PCIe at {PCIE_GBS:g} GB/s "
-            f"(Gen4 x16 achieved) ({what}): {pcie_s:.2f} s; CPU Adam at "
-            f"{CPU_ADAM_PARAMS_PER_S:.0e} params/s per node (DeepSpeed CPU Adam, an assumption) "
-            f"on {model.params / hardware.nodes:.2e} params: {adam_s:.2f} s; not overlapped"
-        )
+    _check_speed_args(
+        strategy, micro_batch_size, gradient_accumulation_steps, dataset_tokens, hardware
+    )
+    setup = StepSetup(
+        model=model,
+        hardware=hardware,
+        strategy=strategy,
+        micro=micro_batch_size,
+        accumulation=gradient_accumulation_steps,
+        checkpointing=activation_checkpointing,
+        precision=resolve_precision(precision, hardware),
+        seq=seq_len or model.seq_len,
+        tp=tensor_parallel,
+        pp=pipeline_parallel,
+        dp=check_model_parallel(model, hardware, strategy, tensor_parallel, pipeline_parallel),
+    )
+    flops = training_flops_per_token(
+        model, setup.seq, activation_checkpointing=activation_checkpointing
+    )
+    model_flops = training_flops_per_token(model, setup.seq, activation_checkpointing=False)
+    _flops_notes(setup, flops)
+    peak, efficiency, compute_s = _compute(setup, flops)
+    links = step_links(setup, inter_node_gbs)
+    dp_bytes, dp_s = data_parallel_comm(setup, links, inter_node_gbs)
+    tp_bytes, tp_s = tensor_parallel_comm(setup, links)
+    pp_bytes, pp_s, bubble_fraction = pipeline_comm(setup, links)
+    offload_bytes, offload_s = offload_cost(setup)
 
     # Step: compute (stretched by the pipeline bubble) + the communication that does not hide
     # behind it + offload.
     bubble_s = (compute_s or 0.0) * bubble_fraction / (1 - bubble_fraction)
-    exposed_s = comm_s - OVERLAP_FRACTION * min(comm_s, compute_s or 0.0) + tp_s + pp_s
-    comm_s += tp_s + pp_s
-    if dp > 1:
-        assumptions.append(
+    exposed_s = dp_s - OVERLAP_FRACTION * min(dp_s, compute_s or 0.0) + tp_s + pp_s
+    comm_s = dp_s + tp_s + pp_s
+    if setup.dp > 1:
+        setup.notes.append(
             f"overlap: {OVERLAP_FRACTION:.0%} of the communication that could hide behind "
             "compute does (bucketed reduction during backward, Li et al. 2020 sec. 3.2.3; "
             "the post-step all-gather and SM contention keep the rest exposed)"
         )
-    step_s: float | None = None
-    tokens_per_s: float | None = None
-    mfu: float | None = None
-    time_to_train: float | None = None
+    step_s = None
     if compute_s is not None:
         step_s = compute_s + bubble_s + exposed_s + offload_s
-        tokens_per_s = tokens_per_step / step_s
-        # PaLM appendix B: MFU = observed tokens/s x 6N + 12·L·h·s over the cluster's peak.
-        mfu = tokens_per_s * model_flops / cluster_peak_flops
-        if dataset_tokens is not None:
-            time_to_train = dataset_tokens / tokens_per_s
-            assumptions.append(
-                f"time to train: {dataset_tokens:.3g} tokens / {tokens_per_s:,.0f} tokens/s"
-            )
-    elif dataset_tokens is not None:
-        assumptions.append("time to train unknown: no step time")
-
-    bottleneck: Bottleneck = "unknown"
-    if compute_s is not None:
-        # The largest raw time names the bottleneck, before overlap hides any of it.
-        bottleneck = "compute"
-        if comm_s > compute_s and comm_s >= offload_s:
-            bottleneck = "communication"
-        elif offload_s > compute_s and offload_s > comm_s:
-            bottleneck = "offload"
-
+    tokens_per_s, mfu, time_to_train = _throughput(setup, step_s, peak, model_flops, dataset_tokens)
     return SpeedEstimate(
         strategy=strategy,
-        precision=resolved,
-        seq_len=seq,
-        tokens_per_step=tokens_per_step,
+        precision=setup.precision,
+        seq_len=setup.seq,
+        tokens_per_step=setup.tokens_per_step,
         flops_per_token=flops,
         model_flops_per_token=model_flops,
         peak_tflops=peak,
         efficiency=efficiency,
         compute_time_s=compute_s,
-        comm_bytes_per_step=comm_bytes,
+        comm_bytes_per_step=dp_bytes + tp_bytes + pp_bytes,
         comm_time_s=comm_s,
         exposed_comm_time_s=exposed_s,
         offload_bytes_per_step=offload_bytes,
         offload_time_s=offload_s,
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
-        data_parallel=dp,
+        tensor_parallel=tensor_parallel,
+        pipeline_parallel=pipeline_parallel,
+        data_parallel=setup.dp,
         tp_comm_time_s=tp_s,
         pp_comm_time_s=pp_s,
         bubble_fraction=bubble_fraction,
@@ -523,6 +366,6 @@ def estimate_speed(
         tokens_per_s=tokens_per_s,
         mfu=mfu,
         time_to_train_s=time_to_train,
-        bottleneck=bottleneck,
-        assumptions=assumptions,
+        bottleneck=_bottleneck(compute_s, comm_s, offload_s),
+        assumptions=setup.notes,
     )

@@ -1,0 +1,297 @@
+"""Communication and offload time of one training step: collectives, pipeline sends, PCIe.
+
+Rajbhandari et al. 2020, "ZeRO", sec. 7 (DDP and stages 1-2 move 2Ψ per GPU, stage 3 3Ψ); ring
+all-reduce = reduce-scatter + all-gather, each (n-1)/n·Ψ per GPU (Patarasuk & Yuan 2009);
+DeepSpeed ``runtime/engine.py`` ``allreduce_gradients`` for when each stage communicates under
+gradient accumulation; Narayanan et al. 2021 and Shoeybi et al. 2019 for tensor and pipeline
+parallelism; Ren et al. 2021, "ZeRO-Offload", sec. 4 for what crosses PCIe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tools.core.errors import InputError
+from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, ResolvedPrecision, StrategyName
+from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy
+from tools.planning.parallel import model_parallel_params
+from tools.research.hardware import CatalogGPU, find_gpu
+
+# Inter-node links, GB/s per direction per node: 400/200/100/25 Gb/s divided by 8. We assume
+# one NIC per node, shared by its GPUs; DGX/HGX nodes with one NIC per GPU have 8x this (pass
+# inter_node_gbs).
+INTERCONNECT_GBS: dict[str, float] = {
+    "ib400": 50.0,
+    "ib200": 25.0,
+    "roce100": 12.5,
+    "eth25": 3.125,
+}
+# Multi-node spec without a named network: a middle-of-the-road RDMA fabric.
+DEFAULT_INTERCONNECT = "roce100"
+# Achieved fraction of link bandwidth for NCCL collectives on large messages: nccl-tests bus
+# bandwidth on A100 NVLink is ~230 of 300 GB/s; RDMA fabrics reach 80-90% of line rate; plain
+# Ethernet goes through NCCL's socket transport (TCP), which reaches far less.
+LINK_EFFICIENCY: dict[str, float] = {
+    "nvlink": 0.75,
+    "infinity_fabric": 0.75,
+    "pcie": 0.70,
+    "ib400": 0.85,
+    "ib200": 0.85,
+    "roce100": 0.80,
+    "eth25": 0.60,
+}
+# A GPU not in the catalog: assume its PCIe Gen4 x16 slot (64 GB/s bidirectional).
+DEFAULT_GPU_TO_GPU_GBS = 64.0
+
+# Share of the communication that could hide behind compute and does. DDP and ZeRO bucket
+# gradients and reduce them while backward still runs (Li et al. 2020 sec. 3.2.3), and ZeRO-3
+# prefetches parameters; but the first bucket waits for the last layer's gradients, ZeRO-1/2's
+# parameter all-gather after the optimizer step cannot overlap, and NCCL kernels take SMs from
+# compute. Half is the assumption.
+OVERLAP_FRACTION = 0.5
+
+# PCIe Gen4 x16: 32 GB/s per direction theoretical, ~25 GB/s achieved with pinned memory; each
+# GPU is assumed to have its own x16 link to the host.
+PCIE_GBS = 25.0
+# DeepSpeed's vectorized CPU Adam (Ren et al. 2021 sec. 4.2): parameters updated per second by
+# all cores of one node. An assumption: it scales with cores and memory bandwidth.
+CPU_ADAM_PARAMS_PER_S = 1e9
+
+
+def catalog_gpu(gpu: GPUSpec) -> CatalogGPU | None:
+    """The catalog entry behind ``gpu`` (its link and bandwidth), or None for an unknown part."""
+    if isinstance(gpu, CatalogGPU):
+        return gpu
+    try:
+        return find_gpu(gpu.name)
+    except InputError:
+        return None
+
+
+def comm_units(base: str, accumulation: int) -> tuple[float, str]:
+    """Model-sized collectives per optimizer step (each moves (n-1)/n·Ψ per GPU), and why.
+
+    ZeRO paper sec. 7: all-reduce = reduce-scatter + all-gather = 2Ψ for DDP and stages 1-2;
+    stage 3 adds an all-gather of parameters in forward and again in backward, 3Ψ. DeepSpeed's
+    ``engine.allreduce_gradients``: DDP and stage 1 reduce only at the accumulation boundary,
+    stages 2-3 reduce-scatter in every micro step ("ZeRO stage >= 2 communicates during non
+    gradient accumulation boundaries as well"), and stage 3 gathers parameters every micro step.
+    """
+    if base in ("ddp", "zero1"):
+        return 2.0, "gradients reduced once per optimizer step (2Ψ: reduce-scatter + all-gather)"
+    if base == "zero2":
+        return (
+            accumulation + 1.0,
+            "ZeRO-2 reduce-scatters gradients every micro step (DeepSpeed engine."
+            "allreduce_gradients) and all-gathers updated parameters once per step: "
+            f"({accumulation} + 1)Ψ",
+        )
+    return (
+        3.0 * accumulation,
+        "ZeRO-3 all-gathers parameters in forward and backward and reduce-scatters gradients "
+        f"every micro step: 3Ψ x {accumulation} micro steps",
+    )
+
+
+@dataclass
+class StepSetup:
+    """One training setup as the speed terms see it; ``notes`` collects the assumptions."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    strategy: StrategyName
+    micro: int
+    accumulation: int
+    checkpointing: bool
+    precision: ResolvedPrecision
+    seq: int
+    tp: int
+    pp: int
+    dp: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient (and per activation element) on the wire."""
+        return 4 if self.precision == "fp32" else 2
+
+    @property
+    def micro_bytes(self) -> int:
+        """One micro-batch's s·b·h activations, in bytes."""
+        return self.micro * self.seq * self.model.hidden * self.grad_bytes
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens the whole cluster trains on per optimizer step."""
+        return self.micro * self.accumulation * self.seq * self.dp
+
+
+@dataclass(frozen=True)
+class Links:
+    """Achieved bandwidths, GB/s per direction: inside a node (per GPU) and per node's network."""
+
+    link: str
+    g2g: float | None
+    intra_gbs: float
+    network: str
+    line_gbs: float
+    inter_gbs: float
+
+
+def step_links(setup: StepSetup, inter_node_gbs: float | None) -> Links:
+    """The GPU link and the inter-node network, with their achieved rates (LINK_EFFICIENCY)."""
+    hardware, gpu = setup.hardware, setup.hardware.gpu
+    catalog = catalog_gpu(gpu) if gpu is not None else None
+    link = catalog.link if catalog is not None else "pcie"
+    g2g = catalog.gpu_to_gpu_gbs if catalog and catalog.gpu_to_gpu_gbs else None
+    # The catalog quotes bidirectional totals; a ring sends and receives at once, so each
+    # direction gets half.
+    intra_gbs = (g2g or DEFAULT_GPU_TO_GPU_GBS) / 2 * LINK_EFFICIENCY[link]
+    network = (hardware.interconnect or "").lower()
+    if hardware.nodes > 1 and network != "nvlink" and network not in INTERCONNECT_GBS:
+        setup.notes.append(
+            f"interconnect {'unknown' if not network else repr(network)} between "
+            f"{hardware.nodes} nodes: {DEFAULT_INTERCONNECT} assumed"
+        )
+        network = DEFAULT_INTERCONNECT
+    line_gbs = inter_node_gbs or INTERCONNECT_GBS.get(network, 0.0)
+    inter_gbs = line_gbs * LINK_EFFICIENCY.get(network, 1.0)
+    if hardware.world_size > 1 and g2g is None:
+        setup.notes.append(
+            f"GPU-to-GPU bandwidth unknown: PCIe Gen4 x16 ({DEFAULT_GPU_TO_GPU_GBS:g} GB/s "
+            "bidirectional) assumed"
+        )
+    return Links(link, g2g, intra_gbs, network, line_gbs, inter_gbs)
+
+
+def data_parallel_comm(
+    setup: StepSetup, links: Links, inter_node_gbs: float | None
+) -> tuple[int, float]:
+    """Bytes each GPU sends per step for the data-parallel collectives, and their time.
+
+    Ring collectives send (n-1)/n of the model per GPU (ZeRO paper sec. 7). Across nodes,
+    Megatron orders ranks tensor first, then data: a node holds r replicas of each of its g/r
+    model-parallel shards (r = g for plain data parallelism), and a shard's data-parallel group
+    spans n = dp/r nodes. Hierarchical collectives (NCCL's tree/ring across nodes): the
+    intra-node legs move (r-1)/r of the shard per GPU; the node's NIC carries (n-1)/n of every
+    shard on the node. The NIC is the bottleneck.
+    """
+    hardware, dp, tp = setup.hardware, setup.dp, setup.tp
+    units, why_units = comm_units(base_strategy(setup.strategy), setup.accumulation)
+    # All experts' gradients, not only the active ones; under t x p, this GPU's share.
+    params_here = model_parallel_params(setup.model, tp, setup.pp)[0]
+    model_bytes = params_here * setup.grad_bytes
+    comm_bytes = int(units * (dp - 1) / dp * model_bytes)
+    if dp <= 1:
+        return comm_bytes, 0.0
+    setup.notes.append(
+        f"communication {comm_bytes / 1e9:.1f} GB per GPU per step: {why_units}; ring "
+        f"collectives send (n-1)/n of the {setup.grad_bytes}-byte model per GPU (ZeRO paper sec. 7)"
+        + (
+            f", n = {dp} data-parallel ranks holding {params_here:,} parameters"
+            if tp * setup.pp > 1
+            else ""
+        )
+    )
+    if hardware.nodes == 1 or links.network == "nvlink":
+        # One NVLink/PCIe domain: a flat ring over all ranks.
+        setup.notes.append(
+            f"one {links.link} domain: {links.intra_gbs:.0f} GB/s per direction per GPU achieved "
+            f"({LINK_EFFICIENCY[links.link]:.0%} of half the catalog's "
+            f"{links.g2g or DEFAULT_GPU_TO_GPU_GBS:g} GB/s bidirectional)"
+        )
+        return comm_bytes, comm_bytes / (links.intra_gbs * 1e9)
+    g = max(1, hardware.gpus_per_node)
+    replicas = max(1, min(dp, g // tp))
+    shards = max(1, g // replicas)
+    spanned = max(1, dp // replicas)
+    intra_s = units * (replicas - 1) / replicas * model_bytes / (links.intra_gbs * 1e9)
+    inter_s = units * shards * (spanned - 1) / spanned * model_bytes / (links.inter_gbs * 1e9)
+    setup.notes.append(
+        f"{hardware.nodes} nodes over {links.network}: {links.line_gbs:g} GB/s per direction per node"
+        + (" (given)" if inter_node_gbs else " (one NIC per node, shared by its GPUs)")
+        + f" at {LINK_EFFICIENCY[links.network]:.0%}; hierarchical collectives, "
+        f"{inter_s:.2f} s on the network + {intra_s:.2f} s inside nodes"
+    )
+    return comm_bytes, intra_s + inter_s
+
+
+def tensor_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
+    """Tensor-parallel collectives per GPU per step, all on the critical path.
+
+    Narayanan et al. 2021 sec. 2.3; Shoeybi et al. 2019 fig. 4: per layer and micro-batch, two
+    all-reduces of the s·b·h activations in forward and two in backward (sequence parallelism
+    swaps each for an all-gather plus a reduce-scatter, the same bytes: Korthikanti et al. 2022
+    sec. 4.2.2); full recomputation repeats the forward's two. Tensor groups stay inside a node.
+    """
+    tp = setup.tp
+    if tp <= 1:
+        return 0, 0.0
+    layers_here = setup.model.layers // setup.pp
+    per_layer = 6 if setup.checkpointing else 4
+    tp_bytes = int(
+        per_layer * layers_here * setup.accumulation * 2 * (tp - 1) / tp * setup.micro_bytes
+    )
+    tp_s = tp_bytes / (links.intra_gbs * 1e9)
+    setup.notes.append(
+        f"tensor parallel: {per_layer} all-reduces of s·b·h per layer per micro-batch "
+        f"(2 forward, 2 backward{', 2 recomputed' if setup.checkpointing else ''}) x "
+        f"{layers_here} layers x {setup.accumulation} micro-batches, ring 2(t-1)/t: "
+        f"{tp_bytes / 1e9:.1f} GB per GPU over {links.link} at {links.intra_gbs:.0f} GB/s: "
+        f"{tp_s:.2f} s, not overlapped"
+    )
+    return tp_bytes, tp_s
+
+
+def pipeline_comm(setup: StepSetup, links: Links) -> tuple[int, float, float]:
+    """Pipeline sends per GPU per step, their time, and the 1F1B bubble's share of the step.
+
+    Each stage boundary sends a micro-batch's activations forward and its gradient back, split
+    over the t GPUs of a stage (Narayanan et al. 2021 sec. 4.1 scatter/gather); the 1F1B bubble
+    leaves (p-1)/(m+p-1) of the step idle (sec. 2.2.1: (p-1)/m of the ideal).
+    """
+    pp, tp, hardware = setup.pp, setup.tp, setup.hardware
+    if pp <= 1:
+        return 0, 0.0, 0.0
+    pp_bytes = int(2 * setup.accumulation * setup.micro_bytes / tp)
+    crosses_nodes = hardware.nodes > 1 and tp * pp > max(1, hardware.gpus_per_node)
+    # Across a node boundary the t GPUs of the boundary stage share the node's NIC.
+    pp_gbs = (
+        links.inter_gbs / tp if crosses_nodes and links.network != "nvlink" else links.intra_gbs
+    )
+    pp_s = pp_bytes / (pp_gbs * 1e9)
+    bubble = (pp - 1) / (setup.accumulation + pp - 1)
+    setup.notes.append(
+        f"pipeline: 1F1B bubble (p-1)/(m+p-1) = ({pp}-1)/({setup.accumulation}+{pp}-1) = "
+        f"{bubble:.1%} of the step idle (Narayanan et al. 2021 sec. 2.2.1); "
+        f"{pp_bytes / 1e9:.2f} GB of activations and gradients sent per GPU "
+        f"{'between nodes' if crosses_nodes else 'inside the node'}: {pp_s:.2f} s"
+    )
+    return pp_bytes, pp_s, bubble
+
+
+def offload_cost(setup: StepSetup) -> tuple[int, float]:
+    """PCIe bytes per GPU per step and the time of the CPU-side step (Ren et al. 2021 sec. 4)."""
+    if setup.strategy not in OFFLOAD_STRATEGIES:
+        return 0, 0.0
+    model, hardware, accumulation = setup.model, setup.hardware, setup.accumulation
+    partition = model.params / hardware.world_size
+    # Gradients go down once per reduction (every micro step for ZeRO-2/3) and updated 16-bit
+    # parameters come back once per step (ZeRO-Offload sec. 4.1: 2Ψ + 2Ψ).
+    moved = (accumulation + 1) * partition * setup.grad_bytes
+    what = f"gradients x{accumulation} micro steps down, parameters once up"
+    if setup.strategy == "zero3_offload_all":
+        # Parameters live on CPU: each micro step fetches the partition for forward and again
+        # for backward before the all-gather.
+        moved += 2 * accumulation * partition * setup.grad_bytes
+        what += ", parameters fetched for forward and backward every micro step"
+    offload_bytes = int(moved)
+    pcie_s = offload_bytes / (PCIE_GBS * 1e9)
+    adam_s = model.params / hardware.nodes / CPU_ADAM_PARAMS_PER_S
+    setup.notes.append(
+        f"offload: {offload_bytes / 1e9:.1f} GB per GPU over PCIe at {PCIE_GBS:g} GB/s "
+        f"(Gen4 x16 achieved) ({what}): {pcie_s:.2f} s; CPU Adam at "
+        f"{CPU_ADAM_PARAMS_PER_S:.0e} params/s per node (DeepSpeed CPU Adam, an assumption) "
+        f"on {model.params / hardware.nodes:.2e} params: {adam_s:.2f} s; not overlapped"
+    )
+    return offload_bytes, pcie_s + adam_s
