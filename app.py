@@ -483,6 +483,8 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
 
 def format_smoke(result: Any) -> str:
     """A short human summary of a SmokeResult."""
+    from tools.review import memory_comparison
+
     lines = [
         f"smoke test: {result.status} ({result.strategy}, {result.world_size} {result.device} rank(s))"
     ]
@@ -492,13 +494,9 @@ def format_smoke(result: Any) -> str:
             f"  median step {result.step_time_s:.3f} s, {result.tokens_per_s:,.0f} tokens/s"
             + (f", MFU {result.mfu:.1%}" if result.mfu is not None else "")
         )
-    measured = result.measured_memory_bytes
-    if measured and result.predicted_peak_memory_bytes:
-        what = "peak anonymous RSS above baseline" if result.device == "cpu" else "peak allocated"
-        lines.append(
-            f"  memory per rank: {what} {measured / 2**20:,.1f} MiB, predicted "
-            f"{result.predicted_peak_memory_bytes / 2**20:,.1f} MiB ({result.memory_gap:+.0%})"
-        )
+    memory = memory_comparison(result)
+    if memory:
+        lines.append(f"  memory per rank: {memory}")
     if result.run_dir:
         lines.append(f"  run dir: {result.run_dir}")
     return "\n".join(lines)

@@ -19,8 +19,6 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 _JSON_BLOCK = re.compile(r"```json\s*(.*?)```", re.S)
-# A change a reviewer's fix names: ``plan_parallelism {"min_strategy": "zero2"}`` (tools/review/checks.py).
-_SUGGESTION = re.compile(r"plan_parallelism (\{[^{}]*\})")
 
 
 def _task_json(messages: list[BaseMessage]) -> dict[str, Any]:
@@ -190,22 +188,16 @@ class OfflinePlaybookModel(BaseChatModel):
 
     @staticmethod
     def _adjustments(context: dict[str, Any]) -> dict[str, Any]:
-        """Act on the reviewer's findings: take the first change an error's fix names.
+        """Act on the reviewer's findings: take the change the first error suggests.
 
-        After an OOM the reviewer's fix lists plan_parallelism arguments that lower memory per
-        GPU, cheapest first (the next ZeRO stage, activation checkpointing, half the
-        micro-batch); the playbook takes the first. Without one, re-plan from scratch.
+        After an OOM the reviewer suggests the cheapest plan_parallelism arguments that lower
+        memory per GPU (``Finding.suggested_args``: the next ZeRO stage, else activation
+        checkpointing, else half the micro-batch). Without one, re-plan from scratch.
         """
         for finding in context.get("review_findings") or []:
-            if finding.get("severity") != "error":
-                continue
-            for match in _SUGGESTION.finditer(str(finding.get("fix") or "")):
-                try:
-                    args = json.loads(match.group(1))
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(args, dict) and args:
-                    return args
+            args = finding.get("suggested_args")
+            if finding.get("severity") == "error" and isinstance(args, dict) and args:
+                return dict(args)
         return {}
 
     @staticmethod

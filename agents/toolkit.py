@@ -371,7 +371,7 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
 
 def reviewer_tools(ws: Workspace) -> list[BaseTool]:
     """review_plan."""
-    from tools.review.checks import check_plan, decide, round_findings
+    from tools.review import check_plan, decide, round_findings, setup_of
 
     def review_plan() -> str:
         """Run the review checks (batch arithmetic, memory headroom, framework fit, config keys, smoke run)."""
@@ -386,7 +386,8 @@ def reviewer_tools(ws: Workspace) -> list[BaseTool]:
             ws.smoke or SmokeResult(status="skipped", reason="no smoke run was made"),
         )
         findings += round_findings(ws.memory, ws.deepspeed_config, ws.prior_review, ws.round_no)
-        ws.review = decide(findings, ws.round_no, ws.settings.max_review_rounds)
+        setup = setup_of(ws.memory, ws.deepspeed_config)
+        ws.review = decide(findings, ws.round_no, ws.settings.max_review_rounds, setup)
         ws.progress(f"review round {ws.round_no}: {ws.review.verdict}")
         return _dump(ws.review)
 

@@ -13,7 +13,7 @@ Regimes, measured separately because they differ by orders of magnitude:
   - planner: import tools, parse hardware and brief, lookup_model (catalog counts from
     knowledge/models/counts.json), search_strategy (what ``app.py estimate`` and the engineer's
     plan_parallelism call; it runs search_strategy), emit_deepspeed_config, and our pure-Python
-    strict checks: no ``"auto"`` value (tools/artifacts/deepspeed_config.py ``_find_auto``) and the batch
+    strict checks: no ``"auto"`` value (tools/review/config_keys.py ``auto_paths``) and the batch
     arithmetic train = micro x accumulation x world (emit also refuses a plan that breaks it).
     The child records whether torch, transformers or deepspeed got imported on the way.
   - with DeepSpeed validation: the planner plus ``validate_deepspeed_config``, which imports
@@ -71,11 +71,12 @@ HEAVY = ("torch", "transformers", "deepspeed")
 
 def strict_check(config: dict[str, Any], world_size: int) -> None:
     """The pure-Python half of validate_deepspeed_config: no "auto", consistent batch sizes."""
-    from tools.artifacts.deepspeed_config import ConfigError, _find_auto
+    from tools.artifacts.deepspeed_config import ConfigError
+    from tools.review.config_keys import auto_paths
 
-    auto_path = _find_auto(config)
-    if auto_path is not None:
-        raise ConfigError('"auto" is not resolved by DeepSpeed', key=".".join(auto_path))
+    autos = auto_paths(config)
+    if autos:
+        raise ConfigError('"auto" is not resolved by DeepSpeed', key=autos[0])
     micro = config["train_micro_batch_size_per_gpu"]
     accumulation = config["gradient_accumulation_steps"]
     if micro * accumulation * world_size != config["train_batch_size"]:

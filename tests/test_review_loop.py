@@ -27,15 +27,13 @@ from tools.planning import search_strategy
 from tools.research.framework import select_framework
 from tools.research.hardware import parse_hardware
 from tools.research.model_catalog import lookup_model
-from tools.review.checks import (
+from tools.review.checks import check_plan, memory_fix
+from tools.review.config_keys import (
     DEEPSPEED_REMOVED_KEYS,
     DEEPSPEED_TOP_LEVEL_KEYS,
-    check_plan,
     config_key_findings,
-    decide,
-    memory_fix,
-    round_findings,
 )
+from tools.review.rounds import decide, round_findings, setup_of
 
 LLAMA_8B = {**LLAMA_8B_BRIEF, "smoke": True}
 OOM = SmokeResult(status="failed", reason="oom: out of memory on rank(s) [0, 1]: RuntimeError")
@@ -79,7 +77,7 @@ def _round_one_review(llama: dict[str, Any]) -> Review:
         llama["brief"], llama["hardware"], llama["framework"], llama["memory"], llama["config"], OOM
     )
     findings += round_findings(llama["memory"], llama["config"], None, 1)
-    return decide(findings, 1, 2)
+    return decide(findings, 1, 2, setup_of(llama["memory"], llama["config"]))
 
 
 def _next(strategy: str) -> str:

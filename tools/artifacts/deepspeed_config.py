@@ -33,6 +33,7 @@ from tools.core.imports import import_deepspeed_quietly
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.core.strategies import OFFLOAD_STRATEGIES, ZERO_STAGE, check_strategy
 from tools.planning import data_parallel_size, resolve_precision, zero_settings
+from tools.review.config_keys import auto_paths
 
 
 class ConfigError(ToolFailure):
@@ -51,9 +52,6 @@ _RECIPES: dict[str, dict[str, Any]] = {
     "finetune": {"lr": 2e-5, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup": 100},
     "lora": {"lr": 2e-4, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup": 100},
 }
-# DeepSpeed's own default for data_types.keep_in_fp32_modules is the string "auto"
-# (runtime/constants.py KEEP_IN_FP32_MODULES_DEFAULT), so it is the one legitimate "auto".
-_AUTO_ALLOWED = {("data_types", "keep_in_fp32_modules")}
 # The keys the Hugging Face Trainer resolves when they say "auto" (Transformers docs: DeepSpeed
 # integration, 'auto' values; HfTrainerDeepSpeedConfig.trainer_config_process and
 # trainer_config_finalize in transformers/integrations/deepspeed.py). Batch sizes, clipping,
@@ -296,22 +294,6 @@ def hf_trainer_config(config: dict[str, Any]) -> dict[str, Any]:
     return flavour
 
 
-def _find_auto(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
-    if isinstance(value, str) and value.strip().lower() == "auto" and path not in _AUTO_ALLOWED:
-        return path
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _find_auto(item, (*path, str(key)))
-            if found is not None:
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _find_auto(item, (*path, str(index)))
-            if found is not None:
-                return found
-    return None
-
-
 class _RecordingKeys:
     """``dict.keys()`` stand-in that records membership tests (``KEY in d.keys()``)."""
 
@@ -445,12 +427,12 @@ def validate_deepspeed_config(config: dict[str, Any], world_size: int) -> None:
         raise ConfigError(f"expected a JSON object, got {type(config).__name__}")
     if world_size < 1:
         raise ConfigError(f"world size must be at least 1, got {world_size}", key="world_size")
-    auto_path = _find_auto(config)
-    if auto_path is not None:
+    autos = auto_paths(config)
+    if autos:
         raise ConfigError(
             '"auto" is only resolved by the Hugging Face integration; DeepSpeed drops it and '
             "uses its default. Write a number.",
-            key=".".join(auto_path),
+            key=autos[0],
         )
 
     import_deepspeed_quietly()

@@ -10,6 +10,7 @@ from pathlib import Path
 from tools.core.files import write_atomic
 from tools.core.schemas import ReportPaths, TrainingPlan
 from tools.core.strategies import setup_label
+from tools.review import memory_comparison
 
 GB = 1e9
 
@@ -135,8 +136,7 @@ def render_markdown(plan: TrainingPlan) -> str:
             f"- Median step time: {smoke.step_time_s:.3f} s; {smoke.tokens_per_s:.0f} tokens/s"
             if smoke.step_time_s and smoke.tokens_per_s
             else "- Step time: -",
-            f"- Peak memory: measured {_gb(smoke.peak_memory_bytes)} GB, predicted "
-            f"{_gb(smoke.predicted_peak_memory_bytes)} GB",
+            f"- Peak memory per rank: {memory_comparison(smoke) or '-'}",
             f"- Run directory: {smoke.run_dir}" if smoke.run_dir else "",
         ]
     lines += ["", "## Review", "", "| severity | check | finding | fix |", "|---|---|---|---|"]

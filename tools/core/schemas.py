@@ -330,6 +330,9 @@ class Finding(BaseModel):
     message: str
     check: str = ""
     fix: str = ""
+    # The cheapest change the fix names, as plan_parallelism arguments (e.g. {"min_strategy":
+    # "zero2"}), for the engineer to act on without reading the prose back.
+    suggested_args: dict[str, Any] | None = None
 
 
 class Review(BaseModel):
@@ -338,6 +341,9 @@ class Review(BaseModel):
     verdict: Literal["approved", "changes_requested", "rejected"]
     rounds: int = 1
     findings: list[Finding] = Field(default_factory=list)
+    # The setup this round judged (strategy, zero_stage, micro_batch, ...): the next round
+    # compares its own with it.
+    setup: dict[str, str] = Field(default_factory=dict)
 
 
 with warnings.catch_warnings():
