@@ -22,8 +22,9 @@ import app
 from graphs import build_graph
 from graphs.batch import find_briefs
 from graphs.chat import ChatSession, save_plan
+from tools.artifacts.cluster import deepspeed_no_ssh_command
 from tools.artifacts.deepspeed_config import emit_deepspeed_config
-from tools.artifacts.launch import deepspeed_no_ssh_command, emit_launch
+from tools.artifacts.launch import emit_launch
 from tools.core.errors import InputError
 from tools.core.settings import Settings
 from tools.intake.brief import brief_from_dict

@@ -427,7 +427,7 @@ def launch_commands(
     """One launcher command per node, as argument lists (no shell), for the local smoke world.
 
     One node: ``deepspeed`` (its runner) or ``torchrun`` on this machine. Several nodes: the
-    commands the planner emits for a cluster without ssh (tools/artifacts/launch.py launch_node{R}.sh),
+    commands the planner emits for a cluster without ssh (tools/artifacts/cluster.py launch_node{R}.sh),
     every "node" being this machine: DeepSpeed's runner with a hostfile of ``nodes`` hosts,
     ``--no_ssh --node_rank R``; torchrun with ``--nnodes N --node_rank R`` and a static
     rendezvous at 127.0.0.1.

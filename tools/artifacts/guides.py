@@ -1,0 +1,121 @@
+"""The guides for plans whose training script the user writes: HOROVOD.md, TF_CONFIG.md, FSDP.md.
+
+train.py (tools/smoke/train.py) covers DeepSpeed and DDP only; these plans get a launch
+command for the user's own script and a guide saying how to write it. The prose is in
+templates/; this module fills in the plan's values.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from tools.artifacts.text import render
+from tools.core.schemas import HardwareSpec, ModelSpec
+
+TF_WORKER_PORT = 12345
+_COVERAGE = (
+    "trainwright's own train.py covers DeepSpeed and PyTorch DDP only, so this plan has no "
+    "generated training script: `{script}` is yours to write, and this guide says how."
+)
+# Decoder-layer classes for FSDP's transformer_auto_wrap_policy, by HF model_type.
+_LAYER_CLASSES = {
+    "gpt2": ("transformers.models.gpt2.modeling_gpt2", "GPT2Block"),
+    "llama": ("transformers.models.llama.modeling_llama", "LlamaDecoderLayer"),
+    "mistral": ("transformers.models.mistral.modeling_mistral", "MistralDecoderLayer"),
+    "mixtral": ("transformers.models.mixtral.modeling_mixtral", "MixtralDecoderLayer"),
+    "qwen2": ("transformers.models.qwen2.modeling_qwen2", "Qwen2DecoderLayer"),
+    "gemma": ("transformers.models.gemma.modeling_gemma", "GemmaDecoderLayer"),
+    "phi3": ("transformers.models.phi3.modeling_phi3", "Phi3DecoderLayer"),
+    "gpt_neox": ("transformers.models.gpt_neox.modeling_gpt_neox", "GPTNeoXLayer"),
+}
+_SHARDING_NOTES = {
+    "HYBRID_SHARD": (
+        "HYBRID_SHARD shards parameters, gradients and optimizer state across the GPUs of "
+        "one node and replicates across nodes, so the frequent all-gathers stay on the fast "
+        "intra-node links. Switch to FULL_SHARD (shard across every GPU) when a replica "
+        "does not fit in one node."
+    ),
+    "FULL_SHARD": (
+        "FULL_SHARD shards parameters, gradients and optimizer state across all GPUs "
+        "(ZeRO-3-like). On several nodes, HYBRID_SHARD keeps that sharding within a node "
+        "and replicates across nodes."
+    ),
+}
+
+
+def horovod_md(command: list[str], hardware: HardwareSpec, gpus: int, script: str) -> str:
+    """HOROVOD.md: the horovodrun command and the five changes that port a PyTorch loop."""
+    return render(
+        "HOROVOD.md",
+        coverage=_COVERAGE.format(script=script),
+        command=shlex.join(command),
+        nodes=hardware.nodes,
+        gpus=gpus,
+        script=script,
+    )
+
+
+def tf_config_md(command: list[str], hardware: HardwareSpec, script: str) -> str:
+    """TF_CONFIG.md: one TF_CONFIG per worker node and a minimal multi-worker Keras script."""
+    workers = [f"node{i}:{TF_WORKER_PORT}" for i in range(hardware.nodes)]
+    if hardware.nodes == 1:
+        workers = [f"localhost:{TF_WORKER_PORT}"]
+    blocks = []
+    for index in range(len(workers)):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        blocks.append(
+            f"Worker {index} (on `{workers[index].split(':')[0]}`):\n\n```json\n"
+            f"{json.dumps(tf_config)}\n```\n"
+        )
+    example = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": 0}}
+    return render(
+        "TF_CONFIG.md",
+        coverage=_COVERAGE.format(script=script),
+        workers="\n".join(blocks),
+        example=json.dumps(example),
+        command=shlex.join(command),
+    )
+
+
+def fsdp_md(
+    command: list[str], hardware: HardwareSpec, model: ModelSpec, precision: str, script: str
+) -> str:
+    """FSDP.md: the torchrun command and how to wrap the model (layer class, sharding, dtype)."""
+    model_type = str((model.hf_config or {}).get("model_type", ""))
+    module, layer = _LAYER_CLASSES.get(
+        model_type, ("transformers.models.llama.modeling_llama", "LlamaDecoderLayer")
+    )
+    layer_note = (
+        f"`{layer}` is {model.name}'s decoder layer."
+        if model_type in _LAYER_CLASSES
+        else f"Replace `{layer}` with the decoder-layer class of {model.name}."
+    )
+    strategy = "HYBRID_SHARD" if hardware.nodes > 1 else "FULL_SHARD"
+    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(precision)
+    if dtype is None:
+        mixed_precision = "mixed = None  # the plan trains in fp32"
+    else:
+        mixed_precision = (
+            f"mixed = MixedPrecision(param_dtype={dtype}, reduce_dtype={dtype}, "
+            f"buffer_dtype={dtype})"
+        )
+    scaler_note = (
+        "\n\nWith fp16, scale the loss with "
+        "`torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler`."
+        if precision == "fp16"
+        else ""
+    )
+    return render(
+        "FSDP.md",
+        coverage=_COVERAGE.format(script=script),
+        command=shlex.join(command),
+        nodes=hardware.nodes,
+        module=module,
+        layer=layer,
+        mixed_precision=mixed_precision,
+        strategy=strategy,
+        layer_note=layer_note,
+        strategy_note=_SHARDING_NOTES[strategy],
+        scaler_note=scaler_note,
+    )

@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+$comments
+set -euo pipefail
+cd "$$(dirname "$$0")"
+$commands
