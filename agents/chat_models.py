@@ -9,20 +9,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tools.core.errors import InputError, ProviderError, TrainwrightError
+from tools.core.settings import Settings
 
 if TYPE_CHECKING:
     from langchain_core.language_models.chat_models import BaseChatModel
 
 
 def load_chat_model(
-    spec: str = "offline",
+    spec: str | Settings = "offline",
     *,
     base_url: str | None = None,
     api_key: str | None = None,
     timeout_s: float = 60.0,
     max_retries: int = 1,
 ) -> BaseChatModel:
-    """Build the chat model named by ``spec``.
+    """Build the chat model named by ``spec``, or the one ``Settings`` name (llm, base_url, ...).
 
     ``offline`` (default) is the deterministic playbook model; ``provider:model`` goes through
     LangChain's ``init_chat_model``; ``openai:NAME`` with ``base_url`` talks to any
@@ -30,6 +31,14 @@ def load_chat_model(
     answer within ``timeout_s`` is retried ``max_retries`` times, so a dead server costs at
     most about ``(1 + max_retries) * timeout_s`` before the run fails.
     """
+    if isinstance(spec, Settings):
+        return load_chat_model(
+            spec.llm,
+            base_url=spec.base_url,
+            api_key=spec.api_key,
+            timeout_s=spec.llm_timeout_s,
+            max_retries=max_retries,
+        )
     spec = (spec or "offline").strip()
     if spec == "offline":
         from agents.offline import OfflinePlaybookModel

@@ -10,27 +10,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import yaml
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
 from agents.chat_models import provider_error
+from prompts import load_prompts
 from tools.core.errors import InputError, TrainwrightError
-
-
-@lru_cache(maxsize=1)
-def load_prompts() -> tuple[dict[str, Any], dict[str, Any]]:
-    """Read prompts/agents.yaml and prompts/tasks.yaml."""
-    base = resources.files("prompts")
-    agents = yaml.safe_load(base.joinpath("agents.yaml").read_text(encoding="utf-8"))
-    tasks = yaml.safe_load(base.joinpath("tasks.yaml").read_text(encoding="utf-8"))
-    return agents, tasks
 
 
 def role_messages(
@@ -39,11 +28,10 @@ def role_messages(
     *,
     brief: dict[str, Any] | None = None,
     context: dict[str, Any] | None = None,
-    overrides: dict[str, Any] | None = None,
 ) -> list[BaseMessage]:
     """The system message (role, goal, backstory) and the task message for one role."""
     agents, tasks = load_prompts()
-    spec = {**agents[role], **(overrides or {})}
+    spec = agents[role]
     t = tasks[task]
     system = (
         f"You are the {spec['role']}.\nGoal: {' '.join(spec['goal'].split())}\n"

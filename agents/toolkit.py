@@ -9,96 +9,21 @@ the workspace, which is where the graph reads the facts from: never from the mod
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-from tools.core.errors import InputError
+from agents.workspace import Workspace, need
 from tools.core.schemas import (
-    Finding,
-    FrameworkChoice,
-    HardwareSpec,
-    LaunchSpec,
-    MemoryPlan,
     ModelParams,
     ModelShape,
-    ModelSpec,
-    Review,
     SmokeResult,
-    SpeedEstimate,
     StrategyName,
-    TrainingBrief,
 )
-from tools.core.settings import Settings
 from tools.core.strategies import STRATEGY_ORDER
-
-
-@dataclass
-class Workspace:
-    """What one plan's tools read and write; never shown to the model as arguments."""
-
-    settings: Settings
-    out_dir: Path
-    brief: TrainingBrief
-    hardware: HardwareSpec | None = None
-    model: ModelSpec | None = None
-    framework: FrameworkChoice | None = None
-    memory: MemoryPlan | None = None
-    speed: SpeedEstimate | None = None
-    deepspeed_config: dict[str, Any] | None = None
-    config_validated: bool = False
-    launch: LaunchSpec | None = None
-    smoke: SmokeResult | None = None
-    review: Review | None = None
-    round_no: int = 1
-    findings: list[Finding] = field(default_factory=list)
-    on_progress: Callable[[str], None] | None = None
-    notes: list[str] = field(default_factory=list)
-    # The review this node started from (the previous round's), kept when a node clears
-    # ``review`` to start a new one: the reviewer compares rounds with it.
-    prior_review: Review | None = None
-    # Smoke runs made through this workspace (the injected-fault testing aid counts them).
-    smoke_runs: int = 0
-
-    def __post_init__(self) -> None:
-        """Remember the review the workspace was built with."""
-        if self.prior_review is None:
-            self.prior_review = self.review
-
-    @property
-    def first_round(self) -> bool:
-        """Whether this plan is in its first engineering round (no changes were requested)."""
-        return self.prior_review is None or self.prior_review.verdict != "changes_requested"
-
-    def progress(self, text: str) -> None:
-        """Report progress to whoever is watching (CLI, REPL)."""
-        if self.on_progress:
-            self.on_progress(text)
-
-
-def _need(value: Any, what: str, tool: str) -> Any:
-    if value is None:
-        raise InputError("", f"{what} is not known yet; call {tool} first")
-    return value
-
-
-# Frameworks whose plan carries a DeepSpeed config, and those our training script can smoke-test.
-DEEPSPEED_FRAMEWORKS = {"deepspeed", "megatron"}
-SMOKE_TESTABLE = {"deepspeed", "megatron", "pytorch", "pytorch_ddp"}
-AGENT_APP_SMOKE = "an agent application trains nothing, so there is no training run to smoke-test"
-
-
-def not_smoke_testable(framework: str) -> str:
-    """Why a plan for ``framework`` gets launch files and a guide but no smoke run."""
-    return (
-        f"trainwright's training script covers PyTorch DDP and DeepSpeed; the {framework} plan gets "
-        "launch files and a guide, but no smoke run"
-    )
-
+from tools.research.framework import DEEPSPEED_FRAMEWORKS
+from tools.smoke.policy import runs_deepspeed, skip_reason
 
 # ---- argument schemas: what the model reads --------------------------------------------------
 
@@ -207,11 +132,11 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
 
     def select_framework() -> str:
         """Choose the training framework for the brief, hardware and model, with cited reasons."""
-        hw = _need(ws.hardware, "the hardware", "profile_hardware")
+        hw = need(ws.hardware, "the hardware", "profile_hardware")
         if ws.brief.task == "agent-app":
             ws.framework = _select(ws.brief, hw, None, None)
         else:
-            model = _need(ws.model, "the model", "lookup_model")
+            model = need(ws.model, "the model", "lookup_model")
             # The same search the engineer runs: the framework is chosen for the setup the plan uses.
             ws.framework = _select(ws.brief, hw, model, search_strategy(model, hw, ws.brief))
         ws.progress(f"framework: {ws.framework.primary}")
@@ -261,8 +186,8 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         min_strategy: str | None = None,
     ) -> str:
         """Search strategy x micro-batch x checkpointing for the fastest setup that fits in memory."""
-        hw = _need(ws.hardware, "the hardware", "the researcher's profile_hardware")
-        model = _need(ws.model, "the model", "the researcher's lookup_model")
+        hw = need(ws.hardware, "the hardware", "the researcher's profile_hardware")
+        model = need(ws.model, "the model", "the researcher's lookup_model")
         strategies: list[str] | None = (
             list(STRATEGY_ORDER[STRATEGY_ORDER.index(min_strategy) :]) if min_strategy else None
         )
@@ -282,9 +207,9 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
 
     def emit_deepspeed_config() -> str:
         """Write the DeepSpeed config for the chosen strategy and validate it with DeepSpeed itself."""
-        memory = _need(ws.memory, "the memory plan", "plan_parallelism")
-        hw = _need(ws.hardware, "the hardware", "profile_hardware")
-        model = _need(ws.model, "the model", "lookup_model")
+        memory = need(ws.memory, "the memory plan", "plan_parallelism")
+        hw = need(ws.hardware, "the hardware", "profile_hardware")
+        model = need(ws.model, "the model", "lookup_model")
         fw = ws.framework
         if fw is not None and fw.primary not in DEEPSPEED_FRAMEWORKS:
             ws.deepspeed_config = None
@@ -305,9 +230,9 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
 
     def emit_launch(steps: int = 1000) -> str:
         """Write ds_config.json, train.py, hostfile and launch.sh to the output directory."""
-        hw = _need(ws.hardware, "the hardware", "profile_hardware")
-        model = _need(ws.model, "the model", "lookup_model")
-        fw = _need(ws.framework, "the framework", "the researcher's select_framework")
+        hw = need(ws.hardware, "the hardware", "profile_hardware")
+        model = need(ws.model, "the model", "lookup_model")
+        fw = need(ws.framework, "the framework", "the researcher's select_framework")
         ws.launch = _emit_launch(
             ws.out_dir, ws.brief, hw, model, fw, ws.deepspeed_config, steps=steps, memory=ws.memory
         )
@@ -328,21 +253,18 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
 
 def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
     """Run (or skip) the smoke test for the workspace's plan and attach the predicted peak memory."""
-    if ws.brief.task == "agent-app":
-        return SmokeResult(status="skipped", reason=AGENT_APP_SMOKE)
-    if not ws.brief.smoke:
-        return SmokeResult(status="skipped", reason="the brief turns smoke runs off")
-    if ws.framework is not None and ws.framework.primary not in SMOKE_TESTABLE:
-        return SmokeResult(status="skipped", reason=not_smoke_testable(ws.framework.primary))
-    model = _need(ws.model, "the model", "lookup_model")
-    memory = _need(ws.memory, "the memory plan", "plan_parallelism")
+    skipped = skip_reason(ws.brief, ws.framework)
+    if skipped is not None:
+        return SmokeResult(status="skipped", reason=skipped)
+    model = need(ws.model, "the model", "lookup_model")
+    memory = need(ws.memory, "the memory plan", "plan_parallelism")
     from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
-    from tools.smoke.runner import run_smoke_test as _run
+    from tools.smoke import run_smoke_test as _run
 
     config = ws.deepspeed_config
-    if config is None and (ws.framework is None or ws.framework.primary in DEEPSPEED_FRAMEWORKS):
+    if config is None and runs_deepspeed(ws.framework):
         config = _emit(
-            memory, model, _need(ws.hardware, "the hardware", "profile_hardware"), ws.brief
+            memory, model, need(ws.hardware, "the hardware", "profile_hardware"), ws.brief
         )
     # config None: a plain PyTorch DDP plan, smoke-tested with torchrun and no DeepSpeed.
     # Testing aid (Settings.smoke_inject): a real fault in the plan's first run, or in every run.
@@ -377,11 +299,11 @@ def reviewer_tools(ws: Workspace) -> list[BaseTool]:
         """Run the review checks (batch arithmetic, memory headroom, framework fit, config keys, smoke run)."""
         findings = check_plan(
             ws.brief,
-            _need(ws.hardware, "the hardware", "profile_hardware"),
-            _need(ws.framework, "the framework", "select_framework"),
+            need(ws.hardware, "the hardware", "profile_hardware"),
+            need(ws.framework, "the framework", "select_framework"),
             ws.memory
             if ws.brief.task == "agent-app"
-            else _need(ws.memory, "the memory plan", "plan_parallelism"),
+            else need(ws.memory, "the memory plan", "plan_parallelism"),
             ws.deepspeed_config,
             ws.smoke or SmokeResult(status="skipped", reason="no smoke run was made"),
         )

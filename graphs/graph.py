@@ -8,9 +8,16 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langgraph.graph import END, START, StateGraph
 
 from agents.chat_models import load_chat_model
-from agents.roles import make_engineer, make_intake, make_reporter, make_researcher, make_reviewer
-from graphs.state import PlanState
+from agents.intake import make_intake
+from agents.roles import ENGINEER, RESEARCHER, REVIEWER, make_reporter, make_role
+from graphs.state import PlanInput, PlanState
 from tools.core.settings import Settings
+
+
+def after_review(state: PlanState) -> Literal["engineer", "reporter"]:
+    """Back to the engineer while the reviewer requests changes, else on to the report."""
+    review = state.get("review") or {}
+    return "engineer" if review.get("verdict") == "changes_requested" else "reporter"
 
 
 def build_graph(
@@ -24,25 +31,16 @@ def build_graph(
     ``out_dir``). A request that names no model pauses at intake with an ``interrupt`` whose
     value is ``{"field", "question", "problem"}``; resume it with ``Command(resume=answer)``,
     which needs the checkpointer. Stream with ``stream_mode=["updates", "custom"]`` to see
-    each node finish and each tool call as it happens (events: agents/roles.py ``Events``).
+    each node finish and each tool call as it happens (events: agents/events.py ``Events``).
+    graphs/run.py runs it the way the CLI, chat, batch and adapters do.
     """
     settings = settings or Settings.load()
-    model = chat_model or load_chat_model(
-        settings.llm,
-        base_url=settings.base_url,
-        api_key=settings.api_key,
-        timeout_s=settings.llm_timeout_s,
-    )
-
-    def after_review(state: PlanState) -> Literal["engineer", "reporter"]:
-        review = state.get("review") or {}
-        return "engineer" if review.get("verdict") == "changes_requested" else "reporter"
-
-    builder = StateGraph(PlanState)
+    model = chat_model or load_chat_model(settings)
+    builder = StateGraph(PlanState, input_schema=PlanInput)
     builder.add_node("intake", make_intake(settings, model))
-    builder.add_node("researcher", make_researcher(model, settings))
-    builder.add_node("engineer", make_engineer(model, settings))
-    builder.add_node("reviewer", make_reviewer(model, settings))
+    builder.add_node("researcher", make_role(RESEARCHER, model, settings))
+    builder.add_node("engineer", make_role(ENGINEER, model, settings))
+    builder.add_node("reviewer", make_role(REVIEWER, model, settings))
     builder.add_node("reporter", make_reporter(settings))
     builder.add_edge(START, "intake")
     builder.add_edge("intake", "researcher")

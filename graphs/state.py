@@ -1,4 +1,9 @@
-"""The graph's own state: the plan's parts as JSON-able dicts, so checkpoints serialise plainly."""
+"""The graph's own state: a narrow input, the work products while a plan is made, the plan once.
+
+Every value is a JSON-able dict, so checkpoints serialise plainly; the types behind them are the
+plan contract (tools/core/schemas.py). The reporter replaces the work products with the
+assembled ``plan``.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +16,22 @@ def merge_dicts(left: dict[str, str] | None, right: dict[str, str] | None) -> di
     return {**(left or {}), **(right or {})}
 
 
-class PlanState(TypedDict, total=False):
-    """One plan's state; keys mirror TrainingPlan (tools/core/schemas.py)."""
+class PlanInput(TypedDict, total=False):
+    """What a caller gives the graph.
 
-    # The input: a free-text request or a brief (the other None), and the fields the caller
-    # fixed (CLI flags such as --hardware), which win over what intake reads or is told.
+    A free-text request or a brief (the other None), the fields the caller fixed (CLI flags
+    such as --hardware, which win over what intake reads or is told), and where files go.
+    """
+
     request: str | None
     brief: dict[str, Any] | None
     overrides: dict[str, Any] | None
     out_dir: str | None
+
+
+class PlanState(PlanInput, total=False):
+    """One plan's state: the input, the work products (keys as in TrainingPlan), the plan."""
+
     hardware: dict[str, Any] | None
     model: dict[str, Any] | None
     framework: dict[str, Any] | None
@@ -30,7 +42,6 @@ class PlanState(TypedDict, total=False):
     smoke_test: dict[str, Any] | None
     review: dict[str, Any] | None
     review_round: int
-    report: dict[str, Any] | None
     plan: dict[str, Any] | None
     narrative: Annotated[dict[str, str], merge_dicts]
     notes: Annotated[list[str], operator.add]

@@ -387,7 +387,7 @@ def test_stream_shows_model_mistakes_and_the_tools_a_node_ran_itself(
 def test_intake_reads_a_request_with_the_chat_model_it_is_given(
     scripted, settings: Settings
 ) -> None:
-    from agents.roles import make_intake
+    from agents.intake import make_intake
 
     read = {"model": "llama-2-7b", "seq_len": 8192, "hardware": "2x8xH100-80GB", "task": "dance"}
     model = scripted(

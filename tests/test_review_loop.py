@@ -15,7 +15,8 @@ from specs import LLAMA_8B_BRIEF
 
 from agents.loop import role_messages, run_tool_loop
 from agents.offline import OfflinePlaybookModel
-from agents.toolkit import Workspace, engineer_tools
+from agents.toolkit import engineer_tools
+from agents.workspace import Workspace
 from graphs import build_graph
 from tools.artifacts.deepspeed_config import emit_deepspeed_config
 from tools.core.errors import InputError

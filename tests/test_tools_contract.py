@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.toolkit import Workspace, engineer_tools, researcher_tools, reviewer_tools
+from agents.toolkit import engineer_tools, researcher_tools, reviewer_tools
+from agents.workspace import Workspace
 from tools.core.schemas import TrainingBrief
 from tools.core.settings import Settings
 

@@ -24,6 +24,10 @@ from tools.core.schemas import (
     TrainingBrief,
 )
 
+# Frameworks whose plan carries a DeepSpeed config (and runs the plan's ZeRO stage), and those
+# that replicate every model state on every GPU.
+DEEPSPEED_FRAMEWORKS = frozenset({"deepspeed", "megatron"})
+REPLICATING_FRAMEWORKS = frozenset({"pytorch", "pytorch_ddp", "tensorflow", "horovod"})
 # A model at or past this size needs pipeline or tensor parallelism on top of ZeRO in practice
 # (Megatron-LM and DeepSpeed's 3D parallelism papers train >100B models that way).
 PIPELINE_PARAMS = 100e9

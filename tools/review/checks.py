@@ -18,6 +18,7 @@ from tools.core.schemas import (
 )
 from tools.core.strategies import MIN_HEADROOM, STRATEGY_GAIN, STRATEGY_ORDER
 from tools.planning import data_parallel_size
+from tools.research.framework import DEEPSPEED_FRAMEWORKS, REPLICATING_FRAMEWORKS
 from tools.review.config_keys import config_key_findings
 
 # Predicted vs measured peak memory of the smoke run: a gap beyond this share is flagged.
@@ -32,10 +33,6 @@ SMOKE_FIXES = {
     "crash": "read the failing rank's error in the log tail; fix the config or environment",
     "launcher_error": "check the launcher command, the hostfile and that the GPUs are visible",
 }
-# Frameworks that run a plan's ZeRO stage (and so can raise it after an OOM).
-ZERO_FRAMEWORKS = frozenset({"deepspeed", "megatron"})
-# Frameworks that replicate every model state on every GPU.
-REPLICATING_FRAMEWORKS = frozenset({"pytorch", "pytorch_ddp", "tensorflow", "horovod"})
 
 
 def check_plan(
@@ -275,7 +272,8 @@ def memory_options(
     """The plan_parallelism changes that lower memory per GPU, cheapest first: (how, arguments)."""
     options: list[tuple[str, dict[str, Any]]] = []
     order = list(STRATEGY_ORDER)
-    if framework.primary in ZERO_FRAMEWORKS and memory.chosen in order[:-1]:
+    # Only a framework that runs the plan's ZeRO stage can raise it.
+    if framework.primary in DEEPSPEED_FRAMEWORKS and memory.chosen in order[:-1]:
         up = order[order.index(memory.chosen) + 1]
         how = "offload to CPU" if "offload" in up else "raise the ZeRO stage"
         options.append((f"{how}: {{call}} ({STRATEGY_GAIN[up]})", {"min_strategy": up}))

@@ -1,0 +1,208 @@
+"""Intake: a brief or a free-text request becomes a validated brief, asking what it must.
+
+A free-text request is read by the offline parser and, when the chat model is a real LLM, also
+by the LLM through structured output: the LLM fills what the parser did not find, and the
+parser wins where both found a value (``tools.intake.brief.merge_read_fields``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from langchain_core.exceptions import (
+    ContextOverflowError,
+    ModelError,
+    ModelInvalidRequestError,
+    ModelRefusalError,
+)
+from langchain_core.language_models.chat_models import BaseChatModel
+from langgraph.types import Overwrite, interrupt
+
+from agents.events import Events
+from agents.roles import Node
+from agents.workspace import PRODUCT_KEYS
+from tools.core.errors import InputError
+from tools.core.schemas import TrainingBrief
+from tools.core.settings import Settings
+from tools.intake.brief import brief_from_dict
+
+# Everything a plan's later nodes write: a fresh request on a used thread starts clean.
+_FRESH: dict[str, Any] = dict.fromkeys((*PRODUCT_KEYS, "plan"))
+
+
+def _default_out_dir(brief: TrainingBrief, settings: Settings) -> Path:
+    """out/<model name>, or out/<task> for an agent application."""
+    if isinstance(brief.model, str):
+        name = Path(brief.model).stem
+    else:
+        name = brief.task if brief.model is None else "custom"
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:64] or "plan"
+    return settings.out_dir / safe
+
+
+# Provider failures after which intake still has the offline parser's reading: the server
+# refused this structured request (e.g. no tool_choice support), or the model would not answer
+# it. Any other provider failure (down, timed out, HTTP 5xx, a rejected key) ends the run.
+_STRUCTURED_REFUSALS = (ModelInvalidRequestError, ModelRefusalError, ContextOverflowError)
+
+
+def _llm_read(
+    model: BaseChatModel, text: str, known_models: list[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """Ask a real LLM for a request's brief fields by structured output: (fields, notes).
+
+    Method ``function_calling``: the tool-calling API the roles already need, so any server
+    that can run the roles (vLLM, llama.cpp, Ollama, LM Studio) can answer it, where
+    ``json_schema`` response formats are less widely served. A reply that cannot be used
+    (unparsable, not the schema, values a brief would refuse) leaves a note and the offline
+    parser's reading; a provider that is down, times out or rejects the key raises the
+    same error the roles would (``provider_error``).
+    """
+    from langchain_core.messages import HumanMessage, SystemMessage
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from pydantic import ValidationError
+
+    from agents.chat_models import provider_error
+    from tools.intake.brief import RequestBrief, llm_request_fields
+
+    schema = convert_to_openai_tool(RequestBrief)
+    messages = [
+        SystemMessage(
+            f"{' '.join((RequestBrief.__doc__ or '').split())} Reply by calling "
+            f"{schema['function']['name']}."
+        ),
+        HumanMessage(text),
+    ]
+    fallback = "intake: the LLM's structured reading of the request could not be used"
+    try:
+        # A dict schema (not the class) so the reply comes back unvalidated: each field is
+        # then checked on its own, and one bad value does not cost the others.
+        try:
+            reader = model.with_structured_output(
+                schema, method="function_calling", include_raw=True
+            )
+        except (TypeError, ValueError):  # a chat model whose structured output has one method
+            reader = model.with_structured_output(schema, include_raw=True)
+        answer = reader.invoke(messages)  # include_raw: {raw, parsed, parsing_error}
+    except NotImplementedError:
+        return {}, [f"{fallback} ({model._llm_type} has no structured output); parser only"]
+    except ValidationError as exc:
+        # The client could not build a message from the reply (arguments not an object).
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        return {}, [f"{fallback} (unreadable reply: {where}: {first['msg']}); parser only"]
+    except Exception as exc:
+        error = provider_error(exc, model)
+        if error is None:
+            raise  # our own model: a bug, not a provider failure
+        status = getattr(exc, "status_code", None)
+        refused = isinstance(exc, _STRUCTURED_REFUSALS) or status in (400, 422)
+        if not refused and (isinstance(exc, ModelError) or isinstance(status, int)):
+            raise error from exc
+        return {}, [f"{fallback} ({error}); parser only"]
+    result: dict[str, Any] = answer if isinstance(answer, dict) else {"parsed": answer}
+    if result.get("parsing_error") is not None:
+        line = (str(result["parsing_error"]).strip().splitlines() or ["?"])[0][:160]
+        return {}, [f"{fallback} (unparsable: {line}); parser only"]
+    if result.get("parsed") is None:
+        raw = result.get("raw")
+        bad = getattr(raw, "invalid_tool_calls", None)
+        why = "its arguments are not valid JSON" if bad else "it answered without the fields"
+        return {}, [f"{fallback} ({why}); parser only"]
+    fields, dropped = llm_request_fields(result["parsed"], known_models)
+    return fields, [f"intake: dropped the LLM's {d}" for d in dropped]
+
+
+def make_intake(settings: Settings, model: BaseChatModel) -> Node:
+    """Intake: a brief or a free-text request becomes a validated brief; the hardware is checked.
+
+    ``model`` is the graph's chat model; a real LLM also reads a free-text request. A request
+    that lacks something essential (a training request naming no model) gets one clarifying
+    question through LangGraph's ``interrupt``: the run pauses (it needs a checkpointer) and
+    resumes with ``Command(resume=answer)``; the answer goes through the parser and is merged
+    into the request. Flags the caller set (``overrides``) win.
+    """
+
+    def intake(state: Mapping[str, Any]) -> dict[str, Any]:
+        from tools.research.hardware import parse_hardware
+
+        events = Events("intake")
+        overrides = dict(state.get("overrides") or {})
+        notes: list[str] = []
+        if state.get("brief"):
+            brief = brief_from_dict({**state["brief"], **overrides})
+        else:
+            brief, notes = _brief_from_request(
+                str(state.get("request") or ""), overrides, model, events
+            )
+        # Fail fast on a bad hardware spec, before any agent spends a turn on it.
+        parse_hardware(brief.hardware, brief.interconnect)
+        name = brief.model if isinstance(brief.model, str) else "custom model"
+        events.progress(f"{name if brief.model is not None else brief.task} on {brief.hardware}")
+        return {
+            **_FRESH,
+            "brief": brief.model_dump(mode="json"),
+            "out_dir": state.get("out_dir") or str(_default_out_dir(brief, settings)),
+            "review_round": 0,
+            "narrative": Overwrite({}),
+            "notes": Overwrite(notes),
+        }
+
+    return intake
+
+
+def _brief_from_request(
+    text: str, overrides: dict[str, Any], model: BaseChatModel, events: Events
+) -> tuple[TrainingBrief, list[str]]:
+    """Read a request (parser, and a real LLM), ask what it lacks; the brief and the notes."""
+    from agents.offline import OfflinePlaybookModel
+    from tools.intake.brief import brief_from_request, merge_read_fields, request_fields
+    from tools.research.model_catalog import list_models
+
+    models = list_models()
+    parsed = request_fields(text, models)
+    notes: list[str] = []
+    if not isinstance(model, OfflinePlaybookModel):
+        # On a resume after the clarifying question this node runs again and so asks the LLM
+        # again; whatever it says then, the answers given stay matched to the question (the
+        # model is the only field asked about).
+        read, notes = _llm_read(model, text, models)
+        parsed, disagreements = merge_read_fields(parsed, read)
+        notes += [f"intake: {d}" for d in disagreements]
+        if read:
+            events.progress(f"LLM read: {', '.join(sorted(read))}")
+    fields = _ask_missing({**parsed, **overrides}, overrides, models, events)
+    return brief_from_request(fields), notes
+
+
+def _ask_missing(
+    fields: dict[str, Any], overrides: dict[str, Any], models: list[str], events: Events
+) -> dict[str, Any]:
+    """Ask the clarifying question for an essential field the request lacks, until answered.
+
+    On resume the node runs again from the top and each interrupt() returns its answer, in
+    order (LangGraph matches resume values to interrupts by position). An answer that still
+    names no model is asked about again, saying why: the answers given stay with the task, so
+    failing here would replay the bad one on every resume of this thread.
+    """
+    from tools.intake.brief import QUESTIONS, merge_answer, missing_field
+
+    field = missing_field(fields)
+    if field is None:
+        return fields
+    problem = None
+    while True:
+        question = QUESTIONS[field]
+        if problem:
+            question = f"{problem[0].upper()}{problem[1:]}. {question}"
+        answer = str(interrupt({"field": field, "question": question, "problem": problem}) or "")
+        try:
+            fields = {**merge_answer(fields, field, answer, models), **overrides}
+            break
+        except InputError as exc:
+            problem = exc.message.split(";")[0]
+    events("answer", f"{field}: {answer.strip()[:120]}", field=field)
+    return fields

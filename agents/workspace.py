@@ -1,0 +1,135 @@
+"""One plan's typed facts while a node works on it: rebuilt from the graph state, read by the tools."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from tools.core.errors import InputError
+from tools.core.schemas import (
+    FrameworkChoice,
+    HardwareSpec,
+    LaunchSpec,
+    MemoryPlan,
+    ModelSpec,
+    Review,
+    SmokeResult,
+    SpeedEstimate,
+    TrainingBrief,
+)
+from tools.core.settings import Settings
+from tools.intake.brief import brief_from_dict
+
+
+@dataclass
+class Workspace:
+    """What one plan's tools read and write; never shown to the model as arguments."""
+
+    settings: Settings
+    out_dir: Path
+    brief: TrainingBrief
+    hardware: HardwareSpec | None = None
+    model: ModelSpec | None = None
+    framework: FrameworkChoice | None = None
+    memory: MemoryPlan | None = None
+    speed: SpeedEstimate | None = None
+    deepspeed_config: dict[str, Any] | None = None
+    config_validated: bool = False
+    launch: LaunchSpec | None = None
+    smoke: SmokeResult | None = None
+    review: Review | None = None
+    round_no: int = 1
+    on_progress: Callable[[str], None] | None = None
+    notes: list[str] = field(default_factory=list)
+    # The review this node started from (the previous round's), kept when a node clears
+    # ``review`` to start a new one: the reviewer compares rounds with it.
+    prior_review: Review | None = None
+    # Smoke runs made through this workspace (the injected-fault testing aid counts them).
+    smoke_runs: int = 0
+
+    def __post_init__(self) -> None:
+        """Remember the review the workspace was built with."""
+        if self.prior_review is None:
+            self.prior_review = self.review
+
+    @property
+    def first_round(self) -> bool:
+        """Whether this plan is in its first engineering round (no changes were requested)."""
+        return self.prior_review is None or self.prior_review.verdict != "changes_requested"
+
+    def progress(self, text: str) -> None:
+        """Report progress to whoever is watching (CLI, REPL)."""
+        if self.on_progress:
+            self.on_progress(text)
+
+
+# The state keys of a plan's work products and their types (graphs/state.py PlanState).
+PRODUCTS: dict[str, type[BaseModel]] = {
+    "hardware": HardwareSpec,
+    "model": ModelSpec,
+    "framework": FrameworkChoice,
+    "memory": MemoryPlan,
+    "speed": SpeedEstimate,
+    "launch": LaunchSpec,
+    "smoke_test": SmokeResult,
+    "review": Review,
+}
+
+
+def from_state(
+    state: Mapping[str, Any], settings: Settings, on_progress: Callable[[str], None] | None = None
+) -> Workspace:
+    """Rebuild the typed workspace from the graph state (state holds plain JSON-able dicts)."""
+
+    def typed(key: str) -> Any:
+        value = state.get(key)
+        return PRODUCTS[key].model_validate(value) if value is not None else None
+
+    return Workspace(
+        settings=settings,
+        out_dir=Path(state.get("out_dir") or settings.out_dir),
+        brief=brief_from_dict(state["brief"]),
+        hardware=typed("hardware"),
+        model=typed("model"),
+        framework=typed("framework"),
+        memory=typed("memory"),
+        deepspeed_config=state.get("deepspeed_config"),
+        speed=typed("speed"),
+        launch=typed("launch"),
+        smoke=typed("smoke_test"),
+        review=typed("review"),
+        round_no=int(state.get("review_round", 0)) or 1,
+        on_progress=on_progress,
+    )
+
+
+# Every work product a plan's nodes write, by state key: a fresh request clears them all, and
+# the reporter replaces them with the assembled plan.
+PRODUCT_KEYS = (*PRODUCTS, "deepspeed_config")
+# Workspace attributes whose name differs from their state key.
+_ATTRIBUTE = {"smoke_test": "smoke", "review_round": "round_no"}
+
+
+def to_state(ws: Workspace, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The workspace's values for ``keys`` as the graph state keeps them (JSON-able)."""
+    update: dict[str, Any] = {}
+    for key in keys:
+        value = getattr(ws, _ATTRIBUTE.get(key, key))
+        update[key] = dump(value) if isinstance(value, BaseModel) else value
+    return update
+
+
+def dump(obj: BaseModel | None) -> Any:
+    """A work product as the graph state keeps it: JSON-able, or None."""
+    return obj.model_dump(mode="json") if obj is not None else None
+
+
+def need(value: Any, what: str, tool: str) -> Any:
+    """``value``, or the tool-call error that says which tool must run first."""
+    if value is None:
+        raise InputError("", f"{what} is not known yet; call {tool} first")
+    return value
