@@ -1,16 +1,18 @@
-"""trainwright command line: plan, profile, estimate, smoke.
+"""trainwright command line: plan, chat, report, profile, estimate, smoke.
 
-Exit codes: 0 a plan was produced (whatever the smoke verdict); 2 invalid input (one line on
-stderr naming the field); 1 an unexpected failure. Set TRAINWRIGHT_DEBUG=1 for tracebacks.
-Heavy libraries are imported inside the commands so ``--help`` stays fast.
+A thin client: each command parses its flags, calls one graphs.run or tools function, and
+prints through tools.artifacts.text. Exit codes: 0 a plan was produced (whatever the smoke
+verdict); 2 invalid input (one line on stderr naming the field); 1 an unexpected failure. Set
+TRAINWRIGHT_DEBUG=1 for tracebacks. Heavy libraries are imported inside the commands so
+``--help`` stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -18,8 +20,6 @@ from typing import Any, NoReturn
 
 from tools.core.errors import InputError, TrainwrightError
 from tools.core.settings import Settings, disable_telemetry
-
-THREAD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,7 +33,24 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="trainwright", description="Plan, configure and smoke-test distributed training."
     )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in (_add_plan, _add_chat, _add_profile, _add_estimate, _add_smoke, _add_report):
+        add(sub)
+    return p
 
+
+def _smoke_flags(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--smoke", dest="smoke", action="store_true", default=None, help=f"run {what}")
+    p.add_argument("--no-smoke", dest="smoke", action="store_false", help=f"skip {what}")
+
+
+def _llm_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--llm", help="'offline' (default) or provider:model, e.g. openai:gpt-4o-mini")
+    p.add_argument(
+        "--base-url", help="OpenAI-compatible server URL (vLLM, llama.cpp, LM Studio, Ollama)"
+    )
+
+
+def _add_plan(sub: Any) -> None:
     plan = sub.add_parser("plan", help="plan a training setup from a request or a brief file")
     plan.add_argument("text", nargs="?", help="the request, e.g. 'fine-tune llama-3-8b on 8 A100s'")
     plan.add_argument("--brief", type=Path, help="YAML or JSON brief file")
@@ -42,10 +59,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--interconnect",
         help="between nodes of a described cluster: ib400, ib200, roce100, eth25, nvlink",
     )
-    plan.add_argument(
-        "--smoke", dest="smoke", action="store_true", default=None, help="run the smoke test"
-    )
-    plan.add_argument("--no-smoke", dest="smoke", action="store_false", help="skip the smoke test")
+    _smoke_flags(plan, "the smoke test")
     plan.add_argument(
         "--out", type=Path, help="directory for the report and launch files (default out/<model>)"
     )
@@ -61,16 +75,17 @@ def _build_parser() -> argparse.ArgumentParser:
         help="answer to the clarifying question, if the request leaves one (else read from stdin)",
     )
 
+
+def _add_chat(sub: Any) -> None:
     chat = sub.add_parser(
         "chat", help="a REPL: plan requests, follow-ups ('what if I only had 4 GPUs?'), /help"
     )
     _llm_args(chat)
     chat.add_argument("--thread", help="checkpoint thread id to start on or resume")
-    chat.add_argument(
-        "--smoke", dest="smoke", action="store_true", default=None, help="run smoke tests"
-    )
-    chat.add_argument("--no-smoke", dest="smoke", action="store_false", help="skip smoke tests")
+    _smoke_flags(chat, "smoke tests")
 
+
+def _add_profile(sub: Any) -> None:
     prof = sub.add_parser(
         "profile", help="profile this machine: CPU, RAM, disk, GPUs, topology, libraries"
     )
@@ -81,6 +96,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--json", dest="json_path", type=Path, help="write the profile JSON here (and print it)"
     )
 
+
+def _add_estimate(sub: Any) -> None:
     est = sub.add_parser("estimate", help="memory per GPU for each strategy, without agents")
     est.add_argument("--brief", type=Path, help="YAML or JSON brief (or give --model)")
     est.add_argument("--model", help="catalog id or config.json path, e.g. llama-3-8b")
@@ -92,6 +109,8 @@ def _build_parser() -> argparse.ArgumentParser:
     est.add_argument("--precision", help="bf16 | fp16 | fp32 | auto")
     est.add_argument("--json", dest="json_path", type=Path, help="write the estimate JSON here")
 
+
+def _add_smoke(sub: Any) -> None:
     smoke = sub.add_parser(
         "smoke",
         help="a short real training run (DeepSpeed or torchrun) that proves a setup starts, "
@@ -121,30 +140,29 @@ def _build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--seq-len", type=int, help="tokens per sequence (capped locally)")
     smoke.add_argument("--run-dir", type=Path, help="where logs and metrics go")
     smoke.add_argument("--json", dest="json_path", type=Path, help="write the result JSON here")
+
+
+def _add_report(sub: Any) -> None:
     rep = sub.add_parser(
         "report", help="plan many briefs: one report folder each, plus index.md and index.html"
     )
     rep.add_argument("paths", nargs="+", type=Path, help="brief files or directories of them")
     rep.add_argument("--out", type=Path, required=True, help="directory for reports and index")
     rep.add_argument("--jobs", type=int, default=2, help="briefs planned at once (default 2)")
-    rep.add_argument(
-        "--smoke", dest="smoke", action="store_true", default=None, help="run every smoke test"
-    )
-    rep.add_argument("--no-smoke", dest="smoke", action="store_false", help="skip smoke tests")
+    _smoke_flags(rep, "every smoke test")
     rep.add_argument("--force", action="store_true", help="re-plan briefs that did not change")
     _llm_args(rep)
-    return p
-
-
-def _llm_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--llm", help="'offline' (default) or provider:model, e.g. openai:gpt-4o-mini")
-    p.add_argument(
-        "--base-url", help="OpenAI-compatible server URL (vLLM, llama.cpp, LM Studio, Ollama)"
-    )
 
 
 def _emit(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def _write_json(path: Path | None, data: Any) -> None:
+    if path is not None:
+        from tools.core.files import write_atomic
+
+        write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def _plan_inputs(args: argparse.Namespace) -> dict[str, Any]:
@@ -158,14 +176,20 @@ def _plan_inputs(args: argparse.Namespace) -> dict[str, Any]:
         overrides["interconnect"] = args.interconnect
     if args.smoke is not None:
         overrides["smoke"] = args.smoke
+    out_dir = str(args.out) if args.out else None
     if args.brief is not None:
         from tools.intake.brief import brief_from_dict, load_brief
 
         brief = brief_from_dict({**load_brief(args.brief).model_dump(mode="json"), **overrides})
-        return {"request": None, "brief": brief.model_dump(mode="json"), "overrides": overrides}
+        return {
+            "request": None,
+            "brief": brief.model_dump(mode="json"),
+            "overrides": overrides,
+            "out_dir": out_dir,
+        }
     if args.text:
         # Intake parses it inside the graph, so that it can ask about what is missing.
-        return {"request": args.text, "brief": None, "overrides": overrides}
+        return {"request": args.text, "brief": None, "overrides": overrides, "out_dir": out_dir}
     raise InputError("plan", "give a request text or --brief FILE")
 
 
@@ -182,84 +206,78 @@ def _check_out(out: Path | None) -> None:
 def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     """Run the whole graph, checkpointed per thread, and write the report; print where it is.
 
-    Every run is checkpointed (LangGraph SqliteSaver in ``settings.checkpoint_db``) under its
-    thread id, durably after each node, so a run killed at any point resumes with the same
-    ``--thread``: finished nodes are not run again. A clarifying question from intake is
-    answered by ``--answer`` or one line of stdin.
+    Every run is checkpointed under its thread id, durably after each node, so a run killed at
+    any point resumes with the same ``--thread``: finished nodes are not run again. A
+    clarifying question from intake is answered by ``--answer`` or one line of stdin.
     """
+    from graphs.run import check_thread_id, plan_on_thread
+
     _check_out(args.out)
-    if args.thread is not None and not THREAD_RE.fullmatch(args.thread):
-        raise InputError("--thread", "use letters, digits, '.', '_' or '-' (at most 128)")
-    inputs = {**_plan_inputs(args), "out_dir": str(args.out) if args.out else None}
-
-    from langgraph.checkpoint.sqlite import SqliteSaver
-    from langgraph.types import Command
-
-    from agents.chat_models import load_chat_model
-    from graphs import build_graph
-
-    model = load_chat_model(
-        settings.llm,
-        base_url=settings.base_url,
-        api_key=settings.api_key,
-        timeout_s=settings.llm_timeout_s,
-    )
+    if args.thread is not None:
+        check_thread_id(args.thread, "--thread")
+    inputs = _plan_inputs(args)
     started = time.perf_counter()
     thread = args.thread or f"plan-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
-    # Said once the input is known to be valid (after intake), so that an input error stays
-    # the one line on stderr.
-    notice = (
-        None
-        if args.thread
-        else f"thread {thread} (if this run stops, rerun with --thread {thread} to resume)"
-    )
-    settings.checkpoint_db.parent.mkdir(parents=True, exist_ok=True)
-    with SqliteSaver.from_conn_string(str(settings.checkpoint_db)) as saver:
-        graph = build_graph(model, saver, settings)
-        config: dict[str, Any] = {"configurable": {"thread_id": thread}}
-        snapshot = graph.get_state(config)
-        run_input: Any = inputs
-        if snapshot.next:
-            # An unfinished run on this thread carries on from its last checkpoint; the
-            # input given now is not used.
-            _emit(f"resuming thread {thread} at {', '.join(snapshot.next)}")
-            run_input = None
-        pending = snapshot.interrupts if snapshot.next else ()
-        answer = args.answer
-        while True:
-            if pending:
-                run_input = Command(resume=_answer(pending[0].value, answer))
-                answer = None  # a given answer answers one question
-            _stream(graph, run_input, config, after_intake=notice)
-            snapshot = graph.get_state(config)
-            pending = snapshot.interrupts
-            if not pending:
-                break
-        final = snapshot.values
-    plan = final.get("plan")
+    watcher = _CliWatcher(thread, announce=args.thread is None, answer=args.answer)
+    result = plan_on_thread(settings, inputs, thread, watcher)
+    plan = result.plan
     if not plan:
         raise TrainwrightError("the graph finished without a plan")
-    if args.json_path:
-        from tools.core.files import write_atomic
+    _write_json(args.json_path, plan)
+    from tools.artifacts.text import summary_lines
 
-        write_atomic(args.json_path, json.dumps(plan, indent=2) + "\n")
-    smoke, review = plan["smoke_test"], plan["review"]
-    strategy = plan["memory"]["chosen"] if plan["memory"] else "none (nothing to train)"
-    print(f"framework: {plan['framework']['primary']}; strategy: {strategy}")
-    print(
-        f"smoke test: {smoke['status']}" + (f" ({smoke['reason']})" if smoke.get("reason") else "")
-    )
-    print(f"review: {review['verdict']} after {review['rounds']} round(s)")
-    print(f"report: {plan['report']['markdown']}")
+    print("\n".join(summary_lines(plan, headline="framework")))
     if args.json_path:
         print(f"plan json: {args.json_path}")
     _emit(f"done in {time.perf_counter() - started:.1f} s")
     return 0
 
 
-def _answer(question: Any, given: str | None) -> str:
-    """The answer to intake's clarifying question: ``--answer``, else one line of stdin."""
-    value = question if isinstance(question, dict) else {"question": str(question)}
+class _CliWatcher:
+    """Events and node timings on stderr; intake's question answered by --answer or stdin."""
+
+    def __init__(self, thread: str, *, announce: bool, answer: str | None) -> None:
+        self.thread = thread
+        # Said once the input is known to be valid (after intake), so that an input error
+        # stays the one line on stderr.
+        self.notice = (
+            f"thread {thread} (if this run stops, rerun with --thread {thread} to resume)"
+            if announce
+            else None
+        )
+        self.answer = answer
+        self.last = time.perf_counter()
+
+    def segment(self) -> contextlib.AbstractContextManager[None]:
+        """No live display: plain lines."""
+        return contextlib.nullcontext()
+
+    def event(self, chunk: dict[str, Any]) -> None:
+        """One node event on stderr."""
+        from tools.artifacts.text import event_text
+
+        _emit(f"[{chunk.get('agent', '?')}] {event_text(chunk)}")
+
+    def node_done(self, node: str) -> None:
+        """A node finished: its time, and after intake the thread notice."""
+        now = time.perf_counter()
+        _emit(f"[{node}] done in {now - self.last:.1f} s")
+        self.last = now
+        if node == "intake" and self.notice:
+            _emit(self.notice)
+
+    def resumed(self, nodes: tuple[str, ...]) -> None:
+        """An unfinished run carries on; the input given now is not used."""
+        _emit(f"resuming thread {self.thread} at {', '.join(nodes)}")
+
+    def ask(self, question: dict[str, Any]) -> str:
+        """``--answer`` once, then one line of stdin."""
+        given, self.answer = self.answer, None  # a given answer answers one question
+        return _answer(question, given)
+
+
+def _answer(value: dict[str, Any], given: str | None) -> str:
+    """The answer to intake's clarifying question: ``given``, else one line of stdin."""
     field, text, problem = value.get("field", "request"), value["question"], value.get("problem")
     if given is not None:
         _emit(f"[intake] question: {text}")
@@ -286,74 +304,33 @@ def _answer(question: Any, given: str | None) -> str:
     return line.strip()
 
 
-# How each kind of custom stream event (agents/roles.py Events) is shown.
-_EVENT_FORMATS = {
-    "start": "[{agent}] started",
-    "tool": "[{agent}] {text}",
-    "tool_error": "[{agent}] ! {text}",
-    "progress": "[{agent}]   {text}",
-    "answer": "[{agent}] answer: {text}",
-}
-
-
-def _stream(
-    graph: Any, inputs: Any, config: dict[str, Any], after_intake: str | None = None
-) -> None:
-    """Run the graph, printing node and tool events to stderr as they happen.
-
-    ``updates`` says when a node finished (its checkpoint is on disk first: durability
-    ``sync``); ``custom`` carries the nodes' events: each tool call, what it found, smoke steps.
-    ``after_intake`` is printed once intake has accepted the input.
-    """
-    last = time.perf_counter()
-    for mode, chunk in graph.stream(
-        inputs, config, stream_mode=["updates", "custom"], durability="sync"
-    ):
-        if mode == "custom" and isinstance(chunk, dict):
-            fmt = _EVENT_FORMATS.get(str(chunk.get("kind")), "[{agent}] {text}")
-            _emit(fmt.format(agent=chunk.get("agent", "?"), text=chunk.get("text", "")))
-        elif mode == "updates" and isinstance(chunk, dict):
-            for node, update in chunk.items():
-                # __interrupt__: the caller asks the question; None: the node raised, and the
-                # error follows from graph.stream.
-                if node.startswith("__") or update is None:
-                    continue
-                now = time.perf_counter()
-                _emit(f"[{node}] done in {now - last:.1f} s")
-                last = now
-                if node == "intake" and after_intake:
-                    _emit(after_intake)
-
-
 def cmd_chat(args: argparse.Namespace, settings: Settings) -> int:
     """Run the chat REPL (graphs/chat.py) on the planning graph."""
-    from graphs import build_graph
     from graphs.chat import run_chat
 
-    return run_chat(settings, build_graph, thread=args.thread, smoke=args.smoke)
+    return run_chat(settings, thread=args.thread, smoke=args.smoke)
 
 
 def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
     """Print this machine's profile as a summary, or as JSON when --json is given."""
-    from tools.research.hardware import describe_local_machine, format_profile, parse_hardware
+    from tools.artifacts.text import profile_text
+    from tools.research.hardware import describe_local_machine, parse_hardware
 
     if args.hardware.strip().lower() == "local":
         profile = describe_local_machine(settings.out_dir)
     else:
         profile = {"hardware": parse_hardware(args.hardware).model_dump(mode="json")}
     if args.json_path:
-        from tools.core.files import write_atomic
-
-        text = json.dumps(profile, indent=2)
-        write_atomic(args.json_path, text + "\n")
-        print(text)
+        _write_json(args.json_path, profile)
+        print(json.dumps(profile, indent=2))
     else:
-        print(format_profile(profile))
+        print(profile_text(profile))
     return 0
 
 
 def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     """Print every strategy's memory per GPU, term by term, and the choice."""
+    from tools.artifacts.text import estimate_lines
     from tools.intake.brief import brief_from_dict, load_brief
     from tools.planning import search_strategy
     from tools.research.hardware import parse_hardware
@@ -378,57 +355,16 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     hw = parse_hardware(brief.hardware, brief.interconnect)
     model = lookup_model(brief.model, brief.seq_len)
     memory = search_strategy(model, hw, brief, micro_batch_size=args.micro_batch)
-    if args.json_path:
-        from tools.core.files import write_atomic
-
-        write_atomic(args.json_path, json.dumps(memory.model_dump(mode="json"), indent=2) + "\n")
-    gpu = f"{hw.gpu.name} {hw.gpu.memory_gb:g} GB" if hw.gpu else "CPU"
-    print(
-        f"{model.name} ({model.params / 1e9:.2f} B) on {hw.nodes}x{hw.gpus_per_node} {gpu}, seq {brief.seq_len}"
-    )
-    print(
-        f"  {'strategy':<24}{'mb':>3} {'params':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'buffers':>8}{'total':>9}  fits  (GB per GPU)"
-    )
-    from tools.core.strategies import setup_label
-
-    for s in memory.strategies:
-        t = s.per_gpu_bytes
-        mark = "*" if memory.is_chosen(s) else " "
-        name = setup_label(s.name, s.tensor_parallel, s.pipeline_parallel)
-        terms = "".join(
-            f"{v / 1e9:8.2f}"
-            for v in (t.params, t.gradients, t.optimizer, t.activations, t.buffers)
-        )
-        speed = f"{s.tokens_per_s:>10,.0f}" if s.tokens_per_s else f"{'-':>10}"
-        fits = "yes" if s.fits else "no"
-        print(
-            f"{mark} {name:<24}{s.micro_batch_size:>3} {terms}{t.total / 1e9:9.2f}  {fits:<4}{speed}"
-        )
-    print(
-        f"chosen: {memory.chosen_label}, "
-        f"micro-batch {memory.micro_batch_size} x accumulation "
-        f"{memory.gradient_accumulation_steps}"
-        + (", activation checkpointing" if memory.activation_checkpointing else "")
-    )
-    print(
-        "  (total = params + optimizer + the larger of grads and activations, which are not "
-        "live together, + buffers)"
-    )
-    for name, why in memory.why_not.items():
-        print(f"  not {name}: {why}")
-    if memory.smallest_fitting_hardware:
-        print(f"  would fit on: {memory.smallest_fitting_hardware}")
+    _write_json(args.json_path, memory.model_dump(mode="json"))
+    print("\n".join(estimate_lines(model, hw, brief, memory)))
     return 0
 
 
-def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
-    """Run one smoke test; exit 0 when it passed, 1 when it failed, 2 on bad input."""
-    from tools.artifacts.deepspeed_config import smoke_ds_config
+def _check_smoke_args(args: argparse.Namespace) -> int | None:
+    """One line and exit 2 for a bad smoke flag; the memory cap in bytes (None: default)."""
     from tools.core.settings import parse_memory_cap
     from tools.core.strategies import check_strategy
-    from tools.research.hardware import profile_local
-    from tools.research.model_catalog import lookup_model
-    from tools.smoke.runner import INJECT_KINDS, run_smoke_test, stop_on_sigterm
+    from tools.smoke import INJECT_KINDS
 
     check_strategy(args.strategy, "--strategy")
     if args.inject is not None and args.inject not in INJECT_KINDS:
@@ -444,7 +380,18 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
             raise InputError(flag, f"must be at least 1, got {value}")
     if args.timeout is not None and args.timeout <= 0:
         raise InputError("--timeout", f"must be positive, got {args.timeout:g}")
-    memory_cap = None if args.memory_cap is None else parse_memory_cap(args.memory_cap)
+    return None if args.memory_cap is None else parse_memory_cap(args.memory_cap)
+
+
+def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
+    """Run one smoke test; exit 0 when it passed, 1 when it failed, 2 on bad input."""
+    from tools.artifacts.deepspeed_config import smoke_ds_config
+    from tools.artifacts.text import smoke_lines
+    from tools.research.hardware import profile_local
+    from tools.research.model_catalog import lookup_model
+    from tools.smoke import run_smoke_test, stop_on_sigterm
+
+    memory_cap = _check_smoke_args(args)
     # A SIGTERM to the CLI then stops the run's process groups too (finally blocks run).
     stop_on_sigterm()
     model = lookup_model(args.model, args.seq_len or 1024)
@@ -473,33 +420,9 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
         timeout_s=args.timeout,
         memory_cap=memory_cap,
     )
-    if args.json_path:
-        from tools.core.files import write_atomic
-
-        write_atomic(args.json_path, json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
-    print(format_smoke(result))
+    _write_json(args.json_path, result.model_dump(mode="json"))
+    print(smoke_lines(result))
     return 0 if result.status == "passed" else 1
-
-
-def format_smoke(result: Any) -> str:
-    """A short human summary of a SmokeResult."""
-    from tools.review import memory_comparison
-
-    lines = [
-        f"smoke test: {result.status} ({result.strategy}, {result.world_size} {result.device} rank(s))"
-    ]
-    lines.append(f"  {result.reason.splitlines()[0] if result.reason else ''}")
-    if result.step_time_s:
-        lines.append(
-            f"  median step {result.step_time_s:.3f} s, {result.tokens_per_s:,.0f} tokens/s"
-            + (f", MFU {result.mfu:.1%}" if result.mfu is not None else "")
-        )
-    memory = memory_comparison(result)
-    if memory:
-        lines.append(f"  memory per rank: {memory}")
-    if result.run_dir:
-        lines.append(f"  run dir: {result.run_dir}")
-    return "\n".join(lines)
 
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
@@ -507,29 +430,8 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     from graphs.batch import run_batch
 
     _check_out(args.out)
-
-    def make_graph(checkpointer: Any) -> Any:
-        from agents.chat_models import load_chat_model
-        from graphs import build_graph
-
-        model = load_chat_model(
-            settings.llm,
-            base_url=settings.base_url,
-            api_key=settings.api_key,
-            timeout_s=settings.llm_timeout_s,
-        )
-        return build_graph(model, checkpointer, settings)
-
     outcomes = run_batch(
-        args.paths,
-        args.out,
-        settings,
-        make_graph,
-        jobs=args.jobs,
-        smoke=args.smoke,
-        force=args.force,
-        llm=settings.llm,
-        base_url=settings.base_url,
+        args.paths, args.out, settings, jobs=args.jobs, smoke=args.smoke, force=args.force
     )
     failed = [o for o in outcomes if o.status == "failed"]
     print(
@@ -559,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
             llm=getattr(args, "llm", None), base_url=getattr(args, "base_url", None)
         )
         if args.command in ("plan", "chat", "report", "smoke"):
-            from tools.smoke.runner import stop_runs_on_interrupt
+            from tools.smoke import stop_runs_on_interrupt
 
             # Ctrl-C also stops smoke runs that graph nodes supervise in worker threads.
             stop_runs_on_interrupt()

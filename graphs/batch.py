@@ -3,8 +3,7 @@
 ``python app.py report PATHS... --out DIR`` lands here. Each brief becomes ``DIR/<name>/`` with
 what ``plan`` writes for one brief (report.md, report.html with its charts, plan.json,
 ds_config.json, launch files); ``DIR/index.md`` and ``DIR/index.html`` hold one comparison
-table. The graph itself comes from the caller as ``make_graph(checkpointer)``: this module
-sits under ``graphs`` in the layering (DESIGN.md), so it must not import it.
+table (tools/artifacts/index.py).
 
 A brief is skipped when its inputs hash (brief bytes, the flags that change the plan, and the
 code version) matches the one stored beside its last good report. Briefs run on a thread
@@ -13,82 +12,32 @@ pool; smoke runs take a lock, so at most one trains at a time (they share the CP
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import html
 import importlib
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from tools.artifacts.report import STYLE
+from graphs.run import Watcher, run_plan
+from tools.artifacts.index import BriefOutcome, index_row, write_index
 from tools.core import imports
 from tools.core.errors import InputError
 from tools.core.files import write_atomic
 from tools.core.settings import Settings
-from tools.core.strategies import setup_label
+from tools.intake.brief_files import BriefJob, find_briefs
 
-BRIEF_SUFFIXES = (".yaml", ".yml", ".json")
 STAMP = ".batch-inputs.json"
 ROOT = Path(__file__).resolve().parents[1]
 # Source folders whose content is the "code version" of a plan.
 CODE_DIRS = ("agents", "graphs", "tools", "prompts", "knowledge")
 CODE_SUFFIXES = (".py", ".yaml", ".yml", ".md", ".json")
-
-Status = Literal["ok", "failed", "skipped"]
-
-
-@dataclass
-class BriefJob:
-    """One brief to plan: its file and the folder name it gets under ``--out``."""
-
-    name: str
-    path: Path
-
-
-@dataclass
-class BriefOutcome:
-    """What became of one brief: ok (planned now), skipped (unchanged), or failed (``error``)."""
-
-    name: str
-    path: Path
-    status: Status
-    summary: dict[str, Any] = field(default_factory=dict)
-    error: str = ""
-    elapsed_s: float = 0.0
-
-
-def find_briefs(paths: Iterable[Path]) -> list[BriefJob]:
-    """Brief files named directly or found (not recursively) in the directories given.
-
-    Folder names are the file stems, made unique with ``-2``, ``-3``... in input order.
-    Raises InputError for a path that does not exist, or when no brief is found at all.
-    """
-    files: list[Path] = []
-    for p in paths:
-        if p.is_dir():
-            files += sorted(f for f in p.iterdir() if f.is_file() and f.suffix in BRIEF_SUFFIXES)
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise InputError("report", f"no such file or directory: {p}")
-    if not files:
-        raise InputError("report", "no brief files (.yaml, .yml, .json) in the paths given")
-    jobs: list[BriefJob] = []
-    seen: dict[str, int] = {}
-    for f in dict.fromkeys(f.resolve() for f in files):  # a file named twice runs once
-        # Leading dots off: a file named "...yaml" (stem "..") must not name out_dir's parent.
-        safe = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in f.stem)
-        stem = safe.lstrip(".")[:100] or "brief"
-        seen[stem] = seen.get(stem, 0) + 1
-        jobs.append(BriefJob(stem if seen[stem] == 1 else f"{stem}-{seen[stem]}", f))
-    return jobs
 
 
 _code_hash: str | None = None
@@ -115,66 +64,36 @@ def inputs_hash(path: Path, flags: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
-def summarize(plan: dict[str, Any], name: str) -> dict[str, Any]:
-    """The index row of a plan (contract JSON): model, hardware, choice, memory, speed, verdicts."""
-    hw, mem = plan["hardware"], plan.get("memory")
-    gpu = hw.get("gpu")
-    hardware = (
-        f"{hw['nodes']}x{hw['gpus_per_node']} {gpu['name']}"
-        if gpu
-        else f"{hw['nodes']} node(s), CPU only"
-    )
-    row: dict[str, Any] = {
-        "model": (plan.get("model") or {}).get("name", "-"),
-        "hardware": hardware,
-        "strategy": "none",
-        "batching": "-",
-        "per_gpu_gb": None,
-        "tokens_per_s": None,
-        "smoke": plan["smoke_test"]["status"],
-        "review": plan["review"]["verdict"],
-        "link": f"{name}/report.html",
-    }
-    if mem:
-        tp, pp = mem.get("tensor_parallel", 1), mem.get("pipeline_parallel", 1)
-        row["strategy"] = setup_label(mem["chosen"], tp, pp)
-        row["batching"] = f"{mem['micro_batch_size']} x {mem['gradient_accumulation_steps']}"
-        chosen = next(
-            (
-                s
-                for s in mem["strategies"]
-                if s["name"] == mem["chosen"]
-                and s.get("tensor_parallel", 1) == tp
-                and s.get("pipeline_parallel", 1) == pp
-            ),
-            None,
-        )
-        if chosen:
-            row["per_gpu_gb"] = round(chosen["per_gpu_bytes"]["total"] / 1e9, 2)
-            row["tokens_per_s"] = chosen.get("tokens_per_s")
-    speed = plan.get("speed") or {}
-    if speed.get("tokens_per_s"):
-        row["tokens_per_s"] = speed["tokens_per_s"]
-    return row
+class _BriefWatcher(Watcher):
+    """One brief's run, shown on the batch's progress: node steps and where a resume starts."""
+
+    def __init__(self, progress: _Progress, name: str) -> None:
+        self.progress, self.name = progress, name
+
+    def node_done(self, node: str) -> None:
+        """A node of this brief's graph finished."""
+        self.progress.step(self.name, node)
+
+    def resumed(self, nodes: tuple[str, ...]) -> None:
+        """An unfinished run of the same inputs carries on."""
+        self.progress.resumed(self.name, ", ".join(nodes))
 
 
 def plan_one(
     job: BriefJob,
     out: Path,
-    make_graph: Callable[[Any], Any],
-    checkpointer: Any,
+    graph: Any,
     thread: str,
     smoke: bool | None,
     smoke_lock: threading.Lock,
-    on_node: Callable[[str], None] = lambda node: None,
-    on_resume: Callable[[str], None] = lambda nodes: None,
+    watcher: Watcher,
 ) -> dict[str, Any]:
     """Run the planning graph on one brief (as ``plan --brief`` does) and return the plan JSON.
 
     The run is checkpointed under ``thread``: an unfinished run of the same inputs resumes at
-    the node that was running (``on_resume`` hears which), and a run that finished, wrote
-    ``plan.json`` and was killed before the batch recorded it is not run again.
-    A brief that will run a smoke test holds ``smoke_lock`` for its whole run.
+    the node that was running, and a run that finished, wrote ``plan.json`` and was killed
+    before the batch recorded it is not run again. A brief that will run a smoke test holds
+    ``smoke_lock`` for its whole run.
     """
     from tools.intake.brief import brief_from_dict, load_brief
 
@@ -186,40 +105,17 @@ def plan_one(
         "overrides": overrides,
         "out_dir": str(out),
     }
-    graph = make_graph(checkpointer)
-    config: dict[str, Any] = {"configurable": {"thread_id": thread}}
-    previous = graph.get_state(config)
-    run_input: Any = inputs
-    if previous.next:
-        on_resume(", ".join(previous.next))
-        run_input = None
-    elif (previous.values or {}).get("plan") and (out / "plan.json").is_file():
-        return dict(previous.values["plan"])
-    with smoke_lock if brief.smoke else _NO_LOCK:
-        for chunk in graph.stream(run_input, config, stream_mode="updates", durability="sync"):
-            for node in chunk if isinstance(chunk, dict) else ():
-                if not node.startswith("__"):
-                    on_node(node)
-    snapshot = graph.get_state(config)
-    if snapshot.interrupts:
-        value = snapshot.interrupts[0].value
-        question = value.get("question") if isinstance(value, dict) else value
-        raise InputError("brief", f"the brief leaves a question open: {question}")
-    plan = snapshot.values.get("plan")
-    if not plan:
+    with smoke_lock if brief.smoke else contextlib.nullcontext():
+        result = run_plan(
+            graph, inputs, thread, watcher, reuse=lambda plan: (out / "plan.json").is_file()
+        )
+    if result.question is not None:
+        raise InputError(
+            "brief", f"the brief leaves a question open: {result.question.get('question')}"
+        )
+    if result.plan is None:
         raise RuntimeError("the graph finished without a plan")
-    return dict(plan)
-
-
-class _NoLock:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_LOCK = _NoLock()
+    return result.plan
 
 
 def warm_up() -> None:
@@ -305,26 +201,20 @@ def run_batch(
     paths: Iterable[Path],
     out_dir: Path,
     settings: Settings,
-    make_graph: Callable[[Any], Any],
     *,
     jobs: int = 2,
     smoke: bool | None = None,
     force: bool = False,
-    llm: str | None = None,
-    base_url: str | None = None,
 ) -> list[BriefOutcome]:
     """Plan every brief under ``paths`` into ``out_dir/<name>/`` and write the index.
 
     Args:
         paths: Brief files, or directories of them.
         out_dir: Where the report folders and index.md / index.html go.
-        settings: The run's settings (checkpoint database, smoke ranks, ...).
-        make_graph: Builds the compiled planning graph on a given checkpointer.
+        settings: The run's settings (chat model, checkpoint database, smoke ranks, ...).
         jobs: Briefs planned at the same time (smoke runs still go one at a time).
         smoke: Override every brief's ``smoke`` (None: each brief decides).
         force: Plan even briefs whose inputs did not change.
-        llm: The chat-model spec, part of the inputs hash.
-        base_url: The OpenAI-compatible server, part of the inputs hash.
     """
     if jobs < 1:
         raise InputError("--jobs", f"must be at least 1, got {jobs}")
@@ -332,166 +222,100 @@ def run_batch(
         raise InputError("--out", f"{out_dir} exists and is not a directory")
     briefs = find_briefs(paths)
     out_dir.mkdir(parents=True, exist_ok=True)
-    flags = {"smoke": smoke, "llm": llm or "offline", "base_url": base_url}
-    smoke_lock = threading.Lock()
-
     from langgraph.checkpoint.sqlite import SqliteSaver
 
+    from agents.chat_models import load_chat_model
+    from graphs.graph import build_graph
+
+    model = load_chat_model(settings)
     settings.checkpoint_db.parent.mkdir(parents=True, exist_ok=True)
     with (
         SqliteSaver.from_conn_string(str(settings.checkpoint_db)) as saver,
         _Progress(len(briefs)) as progress,
     ):
-        warmed: list[bool] = []
-        warm_lock = threading.Lock()
-
-        def work(job: BriefJob) -> BriefOutcome:
-            started = time.perf_counter()
-            folder = out_dir / job.name
-            stamp = folder / STAMP
-            try:
-                digest = inputs_hash(job.path, flags)
-                if not force and stamp.is_file():
-                    saved = json.loads(stamp.read_text())
-                    if saved.get("inputs_sha256") == digest and (folder / "plan.json").is_file():
-                        outcome = BriefOutcome(job.name, job.path, "skipped", saved["summary"])
-                        progress.finished(outcome)
-                        return outcome
-                stamp.unlink(missing_ok=True)
-                progress.started(job.name)
-                with warm_lock:  # once, and only when something is planned
-                    if not warmed and min(jobs, len(briefs)) > 1:
-                        warm_up()
-                        make_graph(saver)
-                    warmed.append(True)
-                # Same inputs and folder: same thread, so a crashed run resumes; --force
-                # starts a fresh one.
-                key = f"{digest}{out_dir.resolve()}"
-                thread = f"report-{job.name[:60]}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
-                if force:
-                    thread += f"-{os.urandom(3).hex()}"
-                plan = plan_one(
-                    job,
-                    folder,
-                    make_graph,
-                    saver,
-                    thread,
-                    smoke,
-                    smoke_lock,
-                    on_node=lambda node: progress.step(job.name, node),
-                    on_resume=lambda nodes: progress.resumed(job.name, nodes),
-                )
-                summary = summarize(plan, job.name)
-                write_atomic(
-                    stamp,
-                    json.dumps(
-                        {"inputs_sha256": digest, "brief": str(job.path), "summary": summary}
-                    )
-                    + "\n",
-                )
-                outcome = BriefOutcome(
-                    job.name, job.path, "ok", summary, elapsed_s=time.perf_counter() - started
-                )
-            except Exception as exc:  # noqa: BLE001 - one bad brief must not stop the others
-                if os.environ.get("TRAINWRIGHT_DEBUG") == "1":
-                    raise
-                outcome = BriefOutcome(
-                    job.name,
-                    job.path,
-                    "failed",
-                    error=_one_line(exc),
-                    elapsed_s=time.perf_counter() - started,
-                )
-            progress.finished(outcome)
-            return outcome
-
+        batch = _Batch(
+            out_dir,
+            build_graph(model, saver, settings),
+            progress,
+            settings,
+            smoke,
+            force,
+            min(jobs, len(briefs)),
+        )
         with ThreadPoolExecutor(max_workers=min(jobs, len(briefs))) as pool:
             # On Ctrl-C, Executor.map's iterator cancels the briefs not yet started; the running
             # ones finish or stop (the interrupt handler stops their smoke runs).
-            outcomes = list(pool.map(work, briefs))
+            outcomes = list(pool.map(batch.work, briefs))
     write_index(out_dir, outcomes)
     return outcomes
 
 
-COLUMNS = (
-    ("brief", "brief"),
-    ("model", "model"),
-    ("hardware", "hardware"),
-    ("strategy", "strategy"),
-    ("batching", "micro-batch x accum"),
-    ("per_gpu_gb", "per-GPU GB"),
-    ("tokens_per_s", "tokens/s"),
-    ("smoke", "smoke"),
-    ("review", "review"),
-)
+class _Batch:
+    """What every brief's job shares: the graph, the progress display, the locks, the flags."""
 
+    def __init__(
+        self,
+        out_dir: Path,
+        graph: Any,
+        progress: _Progress,
+        settings: Settings,
+        smoke: bool | None,
+        force: bool,
+        jobs: int,
+    ) -> None:
+        self.out_dir, self.graph, self.progress = out_dir, graph, progress
+        self.smoke, self.force, self.jobs = smoke, force, jobs
+        self.flags = {
+            "smoke": smoke,
+            "llm": settings.llm or "offline",
+            "base_url": settings.base_url,
+        }
+        self.smoke_lock = threading.Lock()
+        self._warm_lock = threading.Lock()
+        self._warmed = False
 
-def _cells(o: BriefOutcome) -> dict[str, str]:
-    s = o.summary
-    if o.status == "failed":
-        return {"brief": o.name, "model": f"error: {o.error}"}
-    gb, tps = s.get("per_gpu_gb"), s.get("tokens_per_s")
-    return {
-        "brief": o.name,
-        "model": str(s.get("model", "-")),
-        "hardware": str(s.get("hardware", "-")),
-        "strategy": str(s.get("strategy", "-")),
-        "batching": str(s.get("batching", "-")),
-        "per_gpu_gb": "-" if gb is None else f"{gb:.2f}",
-        "tokens_per_s": "-" if not tps else f"{tps:,.0f}",
-        "smoke": str(s.get("smoke", "-")),
-        "review": str(s.get("review", "-")),
-    }
-
-
-def render_index_markdown(outcomes: list[BriefOutcome]) -> str:
-    """The comparison table as Markdown, failed briefs with their one-line error."""
-    ok = sum(o.status != "failed" for o in outcomes)
-    lines = [
-        "# Training plans",
-        "",
-        f"{len(outcomes)} brief(s): {ok} planned, {len(outcomes) - ok} failed.",
-        "",
-        "| " + " | ".join(title for _, title in COLUMNS) + " | report |",
-        "|---|---|---|---|---|---:|---:|---|---|---|",
-    ]
-    for o in outcomes:
-        c = _cells(o)
-        if o.status == "failed":
-            cells = [c["brief"], c["model"].replace("|", "\\|"), *["-"] * (len(COLUMNS) - 2), "-"]
-        else:
-            cells = [c[key] for key, _ in COLUMNS] + [f"[report]({o.name}/report.md)"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def render_index_html(outcomes: list[BriefOutcome]) -> str:
-    """The comparison table as a self-contained HTML page linking each report.html."""
-    e = html.escape
-    head = "".join(f"<th>{e(title)}</th>" for _, title in COLUMNS) + "<th>report</th>"
-    rows = []
-    for o in outcomes:
-        c = _cells(o)
-        if o.status == "failed":
-            rows.append(
-                f"<tr class='failed'><td>{e(o.name)}</td>"
-                f"<td colspan='{len(COLUMNS)}'>error: {e(o.error)}</td></tr>"
+    def work(self, job: BriefJob) -> BriefOutcome:
+        """Plan one brief (or skip it, unchanged); one bad brief does not stop the others."""
+        started = time.perf_counter()
+        try:
+            outcome = self._plan(job, started)
+        except Exception as exc:  # noqa: BLE001 - one bad brief must not stop the others
+            if os.environ.get("TRAINWRIGHT_DEBUG") == "1":
+                raise
+            outcome = BriefOutcome(
+                job.name,
+                job.path,
+                "failed",
+                error=_one_line(exc),
+                elapsed_s=time.perf_counter() - started,
             )
-            continue
-        cells = "".join(f"<td>{e(c[key])}</td>" for key, _ in COLUMNS)
-        rows.append(f"<tr>{cells}<td><a href='{e(o.name)}/report.html'>report</a></td></tr>")
-    ok = sum(o.status != "failed" for o in outcomes)
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>Training plans</title>"
-        f"<style>{STYLE}tr.failed td{{color:#b00020}}</style></head><body>"
-        f"<h1>Training plans</h1><p>{len(outcomes)} brief(s): {ok} planned, "
-        f"{len(outcomes) - ok} failed.</p>"
-        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-        "</body></html>\n"
-    )
+        self.progress.finished(outcome)
+        return outcome
 
-
-def write_index(out_dir: Path, outcomes: list[BriefOutcome]) -> None:
-    """Write ``index.md`` and ``index.html`` under ``out_dir``."""
-    write_atomic(out_dir / "index.md", render_index_markdown(outcomes))
-    write_atomic(out_dir / "index.html", render_index_html(outcomes))
+    def _plan(self, job: BriefJob, started: float) -> BriefOutcome:
+        folder = self.out_dir / job.name
+        stamp = folder / STAMP
+        digest = inputs_hash(job.path, self.flags)
+        if not self.force and stamp.is_file():
+            saved = json.loads(stamp.read_text())
+            if saved.get("inputs_sha256") == digest and (folder / "plan.json").is_file():
+                return BriefOutcome(job.name, job.path, "skipped", saved["summary"])
+        stamp.unlink(missing_ok=True)
+        self.progress.started(job.name)
+        with self._warm_lock:  # once, and only when something is planned in parallel
+            if not self._warmed and self.jobs > 1:
+                warm_up()
+            self._warmed = True
+        # Same inputs and folder: same thread, so a crashed run resumes; --force starts anew.
+        key = f"{digest}{self.out_dir.resolve()}"
+        thread = f"report-{job.name[:60]}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+        if self.force:
+            thread += f"-{os.urandom(3).hex()}"
+        watcher = _BriefWatcher(self.progress, job.name)
+        plan = plan_one(job, folder, self.graph, thread, self.smoke, self.smoke_lock, watcher)
+        summary = index_row(plan, job.name)
+        record = {"inputs_sha256": digest, "brief": str(job.path), "summary": summary}
+        write_atomic(stamp, json.dumps(record) + "\n")
+        return BriefOutcome(
+            job.name, job.path, "ok", summary, elapsed_s=time.perf_counter() - started
+        )

@@ -184,7 +184,7 @@ def test_modes_follow_the_umask_and_launch_scripts_stay_executable(tmp_path: Pat
     assert stat.S_IMODE((tmp_path / "saved" / "report.md").stat().st_mode) == 0o666 & ~mask
     assert (tmp_path / "saved" / "launch.sh").read_text() == "#!/bin/sh\n"
     # The chat's /save copies a plan's files the same way.
-    from graphs.chat import save_plan
+    from tools.artifacts.save import save_plan
 
     plan = {
         "report": {"markdown": str(tmp_path / "report.md")},

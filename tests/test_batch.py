@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from app import main
-from graphs.batch import BriefOutcome, render_index_markdown
+from tools.artifacts.index import BriefOutcome, render_index_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 # The repository's copies of the shared example briefs, so a clean clone tests the same set.

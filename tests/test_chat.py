@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from graphs.chat import list_threads, save_plan
+from graphs.run import list_threads
+from tools.artifacts.save import save_plan
 from tools.core.errors import InputError
 from tools.intake.brief import follow_up_fields
 from tools.research.model_catalog import list_models

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tools.artifacts.text import profile_text as format_profile
 from tools.core.errors import InputError
 from tools.research import gpu_probe
 from tools.research.gpu_probe import (
@@ -28,7 +29,6 @@ from tools.research.gpu_probe import (
 from tools.research.hardware import (
     describe_local_machine,
     find_gpu,
-    format_profile,
     load_gpu_catalog,
     parse_hardware,
     profile_local,

@@ -20,14 +20,15 @@ from specs import LLAMA_8B_BRIEF
 
 import app
 from graphs import build_graph
-from graphs.batch import find_briefs
-from graphs.chat import ChatSession, save_plan
+from graphs.chat import ChatSession
 from tools.artifacts.cluster import deepspeed_no_ssh_command
 from tools.artifacts.deepspeed_config import emit_deepspeed_config
 from tools.artifacts.launch import emit_launch
+from tools.artifacts.save import save_plan
 from tools.core.errors import InputError
 from tools.core.settings import Settings
 from tools.intake.brief import brief_from_dict
+from tools.intake.brief_files import find_briefs
 from tools.planning import search_strategy
 from tools.research.framework import select_framework
 from tools.research.hardware import parse_hardware

@@ -13,6 +13,6 @@ The framework modules are separate so that importing one does not import the oth
 alone takes seconds to import).
 """
 
-from graphs.adapters.core import PlanTrainingInput, plan_training, summarize_plan, summary_text
+from graphs.adapters.core import PlanTrainingInput, plan_training, summarize_plan
 
-__all__ = ["PlanTrainingInput", "plan_training", "summarize_plan", "summary_text"]
+__all__ = ["PlanTrainingInput", "plan_training", "summarize_plan"]

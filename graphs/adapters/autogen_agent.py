@@ -12,7 +12,8 @@ from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseChatMessage, TextMessage
 from autogen_core import CancellationToken
 
-from graphs.adapters.core import plan_training, summary_text
+from graphs.adapters.core import plan_training
+from tools.artifacts.text import summary_paragraph
 
 
 class TrainingPlannerAgent(BaseChatAgent):
@@ -77,7 +78,7 @@ class TrainingPlannerAgent(BaseChatAgent):
         cancellation_token.link_future(future)
         summary = await future
         self.last_summary = summary
-        content = f"{summary_text(summary)}\n{json.dumps(summary)}"
+        content = f"{summary_paragraph(summary)}\n{json.dumps(summary)}"
         return Response(chat_message=TextMessage(content=content, source=self.name))
 
     async def on_reset(self, cancellation_token: CancellationToken) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from langchain_core.language_models.chat_models import BaseChatModel
 from pydantic import BaseModel, Field
 
+from tools.artifacts.text import plan_facts
 from tools.core.errors import InputError
 from tools.core.settings import Settings, disable_telemetry
 
@@ -58,6 +59,7 @@ def plan_training(
     from langgraph.checkpoint.memory import InMemorySaver
 
     from graphs.graph import build_graph
+    from graphs.run import run_plan
 
     disable_telemetry()
     if (request is None) == (brief is None):
@@ -76,78 +78,42 @@ def plan_training(
     # Intake's clarifying question is an interrupt, which needs a checkpointer; this run is
     # one call, so an in-memory one on a fresh thread is enough.
     graph = build_graph(chat_model, InMemorySaver(), settings or Settings.load())
-    config: dict[str, Any] = {"configurable": {"thread_id": f"adapter-{uuid.uuid4().hex[:12]}"}}
     try:
-        graph.invoke(inputs, config)
+        result = run_plan(graph, inputs, f"adapter-{uuid.uuid4().hex[:12]}")
     except InputError as exc:
         return {"status": "invalid_input", "field": exc.field, "error": exc.message}
-    snapshot = graph.get_state(config)
-    if snapshot.interrupts:
-        value = snapshot.interrupts[0].value
-        value = value if isinstance(value, dict) else {"question": str(value)}
+    if result.question is not None:
         return {
             "status": "needs_input",
-            "field": value.get("field", "request"),
-            "question": value.get("question", ""),
+            "field": result.question.get("field", "request"),
+            "question": result.question.get("question", ""),
         }
-    plan = snapshot.values.get("plan")
-    if not plan:
+    if result.plan is None:
         return {"status": "failed", "error": "the graph finished without a plan"}
-    return summarize_plan(plan)
+    return summarize_plan(result.plan)
 
 
 def summarize_plan(plan: dict[str, Any]) -> dict[str, Any]:
     """The few facts another agent needs from a plan (the full plan JSON is in the report)."""
-    memory = plan.get("memory") or {}
-    chosen = memory.get("chosen")
-    row = next((s for s in memory.get("strategies", []) if s.get("name") == chosen), None)
-    per_gpu_bytes = row["per_gpu_bytes"]["total"] if row else None
-    capacity_bytes = memory.get("capacity_bytes")
-    files = (plan.get("launch") or {}).get("files") or {}
-    smoke = plan.get("smoke_test") or {}
-    review = plan.get("review") or {}
-    brief = plan.get("brief") or {}
+    f = plan_facts(plan)
+    per_gpu, capacity = f["per_gpu_bytes"], f["capacity_bytes"]
     return {
         "status": "planned",
-        "model": (plan.get("model") or {}).get("name") or brief.get("model"),
-        "hardware": brief.get("hardware"),
-        "framework": (plan.get("framework") or {}).get("primary"),
-        "strategy": chosen,
-        "micro_batch_size": memory.get("micro_batch_size"),
-        "gradient_accumulation_steps": memory.get("gradient_accumulation_steps"),
-        "per_gpu_bytes": per_gpu_bytes,
-        "per_gpu_gb": round(per_gpu_bytes / 1e9, 1) if per_gpu_bytes else None,
-        "gpu_memory_gb": round(capacity_bytes / 1e9, 1) if capacity_bytes else None,
-        "deepspeed_config": files.get("ds_config.json") if plan.get("deepspeed_config") else None,
-        "launch_command": " ".join((plan.get("launch") or {}).get("command") or []) or None,
-        "smoke_test": {"status": smoke.get("status"), "reason": smoke.get("reason")},
-        "review": {"verdict": review.get("verdict"), "rounds": review.get("rounds")},
-        "report": (plan.get("report") or {}).get("markdown"),
+        "model": f["model"],
+        "hardware": f["hardware"],
+        "framework": f["framework"],
+        "strategy": f["strategy"],
+        "micro_batch_size": f["micro_batch_size"],
+        "gradient_accumulation_steps": f["gradient_accumulation_steps"],
+        "per_gpu_bytes": per_gpu,
+        "per_gpu_gb": round(per_gpu / 1e9, 1) if per_gpu else None,
+        "gpu_memory_gb": round(capacity / 1e9, 1) if capacity else None,
+        "deepspeed_config": f["deepspeed_config"],
+        "launch_command": f["launch_command"],
+        "smoke_test": {
+            "status": f["smoke_status"],
+            "reason": (plan.get("smoke_test") or {}).get("reason"),
+        },
+        "review": {"verdict": f["verdict"], "rounds": f["rounds"]},
+        "report": f["report"],
     }
-
-
-def summary_text(summary: dict[str, Any]) -> str:
-    """One readable paragraph of a :func:`plan_training` summary, for chat replies."""
-    status = summary.get("status")
-    if status == "needs_input":
-        return f"I need one more detail ({summary['field']}): {summary['question']}"
-    if status != "planned":
-        where = f" ({summary['field']})" if summary.get("field") else ""
-        return f"I could not plan this{where}: {summary.get('error')}"
-    memory = (
-        f"{summary['per_gpu_gb']} GB per GPU of {summary['gpu_memory_gb']} GB"
-        if summary.get("per_gpu_gb") is not None
-        else "no per-GPU estimate"
-    )
-    smoke = summary["smoke_test"]
-    parts = [
-        f"Plan for {summary['model']} on {summary['hardware']}: {summary['framework']} with "
-        f"strategy {summary['strategy']}, micro-batch {summary['micro_batch_size']} x "
-        f"accumulation {summary['gradient_accumulation_steps']}, {memory}.",
-        f"DeepSpeed config: {summary['deepspeed_config']}." if summary["deepspeed_config"] else "",
-        f"Smoke test: {smoke['status']}"
-        + (f" ({smoke['reason']})." if smoke.get("reason") else "."),
-        f"Review: {summary['review']['verdict']} after {summary['review']['rounds']} round(s).",
-        f"Report: {summary['report']}.",
-    ]
-    return " ".join(p for p in parts if p)

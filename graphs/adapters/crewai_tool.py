@@ -9,9 +9,9 @@ from crewai import Agent
 from crewai.tools import BaseTool
 from pydantic import ConfigDict, Field
 
-from agents.loop import load_prompts
 from graphs.adapters.core import PlanTrainingInput, plan_training
 from graphs.adapters.langchain_tool import TOOL_DESCRIPTION, TOOL_NAME
+from prompts import load_prompts
 
 
 class PlanTrainingTool(BaseTool):

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tools.artifacts.text import Shell, comment_text, render, shell_join
+from tools.artifacts.scripts import Shell, comment_text, render, shell_join
 from tools.core.schemas import HardwareSpec, ModelSpec, TrainingBrief
 
 MASTER_PORT = 29500

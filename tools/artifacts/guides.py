@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from tools.artifacts.text import render
+from tools.artifacts.scripts import render
 from tools.core.schemas import HardwareSpec, ModelSpec
 
 TF_WORKER_PORT = 12345

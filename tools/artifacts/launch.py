@@ -36,7 +36,7 @@ from typing import Any
 from tools.artifacts import cluster, guides, megatron
 from tools.artifacts.cluster import MASTER_PORT
 from tools.artifacts.deepspeed_config import hf_trainer_config
-from tools.artifacts.text import comment_text
+from tools.artifacts.scripts import comment_text
 from tools.core.files import copy_atomic, write_atomic
 from tools.core.schemas import (
     FrameworkChoice,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.artifacts.text import render, shell_join
+from tools.artifacts.scripts import render, shell_join
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 
 # Megatron-DeepSpeed's training entry point.

@@ -1,51 +1,251 @@
-"""Text for the launch files: shell quoting, one-line comments, and the templates under templates/.
+"""Every terminal line and summary of a plan, a smoke run, an estimate and a machine profile.
 
-The templates (guides, ``launch.sh``, ``train.sbatch``, the Accelerate header) are package data,
-read with importlib.resources so an installed wheel finds them too. They are
-``string.Template`` text: ``$name`` is a placeholder and ``$$`` a literal ``$`` (the shell
-scripts need many). A template ends with a newline; a placeholder that stands for a block of
-lines gets the block without its last newline.
+The CLI, the chat, batch reports and the adapters print what these functions write; the plan's
+facts are read once (``plan_facts``) from the plan contract JSON.
 """
 
 from __future__ import annotations
 
-import shlex
-import string
-from functools import cache
-from importlib import resources
+from typing import Any
+
+from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, SmokeResult, TrainingBrief
+from tools.core.strategies import setup_label
+from tools.research.hardware import PACKAGES
+from tools.review import memory_comparison
 
 
-class Shell(str):
-    """An argument written into a script as shell text (``"$SLURM_NODEID"``), not quoted."""
+def plan_facts(plan: dict[str, Any]) -> dict[str, Any]:
+    """The facts every summary of a plan (contract JSON) states, read in one place."""
+    brief, memory = (
+        plan.get("brief") or {},
+        MemoryPlan.model_validate(plan["memory"]) if plan.get("memory") else None,
+    )
+    row = memory.chosen_row if memory else None
+    hw = plan.get("hardware") or {}
+    gpu = hw.get("gpu")
+    model = brief.get("model")
+    smoke, review = plan.get("smoke_test") or {}, plan.get("review") or {}
+    launch = plan.get("launch") or {}
+    speed = plan.get("speed") or {}
+    return {
+        "model": (plan.get("model") or {}).get("name") or model,
+        "name": model if isinstance(model, str) else "custom model" if model else brief.get("task"),
+        "hardware": brief.get("hardware"),
+        "machine": f"{hw.get('nodes')}x{hw.get('gpus_per_node')} {gpu['name']}"
+        if gpu
+        else f"{hw.get('nodes')} node(s), CPU only",
+        "framework": (plan.get("framework") or {}).get("primary"),
+        "strategy": memory.chosen_label if memory else None,
+        "micro_batch_size": memory.micro_batch_size if memory else None,
+        "gradient_accumulation_steps": memory.gradient_accumulation_steps if memory else None,
+        "activation_checkpointing": memory.activation_checkpointing if memory else None,
+        "per_gpu_bytes": row.per_gpu_bytes.total if row else None,
+        "capacity_bytes": memory.capacity_bytes if memory else None,
+        "tokens_per_s": speed.get("tokens_per_s") or (row.tokens_per_s if row else None),
+        "deepspeed_config": (launch.get("files") or {}).get("ds_config.json")
+        if plan.get("deepspeed_config")
+        else None,
+        "launch_command": " ".join(launch.get("command") or []) or None,
+        "smoke_status": smoke.get("status"),
+        "smoke_reason": smoke.get("reason") or "",
+        "verdict": review.get("verdict"),
+        "rounds": review.get("rounds"),
+        "report": (plan.get("report") or {}).get("markdown"),
+    }
 
-    __slots__ = ()
+
+def setup_text(facts: dict[str, Any]) -> str:
+    """The chosen setup in words: ``zero1, micro-batch 2 x accumulation 2``."""
+    if facts["strategy"] is None:
+        return "nothing to train"
+    return (
+        f"{facts['strategy']}, micro-batch {facts['micro_batch_size']} x accumulation "
+        f"{facts['gradient_accumulation_steps']}"
+    )
 
 
-def shell_join(argv: list[str]) -> str:
-    """Quote an argument list for a script; ``Shell`` arguments go in verbatim."""
-    return " ".join(arg if isinstance(arg, Shell) else shlex.quote(arg) for arg in argv)
+def summary_lines(plan: dict[str, Any], *, headline: str = "plan") -> list[str]:
+    """A few lines on a plan: what, where, which setup, the smoke and review verdicts, the report.
 
-
-def comment_text(text: str) -> str:
-    """``text`` as one line for a ``#`` comment in a script.
-
-    A newline (or any other control character) in a brief's goal or a model's name would end
-    the comment, and the rest would run as a command.
+    ``headline`` ``plan`` (the chat) opens with the model, hardware and setup; ``framework``
+    (the CLI's ``plan``, whose stdout scripts read) with the framework and strategy.
     """
-    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    f = plan_facts(plan)
+    reason = f["smoke_reason"].splitlines()[0] if f["smoke_reason"] else ""
+    first = (
+        f"plan: {f['name']} on {f['hardware']}: {f['framework']}, {setup_text(f)}"
+        if headline == "plan"
+        else f"framework: {f['framework']}; strategy: {f['strategy'] or 'none (nothing to train)'}"
+    )
+    return [
+        first,
+        f"smoke test: {f['smoke_status']}" + (f" ({reason})" if reason else ""),
+        f"review: {f['verdict']} after {f['rounds']} round(s)",
+        f"report: {f['report']}",
+    ]
 
 
-@cache
-def _template(name: str) -> string.Template:
-    path = resources.files("tools.artifacts").joinpath("templates", name)
-    return string.Template(path.read_text(encoding="utf-8"))
+def summary_paragraph(summary: dict[str, Any]) -> str:
+    """One readable paragraph of an adapter's plan summary (graphs/adapters), for chat replies."""
+    status = summary.get("status")
+    if status == "needs_input":
+        return f"I need one more detail ({summary['field']}): {summary['question']}"
+    if status != "planned":
+        where = f" ({summary['field']})" if summary.get("field") else ""
+        return f"I could not plan this{where}: {summary.get('error')}"
+    memory = (
+        f"{summary['per_gpu_gb']} GB per GPU of {summary['gpu_memory_gb']} GB"
+        if summary.get("per_gpu_gb") is not None
+        else "no per-GPU estimate"
+    )
+    smoke = summary["smoke_test"]
+    parts = [
+        f"Plan for {summary['model']} on {summary['hardware']}: {summary['framework']} with "
+        f"strategy {summary['strategy']}, micro-batch {summary['micro_batch_size']} x "
+        f"accumulation {summary['gradient_accumulation_steps']}, {memory}.",
+        f"DeepSpeed config: {summary['deepspeed_config']}." if summary["deepspeed_config"] else "",
+        f"Smoke test: {smoke['status']}"
+        + (f" ({smoke['reason']})." if smoke.get("reason") else "."),
+        f"Review: {summary['review']['verdict']} after {summary['review']['rounds']} round(s).",
+        f"Report: {summary['report']}.",
+    ]
+    return " ".join(p for p in parts if p)
 
 
-def render(name: str, **values: object) -> str:
-    """The template ``templates/<name>`` with every placeholder filled from ``values``.
+def smoke_lines(result: SmokeResult) -> str:
+    """A short human summary of a smoke run."""
+    lines = [
+        f"smoke test: {result.status} ({result.strategy}, {result.world_size} {result.device} rank(s))"
+    ]
+    lines.append(f"  {result.reason.splitlines()[0] if result.reason else ''}")
+    if result.step_time_s:
+        lines.append(
+            f"  median step {result.step_time_s:.3f} s, {result.tokens_per_s:,.0f} tokens/s"
+            + (f", MFU {result.mfu:.1%}" if result.mfu is not None else "")
+        )
+    memory = memory_comparison(result)
+    if memory:
+        lines.append(f"  memory per rank: {memory}")
+    if result.run_dir:
+        lines.append(f"  run dir: {result.run_dir}")
+    return "\n".join(lines)
 
-    ``substitute``, not ``safe_substitute``: a placeholder left without a value is our bug and
-    raises here instead of reaching a user's script. Values are inserted as they are and never
-    scanned again, so a ``$`` in a goal or a model's name stays literal text.
-    """
-    return _template(name).substitute(values)
+
+def estimate_lines(
+    model: ModelSpec, hw: HardwareSpec, brief: TrainingBrief, memory: MemoryPlan
+) -> list[str]:
+    """Every setup's memory per GPU, term by term, the choice, and why the others lost."""
+    gpu = f"{hw.gpu.name} {hw.gpu.memory_gb:g} GB" if hw.gpu else "CPU"
+    lines = [
+        f"{model.name} ({model.params / 1e9:.2f} B) on {hw.nodes}x{hw.gpus_per_node} {gpu}, seq {brief.seq_len}",
+        f"  {'strategy':<24}{'mb':>3} {'params':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'buffers':>8}{'total':>9}  fits  (GB per GPU)",
+    ]
+    for s in memory.strategies:
+        t = s.per_gpu_bytes
+        mark = "*" if memory.is_chosen(s) else " "
+        name = setup_label(s.name, s.tensor_parallel, s.pipeline_parallel)
+        terms = "".join(
+            f"{v / 1e9:8.2f}"
+            for v in (t.params, t.gradients, t.optimizer, t.activations, t.buffers)
+        )
+        speed = f"{s.tokens_per_s:>10,.0f}" if s.tokens_per_s else f"{'-':>10}"
+        fits = "yes" if s.fits else "no"
+        lines.append(
+            f"{mark} {name:<24}{s.micro_batch_size:>3} {terms}{t.total / 1e9:9.2f}  {fits:<4}{speed}"
+        )
+    lines += [
+        f"chosen: {memory.chosen_label}, micro-batch {memory.micro_batch_size} x accumulation "
+        f"{memory.gradient_accumulation_steps}"
+        + (", activation checkpointing" if memory.activation_checkpointing else ""),
+        "  (total = params + optimizer + the larger of grads and activations, which are not "
+        "live together, + buffers)",
+    ]
+    lines += [f"  not {name}: {why}" for name, why in memory.why_not.items()]
+    if memory.smallest_fitting_hardware:
+        lines.append(f"  would fit on: {memory.smallest_fitting_hardware}")
+    return lines
+
+
+def profile_text(profile: dict[str, Any]) -> str:
+    """A readable summary of ``describe_local_machine()`` (or of just a ``hardware`` dict)."""
+    hw = profile["hardware"]
+    gpu = hw.get("gpu")
+    lines = []
+    if "cpu" in profile:
+        cpu, ram, disk = profile["cpu"], profile["ram"], profile["disk"]
+        lines += [
+            f"host: {profile['host']['hostname']} ({profile['host']['os']}, "
+            f"Python {profile['host']['python']})",
+            f"cpu: {cpu['model'] or 'unknown model'}; {cpu['physical_cores'] or '?'} physical / "
+            f"{cpu['logical_cores'] or '?'} logical cores ({cpu['usable_cores']} usable)",
+            f"ram: {ram['total_gb']} GB total, {ram['available_gb']} GB available",
+            f"disk: {_gb(disk['free_gb'])} free of {_gb(disk['total_gb'])} at {disk['path']}",
+        ]
+        lines.append(f"gpus: {profile['gpu_summary']}")
+        for device in profile["gpus"]:
+            cap = device.get("compute_capability")
+            catalog = (
+                f"catalog {device['catalog_id']}, {device['bf16_tflops'] or '-'} bf16 TFLOP/s"
+                if device.get("catalog_id")
+                else "not in the catalog"
+            )
+            lines.append(
+                f"  gpu {device['index']}: {device['name']}, {device['memory_gb']} GB"
+                + (f", compute {cap}" if cap else "")
+                + f" ({catalog})"
+            )
+        driver = profile["gpu_driver"]
+        if driver["driver_version"] or driver["cuda_version"]:
+            lines.append(
+                f"driver: {driver['driver_version'] or '?'}, CUDA {driver['cuda_version'] or '?'}"
+            )
+        if profile["gpus"]:
+            lines.append(f"topology: {_topology_line(profile['topology'])}")
+        sw = profile["software"]
+        versions = ", ".join(f"{name} {sw[name] or '-'}" for name in PACKAGES)
+        torch_gpu = "yes" if sw["torch_cuda_available"] else "no"
+        lines.append(f"software: {versions}; torch sees a GPU: {torch_gpu}")
+    if hw["gpus_per_node"] and gpu:
+        tflops = f" ({gpu['bf16_tflops']} bf16 TFLOP/s)" if gpu.get("bf16_tflops") else ""
+        gpus = f"{hw['gpus_per_node']}x {gpu['name']}{tflops}"
+    else:
+        gpus = "CPU only"
+    lines.append(
+        f"hardware ({hw['source']}): {hw['nodes']} node(s), {gpus}, "
+        f"interconnect {hw['interconnect'] or '-'}"
+    )
+    return "\n".join(lines)
+
+
+def _gb(value: float | None) -> str:
+    return f"{value} GB" if value is not None else "?"
+
+
+def _topology_line(topology: dict[str, Any] | None) -> str:
+    if topology is None:
+        return "unknown (no nvidia-smi topo -m)"
+    count = topology["gpu_count"]
+    if count < 2:
+        return f"{count} GPU, no GPU-to-GPU links"
+    if topology["all_nvlink"]:
+        widths = sorted({link["nvlinks"] for link in topology["links"]})
+        return f"all {count} GPUs NVLink-connected ({', '.join(f'NV{w}' for w in widths)})"
+    paths = sorted({link["path"] for link in topology["links"]})
+    nvlinked = sum(1 for link in topology["links"] if link["kind"] == "nvlink")
+    return f"{nvlinked} of {len(topology['links'])} GPU pairs NVLink; paths {', '.join(paths)}"
+
+
+# How each kind of custom stream event (agents/events.py Events) reads after "[agent] ".
+_EVENT_TEXT = {
+    "start": "started",
+    "tool": "{text}",
+    "tool_error": "! {text}",
+    "progress": "  {text}",
+    "answer": "answer: {text}",
+}
+
+
+def event_text(chunk: dict[str, Any]) -> str:
+    """The text of one node event, as the CLI and the chat show it after ``[agent] ``."""
+    fmt = _EVENT_TEXT.get(str(chunk.get("kind")), "{text}")
+    return fmt.format(text=chunk.get("text", ""))

@@ -1,0 +1,200 @@
+"""The chat's terminal: what a running plan shows, and how messages are read.
+
+On a terminal, input comes from prompt_toolkit (history, multi-line) and output from rich (a
+spinner naming the working agent and tool, a progress bar for smoke runs); on piped stdin,
+lines are read plainly and events are plain lines, for scripting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from graphs.run import Watcher
+from tools.artifacts.text import event_text
+
+_STEP_RE = re.compile(r"^step (\d+)/(\d+)\b(.*)$")
+# The colour of each kind of event on a terminal.
+_STYLES = {"start": "dim", "tool_error": "red", "tool": "yellow"}
+
+
+class ChatWatcher(Watcher):
+    """Shows a chat's plan as it runs: plain lines, or rich live progress on a terminal.
+
+    Intake's question is asked through ``ask_user``; no answer leaves it pending.
+    """
+
+    def __init__(
+        self,
+        console: Console,
+        live: bool,
+        ask_user: Callable[[dict[str, Any]], str | None],
+        on_resume: Callable[[tuple[str, ...]], None],
+    ) -> None:
+        self.console = console
+        self.live = live
+        self.ask_user = ask_user
+        self.on_resume = on_resume
+        self._progress: Any = None
+        self._status: Any = None
+        self._smoke: Any = None
+        self._last = time.perf_counter()
+
+    @contextlib.contextmanager
+    def segment(self) -> Iterator[None]:
+        """The live display (spinner, smoke-run bar) while the graph runs; gone for a question."""
+        self._last = time.perf_counter()
+        self._start()
+        try:
+            yield
+        finally:
+            self._stop()
+
+    def _start(self) -> None:
+        if self.live:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._progress = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self._progress.start()
+            self._status = self._progress.add_task("intake", total=None)
+
+    def _stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def line(self, agent: str, text: str, style: str = "") -> None:
+        """Print one event line (above the live display on a terminal)."""
+        self.console.print(Text(f"[{agent}] ", style="bold cyan") + Text(text, style=style))
+
+    def event(self, chunk: dict[str, Any]) -> None:
+        """One custom event ``{"agent", "kind", "text", ...}`` (agents/events.py ``Events``)."""
+        agent, kind = str(chunk.get("agent", "?")), str(chunk.get("kind", ""))
+        text = str(chunk.get("text", ""))
+        step = _STEP_RE.match(text) if kind == "progress" else None
+        if self._progress is not None:
+            if step:
+                done, total = int(step[1]), int(step[2])
+                if self._smoke is None:
+                    self._smoke = self._progress.add_task("smoke run", total=total)
+                self._progress.update(
+                    self._smoke,
+                    completed=done,
+                    total=total,
+                    description=f"smoke run{step[3]}",
+                )
+                return
+            if kind == "tool":
+                self._progress.update(self._status, description=f"{agent}: {chunk.get('tool')}")
+            elif kind == "start":
+                self._progress.update(self._status, description=f"{agent} working")
+        style = _STYLES.get(kind, "")
+        if kind == "progress" and step is not None:
+            style = "dim"
+        self.line(agent, event_text(chunk), style)
+
+    def node_done(self, node: str) -> None:
+        """A node finished (its checkpoint is on disk)."""
+        now = time.perf_counter()
+        self.line(node, f"done in {now - self._last:.1f} s", "green")
+        self._last = now
+        if self._progress is not None and self._smoke is not None:
+            self._progress.remove_task(self._smoke)
+            self._smoke = None
+
+    def resumed(self, nodes: tuple[str, ...]) -> None:
+        """The thread's unfinished run carries on."""
+        self.on_resume(nodes)
+
+    def ask(self, question: dict[str, Any]) -> str | None:
+        """Intake's question, asked of the user."""
+        return self.ask_user(question)
+
+
+def joined(lines: Iterator[str]) -> str | None:
+    """One message from lines: a trailing backslash continues it on the next line."""
+    parts: list[str] = []
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if line.endswith("\\"):
+            parts.append(line[:-1])
+            continue
+        parts.append(line)
+        return "\n".join(parts)
+    return "\n".join(parts) if parts else None
+
+
+def stdin_reader() -> Callable[[str], str | None]:
+    """Messages from piped stdin, one per line (a trailing backslash continues it)."""
+
+    def lines() -> Iterator[str]:
+        while True:
+            line = sys.stdin.readline()
+            if not line:
+                return
+            yield line
+
+    def read(prompt: str) -> str | None:
+        return joined(lines())
+
+    return read
+
+
+def prompt_reader(history: Path) -> Callable[[str], str | None]:
+    """Messages from prompt_toolkit, with history; Esc-Enter or a trailing backslash adds a line."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import FileHistory
+    from prompt_toolkit.key_binding import KeyBindings
+
+    keys = KeyBindings()
+
+    @keys.add("escape", "enter")
+    def _newline(event: Any) -> None:
+        event.current_buffer.insert_text("\n")
+
+    @keys.add("enter")
+    def _enter(event: Any) -> None:
+        buffer = event.current_buffer
+        if buffer.document.text_before_cursor.endswith("\\"):
+            buffer.delete_before_cursor(1)
+            buffer.insert_text("\n")
+        else:
+            buffer.validate_and_handle()
+
+    session: PromptSession[str] = PromptSession(
+        history=FileHistory(str(history)), key_bindings=keys, multiline=False
+    )
+
+    def read(prompt: str) -> str | None:
+        while True:
+            try:
+                return session.prompt(prompt)
+            except KeyboardInterrupt:  # Ctrl-C at the prompt clears the line, as in a shell
+                continue
+            except EOFError:
+                return None
+
+    return read

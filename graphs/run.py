@@ -1,0 +1,266 @@
+"""The one graph-run loop: a checkpointed thread, resume, streaming, and intake's questions.
+
+The CLI's ``plan``, the chat REPL, batch reports and the adapters all run the planning graph
+through ``run_plan``; each says what to do with what the run shows by passing a ``Watcher``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import queue
+import re
+import signal
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from langgraph.types import Command
+
+from tools.core.errors import InputError
+from tools.core.settings import Settings
+
+# Where the graph's node code lives: a worker thread with a frame here is running a node.
+AGENTS_DIR = str(Path(__file__).resolve().parents[1] / "agents")
+
+
+# A thread id: what --thread, chat --thread and /resume accept.
+THREAD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def check_thread_id(thread: str, field: str) -> str:
+    """``thread`` if it is a usable thread id, else InputError naming ``field``."""
+    if not THREAD_RE.fullmatch(thread):
+        raise InputError(field, "use letters, digits, '.', '_' or '-' (at most 128)")
+    return thread
+
+
+class RunWatcher(Protocol):
+    """What a caller does with a run's progress (``Watcher`` does nothing with it)."""
+
+    def segment(self) -> contextlib.AbstractContextManager[None]: ...  # noqa: D102
+    def event(self, chunk: dict[str, Any]) -> None: ...  # noqa: D102
+    def node_done(self, node: str) -> None: ...  # noqa: D102
+    def resumed(self, nodes: tuple[str, ...]) -> None: ...  # noqa: D102
+    def ask(self, question: dict[str, Any]) -> str | None: ...  # noqa: D102
+
+
+class Watcher:
+    """A ``RunWatcher`` whose every hook does nothing; subclass what you need."""
+
+    def segment(self) -> contextlib.AbstractContextManager[None]:
+        """Entered around each stretch of streaming (e.g. a live display), left before a question."""
+        return contextlib.nullcontext()
+
+    def event(self, chunk: dict[str, Any]) -> None:
+        """A node's custom stream event (agents/events.py): a tool call, progress, an answer."""
+
+    def node_done(self, node: str) -> None:
+        """A node finished; its checkpoint is on disk (durability ``sync``)."""
+
+    def resumed(self, nodes: tuple[str, ...]) -> None:
+        """The thread had an unfinished run; it carries on at ``nodes``."""
+
+    def ask(self, question: dict[str, Any]) -> str | None:
+        """Answer intake's question ``{"field", "question", "problem"}``; None leaves it pending."""
+        return None
+
+
+@dataclass
+class RunResult:
+    """Where a run ended: the thread's state, and a question left unanswered, if any."""
+
+    values: dict[str, Any]
+    question: dict[str, Any] | None = None
+    resumed_at: tuple[str, ...] = ()
+
+    @property
+    def plan(self) -> dict[str, Any] | None:
+        """The finished plan (contract JSON), or None while a question is pending."""
+        plan = self.values.get("plan")
+        return dict(plan) if plan else None
+
+
+def thread_config(thread_id: str) -> dict[str, Any]:
+    """The LangGraph config that names a checkpointed thread."""
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def _question(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {"question": str(value)}
+
+
+def run_plan(
+    graph: Any,
+    inputs: dict[str, Any] | None,
+    thread_id: str,
+    watcher: RunWatcher | None = None,
+    *,
+    reuse: Callable[[dict[str, Any]], bool] | None = None,
+    in_thread: bool = False,
+) -> RunResult:
+    """Run the planning graph on ``thread_id`` until it finishes or a question stays open.
+
+    An unfinished run on the thread carries on from its last checkpoint (``inputs`` unused);
+    a question it was paused at is asked first. With ``reuse``, a finished plan on the thread
+    that ``reuse(plan)`` accepts is returned without running. ``in_thread`` streams from a
+    worker thread, so Ctrl-C in the caller's thread lands within a fraction of a second and
+    stops the nodes and any smoke run they started (``stop_running_nodes``).
+    """
+    watcher = watcher if watcher is not None else Watcher()
+    config = thread_config(thread_id)
+    snapshot = graph.get_state(config)
+    resumed: tuple[str, ...] = tuple(snapshot.next)
+    plan = (snapshot.values or {}).get("plan")
+    if not resumed and reuse is not None and plan and reuse(dict(plan)):
+        return RunResult(dict(snapshot.values))
+    run_input: Any = inputs
+    pending = snapshot.interrupts if resumed else ()
+    if resumed:
+        watcher.resumed(resumed)
+        run_input = None
+    while True:
+        if pending:
+            question = _question(pending[0].value)
+            answer = watcher.ask(question)
+            if answer is None:
+                return RunResult(dict(snapshot.values), question, resumed)
+            run_input = Command(resume=answer)
+        with watcher.segment():
+            for mode, chunk in _stream(graph, run_input, config, in_thread):
+                if mode == "custom" and isinstance(chunk, dict):
+                    watcher.event(chunk)
+                elif mode == "updates" and isinstance(chunk, dict):
+                    for node, update in chunk.items():
+                        # __interrupt__: a question, asked below; None: the node raised, and
+                        # the error follows from the stream.
+                        if not node.startswith("__") and update is not None:
+                            watcher.node_done(node)
+        snapshot = graph.get_state(config)
+        pending = snapshot.interrupts
+        if not pending:
+            return RunResult(dict(snapshot.values), None, resumed)
+
+
+def plan_on_thread(
+    settings: Settings,
+    inputs: dict[str, Any] | None,
+    thread_id: str,
+    watcher: RunWatcher | None = None,
+) -> RunResult:
+    """``run_plan`` on the graph ``settings`` describe, checkpointed in its SQLite database."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from agents.chat_models import load_chat_model
+    from graphs.graph import build_graph
+
+    model = load_chat_model(settings)
+    settings.checkpoint_db.parent.mkdir(parents=True, exist_ok=True)
+    with SqliteSaver.from_conn_string(str(settings.checkpoint_db)) as saver:
+        return run_plan(build_graph(model, saver, settings), inputs, thread_id, watcher)
+
+
+def _stream(graph: Any, run_input: Any, config: dict[str, Any], in_thread: bool) -> Iterator[Any]:
+    stream = graph.stream(run_input, config, stream_mode=["updates", "custom"], durability="sync")
+    if not in_thread:
+        yield from stream
+        return
+    chunks: queue.Queue[Any] = queue.Queue()
+    finished = object()
+
+    def pump() -> None:
+        try:
+            for item in stream:
+                chunks.put(item)
+            chunks.put(finished)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, re-raised
+            chunks.put(exc)
+
+    worker = threading.Thread(target=pump, name="graph-run", daemon=True)
+    worker.start()
+    try:
+        while True:
+            try:
+                item = chunks.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if item is finished:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    except KeyboardInterrupt:
+        stop_running_nodes()
+        worker.join(timeout=10.0)
+        raise
+    worker.join()
+
+
+def stop_running_nodes(timeout_s: float = 20.0) -> None:
+    """Stop the graph's node threads after Ctrl-C, and any smoke run they started.
+
+    With ``custom`` streaming LangGraph runs each node in a worker thread, so Ctrl-C reaches
+    only the main thread. Each worker still inside our node code (agents/) gets a
+    KeyboardInterrupt of its own, raised at its next bytecode (the smoke runner polls, so
+    within a poll interval): the smoke runner's ``finally`` then kills its process groups, as
+    it does under a plain Ctrl-C. Whatever child process group is left after that (a worker
+    that did not stop in time) is killed here, TERM then KILL.
+    """
+    main = threading.main_thread().ident
+
+    def node_threads() -> list[int]:
+        found = []
+        for tid, frame in sys._current_frames().items():
+            f: Any = frame
+            while tid != main and f is not None:
+                if os.path.abspath(f.f_code.co_filename).startswith(AGENTS_DIR):
+                    found.append(tid)
+                    break
+                f = f.f_back
+        return found
+
+    for tid in node_threads():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(tid), ctypes.py_object(KeyboardInterrupt)
+        )
+    deadline = time.monotonic() + timeout_s
+    while node_threads() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    import psutil
+
+    # Launchers lead their own process groups (the smoke runner starts them in new sessions).
+    groups = [c.pid for c in psutil.Process().children() if _leads_group(c.pid)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
+        if groups and sig == signal.SIGTERM:
+            time.sleep(2.0)
+
+
+def _leads_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
+
+
+def list_threads(db: Path) -> list[str]:
+    """The thread ids in the checkpoint database, most recently written first."""
+    if not db.is_file():
+        return []
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        try:
+            rows = conn.execute(
+                "SELECT thread_id, MAX(checkpoint_id) AS last FROM checkpoints "
+                "GROUP BY thread_id ORDER BY last DESC"
+            ).fetchall()
+        except sqlite3.OperationalError:  # no checkpoint table yet
+            return []
+    return [str(row[0]) for row in rows]

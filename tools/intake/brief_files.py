@@ -1,0 +1,46 @@
+"""Brief files named on the command line, or found in the folders named, for a batch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.core.errors import InputError
+
+BRIEF_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass
+class BriefJob:
+    """One brief to plan: its file and the folder name it gets under ``--out``."""
+
+    name: str
+    path: Path
+
+
+def find_briefs(paths: Iterable[Path]) -> list[BriefJob]:
+    """Brief files named directly or found (not recursively) in the directories given.
+
+    Folder names are the file stems, made unique with ``-2``, ``-3``... in input order.
+    Raises InputError for a path that does not exist, or when no brief is found at all.
+    """
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            files += sorted(f for f in p.iterdir() if f.is_file() and f.suffix in BRIEF_SUFFIXES)
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise InputError("report", f"no such file or directory: {p}")
+    if not files:
+        raise InputError("report", "no brief files (.yaml, .yml, .json) in the paths given")
+    jobs: list[BriefJob] = []
+    seen: dict[str, int] = {}
+    for f in dict.fromkeys(f.resolve() for f in files):  # a file named twice runs once
+        # Leading dots off: a file named "...yaml" (stem "..") must not name out_dir's parent.
+        safe = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in f.stem)
+        stem = safe.lstrip(".")[:100] or "brief"
+        seen[stem] = seen.get(stem, 0) + 1
+        jobs.append(BriefJob(stem if seen[stem] == 1 else f"{stem}-{seen[stem]}", f))
+    return jobs
