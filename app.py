@@ -428,7 +428,7 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
     from tools.core.strategies import check_strategy
     from tools.research.hardware import profile_local
     from tools.research.model_catalog import lookup_model
-    from tools.smoke.runner import INJECT_KINDS, run_smoke_test, stop_on_sigterm
+    from tools.smoke import INJECT_KINDS, run_smoke_test, stop_on_sigterm
 
     check_strategy(args.strategy, "--strategy")
     if args.inject is not None and args.inject not in INJECT_KINDS:
@@ -561,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
             llm=getattr(args, "llm", None), base_url=getattr(args, "base_url", None)
         )
         if args.command in ("plan", "chat", "report", "smoke"):
-            from tools.smoke.runner import stop_runs_on_interrupt
+            from tools.smoke import stop_runs_on_interrupt
 
             # Ctrl-C also stops smoke runs that graph nodes supervise in worker threads.
             stop_runs_on_interrupt()

@@ -360,7 +360,7 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
     model = _need(ws.model, "the model", "lookup_model")
     memory = _need(ws.memory, "the memory plan", "plan_parallelism")
     from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
-    from tools.smoke.runner import run_smoke_test as _run
+    from tools.smoke import run_smoke_test as _run
 
     config = ws.deepspeed_config
     if config is None and (ws.framework is None or ws.framework.primary in DEEPSPEED_FRAMEWORKS):

@@ -586,7 +586,7 @@ def stop_running_nodes(timeout_s: float = 20.0) -> None:
         time.sleep(0.1)
     import psutil
 
-    # Launchers lead their own process groups (tools/smoke/runner.py starts them in new sessions).
+    # Launchers lead their own process groups (tools/smoke/supervise.py starts them in new sessions).
     groups = [c.pid for c in psutil.Process().children() if _leads_group(c.pid)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pgid in groups:
