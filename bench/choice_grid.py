@@ -48,7 +48,7 @@ QUICK = {
 
 def smoke_model() -> tuple[dict[str, Any], dict[str, Any]]:
     """The CPU smoke shape of the llama-1.1b bench config: (HF config dict, shape)."""
-    from tools.smoke.runner import scale_model_config
+    from tools.smoke import scale_model_config
 
     hf = {k: v for k, v in json.loads(MODEL_CONFIG.read_text()).items() if not k.startswith("_")}
     return scale_model_config(hf, seq_len=SEQ_LEN, device="cpu")
@@ -88,7 +88,7 @@ def _brief() -> Any:
 def planner_pick(shape: dict[str, Any]) -> dict[str, Any]:
     """What search_strategy chooses for this model on 2 CPU ranks, and how long it took."""
     from tools.planning import search_strategy
-    from tools.smoke.runner import shape_spec
+    from tools.smoke import shape_spec
 
     model = shape_spec({**shape, "seq_len": SEQ_LEN})
     hardware = _hardware()
@@ -129,7 +129,7 @@ def grid_entries(
     """One entry per strategy x micro-batch: the planner's ds_config for it, adapted to CPU."""
     from tools.artifacts.deepspeed_config import emit_deepspeed_config
     from tools.core.schemas import MemoryPlan
-    from tools.smoke.runner import adapt_ds_config, shape_spec, smoke_lr
+    from tools.smoke import adapt_ds_config, shape_spec, smoke_lr
 
     model = shape_spec({**shape, "seq_len": SEQ_LEN})
     hardware = _hardware()
@@ -183,7 +183,7 @@ def run_grid(
     work: Path,
 ) -> tuple[list[dict[str, Any]], float, str]:
     """All entries in one ``deepspeed --num_gpus 2`` launch; (records, wall seconds, output)."""
-    from tools.smoke.runner import free_port
+    from tools.smoke import free_port
 
     work.mkdir(parents=True, exist_ok=True)
     (work / "model_config.json").write_text(json.dumps(model_config))
@@ -191,7 +191,7 @@ def run_grid(
     out = work / "records.json"
     argv = [
         PY, "-m", "deepspeed.launcher.runner",
-        # A missing hostfile keeps the launcher on this machine (as tools/smoke/runner.py does).
+        # A missing hostfile keeps the launcher on this machine (as tools/smoke/commands.py does).
         "--hostfile", str(work / "no-hostfile"), "--num_gpus", str(RANKS),
         "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
         str(ROOT / "bench" / "grid_train.py"),

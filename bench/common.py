@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-# What the smoke runner gives its CPU ranks (tools/smoke/runner.py _child_env): the grid's ranks run
+# What the smoke runner gives its CPU ranks (tools/smoke/commands.py _child_env): the grid's ranks run
 # under the same conditions.
 CPU_RANK_ENV = {
     "DS_ACCELERATOR": "cpu",

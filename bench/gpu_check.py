@@ -2,10 +2,11 @@
 
 Run through ``bash bench/gpu_check.sh [OUT_DIR]`` on a GPU machine (it installs DeepSpeed and
 its missing requirements from the wheels in ``.whl/`` when they are not installed). Each case
-is a 30-step smoke run of the real architecture at full size (tools/smoke/runner.py decides: full size
-when the planner says it fits the GPU with 10% free), bf16, one rank. For each case the JSON
-holds the smoke result (losses, step time, tokens/s, MFU, ``torch.cuda.max_memory_allocated``,
-the NVML per-process reading) and the planner's figures for the same shape:
+is a 30-step smoke run of the real architecture at full size (tools/smoke/predict.py
+``_fits_local_gpu`` decides: full size when the planner says it fits the GPU with 10% free),
+bf16, one rank. For each case the JSON holds the smoke result (losses, step time, tokens/s,
+MFU, ``torch.cuda.max_memory_allocated``, the NVML per-process reading) and the planner's
+figures for the same shape:
 
 - ``predicted_tensor_bytes``: the memory model's total without the CUDA context and the 10%
   fragmentation margin, like for like with ``max_memory_allocated`` (tensors only);
@@ -70,7 +71,7 @@ def main() -> int:
     from tools.core.settings import Settings, disable_telemetry
     from tools.research.hardware import profile_local
     from tools.research.model_catalog import lookup_model
-    from tools.smoke.runner import run_smoke_test, stop_on_sigterm
+    from tools.smoke import run_smoke_test, stop_on_sigterm
 
     disable_telemetry()
     stop_on_sigterm()
@@ -162,7 +163,7 @@ def main() -> int:
 def _full_estimate(result: Any, gpu: Any) -> int:
     from tools.core.schemas import HardwareSpec
     from tools.planning import estimate_strategy
-    from tools.smoke.runner import shape_spec
+    from tools.smoke import shape_spec
 
     shape = result.model_shape
     hardware = HardwareSpec(source="local", nodes=1, gpus_per_node=1, gpu=gpu)

@@ -23,7 +23,7 @@ DEFAULT = [ROOT / "bench" / "gpu_check.json", ROOT / "bench" / "gpu_check_valida
 
 def gpu_rows(paths: list[Path] | None = None) -> list[dict[str, Any]]:
     """One record per GPU-check smoke run: measured peak, prediction now and when run, gap."""
-    from tools.smoke.runner import predict_peak_bytes
+    from tools.smoke import predict_peak_bytes
 
     rows: list[dict[str, Any]] = []
     for path in paths or DEFAULT:

@@ -37,7 +37,7 @@ sys.path.insert(0, {root!r})
 from pathlib import Path
 from tools.research.model_catalog import lookup_model
 from tools.core.settings import Settings, disable_telemetry
-from tools.smoke.runner import run_smoke_test, stop_runs_on_interrupt
+from tools.smoke import run_smoke_test, stop_runs_on_interrupt
 from tools.artifacts.deepspeed_config import smoke_ds_config
 from tools.research.hardware import profile_local
 disable_telemetry()
@@ -99,7 +99,7 @@ def main() -> int:
     from tools.core.settings import Settings, disable_telemetry
     from tools.research.hardware import profile_local
     from tools.research.model_catalog import lookup_model
-    from tools.smoke.runner import default_memory_cap, run_smoke_test
+    from tools.smoke import default_memory_cap, run_smoke_test
 
     disable_telemetry()
     if not torch.cuda.is_available():

@@ -8,7 +8,7 @@
 (b) ``smoke_cases``: our predicted peak vs the measured peak of real ``app.py smoke`` runs on
     2 CPU ranks (anonymous RSS above the pre-model baseline; the prediction is the memory
     model's total for the shape that ran, without the CUDA context and fragmentation margin
-    that this reading does not contain: tools/smoke/runner.py ``predict_peak_bytes``).
+    that this reading does not contain: tools/smoke/predict.py ``predict_peak_bytes``).
 (c) ``gpu_cases``: the H200 runs of bench/gpu_check.sh, read from bench/gpu_check*.json (not
     re-run), with the prediction recomputed by today's memory model.
 
@@ -187,7 +187,7 @@ def gpu_cases() -> dict[str, Any]:
     return {
         "what": (
             "GPU, measured by bench/gpu_check.sh (torch.cuda.max_memory_allocated per rank) vs "
-            "tools/smoke/runner.py predict_peak_bytes recomputed now; read from the JSON, not re-run"
+            "tools/smoke/predict.py predict_peak_bytes recomputed now; read from the JSON, not re-run"
         ),
         "measured_on": sorted({r["when"] for r in rows if r.get("when")}),
         "gpu": sorted({r["gpu"] for r in rows if r.get("gpu")}),

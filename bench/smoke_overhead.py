@@ -115,7 +115,7 @@ def main() -> int:
         result = json.loads((run_dir / "result.json").read_text())
         assert result["status"] == "passed", result["reason"]
         shape = result["model_shape"]
-        # The environment the smoke runner gives its ranks (tools/smoke/runner.py _child_env).
+        # The environment the smoke runner gives its ranks (tools/smoke/commands.py _child_env).
         child = dict(
             env,
             DS_ACCELERATOR="cpu",

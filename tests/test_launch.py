@@ -29,7 +29,7 @@ from tools.core.schemas import (
     StrategyEstimate,
     TrainingBrief,
 )
-from tools.smoke.runner import free_port
+from tools.smoke import free_port
 from tools.smoke.train import parse_args
 
 DEEPSPEED = FrameworkChoice(primary="deepspeed", stack=["pytorch", "deepspeed"], rationale="x")

@@ -3,7 +3,7 @@
 Each stage launches ``tests/live_states_probe.py`` on 2 CPU ranks (gloo, fp32) with the
 DeepSpeed launcher: a llama-style model (hidden 256, 4 layers, vocab 1024, ~3.7M parameters),
 AdamW (``torch_adam``), and the ZeRO section tools/artifacts/deepspeed_config.py emits for the strategy
-(its bucket sizes, overlap_comm, contiguous_gradients), adapted for CPU as tools/smoke/runner.py
+(its bucket sizes, overlap_comm, contiguous_gradients), adapted for CPU as tools/smoke/ds_adapt.py
 adapts it. ZeRO-3 builds the model under ``deepspeed.zero.Init``, as tools/planning/memory.py assumes.
 The probe runs one full step, then the forward and backward of a second, and counts the
 storages the engine holds (each storage once): the working weights, the fp32 master
@@ -64,7 +64,7 @@ from tools.core.schemas import HardwareSpec, ModelSpec
 from tools.core.settings import TELEMETRY_OFF
 from tools.planning import estimate_strategy, model_state_bytes, resolve_precision
 from tools.research.model_catalog import lookup_model
-from tools.smoke.runner import adapt_ds_config, free_port, group_alive
+from tools.smoke import adapt_ds_config, free_port, group_alive
 
 PROBE = Path(__file__).with_name("live_states_probe.py")
 RANKS = 2

@@ -254,7 +254,7 @@ def test_rejection_states_its_reasons() -> None:
 
 
 def test_smoke_inject_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tools.smoke.runner import INJECT_KINDS
+    from tools.smoke import INJECT_KINDS
 
     assert SMOKE_FAULTS == INJECT_KINDS
     assert Settings.load().smoke_inject is None

@@ -17,16 +17,16 @@ from specs import GPT2_TINY, tiny_spec
 from tools.core.schemas import SmokeResult
 from tools.core.settings import Settings
 from tools.core.strategies import strategy_of
-from tools.smoke.runner import (
-    CPU_BUDGET,
-    _Outcome,
-    _verdict,
+from tools.smoke import (
     adapt_ds_config,
     group_alive,
     llama_config_from_shape,
     run_smoke_test,
     scale_model_config,
 )
+from tools.smoke.scale import CPU_BUDGET
+from tools.smoke.supervise import _Outcome
+from tools.smoke.verdict import _verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -323,7 +323,7 @@ def test_scale_model_config_falls_back_to_llama_for_unknown_family() -> None:
 
 
 def test_scaled_config_cache_returns_what_scaling_returns(tmp_path: Path) -> None:
-    from tools.smoke.runner import _scale_model_config_cached
+    from tools.smoke.scale import _scale_model_config_cached
 
     direct = json.loads(json.dumps(scale_model_config(LLAMA3_8B, seq_len=64)))
     kwargs: dict[str, Any] = {"seq_len": 64, "device": "cpu", "full_size": False}

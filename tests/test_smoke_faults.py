@@ -20,17 +20,17 @@ from tools.artifacts.deepspeed_config import smoke_ds_config
 from tools.core.schemas import FrameworkChoice, HardwareSpec, SmokeResult, TrainingBrief
 from tools.core.settings import Settings
 from tools.review.checks import MAX_MEMORY_GAP, check_plan
-from tools.smoke.runner import (
-    ADDRESS_SPACE_HEADROOM,
+from tools.smoke import (
     format_bytes,
     group_alive,
     predict_peak_bytes,
     run_smoke_test,
     with_prediction,
 )
+from tools.smoke.supervise import ADDRESS_SPACE_HEADROOM
 
 ROOT = Path(__file__).resolve().parents[1]
-# What tools/smoke/runner.py puts in every launched process's environment (tools/smoke/train.py).
+# What tools/smoke/commands.py puts in every launched process's environment (tools/smoke/train.py).
 SUPERVISOR_ENV = "TRAINWRIGHT_SMOKE_SUPERVISOR_PID"
 
 
@@ -371,7 +371,7 @@ def test_prediction_leaves_out_what_the_measurement_cannot_see() -> None:
     from tools.core.schemas import GPUSpec
     from tools.planning import estimate_strategy
     from tools.planning.memory import CUDA_CONTEXT_BYTES, FRAGMENTATION_MARGIN
-    from tools.smoke.runner import shape_spec
+    from tools.smoke import shape_spec
 
     cpu = predict_peak_bytes(SHAPE, "zero2", "cpu", 2)
     full = estimate_strategy(

@@ -9,13 +9,12 @@ font cache and text layout are shared module state.
 from __future__ import annotations
 
 import io
-import json
 import threading
-from pathlib import Path
 from typing import Any
 
 from tools.core.schemas import SmokeResult, TrainingPlan
 from tools.core.strategies import setup_label
+from tools.smoke import step_times_s as run_step_times_s
 
 GB = 1e9
 _LOCK = threading.Lock()
@@ -105,19 +104,8 @@ def throughput_chart(plan: TrainingPlan) -> bytes | None:
 
 
 def step_times_s(smoke: SmokeResult) -> list[float]:
-    """Per-step wall times of a smoke run, the slowest rank per step (tools/smoke/runner.py ``_merge``)."""
-    if not smoke.run_dir:
-        return []
-    per_rank = []
-    for path in sorted(Path(smoke.run_dir, "metrics").glob("rank*.json")):
-        try:
-            per_rank.append([float(t) for t in json.loads(path.read_text())["step_times_s"]])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    if not per_rank:
-        return []
-    n = min(len(times) for times in per_rank)
-    return [max(times[i] for times in per_rank) for i in range(n)]
+    """Per-step wall times of a smoke run, the slowest rank per step (tools/smoke/verdict.py)."""
+    return run_step_times_s(smoke.run_dir) if smoke.run_dir else []
 
 
 def smoke_chart(plan: TrainingPlan) -> bytes | None:

@@ -307,7 +307,7 @@ class SmokeResult(BaseModel):
     # process's memory, which includes the CUDA context and the allocator's cache.
     device_name: str | None = None
     process_gpu_memory_bytes: int | None = None
-    # measured / predicted - 1, for the shape that ran (tools/smoke/runner.py with_prediction).
+    # measured / predicted - 1, for the shape that ran (tools/smoke/predict.py with_prediction).
     memory_gap: float | None = None
     # Model FLOPs utilisation of a GPU run (6N + 12·L·h·s per token over the catalog's peak).
     mfu: float | None = None

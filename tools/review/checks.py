@@ -23,7 +23,7 @@ from tools.review.config_keys import config_key_findings
 
 # Predicted vs measured peak memory of the smoke run: a gap beyond this share is flagged.
 MAX_MEMORY_GAP = 0.15
-# What to change after a failed smoke run, by the reason's kind (tools/smoke verdicts).
+# What to change after a failed smoke run, by the reason's kind (tools/smoke/verdict.py verdicts).
 SMOKE_FIXES = {
     "oom": "raise the ZeRO stage, enable activation checkpointing, halve the micro-batch "
     "(doubling gradient accumulation), or offload the optimizer to CPU",

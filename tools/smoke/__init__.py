@@ -3,22 +3,41 @@
 It shows the setup starts, fits and learns; train.py is the standalone script it launches.
 """
 
-from tools.smoke.runner import (
-    INJECT_KINDS,
+from tools.smoke.commands import free_port, launch_commands
+from tools.smoke.ds_adapt import adapt_ds_config, smoke_lr
+from tools.smoke.predict import predict_peak_bytes, shape_spec, smoke_mfu, with_prediction
+from tools.smoke.runner import INJECT_KINDS, run_smoke_test
+from tools.smoke.scale import llama_config_from_shape, scale_model_config
+from tools.smoke.supervise import (
     default_memory_cap,
-    free_port,
-    run_smoke_test,
+    format_bytes,
+    group_alive,
+    group_rss_bytes,
     stop_all_runs,
     stop_on_sigterm,
     stop_runs_on_interrupt,
 )
+from tools.smoke.verdict import step_times_s
 
 __all__ = [
     "INJECT_KINDS",
+    "adapt_ds_config",
     "default_memory_cap",
+    "format_bytes",
     "free_port",
+    "group_alive",
+    "group_rss_bytes",
+    "launch_commands",
+    "llama_config_from_shape",
+    "predict_peak_bytes",
     "run_smoke_test",
+    "scale_model_config",
+    "shape_spec",
+    "smoke_lr",
+    "smoke_mfu",
+    "step_times_s",
     "stop_all_runs",
     "stop_on_sigterm",
     "stop_runs_on_interrupt",
+    "with_prediction",
 ]
