@@ -18,6 +18,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from tools.core.schemas import MemoryPlan
+
 _JSON_BLOCK = re.compile(r"```json\s*(.*?)```", re.S)
 
 
@@ -162,13 +164,12 @@ class OfflinePlaybookModel(BaseChatModel):
             return self._call(("run_smoke_test", {}))
         mem = done["plan_parallelism"]
         smoke = done.get("run_smoke_test", {"status": "skipped"})
-        chosen = next(
-            (s for s in mem.get("strategies", []) if s["name"] == mem.get("chosen")), None
-        )
+        if "error" in mem:
+            return AIMessage(content=f"I could not plan the parallelism: {mem['error']}")
+        plan = MemoryPlan.model_validate(mem)
+        chosen = plan.chosen_row
         per_gpu = (
-            f"{chosen['per_gpu_bytes']['total'] / 1e9:.2f} GB per device"
-            if chosen
-            else "unknown memory"
+            f"{chosen.per_gpu_bytes.total / 1e9:.2f} GB per device" if chosen else "unknown memory"
         )
         acted = self._adjustments(context)
         review_note = (
@@ -179,8 +180,8 @@ class OfflinePlaybookModel(BaseChatModel):
         )
         return AIMessage(
             content=review_note
-            + f"Chose {mem.get('chosen')} with micro-batch {mem.get('micro_batch_size')} and "
-            f"{mem.get('gradient_accumulation_steps')} accumulation steps ({per_gpu}). "
+            + f"Chose {plan.chosen_label} with micro-batch {plan.micro_batch_size} and "
+            f"{plan.gradient_accumulation_steps} accumulation steps ({per_gpu}). "
             f"Smoke test: {smoke.get('status')}"
             + (f" ({smoke.get('reason')})" if smoke.get("reason") else "")
             + "."

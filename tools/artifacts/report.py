@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from tools.core.files import write_atomic
-from tools.core.schemas import ReportPaths, TrainingPlan
+from tools.core.schemas import MemoryPlan, ReportPaths, TrainingPlan
 from tools.core.strategies import setup_label
 from tools.review import memory_comparison
 
@@ -96,7 +96,7 @@ def render_markdown(plan: TrainingPlan) -> str:
                 f"{'yes' if s.fits else 'no'} |"
             )
     if mem and mem.why_not:
-        lines += ["", f"Why not the others (chosen: {mem.chosen}):", ""]
+        lines += ["", f"Why not the others (chosen: {mem.chosen_label}):", ""]
         lines += [f"- {name}: {why}" for name, why in mem.why_not.items()]
     if mem and mem.smallest_fitting_hardware:
         lines += ["", f"The same GPU would fit at {mem.smallest_fitting_hardware}."]
@@ -130,7 +130,8 @@ def render_markdown(plan: TrainingPlan) -> str:
     else:
         lines += [
             f"- Status: **{smoke.status}**{': ' + smoke.reason if smoke.reason else ''}",
-            f"- Ranks: {smoke.world_size} on {smoke.device}; steps {smoke.steps}; strategy {smoke.strategy or '-'}",
+            f"- Ranks: {smoke.world_size} on {smoke.device}; steps {smoke.steps}; "
+            f"strategy {_smoke_strategy(smoke.strategy, mem)}",
             f"- Scaled model: {json.dumps(smoke.model_shape) if smoke.model_shape else '-'}",
             f"- Loss: {', '.join(f'{x:.3f}' for x in smoke.losses)}",
             f"- Median step time: {smoke.step_time_s:.3f} s; {smoke.tokens_per_s:.0f} tokens/s"
@@ -210,3 +211,12 @@ def plan_json(plan: TrainingPlan) -> str:
     if data["model"]:
         data["model"].pop("hf_config", None)
     return json.dumps(data, indent=2) + "\n"
+
+
+def _smoke_strategy(ran: str | None, memory: MemoryPlan | None) -> str:
+    """What the smoke run ran, said so that it cannot be read as another choice."""
+    if not ran:
+        return "-"
+    if memory is not None and ran == memory.chosen and memory.chosen_label != ran:
+        return f"{memory.chosen_label}, its ZeRO part only (the smoke run is data parallel)"
+    return ran

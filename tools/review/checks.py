@@ -166,7 +166,7 @@ def check_framework_fit(
             Finding(
                 severity="error",
                 check="framework_fit",
-                message=f"{framework.primary} replicates model states but the plan needs {memory.chosen}",
+                message=f"{framework.primary} replicates model states but the plan needs {memory.chosen_label}",
                 fix="use DeepSpeed or FSDP for sharded strategies",
             )
         )
