@@ -41,6 +41,14 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
 	  else echo "make browser: chromium missing and not root (or no apt-get); the browser test will not run" >&2; fi
 
+# The LangGraph dev server (langgraph-cli[inmem], in the lock) serving graphs.serve:graph as the
+# assistant `trainwright` on http://127.0.0.1:2024, offline: no browser, no CLI analytics, no
+# version check. More flags: make serve SERVE_ARGS="--port 8123 --no-reload".
+.PHONY: serve
+serve: $(STAMP)
+	LANGGRAPH_CLI_NO_ANALYTICS=1 LANGGRAPH_NO_VERSION_CHECK=true \
+	  $(VENV)/bin/langgraph dev --no-browser --config langgraph.json $(SERVE_ARGS)
+
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy agents graphs tools app.py

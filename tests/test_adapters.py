@@ -201,8 +201,9 @@ def test_langgraph_json_points_at_a_compiled_graph(monkeypatch: pytest.MonkeyPat
 
     root = Path(__file__).resolve().parents[1]
     config = json.loads((root / "langgraph.json").read_text())
-    path, _, attr = config["graphs"]["trainwright"].partition(":")
-    module = ".".join(Path(path).with_suffix("").parts)
+    module, _, attr = config["graphs"]["trainwright"].partition(":")
+    # A module, not a file path: the server opens a path relative to its cwd (tests/test_server.py).
+    assert "/" not in module and not module.endswith(".py")
     graph = getattr(importlib.import_module(module), attr)
     assert graph.name == "trainwright"
     assert graph.checkpointer is None  # the server brings its own

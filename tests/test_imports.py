@@ -11,13 +11,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_every_dependency_imports_in_one_process() -> None:
+def test_every_dependency_imports_in_one_process(tmp_path: Path) -> None:
     code = (
         "import langgraph, langchain, langchain_core, langgraph.checkpoint.sqlite, crewai, "
-        "autogen_agentchat, autogen_core, chromadb, pydantic, torch, deepspeed, transformers, pytest; "
+        "autogen_agentchat, autogen_core, chromadb, pydantic, torch, deepspeed, transformers, pytest, "
+        "langgraph_cli.cli, langgraph_api.cli, langgraph_runtime_inmem; "
         "from autogen_agentchat.agents import AssistantAgent; from crewai import Agent; print('ok')"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    # In tmp_path: importing langgraph_runtime_inmem creates .langgraph_api/ in the cwd.
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip().endswith("ok")
 

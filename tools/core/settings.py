@@ -27,6 +27,9 @@ TELEMETRY_OFF = {
     "TRANSFORMERS_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "DO_NOT_TRACK": "1",
+    # The LangGraph CLI's usage log and the dev server's check for a newer langgraph-api.
+    "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+    "LANGGRAPH_NO_VERSION_CHECK": "true",
 }
 
 
