@@ -10,7 +10,6 @@ TRAINWRIGHT_DEBUG=1 for tracebacks. Heavy libraries are imported inside the comm
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -211,6 +210,7 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     clarifying question from intake is answered by ``--answer`` or one line of stdin.
     """
     from graphs.run import check_thread_id, plan_on_thread
+    from graphs.terminal import LineWatcher
 
     _check_out(args.out)
     if args.thread is not None:
@@ -218,7 +218,7 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     inputs = _plan_inputs(args)
     started = time.perf_counter()
     thread = args.thread or f"plan-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
-    watcher = _CliWatcher(thread, announce=args.thread is None, answer=args.answer)
+    watcher = LineWatcher(thread, announce=args.thread is None, answer=args.answer)
     result = plan_on_thread(settings, inputs, thread, watcher)
     plan = result.plan
     if not plan:
@@ -231,77 +231,6 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
         print(f"plan json: {args.json_path}")
     _emit(f"done in {time.perf_counter() - started:.1f} s")
     return 0
-
-
-class _CliWatcher:
-    """Events and node timings on stderr; intake's question answered by --answer or stdin."""
-
-    def __init__(self, thread: str, *, announce: bool, answer: str | None) -> None:
-        self.thread = thread
-        # Said once the input is known to be valid (after intake), so that an input error
-        # stays the one line on stderr.
-        self.notice = (
-            f"thread {thread} (if this run stops, rerun with --thread {thread} to resume)"
-            if announce
-            else None
-        )
-        self.answer = answer
-        self.last = time.perf_counter()
-
-    def segment(self) -> contextlib.AbstractContextManager[None]:
-        """No live display: plain lines."""
-        return contextlib.nullcontext()
-
-    def event(self, chunk: dict[str, Any]) -> None:
-        """One node event on stderr."""
-        from tools.artifacts.text import event_text
-
-        _emit(f"[{chunk.get('agent', '?')}] {event_text(chunk)}")
-
-    def node_done(self, node: str) -> None:
-        """A node finished: its time, and after intake the thread notice."""
-        now = time.perf_counter()
-        _emit(f"[{node}] done in {now - self.last:.1f} s")
-        self.last = now
-        if node == "intake" and self.notice:
-            _emit(self.notice)
-
-    def resumed(self, nodes: tuple[str, ...]) -> None:
-        """An unfinished run carries on; the input given now is not used."""
-        _emit(f"resuming thread {self.thread} at {', '.join(nodes)}")
-
-    def ask(self, question: dict[str, Any]) -> str:
-        """``--answer`` once, then one line of stdin."""
-        given, self.answer = self.answer, None  # a given answer answers one question
-        return _answer(question, given)
-
-
-def _answer(value: dict[str, Any], given: str | None) -> str:
-    """The answer to intake's clarifying question: ``given``, else one line of stdin."""
-    field, text, problem = value.get("field", "request"), value["question"], value.get("problem")
-    if given is not None:
-        _emit(f"[intake] question: {text}")
-        return given
-    interactive = sys.stdin is not None and not sys.stdin.closed and sys.stdin.isatty()
-    if interactive:
-        _emit(f"[intake] question: {text}")
-        print("answer> ", end="", file=sys.stderr, flush=True)
-    try:
-        line = sys.stdin.readline() if sys.stdin is not None else ""
-    except (OSError, ValueError):  # stdin closed
-        line = ""
-    if not line.strip():
-        # Piped or closed stdin with nothing on it: the error is the one line.
-        if problem:  # a given answer was not enough
-            raise InputError(field, f"{problem}; pass another --answer (e.g. --answer llama-3-8b)")
-        raise InputError(
-            "request",
-            f"names no {field}, and no answer came on stdin; name it in the request "
-            f"or pass --answer (e.g. --answer llama-3-8b)",
-        )
-    if not interactive:
-        _emit(f"[intake] question: {text}")
-    return line.strip()
 
 
 def cmd_chat(args: argparse.Namespace, settings: Settings) -> int:

@@ -1,4 +1,4 @@
-"""The one place a chat model is built (STYLE.md 5): ``load_chat_model(spec)``.
+"""The one place a chat model is built: ``load_chat_model(spec or settings)``.
 
 Also the one place that knows how a provider's client fails: ``provider_error`` turns what it
 raised into one clear ``TrainwrightError`` for the CLI.

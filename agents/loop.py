@@ -1,9 +1,9 @@
-"""The tool-calling loop every role runs, and the loading of role and task prompts as data.
+"""The tool-calling loop every role runs, and the messages that open a role's turn.
 
 Mistakes the model makes (unknown tool, bad arguments, a tool that failed on its input, a
-reply whose tool call cannot be parsed) go back to it as a message saying what to do next
-(STYLE.md 6); the loop is bounded. A provider that fails (timeout, HTTP error, unreadable
-reply) ends the run with one ``TrainwrightError`` from ``agents.models.provider_error``.
+reply whose tool call cannot be parsed) go back to it as a message saying what to do next;
+the loop is bounded. A provider that fails (timeout, HTTP error, unreadable reply) ends the
+run with one ``TrainwrightError`` from ``agents.chat_models.provider_error``.
 """
 
 from __future__ import annotations

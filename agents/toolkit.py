@@ -2,7 +2,7 @@
 
 Each role gets LangChain tools whose argument schema holds only the decisions a model may
 make (a micro-batch, a strategy floor); the brief, settings and output directory come from
-the ``Workspace`` the tools close over (STYLE.md 3). Every tool records its typed result in
+the ``Workspace`` the tools close over. Every tool records its typed result in
 the workspace, which is where the graph reads the facts from: never from the model's text.
 """
 
@@ -176,7 +176,8 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
 def engineer_tools(ws: Workspace) -> list[BaseTool]:
     """plan_parallelism, emit_deepspeed_config, emit_launch, run_smoke_test."""
     from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
-    from tools.artifacts.deepspeed_config import planned_total_steps, validate_deepspeed_config
+    from tools.artifacts.deepspeed_config import planned_total_steps
+    from tools.artifacts.ds_validate import validate_deepspeed_config
     from tools.artifacts.launch import emit_launch as _emit_launch
     from tools.planning import data_parallel_size, search_strategy
 

@@ -90,7 +90,8 @@ def one_pass(model_id: str, hardware_spec: str, global_batch: int, seq_len: int)
     """Run the planner steps, then DeepSpeed's validation, once; return each step's seconds."""
     times: dict[str, Any] = {}
     start = time.perf_counter()
-    from tools.artifacts.deepspeed_config import emit_deepspeed_config, validate_deepspeed_config
+    from tools.artifacts.deepspeed_config import emit_deepspeed_config
+    from tools.artifacts.ds_validate import validate_deepspeed_config
     from tools.core.schemas import TrainingBrief
     from tools.planning import search_strategy
     from tools.research.hardware import parse_hardware

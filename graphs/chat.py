@@ -4,7 +4,7 @@ A message is a planning request; a follow-up ("what if I only had 4 GPUs?") re-p
 last brief, changed by what the follow-up says (``tools.intake.brief.follow_up_fields``). Every
 plan runs on one checkpointed thread (LangGraph SqliteSaver) through graphs/run.py, so
 ``/resume ID`` picks a chat up again. What the terminal shows and how lines are read is
-graphs/chat_terminal.py.
+graphs/terminal.py.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from rich.console import Console
 from rich.text import Text
 
 from agents.chat_models import load_chat_model
-from graphs.chat_terminal import ChatWatcher, prompt_reader, stdin_reader
 from graphs.graph import build_graph as default_graph
 from graphs.run import THREAD_RE, check_thread_id, list_threads, thread_config
+from graphs.terminal import ChatWatcher, prompt_reader, stdin_reader
 from tools.artifacts.save import save_plan
 from tools.artifacts.text import summary_lines
 from tools.core.errors import InputError, TrainwrightError

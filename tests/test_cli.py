@@ -46,7 +46,7 @@ def test_plan_llama_8b_writes_json_that_deepspeed_accepts_at_world_size_8(tmp_pa
     assert res.returncode == 0, res.stderr
     plan = json.loads((tmp_path / "p.json").read_text())
     assert len(plan["memory"]["strategies"]) >= 4
-    from tools.artifacts.deepspeed_config import validate_deepspeed_config
+    from tools.artifacts.ds_validate import validate_deepspeed_config
 
     validate_deepspeed_config(plan["deepspeed_config"], 8)
     assert (tmp_path / "o" / "report.md").is_file()

@@ -13,8 +13,8 @@ from tools.artifacts.deepspeed_config import (
     emit_deepspeed_config,
     hf_trainer_config,
     planned_total_steps,
-    validate_deepspeed_config,
 )
+from tools.artifacts.ds_validate import validate_deepspeed_config
 from tools.core.errors import ToolFailure
 from tools.core.schemas import HardwareSpec, MemoryPlan, TrainingBrief
 from tools.core.strategies import STRATEGY_ORDER

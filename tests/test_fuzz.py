@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tools.artifacts.deepspeed_config import emit_deepspeed_config, validate_deepspeed_config
+from tools.artifacts.deepspeed_config import emit_deepspeed_config
+from tools.artifacts.ds_validate import validate_deepspeed_config
 from tools.core.errors import InputError, TrainwrightError
 from tools.core.schemas import HardwareSpec, TrainingBrief
 from tools.intake.brief import brief_from_dict, load_brief, parse_request

@@ -1,4 +1,4 @@
-"""The import rule (DESIGN.md, tools/README.md), checked statically over every module we ship.
+"""The import rule (README.md, tools/README.md), checked statically over every module we ship.
 
 Imports point one way: app.py -> graphs -> agents -> tools -> knowledge, prompts; inside tools/,
 a stage imports only tools.core and earlier stages. Every import counts: module level, inside

@@ -92,7 +92,7 @@ def test_key_sets_are_what_the_installed_deepspeed_reads() -> None:
     """Re-record the top-level keys DeepSpeedConfig looks up; a DeepSpeed upgrade shows here."""
     from deepspeed.runtime import config as config_module
 
-    from tools.artifacts.deepspeed_config import _as_rank_zero, _DataParallelGroup, _RecordingDict
+    from tools.artifacts.ds_validate import _as_rank_zero, _DataParallelGroup, _RecordingDict
 
     recording = _RecordingDict({"train_batch_size": 1})
     with _as_rank_zero(config_module, 1):

@@ -1,4 +1,4 @@
-"""Every tool the model sees describes itself and each of its arguments (STYLE.md 2)."""
+"""Every tool the model sees describes itself and each of its arguments."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ def plan_training(
     """Run the planning graph once and return :func:`summarize_plan` of its plan.
 
     A request the graph cannot plan from comes back as a summary, not an exception, because
-    the caller is usually a model that can fix its input (STYLE.md 6): ``status`` is
+    the caller is usually a model that can fix its input: ``status`` is
     ``invalid_input`` (with ``field`` and ``error``) or ``needs_input`` (intake's clarifying
     ``question``: call again with a request that answers it).
     """

@@ -1,6 +1,6 @@
 """Report charts as PNG bytes: memory per GPU by strategy, estimated throughput, the smoke run.
 
-matplotlib is imported inside the functions (STYLE.md 11) and used through its object API
+matplotlib is imported inside the functions (heavy imports stay lazy) and used through its object API
 (``Figure`` + the Agg canvas), never ``pyplot``: pyplot keeps global state, and batch reports
 render plans from several threads. A lock still serialises rendering, because matplotlib's
 font cache and text layout are shared module state.

@@ -21,16 +21,22 @@ def _gb(n: int | float | None) -> str:
 
 def render_markdown(plan: TrainingPlan) -> str:
     """The human report: decision first, then the numbers behind it."""
-    b, hw, m, fw, mem, smoke, rev = (
-        plan.brief,
-        plan.hardware,
-        plan.model,
-        plan.framework,
-        plan.memory,
-        plan.smoke_test,
-        plan.review,
+    sections = (
+        _headline,
+        _brief_section,
+        _framework_section,
+        _memory_section,
+        _speed_section,
+        _config_and_launch,
+        _smoke_section,
+        _review_section,
     )
-    gpu = f"{hw.gpu.name} ({hw.gpu.memory_gb:g} GB)" if hw.gpu else "no GPU (CPU only)"
+    lines = [line for section in sections for line in section(plan)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _headline(plan: TrainingPlan) -> list[str]:
+    b, m, mem = plan.brief, plan.model, plan.memory
     strategy = (
         f"**Strategy:** {mem.chosen_label}, "
         f"micro-batch {mem.micro_batch_size}, gradient accumulation "
@@ -38,6 +44,18 @@ def render_markdown(plan: TrainingPlan) -> str:
         if mem
         else "**Strategy:** none (nothing is trained). "
     )
+    return [
+        f"# Training plan: {b.goal or (m.name if m else b.task)}",
+        "",
+        f"**Verdict:** {plan.review.verdict} after {plan.review.rounds} review round(s). "
+        f"**Framework:** {plan.framework.primary}. {strategy}**Smoke test:** {plan.smoke_test.status}.",
+        "",
+    ]
+
+
+def _brief_section(plan: TrainingPlan) -> list[str]:
+    b, hw, m = plan.brief, plan.hardware, plan.model
+    gpu = f"{hw.gpu.name} ({hw.gpu.memory_gb:g} GB)" if hw.gpu else "no GPU (CPU only)"
     model_line = (
         f"- Model: `{m.name}` ({m.params / 1e9:.3f} B parameters"
         + (
@@ -50,12 +68,7 @@ def render_markdown(plan: TrainingPlan) -> str:
         if m
         else "- Model: none to train"
     )
-    lines = [
-        f"# Training plan: {b.goal or (m.name if m else b.task)}",
-        "",
-        f"**Verdict:** {rev.verdict} after {rev.rounds} review round(s). "
-        f"**Framework:** {fw.primary}. {strategy}**Smoke test:** {smoke.status}.",
-        "",
+    return [
         "## Brief",
         "",
         model_line,
@@ -68,86 +81,103 @@ def render_markdown(plan: TrainingPlan) -> str:
             else ""
         ),
         "",
-        "## Framework",
-        "",
-        fw.rationale,
-        "",
-        f"Stack: {', '.join(fw.stack)}.",
-        "",
     ]
+
+
+def _framework_section(plan: TrainingPlan) -> list[str]:
+    fw = plan.framework
+    lines = ["## Framework", "", fw.rationale, "", f"Stack: {', '.join(fw.stack)}.", ""]
     lines += [f"- Alternative **{a.name}**: {a.reason}" for a in fw.alternatives]
-    lines += ["", "Sources: " + "; ".join(fw.citations) if fw.citations else "", ""]
+    return [*lines, "", "Sources: " + "; ".join(fw.citations) if fw.citations else "", ""]
+
+
+def _memory_section(plan: TrainingPlan) -> list[str]:
+    mem = plan.memory
     if mem is None:
-        lines += ["## Memory per GPU", "", "Not applicable: nothing is trained.", ""]
-    else:
-        lines += [
-            "## Memory per GPU (GB)",
-            "",
-            "| strategy | params | gradients | optimizer | activations | buffers | total | CPU/node | fits |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|:---:|",
-        ]
-        for s in mem.strategies:
-            t = s.per_gpu_bytes
-            mark = " (chosen)" if mem.is_chosen(s) else ""
-            name = setup_label(s.name, s.tensor_parallel, s.pipeline_parallel)
-            lines.append(
-                f"| {name}{mark} | {_gb(t.params)} | {_gb(t.gradients)} | {_gb(t.optimizer)} | "
-                f"{_gb(t.activations)} | {_gb(t.buffers)} | {_gb(t.total)} | {_gb(s.cpu_bytes_per_node)} | "
-                f"{'yes' if s.fits else 'no'} |"
-            )
-    if mem and mem.why_not:
+        return ["## Memory per GPU", "", "Not applicable: nothing is trained.", ""]
+    lines = [
+        "## Memory per GPU (GB)",
+        "",
+        "| strategy | params | gradients | optimizer | activations | buffers | total | CPU/node | fits |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for s in mem.strategies:
+        t = s.per_gpu_bytes
+        mark = " (chosen)" if mem.is_chosen(s) else ""
+        name = setup_label(s.name, s.tensor_parallel, s.pipeline_parallel)
+        lines.append(
+            f"| {name}{mark} | {_gb(t.params)} | {_gb(t.gradients)} | {_gb(t.optimizer)} | "
+            f"{_gb(t.activations)} | {_gb(t.buffers)} | {_gb(t.total)} | {_gb(s.cpu_bytes_per_node)} | "
+            f"{'yes' if s.fits else 'no'} |"
+        )
+    if mem.why_not:
         lines += ["", f"Why not the others (chosen: {mem.chosen_label}):", ""]
         lines += [f"- {name}: {why}" for name, why in mem.why_not.items()]
-    if mem and mem.smallest_fitting_hardware:
+    if mem.smallest_fitting_hardware:
         lines += ["", f"The same GPU would fit at {mem.smallest_fitting_hardware}."]
-    if mem and mem.assumptions:
+    if mem.assumptions:
         lines += ["", "Assumptions:", ""] + [f"- {a}" for a in mem.assumptions]
-    if plan.speed:
-        sp = plan.speed
-        lines += [
-            "",
-            "## Estimated speed (tools/planning/speed.py; a model, not a measurement)",
-            "",
-            f"- Step: {sp.step_time_s:.2f} s (compute {sp.compute_time_s:.2f} s, exposed communication "
-            f"{sp.exposed_comm_time_s:.2f} s, offload {sp.offload_time_s:.2f} s); bottleneck: {sp.bottleneck}",
-            f"- Throughput: {sp.tokens_per_s:,.0f} tokens/s; MFU {sp.mfu:.0%} at an assumed efficiency of "
-            f"{sp.efficiency:.0%} of {sp.peak_tflops:g} TFLOP/s peak",
-        ]
-        lines += [f"- {a}" for a in sp.assumptions]
-    lines += ["", "## DeepSpeed config", ""]
+    return lines
+
+
+def _speed_section(plan: TrainingPlan) -> list[str]:
+    sp = plan.speed
+    if not sp:
+        return []
+    lines = [
+        "",
+        "## Estimated speed (tools/planning/speed.py; a model, not a measurement)",
+        "",
+        f"- Step: {sp.step_time_s:.2f} s (compute {sp.compute_time_s:.2f} s, exposed communication "
+        f"{sp.exposed_comm_time_s:.2f} s, offload {sp.offload_time_s:.2f} s); bottleneck: {sp.bottleneck}",
+        f"- Throughput: {sp.tokens_per_s:,.0f} tokens/s; MFU {sp.mfu:.0%} at an assumed efficiency of "
+        f"{sp.efficiency:.0%} of {sp.peak_tflops:g} TFLOP/s peak",
+    ]
+    return lines + [f"- {a}" for a in sp.assumptions]
+
+
+def _config_and_launch(plan: TrainingPlan) -> list[str]:
+    lines = ["", "## DeepSpeed config", ""]
     if plan.deepspeed_config is not None:
         lines += ["```json", json.dumps(plan.deepspeed_config, indent=2), "```"]
     else:
-        lines.append(f"None: {fw.primary} does not use DeepSpeed.")
+        lines.append(f"None: {plan.framework.primary} does not use DeepSpeed.")
     if plan.launch.command:
         lines += ["", "## Launch", "", "```bash", " ".join(plan.launch.command), "```", ""]
     else:
         lines += ["", "## Launch", "", "No launch files were generated for this plan.", ""]
-    lines += [f"- `{name}`: {path}" for name, path in plan.launch.files.items()]
-    lines += ["", "## Smoke test", ""]
+    return lines + [f"- `{name}`: {path}" for name, path in plan.launch.files.items()]
+
+
+def _smoke_section(plan: TrainingPlan) -> list[str]:
+    smoke = plan.smoke_test
     if smoke.status == "skipped":
-        lines.append(f"Skipped: {smoke.reason}")
-    else:
-        lines += [
-            f"- Status: **{smoke.status}**{': ' + smoke.reason if smoke.reason else ''}",
-            f"- Ranks: {smoke.world_size} on {smoke.device}; steps {smoke.steps}; "
-            f"strategy {_smoke_strategy(smoke.strategy, mem)}",
-            f"- Scaled model: {json.dumps(smoke.model_shape) if smoke.model_shape else '-'}",
-            f"- Loss: {', '.join(f'{x:.3f}' for x in smoke.losses)}",
-            f"- Median step time: {smoke.step_time_s:.3f} s; {smoke.tokens_per_s:.0f} tokens/s"
-            if smoke.step_time_s and smoke.tokens_per_s
-            else "- Step time: -",
-            f"- Peak memory per rank: {memory_comparison(smoke) or '-'}",
-            f"- Run directory: {smoke.run_dir}" if smoke.run_dir else "",
-        ]
-    lines += ["", "## Review", "", "| severity | check | finding | fix |", "|---|---|---|---|"]
-    for f in rev.findings:
-        lines.append(f"| {f.severity} | {f.check} | {f.message} | {f.fix} |")
+        return ["", "## Smoke test", "", f"Skipped: {smoke.reason}"]
+    return [
+        "",
+        "## Smoke test",
+        "",
+        f"- Status: **{smoke.status}**{': ' + smoke.reason if smoke.reason else ''}",
+        f"- Ranks: {smoke.world_size} on {smoke.device}; steps {smoke.steps}; "
+        f"strategy {_smoke_strategy(smoke.strategy, plan.memory)}",
+        f"- Scaled model: {json.dumps(smoke.model_shape) if smoke.model_shape else '-'}",
+        f"- Loss: {', '.join(f'{x:.3f}' for x in smoke.losses)}",
+        f"- Median step time: {smoke.step_time_s:.3f} s; {smoke.tokens_per_s:.0f} tokens/s"
+        if smoke.step_time_s and smoke.tokens_per_s
+        else "- Step time: -",
+        f"- Peak memory per rank: {memory_comparison(smoke) or '-'}",
+        f"- Run directory: {smoke.run_dir}" if smoke.run_dir else "",
+    ]
+
+
+def _review_section(plan: TrainingPlan) -> list[str]:
+    lines = ["", "## Review", "", "| severity | check | finding | fix |", "|---|---|---|---|"]
+    lines += [f"| {f.severity} | {f.check} | {f.message} | {f.fix} |" for f in plan.review.findings]
     if plan.narrative:
         lines += ["", "## Agent notes", ""]
         for role, text in plan.narrative.items():
             lines += [f"**{role}:** {text}", ""]
-    return "\n".join(lines).rstrip() + "\n"
+    return lines
 
 
 STYLE = (

@@ -1,7 +1,7 @@
-"""The plan contract: TrainingBrief in, TrainingPlan out (DESIGN.md, "The plan contract").
+"""The plan contract: TrainingBrief in, TrainingPlan out (README.md, "Planning" and "Embedding").
 
 These types sit at the bottom of the import graph so that agents and graphs can use them
-without an import running back up. Keys listed in DESIGN.md are stable; more are welcome.
+without an import running back up. The keys the README documents are stable; more are welcome.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class ModelParams(_Strict):
 
 
 class TrainingBrief(_Strict):
-    """What the user wants to train, on what (DESIGN.md brief format)."""
+    """What the user wants to train, on what (the README's brief format)."""
 
     goal: str = ""
     # None only for an agent application, which trains nothing.
@@ -359,7 +359,7 @@ with warnings.catch_warnings():
 
 
 class TrainingPlan(BaseModel):
-    """The full plan (DESIGN.md plan JSON)."""
+    """The full plan: the plan JSON the CLI writes and the graph returns."""
 
     brief: TrainingBrief
     hardware: HardwareSpec

@@ -1,7 +1,7 @@
 """The strategy vocabulary, defined once: names, their order, ZeRO stages, labels, headroom.
 
 Every other module (planner, config emitter, smoke runner, reviewer, report) speaks these
-names; DESIGN.md's plan contract lists the same seven.
+names; the plan JSON's memory.strategies use the same seven.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def _first_error(exc: ValidationError, prefix: str = "brief") -> InputError:
     if err.get("type") == "missing":
         msg = "is required"
     elif err.get("type") == "extra_forbidden":
-        msg = "is not a brief field (see DESIGN.md for the brief format)"
+        msg = "is not a brief field (the README lists the brief format)"
     value = err.get("input")
     if err.get("type") not in {"missing", "extra_forbidden"} and isinstance(
         value, str | int | float

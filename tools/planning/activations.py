@@ -57,8 +57,7 @@ def activation_bytes(
     ``attention`` is the kernel: ``sdpa`` (PyTorch's scaled_dot_product_attention, the
     Hugging Face default since transformers 4.36, or FlashAttention) keeps no s x s tensors
     (Dao et al. 2022: memory linear in s), so the 5*a*s/h part below is left out; ``eager``
-    keeps the scores, at 6 bytes each in 16-bit training (see the code). Measured on an H200 (bench/gpu_check.json, a 1.1B llama at s=2048, b=4): eager
-    peaks at 3.2x the sdpa run's memory.
+    keeps the scores, at 6 bytes each in 16-bit training (see the code).
 
     The per-layer coefficient 34 is Korthikanti's for a GPT layer (LayerNorm, 4h GeLU MLP,
     dropout). Llama-style layers (``GATED_MLP_FAMILIES``: RMSNorm, a gated SiLU MLP of width i,
@@ -67,8 +66,8 @@ def activation_bytes(
     normalised output, 2, which the next projections share), 10 for attention (q, k and v
     repeated to all heads and the output, saved by the attention kernel, 8, plus the output
     projection's input, 2) and 8*i/h for the MLP (gate, SiLU, up and product outputs, i wide):
-    22 + 8*i/h, which is 44 for i = 2.75h against 47 measured on the H200. GPT-2 (composite
-    tanh GeLU, ``layer_coefficient``) keeps 60 against 66 measured.
+    22 + 8*i/h (44 for i = 2.75h). GPT-2 (composite tanh GeLU, ``layer_coefficient``) keeps 60.
+    How these compare with H200 runs: bench/memory_model_notes.md.
 
     Per transformer layer without recomputation: s*b*h*(34 + 5*a*s/h) bytes at 16-bit (the
     5*a*s/h part is the attention score/softmax/dropout tensors, which FlashAttention-style

@@ -20,7 +20,6 @@ import dataclasses
 import difflib
 import hashlib
 import json
-import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,27 +32,9 @@ from pydantic import ValidationError
 
 from tools.core.errors import InputError, shown
 from tools.core.schemas import ModelParams, ModelShape, ModelSpec
+from tools.research import architectures as arch
 
 MAX_SEQ_LEN = 1_048_576
-
-# Llama-style reference shapes (hidden, layers, heads, kv_heads, ffn), mostly from published
-# models, that give a bare parameter count a plausible depth and width: asked for 7e9, the
-# planner sees Llama-2-7B's shape rather than an arbitrary one.
-_REFERENCE_SHAPES = (
-    (256, 4, 4, 4, 768),  # toy scale, below any published LLM
-    (512, 8, 8, 8, 1536),  # toy scale
-    (768, 12, 12, 12, 2048),  # GPT-2 small's width and depth
-    (1024, 24, 16, 16, 2816),  # GPT-2 medium's width and depth
-    (2048, 22, 32, 4, 5632),  # TinyLlama-1.1B
-    (3200, 26, 32, 32, 8640),  # OpenLLaMA-3B
-    (4096, 32, 32, 32, 11008),  # Llama-2-7B
-    (5120, 40, 40, 40, 13824),  # Llama-2-13B
-    (6656, 60, 52, 52, 17920),  # LLaMA-33B
-    (8192, 80, 64, 8, 28672),  # Llama-2-70B
-    (12288, 96, 96, 8, 32768),  # GPT-3 175B's width and depth, SwiGLU FFN
-    (16384, 126, 128, 8, 53248),  # Llama-3.1-405B
-)
-_DERIVED_VOCAB = 32000  # Llama-2's tokenizer
 _DERIVED_TOLERANCE = 0.05
 COUNTS_FILE = "counts.json"  # in knowledge/models/, next to the catalog
 
@@ -276,71 +257,9 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     return config
 
 
-# ---- params-only and shape-only models --------------------------------------------------------
-
-
-def _llama_config(
-    layers: int, hidden: int, heads: int, kv_heads: int, vocab: int, intermediate: int, seq_len: int
-) -> dict[str, Any]:
-    """A Llama-2-style HF config (RMSNorm, SwiGLU, RoPE, untied embeddings)."""
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_act": "silu",
-        "hidden_size": hidden,
-        "intermediate_size": intermediate,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "vocab_size": vocab,
-        "max_position_embeddings": seq_len,
-        "rms_norm_eps": 1e-05,
-        "rope_theta": 10000.0,
-        "tie_word_embeddings": False,
-    }
-
-
-def _llama_ffn(hidden: int) -> int:
-    """Llama's FFN width: 2/3 of 4*hidden rounded up to a multiple of 256 (11008 for 4096)."""
-    return 256 * math.ceil(int(8 * hidden / 3) / 256)
-
-
-def _approx_llama_params(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int) -> float:
-    # Only steers the choice of shape; the reported count comes from meta instantiation.
-    attention = 2 * hidden * hidden + 2 * hidden * (kv_heads * (hidden // heads))
-    return layers * (attention + 3 * hidden * ffn + 2 * hidden) + 2 * _DERIVED_VOCAB * hidden
-
-
-def _derive_shape(params: float) -> tuple[int, int, int, int, int]:
-    """(layers, hidden, heads, kv_heads, ffn) of a llama-style model with about ``params``."""
-    embeddings = 2 * _DERIVED_VOCAB  # untied input and output embeddings, per unit of width
-    refs = list(_REFERENCE_SHAPES)
-    largest = refs[-1]
-    largest_params = _approx_llama_params(*largest)
-    if params > 2 * largest_params:
-        # Past the largest published dense model, grow width and depth together (cube law).
-        scale = (params / largest_params) ** (1 / 3)
-        hidden = 1024 * round(largest[0] * scale / 1024)
-        refs.append(
-            (hidden, round(largest[1] * scale), hidden // 128, 8, round(largest[4] * scale))
-        )
-    hidden, ref_layers, heads, kv_heads, ref_ffn = min(
-        refs, key=lambda r: abs(math.log(params / _approx_llama_params(*r)))
-    )
-    ref_body = (
-        _approx_llama_params(hidden, ref_layers, heads, kv_heads, ref_ffn) - embeddings * hidden
-    )
-    layers = max(1, round(ref_layers * (params - embeddings * hidden) / ref_body))
-    # Absorb the rounding of the depth into the FFN width (a multiple of 64, as tensor cores
-    # like), kept within a plausible range.
-    rest = params - _approx_llama_params(hidden, layers, heads, kv_heads, 0)
-    ffn = min(max(64 * round(rest / (3 * hidden * layers) / 64), hidden), 8 * hidden)
-    return layers, hidden, heads, kv_heads, ffn
-
-
 def _from_params(ref: ModelParams, seq_len: int) -> ModelSpec:
-    layers, hidden, heads, kv_heads, ffn = _derive_shape(ref.params)
-    config = _llama_config(layers, hidden, heads, kv_heads, _DERIVED_VOCAB, ffn, seq_len)
+    layers, hidden, heads, kv_heads, ffn = arch.derive_shape(ref.params)
+    config = arch.llama_config(layers, hidden, heads, kv_heads, arch.DERIVED_VOCAB, ffn, seq_len)
     spec = _spec_from_config(
         config,
         seq_len,
@@ -348,7 +267,7 @@ def _from_params(ref: ModelParams, seq_len: int) -> ModelSpec:
         source=(
             f"derived: only a parameter count ({ref.params:.4g}) was given, so this is a "
             f"llama-style shape sized to it ({layers} layers, hidden {hidden}, {heads} heads, "
-            f"{kv_heads} kv heads, FFN {ffn}, vocab {_DERIVED_VOCAB}); params is that shape's count"
+            f"{kv_heads} kv heads, FFN {ffn}, vocab {arch.DERIVED_VOCAB}); params is that shape's count"
         ),
     )
     if abs(spec.params - ref.params) > _DERIVED_TOLERANCE * ref.params:
@@ -363,8 +282,10 @@ def _from_params(ref: ModelParams, seq_len: int) -> ModelSpec:
 def _from_shape(ref: ModelShape, seq_len: int) -> ModelSpec:
     if ref.hidden % ref.heads:
         raise InputError("model", f"hidden ({ref.hidden}) must be divisible by heads ({ref.heads})")
-    ffn = ref.intermediate or _llama_ffn(ref.hidden)
-    config = _llama_config(ref.layers, ref.hidden, ref.heads, ref.heads, ref.vocab, ffn, seq_len)
+    ffn = ref.intermediate or arch.llama_ffn(ref.hidden)
+    config = arch.llama_config(
+        ref.layers, ref.hidden, ref.heads, ref.heads, ref.vocab, ffn, seq_len
+    )
     return _spec_from_config(
         config,
         seq_len,
@@ -489,8 +410,8 @@ def _count(config_json: str) -> _Counted:
 
     config_dict = json.loads(config_json)
     model_type = config_dict["model_type"]
-    config = _hf_config(config_dict)
-    model_class = _model_class(config_dict, config)
+    config = arch.hf_config(config_dict)
+    model_class = arch.model_class(config_dict, config)
     try:
         with torch.device("meta"):
             model = model_class._from_config(config)
@@ -506,113 +427,20 @@ def _count(config_json: str) -> _Counted:
     # Mirrors deepspeed.runtime.zero.stage3.model_to_params.
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     return _Counted(
-        active_params=_active_params(model, config, params),
+        active_params=arch.active_params(model, config, params),
         params=params,
         largest_layer_params=largest,
         model_class=type(model).__name__,
-        layers=_layers(config),
+        layers=arch.layer_count(config),
         hidden=int(config.hidden_size),
         heads=int(config.num_attention_heads),
         kv_heads=int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads),
         # Vision encoders have no token vocabulary; their output layer is the label set,
         # which is what the planner's logits term (s*b*V) then sizes.
         vocab=int(getattr(config, "vocab_size", None) or getattr(config, "num_labels", None) or 1),
-        intermediate=_intermediate(config),
-        max_positions=_learned_positions(model, config),
+        intermediate=arch.intermediate_size(config),
+        max_positions=arch.learned_positions(model, config),
     )
-
-
-def _active_params(model: Any, config: Any, params: int) -> int:
-    """Parameters one token passes through: a mixture of experts routes each token to top-k.
-
-    Counted from the instantiated modules: every parameter under an ``experts`` module belongs
-    to the expert pool (fused or one module per expert), and a token uses top_k / n_experts of
-    it (Mixtral: 46.7 B total, about 12.9 B active, per its paper's "13B active parameters").
-    """
-    n_experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
-    top_k = getattr(config, "num_experts_per_tok", None)
-    if not n_experts or not top_k:
-        return params
-    expert_params = sum(
-        p.numel() for name, p in model.named_parameters() if ".experts." in f".{name}"
-    )
-    return params - round(expert_params * (1 - top_k / n_experts))
-
-
-def _hf_config(config_dict: dict[str, Any]) -> Any:
-    from transformers import CONFIG_MAPPING
-
-    model_type = config_dict["model_type"]
-    if model_type not in CONFIG_MAPPING:
-        raise InputError(
-            "model",
-            f"model_type '{model_type}' is not built into transformers (remote code is not run); "
-            "give a config of a supported architecture or {layers, hidden, heads, vocab}",
-        )
-    fields = {k: v for k, v in config_dict.items() if k not in ("model_type", "auto_map")}
-    try:
-        return CONFIG_MAPPING[model_type].from_dict(fields)
-    except Exception as exc:  # config classes validate with assorted exception types
-        raise InputError(
-            "model", f"invalid {model_type} config: {str(exc).strip()[:200]}"
-        ) from None
-
-
-def _model_class(config_dict: dict[str, Any], config: Any) -> Any:
-    """The class the checkpoint was saved from, else the task head its config implies."""
-    import transformers
-
-    for arch in config_dict.get("architectures") or []:
-        cls = getattr(transformers, str(arch), None)
-        if cls is not None and hasattr(cls, "_from_config"):
-            return cls
-    candidates = (
-        [transformers.AutoModelForSeq2SeqLM, transformers.AutoModel]
-        if getattr(config, "is_encoder_decoder", False)
-        else [transformers.AutoModelForCausalLM, transformers.AutoModel]
-    )
-    for auto in candidates:
-        mapping: Any = auto._model_mapping
-        if type(config) in mapping:
-            return mapping[type(config)]
-    raise InputError(
-        "model", f"transformers has no model class for model_type '{config.model_type}'"
-    )
-
-
-def _layers(config: Any) -> int:
-    """Transformer blocks, counting encoder and decoder stacks of encoder-decoder models."""
-    layers = int(config.num_hidden_layers)
-    if getattr(config, "is_encoder_decoder", False):
-        layers += int(getattr(config, "num_decoder_layers", None) or layers)
-    return layers
-
-
-def _intermediate(config: Any) -> int | None:
-    for key in ("intermediate_size", "n_inner", "d_ff", "ffn_dim"):
-        value = getattr(config, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    if getattr(config, "model_type", None) == "gpt2":
-        return 4 * int(config.hidden_size)  # GPT2MLP's default when n_inner is None
-    return None
-
-
-def _learned_positions(model: Any, config: Any) -> int | None:
-    """Tokens a model with learned absolute position embeddings can take, else None (RoPE etc.)."""
-    import torch
-
-    for module_name, module in model.named_modules():
-        leaf = module_name.rsplit(".", 1)[-1]
-        if isinstance(module, torch.nn.Embedding) and leaf in (
-            "wpe",
-            "position_embeddings",
-            "embed_positions",
-        ):
-            declared = getattr(config, "max_position_embeddings", None)
-            limit = int(module.num_embeddings)
-            return min(limit, int(declared)) if isinstance(declared, int) else limit
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:

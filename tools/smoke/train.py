@@ -1,7 +1,7 @@
 """A short, real training run on synthetic data, for smoke-testing a setup.
 
-Standalone on purpose (DESIGN.md): it imports torch, transformers, deepspeed and the standard
-library only, so it can be copied to any GPU box. Two modes:
+Standalone on purpose, and so one file (longer than our other modules): it imports torch,
+transformers, deepspeed and the standard library only, so it can be copied to any GPU box. Two modes:
 
 - DeepSpeed, when ``--deepspeed_config`` is given; start it with the DeepSpeed launcher:
   ``deepspeed --num_gpus 2 smoke_train.py --model-config model.json --deepspeed_config ds.json
@@ -52,7 +52,7 @@ _NUM_PATTERNS = 8
 _PATTERN_LEN = (3, 6)
 _METRICS_EVERY = 5
 # The DDP mode's default learning rate: the constant rate the smoke runner gives DeepSpeed
-# (tools/smoke/runner.py SMOKE_LR), large enough for a random-init tiny model to learn in ~30 steps.
+# (tools/smoke/ds_adapt.py SMOKE_LR), large enough for a random-init tiny model to learn in ~30 steps.
 DEFAULT_LR = 3e-3
 # torchrun (and any env:// launcher) sets these for every rank.
 _DIST_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -212,15 +212,6 @@ def sample() -> None:
     """Sample the CPU memory peak (a no-op on GPU, where torch tracks the peak itself)."""
     if CpuPeak.enabled:
         CpuPeak.sample()
-
-
-def current_rss_bytes() -> int:
-    """This process's resident memory now (Linux /proc; 0 where unavailable)."""
-    try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def peak_memory_bytes(device: torch.device) -> int:

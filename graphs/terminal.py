@@ -1,4 +1,4 @@
-"""The chat's terminal: what a running plan shows, and how messages are read.
+"""What a running plan shows on a terminal, and how the terminal's answers are read.
 
 On a terminal, input comes from prompt_toolkit (history, multi-line) and output from rich (a
 spinner naming the working agent and tool, a progress bar for smoke runs); on piped stdin,
@@ -20,6 +20,7 @@ from rich.text import Text
 
 from graphs.run import Watcher
 from tools.artifacts.text import event_text
+from tools.core.errors import InputError
 
 _STEP_RE = re.compile(r"^step (\d+)/(\d+)\b(.*)$")
 # The colour of each kind of event on a terminal.
@@ -132,6 +133,78 @@ class ChatWatcher(Watcher):
     def ask(self, question: dict[str, Any]) -> str | None:
         """Intake's question, asked of the user."""
         return self.ask_user(question)
+
+
+class LineWatcher(Watcher):
+    """The CLI's ``plan``: events and node timings as lines on stderr.
+
+    Intake's question is answered by ``--answer`` once, then by one line of stdin.
+    """
+
+    def __init__(self, thread: str, *, announce: bool, answer: str | None) -> None:
+        self.thread = thread
+        # Said once the input is known to be valid (after intake), so that an input error
+        # stays the one line on stderr.
+        self.notice = (
+            f"thread {thread} (if this run stops, rerun with --thread {thread} to resume)"
+            if announce
+            else None
+        )
+        self.answer = answer
+        self.last = time.perf_counter()
+
+    def event(self, chunk: dict[str, Any]) -> None:
+        """One node event on stderr."""
+        _emit(f"[{chunk.get('agent', '?')}] {event_text(chunk)}")
+
+    def node_done(self, node: str) -> None:
+        """A node finished: its time, and after intake the thread notice."""
+        now = time.perf_counter()
+        _emit(f"[{node}] done in {now - self.last:.1f} s")
+        self.last = now
+        if node == "intake" and self.notice:
+            _emit(self.notice)
+
+    def resumed(self, nodes: tuple[str, ...]) -> None:
+        """An unfinished run carries on; the input given now is not used."""
+        _emit(f"resuming thread {self.thread} at {', '.join(nodes)}")
+
+    def ask(self, question: dict[str, Any]) -> str:
+        """``--answer`` once, then one line of stdin."""
+        given, self.answer = self.answer, None  # a given answer answers one question
+        return _answer(question, given)
+
+
+def _answer(value: dict[str, Any], given: str | None) -> str:
+    """The answer to intake's clarifying question: ``given``, else one line of stdin."""
+    field, text, problem = value.get("field", "request"), value["question"], value.get("problem")
+    if given is not None:
+        _emit(f"[intake] question: {text}")
+        return given
+    interactive = sys.stdin is not None and not sys.stdin.closed and sys.stdin.isatty()
+    if interactive:
+        _emit(f"[intake] question: {text}")
+        print("answer> ", end="", file=sys.stderr, flush=True)
+    try:
+        line = sys.stdin.readline() if sys.stdin is not None else ""
+    except (OSError, ValueError):  # stdin closed
+        line = ""
+    if not line.strip():
+        # Piped or closed stdin with nothing on it: the error is the one line.
+        if problem:  # a given answer was not enough
+            raise InputError(field, f"{problem}; pass another --answer (e.g. --answer llama-3-8b)")
+        raise InputError(
+            "request",
+            f"names no {field}, and no answer came on stdin; name it in the request "
+            f"or pass --answer (e.g. --answer llama-3-8b)",
+        )
+    if not interactive:
+        _emit(f"[intake] question: {text}")
+    return line.strip()
+
+
+def _emit(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def joined(lines: Iterator[str]) -> str | None:
