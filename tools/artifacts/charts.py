@@ -14,9 +14,9 @@ from typing import Any
 
 from tools.core.schemas import SmokeResult, TrainingPlan
 from tools.core.strategies import setup_label
+from tools.planning.memory import GB
 from tools.smoke import step_times_s as run_step_times_s
 
-GB = 1e9
 _LOCK = threading.Lock()
 
 # Memory terms in stacking order, with their colours (colour-blind safe, Okabe-Ito).

@@ -10,9 +10,8 @@ from pathlib import Path
 from tools.core.files import write_atomic
 from tools.core.schemas import MemoryPlan, ReportPaths, TrainingPlan
 from tools.core.strategies import setup_label
+from tools.planning.memory import GB
 from tools.review import memory_comparison
-
-GB = 1e9
 
 
 def _gb(n: int | float | None) -> str:
