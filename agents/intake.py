@@ -27,6 +27,7 @@ from agents.workspace import PRODUCT_KEYS
 from tools.core.errors import InputError
 from tools.core.schemas import TrainingBrief
 from tools.core.settings import Settings
+from tools.core.untrusted import cap_text
 from tools.intake.brief import brief_from_dict
 
 # Everything a plan's later nodes write: a fresh request on a used thread starts clean.
@@ -148,7 +149,7 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
             "out_dir": state.get("out_dir") or str(_default_out_dir(brief, settings)),
             "review_round": 0,
             "narrative": Overwrite({}),
-            "notes": Overwrite(notes),
+            "notes": Overwrite([cap_text(n) for n in notes]),
         }
 
     return intake

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from agents.chat_models import provider_error
 from prompts import load_prompts
 from tools.core.errors import InputError, TrainwrightError
+from tools.core.untrusted import MAX_LLM_TEXT, cap_text
 
 
 def role_messages(
@@ -81,26 +82,34 @@ def run_tool_loop(
             raise error from exc
         if not isinstance(reply, AIMessage):
             reply = AIMessage(content=str(getattr(reply, "content", reply)))
+        # The reply enters the conversation (and the notes the state keeps) capped in size.
+        if isinstance(reply.content, str) and len(reply.content) > MAX_LLM_TEXT:
+            reply.content = cap_text(reply.content)
         messages.append(reply)
         bad_calls = list(reply.invalid_tool_calls or [])
         if not reply.tool_calls and not bad_calls:
             break
         for call in reply.tool_calls:
             name = call["name"]
-            if on_event:
-                on_event(f"tool {name}({json.dumps(call.get('args', {}), default=str)[:120]})")
-            messages.append(
-                ToolMessage(
-                    _call_tool(by_name, name, call.get("args") or {}),
-                    tool_call_id=call["id"] or name,
-                    name=name,
+            args = call.get("args") or {}
+            size = len(json.dumps(args, default=str))
+            if size > MAX_LLM_TEXT:
+                call["args"] = {}  # not kept, not sent back
+                result = (
+                    f"Error: the arguments of {name} are {size:,} characters long, more than "
+                    f"{MAX_LLM_TEXT:,}; nothing was run. Call it again with short arguments."
                 )
-            )
+            else:
+                if on_event:
+                    on_event(f"tool {name}({json.dumps(args, default=str)[:120]})")
+                result = _call_tool(by_name, name, args)
+            messages.append(ToolMessage(result, tool_call_id=call["id"] or name, name=name))
         for bad in bad_calls:
             messages.append(
                 ToolMessage(
-                    f"Error: the call to {bad.get('name')!r} had arguments that are not valid JSON "
-                    f"({bad.get('error') or 'unparseable'}). Call it again with a JSON object of arguments.",
+                    f"Error: the call to {str(bad.get('name'))[:80]!r} had arguments that are not "
+                    f"valid JSON ({str(bad.get('error') or 'unparseable')[:200]}). Call it again "
+                    "with a JSON object of arguments.",
                     tool_call_id=bad.get("id") or "invalid",
                     name=bad.get("name") or "invalid",
                 )
@@ -128,12 +137,17 @@ def _call_tool(by_name: dict[str, BaseTool], name: str, args: dict[str, Any]) ->
         )
         return f"Error: invalid arguments for {name}: {problems}. Fix them and call {name} again."
     except TrainwrightError as exc:
-        return f"Error: {name} failed: {exc}. Change the arguments or call the tool it names first."
+        # A tool may word its error for the model apart from the user's (e.g. without saying
+        # which files exist on this machine): ``tool_message``.
+        said = getattr(exc, "tool_message", None) or str(exc)
+        return (
+            f"Error: {name} failed: {said}. Change the arguments or call the tool it names first."
+        )
 
 
 def final_text(messages: list[BaseMessage]) -> str:
     """The last plain answer of the model, for the report's agent notes."""
     for msg in reversed(messages):
         if isinstance(msg, AIMessage) and not msg.tool_calls and isinstance(msg.content, str):
-            return msg.content.strip()
+            return msg.content.strip()  # capped when the loop received it
     return ""

@@ -25,6 +25,7 @@ from prompts import load_prompts, task_of
 from tools.core.imports import warm_up
 from tools.core.schemas import SmokeResult, TrainingPlan
 from tools.core.settings import Settings
+from tools.core.untrusted import cap_text
 from tools.research.framework import DEEPSPEED_FRAMEWORKS
 from tools.smoke.policy import AGENT_APP_SMOKE
 
@@ -109,7 +110,7 @@ def run_role(
     return {
         **to_state(ws, spec.products),
         "narrative": {spec.name: final_text(msgs)},
-        "notes": ws.notes,
+        "notes": [cap_text(note) for note in ws.notes],
     }
 
 
@@ -185,6 +186,11 @@ def _engineer_start(ws: Workspace, state: Mapping[str, Any]) -> dict[str, Any] |
 
 
 def _engineer_finish(ws: Workspace) -> None:
+    if ws.smoke is None and ws.smoke_runs:
+        # The round's one smoke run was started and did not finish with a result: no second.
+        ws.smoke = SmokeResult(
+            status="failed", reason="launcher_error: the smoke run of this round did not finish"
+        )
     if ws.smoke is None:
         if ws.brief.smoke:
             ws.notes.append("engineer: the model did not call run_smoke_test; ran it directly")

@@ -15,9 +15,12 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
 from agents.workspace import Workspace, need
+from tools.core.errors import InputError, shown
 from tools.core.schemas import (
+    HardwareSpec,
     ModelParams,
     ModelShape,
+    ModelSpec,
     SmokeResult,
     StrategyName,
 )
@@ -98,6 +101,98 @@ class SmokeArgs(BaseModel):
     )
 
 
+class ModelConfigError(InputError):
+    """The brief's model could not be read: the user gets the detail, the model one generic line.
+
+    What goes back to a (possibly remote) chat model must not tell it which files exist on this
+    machine, so ``tool_message`` (agents/loop.py sends it instead of the detail) does not say
+    whether a path is missing, a folder, unreadable or malformed.
+    """
+
+    def __init__(self, detail: InputError, ref: str) -> None:
+        super().__init__(detail.field, detail.message)
+        self.tool_message = f"model: {shown(ref)} is not a catalog model or a readable model config"
+
+
+# ---- the brief is the contract: tool arguments may not change its model or hardware ----------
+
+
+def _hardware_key(hw: HardwareSpec) -> tuple[Any, ...]:
+    return (hw.nodes, hw.gpus_per_node, hw.gpu.name if hw.gpu else None, hw.interconnect)
+
+
+def brief_hardware(ws: Workspace, spec: str, interconnect: str | None) -> HardwareSpec:
+    """The brief's hardware, if ``spec``/``interconnect`` name it; else the tool-call error.
+
+    The arguments may spell the brief's hardware differently (an alias, the link a single node
+    has anyway) but must resolve to the same machine; nothing in the workspace changes otherwise.
+    """
+    from tools.research.hardware import parse_hardware
+
+    brief = ws.brief
+    expected = parse_hardware(brief.hardware, brief.interconnect)
+    same_text = spec.strip().lower() == brief.hardware.strip().lower() and interconnect in (
+        None,
+        brief.interconnect,
+    )
+    if not same_text:
+        local = "local" in (spec.strip().lower(), brief.hardware.strip().lower())
+        asked = None if local else parse_hardware(spec, interconnect or brief.interconnect)
+        if asked is None or _hardware_key(asked) != _hardware_key(expected):
+            wanted = f"spec={brief.hardware!r}" + (
+                f", interconnect={brief.interconnect!r}" if brief.interconnect else ""
+            )
+            raise InputError(
+                "spec",
+                f"{shown(spec)}"
+                + (f" with interconnect {shown(interconnect)}" if interconnect else "")
+                + f" is not the brief's hardware; the brief is the contract: call "
+                f"profile_hardware with {wanted}",
+            )
+    return expected
+
+
+def _same_model(asked: str | ModelParams | ModelShape, ref: Any) -> bool:
+    from tools.research.model_catalog import catalog_id
+
+    if isinstance(asked, str) and isinstance(ref, str):
+        if asked.strip() == ref.strip():
+            return True
+        ids = catalog_id(asked), catalog_id(ref)
+        return ids[0] is not None and ids[0] == ids[1]
+    if isinstance(asked, BaseModel) and isinstance(ref, BaseModel):
+        return type(asked) is type(ref) and asked.model_dump() == ref.model_dump()
+    return False
+
+
+def brief_model(ws: Workspace, model: str | ModelParams | ModelShape, seq_len: int) -> ModelSpec:
+    """The brief's model, if the arguments name it; else the tool-call error.
+
+    Another model, config path or sequence length is refused before anything is read: a tool
+    call cannot make the plan about another model, nor probe which files exist here.
+    """
+    from tools.research.model_catalog import lookup_model
+
+    brief = ws.brief
+    if brief.model is None:
+        raise InputError("model", "this brief trains no model; do not call lookup_model")
+    wanted = brief.model if isinstance(brief.model, str) else brief.model.model_dump()
+    if not _same_model(model, brief.model) or seq_len != brief.seq_len:
+        asked = model if isinstance(model, str) else model.model_dump()
+        raise InputError(
+            "model",
+            f"{shown(asked)} at seq_len {str(seq_len)[:12]} is not the brief's model; the brief "
+            f"is the contract: call lookup_model with model={shown(wanted, 200)} and "
+            f"seq_len={brief.seq_len}",
+        )
+    try:
+        return lookup_model(brief.model, brief.seq_len)
+    except InputError as exc:
+        if isinstance(brief.model, str):
+            raise ModelConfigError(exc, brief.model) from None
+        raise
+
+
 def _dump(obj: BaseModel | dict[str, Any], **exclude: Any) -> str:
     data = (
         obj.model_dump(mode="json", exclude=exclude or None) if isinstance(obj, BaseModel) else obj
@@ -112,12 +207,10 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
     """profile_hardware, lookup_model, select_framework."""
     from tools.planning import search_strategy
     from tools.research.framework import select_framework as _select
-    from tools.research.hardware import parse_hardware
-    from tools.research.model_catalog import lookup_model as _lookup
 
     def profile_hardware(spec: str, interconnect: str | None = None) -> str:
         """Resolve the target hardware: 'local' profiles this machine, NODESxGPUSxTYPE describes a cluster."""
-        ws.hardware = parse_hardware(spec, interconnect)
+        ws.hardware = brief_hardware(ws, spec, interconnect)
         ws.progress(
             f"hardware: {ws.hardware.nodes}x{ws.hardware.gpus_per_node} "
             f"{ws.hardware.gpu.name if ws.hardware.gpu else 'CPU'}"
@@ -126,7 +219,7 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
 
     def lookup_model(model: str | ModelParams | ModelShape, seq_len: int) -> str:
         """Look up a model's exact architecture and parameter count (meta-device instantiation)."""
-        ws.model = _lookup(model, seq_len)
+        ws.model = brief_model(ws, model, seq_len)
         ws.progress(f"model: {ws.model.name} {ws.model.params / 1e9:.3f} B parameters")
         return _dump(ws.model, hf_config=True)
 
@@ -202,6 +295,8 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         )
         ws.deepspeed_config = None
         ws.config_validated = False
+        # Launch files written for another plan are stale: the engineer re-emits them.
+        ws.launch = None
         ws.speed = ws.memory.speed
         ws.progress(f"strategy: {ws.memory.chosen} micro-batch {ws.memory.micro_batch_size}")
         return _dump(ws.memory)
@@ -212,6 +307,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         hw = need(ws.hardware, "the hardware", "profile_hardware")
         model = need(ws.model, "the model", "lookup_model")
         fw = ws.framework
+        ws.launch = None  # written from the config this call replaces: re-emitted after it
         if fw is not None and fw.primary not in DEEPSPEED_FRAMEWORKS:
             ws.deepspeed_config = None
             return json.dumps(
@@ -241,6 +337,12 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
 
     def run_smoke_test(steps: int | None = None) -> str:
         """Run a short real training run of the plan on this machine and report whether it learns."""
+        if ws.smoke is not None or ws.smoke_runs:
+            raise InputError(
+                "",
+                "the smoke test already ran in this round (at most one run per plan round); "
+                "its result stands: answer without calling run_smoke_test again",
+            )
         ws.smoke = smoke_for(ws, steps)
         return _dump(ws.smoke)
 
@@ -294,18 +396,29 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
 
 def reviewer_tools(ws: Workspace) -> list[BaseTool]:
     """review_plan."""
-    from tools.review import check_plan, decide, round_findings, setup_of
+    from tools.review import check_contract, check_plan, decide, round_findings, setup_of
 
     def review_plan() -> str:
         """Run the review checks (batch arithmetic, memory headroom, framework fit, config keys, smoke run)."""
+        hardware = need(ws.hardware, "the hardware", "profile_hardware")
         findings = check_plan(
             ws.brief,
-            need(ws.hardware, "the hardware", "profile_hardware"),
+            hardware,
             need(ws.framework, "the framework", "select_framework"),
             ws.memory
             if ws.brief.task == "agent-app"
             else need(ws.memory, "the memory plan", "plan_parallelism"),
             ws.deepspeed_config,
+            ws.smoke or SmokeResult(status="skipped", reason="no smoke run was made"),
+        )
+        # The plan against the brief, and its files against the plan: whatever the tool calls did.
+        findings += check_contract(
+            ws.brief,
+            hardware,
+            ws.model,
+            ws.memory,
+            ws.deepspeed_config,
+            ws.launch,
             ws.smoke or SmokeResult(status="skipped", reason="no smoke run was made"),
         )
         findings += round_findings(ws.memory, ws.deepspeed_config, ws.prior_review, ws.round_no)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tools.artifacts.report import STYLE
+from tools.artifacts.report import CSP_META, STYLE
 from tools.artifacts.text import plan_facts
 from tools.core.files import write_atomic
 
@@ -95,7 +95,7 @@ def render_index_html(outcomes: list[BriefOutcome]) -> str:
         rows.append(f"<tr>{cells}<td><a href='{e(o.name)}/report.html'>report</a></td></tr>")
     ok = sum(o.status != "failed" for o in outcomes)
     return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>Training plans</title>"
+        f"<!doctype html><html><head><meta charset='utf-8'>{CSP_META}<title>Training plans</title>"
         f"<style>{STYLE}tr.failed td{{color:#b00020}}</style></head><body>"
         f"<h1>Training plans</h1><p>{len(outcomes)} brief(s): {ok} planned, "
         f"{len(outcomes) - ok} failed.</p>"

@@ -5,13 +5,61 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from pathlib import Path
 
+from tools.core.errors import printable
 from tools.core.files import write_atomic
 from tools.core.schemas import MemoryPlan, ReportPaths, TrainingPlan
 from tools.core.strategies import setup_label
 from tools.planning.memory import GB
 from tools.review import memory_comparison
+
+# ---- text from briefs, files, tools and LLMs, made inert ---------------------------------------
+# A terminal escape sequence (CSI ... final byte, OSC ... BEL/ST, or ESC and one character).
+_ESCAPE_SEQUENCE = re.compile(
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|.?)", re.S
+)
+# Line breaks of any kind (a Markdown line is a paragraph, a heading, a table row).
+_LINE_BREAKS = re.compile(r"[\r\n\t\f\v\x85\u2028\u2029]+")
+# What Markdown reads as markup inline: emphasis, code, links and images (``[``), autolinks and
+# raw HTML (``<``), entities, table cells; ``_`` only where it can be emphasis (zero3_offload
+# stays). Line breaks become spaces first, so ``#`` and ``>`` are markup only at the start.
+_MARKUP = re.compile(r"([\\`*\[\]<|~&]|(?<![^\W_])_|_(?![^\W_]))")
+# What Markdown reads as markup at the start of a line: a list item, a rule, a heading, a quote,
+# a numbered item.
+_LINE_START = re.compile(r"^([-+=#>])|^(\d+)([.)])")
+
+
+def one_line(value: object) -> str:
+    """``value`` as one line of plain text: no line breaks, no control characters or escapes.
+
+    Line breaks and tabs become spaces; a terminal escape sequence is dropped; any other control
+    character is written as its backslash escape, visible and inert.
+    """
+    text = _LINE_BREAKS.sub(" ", _ESCAPE_SEQUENCE.sub("", str(value)))
+    return printable(text).strip()
+
+
+def md_text(value: object) -> str:
+    """Text from a brief, a file, a tool or an LLM as inert Markdown: one line, no markup.
+
+    A newline cannot start a heading or a fake verdict line, and ``![x](http://...)`` stays
+    text, so neither report.md nor report.html can make a reader fetch anything.
+    """
+    text = _MARKUP.sub(r"\\\1", one_line(value))
+    return _LINE_START.sub(lambda m: f"\\{m[1]}" if m[1] else f"{m[2]}\\{m[3]}", text)
+
+
+def md_code(value: object) -> str:
+    """A name or path as a one-line Markdown code span (literal: nothing in it is markup)."""
+    text = one_line(value).replace("`", "'")
+    return f"`{text}`" if text else "-"
+
+
+def _no_controls(text: str) -> str:
+    """A whole report without control characters or escapes (newlines kept): the safety net."""
+    return "\n".join(line if line.isprintable() else one_line(line) for line in text.split("\n"))
 
 
 def _gb(n: int | float | None) -> str:
@@ -31,7 +79,7 @@ def render_markdown(plan: TrainingPlan) -> str:
         _review_section,
     )
     lines = [line for section in sections for line in section(plan)]
-    return "\n".join(lines).rstrip() + "\n"
+    return _no_controls("\n".join(lines).rstrip() + "\n")
 
 
 def _headline(plan: TrainingPlan) -> list[str]:
@@ -44,7 +92,7 @@ def _headline(plan: TrainingPlan) -> list[str]:
         else "**Strategy:** none (nothing is trained). "
     )
     return [
-        f"# Training plan: {b.goal or (m.name if m else b.task)}",
+        f"# Training plan: {md_text(b.goal or (m.name if m else b.task))}",
         "",
         f"**Verdict:** {plan.review.verdict} after {plan.review.rounds} review round(s). "
         f"**Framework:** {plan.framework.primary}. {strategy}**Smoke test:** {plan.smoke_test.status}.",
@@ -54,9 +102,9 @@ def _headline(plan: TrainingPlan) -> list[str]:
 
 def _brief_section(plan: TrainingPlan) -> list[str]:
     b, hw, m = plan.brief, plan.hardware, plan.model
-    gpu = f"{hw.gpu.name} ({hw.gpu.memory_gb:g} GB)" if hw.gpu else "no GPU (CPU only)"
+    gpu = f"{md_text(hw.gpu.name)} ({hw.gpu.memory_gb:g} GB)" if hw.gpu else "no GPU (CPU only)"
     model_line = (
-        f"- Model: `{m.name}` ({m.params / 1e9:.3f} B parameters"
+        f"- Model: {md_code(m.name)} ({m.params / 1e9:.3f} B parameters"
         + (
             f", {m.active_params / 1e9:.2f} B active per token"
             if m.active_params and m.active_params != m.params
@@ -85,9 +133,10 @@ def _brief_section(plan: TrainingPlan) -> list[str]:
 
 def _framework_section(plan: TrainingPlan) -> list[str]:
     fw = plan.framework
-    lines = ["## Framework", "", fw.rationale, "", f"Stack: {', '.join(fw.stack)}.", ""]
-    lines += [f"- Alternative **{a.name}**: {a.reason}" for a in fw.alternatives]
-    return [*lines, "", "Sources: " + "; ".join(fw.citations) if fw.citations else "", ""]
+    lines = ["## Framework", "", md_text(fw.rationale), "", f"Stack: {', '.join(fw.stack)}.", ""]
+    lines += [f"- Alternative **{a.name}**: {md_text(a.reason)}" for a in fw.alternatives]
+    sources = "Sources: " + "; ".join(md_text(c) for c in fw.citations) if fw.citations else ""
+    return [*lines, "", sources, ""]
 
 
 def _memory_section(plan: TrainingPlan) -> list[str]:
@@ -111,11 +160,11 @@ def _memory_section(plan: TrainingPlan) -> list[str]:
         )
     if mem.why_not:
         lines += ["", f"Why not the others (chosen: {mem.chosen_label}):", ""]
-        lines += [f"- {name}: {why}" for name, why in mem.why_not.items()]
+        lines += [f"- {md_text(name)}: {md_text(why)}" for name, why in mem.why_not.items()]
     if mem.smallest_fitting_hardware:
         lines += ["", f"The same GPU would fit at {mem.smallest_fitting_hardware}."]
     if mem.assumptions:
-        lines += ["", "Assumptions:", ""] + [f"- {a}" for a in mem.assumptions]
+        lines += ["", "Assumptions:", ""] + [f"- {md_text(a)}" for a in mem.assumptions]
     return lines
 
 
@@ -132,7 +181,7 @@ def _speed_section(plan: TrainingPlan) -> list[str]:
         f"- Throughput: {sp.tokens_per_s:,.0f} tokens/s; MFU {sp.mfu:.0%} at an assumed efficiency of "
         f"{sp.efficiency:.0%} of {sp.peak_tflops:g} TFLOP/s peak",
     ]
-    return lines + [f"- {a}" for a in sp.assumptions]
+    return lines + [f"- {md_text(a)}" for a in sp.assumptions]
 
 
 def _config_and_launch(plan: TrainingPlan) -> list[str]:
@@ -142,40 +191,46 @@ def _config_and_launch(plan: TrainingPlan) -> list[str]:
     else:
         lines.append(f"None: {plan.framework.primary} does not use DeepSpeed.")
     if plan.launch.command:
-        lines += ["", "## Launch", "", "```bash", " ".join(plan.launch.command), "```", ""]
+        command = one_line(" ".join(plan.launch.command)).replace("`", "'")
+        lines += ["", "## Launch", "", "```bash", command, "```", ""]
     else:
         lines += ["", "## Launch", "", "No launch files were generated for this plan.", ""]
-    return lines + [f"- `{name}`: {path}" for name, path in plan.launch.files.items()]
+    return lines + [
+        f"- {md_code(name)}: {md_code(path)}" for name, path in plan.launch.files.items()
+    ]
 
 
 def _smoke_section(plan: TrainingPlan) -> list[str]:
     smoke = plan.smoke_test
     if smoke.status == "skipped":
-        return ["", "## Smoke test", "", f"Skipped: {smoke.reason}"]
+        return ["", "## Smoke test", "", f"Skipped: {md_text(smoke.reason)}"]
     return [
         "",
         "## Smoke test",
         "",
-        f"- Status: **{smoke.status}**{': ' + smoke.reason if smoke.reason else ''}",
+        f"- Status: **{smoke.status}**{': ' + md_text(smoke.reason) if smoke.reason else ''}",
         f"- Ranks: {smoke.world_size} on {smoke.device}; steps {smoke.steps}; "
         f"strategy {_smoke_strategy(smoke.strategy, plan.memory)}",
-        f"- Scaled model: {json.dumps(smoke.model_shape) if smoke.model_shape else '-'}",
+        f"- Scaled model: {md_code(json.dumps(smoke.model_shape)) if smoke.model_shape else '-'}",
         f"- Loss: {', '.join(f'{x:.3f}' for x in smoke.losses)}",
         f"- Median step time: {smoke.step_time_s:.3f} s; {smoke.tokens_per_s:.0f} tokens/s"
         if smoke.step_time_s and smoke.tokens_per_s
         else "- Step time: -",
         f"- Peak memory per rank: {memory_comparison(smoke) or '-'}",
-        f"- Run directory: {smoke.run_dir}" if smoke.run_dir else "",
+        f"- Run directory: {md_code(smoke.run_dir)}" if smoke.run_dir else "",
     ]
 
 
 def _review_section(plan: TrainingPlan) -> list[str]:
     lines = ["", "## Review", "", "| severity | check | finding | fix |", "|---|---|---|---|"]
-    lines += [f"| {f.severity} | {f.check} | {f.message} | {f.fix} |" for f in plan.review.findings]
+    lines += [
+        f"| {f.severity} | {md_text(f.check)} | {md_text(f.message)} | {md_text(f.fix)} |"
+        for f in plan.review.findings
+    ]
     if plan.narrative:
         lines += ["", "## Agent notes", ""]
         for role, text in plan.narrative.items():
-            lines += [f"**{role}:** {text}", ""]
+            lines += [f"**{md_text(role)}:** {md_text(text)}", ""]
     return lines
 
 
@@ -198,6 +253,12 @@ def charts_html(charts: list[tuple[str, bytes]]) -> str:
     return f"<section class='charts'><h2>Charts</h2>{figures}</section>" if figures else ""
 
 
+# The report needs nothing from anywhere: its charts are data: URIs and its style is inline. The
+# policy makes the browser refuse everything else (remote images, scripts, frames, fonts).
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+CSP_META = f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+
+
 def render_html(markdown: str, title: str, charts: list[tuple[str, bytes]] | None = None) -> str:
     """A self-contained HTML page of the Markdown report, charts inline after the verdict."""
     from markdown_it import MarkdownIt
@@ -209,8 +270,9 @@ def render_html(markdown: str, title: str, charts: list[tuple[str, bytes]] | Non
         body = head + sep + charts_html(charts) + rest if sep else body + charts_html(charts)
     style = STYLE
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{style}</style></head><body>{body}</body></html>\n"
+        f"<!doctype html><html><head><meta charset='utf-8'>{CSP_META}"
+        f"<title>{html.escape(one_line(title))}</title>"
+        f"<style>{style}</style></head><body>{_no_controls(body)}</body></html>\n"
     )
 
 

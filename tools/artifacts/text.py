@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tools.core.errors import printable
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, SmokeResult, TrainingBrief
 from tools.core.strategies import setup_label
 from tools.research.hardware import PACKAGES
@@ -77,12 +78,14 @@ def summary_lines(plan: dict[str, Any], *, headline: str = "plan") -> list[str]:
         if headline == "plan"
         else f"framework: {f['framework']}; strategy: {f['strategy'] or 'none (nothing to train)'}"
     )
-    return [
+    lines = [
         first,
         f"smoke test: {f['smoke_status']}" + (f" ({reason})" if reason else ""),
         f"review: {f['verdict']} after {f['rounds']} round(s)",
         f"report: {f['report']}",
     ]
+    # Names, paths and reasons come from briefs, files and runs: no escapes reach the terminal.
+    return [printable(line) for line in lines]
 
 
 def summary_paragraph(summary: dict[str, Any]) -> str:
@@ -128,7 +131,7 @@ def smoke_lines(result: SmokeResult) -> str:
         lines.append(f"  memory per rank: {memory}")
     if result.run_dir:
         lines.append(f"  run dir: {result.run_dir}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def estimate_lines(
@@ -163,7 +166,7 @@ def estimate_lines(
     lines += [f"  not {name}: {why}" for name, why in memory.why_not.items()]
     if memory.smallest_fitting_hardware:
         lines.append(f"  would fit on: {memory.smallest_fitting_hardware}")
-    return lines
+    return [printable(line) for line in lines]
 
 
 def profile_text(profile: dict[str, Any]) -> str:

@@ -105,6 +105,11 @@ def _catalog_id(name: str) -> str | None:
     return index.get(_norm(name))
 
 
+def catalog_id(name: str) -> str | None:
+    """The catalog id a name or alias stands for (``Meta-Llama-3-8B`` -> ``llama-3-8b``), or None."""
+    return _catalog_id(name)
+
+
 def _looks_like_path(name: str) -> bool:
     return any(sep in name for sep in ("/", "\\")) or name.strip().endswith(".json")
 
