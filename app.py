@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tools.core.errors import InputError, TrainwrightError
+from tools.core.errors import MAX_ERROR_CHARS, InputError, TrainwrightError, one_line, shown
+from tools.core.paths import PATH_ERRNOS, check_output_path
 from tools.core.settings import Settings, disable_telemetry
 
 
@@ -131,7 +132,8 @@ def _add_smoke(sub: Any) -> None:
     smoke.add_argument(
         "--memory-cap",
         help="most resident memory the run's processes may hold together, e.g. 8GiB or 512MiB, "
-        "or 'off' (default: TRAINWRIGHT_SMOKE_MEMORY_CAP, else half the machine's RAM)",
+        "or 'off' (default: TRAINWRIGHT_SMOKE_MEMORY_CAP, else half the machine's RAM, at most "
+        "the available memory less a tenth of the RAM)",
     )
     smoke.add_argument("--inject", help="fail on purpose: oom, nan, hang, crash or alloc")
     smoke.add_argument("--inject-step", type=int, default=3, help="step of the injected fault")
@@ -193,13 +195,8 @@ def _plan_inputs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _check_out(out: Path | None) -> None:
-    """Refuse an output directory that cannot be one: NUL in its name, or an existing file."""
-    if out is None:
-        return
-    if "\x00" in str(out):
-        raise InputError("--out", "the path contains a NUL character")
-    if out.exists() and not out.is_dir():
-        raise InputError("--out", f"{out} exists and is not a directory")
+    """Refuse an output directory that cannot be one (tools/core/paths.py), before any work."""
+    check_output_path(out, "--out", "dir")
 
 
 def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
@@ -213,6 +210,7 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     from graphs.terminal import LineWatcher
 
     _check_out(args.out)
+    check_output_path(args.json_path, "--json", "file")
     if args.thread is not None:
         check_thread_id(args.thread, "--thread")
     inputs = _plan_inputs(args)
@@ -245,6 +243,7 @@ def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
     from tools.artifacts.text import profile_text
     from tools.research.hardware import describe_local_machine, parse_hardware
 
+    check_output_path(args.json_path, "--json", "file")
     if args.hardware.strip().lower() == "local":
         profile = describe_local_machine(settings.out_dir)
     else:
@@ -267,6 +266,7 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
 
     if (args.brief is None) == (args.model is None):
         raise InputError("estimate", "give either --brief FILE or --model M")
+    check_output_path(args.json_path, "--json", "file")
     data = load_brief(args.brief).model_dump(mode="json") if args.brief else {"model": args.model}
     flags = {
         "hardware": args.hardware,
@@ -309,6 +309,8 @@ def _check_smoke_args(args: argparse.Namespace) -> int | None:
             raise InputError(flag, f"must be at least 1, got {value}")
     if args.timeout is not None and args.timeout <= 0:
         raise InputError("--timeout", f"must be positive, got {args.timeout:g}")
+    check_output_path(args.run_dir, "--run-dir", "dir")
+    check_output_path(args.json_path, "--json", "file")
     return None if args.memory_cap is None else parse_memory_cap(args.memory_cap)
 
 
@@ -398,21 +400,41 @@ def main(argv: list[str] | None = None) -> int:
     except TrainwrightError as exc:
         if debug:
             raise
-        print(f"trainwright: error: {exc}", file=sys.stderr)
+        print(f"trainwright: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("trainwright: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, exit 1
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line
         if debug:
             raise
-        first = str(exc).splitlines()[0] if str(exc) else ""
+        problem = _input_problem(exc)
+        if problem is not None:
+            # A path the user named that cannot be written, or input too deep or too large.
+            print(f"trainwright: error: {one_line(problem)}", file=sys.stderr)
+            return 2
+        first = one_line(f"{type(exc).__name__}: {exc}", MAX_ERROR_CHARS - 80)
         print(
-            f"trainwright: unexpected error: {type(exc).__name__}: {first} "
-            "(set TRAINWRIGHT_DEBUG=1 for a traceback)",
+            f"trainwright: unexpected error: {first} (set TRAINWRIGHT_DEBUG=1 for a traceback)",
             file=sys.stderr,
         )
         return 1
+
+
+def _input_problem(exc: BaseException) -> str | None:
+    """The one-line message when ``exc`` is the input's fault (exit 2), else None (exit 1).
+
+    An OS error on a path (a file where a folder must be, /proc, a name too long, no
+    permission) names the path; input nested too deeply or a number too large for a count
+    say so. Other OS errors (a full disk) stay unexpected.
+    """
+    if isinstance(exc, RecursionError):
+        return "input: nested too deeply to read"
+    if isinstance(exc, OverflowError):
+        return f"input: a number is too large to count with ({exc})"
+    if isinstance(exc, OSError) and exc.filename is not None and exc.errno in PATH_ERRNOS:
+        return f"{shown(exc.filename, 120)}: {exc.strerror or type(exc).__name__}"
+    return None
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from tools.smoke import (
     run_smoke_test,
     with_prediction,
 )
-from tools.smoke.supervise import ADDRESS_SPACE_HEADROOM
+from tools.smoke.supervise import rank_address_space
 
 ROOT = Path(__file__).resolve().parents[1]
 # What tools/smoke/commands.py puts in every launched process's environment (tools/smoke/train.py).
@@ -201,7 +201,7 @@ def test_memory_cap_stops_a_leaking_rank_with_oom(settings: Settings) -> None:
     run_dir = Path(result.run_dir or "")
     launch = json.loads((run_dir / "launch.json").read_text())
     assert launch["memory_cap_bytes"] == cap
-    assert launch["address_space_limit_bytes"] == cap + ADDRESS_SPACE_HEADROOM
+    assert launch["address_space_limit_bytes"] == rank_address_space(cap, 2)
     assert "[inject] alloc at step 3 on rank 0" in (run_dir / "logs" / "rank0.log").read_text()
 
 
@@ -296,7 +296,7 @@ def test_ctrl_c_on_cli_smoke_exits_130_and_leaves_no_process(tmp_path: Path) -> 
     assert got["left"] == [], got["left"]
     # Both ranks were running, each under the address-space limit the cap implies.
     assert len(got["ranks"]) == 2  # type: ignore[arg-type]
-    limit = 4 * 2**30 + ADDRESS_SPACE_HEADROOM
+    limit = rank_address_space(4 * 2**30, 2)
     for text in got["limits"]:  # type: ignore[attr-defined]
         row = next(line for line in text.splitlines() if line.startswith("Max address space"))
         assert row.split()[3:5] == [str(limit), str(limit)], row

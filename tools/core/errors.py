@@ -30,6 +30,26 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
+# The most characters an error line may have: one terminal line or two, whatever a brief held.
+MAX_ERROR_CHARS = 300
+
+
+def one_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` as one terminal line of at most ``limit`` characters (control characters escaped).
+
+    Line breaks become `` / ``, tabs a space, other control characters escapes (``printable``);
+    a longer message keeps its start and its end around ``...``, so the field it names (at the
+    start) and the bound it states (often at the end) both survive a 900 KB value in between.
+    """
+    flat = " / ".join(part.strip() for part in text.splitlines() if part.strip())
+    flat = printable(flat.replace("\t", " "))
+    if len(flat) <= limit:
+        return flat
+    head = (limit - 3) * 2 // 3
+    tail = limit - 3 - head
+    return flat[:head] + "..." + flat[-tail:]
+
+
 class TrainwrightError(Exception):
     """Base class for errors the CLI reports as one line."""
 

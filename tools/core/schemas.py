@@ -7,9 +7,9 @@ without an import running back up. The keys the README documents are stable; mor
 from __future__ import annotations
 
 import warnings
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from tools.core.strategies import StrategyName, setup_label
 
@@ -36,8 +36,31 @@ FrameworkId = Literal[
 ]
 
 
+def _not_a_bool(value: Any) -> Any:
+    # YAML reads `true` as a boolean and pydantic would take it as 1: a count is a number.
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number, not the boolean {str(value).lower()}")
+    return value
+
+
+# An integer or float field of a brief: the numbers pydantic accepts, but never true/false.
+Count = Annotated[int, BeforeValidator(_not_a_bool)]
+Amount = Annotated[float, BeforeValidator(_not_a_bool)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+# The largest model a brief may describe, by shape or by size; a config.json gets the same
+# bounds (tools/research/model_catalog.py), checked before anything is built.
+MAX_LAYERS = 1000
+MAX_HIDDEN = 1_000_000
+MAX_HEADS = 10_000
+MAX_VOCAB = 10_000_000
+MAX_INTERMEDIATE = 10_000_000
+MAX_EXPERTS = 1024
+MAX_PARAMS = 1e14
 
 
 class Team(_Strict):
@@ -50,17 +73,17 @@ class Team(_Strict):
 class ModelShape(_Strict):
     """A model given by its dimensions instead of a catalog id or config file."""
 
-    layers: int = Field(gt=0, le=1000)
-    hidden: int = Field(gt=0, le=1_000_000)
-    heads: int = Field(gt=0, le=10_000)
-    vocab: int = Field(gt=0, le=10_000_000)
-    intermediate: int | None = Field(default=None, gt=0)
+    layers: Count = Field(gt=0, le=MAX_LAYERS)
+    hidden: Count = Field(gt=0, le=MAX_HIDDEN)
+    heads: Count = Field(gt=0, le=MAX_HEADS)
+    vocab: Count = Field(gt=0, le=MAX_VOCAB)
+    intermediate: Count | None = Field(default=None, gt=0, le=MAX_INTERMEDIATE)
 
 
 class ModelParams(_Strict):
     """A model given only by its parameter count."""
 
-    params: float = Field(gt=0, le=1e14)
+    params: Amount = Field(gt=0, le=MAX_PARAMS)
 
 
 class TrainingBrief(_Strict):
@@ -70,8 +93,8 @@ class TrainingBrief(_Strict):
     # None only for an agent application, which trains nothing.
     model: str | ModelParams | ModelShape | None = None
     task: Task = "finetune"
-    seq_len: int = Field(default=2048, gt=0, le=1_048_576)
-    global_batch_size: int = Field(default=32, gt=0, le=1_000_000)
+    seq_len: Count = Field(default=2048, gt=0, le=1_048_576)
+    global_batch_size: Count = Field(default=32, gt=0, le=1_000_000)
     hardware: str = "local"
     # Between nodes: ib400 | ib200 | roce100 | eth25 | nvlink; None when unknown.
     interconnect: str | None = None
@@ -80,7 +103,7 @@ class TrainingBrief(_Strict):
     deployment: Deployment = "none"
     smoke: bool = True
     # Tokens the run trains on (all epochs); sets the scheduler's step count and time to train.
-    dataset_tokens: float | None = Field(default=None, gt=0, le=1e16)
+    dataset_tokens: Amount | None = Field(default=None, gt=0, le=1e16)
 
     @field_validator("model")
     @classmethod

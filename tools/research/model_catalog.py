@@ -31,10 +31,78 @@ import yaml
 from pydantic import ValidationError
 
 from tools.core.errors import InputError, shown
-from tools.core.schemas import ModelParams, ModelShape, ModelSpec
+from tools.core.schemas import (
+    MAX_EXPERTS,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_INTERMEDIATE,
+    MAX_LAYERS,
+    MAX_PARAMS,
+    MAX_VOCAB,
+    ModelParams,
+    ModelShape,
+    ModelSpec,
+)
 from tools.research import architectures as arch
 
 MAX_SEQ_LEN = 1_048_576
+# A Hugging Face config.json is a few KB (a few hundred with a label map); a larger file is
+# refused before it is read.
+MAX_CONFIG_BYTES = 4 * 2**20
+# The bounds of a brief's shape (tools/core/schemas.py), by the names Hugging Face configs
+# use, checked before transformers builds anything: 1e6 layers on meta take minutes and GBs.
+_CONFIG_BOUNDS = (
+    (
+        (
+            "num_hidden_layers",
+            "n_layer",
+            "num_layers",
+            "n_layers",
+            "num_decoder_layers",
+            "encoder_layers",
+            "decoder_layers",
+        ),
+        "layers",
+        MAX_LAYERS,
+    ),
+    (("hidden_size", "n_embd", "d_model", "dim"), "hidden width", MAX_HIDDEN),
+    (
+        (
+            "num_attention_heads",
+            "n_head",
+            "num_heads",
+            "n_heads",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+            "num_key_value_heads",
+        ),
+        "attention heads",
+        MAX_HEADS,
+    ),
+    (("vocab_size", "num_labels"), "vocabulary", MAX_VOCAB),
+    (
+        (
+            "intermediate_size",
+            "n_inner",
+            "d_ff",
+            "ffn_dim",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+            "moe_intermediate_size",
+        ),
+        "intermediate size",
+        MAX_INTERMEDIATE,
+    ),
+    (
+        ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),
+        "experts",
+        MAX_EXPERTS,
+    ),
+)
+_MAX_CONFIG_DEPTH = 8
+# The rough count below over-counts (full attention, no GQA), so it may exceed MAX_PARAMS by
+# this factor; it only has to stop sizes whose products overflow 64-bit counts (~9.2e18).
+_ROUGH_SLACK = 10
 _DERIVED_TOLERANCE = 0.05
 COUNTS_FILE = "counts.json"  # in knowledge/models/, next to the catalog
 
@@ -245,16 +313,30 @@ def _name_for(path: Path) -> str:
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise InputError(
+                "model",
+                f"{shown(path, 120)} is {size:,} bytes; a config.json is at most "
+                f"{MAX_CONFIG_BYTES:,}",
+            )
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read(MAX_CONFIG_BYTES + 1)  # a file that grew since stat stays bounded
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise InputError("model", f"cannot read {shown(path, 300)}: {why}") from None
+        raise InputError("model", f"cannot read {shown(path, 120)}: {why}") from None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise InputError("model", f"{shown(path, 120)} is larger than {MAX_CONFIG_BYTES:,} bytes")
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(
-            "model", f"{shown(path, 300)} is not valid JSON ({exc.msg} at line {exc.lineno})"
+            "model", f"{shown(path, 120)} is not valid JSON ({exc.msg} at line {exc.lineno})"
         ) from None
+    except RecursionError:
+        raise InputError("model", f"{shown(path, 120)} is nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise InputError("model", f"{shown(path, 120)}: {str(exc).split(';')[0]}") from None
     if not isinstance(config, dict) or not config.get("model_type"):
         raise InputError(
             "model", f"{shown(path, 300)} is not a Hugging Face config.json: it has no model_type"
@@ -305,7 +387,54 @@ def _from_shape(ref: ModelShape, seq_len: int) -> ModelSpec:
 # ---- counting ---------------------------------------------------------------------------------
 
 
+def check_config_bounds(config: dict[str, Any], where: str = "model", depth: int = 0) -> None:
+    """Refuse a config whose sizes exceed a brief shape's bounds, before anything is built.
+
+    Checks every known size key (layers, hidden width, heads, vocabulary, intermediate size,
+    experts) of the config and of its nested sub-configs (``text_config``...): each must be a
+    whole number from 0 to its bound, and a rough count of the parameters they imply at most
+    ``MAX_PARAMS``. InputError names the field and the bound.
+    """
+    if depth > _MAX_CONFIG_DEPTH:
+        raise InputError(where, "the config is nested too deeply")
+    sizes: dict[str, int] = {}
+    for keys, what, bound in _CONFIG_BOUNDS:
+        for key in keys:
+            value = config.get(key)
+            if value is None or isinstance(value, str | list | dict):
+                continue  # absent, or a type transformers itself refuses with its message
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= bound:
+                shown_value = (
+                    value
+                    if isinstance(value, bool) or not isinstance(value, int)
+                    else (value if len(str(value)) <= 24 else f"{str(value)[:12]}...")
+                )
+                raise InputError(
+                    f"{where}.{key}",
+                    f"{what} must be a whole number from 0 to {bound:,}, got {shown_value}",
+                )
+            sizes.setdefault(what, value)
+    layers = sizes.get("layers", 1)
+    hidden = sizes.get("hidden width", 1)
+    ffn = sizes.get("intermediate size", 4 * hidden)
+    experts = max(1, sizes.get("experts", 1))
+    rough = (
+        layers * (4 * hidden * hidden + 3 * hidden * ffn * experts)
+        + 2 * sizes.get("vocabulary", 1) * hidden
+    )
+    if rough > _ROUGH_SLACK * MAX_PARAMS:
+        raise InputError(
+            where,
+            f"these sizes make about {rough:.3g} parameters; the most a plan takes is about "
+            f"{MAX_PARAMS:.0e}",
+        )
+    for key, value in config.items():
+        if isinstance(value, dict):
+            check_config_bounds(value, f"{where}.{key}", depth + 1)
+
+
 def _spec_from_config(config: dict[str, Any], seq_len: int, *, name: str, source: str) -> ModelSpec:
+    check_config_bounds(config)
     config_json = _canonical_json(config)
     counted = _shipped_counts().get(config_key(config_json))
     if counted is None:

@@ -37,7 +37,11 @@ from tools.smoke.scale import (
     _scale_model_config_cached,
     llama_config_from_shape,
 )
-from tools.smoke.supervise import ADDRESS_SPACE_HEADROOM, _launch_and_wait, default_memory_cap
+from tools.smoke.supervise import (
+    _launch_and_wait,
+    default_memory_cap,
+    rank_address_space,
+)
 from tools.smoke.verdict import _verdict
 
 SCRIPT = Path(__file__).with_name("train.py")
@@ -101,7 +105,8 @@ def run_smoke_test(
         memory_cap: The most resident memory (bytes) the run's processes may hold together;
             over it the run is killed with verdict ``oom``. Defaults to
             ``settings.smoke_memory_cap``, else ``default_memory_cap()``; 0 turns it off. On
-            CPU each rank also gets an address-space limit of the cap plus 8 GiB.
+            CPU each rank also gets an address-space limit of its share of the cap plus a
+            fixed allowance (``rank_address_space``).
 
     Returns:
         A ``SmokeResult`` with the measured metrics and the planner's prediction for the shape
@@ -140,7 +145,7 @@ def run_smoke_test(
     )
     _announce(on_progress, base, shape, inject_step)
     # CUDA reserves far more address space than any limit we could set here.
-    address_space = cap + ADDRESS_SPACE_HEADROOM if cap and device != "cuda" else 0
+    address_space = rank_address_space(cap, ranks) if device != "cuda" else 0
     outcome = _launch_and_wait(
         commands, env, run_dir, timeout_s, on_progress, memory_cap=cap, address_space=address_space
     )
@@ -171,7 +176,7 @@ def _checked_arguments(
         raise InputError("nodes", f"must be at least 1, got {nodes}")
     if inject is not None and inject not in INJECT_KINDS:
         raise InputError("inject", f"must be one of {', '.join(INJECT_KINDS)}, got {inject!r}")
-    if not 1 <= inject_step <= steps:
+    if inject is not None and not 1 <= inject_step <= steps:
         raise InputError("inject_step", f"must be between 1 and steps ({steps}), got {inject_step}")
     if timeout_s <= 0:
         raise InputError("timeout", f"must be positive, got {timeout_s:g}")

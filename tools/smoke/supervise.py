@@ -27,21 +27,38 @@ KILL_GRACE_S = 5.0
 # the launchers' own interpreter teardown (seconds) would use a longer grace.
 INTERRUPT_GRACE_S = 1.0
 POLL_S = 0.2
-# The memory cap a run gets by default (Settings.smoke_memory_cap unset): this share of the
-# machine's RAM, or of its cgroup's limit when that is lower. The cap bounds the resident
-# memory of every process of the run together (launchers and ranks; shared library pages
-# count in each process that maps them).
+# The memory cap a run gets by default (Settings.smoke_memory_cap unset): half of the machine's
+# RAM (or of its cgroup's limit when that is lower), and never more than the memory available
+# now less a margin for the rest of the machine. The cap bounds the resident memory of every
+# process of the run together (launchers and ranks; shared library pages count in each
+# process that maps them).
 DEFAULT_MEMORY_CAP_FRACTION = 0.5
-# On CPU every rank also runs under an address-space limit (RLIMIT_AS) of the cap plus this
-# much. torch, OpenMP and glibc's per-thread arenas reserve address space they never touch (a
-# CPU rank maps ~1.4 GiB for ~0.5 GiB resident), so this limit is only a backstop for an
-# allocation too fast for the watchdog's poll. Never on CUDA, which reserves huge ranges.
-ADDRESS_SPACE_HEADROOM = 8 * 2**30
-# Starts a launcher under an address-space limit: sets RLIMIT_AS, then execs the launcher (a
-# shim rather than preexec_fn, which is unsafe when the caller has other threads).
+# What the default leaves to everything else: this share of the RAM, at least 1 GiB.
+MEMORY_MARGIN_FRACTION = 0.1
+MIN_MEMORY_MARGIN = 2**30
+# The watchdog samples the run's memory this often, whatever else the machine runs: it reads
+# /proc/PID/statm of the run's own processes only (found through /proc/PID/task/*/children,
+# with a scan of /proc for the run's process groups every GROUP_SCAN_S), never the whole of
+# /proc at every sample.
+MEMORY_POLL_S = 0.05
+GROUP_SCAN_S = 1.0
+# On CPU every rank also runs under an address-space limit (RLIMIT_AS): its share of the cap
+# (cap / ranks) plus an allowance for address space that is reserved but never touched: torch
+# and OpenMP map ~1 GiB more than they hold (a CPU rank maps ~1.5 GiB for ~0.5 GiB resident),
+# and glibc reserves a 64 MiB arena per thread that allocates, up to one per OpenMP thread.
+# The limit stops one allocation larger than a rank's share before the watchdog's next sample.
+# Never on CUDA, which reserves huge ranges.
+ADDRESS_SPACE_ALLOWANCE = 2 * 2**30
+ARENA_BYTES = 64 * 2**20
+# Starts a launcher under an address-space limit (and in a cgroup when one is given): joins
+# the cgroup, sets RLIMIT_AS, then execs the launcher (a shim rather than preexec_fn, which is
+# unsafe when the caller has other threads).
 _RLIMIT_SHIM = (
-    "import os, resource, sys; n = int(sys.argv[1]); "
-    "resource.setrlimit(resource.RLIMIT_AS, (n, n)); os.execv(sys.argv[2], sys.argv[2:])"
+    "import os, resource, sys; n = int(sys.argv[1]); cg = sys.argv[2]\n"
+    "if cg:\n"
+    "    with open(cg, 'w') as f: f.write(str(os.getpid()))\n"
+    "if n: resource.setrlimit(resource.RLIMIT_AS, (n, n))\n"
+    "os.execv(sys.argv[3], sys.argv[3:])"
 )
 _PROGRESS = re.compile(r"^step \d+/\d+ ")
 
@@ -59,6 +76,14 @@ class _Outcome:
         # Set when the run's processes held more than the memory cap: (cap, held) in bytes.
         self.over_cap: tuple[int, int] | None = None
         self.address_space = 0
+        # What the watchdog saw: the largest sum of resident memory (bytes), how many samples,
+        # the longest time between two samples and the longest sample (seconds).
+        self.peak_rss = 0
+        self.samples = 0
+        self.max_gap_s = 0.0
+        self.max_sample_s = 0.0
+        # The cgroup v2 the run's processes were in (its memory.max is the cap), or why none.
+        self.cgroup = ""
 
 
 class _ActiveRun:
@@ -92,14 +117,18 @@ def _launch_and_wait(
     ``smoke-node{R}.log``; the training script also writes ``logs/rank{R}.log`` per rank. The
     run ends when every launcher has exited, when one fails (the others are stopped: their
     ranks would only wait for the missing peers), at the timeout, or when the groups together
-    hold more resident memory than ``memory_cap`` (checked every POLL_S; 0: no cap). Every
+    hold more resident memory than ``memory_cap`` (sampled every MEMORY_POLL_S; 0: no cap). Every
     group is then sent SIGTERM and, after a grace period, SIGKILL (at once over the cap), also
     on Ctrl-C or any error. ``address_space`` (bytes, 0: none) is the RLIMIT_AS each launcher
     starts under, inherited by its ranks.
+    With a cap, the launchers also start in a cgroup v2 of their own whose ``memory.max`` is
+    the cap where this process's cgroup allows one (``memory_cgroup``); the kernel then holds
+    the sum itself, and an OOM kill inside it is the verdict ``oom`` too.
     """
     outcome = _Outcome()
     outcome.timeout_s = timeout_s
     outcome.address_space = address_space
+    cgroup, outcome.cgroup = memory_cgroup(run_dir.name, memory_cap) if memory_cap else (None, "")
     log_paths = [
         run_dir / ("smoke.log" if i == 0 else f"smoke-node{i}.log") for i in range(len(commands))
     ]
@@ -111,7 +140,10 @@ def _launch_and_wait(
     try:
         if _INTERRUPTED.is_set():
             raise KeyboardInterrupt  # Ctrl-C came while this run was being prepared
-        if not _start_launchers(commands, log_paths, env, run_dir, address_space, procs, outcome):
+        procs_file = str(cgroup / "cgroup.procs") if cgroup is not None else ""
+        if not _start_launchers(
+            commands, log_paths, env, run_dir, address_space, procs, outcome, procs_file
+        ):
             return outcome
         pgids = [p.pid for p in procs]
         write_atomic(
@@ -123,6 +155,7 @@ def _launch_and_wait(
                     "pgids": pgids,
                     "memory_cap_bytes": memory_cap or None,
                     "address_space_limit_bytes": address_space or None,
+                    "cgroup": outcome.cgroup or None,
                 },
                 indent=2,
             ),
@@ -141,6 +174,10 @@ def _launch_and_wait(
         try:
             with _interrupts_deferred():
                 _kill_groups(procs, grace)
+                if cgroup is not None:
+                    _close_cgroup(cgroup, outcome, memory_cap)
+                if memory_cap:
+                    _write_memory_record(run_dir, outcome, memory_cap)
         finally:
             with _ACTIVE_LOCK:
                 _ACTIVE.discard(run)
@@ -165,12 +202,13 @@ def _start_launchers(
     address_space: int,
     procs: list[subprocess.Popen[bytes]],
     outcome: _Outcome,
+    procs_file: str = "",
 ) -> bool:
     """Start each launcher into ``procs``; False (``outcome.start_error`` set) if one cannot start."""
     for cmd, log_path in zip(commands, log_paths, strict=True):
         argv = cmd
-        if address_space:
-            argv = [sys.executable, "-S", "-c", _RLIMIT_SHIM, str(address_space), *cmd]
+        if address_space or procs_file:
+            argv = [sys.executable, "-S", "-c", _RLIMIT_SHIM, str(address_space), procs_file, *cmd]
         with open(log_path, "wb") as log, _interrupts_deferred():
             # Ctrl-C waits until the launcher is in ``procs``, so the caller's kill reaches it.
             try:
@@ -201,34 +239,224 @@ def _watch(
     memory_cap: int,
     on_progress: Callable[[str], None] | None,
 ) -> tuple[int, bytes]:
-    """Poll the launchers until they end, one fails, the timeout or the cap; the log read so far."""
-    pgids = [p.pid for p in procs]
+    """Poll the launchers until they end, one fails, the timeout or the cap; the log read so far.
+
+    With a cap, the run's memory is sampled every MEMORY_POLL_S: the sleep is what is left of
+    the period after the sample, so a slow machine shortens the pause, never the rate.
+    """
     deadline = time.monotonic() + outcome.timeout_s
-    next_memory_check = 0.0
     offset = 0
     pending = b""
+    watch = _RunMemory([p.pid for p in procs]) if memory_cap else None
+    period = MEMORY_POLL_S if memory_cap else POLL_S
+    next_log = 0.0
     while True:
+        tick = time.monotonic()
         if run.stop.is_set():
             raise KeyboardInterrupt  # stop_all_runs (the CLI's Ctrl-C, from another thread)
         codes = [proc.poll() for proc in procs]
-        offset, pending = _pump_log(log_path, offset, pending, outcome, on_progress)
+        if tick >= next_log or any(code is not None for code in codes):
+            offset, pending = _pump_log(log_path, offset, pending, outcome, on_progress)
+            next_log = tick + POLL_S
         failed = [code for code in codes if code not in (None, 0)]
         if failed or all(code is not None for code in codes):
             outcome.returncode = failed[0] if failed else 0
             return offset, pending
-        if memory_cap and time.monotonic() >= next_memory_check:
-            checked = time.monotonic()
-            held = group_rss_bytes(pgids)
-            # Every poll, unless a scan of /proc is slow (thousands of processes): then
-            # at most a tenth of a core goes to it.
-            next_memory_check = checked + 10 * (time.monotonic() - checked)
+        if watch is not None:
+            held = watch.sample(outcome)
             if held > memory_cap:
                 outcome.over_cap = (memory_cap, held)
                 return offset, pending
         if time.monotonic() >= deadline:
             outcome.timed_out = True
             return offset, pending
-        time.sleep(POLL_S)
+        time.sleep(max(0.0, period - (time.monotonic() - tick)))
+
+
+class _RunMemory:
+    """The resident memory of one run's processes, sampled cheaply and at a fixed rate.
+
+    The processes are the launchers and their descendants (``/proc/PID/task/*/children``),
+    plus, every GROUP_SCAN_S, whatever else is in the launchers' process groups (a scan of
+    /proc's stat files, for a process that was re-parented). Each sample reads one
+    ``/proc/PID/statm`` per process: its resident pages.
+    """
+
+    def __init__(self, pgids: list[int]) -> None:
+        self.pgids = pgids
+        self.known: set[int] = set(pgids)
+        self.next_scan = 0.0
+        self.last = 0.0
+        self.page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+    def sample(self, outcome: _Outcome) -> int:
+        started = time.monotonic()
+        if not os.path.exists("/proc/self/statm"):
+            held = group_rss_bytes(self.pgids)
+        else:
+            if started >= self.next_scan:
+                self.known |= set(_group_pids(self.pgids))
+                self.next_scan = started + GROUP_SCAN_S
+            self.known = _descendants(self.known)
+            held = 0
+            for pid in list(self.known):
+                try:
+                    with open(f"/proc/{pid}/statm", "rb") as fh:
+                        held += int(fh.read().split()[1]) * self.page
+                except (OSError, IndexError, ValueError):
+                    self.known.discard(pid)  # gone
+        done = time.monotonic()
+        if self.last:
+            outcome.max_gap_s = max(outcome.max_gap_s, done - self.last)
+        self.last = done
+        outcome.samples += 1
+        outcome.max_sample_s = max(outcome.max_sample_s, done - started)
+        outcome.peak_rss = max(outcome.peak_rss, held)
+        return held
+
+
+def _descendants(pids: set[int]) -> set[int]:
+    """``pids`` and every live descendant of them, from each thread's ``children`` file."""
+    found: set[int] = set()
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone
+        found.add(pid)
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                    todo.extend(int(c) for c in fh.read().split())
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def _group_pids(pgids: Collection[int]) -> list[int]:
+    """The pids in the process groups ``pgids`` (one read of /proc/PID/stat per process)."""
+    wanted = set(pgids)
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            if int(fields[2]) in wanted:
+                pids.append(int(name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return pids
+
+
+def _write_memory_record(run_dir: Path, outcome: _Outcome, memory_cap: int) -> None:
+    """``memory.json`` in the run dir: the cap, the peak the watchdog saw, its sampling."""
+    with contextlib.suppress(OSError):
+        write_atomic(
+            run_dir / "memory.json",
+            json.dumps(
+                {
+                    "memory_cap_bytes": memory_cap,
+                    "address_space_limit_bytes": outcome.address_space or None,
+                    "cgroup": outcome.cgroup,
+                    "peak_rss_bytes": outcome.peak_rss,
+                    "samples": outcome.samples,
+                    "period_s": MEMORY_POLL_S,
+                    "max_gap_s": round(outcome.max_gap_s, 4),
+                    "max_sample_s": round(outcome.max_sample_s, 4),
+                    "over_cap_bytes": outcome.over_cap[1] if outcome.over_cap else None,
+                },
+                indent=2,
+            )
+            + "\n",
+        )
+
+
+# ---- cgroup v2 ---------------------------------------------------------------------------------
+
+
+def _cgroup2_mount() -> Path | None:
+    """Where the cgroup v2 hierarchy is mounted (``/sys/fs/cgroup`` on most systems), or None."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        if right.split()[:1] == ["cgroup2"]:
+            return Path(left.split()[4])
+    return None
+
+
+def _own_cgroup() -> str | None:
+    """This process's cgroup v2 path (``0::/path`` in /proc/self/cgroup), or None."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                return line[3:].strip() or "/"
+    except OSError:
+        pass
+    return None
+
+
+def memory_cgroup(
+    name: str, cap: int, root: Path | None = None, own: str | None = None
+) -> tuple[Path | None, str]:
+    """A new cgroup v2 for one run with ``memory.max`` = ``cap``, or None and the reason why not.
+
+    It is made under this process's own cgroup, which must have the memory controller enabled
+    for its children (``cgroup.subtree_control``) and be writable (a delegated subtree, or
+    root). Swap is turned off in it where the kernel has swap accounting. ``root`` and
+    ``own`` stand in for the mount point and this process's cgroup path (tests).
+    """
+    root = root if root is not None else _cgroup2_mount()
+    own = own if own is not None else _own_cgroup()
+    if root is None or own is None:
+        return None, "none: no cgroup v2 hierarchy"
+    parent = root / own.lstrip("/")
+    try:
+        controllers = (parent / "cgroup.subtree_control").read_text().split()
+    except OSError:
+        return None, f"none: cannot read {parent / 'cgroup.subtree_control'}"
+    if "memory" not in controllers:
+        return None, f"none: the memory controller is not enabled for children of {parent}"
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64] or "run"
+    group = parent / f"trainwright-{safe}-{os.getpid()}"
+    try:
+        group.mkdir()
+    except OSError as exc:
+        return None, f"none: cannot create a cgroup in {parent}: {exc.strerror}"
+    try:
+        (group / "memory.max").write_text(str(cap))
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        return None, f"none: cannot set memory.max in {parent}: {exc.strerror}"
+    with contextlib.suppress(OSError):
+        (group / "memory.swap.max").write_text("0")
+    return group, str(group)
+
+
+def _close_cgroup(group: Path, outcome: _Outcome, memory_cap: int) -> None:
+    """Count an OOM kill inside the run's cgroup as over the cap, then remove the cgroup."""
+    try:
+        events = dict(
+            line.split() for line in (group / "memory.events").read_text().splitlines() if line
+        )
+        if int(events.get("oom_kill", 0)) > 0 and outcome.over_cap is None:
+            peak = memory_cap
+            with contextlib.suppress(OSError, ValueError):
+                peak = int((group / "memory.peak").read_text())
+            outcome.over_cap = (memory_cap, max(peak, outcome.peak_rss))
+    except (OSError, ValueError):
+        pass
+    with contextlib.suppress(OSError):
+        group.rmdir()
 
 
 def stop_all_runs(wait_s: float = KILL_GRACE_S + 5.0) -> int:
@@ -415,9 +643,44 @@ def group_rss_bytes(pgids: Collection[int]) -> int:
     return total
 
 
+def rank_address_space(memory_cap: int, ranks: int) -> int:
+    """The RLIMIT_AS of each CPU rank (and launcher) under ``memory_cap``; 0 with no cap.
+
+    The cap split across the ranks, plus ADDRESS_SPACE_ALLOWANCE and one glibc arena per
+    OpenMP thread of a rank, for address space that is reserved but never touched: one rank
+    alone cannot take the whole cap in one allocation.
+    """
+    if memory_cap <= 0:
+        return 0
+    threads = max(1, (os.cpu_count() or 1) // max(1, ranks))  # each rank's OMP_NUM_THREADS
+    return memory_cap // max(1, ranks) + ADDRESS_SPACE_ALLOWANCE + threads * ARENA_BYTES
+
+
 def default_memory_cap() -> int:
-    """The default memory cap of a smoke run: half of this machine's RAM (or cgroup limit)."""
-    return int(DEFAULT_MEMORY_CAP_FRACTION * _usable_memory())
+    """The default memory cap of a smoke run, leaving headroom for the rest of the machine.
+
+    Half of this machine's RAM (or of its cgroup's limit), but no more than the memory
+    available now (MemAvailable) less a margin of a tenth of the RAM (at least 1 GiB); never
+    below 64 MiB, the least a run may be given (a run then ends as ``oom`` at once).
+    """
+    usable = _usable_memory()
+    cap = int(DEFAULT_MEMORY_CAP_FRACTION * usable)
+    available = _available_memory()
+    if available is not None:
+        margin = max(MIN_MEMORY_MARGIN, int(MEMORY_MARGIN_FRACTION * usable))
+        cap = min(cap, available - margin)
+    return max(cap, 64 * 2**20)
+
+
+def _available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes, or None where there is none."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _usable_memory() -> int:

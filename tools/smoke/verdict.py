@@ -130,7 +130,7 @@ def _oom_error(base: SmokeResult, outcome: _Outcome, metrics: list[dict[str, Any
     if outcome.address_space and base.inject != "oom":
         error += (
             f" (ranks ran under a {format_bytes(outcome.address_space)} address-space "
-            "limit: the memory cap plus headroom)"
+            "limit: its share of the memory cap plus an allowance)"
         )
     return f"out of memory{where}: {error}"
 

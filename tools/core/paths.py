@@ -1,0 +1,73 @@
+"""Output paths the user names (``--out``, ``--json``, ``--run-dir``), checked before any work.
+
+A path that cannot be written is bad input: one line naming the flag, exit 2, before the
+minutes a plan takes, rather than an OS error at the end.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Literal
+
+from tools.core.errors import InputError, shown
+
+# The OS errors that mean "this path cannot be used", not "the machine failed" (a full disk).
+PATH_ERRNOS = frozenset(
+    {
+        errno.ENOENT,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.ENAMETOOLONG,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ELOOP,
+        errno.EEXIST,
+        errno.EINVAL,
+        errno.EXDEV,
+    }
+)
+# Kernel file systems: nothing of a plan belongs there, and writes fail late and oddly.
+VIRTUAL_ROOTS = (Path("/proc"), Path("/sys"))
+_NAME_MAX = 255
+_PATH_MAX = 4096
+
+
+def check_output_path(path: Path | None, field: str, kind: Literal["dir", "file"]) -> None:
+    """Raise InputError (naming ``field``) unless ``path`` can become a ``kind`` we write.
+
+    Refused: a NUL or an empty name, a name or component too long for the file system, a
+    path under /proc or /sys, a file where a folder must be (the path itself for a folder, or
+    any existing parent), a folder where a file must be, and a parent we may not write in.
+    Character devices and FIFOs the user names as a file are left to the writer.
+    """
+    if path is None:
+        return
+    text = str(path)
+    if "\x00" in text:
+        raise InputError(field, "the path contains a NUL character")
+    if not text.strip():
+        raise InputError(field, "the path is empty")
+    raw = os.fsencode(text)
+    if len(raw) >= _PATH_MAX or any(len(part) > _NAME_MAX for part in raw.split(b"/")):
+        raise InputError(field, f"{shown(text, 60)} is too long for a file name ({len(raw)} bytes)")
+    absolute = Path(os.path.abspath(path))
+    if any(absolute == root or root in absolute.parents for root in VIRTUAL_ROOTS):
+        raise InputError(field, f"{shown(text, 120)} is on a kernel file system (/proc, /sys)")
+    try:
+        if absolute.exists():
+            if kind == "dir" and not absolute.is_dir():
+                raise InputError(field, f"{shown(text, 120)} exists and is not a directory")
+            if kind == "file" and absolute.is_dir():
+                raise InputError(field, f"{shown(text, 120)} is a directory, not a file")
+        parent = absolute if kind == "dir" and absolute.is_dir() else absolute.parent
+        while not parent.exists():
+            parent = parent.parent
+        if not parent.is_dir():
+            raise InputError(field, f"{shown(text, 120)}: {shown(parent, 120)} is not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise InputError(field, f"{shown(text, 120)}: cannot write in {shown(parent, 120)}")
+    except OSError as exc:
+        raise InputError(field, f"{shown(text, 120)}: {exc.strerror}") from None
