@@ -10,9 +10,12 @@ TRAINWRIGHT_DEBUG=1 for tracebacks. Heavy libraries are imported inside the comm
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, NoReturn
@@ -69,6 +72,11 @@ def _add_plan(sub: Any) -> None:
         "--thread",
         help="checkpoint thread id: an unfinished run on it resumes from its last checkpoint "
         "(default: a new id, printed at the start)",
+    )
+    plan.add_argument(
+        "--wait",
+        action="store_true",
+        help="if another run holds --thread, wait for it to end (default: refuse, exit 2)",
     )
     plan.add_argument(
         "--answer",
@@ -217,7 +225,7 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     started = time.perf_counter()
     thread = args.thread or f"plan-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
     watcher = LineWatcher(thread, announce=args.thread is None, answer=args.answer)
-    result = plan_on_thread(settings, inputs, thread, watcher)
+    result = plan_on_thread(settings, inputs, thread, watcher, wait=args.wait)
     plan = result.plan
     if not plan:
         raise TrainwrightError("the graph finished without a plan")
@@ -382,30 +390,125 @@ COMMANDS = {
 }
 
 
+# How long ``plan`` and ``report`` take, at most, to be gone after Ctrl-C or SIGTERM: smoke runs
+# stop (their groups get SIGTERM, then SIGKILL after 1 s), then the process exits at once.
+STOP_WITHIN_S = 1.6
+# The commands that end the process after Ctrl-C or SIGTERM (the chat goes on; smoke has its
+# own handling of SIGTERM).
+_STOPPED_AT_ONCE = ("plan", "report")
+
+
+class _Stopper:
+    """Ctrl-C (SIGINT) and SIGTERM end ``plan`` and ``report`` within ``STOP_WITHIN_S``.
+
+    The handler asks smoke runs to stop and raises KeyboardInterrupt (``Terminated`` for
+    SIGTERM) in the main thread, whose ``except`` then calls ``finish``. A node still working
+    in a worker thread (an LLM request, a model lookup, a knowledge search) would keep the
+    interpreter alive at exit, so ``finish`` waits only for the smoke runs' process groups to
+    go, kills what is left of them, and ends the process with ``os._exit``. A watchdog thread
+    does the same at the deadline if the main thread is still busy. Checkpoints are SQLite
+    transactions and outputs atomic renames, so an exit at any point loses no finished work.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.deadline: float | None = None
+        self.code = 130
+
+    def install(self) -> None:
+        """Handle SIGINT (unless started with it ignored, as a background job) and SIGTERM."""
+        import tools.smoke.supervise  # noqa: F401 - imported now, not in the signal handler
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        from tools.smoke.supervise import Terminated, request_stop
+
+        # Smoke runs in worker threads stop, and none starts from now on.
+        request_stop()
+        if self.deadline is not None:
+            return  # a second signal: the stop is under way, and the watchdog bounds it
+        self.code = 128 + signum
+        self.deadline = time.monotonic() + STOP_WITHIN_S
+        threading.Thread(target=self._watchdog, name="stop-watchdog", daemon=True).start()
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a signal asked this process to stop."""
+        return self.deadline is not None
+
+    def _watchdog(self) -> None:
+        assert self.deadline is not None
+        time.sleep(max(0.0, self.deadline - time.monotonic()))
+        self.finish(self.code)
+
+    def finish(self, code: int) -> NoReturn:
+        """Stop the smoke runs, say why on stderr, and end the process now with ``code``."""
+        from tools.smoke.supervise import kill_child_groups, stop_all_runs
+
+        with self.lock:  # the main thread and the watchdog: the first one ends the process
+            deadline = self.deadline or time.monotonic() + STOP_WITHIN_S
+            stop_all_runs(wait_s=max(0.0, deadline - time.monotonic() - 0.2))
+            kill_child_groups()
+            word = "terminated" if code == 128 + signal.SIGTERM else "interrupted"
+            with contextlib.suppress(Exception):
+                print(f"trainwright: {word}", file=sys.stderr, flush=True)
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+            os._exit(code)
+
+
+def _quiet_broken_pipe() -> int:
+    """End quietly when the reader of stdout went away (``estimate | head``), as ``yes`` does.
+
+    The Python documentation's recipe: point stdout at /dev/null so the flush at exit cannot
+    fail again; 141 is what a shell reports for a writer killed by SIGPIPE.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``python app.py`` and the ``trainwright`` console script."""
     args = _build_parser().parse_args(argv)
     disable_telemetry()
     debug = os.environ.get("TRAINWRIGHT_DEBUG") == "1"
+    stopper = _Stopper()
     try:
         settings = Settings.load(
             llm=getattr(args, "llm", None), base_url=getattr(args, "base_url", None)
         )
-        if args.command in ("plan", "chat", "report", "smoke"):
+        if args.command in _STOPPED_AT_ONCE:
+            stopper.install()
+        elif args.command in ("chat", "smoke"):
             from tools.smoke import stop_runs_on_interrupt
 
             # Ctrl-C also stops smoke runs that graph nodes supervise in worker threads.
             stop_runs_on_interrupt()
-        return COMMANDS[args.command](args, settings)
+        code = COMMANDS[args.command](args, settings)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except TrainwrightError as exc:
+        if stopper.stopping:
+            stopper.finish(stopper.code)
         if debug:
             raise
         print(f"trainwright: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        if args.command in _STOPPED_AT_ONCE:
+            stopper.finish(stopper.code)
         print("trainwright: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line
+        if stopper.stopping:
+            stopper.finish(stopper.code)
         if debug:
             raise
         problem = _input_problem(exc)

@@ -29,7 +29,9 @@ def load_chat_model(
     LangChain's ``init_chat_model``; ``openai:NAME`` with ``base_url`` talks to any
     OpenAI-compatible server (vLLM, llama.cpp, LM Studio, Ollama). A request that gets no
     answer within ``timeout_s`` is retried ``max_retries`` times, so a dead server costs at
-    most about ``(1 + max_retries) * timeout_s`` before the run fails.
+    most about ``(1 + max_retries) * timeout_s`` before the run fails. For ``openai`` the
+    ``timeout_s`` is a total deadline per request (connect, send, headers and the whole body;
+    agents/deadline.py), so a server that drips its reply a byte at a time is cut off too.
     """
     if isinstance(spec, Settings):
         return load_chat_model(
@@ -57,6 +59,12 @@ def load_chat_model(
     from langchain.chat_models import init_chat_model
 
     kwargs: dict[str, Any] = {"timeout": timeout_s, "max_retries": max_retries}
+    if provider == "openai":
+        from agents.deadline import deadline_client
+
+        # A total deadline per request (body included), not httpx's per-read timeout: a
+        # server that drips one byte at a time is cut off at ``timeout_s`` too.
+        kwargs["http_client"] = deadline_client(timeout_s)
     if base_url is not None:
         kwargs["base_url"] = base_url
         # Local servers accept any key; the OpenAI client insists on one being set.

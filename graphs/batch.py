@@ -242,10 +242,15 @@ def run_batch(
             force,
             min(jobs, len(briefs)),
         )
-        with ThreadPoolExecutor(max_workers=min(jobs, len(briefs))) as pool:
-            # On Ctrl-C, Executor.map's iterator cancels the briefs not yet started; the running
-            # ones finish or stop (the interrupt handler stops their smoke runs).
+        pool = ThreadPoolExecutor(max_workers=min(jobs, len(briefs)))
+        try:
             outcomes = list(pool.map(batch.work, briefs))
+        except BaseException:
+            # Ctrl-C or SIGTERM: the briefs not yet started are cancelled, and the caller is
+            # not kept waiting for the running ones (the CLI stops their smoke runs and exits).
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     write_index(out_dir, outcomes)
     return outcomes
 

@@ -177,8 +177,12 @@ class ChatSession:
     def _plan(self, run_input: Any) -> None:
         """Run the graph on this thread, asking intake's questions, and show the result."""
         from graphs.run import run_plan
+        from tools.smoke import clear_stop
 
         watcher = ChatWatcher(self.log, self.interactive, self._ask, self._resuming)
+        # A Ctrl-C during an earlier plan stopped its smoke run and barred new ones; that
+        # plan is over, so this one may run its own.
+        clear_stop()
         try:
             result = run_plan(self.graph, run_input, self.thread, watcher, in_thread=True)
         except KeyboardInterrupt:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
+import hashlib
 import os
 import queue
 import re
@@ -71,6 +73,9 @@ class Watcher:
         """Answer intake's question ``{"field", "question", "problem"}``; None leaves it pending."""
         return None
 
+    def waiting(self, thread_id: str) -> None:
+        """Another run holds the thread, and this one (``wait``) waits for it to end."""
+
 
 @dataclass
 class RunResult:
@@ -104,6 +109,7 @@ def run_plan(
     *,
     reuse: Callable[[dict[str, Any]], bool] | None = None,
     in_thread: bool = False,
+    wait: bool = False,
 ) -> RunResult:
     """Run the planning graph on ``thread_id`` until it finishes or a question stays open.
 
@@ -112,7 +118,85 @@ def run_plan(
     that ``reuse(plan)`` accepts is returned without running. ``in_thread`` streams from a
     worker thread, so Ctrl-C in the caller's thread lands within a fraction of a second and
     stops the nodes and any smoke run they started (``stop_running_nodes``).
+
+    One run per thread: with a SQLite checkpointer the thread is locked for the whole run
+    (``thread_lock``); a thread another run holds is an InputError, or, with ``wait``, waited
+    for.
     """
+    on_wait = getattr(watcher, "waiting", None)
+    with thread_lock(checkpoint_file(graph), thread_id, wait=wait, on_wait=on_wait):
+        return _run_locked(graph, inputs, thread_id, watcher, reuse, in_thread)
+
+
+def checkpoint_file(graph: Any) -> Path | None:
+    """The SQLite file of ``graph``'s checkpointer, or None (in memory, another kind)."""
+    saver = getattr(graph, "checkpointer", None)
+    conn = getattr(saver, "conn", None)
+    if not isinstance(conn, sqlite3.Connection):
+        return None
+    with getattr(saver, "lock", None) or contextlib.nullcontext():
+        rows = conn.execute("PRAGMA database_list").fetchall()
+    file = next((str(row[2]) for row in rows if row[1] == "main"), "")
+    return Path(file) if file else None
+
+
+def lock_path(db: Path, thread_id: str) -> Path:
+    """The lock file of ``thread_id``: ``<db>.locks/<id>.lock`` next to the database."""
+    digest = hashlib.sha256(thread_id.encode()).hexdigest()[:12]
+    name = thread_id if THREAD_RE.fullmatch(thread_id) else "thread"
+    return db.parent / f"{db.name}.locks" / f"{name}-{digest}.lock"
+
+
+@contextlib.contextmanager
+def thread_lock(
+    db: Path | None,
+    thread_id: str,
+    *,
+    wait: bool = False,
+    on_wait: Callable[[str], None] | None = None,
+) -> Iterator[None]:
+    """Hold ``thread_id`` for one run: an exclusive ``flock`` on its lock file (no db: no lock).
+
+    The kernel drops the lock when the process ends, however it ends (SIGKILL included), so a
+    killed run never leaves its thread locked. A thread held by another run (this process or
+    another) is an InputError naming it, or with ``wait`` is polled until it is free
+    (``on_wait(thread_id)`` is called once when the waiting starts).
+    """
+    if db is None:
+        yield
+        return
+    path = lock_path(db, thread_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not wait:
+                    raise InputError(
+                        "--thread",
+                        f"thread {thread_id} is already running; wait for that run to end "
+                        "(plan --wait) or use another thread",
+                    ) from None
+                if on_wait is not None:
+                    on_wait(thread_id)
+                    on_wait = None
+                time.sleep(0.2)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _run_locked(
+    graph: Any,
+    inputs: dict[str, Any] | None,
+    thread_id: str,
+    watcher: RunWatcher | None,
+    reuse: Callable[[dict[str, Any]], bool] | None,
+    in_thread: bool,
+) -> RunResult:
     watcher = watcher if watcher is not None else Watcher()
     config = thread_config(thread_id)
     snapshot = graph.get_state(config)
@@ -153,8 +237,14 @@ def plan_on_thread(
     inputs: dict[str, Any] | None,
     thread_id: str,
     watcher: RunWatcher | None = None,
+    *,
+    wait: bool = False,
 ) -> RunResult:
-    """``run_plan`` on the graph ``settings`` describe, checkpointed in its SQLite database."""
+    """``run_plan`` on the graph ``settings`` describe, checkpointed in its SQLite database.
+
+    The graph streams from a worker thread, so the caller's thread stays free for Ctrl-C and
+    SIGTERM wherever the run is; ``wait`` waits for another run that holds the thread.
+    """
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from agents.chat_models import load_chat_model
@@ -163,7 +253,8 @@ def plan_on_thread(
     model = load_chat_model(settings)
     settings.checkpoint_db.parent.mkdir(parents=True, exist_ok=True)
     with SqliteSaver.from_conn_string(str(settings.checkpoint_db)) as saver:
-        return run_plan(build_graph(model, saver, settings), inputs, thread_id, watcher)
+        graph = build_graph(model, saver, settings)
+        return run_plan(graph, inputs, thread_id, watcher, in_thread=True, wait=wait)
 
 
 def _stream(graph: Any, run_input: Any, config: dict[str, Any], in_thread: bool) -> Iterator[Any]:

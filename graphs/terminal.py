@@ -169,6 +169,10 @@ class LineWatcher(Watcher):
         """An unfinished run carries on; the input given now is not used."""
         _emit(f"resuming thread {self.thread} at {', '.join(nodes)}")
 
+    def waiting(self, thread_id: str) -> None:
+        """``--wait``: another run holds the thread."""
+        _emit(f"waiting for thread {thread_id}: another run holds it")
+
     def ask(self, question: dict[str, Any]) -> str:
         """``--answer`` once, then one line of stdin."""
         given, self.answer = self.answer, None  # a given answer answers one question

@@ -9,27 +9,36 @@ from tools.smoke.predict import predict_peak_bytes, shape_spec, smoke_mfu, with_
 from tools.smoke.runner import INJECT_KINDS, run_smoke_test
 from tools.smoke.scale import llama_config_from_shape, scale_model_config
 from tools.smoke.supervise import (
+    Terminated,
+    clear_stop,
     default_memory_cap,
     format_bytes,
     group_alive,
     group_rss_bytes,
+    kill_child_groups,
+    request_stop,
     stop_all_runs,
     stop_on_sigterm,
+    stop_requested,
     stop_runs_on_interrupt,
 )
 from tools.smoke.verdict import step_times_s
 
 __all__ = [
     "INJECT_KINDS",
+    "Terminated",
     "adapt_ds_config",
+    "clear_stop",
     "default_memory_cap",
     "format_bytes",
     "free_port",
     "group_alive",
     "group_rss_bytes",
+    "kill_child_groups",
     "launch_commands",
     "llama_config_from_shape",
     "predict_peak_bytes",
+    "request_stop",
     "run_smoke_test",
     "scale_model_config",
     "shape_spec",
@@ -38,6 +47,7 @@ __all__ = [
     "step_times_s",
     "stop_all_runs",
     "stop_on_sigterm",
+    "stop_requested",
     "stop_runs_on_interrupt",
     "with_prediction",
 ]

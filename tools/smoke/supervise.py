@@ -476,6 +476,57 @@ def stop_all_runs(wait_s: float = KILL_GRACE_S + 5.0) -> int:
     return len(runs)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt, so that it stops the same way."""
+
+
+def request_stop() -> None:
+    """Ask every smoke run in progress to stop, and keep new ones from launching.
+
+    What Ctrl-C does to smoke runs (from a signal handler or any thread); ``clear_stop``
+    lifts the ban once the interrupted work has ended (a chat's next plan).
+    """
+    _INTERRUPTED.set()
+    with _ACTIVE_LOCK:
+        runs = list(_ACTIVE)
+    for run in runs:
+        run.stop.set()
+
+
+def clear_stop() -> None:
+    """Let smoke runs launch again after an interrupt (``request_stop``) was dealt with.
+
+    For a program that goes on after Ctrl-C (the chat): without it every later run in the
+    process would end at once with KeyboardInterrupt.
+    """
+    _INTERRUPTED.clear()
+
+
+def stop_requested() -> bool:
+    """Whether an interrupt asked runs to stop and ``clear_stop`` has not been called since."""
+    return _INTERRUPTED.is_set()
+
+
+def kill_child_groups() -> int:
+    """SIGKILL the process group of every child of this process that leads one; how many.
+
+    The last resort of a program that exits at once after Ctrl-C or SIGTERM: launchers lead
+    their own groups, so this reaches their ranks and compilers too.
+    """
+    import psutil
+
+    groups = []
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(child.pid) == child.pid:
+                    groups.append(child.pid)
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    return len(groups)
+
+
 def stop_runs_on_interrupt() -> None:
     """Make Ctrl-C (SIGINT) also stop smoke runs supervised in other threads.
 
@@ -492,11 +543,7 @@ def stop_runs_on_interrupt() -> None:
         return  # started with Ctrl-C ignored (a background job): keep it that way
 
     def _interrupt(signum: int, frame: Any) -> None:
-        _INTERRUPTED.set()
-        with _ACTIVE_LOCK:
-            runs = list(_ACTIVE)
-        for run in runs:
-            run.stop.set()
+        request_stop()
         if callable(previous):
             previous(signum, frame)
         else:
