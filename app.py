@@ -41,6 +41,13 @@ def _build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _path_arg(text: str) -> Path:
+    """A path flag's value; an empty string (which Path would read as '.') is refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("give a path, not an empty string")
+    return Path(text)
+
+
 def _smoke_flags(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--smoke", dest="smoke", action="store_true", default=None, help=f"run {what}")
     p.add_argument("--no-smoke", dest="smoke", action="store_false", help=f"skip {what}")
@@ -64,9 +71,20 @@ def _add_plan(sub: Any) -> None:
     )
     _smoke_flags(plan, "the smoke test")
     plan.add_argument(
-        "--out", type=Path, help="directory for the report and launch files (default out/<model>)"
+        "--out",
+        type=_path_arg,
+        help="directory for the report and launch files (default out/<model>-<digest>); "
+        "a non-empty folder trainwright did not write is refused",
     )
-    plan.add_argument("--json", dest="json_path", type=Path, help="also write the plan JSON here")
+    plan.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a non-empty --out folder trainwright did not write (its files are "
+        "never touched; one in the way is refused)",
+    )
+    plan.add_argument(
+        "--json", dest="json_path", type=_path_arg, help="also write the plan JSON here"
+    )
     _llm_args(plan)
     plan.add_argument(
         "--thread",
@@ -101,7 +119,10 @@ def _add_profile(sub: Any) -> None:
         "--hardware", default="local", help="local (default), or a NODESxGPUSxTYPE spec to resolve"
     )
     prof.add_argument(
-        "--json", dest="json_path", type=Path, help="write the profile JSON here (and print it)"
+        "--json",
+        dest="json_path",
+        type=_path_arg,
+        help="write the profile JSON here (and print it)",
     )
 
 
@@ -115,7 +136,9 @@ def _add_estimate(sub: Any) -> None:
     est.add_argument("--global-batch", type=int, help="sequences per optimizer step")
     est.add_argument("--micro-batch", type=int, help="sequences per GPU per step (default: chosen)")
     est.add_argument("--precision", help="bf16 | fp16 | fp32 | auto")
-    est.add_argument("--json", dest="json_path", type=Path, help="write the estimate JSON here")
+    est.add_argument(
+        "--json", dest="json_path", type=_path_arg, help="write the estimate JSON here"
+    )
 
 
 def _add_smoke(sub: Any) -> None:
@@ -147,8 +170,19 @@ def _add_smoke(sub: Any) -> None:
     smoke.add_argument("--inject-step", type=int, default=3, help="step of the injected fault")
     smoke.add_argument("--micro-batch", type=int, default=1, help="sequences per rank per step")
     smoke.add_argument("--seq-len", type=int, help="tokens per sequence (capped locally)")
-    smoke.add_argument("--run-dir", type=Path, help="where logs and metrics go")
-    smoke.add_argument("--json", dest="json_path", type=Path, help="write the result JSON here")
+    smoke.add_argument(
+        "--run-dir",
+        type=_path_arg,
+        help="where logs and metrics go; a non-empty folder trainwright did not write is refused",
+    )
+    smoke.add_argument(
+        "--force",
+        action="store_true",
+        help="run in a non-empty --run-dir trainwright did not write (its files are never touched)",
+    )
+    smoke.add_argument(
+        "--json", dest="json_path", type=_path_arg, help="write the result JSON here"
+    )
 
 
 def _add_report(sub: Any) -> None:
@@ -156,7 +190,12 @@ def _add_report(sub: Any) -> None:
         "report", help="plan many briefs: one report folder each, plus index.md and index.html"
     )
     rep.add_argument("paths", nargs="+", type=Path, help="brief files or directories of them")
-    rep.add_argument("--out", type=Path, required=True, help="directory for reports and index")
+    rep.add_argument(
+        "--out",
+        type=_path_arg,
+        required=True,
+        help="directory for reports and index (new, empty, or one report wrote before)",
+    )
     rep.add_argument("--jobs", type=int, default=2, help="briefs planned at once (default 2)")
     _smoke_flags(rep, "every smoke test")
     rep.add_argument("--force", action="store_true", help="re-plan briefs that did not change")
@@ -168,10 +207,21 @@ def _emit(line: str) -> None:
 
 
 def _write_json(path: Path | None, data: Any) -> None:
-    if path is not None:
-        from tools.core.files import write_atomic
+    """Write ``data`` to what the user named (a device, FIFO or symlink is written through).
 
-        write_atomic(path, json.dumps(data, indent=2) + "\n")
+    Into a folder of ours (``--json out/x/plan.json``) it goes through the folder's manifest,
+    so a later run may replace it, and a file of the user's there is refused.
+    """
+    if path is None:
+        return
+    from tools.core.files import write_through
+    from tools.core.outputs import owned, write_file
+
+    text = json.dumps(data, indent=2) + "\n"
+    if not path.is_symlink() and (path.is_file() or not path.exists()) and owned(path.parent):
+        write_file(path.parent, path.name, text, field="--json")
+    else:
+        write_through(path, text)
 
 
 def _plan_inputs(args: argparse.Namespace) -> dict[str, Any]:
@@ -202,9 +252,19 @@ def _plan_inputs(args: argparse.Namespace) -> dict[str, Any]:
     raise InputError("plan", "give a request text or --brief FILE")
 
 
-def _check_out(out: Path | None) -> None:
-    """Refuse an output directory that cannot be one (tools/core/paths.py), before any work."""
+def _check_out(out: Path | None, force: bool = False, names: tuple[str, ...] = ()) -> None:
+    """Check, then claim, the output directory before any work.
+
+    Refused: a path that cannot be a directory (tools/core/paths.py: NUL, /proc, under a file,
+    too long), a non-empty folder trainwright did not write (unless ``force``), and any of
+    ``names`` there that is a file of the user's (tools/core/outputs.py ``claim``).
+    """
     check_output_path(out, "--out", "dir")
+    if out is None:
+        return
+    from tools.core.outputs import claim
+
+    claim(out, force=force, field="--out", names=names)
 
 
 def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
@@ -217,11 +277,17 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     from graphs.run import check_thread_id, plan_on_thread
     from graphs.terminal import LineWatcher
 
-    _check_out(args.out)
     check_output_path(args.json_path, "--json", "file")
     if args.thread is not None:
         check_thread_id(args.thread, "--thread")
     inputs = _plan_inputs(args)
+    from tools.artifacts.report import REPORT_FILES
+
+    names: tuple[str, ...] = REPORT_FILES
+    if args.out is not None and args.json_path is not None:
+        if args.json_path.parent.resolve() == args.out.resolve():
+            names = (*names, args.json_path.name)
+    _check_out(args.out, args.force, names)
     started = time.perf_counter()
     thread = args.thread or f"plan-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
     watcher = LineWatcher(thread, announce=args.thread is None, answer=args.answer)
@@ -358,6 +424,7 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
         inject_step=args.inject_step,
         timeout_s=args.timeout,
         memory_cap=memory_cap,
+        force=args.force,
     )
     _write_json(args.json_path, result.model_dump(mode="json"))
     print(smoke_lines(result))
@@ -367,8 +434,9 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     """Plan every brief into its own report folder and write the index; 1 if any brief failed."""
     from graphs.batch import run_batch
+    from tools.core.outputs import claim
 
-    _check_out(args.out)
+    claim(args.out, field="--out", force_flag=None)  # report's --force re-plans, see --help
     outcomes = run_batch(
         args.paths, args.out, settings, jobs=args.jobs, smoke=args.smoke, force=args.force
     )

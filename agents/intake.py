@@ -7,6 +7,9 @@ parser wins where both found a value (``tools.intake.brief.merge_read_fields``).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +28,7 @@ from agents.events import Events
 from agents.roles import Node
 from agents.workspace import PRODUCT_KEYS
 from tools.core.errors import InputError
+from tools.core.outputs import confined
 from tools.core.schemas import TrainingBrief
 from tools.core.settings import Settings
 from tools.core.untrusted import cap_text
@@ -35,13 +39,38 @@ _FRESH: dict[str, Any] = dict.fromkeys((*PRODUCT_KEYS, "plan"))
 
 
 def _default_out_dir(brief: TrainingBrief, settings: Settings) -> Path:
-    """out/<model name>, or out/<task> for an agent application."""
+    """out/<model name>-<digest>, or out/<task>-<digest> for an agent application.
+
+    The digest (8 hex of the brief's SHA-256, with a model file's absolute path) makes the
+    folder unique per model and request: two config.json models, or two requests for one
+    model, never share a folder; the same request again reuses its folder. A model given as
+    ``.../NAME/config.json`` is named after its folder, NAME.
+    """
     if isinstance(brief.model, str):
-        name = Path(brief.model).stem
+        path = Path(brief.model)
+        name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
     else:
         name = brief.task if brief.model is None else "custom"
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:64] or "plan"
-    return settings.out_dir / safe
+    request = brief.model_dump(mode="json")
+    if isinstance(brief.model, str) and brief.model.endswith(".json"):
+        request["model_path"] = os.path.abspath(brief.model)
+    digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()[:8]
+    return (settings.serve_root or settings.out_dir) / f"{safe}-{digest}"
+
+
+def _out_dir(state: Mapping[str, Any], brief: TrainingBrief, settings: Settings) -> str:
+    """Where the plan's files go: the caller's ``out_dir``, else a default folder.
+
+    Served (``settings.serve_root`` set: the LangGraph server) the caller's folder is a name
+    inside that root, and anything that resolves outside it is refused.
+    """
+    chosen = state.get("out_dir")
+    if not chosen:
+        return str(_default_out_dir(brief, settings))
+    if settings.serve_root is not None:
+        return str(confined(settings.serve_root, str(chosen)))
+    return str(chosen)
 
 
 # Provider failures after which intake still has the offline parser's reading: the server
@@ -146,7 +175,7 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
         return {
             **_FRESH,
             "brief": brief.model_dump(mode="json"),
-            "out_dir": state.get("out_dir") or str(_default_out_dir(brief, settings)),
+            "out_dir": _out_dir(state, brief, settings),
             "review_round": 0,
             "narrative": Overwrite({}),
             "notes": Overwrite([cap_text(n) for n in notes]),

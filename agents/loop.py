@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from agents.chat_models import provider_error
 from prompts import load_prompts
 from tools.core.errors import InputError, TrainwrightError
+from tools.core.outputs import OutputRefused
 from tools.core.untrusted import MAX_LLM_TEXT, cap_text
 
 
@@ -136,6 +137,8 @@ def _call_tool(by_name: dict[str, BaseTool], name: str, args: dict[str, Any]) ->
             f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3]
         )
         return f"Error: invalid arguments for {name}: {problems}. Fix them and call {name} again."
+    except OutputRefused:
+        raise  # a file of the user's is in the way: the run stops, no tool call gets past it
     except TrainwrightError as exc:
         # A tool may word its error for the model apart from the user's (e.g. without saying
         # which files exist on this machine): ``tool_message``.

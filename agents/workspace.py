@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tools.core.errors import InputError
+from tools.core.outputs import confined
 from tools.core.schemas import (
     FrameworkChoice,
     HardwareSpec,
@@ -91,7 +92,7 @@ def from_state(
 
     return Workspace(
         settings=settings,
-        out_dir=Path(state.get("out_dir") or settings.out_dir),
+        out_dir=_out_dir(state, settings),
         brief=brief_from_dict(state["brief"]),
         hardware=typed("hardware"),
         model=typed("model"),
@@ -105,6 +106,14 @@ def from_state(
         round_no=int(state.get("review_round", 0)) or 1,
         on_progress=on_progress,
     )
+
+
+def _out_dir(state: Mapping[str, Any], settings: Settings) -> Path:
+    """The state's output folder; served, it must stay inside the root (a client can edit state)."""
+    chosen = state.get("out_dir")
+    if settings.serve_root is None:
+        return Path(chosen or settings.out_dir)
+    return confined(settings.serve_root, str(chosen or "."), absolute_inside=True)
 
 
 # Every work product a plan's nodes write, by state key: a fresh request clears them all, and

@@ -29,7 +29,7 @@ from graphs.run import Watcher, run_plan
 from tools.artifacts.index import BriefOutcome, index_row, write_index
 from tools.core import imports
 from tools.core.errors import InputError
-from tools.core.files import write_atomic
+from tools.core.outputs import claim, remove_file, write_file
 from tools.core.settings import Settings
 from tools.intake.brief_files import BriefJob, find_briefs
 
@@ -221,7 +221,10 @@ def run_batch(
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError("--out", f"{out_dir} exists and is not a directory")
     briefs = find_briefs(paths)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    # Before any work: the folder is new, empty or an earlier report's, and every brief has a
+    # folder of its own (tools/core/outputs.py, ``own_folders``).
+    claim(out_dir, field="--out", force_flag=None, create=True)
+    briefs = own_folders(briefs, out_dir)
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from agents.chat_models import load_chat_model
@@ -253,6 +256,39 @@ def run_batch(
         pool.shutdown()
     write_index(out_dir, outcomes)
     return outcomes
+
+
+def own_folders(briefs: list[BriefJob], out_dir: Path) -> list[BriefJob]:
+    """Give a brief whose folder holds another brief's report (an earlier batch) a new folder.
+
+    ``find_briefs`` makes the names unique within one batch; across batches into one
+    ``--out``, ``a b.yaml`` then ``a_b.yaml`` would both want ``a_b/``. The folder's stamp
+    names the brief it was planned from: a different brief gets ``<name>-<8 hex of its
+    path>``, decided here, before any brief runs.
+    """
+    taken = {job.name.casefold() for job in briefs}
+    fixed: list[BriefJob] = []
+    for job in briefs:
+        name = job.name
+        owner = _stamped_brief(out_dir / name)
+        if owner is not None and owner != str(job.path):
+            digest = hashlib.sha256(str(job.path).encode()).hexdigest()
+            for width in (8, 16, 64):
+                name = f"{job.name}-{digest[:width]}"
+                other = _stamped_brief(out_dir / name)
+                if name.casefold() not in taken and other in (None, str(job.path)):
+                    break
+            taken.add(name.casefold())
+        fixed.append(BriefJob(name, job.path))
+    return fixed
+
+
+def _stamped_brief(folder: Path) -> str | None:
+    """The brief file that the report in ``folder`` was planned from, if it records one."""
+    try:
+        return str(json.loads((folder / STAMP).read_text()).get("brief"))
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class _Batch:
@@ -305,7 +341,7 @@ class _Batch:
             saved = json.loads(stamp.read_text())
             if saved.get("inputs_sha256") == digest and (folder / "plan.json").is_file():
                 return BriefOutcome(job.name, job.path, "skipped", saved["summary"])
-        stamp.unlink(missing_ok=True)
+        remove_file(folder, STAMP)
         self.progress.started(job.name)
         with self._warm_lock:  # once, and only when something is planned in parallel
             if not self._warmed and self.jobs > 1:
@@ -320,7 +356,7 @@ class _Batch:
         plan = plan_one(job, folder, self.graph, thread, self.smoke, self.smoke_lock, watcher)
         summary = index_row(plan, job.name)
         record = {"inputs_sha256": digest, "brief": str(job.path), "summary": summary}
-        write_atomic(stamp, json.dumps(record) + "\n")
+        write_file(folder, STAMP, json.dumps(record) + "\n")
         return BriefOutcome(
             job.name, job.path, "ok", summary, elapsed_s=time.perf_counter() - started
         )

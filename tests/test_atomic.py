@@ -25,6 +25,7 @@ import pytest
 from procs import ROOT, cli, kill_group, read_until
 
 from tools.core.files import STALE_AFTER_S, clean_stale_temps, copy_atomic, write_atomic
+from tools.core.outputs import MANIFEST
 
 # The versions the writer writes, also exec'd here to know each version's exact bytes:
 # version i is a ~2.5 MB plan-like JSON whose first and last keys both carry i.
@@ -193,7 +194,8 @@ def test_modes_follow_the_umask_and_launch_scripts_stay_executable(tmp_path: Pat
     }
     saved = save_plan(plan, str(tmp_path / "via-save"))
     assert sorted(p.name for p in saved) == ["launch.sh", "report.md"]
-    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "via-save").iterdir()}
+    saved_files = [p for p in (tmp_path / "via-save").iterdir() if p.name != MANIFEST]
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in saved_files}
     assert modes == {
         "launch.sh": 0o777 & ~mask,
         "report.md": 0o666 & ~mask,

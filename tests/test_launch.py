@@ -19,6 +19,7 @@ import yaml
 from specs import GPT2_TINY, tiny_spec
 
 from tools.artifacts.launch import emit_launch
+from tools.core.outputs import MANIFEST
 from tools.core.schemas import (
     FrameworkChoice,
     GPUSpec,
@@ -444,7 +445,7 @@ def test_fsdp_plan_gets_torchrun_and_a_wrapping_guide(
 def test_switching_plans_removes_the_other_plans_files(tmp_path: Path) -> None:
     emit(tmp_path, "deepspeed-2x8")
     emit(tmp_path, "horovod-2x8")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != MANIFEST) == [
         "HOROVOD.md",
         "launch.sh",
         "model_config.json",
@@ -574,7 +575,9 @@ def test_tensor_pipeline_plan_launches_megatron_deepspeed(tmp_path: Path, nodes:
         },
         "activation_checkpointing": {"partition_activations": True},
     }
-    (tmp_path / "train.py").write_text("stale")  # from an earlier data-parallel plan
+    # An earlier data-parallel plan in the same folder wrote train.py (and recorded it).
+    emit_launch(tmp_path, brief(), gpus(1, 8), model(), DEEPSPEED, DS_CONFIG)
+    assert (tmp_path / "train.py").is_file()
     memory = _tp_pp_plan(tp, pp, 1, 64 // dp)
     seq_brief = brief(seq_len=8192).model_copy(update={"global_batch_size": 64})
     spec = emit_launch(tmp_path, seq_brief, hw, _llama_70b(), DEEPSPEED, config, memory=memory)

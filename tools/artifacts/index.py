@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from tools.artifacts.report import CSP_META, STYLE
 from tools.artifacts.text import plan_facts
-from tools.core.files import write_atomic
+from tools.core.outputs import write_file
 
 Status = Literal["ok", "failed", "skipped"]
 
@@ -106,8 +106,8 @@ def render_index_html(outcomes: list[BriefOutcome]) -> str:
 
 def write_index(out_dir: Path, outcomes: list[BriefOutcome]) -> None:
     """Write ``index.md`` and ``index.html`` under ``out_dir``."""
-    write_atomic(out_dir / "index.md", render_index_markdown(outcomes))
-    write_atomic(out_dir / "index.html", render_index_html(outcomes))
+    write_file(out_dir, "index.md", render_index_markdown(outcomes), field="--out")
+    write_file(out_dir, "index.html", render_index_html(outcomes), field="--out")
 
 
 def index_row(plan: dict[str, Any], name: str) -> dict[str, Any]:

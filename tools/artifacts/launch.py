@@ -37,7 +37,7 @@ from tools.artifacts import cluster, guides, megatron
 from tools.artifacts.cluster import MASTER_PORT
 from tools.artifacts.deepspeed_config import hf_trainer_config
 from tools.artifacts.scripts import comment_text
-from tools.core.files import copy_atomic, write_atomic
+from tools.core.outputs import check_files, copy_file, listed, remove_file, write_file
 from tools.core.schemas import (
     FrameworkChoice,
     HardwareSpec,
@@ -124,7 +124,6 @@ def emit_launch(
     Megatron-DeepSpeed launch. (The config alone cannot tell: its batch arithmetic gives the
     product of the degrees at best, not the split.)
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
     job = LaunchInputs(
         brief=brief,
         hardware=hardware,
@@ -147,6 +146,8 @@ def emit_launch(
         )
     comments = [job.title, launch.how_to_run]
     texts["launch.sh"] = cluster.launch_script(comments, launch.command, launch.preamble)
+    # All or nothing: a file of the user's among them stops the launch before any is written.
+    check_files(out_dir, texts)
     files = _write(out_dir, texts)
     _remove_stale(out_dir, files)
     return LaunchSpec(command=launch.command, files=files)
@@ -299,9 +300,9 @@ def _write(out_dir: Path, texts: dict[str, str | Path]) -> dict[str, str]:
     for name in sorted(texts, key=_listed):
         content = texts[name]
         if isinstance(content, Path):
-            copy_atomic(content, out_dir / name)
+            copy_file(out_dir, name, content)
         else:
-            write_atomic(out_dir / name, content, executable=name.endswith(".sh"))
+            write_file(out_dir, name, content, executable=name.endswith(".sh"))
         files[name] = str(out_dir / name)
     return files
 
@@ -310,8 +311,10 @@ def _remove_stale(out_dir: Path, files: dict[str, str]) -> None:
     """Re-emitting into the same directory: files this launch does not use must not linger.
 
     They would suggest otherwise (a ds_config.json next to a torchrun launch, a stale hostfile).
+    Only files an earlier launch wrote here and nobody changed since are removed
+    (tools/core/outputs.py): the user's own train.py, hostfile or MEGATRON.md stay.
     """
-    fixed = [name for name in _ARTIFACTS if name != _NODE_SCRIPTS]
-    for stale in [*fixed, *(p.name for p in out_dir.glob(_NODE_SCRIPTS))]:
-        if stale not in files:
-            (out_dir / stale).unlink(missing_ok=True)
+    for stale in listed(out_dir):
+        ours = stale in _ARTIFACTS or fnmatch(stale, _NODE_SCRIPTS)
+        if ours and stale not in files:
+            remove_file(out_dir, stale)

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from tools.core.errors import printable
-from tools.core.files import write_atomic
+from tools.core.outputs import check_files, write_file
 from tools.core.schemas import MemoryPlan, ReportPaths, TrainingPlan
 from tools.core.strategies import setup_label
 from tools.planning.memory import GB
@@ -276,6 +276,10 @@ def render_html(markdown: str, title: str, charts: list[tuple[str, bytes]] | Non
     )
 
 
+# What every plan writes, whatever its framework (the CLI checks them before any work).
+REPORT_FILES = ("report.md", "report.html", "plan.json")
+
+
 def write_report(plan: TrainingPlan, out_dir: Path) -> ReportPaths:
     """Write report.md, report.html (with its charts) and plan.json under ``out_dir``; return the paths."""
     from tools.artifacts.charts import plan_charts
@@ -287,12 +291,15 @@ def write_report(plan: TrainingPlan, out_dir: Path) -> ReportPaths:
     )
     plan = plan.model_copy(update={"report": paths})
     md = render_markdown(plan)
-    write_atomic(out_dir / "report.md", md)
-    write_atomic(
-        out_dir / "report.html",
-        render_html(md, plan.brief.goal or "training plan", plan_charts(plan)),
-    )
-    write_atomic(out_dir / "plan.json", plan_json(plan))
+    texts = {
+        "report.md": md,
+        "report.html": render_html(md, plan.brief.goal or "training plan", plan_charts(plan)),
+        "plan.json": plan_json(plan),
+    }
+    # All or nothing: a file of the user's under one of these names stops the report first.
+    check_files(out_dir, texts)
+    for name, text in texts.items():
+        write_file(out_dir, name, text)
     return paths
 
 

@@ -7,14 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from tools.core.errors import InputError
-from tools.core.files import copy_atomic, write_atomic
+from tools.core.outputs import claim, copy_file, write_file
 
 
 def save_plan(plan: dict[str, Any], directory: str) -> list[Path]:
     """Copy a plan's report, plan.json, DeepSpeed config and launch files into ``directory``.
 
     Each file keeps its base name and lands directly in ``directory``: a destination that
-    would resolve anywhere else (a symlink out of it) is refused, as is a path with NUL.
+    would resolve anywhere else (a symlink out of it) is refused, as is a path with NUL. A
+    non-empty folder trainwright did not write is refused, and no file of the user's there is
+    ever replaced.
     """
     if not directory.strip():
         raise InputError("/save", "give a directory, e.g. /save saved/llama")
@@ -31,15 +33,24 @@ def save_plan(plan: dict[str, Any], directory: str) -> list[Path]:
         sources[Path(path).name] = Path(path)
     target.mkdir(parents=True, exist_ok=True)
     root = target.resolve()
-    if plan.get("deepspeed_config") is not None and "ds_config.json" not in sources:
-        write_atomic(root / "ds_config.json", json.dumps(plan["deepspeed_config"], indent=2))
-    copied = []
-    for name, source in sorted(sources.items()):
+    for name in sources:
         dest = root / name
         if dest.resolve().parent != root or dest.is_symlink():
             raise InputError("/save", f"{dest} would be written outside {root}")
+    # A folder of the user's is refused; one /save made before is replaced file by file, as
+    # long as nobody changed those files since (tools/core/outputs.py).
+    names = [n for n, source in sources.items() if source.is_file()]
+    if plan.get("deepspeed_config") is not None and "ds_config.json" not in sources:
+        names.append("ds_config.json")
+    claim(root, field="/save", names=names, force_flag=None)
+    if plan.get("deepspeed_config") is not None and "ds_config.json" not in sources:
+        write_file(
+            root, "ds_config.json", json.dumps(plan["deepspeed_config"], indent=2), field="/save"
+        )
+    copied = []
+    for name, source in sorted(sources.items()):
         if not source.is_file():
             continue
-        copy_atomic(source, dest)  # keeps launch scripts executable
-        copied.append(dest)
+        copy_file(root, name, source, field="/save")  # keeps launch scripts executable
+        copied.append(root / name)
     return copied

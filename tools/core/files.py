@@ -131,3 +131,65 @@ def copy_atomic(source: Path, dest: Path) -> None:
     """Copy ``source`` to ``dest`` atomically; an executable source gives an executable copy."""
     source = Path(source)
     write_atomic_bytes(dest, source.read_bytes(), executable=bool(os.stat(source).st_mode & 0o111))
+
+
+# Names that stand for one of this process's open descriptors.
+_FD_NAMES = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_FD_RE = re.compile(r"^/(?:dev/fd|proc/self/fd)/(\d+)$")
+
+
+def _named_fd(path: Path) -> int | None:
+    text = str(path)
+    if text in _FD_NAMES:
+        return _FD_NAMES[text]
+    match = _FD_RE.match(text)
+    return int(match.group(1)) if match else None
+
+
+def _write_fd(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def write_through(path: Path, text: str, field: str = "--json") -> None:
+    """Write ``text`` to what ``path`` names, without replacing anything but a regular file.
+
+    - ``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``: written to that open descriptor (after
+      flushing Python's own buffers), so the bytes land where the shell sent the stream.
+    - An existing non-regular file (a character device such as ``/dev/null``, a FIFO, a
+      socket): opened and written; never replaced, so ``/dev/null`` stays a device.
+    - A symlink: resolved, and its target replaced atomically; the link stays a link.
+    - Anything else: ``write_atomic``. A directory is an ``InputError`` naming ``field``.
+    """
+    import stat
+    import sys
+
+    path = Path(path)
+    data = text.encode("utf-8")
+    fd = _named_fd(path)
+    if fd is not None:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        _write_fd(fd, data)
+        return
+    try:
+        st = os.stat(path)  # follows symlinks: what the name leads to
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        from tools.core.errors import InputError, shown
+
+        raise InputError(field, f"{shown(str(path), 160)} is a directory")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        out = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            _write_fd(out, data)
+        finally:
+            os.close(out)
+        return
+    # A symlink (dangling or not) keeps being one: its target gets the new file.
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    write_atomic_bytes(target, data)

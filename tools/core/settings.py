@@ -96,6 +96,10 @@ class Settings:
     # fail. It exercises the review loop: after an injected oom the engineer must re-plan
     # with less memory, and the second round runs clean.
     smoke_inject: str | None = None
+    # Set only where remote callers choose out_dir (the LangGraph server, graphs/serve.py):
+    # their folder is then a name inside this root, and one resolving outside it is refused.
+    # None (the CLI, the adapters): any path the caller names. See ``served``.
+    serve_root: Path | None = None
 
     def __post_init__(self) -> None:
         """Reject a malformed ``smoke_inject`` here, not deep inside a smoke run."""
@@ -129,6 +133,11 @@ class Settings:
     def checkpoint_db(self) -> Path:
         """The SQLite file that holds LangGraph checkpoints."""
         return self.home / "checkpoints.sqlite"
+
+    def served(self) -> Settings:
+        """These settings for serving: ``serve_root`` from TRAINWRIGHT_SERVE_ROOT, else ``out_dir``."""
+        root = os.environ.get("TRAINWRIGHT_SERVE_ROOT") or self.serve_root or self.out_dir
+        return replace(self, serve_root=Path(root))
 
     def with_(self, **changes: Any) -> Settings:
         """Return a copy with ``changes`` applied (explicit arguments win)."""

@@ -22,7 +22,8 @@ class BriefJob:
 def find_briefs(paths: Iterable[Path]) -> list[BriefJob]:
     """Brief files named directly or found (not recursively) in the directories given.
 
-    Folder names are the file stems, made unique with ``-2``, ``-3``... in input order.
+    Folder names are the file stems (characters other than letters, digits, ``._-`` become
+    ``_``), made unique, ignoring case, with ``-2``, ``-3``... in input order.
     Raises InputError for a path that does not exist, or when no brief is found at all.
     """
     files: list[Path] = []
@@ -36,11 +37,16 @@ def find_briefs(paths: Iterable[Path]) -> list[BriefJob]:
     if not files:
         raise InputError("report", "no brief files (.yaml, .yml, .json) in the paths given")
     jobs: list[BriefJob] = []
-    seen: dict[str, int] = {}
+    used: set[str] = set()  # casefolded: A.yaml and a.yaml must not share a folder on macOS
     for f in dict.fromkeys(f.resolve() for f in files):  # a file named twice runs once
         # Leading dots off: a file named "...yaml" (stem "..") must not name out_dir's parent.
         safe = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in f.stem)
         stem = safe.lstrip(".")[:100] or "brief"
-        seen[stem] = seen.get(stem, 0) + 1
-        jobs.append(BriefJob(stem if seen[stem] == 1 else f"{stem}-{seen[stem]}", f))
+        name, n = stem, 1
+        # "a b.yaml", "a_b.yaml" and "a_b-2.yaml" all want a_b or a_b-2: each gets its own.
+        while name.casefold() in used:
+            n += 1
+            name = f"{stem}-{n}"
+        used.add(name.casefold())
+        jobs.append(BriefJob(name, f))
     return jobs

@@ -11,7 +11,7 @@ import socket
 import sys
 from pathlib import Path
 
-from tools.core.files import write_atomic
+from tools.core.outputs import write_file
 from tools.core.settings import TELEMETRY_OFF
 
 
@@ -48,8 +48,8 @@ def _deepspeed_commands(
     run_dir: Path, device: str, ranks: int, nodes: int, port: int, script_args: list[str]
 ) -> list[list[str]]:
     if nodes > 1:
-        hostfile = run_dir / "hostfile"
-        write_atomic(hostfile, "".join(f"node{i} slots={ranks // nodes}\n" for i in range(nodes)))
+        text = "".join(f"node{i} slots={ranks // nodes}\n" for i in range(nodes))
+        write_file(run_dir, "hostfile", text, field="--run-dir")
     commands: list[list[str]] = []
     for node in range(nodes):
         if nodes > 1:

@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from tools.core.errors import InputError
-from tools.core.files import copy_atomic, write_atomic
+from tools.core.outputs import (
+    check_files,
+    claim,
+    copy_file,
+    listed,
+    record,
+    remove_file,
+    reserve,
+    write_file,
+)
 from tools.core.schemas import ModelSpec, SmokeResult
 from tools.core.settings import Settings
 from tools.core.strategies import strategy_of
@@ -69,6 +78,7 @@ def run_smoke_test(
     task: str = "pretrain",
     attn_implementation: str | None = None,
     memory_cap: int | None = None,
+    force: bool = False,
 ) -> SmokeResult:
     """Run a short real training of the planned model (scaled down to fit) and report whether it learns.
 
@@ -107,6 +117,9 @@ def run_smoke_test(
             ``settings.smoke_memory_cap``, else ``default_memory_cap()``; 0 turns it off. On
             CPU each rank also gets an address-space limit of its share of the cap plus a
             fixed allowance (``rank_address_space``).
+        force: Run in a ``run_dir`` that holds files trainwright did not write (they are never
+            touched; one of them under a name the run writes is refused). Without it such a
+            folder is refused (tools/core/outputs.py).
 
     Returns:
         A ``SmokeResult`` with the measured metrics and the planner's prediction for the shape
@@ -117,8 +130,11 @@ def run_smoke_test(
         settings, steps, micro_batch_size, nodes, inject, inject_step, timeout_s, memory_cap
     )
     started = time.monotonic()
-    run_dir = _make_run_dir(run_dir, settings)
+    run_dir = _make_run_dir(run_dir, settings, force)
     device, ranks = _local_world(settings, world_size, nodes)
+    # Every file the run writes, checked before anything is written: none may be the user's.
+    written = _run_files(ranks, nodes)
+    check_files(run_dir, written, field="--run-dir")
     strategy = strategy or (strategy_of(ds_config) if ds_config is not None else "ddp")
     base = SmokeResult(
         status="failed",
@@ -146,9 +162,20 @@ def run_smoke_test(
     _announce(on_progress, base, shape, inject_step)
     # CUDA reserves far more address space than any limit we could set here.
     address_space = rank_address_space(cap, ranks) if device != "cuda" else 0
-    outcome = _launch_and_wait(
-        commands, env, run_dir, timeout_s, on_progress, memory_cap=cap, address_space=address_space
-    )
+    reserve(run_dir, written)  # a run killed before ``record`` still leaves files of ours
+    try:
+        outcome = _launch_and_wait(
+            commands,
+            env,
+            run_dir,
+            timeout_s,
+            on_progress,
+            memory_cap=cap,
+            address_space=address_space,
+        )
+    finally:
+        # What the launchers and ranks wrote is ours: a rerun in this folder may replace it.
+        record(run_dir, written)
     result = _verdict(base, outcome, run_dir / "metrics", ranks, steps, notes)
     return _finish(with_prediction(result, task=task), run_dir, started)
 
@@ -283,22 +310,34 @@ def _run_config(
 def _prepare_run_dir(
     run_dir: Path, model_config: dict[str, Any], run_config: dict[str, Any] | None
 ) -> None:
-    """Write the run's configs and script into ``run_dir``, clearing what an earlier run left."""
-    tmp_dir = run_dir / "tmp"
-    metrics_dir = run_dir / "metrics"
-    for folder in (tmp_dir, metrics_dir):
+    """Write the run's configs and script into ``run_dir``, clearing what an earlier run left.
+
+    Only files an earlier run wrote and nobody changed since are removed or replaced.
+    """
+    for folder in (run_dir / "tmp", run_dir / "metrics"):
         folder.mkdir(parents=True, exist_ok=True)
-    stale_logs = [*run_dir.glob("smoke*.log"), *run_dir.glob("logs/rank*.log")]
-    for stale in [*metrics_dir.glob("rank*.json"), *stale_logs]:
-        stale.unlink()
+    for stale in listed(run_dir):
+        if stale.startswith(("metrics/rank", "logs/rank", "smoke")) or stale == "hostfile":
+            remove_file(run_dir, stale)
     _write_json(run_dir / "model_config.json", model_config)
     if run_config is not None:
         _write_json(run_dir / "ds_config.json", run_config)
     else:
         # A reused run dir must not suggest that this run used an earlier run's config.
-        (run_dir / "ds_config.json").unlink(missing_ok=True)
+        remove_file(run_dir, "ds_config.json")
     # A copy of the script makes the run dir a self-contained reproduction of the run.
-    copy_atomic(SCRIPT, run_dir / RUN_SCRIPT_NAME)
+    copy_file(run_dir, RUN_SCRIPT_NAME, SCRIPT, field="--run-dir")
+
+
+def _run_files(ranks: int, nodes: int) -> list[str]:
+    """Every file a run writes in its run dir (the ranks' and launchers' included)."""
+    names = ["model_config.json", "ds_config.json", RUN_SCRIPT_NAME, "launch.json", "result.json"]
+    names += ["memory.json"]  # the watchdog's record (supervise.py)
+    names += ["smoke.log", *(f"smoke-node{i}.log" for i in range(1, nodes))]
+    names += ["hostfile"] if nodes > 1 else []
+    names += [f"metrics/rank{r}.json" for r in range(ranks)]
+    names += [f"logs/rank{r}.log" for r in range(ranks)]
+    return names
 
 
 def _commands(
@@ -358,14 +397,16 @@ def _announce(
     )
 
 
-def _make_run_dir(run_dir: Path | None, settings: Settings) -> Path:
+def _make_run_dir(run_dir: Path | None, settings: Settings, force: bool = False) -> Path:
     if run_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = settings.runs_dir / f"{stamp}-{uuid.uuid4().hex[:8]}"
+    if not str(run_dir).strip():
+        raise InputError("--run-dir", "give a folder name, not an empty string")
     # Absolute, because the launcher runs with the run directory as its working directory.
     run_dir = Path(run_dir).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+    # A folder of the user's is refused before anything runs (unless force).
+    return claim(run_dir, force=force, field="--run-dir", create=True)
 
 
 def _local_device() -> tuple[str, int]:
@@ -391,4 +432,4 @@ def _finish(
 
 
 def _write_json(path: Path, data: Any) -> None:
-    write_atomic(path, json.dumps(data, indent=2))
+    write_file(path.parent, path.name, json.dumps(data, indent=2), field="--run-dir")

@@ -1,0 +1,400 @@
+"""Output folders: trainwright never deletes or overwrites a file it did not write.
+
+Every folder trainwright writes into (a plan's ``--out``, a ``report`` folder and its brief
+folders, a smoke run's ``--run-dir``, a ``/save`` destination) keeps a manifest,
+``.trainwright-manifest.json``: the relative name, size and SHA-256 of every file trainwright
+wrote there. All writes and removals in such a folder go through this module:
+
+- ``write_file`` / ``copy_file`` replace a file only when the manifest lists it and its bytes
+  are unchanged since (or when they already hold exactly the new bytes, so nothing is lost); a
+  file of the user's, or one the user edited after a run, is refused with one line naming it
+  (``OutputRefused``, exit 2). Symlinks and non-regular files in the folder are never written.
+- ``remove_file`` removes only a file the manifest lists whose bytes are unchanged; a file the
+  user edited since stays and drops out of the manifest (it is the user's now).
+- ``claim`` runs before any work: it refuses a non-empty folder without a manifest (one line,
+  exit 2) unless ``force``, and refuses, naming it, a foreign file among the names the caller
+  will certainly write. ``force`` only allows sharing the folder: foreign files are still
+  never touched.
+
+The manifest is read, updated and rewritten (atomically, ``tools.core.files``) under an
+``flock``, together with the file write it
+records, so concurrent writers (threads or processes) do not lose each other's entries.
+The lock is taken on the folder itself (an ``flock`` on its descriptor), so the manifest is
+the only file of ours in it besides what it lists.
+
+``confined`` turns a name a remote caller chose (the LangGraph server's ``out_dir``) into a
+folder inside a root the host configured, refusing anything that resolves outside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from tools.core.errors import InputError, shown
+from tools.core.files import _TMP_RE, write_atomic, write_atomic_bytes
+
+MANIFEST = ".trainwright-manifest.json"
+_OURS = (MANIFEST,)
+# A file bigger than this is never hashed to decide ownership (ours are far smaller).
+_HASH_LIMIT = 256 * 1024 * 1024
+
+
+class OutputRefused(InputError):
+    """Writing would touch a file trainwright did not write, or a folder it does not own.
+
+    An ``InputError`` (one line, exit 2) that the agents' tool loop does not hand back to the
+    model: no tool call can talk its way past it.
+    """
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_manifest(folder: Path) -> dict[str, dict[str, Any]] | None:
+    """The manifest's files (name -> {size, sha256}); None when the folder has none."""
+    path = folder / MANIFEST
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # unreadable: ours, but it vouches for no file
+    files = data.get("files") if isinstance(data, dict) else None
+    return {str(k): v for k, v in (files or {}).items() if isinstance(v, dict) and "sha256" in v}
+
+
+def _write_manifest(folder: Path, files: dict[str, dict[str, Any]]) -> None:
+    text = json.dumps({"version": 1, "files": dict(sorted(files.items()))}, indent=1) + "\n"
+    write_atomic(folder / MANIFEST, text)
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on the folder itself (Linux locks directories too)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _foreign_entries(folder: Path) -> list[str]:
+    """What is in ``folder`` besides our manifest, lock and temporary files."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n not in _OURS and not _TMP_RE.match(n))
+
+
+def owned(folder: Path) -> bool:
+    """Whether ``folder`` has a trainwright manifest."""
+    return (Path(folder) / MANIFEST).is_file()
+
+
+def _check_name(name: str) -> None:
+    parts = Path(name).parts
+    if not parts or Path(name).is_absolute() or ".." in parts or "\x00" in name:
+        raise ValueError(f"not a relative file name: {name!r}")
+
+
+def _entry(path: Path) -> dict[str, Any]:
+    return {"size": path.stat().st_size, "sha256": _sha256(path)}
+
+
+def _matches(path: Path, entry: dict[str, Any] | None, data: bytes | None) -> bool:
+    """Whether the existing regular file ``path`` is what ``entry`` recorded, or is ``data``.
+
+    An entry written just before its file (``prev``: what the file held until then) matches
+    either, so a process killed between the two writes leaves a file the next run still owns;
+    a ``reserved`` entry (a file our child processes are about to write) matches anything.
+    """
+    if entry is not None and entry.get("reserved"):
+        return True
+    if entry is not None and entry.get("prev") and _matches(path, entry["prev"], None):
+        return True
+    size = path.stat().st_size
+    if size > _HASH_LIMIT:
+        return False
+    digest: str | None = None
+    if entry is not None and entry.get("size") == size:
+        digest = _sha256(path)
+        if digest == entry.get("sha256"):
+            return True
+    if data is not None and len(data) == size:
+        digest = digest or _sha256(path)
+        return digest == hashlib.sha256(data).hexdigest()
+    return False
+
+
+def _refuse(path: Path, field: str, why: str) -> OutputRefused:
+    return OutputRefused(
+        field,
+        f"{shown(str(path), 160)} {why}; trainwright never overwrites it (move it away or "
+        "choose another folder)",
+    )
+
+
+def _check_one(
+    folder: Path,
+    name: str,
+    manifest: dict[str, dict[str, Any]] | None,
+    data: bytes | None,
+    field: str,
+) -> None:
+    """Refuse when ``folder/name`` exists and is not ours to replace."""
+    path = folder / name
+    # Every folder on the way must be a real folder inside ``folder``, not a link out of it.
+    for parent in list(Path(name).parents)[:-1][::-1]:
+        sub = folder / parent
+        if sub.is_symlink() or (sub.exists() and not sub.is_dir()):
+            raise _refuse(sub, field, "is not a folder trainwright made")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(path, field, "exists and is not a regular file")
+    entry = (manifest or {}).get(name)
+    if _matches(path, entry, data):
+        return
+    if entry is not None:
+        raise _refuse(path, field, "was changed after trainwright wrote it")
+    raise _refuse(path, field, "was not written by trainwright")
+
+
+def _check_folder(folder: Path, field: str) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise InputError(field, f"{shown(str(folder), 160)} exists and is not a directory")
+
+
+def claim(
+    folder: Path,
+    *,
+    force: bool = False,
+    field: str = "--out",
+    names: Iterable[str] = (),
+    create: bool = False,
+    force_flag: str | None = "--force",
+) -> Path:
+    """Make ``folder`` an output folder of ours, before any work; refuse what is not ours.
+
+    A new or empty folder is fine (the first write makes it and its manifest). A non-empty
+    folder without a manifest is refused (one line, exit 2) unless ``force``; with ``force``
+    it gets an empty manifest (it is shared from now on), and its files stay untouched. Any of
+    ``names`` (files the caller will certainly write) that exists and is not ours is refused
+    now, naming it, rather than after minutes of work. ``create`` makes the folder (with its
+    manifest) now; ``force_flag`` is the flag the refusal suggests (None: none exists).
+    """
+    folder = Path(folder)
+    if str(folder).strip() == "":
+        raise InputError(field, "give a folder name, not an empty string")
+    if "\x00" in str(folder):
+        raise InputError(field, "the path contains a NUL character")
+    _check_folder(folder, field)
+    if not folder.exists() and not create:
+        return folder  # made by the first write: a run that fails before it leaves nothing
+    with _locked(folder):
+        manifest = _read_manifest(folder)
+        foreign = _foreign_entries(folder) if manifest is None else []
+        if manifest is None:
+            if foreign and not force:
+                raise OutputRefused(
+                    field,
+                    f"{shown(str(folder), 160)} is not empty and was not written by trainwright "
+                    f"(it holds {shown(foreign[0], 60)}"
+                    + (f" and {len(foreign) - 1} more" if len(foreign) > 1 else "")
+                    + "); choose another folder"
+                    + (
+                        f", or pass {force_flag} to write beside those files (they are never "
+                        "touched)"
+                        if force_flag
+                        else ""
+                    ),
+                )
+        for name in names:
+            _check_name(name)
+            _check_one(folder, name, manifest, None, field)
+        if manifest is None and (foreign or create):
+            _write_manifest(folder, {})  # with force: the folder is shared from now on
+    return folder
+
+
+def check_files(
+    folder: Path, names: Iterable[str] | Mapping[str, str | bytes | Path], *, field: str = "out_dir"
+) -> None:
+    """Refuse, naming it, the first of ``names`` in ``folder`` that is not ours to replace.
+
+    ``names`` may map each name to the content it will get (text, bytes, or a file to copy):
+    a foreign file that already holds exactly that content is not refused (nothing is lost).
+    """
+    folder = Path(folder)
+    _check_folder(folder, field)
+    manifest = _read_manifest(folder)
+    _ensure_owned(folder, manifest, field)
+    for name in names:
+        _check_name(name)
+        content = names[name] if isinstance(names, Mapping) else None
+        if isinstance(content, Path):
+            content = content.read_bytes()
+        data = content.encode("utf-8") if isinstance(content, str) else content
+        _check_one(folder, name, manifest, data, field)
+
+
+def _ensure_owned(folder: Path, manifest: dict[str, dict[str, Any]] | None, field: str) -> None:
+    if manifest is None and _foreign_entries(folder):
+        raise OutputRefused(
+            field,
+            f"{shown(str(folder), 160)} is not empty and was not written by trainwright; "
+            "choose another folder",
+        )
+
+
+def write_file(
+    folder: Path,
+    name: str,
+    content: str | bytes,
+    *,
+    executable: bool = False,
+    field: str = "out_dir",
+) -> Path:
+    """Write ``folder/name`` atomically if it is new or ours and unchanged; record it."""
+    folder = Path(folder)
+    _check_name(name)
+    _check_folder(folder, field)
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    with _locked(folder):
+        manifest = _read_manifest(folder)
+        _ensure_owned(folder, manifest, field)
+        _check_one(folder, name, manifest, data, field)
+        path = folder / name
+        files = dict(manifest or {})
+        entry = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        old = files.get(name)
+        if old is not None and path.exists():
+            # The new entry first, remembering the old bytes: a kill between the two writes
+            # leaves a manifest that vouches for whichever the file holds.
+            old = {k: v for k, v in old.items() if k != "prev"}
+            files[name] = {**entry, "prev": old}
+        else:
+            files[name] = entry  # new, or already holding exactly these bytes
+        _write_manifest(folder, files)
+        write_atomic_bytes(path, data, executable=executable)
+        files[name] = entry
+        _write_manifest(folder, files)
+    return path
+
+
+def copy_file(folder: Path, name: str, source: Path, *, field: str = "out_dir") -> Path:
+    """``write_file`` with ``source``'s bytes; an executable source gives an executable copy."""
+    source = Path(source)
+    executable = bool(os.stat(source).st_mode & 0o111)
+    return write_file(folder, name, source.read_bytes(), executable=executable, field=field)
+
+
+def remove_file(folder: Path, name: str) -> bool:
+    """Remove ``folder/name`` if the manifest lists it and it is unchanged; True if removed.
+
+    A listed file the user changed since stays (and leaves the manifest: it is theirs now); an
+    unlisted one is not ours and stays.
+    """
+    folder = Path(folder)
+    _check_name(name)
+    if not folder.is_dir():
+        return False
+    with _locked(folder):
+        manifest = _read_manifest(folder)
+        if not manifest or name not in manifest:
+            return False
+        path = folder / name
+        removed = False
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISREG(st.st_mode) and _matches(path, manifest[name], None):
+            path.unlink()
+            removed = True
+        files = {k: v for k, v in manifest.items() if k != name}
+        _write_manifest(folder, files)
+    return removed
+
+
+def listed(folder: Path) -> list[str]:
+    """The names the manifest of ``folder`` lists (none when it has no manifest)."""
+    return sorted(_read_manifest(Path(folder)) or {})
+
+
+def reserve(folder: Path, names: Iterable[str]) -> None:
+    """Mark files our child processes are about to write in ``folder`` as ours, whatever they hold.
+
+    For a run that is killed before ``record``: its logs and metrics stay ours, so a rerun in
+    the same folder may replace them. Names that exist already keep their entries (the caller
+    checked with ``check_files`` that they are ours).
+    """
+    folder = Path(folder)
+    with _locked(folder):
+        files = dict(_read_manifest(folder) or {})
+        for name in names:
+            _check_name(name)
+            if name not in files and not os.path.lexists(folder / name):
+                files[name] = {"reserved": True, "sha256": None}
+        _write_manifest(folder, files)
+
+
+def record(folder: Path, names: Iterable[str]) -> None:
+    """Add files our own child processes wrote in ``folder`` (smoke logs, metrics) to the manifest.
+
+    The caller checked beforehand (``check_files``) that none of them was someone else's.
+    """
+    folder = Path(folder)
+    with _locked(folder):
+        files = dict(_read_manifest(folder) or {})
+        for name in names:
+            _check_name(name)
+            path = folder / name
+            if path.is_file() and not path.is_symlink():
+                files[name] = _entry(path)
+            elif files.get(name, {}).get("reserved"):
+                del files[name]  # reserved, never written
+        _write_manifest(folder, files)
+
+
+def confined(
+    root: Path, name: str, field: str = "out_dir", *, absolute_inside: bool = False
+) -> Path:
+    """``root/name`` when it resolves inside ``root``; InputError for anything that leaves it.
+
+    For folders a remote caller names (the LangGraph server's ``out_dir``): an absolute path,
+    a ``..`` part, or a symlink that leads out of ``root`` is refused with one line.
+    ``absolute_inside`` accepts an absolute path that resolves inside ``root`` (the folder as
+    the graph state already holds it).
+    """
+    text = str(name)
+    if "\x00" in text:
+        raise InputError(field, "the path contains a NUL character")
+    relative = Path(text)
+    if (relative.is_absolute() and not absolute_inside) or text.startswith("~"):
+        raise InputError(field, "must be a folder name inside the server's output root")
+    if ".." in relative.parts:
+        raise InputError(field, "must not contain '..'")
+    base = Path(root).resolve()
+    target = (base / relative).resolve()
+    if target != base and not target.is_relative_to(base):
+        raise InputError(field, "resolves outside the server's output root")
+    return target
