@@ -222,9 +222,14 @@ def test_precision_resolution() -> None:
 
 
 def test_lora_trains_only_adapters() -> None:
-    adapters = lora_adapter_params(LLAMA3_8B, 16)
+    attention = lora_adapter_params(LLAMA3_8B, 16, ("q", "k", "v", "o"))
     # q, o: 2h each side; k, v: h in, 1024 out (8 of 32 heads): 16 * (6*4096 + 2*1024) per layer.
-    assert adapters == 32 * 16 * (6 * 4096 + 2 * 1024)
+    assert attention == 32 * 16 * (6 * 4096 + 2 * 1024)
+    # The default adapts the MLP too: up (h -> i) and down (i -> h), i = 14336; this spec has
+    # no hf_config naming a gated family, so no gate projection (the catalog's llama-3-8b has
+    # one: tests/test_requests_fit.py).
+    adapters = lora_adapter_params(LLAMA3_8B, 16)
+    assert adapters == attention + 32 * 16 * 2 * (4096 + 14336)
     full = estimate_strategy(LLAMA3_8B, gpus(1, 8), "zero2", task="finetune")
     lora = estimate_strategy(LLAMA3_8B, gpus(1, 8), "zero2", task="lora")
     assert lora.per_gpu_bytes.params == 2 * (LLAMA3_8B.params + adapters)

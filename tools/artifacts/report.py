@@ -163,6 +163,24 @@ def _memory_section(plan: TrainingPlan) -> list[str]:
         lines += [f"- {md_text(name)}: {md_text(why)}" for name, why in mem.why_not.items()]
     if mem.smallest_fitting_hardware:
         lines += ["", f"The same GPU would fit at {mem.smallest_fitting_hardware}."]
+    if mem.binding:
+        lines += ["", "What would fit instead (estimates, tools/planning/alternatives.py):", ""]
+        lines += [f"- **Binding:** {md_text(mem.binding)}"]
+        for o in mem.fit_options:
+            figures = ", ".join(
+                part
+                for part in (
+                    f"{o.gb_per_gpu:g} GB/GPU" if o.gb_per_gpu is not None else "",
+                    f"{o.host_ram_gb:g} GB host RAM/node" if o.host_ram_gb else "",
+                    o.setup,
+                )
+                if part
+            )
+            lines.append(
+                f"- {md_text(o.name)}: {'fits' if o.fits else 'does not fit'}"
+                + (f" ({md_text(figures)})" if figures else "")
+                + (f"; {md_text(o.detail)}" if o.detail else "")
+            )
     if mem.assumptions:
         lines += ["", "Assumptions:", ""] + [f"- {md_text(a)}" for a in mem.assumptions]
     return lines

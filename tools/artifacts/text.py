@@ -11,6 +11,7 @@ from typing import Any
 from tools.core.errors import printable
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, SmokeResult, TrainingBrief
 from tools.core.strategies import setup_label
+from tools.planning.alternatives import fit_line
 from tools.research.hardware import PACKAGES
 from tools.review import memory_comparison
 
@@ -52,6 +53,9 @@ def plan_facts(plan: dict[str, Any]) -> dict[str, Any]:
         "verdict": review.get("verdict"),
         "rounds": review.get("rounds"),
         "report": (plan.get("report") or {}).get("markdown"),
+        "fit_line": fit_line(memory.binding, memory.fit_options)
+        if memory and memory.binding
+        else None,
     }
 
 
@@ -84,6 +88,8 @@ def summary_lines(plan: dict[str, Any], *, headline: str = "plan") -> list[str]:
         f"review: {f['verdict']} after {f['rounds']} round(s)",
         f"report: {f['report']}",
     ]
+    if f["fit_line"]:
+        lines.insert(3, f["fit_line"])
     # Names, paths and reasons come from briefs, files and runs: no escapes reach the terminal.
     return [printable(line) for line in lines]
 
@@ -166,6 +172,8 @@ def estimate_lines(
     lines += [f"  not {name}: {why}" for name, why in memory.why_not.items()]
     if memory.smallest_fitting_hardware:
         lines.append(f"  would fit on: {memory.smallest_fitting_hardware}")
+    if memory.binding:
+        lines.append("  " + fit_line(memory.binding, memory.fit_options))
     return [printable(line) for line in lines]
 
 

@@ -257,6 +257,19 @@ class SpeedEstimate(BaseModel):
     assumptions: list[str] = Field(default_factory=list)
 
 
+class FitOption(BaseModel):
+    """A change that would make the training fit, with its estimate (tools/planning/alternatives.py)."""
+
+    name: str
+    fits: bool
+    gb_per_gpu: float | None = None
+    # Host RAM per node the option needs (offload), in decimal GB.
+    host_ram_gb: float | None = None
+    # The setup or hardware the figures are for, e.g. "zero2, checkpointing" or "1x8xRTX3090".
+    setup: str = ""
+    detail: str = ""
+
+
 class MemoryPlan(BaseModel):
     """All strategies considered and the one chosen."""
 
@@ -271,6 +284,10 @@ class MemoryPlan(BaseModel):
     why_not: dict[str, str] = Field(default_factory=dict)
     # When nothing fits: the smallest cluster of the same GPU on which something would.
     smallest_fitting_hardware: str | None = None
+    # When nothing fits: what binds (GPU memory, host RAM for offload, or both) and what would
+    # fit instead (tools/planning/alternatives.py; estimates, the search still chooses).
+    binding: str | None = None
+    fit_options: list[FitOption] = Field(default_factory=list)
     # The chosen setup's tensor- and pipeline-parallel degrees (1 and 1: data parallel only).
     # Rows in ``strategies`` with the same name are told apart by their own two degrees; the
     # chosen setup is the first row named ``chosen``.

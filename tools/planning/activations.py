@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from tools.core.errors import InputError
 from tools.core.schemas import ModelSpec, Task
-from tools.planning.states import ResolvedPrecision
+from tools.planning.states import GATED_MLP_FAMILIES, ResolvedPrecision
 
 # Attention kernels the activation model knows (activation_bytes).
 ATTENTION_KERNELS = ("sdpa", "eager")
-# Families whose layers are RMSNorm + a gated SiLU/GeLU MLP with no dropout (llama-style).
-GATED_MLP_FAMILIES = frozenset(
-    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "phi3"}
-)
+# GATED_MLP_FAMILIES (tools/planning/states.py): RMSNorm + a gated SiLU/GeLU MLP with no dropout.
 
 
 def layer_coefficient(model: ModelSpec) -> float:

@@ -180,7 +180,9 @@ def _trainable(
     if task == "lora":
         adapters = lora_adapter_params(model, lora_rank)
         adapters_here = math.ceil(adapters * share)
-        notes.append(f"LoRA rank {lora_rank} on q/k/v/o: {adapters:,} trainable parameters")
+        notes.append(
+            f"LoRA rank {lora_rank} on q/k/v/o/gate/up/down: {adapters:,} trainable parameters"
+        )
         return params_here + adapters_here, adapters_here, adapters // model.layers // tp
     if task in ("pretrain", "finetune"):
         return params_here, params_here, None
@@ -278,7 +280,7 @@ def estimate_strategy(
         hardware: The target machine or cluster; its world size is the data-parallel degree.
         strategy: ddp, zero1, zero2, zero3, zero2_offload_optimizer, zero3_offload_optimizer or
             zero3_offload_all.
-        task: pretrain, finetune, lora (frozen base, rank-``lora_rank`` adapters on q/k/v/o),
+        task: pretrain, finetune, lora (frozen base, rank-``lora_rank`` adapters on every projection),
             inference or agent-app (both forward only).
         precision: bf16, fp16, fp32 or auto (resolved with the GPU; CPU-only means fp32).
         micro_batch_size: Sequences per GPU per forward pass.

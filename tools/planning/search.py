@@ -33,7 +33,7 @@ from tools.core.schemas import (
     TrainingBrief,
 )
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, STRATEGY_ORDER, check_strategy
-from tools.planning import explain
+from tools.planning import alternatives, explain
 from tools.planning.memory import GB, capacity_bytes, estimate_strategy
 from tools.planning.parallel import model_parallel_setups
 from tools.planning.scale_out import MAX_NODES_SUGGESTED, TRAINING_TASKS, smallest_fitting
@@ -325,11 +325,14 @@ def _fastest_fit(space: _Space, simplest: MemoryPlan) -> MemoryPlan:
         )
         bigger = smallest_fitting(space.model, space.hardware, space.brief)
         chosen = simplest.chosen_row
+        all_rows = [*simplest.strategies, *split.rows()]
         return simplest.model_copy(
             update={
-                "strategies": [*simplest.strategies, *split.rows()],
+                "strategies": all_rows,
                 "why_not": why,
                 "smallest_fitting_hardware": bigger,
+                "binding": alternatives.binding(all_rows, space.hardware),
+                "fit_options": alternatives.fit_options(space.model, space.hardware, space.brief),
                 "assumptions": [
                     explain.nothing_fits_note(bigger, MAX_NODES_SUGGESTED),
                     searched,

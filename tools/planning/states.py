@@ -25,6 +25,13 @@ SUB_GROUP_SIZE = 1_000_000_000
 MAX_LIVE_PARAMETERS = 1_000_000_000
 
 DEFAULT_LORA_RANK = 16
+# The linear projections of one transformer layer an adapter can sit on (PEFT target names).
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+DEFAULT_LORA_TARGETS = LORA_TARGETS
+# Families whose MLP is gated (gate, up and down projections): llama-style layers.
+GATED_MLP_FAMILIES = frozenset(
+    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "phi3"}
+)
 # Optimizer state bytes per trainable parameter (ZeRO paper sec. 3.1: Adam's momentum and
 # variance in fp32; SGD with momentum keeps one fp32 buffer; 8-bit Adam keeps both moments
 # block-wise quantized to one byte each, Dettmers et al. 2022, "8-bit Optimizers via Block-wise
@@ -101,15 +108,43 @@ def resolve_precision(precision: str, hardware: HardwareSpec) -> ResolvedPrecisi
     return precision  # type: ignore[return-value]
 
 
-def lora_adapter_params(model: ModelSpec, rank: int = DEFAULT_LORA_RANK) -> int:
-    """Trainable LoRA parameters for rank ``rank`` adapters on q, k, v and o projections.
+def lora_adapter_params(
+    model: ModelSpec,
+    rank: int = DEFAULT_LORA_RANK,
+    targets: tuple[str, ...] = DEFAULT_LORA_TARGETS,
+) -> int:
+    """Trainable LoRA parameters for rank ``rank`` adapters on the ``targets`` projections.
 
     Hu et al. 2021 ("LoRA", sec. 4): an adapter on a d_in x d_out weight adds r * (d_in + d_out)
-    parameters. k and v project to kv_heads * head_dim under grouped-query attention.
+    parameters. k and v project to kv_heads * head_dim under grouped-query attention. The MLP
+    projections are gate/up (h -> i) and down (i -> h) in llama-style gated layers; a GPT-style
+    MLP has up and down only (``gate`` adds nothing there). A mixture of experts adapts every
+    expert's MLP. The default is every linear projection of a layer, as the QLoRA paper
+    (Dettmers et al. 2023, sec. 4) found necessary to match full fine-tuning.
     """
-    kv_dim = model.hidden * (model.kv_heads or model.heads) // model.heads
-    per_layer = rank * (2 * model.hidden + 2 * (model.hidden + kv_dim) + 2 * model.hidden)
-    return model.layers * per_layer
+    unknown = sorted(set(targets) - set(LORA_TARGETS))
+    if unknown:
+        raise InputError("lora_targets", f"unknown projections {unknown}; use {LORA_TARGETS}")
+    h = model.hidden
+    kv_dim = h * (model.kv_heads or model.heads) // model.heads
+    inter = model.intermediate or 4 * h
+    config = model.hf_config or {}
+    gated = str(config.get("model_type", "")) in GATED_MLP_FAMILIES and bool(model.intermediate)
+    experts = 1
+    for key in ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"):
+        if isinstance(config.get(key), int) and config[key] > 1:
+            experts = config[key]
+            break
+    sides = {
+        "q": h + h,
+        "k": h + kv_dim,
+        "v": h + kv_dim,
+        "o": h + h,
+        "gate": (h + inter) * experts if gated else 0,
+        "up": (h + inter) * experts,
+        "down": (inter + h) * experts,
+    }
+    return model.layers * rank * sum(sides[t] for t in dict.fromkeys(targets))
 
 
 def model_state_bytes(

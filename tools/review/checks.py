@@ -23,9 +23,12 @@ from tools.core.schemas import (
 )
 from tools.core.strategies import MIN_HEADROOM, STRATEGY_GAIN, STRATEGY_ORDER, ZERO_STAGE
 from tools.planning import data_parallel_size
+from tools.planning.alternatives import fit_line, option_text
 from tools.research.framework import DEEPSPEED_FRAMEWORKS, REPLICATING_FRAMEWORKS
 from tools.review.config_keys import config_key_findings
 
+# Estimated model FLOPs utilization below which the reviewer warns that the setup is inefficient.
+LOW_MFU = 0.15
 # Predicted vs measured peak memory of the smoke run: a gap beyond this share is flagged.
 MAX_MEMORY_GAP = 0.15
 # What to change after a failed smoke run, by the reason's kind (tools/smoke/verdict.py verdicts).
@@ -54,6 +57,7 @@ def check_plan(
         findings += check_batch_arithmetic(brief, hardware, memory, deepspeed_config)
         findings += config_key_findings(deepspeed_config)
     findings += check_memory(memory, framework)
+    findings += check_efficiency(memory, hardware)
     findings += check_model_parallel(memory)
     findings += check_framework_fit(framework, memory, deepspeed_config)
     findings += check_smoke(smoke, framework, memory)
@@ -300,6 +304,56 @@ def _count(value: Any) -> int | None:
         return None
 
 
+def check_efficiency(memory: MemoryPlan | None, hardware: HardwareSpec) -> list[Finding]:
+    """A warning (never blocking) when the chosen setup's estimated MFU is low or comm-bound.
+
+    Low: MFU under ``LOW_MFU`` (well-tuned dense training reaches 35-55%: Chowdhery et al. 2022,
+    PaLM, table 3; Narayanan et al. 2021). Communication-bound: the speed model's collective
+    time per step exceeds its compute time, so no overlap can hide it.
+    """
+    speed = memory.speed if memory is not None else None
+    row = memory.chosen_row if memory is not None else None
+    if speed is None or speed.mfu is None or row is None or not row.fits:
+        return []
+    comm = speed.comm_time_s + speed.tp_comm_time_s + speed.pp_comm_time_s
+    compute = speed.compute_time_s or 0.0
+    comm_bound = comm > compute > 0 or speed.bottleneck == "communication"
+    if speed.mfu >= LOW_MFU and not comm_bound:
+        return []
+    why = []
+    if speed.mfu < LOW_MFU:
+        why.append(f"estimated MFU {speed.mfu:.0%} is under {LOW_MFU:.0%}")
+    if comm_bound:
+        why.append(
+            f"communication-bound: {comm:.2f} s of collectives per step vs {compute:.2f} s of "
+            "compute"
+        )
+    fixes = ["a larger global batch (more tokens per step to amortize each step's collectives)"]
+    if hardware.nodes > 1:
+        fixes.append(f"fewer nodes ({hardware.nodes} now: traffic across nodes is the slow link)")
+        if memory is not None and memory.tensor_parallel == 1 and hardware.gpus_per_node > 1:
+            fixes.append(
+                f"tensor parallelism inside a node (TP {hardware.gpus_per_node} over its "
+                "fast links) with data parallelism across nodes"
+            )
+        if memory is not None and memory.chosen.startswith("zero3"):
+            fixes.append(
+                "ZeRO++ hpZ (zero_hpz_partition_size = GPUs per node: a secondary parameter "
+                "shard inside each node, so backward all-gathers stay in the node; Wang et al. "
+                "2023, ZeRO++), with qwZ/qgZ quantized collectives"
+            )
+    if speed.offload_time_s > compute:
+        fixes.append("less offload: a higher ZeRO stage or more GPUs instead of CPU offload")
+    return [
+        Finding(
+            severity="warning",
+            check="efficiency",
+            message="low efficiency: " + "; ".join(why),
+            fix="; or ".join(fixes),
+        )
+    ]
+
+
 def check_memory(memory: MemoryPlan | None, framework: FrameworkChoice) -> list[Finding]:
     """Does the chosen setup fit, and with how much headroom?"""
     if memory is None:
@@ -314,11 +368,21 @@ def check_memory(memory: MemoryPlan | None, framework: FrameworkChoice) -> list[
     label = memory.chosen_label
     if chosen is None or not chosen.fits:
         fix, args = memory_fix_and_args(framework, memory)
+        message = f"the chosen strategy {label} does not fit in GPU memory"
+        if memory.binding:
+            # What binds (GPU memory, host RAM for offload, or both) and what would fit.
+            message = fit_line(memory.binding, memory.fit_options)
+            if args is None:
+                fix = (
+                    "change the plan to one of the options that fit ("
+                    + "; ".join(option_text(o) for o in memory.fit_options if o.fits)
+                    + "), or give the node's host RAM if it has more than assumed"
+                )
         return [
             Finding(
                 severity="error",
                 check="memory_headroom",
-                message=f"the chosen strategy {label} does not fit in GPU memory",
+                message=message,
                 fix=fix,
                 suggested_args=args,
             )
