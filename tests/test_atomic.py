@@ -262,12 +262,27 @@ def _plan_args(brief: Path, json_name: str, *extra: str) -> list[str]:
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    """The files in ``folder`` (not write_atomic's temporary files: see ``_temps``)."""
+    """The files in ``folder`` (not write_atomic's temporary files: see ``_temps``).
+
+    The output manifest is bookkeeping that changes with every write, so it is checked on its
+    own (``_manifest_whole``), not compared with the old and new runs' final versions.
+    """
+    _manifest_whole(folder)
     return {
         p.name: p.read_bytes()
         for p in folder.iterdir()
-        if p.is_file() and not (p.name.startswith(".") and p.name.endswith(".tmp"))
+        if p.is_file()
+        and p.name != MANIFEST
+        and not (p.name.startswith(".") and p.name.endswith(".tmp"))
     }
+
+
+def _manifest_whole(folder: Path) -> None:
+    """The manifest, wherever a kill lands, is one complete JSON document listing files."""
+    path = folder / MANIFEST
+    if path.exists():
+        data = json.loads(path.read_text())
+        assert isinstance(data.get("files"), dict), data
 
 
 def _reference(base: Path, brief: Path, json_name: str, monkeypatch: pytest.MonkeyPatch) -> Path:
