@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tools.artifacts.inference_report import inference_line
 from tools.core.errors import printable
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, SmokeResult, TrainingBrief
 from tools.core.strategies import setup_label
@@ -76,10 +77,12 @@ def summary_lines(plan: dict[str, Any], *, headline: str = "plan") -> list[str]:
     first = (
         f"plan: {f['name']} on {f['hardware']}: {f['framework']}, {setup_text(f)}"
         if headline == "plan"
-        else f"framework: {f['framework']}; strategy: {f['strategy'] or 'none (nothing to train)'}"
+        else f"framework: {f['framework']}; strategy: "
+        f"{f['strategy'] or ('none (inference plan)' if plan.get('inference') else 'none (nothing to train)')}"
     )
     lines = [
         first,
+        *([inference_line(plan["inference"])] if plan.get("inference") else []),
         f"smoke test: {f['smoke_status']}" + (f" ({reason})" if reason else ""),
         f"review: {f['verdict']} after {f['rounds']} round(s)",
         f"report: {f['report']}",
