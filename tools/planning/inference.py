@@ -49,6 +49,7 @@ from math import ceil
 from tools.core.inference_types import InferencePlan, ServingEngine, WeightDtype
 from tools.core.schemas import (
     FrameworkChoice,
+    FrameworkId,
     HardwareSpec,
     ModelSpec,
     TrainingBrief,
@@ -184,7 +185,16 @@ def _tp_candidates(model: ModelSpec, per_node: int) -> tuple[list[int], dict[str
     return good, why
 
 
-def _fit(model, dtype, tp, pp, context, concurrency, budget):  # type: ignore[no-untyped-def]
+def _fit(
+    model: ModelSpec,
+    dtype: WeightDtype,
+    tp: int,
+    pp: int,
+    context: int,
+    concurrency: int,
+    budget: int,
+) -> tuple[int, int, int, int, int]:
+    """Per GPU: weights, KV bytes per token, allowance, bytes used, and sequences that fit."""
     w = int(weights_bytes(model, dtype) / (tp * pp))
     kv_tok = kv_bytes_per_token(model, tp, pp)
     act = activation_allowance(model, tp, context, concurrency)
@@ -454,7 +464,7 @@ def serving_command(plan: InferencePlan) -> list[str]:
 def serving_framework(brief: TrainingBrief) -> FrameworkChoice:
     """The framework line of an inference plan: the engine's own stack, not a training framework."""
     engine, why = engine_for(brief)
-    primary = "deepspeed" if engine == "deepspeed-inference" else "pytorch"
+    primary: FrameworkId = "deepspeed" if engine == "deepspeed-inference" else "pytorch"
     others = ", ".join(ENGINE_NAMES[e] for e in ENGINE_NAMES if e != engine)
     return FrameworkChoice(
         primary=primary,
