@@ -320,3 +320,71 @@ def test_cli_bad_inference_brief_exits_2_with_one_line(tmp_path: Path) -> None:
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "brief.concurrency" in lines[0], res.stderr
+
+
+# ---- an LLM reads the request (the real HTTP client against the tests' fake server) -------------
+
+# Nothing here the parser reads: no catalog id, no digits, no serving word it knows.
+WORDY_SERVE = "put the seventy-two billion qwen behind an API on four H100 cards"
+
+
+@pytest.fixture
+def llm_server() -> Any:
+    from test_llm_http import _FakeOpenAI, _serve
+
+    served = _serve("tools")
+    url = next(served)
+    # What a real model reads from WORDY_SERVE through the RequestBrief tool.
+    _FakeOpenAI.brief_args = json.dumps(
+        {"model": "Qwen/Qwen2.5-72B-Instruct", "task": "inference", "hardware": "1x4xH100-80GB"}
+    )
+    yield url, _FakeOpenAI
+    served.close()
+
+
+def test_llm_read_serving_request_gets_the_inference_plan(
+    llm_server: Any, settings: Any, tmp_path: Path
+) -> None:
+    from dataclasses import replace
+
+    from agents.chat_models import load_chat_model
+    from graphs import build_graph
+
+    url, fake = llm_server
+    assert set(request_fields(WORDY_SERVE, MODELS)) == {"goal"}
+    settings = replace(settings, llm="openai:fake", base_url=url, llm_timeout_s=5.0)
+    model = load_chat_model("openai:fake", base_url=url, timeout_s=5.0)
+    plan = build_graph(model, settings=settings).invoke(
+        {"request": WORDY_SERVE, "out_dir": str(tmp_path / "p")}
+    )["plan"]
+    assert plan["brief"]["task"] == "inference" and plan["brief"]["model"] == "qwen2.5-72b"
+    assert plan["inference"]["tensor_parallel"] == 4
+    assert plan["deepspeed_config"] is None and plan["memory"] is None
+    assert plan["smoke_test"]["reason"] == "inference plan: no training smoke run"
+    # The engineer's model was never asked: no tool call can make it a training plan.
+    offered = {t["function"]["name"] for r in fake.requests for t in r["body"].get("tools", [])}
+    assert "plan_parallelism" not in offered and "review_plan" in offered
+    assert not (tmp_path / "p" / "ds_config.json").exists()
+
+
+def test_serve_sh_quotes_the_model_folder_as_one_argument(tmp_path: Path) -> None:
+    import shlex
+
+    from tools.planning.inference import serving_command
+
+    model = lookup_model("gpt2", 1024)
+    plan = plan_inference(
+        model, parse_hardware("1x1xA100-80GB"), TrainingBrief(model="gpt2", task="inference")
+    )
+    evil = "/models/x; rm -rf ~ $(touch pwned) `id`"
+    plan = plan.model_copy(update={"hf_id": evil})
+    plan.command = serving_command(plan)
+    emit_serving(tmp_path, plan)
+    line = next(
+        x for x in (tmp_path / "serve.sh").read_text().splitlines() if x.startswith("exec ")
+    )
+    assert shlex.split(line)[1:] == plan.command and plan.command[2] == evil
+    res = subprocess.run(
+        ["bash", "-n", str(tmp_path / "serve.sh")], capture_output=True, timeout=30
+    )
+    assert res.returncode == 0
