@@ -388,3 +388,41 @@ def test_serve_sh_quotes_the_model_folder_as_one_argument(tmp_path: Path) -> Non
         ["bash", "-n", str(tmp_path / "serve.sh")], capture_output=True, timeout=30
     )
     assert res.returncode == 0
+
+
+def test_follow_ups_change_the_serving_fields() -> None:
+    from tools.intake.brief import follow_up_fields
+
+    brief = {"model": "qwen2.5-72b", "task": "inference", "hardware": "1x4xH100-80GB"}
+    assert follow_up_fields("and 64 concurrent users with TGI?", brief, MODELS) == {
+        "concurrency": 64,
+        "engine": "tgi",
+    }
+    said = follow_up_fields("what if fp8 weights and a 16k context?", brief, MODELS)
+    assert (said["weight_dtype"], said["context_len"]) == ("fp8", 16384)
+    # A training verb makes it a training plan again; a training brief gets no serving fields.
+    assert follow_up_fields("fine-tune it instead", brief, MODELS)["task"] == "finetune"
+    assert "concurrency" not in follow_up_fields("64 users", {**brief, "task": "finetune"}, MODELS)
+
+
+def test_nothing_fits_names_what_would() -> None:
+    model = lookup_model("llama-3.1-405b", 2048)
+    brief = TrainingBrief(model="llama-3.1-405b", task="inference")
+    plan = plan_inference(model, parse_hardware("1x8xA100-80GB"), brief)
+    # 810 GB of bf16 weights on 8 x 72 GB: not one sequence fits; fp8 (405 GB) would.
+    assert plan.max_concurrency == 0 and not plan.fits and plan.decode_step_s is None
+    assert plan.alternatives[0].startswith("fp8 weights: 50.7 GB per GPU")
+    assert any("A100" in a and "GPUs" in a for a in plan.alternatives)
+    findings = check_inference(plan, LaunchSpec(command=plan.command), None, model, None, None)
+    (error,) = [f for f in findings if f.check == "inference_memory"]
+    assert error.severity == "error" and "fp8 weights" in error.fix
+
+
+def test_an_encoder_has_no_kv_cache_and_keeps_its_own_length() -> None:
+    model = lookup_model("vit-base", 197)
+    plan = plan_inference(
+        model, parse_hardware("1x1xA10G"), TrainingBrief(model="vit-base", task="inference")
+    )
+    assert (plan.decoder, plan.kv_bytes_per_token, plan.context_len) == (False, 0, 197)
+    assert plan.decode_step_s is None and plan.time_to_first_token_s
+    assert any("encoder" in a for a in plan.assumptions)

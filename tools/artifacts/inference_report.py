@@ -53,6 +53,9 @@ def inference_section(plan: InferencePlan, md_text: Any, one_line: Any) -> list[
             f"- Expected time to first token for a {plan.prompt_tokens}-token prompt: "
             f"{plan.time_to_first_token_s * 1e3:,.0f} ms"
         )
+    if plan.alternatives:
+        lines += ["", "Nothing fits; what would:", ""]
+        lines += [f"- {md_text(a)}" for a in plan.alternatives]
     if plan.defaults:
         lines += ["", "Defaults (not in the request):", ""]
         lines += [f"- {md_text(d)}" for d in plan.defaults]

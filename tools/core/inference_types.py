@@ -47,6 +47,8 @@ class InferencePlan(BaseModel):
     gpus_used: int
     max_concurrency: int = Field(ge=0, description="sequences of context_len that fit")
     why_not: dict[str, str] = Field(default_factory=dict)
+    # When not even one sequence fits: what would (a smaller weight format, more GPUs).
+    alternatives: list[str] = Field(default_factory=list)
     # Speed (None without a GPU's datasheet figures).
     decode_step_s: float | None = None
     inter_token_latency_ms: float | None = None

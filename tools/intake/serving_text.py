@@ -95,8 +95,24 @@ def serving_fields(text: str, data: dict[str, Any]) -> dict[str, Any]:
     """
     if not is_serving(text) or data.get("model") is None:
         return {}
-    fields: dict[str, Any] = {"task": "inference"}
-    context = _first(_CONTEXT, text) or data.get("seq_len")
+    return {"task": "inference", **_stated(text, data.get("seq_len"))}
+
+
+def serving_follow_up(text: str, brief: dict[str, Any]) -> dict[str, Any]:
+    """What a follow-up to an inference plan changes: "and 64 concurrent users?", "with TGI".
+
+    No serving word is needed (the plan already serves); a training verb ("fine-tune it
+    instead") changes the task through the request parser, and then nothing here applies.
+    """
+    if brief.get("task") != "inference" or _TRAINING_VERB.search(text):
+        return {}
+    return _stated(text, None)
+
+
+def _stated(text: str, seq_len: Any) -> dict[str, Any]:
+    """The context, concurrency, engine and weight format ``text`` states."""
+    fields: dict[str, Any] = {}
+    context = _first(_CONTEXT, text) or seq_len
     if context:
         fields["context_len"] = context
     if concurrency := _first(_CONCURRENCY, text):

@@ -162,7 +162,12 @@ def weight_dtype_for(brief: TrainingBrief, hardware: HardwareSpec) -> WeightDtyp
 
 
 def default_context(model: ModelSpec) -> int:
-    """``DEFAULT_CONTEXT`` tokens, or the model's own position limit when that is shorter."""
+    """``DEFAULT_CONTEXT`` tokens, or the model's own position limit when that is shorter.
+
+    An encoder's sequence is its input (a ViT's patches): the brief's sequence length.
+    """
+    if not is_decoder(model):
+        return model.seq_len
     cfg = model.hf_config or {}
     limit = cfg.get("max_position_embeddings") or cfg.get("n_positions")
     return (
@@ -302,12 +307,49 @@ def plan_inference(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrie
         assumptions=assumptions,
         sources=list(SOURCES),
     )
-    if gpu is not None and gpu.memory_bandwidth_gbs:
+    if not plan.decoder:
+        plan.assumptions.append(
+            f"{model.family} is an encoder: no KV cache and no token-by-token decode; vLLM and "
+            "TGI serve generative and embedding models, an image or text classifier is often "
+            "served by TorchServe, Triton or TF Serving: the memory and latency figures hold"
+        )
+    if max_conc < 1:
+        plan.alternatives = _alternatives(model, hardware, brief, plan)
+        plan.assumptions.append("nothing fits: no throughput or latency estimate")
+    elif gpu is not None and gpu.memory_bandwidth_gbs:
         _speed(plan, model, hardware, batch)
     else:
         plan.assumptions.append("no GPU datasheet figures: no throughput or latency estimate")
     plan.command = serving_command(plan)
     return plan
+
+
+def _alternatives(
+    model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief, plan: InferencePlan
+) -> list[str]:
+    """What would hold one sequence of the context: a smaller weight format, or more GPUs."""
+    out = []
+    tp, pp, ctx = plan.tensor_parallel, plan.pipeline_parallel, plan.context_len
+    budget = plan.budget_bytes_per_gpu
+    smaller = [d for d in ("fp8", "int4") if WEIGHT_BYTES[d] < plan.weight_bytes_per_param]
+    for dtype in smaller:
+        w, kv_tok, act, _, conc = _fit(model, dtype, tp, pp, ctx, plan.concurrency, budget)  # type: ignore[arg-type]
+        if conc >= 1:
+            out.append(
+                f"{dtype} weights: {w / GB:.1f} GB per GPU, up to {conc} sequences of {ctx} tokens"
+            )
+            break
+    if budget > 0 and hardware.gpu is not None:
+        need = plan.weights_bytes + plan.kv_bytes_per_token * ctx * plan.concurrency
+        per_gpu_room = budget - plan.activation_bytes_per_gpu
+        gpus = ceil(need / per_gpu_room) if per_gpu_room > 0 else 0
+        if gpus > hardware.world_size:
+            out.append(
+                f"about {gpus} {hardware.gpu.name} GPUs for {plan.concurrency} sequences of {ctx} "
+                f"tokens in {plan.weight_dtype} ({need / GB:.0f} GB of weights and KV cache)"
+            )
+    out.append(f"a shorter context than {ctx} tokens" if plan.decoder else "a smaller model")
+    return out
 
 
 def _speed(plan: InferencePlan, model: ModelSpec, hardware: HardwareSpec, batch: int) -> None:

@@ -70,11 +70,12 @@ def _check_fit(plan: InferencePlan) -> list[Finding]:
         f"({plan.gpu_memory_utilization:g} x {plan.gpu_memory_bytes / GB:.1f} GB)"
     )
     if plan.max_concurrency < 1:
+        fix = "; or ".join(plan.alternatives) if plan.alternatives else FIT_FIX
         return [
             _error(
                 "inference_memory",
                 f"not even one sequence of {plan.context_len} tokens fits: {where}",
-                FIT_FIX,
+                fix,
             )
         ]
     if not plan.fits or plan.used_bytes_per_gpu > budget:
