@@ -294,6 +294,11 @@ def test_cli_serves_qwen_72b_on_4_h100(tmp_path: Path, smoke: bool) -> None:
     report = (out / "report.md").read_text()
     assert "## Inference" in report and "KV-cache budget" in report and "vllm serve" in report
     assert "inference: vllm, tensor parallel 4" in res.stdout
+    from graphs.adapters.core import summarize_plan
+    from tools.artifacts.text import summary_paragraph
+
+    said = summary_paragraph(summarize_plan(plan))  # what the LangChain/CrewAI/AutoGen tools say
+    assert "tensor parallel 4" in said and "launch: vllm serve" in said and "None" not in said
 
 
 def test_cli_brief_file_with_tgi(tmp_path: Path) -> None:

@@ -105,10 +105,15 @@ def summary_paragraph(summary: dict[str, Any]) -> str:
         else "no per-GPU estimate"
     )
     smoke = summary["smoke_test"]
+    setup = (
+        f"{summary['inference']}; launch: {summary['launch_command']}"
+        if summary.get("inference")
+        else f"{summary['framework']} with strategy {summary['strategy']}, micro-batch "
+        f"{summary['micro_batch_size']} x accumulation {summary['gradient_accumulation_steps']}, "
+        f"{memory}"
+    )
     parts = [
-        f"Plan for {summary['model']} on {summary['hardware']}: {summary['framework']} with "
-        f"strategy {summary['strategy']}, micro-batch {summary['micro_batch_size']} x "
-        f"accumulation {summary['gradient_accumulation_steps']}, {memory}.",
+        f"Plan for {summary['model']} on {summary['hardware']}: {setup}.",
         f"DeepSpeed config: {summary['deepspeed_config']}." if summary["deepspeed_config"] else "",
         f"Smoke test: {smoke['status']}"
         + (f" ({smoke['reason']})." if smoke.get("reason") else "."),
