@@ -421,6 +421,9 @@ def test_nothing_fits_names_what_would() -> None:
     findings = check_inference(plan, LaunchSpec(command=plan.command), None, model, None, None)
     (error,) = [f for f in findings if f.check == "inference_memory"]
     assert error.severity == "error" and "fp8 weights" in error.fix
+    from tools.artifacts.inference_report import inference_line
+
+    assert "does not fit, not even one sequence" in inference_line(plan.model_dump())
 
 
 def test_an_encoder_has_no_kv_cache_and_keeps_its_own_length() -> None:

@@ -76,8 +76,12 @@ def inference_line(inference: dict[str, Any]) -> str:
     return (
         f"inference: {inference.get('engine')}, tensor parallel {tp}"
         + (f" x pipeline {pp}" if pp > 1 else "")
-        + f", up to {inference.get('max_concurrency')} sequences of "
-        f"{inference.get('context_len')} tokens; KV cache "
+        + (
+            f", up to {inference.get('max_concurrency')} sequences of "
+            if inference.get("max_concurrency")
+            else ": does not fit, not even one sequence of "
+        )
+        + f"{inference.get('context_len')} tokens; KV cache "
         f"{(inference.get('kv_cache_bytes') or 0) / GB:.1f} GB"
         + (f"; ~{speed:,.0f} decode tokens/s" if speed else "")
     )
