@@ -27,7 +27,7 @@ from tools.core.schemas import SmokeResult, TrainingPlan
 from tools.core.settings import Settings
 from tools.core.untrusted import cap_text
 from tools.research.framework import DEEPSPEED_FRAMEWORKS
-from tools.smoke.policy import AGENT_APP_SMOKE
+from tools.smoke.policy import AGENT_APP_SMOKE, INFERENCE_SMOKE
 
 
 class Node(Protocol):
@@ -180,9 +180,43 @@ def _engineer_start(ws: Workspace, state: Mapping[str, Any]) -> dict[str, Any] |
                 "engineer": "An agent application trains nothing; no parallelism plan is needed."
             },
         }
+    if ws.brief.task == "inference":
+        return _inference_round(ws)
     # A new round plans afresh: stale results must not survive into the review.
     ws.memory, ws.deepspeed_config, ws.launch, ws.smoke = None, None, None, None
     return None
+
+
+def _inference_round(ws: Workspace) -> dict[str, Any]:
+    """An inference plan: no strategy search, training config or smoke run; serve files instead.
+
+    Deterministic arithmetic (tools/planning/inference.py), so the node runs it itself.
+    """
+    from agents.workspace import need
+    from tools.artifacts.serving import emit_serving
+    from tools.planning.inference import plan_inference
+
+    model = need(ws.model, "the model", "the researcher's lookup_model")
+    hardware = need(ws.hardware, "the hardware", "the researcher's profile_hardware")
+    plan = plan_inference(model, hardware, ws.brief)
+    launch = emit_serving(ws.out_dir, plan)
+    ws.progress(
+        f"inference: {plan.engine} tensor parallel {plan.tensor_parallel}"
+        + (f" x pipeline {plan.pipeline_parallel}" if plan.pipeline_parallel > 1 else "")
+        + f", up to {plan.max_concurrency} sequences of {plan.context_len} tokens"
+    )
+    return {
+        "memory": None,
+        "speed": None,
+        "deepspeed_config": None,
+        "inference": dump(plan),
+        "launch": dump(launch),
+        "smoke_test": dump(SmokeResult(status="skipped", reason=INFERENCE_SMOKE)),
+        "narrative": {
+            "engineer": f"Inference plan: {plan.engine} with tensor parallel "
+            f"{plan.tensor_parallel}; no training config and no training smoke run."
+        },
+    }
 
 
 def _engineer_finish(ws: Workspace) -> None:
@@ -223,11 +257,19 @@ def _review_context(ws: Workspace) -> dict[str, Any]:
     smoke = dump(ws.smoke) or {}
     return {
         "context": {
+            "inference": (
+                {k: v for k, v in dump(ws.inference).items() if k in _INFERENCE_SHOWN}
+                if ws.inference
+                else None
+            ),
             "strategy": ws.memory.chosen if ws.memory else None,
             "deepspeed_config": ws.deepspeed_config,
             "smoke_test": {k: v for k, v in smoke.items() if k in {"status", "reason"}},
         }
     }
+
+
+_INFERENCE_SHOWN = ("engine", "tensor_parallel", "pipeline_parallel", "max_concurrency", "fits")
 
 
 def _reviewer_start(ws: Workspace, state: Mapping[str, Any]) -> None:
@@ -275,6 +317,7 @@ def make_reporter(settings: Settings) -> Node:
             smoke_test=ws.smoke or SmokeResult(status="skipped", reason="no smoke run"),
             review=ws.review,  # type: ignore[arg-type]
             speed=ws.speed,
+            inference=ws.inference,
             narrative=narrative,
         )
         paths = write_report(plan, ws.out_dir)

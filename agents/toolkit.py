@@ -228,6 +228,11 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
         hw = need(ws.hardware, "the hardware", "profile_hardware")
         if ws.brief.task == "agent-app":
             ws.framework = _select(ws.brief, hw, None, None)
+        elif ws.brief.task == "inference":
+            from tools.planning.inference import serving_framework
+
+            # Serving is its own plan: the engine's stack, no training-strategy search.
+            ws.framework = serving_framework(ws.brief)
         else:
             model = need(ws.model, "the model", "lookup_model")
             # The same search the engineer runs: the framework is chosen for the setup the plan uses.
@@ -397,10 +402,20 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
 def reviewer_tools(ws: Workspace) -> list[BaseTool]:
     """review_plan."""
     from tools.review import check_contract, check_plan, decide, round_findings, setup_of
+    from tools.review.checks import check_brief
 
     def review_plan() -> str:
         """Run the review checks (batch arithmetic, memory headroom, framework fit, config keys, smoke run)."""
         hardware = need(ws.hardware, "the hardware", "profile_hardware")
+        if ws.brief.task == "inference":
+            from tools.review.inference import check_inference
+
+            findings = check_brief(ws.brief, hardware, ws.model) + check_inference(
+                ws.inference, ws.launch, ws.smoke, ws.model, hardware, ws.deepspeed_config
+            )
+            ws.review = decide(findings, ws.round_no, ws.settings.max_review_rounds, {})
+            ws.progress(f"review round {ws.round_no}: {ws.review.verdict}")
+            return _dump(ws.review)
         findings = check_plan(
             ws.brief,
             hardware,

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tools.core.errors import InputError
+from tools.core.inference_types import InferencePlan
 from tools.core.outputs import confined
 from tools.core.schemas import (
     FrameworkChoice,
@@ -43,6 +44,7 @@ class Workspace:
     launch: LaunchSpec | None = None
     smoke: SmokeResult | None = None
     review: Review | None = None
+    inference: InferencePlan | None = None
     round_no: int = 1
     on_progress: Callable[[str], None] | None = None
     notes: list[str] = field(default_factory=list)
@@ -78,6 +80,7 @@ PRODUCTS: dict[str, type[BaseModel]] = {
     "launch": LaunchSpec,
     "smoke_test": SmokeResult,
     "review": Review,
+    "inference": InferencePlan,
 }
 
 
@@ -103,6 +106,7 @@ def from_state(
         launch=typed("launch"),
         smoke=typed("smoke_test"),
         review=typed("review"),
+        inference=typed("inference"),
         round_no=int(state.get("review_round", 0)) or 1,
         on_progress=on_progress,
     )

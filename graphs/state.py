@@ -41,6 +41,7 @@ class PlanState(PlanInput, total=False):
     speed: dict[str, Any] | None
     smoke_test: dict[str, Any] | None
     review: dict[str, Any] | None
+    inference: dict[str, Any] | None
     review_round: int
     plan: dict[str, Any] | None
     narrative: Annotated[dict[str, str], merge_dicts]

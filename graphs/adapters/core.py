@@ -8,6 +8,7 @@ from typing import Any
 from langchain_core.language_models.chat_models import BaseChatModel
 from pydantic import BaseModel, Field
 
+from tools.artifacts.inference_report import inference_line
 from tools.artifacts.text import plan_facts
 from tools.core.errors import InputError
 from tools.core.settings import Settings, disable_telemetry
@@ -110,6 +111,8 @@ def summarize_plan(plan: dict[str, Any]) -> dict[str, Any]:
         "gpu_memory_gb": round(capacity / 1e9, 1) if capacity else None,
         "deepspeed_config": f["deepspeed_config"],
         "launch_command": f["launch_command"],
+        # An inference plan's one line (engine, TP, concurrency, KV cache, decode tokens/s).
+        "inference": inference_line(plan["inference"]) if plan.get("inference") else None,
         "smoke_test": {
             "status": f["smoke_status"],
             "reason": (plan.get("smoke_test") or {}).get("reason"),

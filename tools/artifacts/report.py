@@ -72,6 +72,7 @@ def render_markdown(plan: TrainingPlan) -> str:
         _headline,
         _brief_section,
         _framework_section,
+        _inference_section,
         _memory_section,
         _speed_section,
         _config_and_launch,
@@ -84,15 +85,19 @@ def render_markdown(plan: TrainingPlan) -> str:
 
 def _headline(plan: TrainingPlan) -> list[str]:
     b, m, mem = plan.brief, plan.model, plan.memory
+    inf = plan.inference
     strategy = (
-        f"**Strategy:** {mem.chosen_label}, "
+        f"**Serving:** {inf.engine}, tensor parallel {inf.tensor_parallel}, up to "
+        f"{inf.max_concurrency} sequences of {inf.context_len} tokens. "
+        if inf
+        else f"**Strategy:** {mem.chosen_label}, "
         f"micro-batch {mem.micro_batch_size}, gradient accumulation "
         f"{mem.gradient_accumulation_steps}{', activation checkpointing' if mem.activation_checkpointing else ''}. "
         if mem
         else "**Strategy:** none (nothing is trained). "
     )
     return [
-        f"# Training plan: {md_text(b.goal or (m.name if m else b.task))}",
+        f"# {'Inference' if inf else 'Training'} plan: {md_text(b.goal or (m.name if m else b.task))}",
         "",
         f"**Verdict:** {plan.review.verdict} after {plan.review.rounds} review round(s). "
         f"**Framework:** {plan.framework.primary}. {strategy}**Smoke test:** {plan.smoke_test.status}.",
@@ -119,7 +124,10 @@ def _brief_section(plan: TrainingPlan) -> list[str]:
         "## Brief",
         "",
         model_line,
-        f"- Task: {b.task}; sequence length {b.seq_len}; global batch {b.global_batch_size}; precision {b.precision}",
+        f"- Task: inference; context {plan.inference.context_len} tokens; "
+        f"{plan.inference.concurrency} concurrent sequences; {plan.inference.weight_dtype} weights"
+        if plan.inference
+        else f"- Task: {b.task}; sequence length {b.seq_len}; global batch {b.global_batch_size}; precision {b.precision}",
         f"- Hardware ({hw.source}): {hw.nodes} node(s) x {hw.gpus_per_node} GPU(s), {gpu}"
         + (f", interconnect {hw.interconnect}" if hw.interconnect else "")
         + (
@@ -139,8 +147,18 @@ def _framework_section(plan: TrainingPlan) -> list[str]:
     return [*lines, "", sources, ""]
 
 
+def _inference_section(plan: TrainingPlan) -> list[str]:
+    if plan.inference is None:
+        return []
+    from tools.artifacts.inference_report import inference_section
+
+    return inference_section(plan.inference, md_text, one_line)
+
+
 def _memory_section(plan: TrainingPlan) -> list[str]:
     mem = plan.memory
+    if mem is None and plan.inference is not None:
+        return []  # the Inference section has the memory per GPU
     if mem is None:
         return ["## Memory per GPU", "", "Not applicable: nothing is trained.", ""]
     lines = [
@@ -206,6 +224,8 @@ def _config_and_launch(plan: TrainingPlan) -> list[str]:
     lines = ["", "## DeepSpeed config", ""]
     if plan.deepspeed_config is not None:
         lines += ["```json", json.dumps(plan.deepspeed_config, indent=2), "```"]
+    elif plan.inference is not None:
+        lines.append("None: an inference plan has no training config.")
     else:
         lines.append(f"None: {plan.framework.primary} does not use DeepSpeed.")
     if plan.launch.command:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tools.artifacts.inference_report import inference_line
 from tools.core.errors import printable
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, SmokeResult, TrainingBrief
 from tools.core.strategies import setup_label
@@ -80,10 +81,12 @@ def summary_lines(plan: dict[str, Any], *, headline: str = "plan") -> list[str]:
     first = (
         f"plan: {f['name']} on {f['hardware']}: {f['framework']}, {setup_text(f)}"
         if headline == "plan"
-        else f"framework: {f['framework']}; strategy: {f['strategy'] or 'none (nothing to train)'}"
+        else f"framework: {f['framework']}; strategy: "
+        f"{f['strategy'] or ('none (inference plan)' if plan.get('inference') else 'none (nothing to train)')}"
     )
     lines = [
         first,
+        *([inference_line(plan["inference"])] if plan.get("inference") else []),
         f"smoke test: {f['smoke_status']}" + (f" ({reason})" if reason else ""),
         f"review: {f['verdict']} after {f['rounds']} round(s)",
         f"report: {f['report']}",
@@ -108,10 +111,15 @@ def summary_paragraph(summary: dict[str, Any]) -> str:
         else "no per-GPU estimate"
     )
     smoke = summary["smoke_test"]
+    setup = (
+        f"{summary['inference']}; launch: {summary['launch_command']}"
+        if summary.get("inference")
+        else f"{summary['framework']} with strategy {summary['strategy']}, micro-batch "
+        f"{summary['micro_batch_size']} x accumulation {summary['gradient_accumulation_steps']}, "
+        f"{memory}"
+    )
     parts = [
-        f"Plan for {summary['model']} on {summary['hardware']}: {summary['framework']} with "
-        f"strategy {summary['strategy']}, micro-batch {summary['micro_batch_size']} x "
-        f"accumulation {summary['gradient_accumulation_steps']}, {memory}.",
+        f"Plan for {summary['model']} on {summary['hardware']}: {setup}.",
         f"DeepSpeed config: {summary['deepspeed_config']}." if summary["deepspeed_config"] else "",
         f"Smoke test: {smoke['status']}"
         + (f" ({smoke['reason']})." if smoke.get("reason") else "."),

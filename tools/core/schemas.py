@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from tools.core.inference_types import InferencePlan, ServingEngine, WeightDtype
 from tools.core.strategies import StrategyName, setup_label
 
 Task = Literal["pretrain", "finetune", "lora", "inference", "agent-app"]
@@ -93,6 +94,11 @@ class TrainingBrief(_Strict):
     # None only for an agent application, which trains nothing.
     model: str | ModelParams | ModelShape | None = None
     task: Task = "finetune"
+    # Inference plans only (task inference; None: the plan's stated defaults).
+    context_len: Count | None = Field(default=None, gt=0, le=1_048_576)
+    concurrency: Count | None = Field(default=None, gt=0, le=100_000)
+    engine: ServingEngine | None = None
+    weight_dtype: WeightDtype | None = None
     seq_len: Count = Field(default=2048, gt=0, le=1_048_576)
     global_batch_size: Count = Field(default=32, gt=0, le=1_000_000)
     hardware: str = "local"
@@ -413,4 +419,6 @@ class TrainingPlan(BaseModel):
     report: ReportPaths = Field(default_factory=ReportPaths)
     # The speed model's estimate for the chosen setup (tools/planning/speed.py); None without a GPU.
     speed: SpeedEstimate | None = None
+    # An inference plan (task inference, tools/planning/inference.py); None for training plans.
+    inference: InferencePlan | None = None
     narrative: dict[str, str] = Field(default_factory=dict)

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from tools.core.errors import InputError, shown
 from tools.core.schemas import Deployment, Precision, Task, TrainingBrief
+from tools.intake.serving_text import serving_fields, serving_follow_up
 
 MAX_BRIEF_BYTES = 1_000_000
 # Longer requests make the regexes below quadratic (a 100k-digit run took minutes); a request
@@ -331,6 +332,8 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
             break
     if re.search(r"\bno smoke\b|\bwithout (?:a )?smoke", low):
         data["smoke"] = False
+    # Serving a model is its own plan (tools/intake/serving_text.py).
+    data.update(serving_fields(text, data))
     return data
 
 
@@ -463,6 +466,7 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
     """
     said = request_fields(text, known_models)
     said.pop("goal", None)
+    said = {**serving_follow_up(text, {**brief, **said}), **said}
     if said.get("task") == "agent-app" and brief.get("model") is not None:
         del said["task"]  # "my assistant" in a follow-up does not drop the model
     spec = _SPEC_RE.match(str(brief.get("hardware") or ""))

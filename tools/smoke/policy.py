@@ -9,6 +9,7 @@ from tools.research.framework import DEEPSPEED_FRAMEWORKS
 SMOKE_TESTABLE = frozenset({*DEEPSPEED_FRAMEWORKS, "pytorch", "pytorch_ddp"})
 AGENT_APP_SMOKE = "an agent application trains nothing, so there is no training run to smoke-test"
 SMOKE_OFF = "the brief turns smoke runs off"
+INFERENCE_SMOKE = "inference plan: no training smoke run"
 
 
 def not_smoke_testable(framework: str) -> str:
@@ -23,6 +24,8 @@ def skip_reason(brief: TrainingBrief, framework: FrameworkChoice | None) -> str 
     """Why this plan gets no smoke run, or None when it gets one."""
     if brief.task == "agent-app":
         return AGENT_APP_SMOKE
+    if brief.task == "inference":
+        return INFERENCE_SMOKE
     if not brief.smoke:
         return SMOKE_OFF
     if framework is not None and framework.primary not in SMOKE_TESTABLE:
