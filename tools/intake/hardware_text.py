@@ -58,10 +58,14 @@ _NODE_WORDS = r"(?:nodes?|servers?|machines?|hosts?|boxes|instances?|dgxs?|hgxs?
 _NODES_RE = re.compile(r"(?<![\d.])(\d{1,6})\s*(?:x\s*)?" + _NODE_WORDS + r"\b", re.I)
 _DGX_RE = re.compile(r"\b(?:dgx|hgx)\b", re.I)
 # The GPU count is per node: "... H100 per node", "8 H100 each", "8 GPUs per node".
-_PER_NODE_AFTER_RE = re.compile(r"^\s*(?:gpus?\s*)?(?:per|each|/|a)\s*(?:node|server|machine|host)\b|^\s*each\b", re.I)
+_PER_NODE_AFTER_RE = re.compile(
+    r"^\s*(?:gpus?\s*)?(?:per|each|/|a)\s*(?:node|server|machine|host)\b|^\s*each\b", re.I
+)
 # "2x8xH100": nodes x GPUs x type, the brief's own spelling.
 _SPEC_RE = re.compile(r"(?<![\d.])(\d{1,6})\s*[x×]\s*(\d{1,6})\s*[x×]\s*(?=[a-z])", re.I)
-_GPU_COUNT_ONLY_RE = re.compile(r"(?<![\d.])(\d{1,6})\s*(?:x\s*)?(?:gpus?|cards?|accelerators?)\b", re.I)
+_GPU_COUNT_ONLY_RE = re.compile(
+    r"(?<![\d.])(\d{1,6})\s*(?:x\s*)?(?:gpus?|cards?|accelerators?)\b", re.I
+)
 _HARDWARE_WORDS_RE = re.compile(
     r"\b(?:gpus?|cards?|nodes?|clusters?|accelerators?|servers?|dgx|hgx|cuda)\b", re.I
 )
@@ -76,24 +80,51 @@ _RAM_RE = re.compile(
     r"(?:ram|dram|memory\s+per\s+node|host\s+memory|内存)",
     re.I,
 )
-_RAM_AFTER_RE = re.compile(r"(?:ram|内存)\s*[:=]?\s*(\d{1,5}(?:\.\d+)?)\s*(tb|tib|gb|gib|g)\b", re.I)
+_RAM_AFTER_RE = re.compile(
+    r"(?:ram|内存)\s*[:=]?\s*(\d{1,5}(?:\.\d+)?)\s*(tb|tib|gb|gib|g)\b", re.I
+)
 _NET_WORD = r"(ib|infiniband|roce(?:v2)?|ethernet|eth|gbe|nics?|efa)"
 # "8x400G IB", "4 x 200Gb RoCE", "8x 400Gbps NICs"; then one link: "400G IB", "25GbE".
 _NICS_RE = re.compile(
-    r"(?<![\d.])(\d{1,2})\s*[x×]\s*(\d{1,4})\s*(?:g|gb|gbit|gbps|gb/s|gbe)?\s*" + _NET_WORD + r"?\b",
+    r"(?<![\d.])(\d{1,2})\s*[x×]\s*(\d{1,4})\s*(?:g|gb|gbit|gbps|gb/s|gbe)?\s*"
+    + _NET_WORD
+    + r"?\b",
     re.I,
 )
 _NIC_RE = re.compile(
-    r"(?<![\d.x×])(\d{1,4})\s*(?:g|gb|gbit|gbps|gb/s)?\s*" + _NET_WORD + r"\b|(?<![\d.x×])(\d{1,4})\s*gbe\b",
+    r"(?<![\d.x×])(\d{1,4})\s*(?:g|gb|gbit|gbps|gb/s)?\s*"
+    + _NET_WORD
+    + r"\b|(?<![\d.x×])(\d{1,4})\s*gbe\b",
     re.I,
 )
 _NET_NAMES_RE = re.compile(r"\b(ndr|hdr|infiniband|roce)\b", re.I)
 
 _WORD_COUNTS = {
-    "a single": 1, "single": 1, "one": 1, "a pair of": 2, "pair of": 2, "a couple of": 2,
-    "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
-    "ten": 10, "twelve": 12, "a dozen": 12, "dozen": 12, "sixteen": 16, "twenty-four": 24,
-    "thirty-two": 32, "sixty-four": 64, "a hundred": 100, "an": 1, "a": 1,
+    "a single": 1,
+    "single": 1,
+    "one": 1,
+    "a pair of": 2,
+    "pair of": 2,
+    "a couple of": 2,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "twelve": 12,
+    "a dozen": 12,
+    "dozen": 12,
+    "sixteen": 16,
+    "twenty-four": 24,
+    "thirty-two": 32,
+    "sixty-four": 64,
+    "a hundred": 100,
+    "an": 1,
+    "a": 1,
 }
 _WORDS_RE = re.compile(
     r"\b(" + "|".join(sorted((re.escape(w) for w in _WORD_COUNTS), key=len, reverse=True)) + r")\b"
@@ -101,9 +132,42 @@ _WORDS_RE = re.compile(
     r"|machines?|dgx|hgx|cards?))",
     re.I,
 )
-_CN_DIGITS = {"一": 1, "二": 2, "两": 2, "俩": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7,
-              "八": 8, "九": 9, "十": 10, "十二": 12, "十六": 16, "三十二": 32, "六十四": 64}
-_CN_NUM_RE = re.compile(r"(十六|十二|三十二|六十四|[一二两俩三四五六七八九十])(?=\s*(?:台|张|块|卡|个|片|节点))")
+_MEM_WORDS = {
+    "sixteen": 16,
+    "twenty-four": 24,
+    "thirty-two": 32,
+    "forty": 40,
+    "forty-eight": 48,
+    "eighty": 80,
+    "ninety-four": 94,
+}
+_MEM_WORDS_RE = re.compile(
+    r"\b("
+    + "|".join(sorted(_MEM_WORDS, key=len, reverse=True))
+    + r")[\s-]*(?:gig(?:abyte)?s?|gb)\b",
+    re.I,
+)
+_CN_DIGITS = {
+    "一": 1,
+    "二": 2,
+    "两": 2,
+    "俩": 2,
+    "三": 3,
+    "四": 4,
+    "五": 5,
+    "六": 6,
+    "七": 7,
+    "八": 8,
+    "九": 9,
+    "十": 10,
+    "十二": 12,
+    "十六": 16,
+    "三十二": 32,
+    "六十四": 64,
+}
+_CN_NUM_RE = re.compile(
+    r"(十六|十二|三十二|六十四|[一二两俩三四五六七八九十])(?=\s*(?:台|张|块|卡|个|片|节点))"
+)
 
 
 @dataclass
@@ -159,6 +223,9 @@ def _normalise(text: str) -> str:
     out = re.sub(r"(\d+)\s*(?:卡|显卡)", r" \1 gpus ", out)
     out = re.sub(r"(?<=[\u4e00-\u9fff])|(?=[\u4e00-\u9fff])", " ", out)
     out = re.sub(r"(?<![\d.])(\d{1,6})\s*[x×]\s*(?=[a-z])", r"\1 x ", out, flags=re.I)
+    # Memory in words: "eighty-gig", "40 gig", "forty gigabytes".
+    out = _MEM_WORDS_RE.sub(lambda m: str(_MEM_WORDS[m.group(1).lower()]) + "gb", out)
+    out = re.sub(r"(\d)\s*-?\s*gig(?:abyte)?s?\b", r"\1gb", out, flags=re.I)
     return _WORDS_RE.sub(lambda m: str(_WORD_COUNTS[m.group(1).lower()]), out)
 
 
@@ -170,7 +237,9 @@ def _family(name: str) -> list[CatalogGPU]:
     return sorted(parts, key=lambda g: g.id != default.id)  # the default part first
 
 
-def _resolve(name: str, memory: int | None, form: str | None) -> tuple[CatalogGPU | None, str | None]:
+def _resolve(
+    name: str, memory: int | None, form: str | None
+) -> tuple[CatalogGPU | None, str | None]:
     """The catalog part for a name, memory and form factor; or None and why not."""
     family = _family(name)
     label = re.sub(r"\s+", " ", name.upper())
@@ -179,7 +248,10 @@ def _resolve(name: str, memory: int | None, form: str | None) -> tuple[CatalogGP
         parts = [g for g in parts if round(g.memory_gb) == memory]
         if not parts:
             sizes = sorted({f"{g.memory_gb:g}" for g in family})
-            return None, f"{label} {memory}GB is not a part the GPU catalog knows ({label}: {'/'.join(sizes)} GB)"
+            return (
+                None,
+                f"{label} {memory}GB is not a part the GPU catalog knows ({label}: {'/'.join(sizes)} GB)",
+            )
     if form == "nvl":
         return None, f"{label} NVL is not in the GPU catalog"
     if form == "pcie":
@@ -281,7 +353,10 @@ def _read_counts(norm: str, m: re.Match[str], reading: HardwareReading) -> None:
     follows_nodes = bool(
         node_match
         and node_match.end() <= m.start()
-        and re.fullmatch(r"\s*(?:of|with|each\s+with|x|×|,|:|each)?\s*(?:\d+\s*gpus?\s*(?:of\s*)?)?", before[node_match.end() :] + "")
+        and re.fullmatch(
+            r"\s*(?:of|with|each\s+with|x|×|,|:|each)?\s*(?:\d+\s*gpus?\s*(?:of\s*)?)?",
+            before[node_match.end() :] + "",
+        )
         is not None
     )
     if count is None:
@@ -295,10 +370,15 @@ def _read_counts(norm: str, m: re.Match[str], reading: HardwareReading) -> None:
             )
         else:
             reading.nodes, reading.gpus_per_node = nodes or 1, 1
-            if nodes is None:
+            plural = re.search(r"(?:s|es)$", m.group(0).strip(), re.I) and not m["suffix"]
+            if nodes is None and plural:
+                reading.unclear.append(f"{m.group(0).strip()} without a count")
+            elif nodes is None:
                 reading.assumed.append(f"no GPU count given: one {reading.gpu} assumed")
             else:
-                reading.unclear.append(f"{nodes} node(s) of {reading.gpu}, but not how many per node")
+                reading.unclear.append(
+                    f"{nodes} node(s) of {reading.gpu}, but not how many per node"
+                )
         return _check_counts(reading)
     if nodes is not None and (per_node_word or follows_nodes or dgx):
         reading.nodes, reading.gpus_per_node = nodes, count
@@ -316,7 +396,10 @@ def _read_counts(norm: str, m: re.Match[str], reading: HardwareReading) -> None:
                 f"not whole nodes of {PLATFORM_GPUS_PER_NODE}; say how many nodes"
             )
             return None
-        reading.nodes, reading.gpus_per_node = count // PLATFORM_GPUS_PER_NODE, PLATFORM_GPUS_PER_NODE
+        reading.nodes, reading.gpus_per_node = (
+            count // PLATFORM_GPUS_PER_NODE,
+            PLATFORM_GPUS_PER_NODE,
+        )
         reading.assumed.append(
             f"{count} {reading.gpu} read as {reading.nodes} nodes x {PLATFORM_GPUS_PER_NODE} "
             f"({PLATFORM_GPUS_PER_NODE} GPUs per HGX/DGX/OAM node; say 'N nodes of M' otherwise)"
@@ -343,8 +426,14 @@ def _read_host(norm: str, reading: HardwareReading) -> None:
         reading.host_ram_gb = float(m.group(1)) * scale
     net = None
     if m := _NICS_RE.search(norm):
-        if m.group(3) or re.search(r"g(?:b|bit|bps|b/s|be)?\s*$", norm[m.start(2) : m.end(2) + 4], re.I):
-            reading.nics_per_node, reading.nic_gbps, net = int(m.group(1)), float(m.group(2)), m.group(3)
+        if m.group(3) or re.search(
+            r"g(?:b|bit|bps|b/s|be)?\s*$", norm[m.start(2) : m.end(2) + 4], re.I
+        ):
+            reading.nics_per_node, reading.nic_gbps, net = (
+                int(m.group(1)),
+                float(m.group(2)),
+                m.group(3),
+            )
     if reading.nic_gbps is None and (m := _NIC_RE.search(norm)):
         if m.group(3):
             reading.nics_per_node, reading.nic_gbps, net = 1, float(m.group(3)), "gbe"
@@ -388,7 +477,8 @@ def hardware_fields(text: str) -> dict[str, Any]:
         data["hardware"] = reading.spec
     if reading.assumed and not reading.unclear:
         data[HARDWARE_ASSUMED] = [
-            f"intake: hardware {reading.text!r} read as {reading.spec}: {a}" for a in reading.assumed
+            f"intake: hardware {reading.text!r} read as {reading.spec}: {a}"
+            for a in reading.assumed
         ]
     if reading.host_ram_gb is not None:
         data["host_ram_gb"] = reading.host_ram_gb
