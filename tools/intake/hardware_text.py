@@ -273,7 +273,7 @@ def read_hardware(text: str) -> HardwareReading:
     _read_host(norm, reading)
 
     mentions = [m for m in _MENTION_RE.finditer(norm) if not _inside_model_name(norm, m)]
-    names = {}
+    names: dict[str, re.Match[str]] = {}
     for m in mentions:
         try:
             gpu, why = _resolve(m["name"], *_mem_form(m))
