@@ -314,7 +314,7 @@ def test_cli_no_hardware_is_planned_for_this_machine_and_says_so(tmp_path: Path)
     first = done.stdout.splitlines()[0]
     assert first.startswith("framework: ") and "; planned for this machine (" in first, first
     report = (out / "report.md").read_text(encoding="utf-8")
-    headline = report.split("\n\n")[1]
+    headline = report.split("\n\n")[2]  # after the title and the verdict line
     assert headline.startswith("**Hardware:** planned for this machine ("), headline
     plan = json.loads((tmp_path / "plan.json").read_text(encoding="utf-8"))
     assert plan["hardware"]["source"] == "local"

@@ -97,16 +97,17 @@ def _headline(plan: TrainingPlan) -> list[str]:
         + (f"{hw.gpus_per_node} x {md_text(hw.gpu.name)}" if hw.gpu else "CPU only")
         + (f", {hw.cpu_cores} CPU cores" if hw.cpu_cores else "")
         + (f", {hw.ram_gb:.0f} GB RAM" if hw.ram_gb else "")
-        + "). "
+        + ")."
         if hw.source == "local"
-        else ""
+        else None
     )
     return [
         f"# Training plan: {md_text(b.goal or (m.name if m else b.task))}",
         "",
-        f"{where}**Verdict:** {plan.review.verdict} after {plan.review.rounds} review round(s). "
+        f"**Verdict:** {plan.review.verdict} after {plan.review.rounds} review round(s). "
         f"**Framework:** {plan.framework.primary}. {strategy}**Smoke test:** {plan.smoke_test.status}.",
         "",
+        *([where, ""] if where else []),
     ]
 
 
