@@ -52,9 +52,12 @@ TABLE: list[tuple[str, dict[str, Any]]] = [
     ("fine-tune llama-3-8b on 4 A100 40G", {"hardware": "1x4xA100-40GB"}),
     (
         "pretrain llama-3-8b from scratch on 64 V100 32GB",
-        {"hardware": "8x8xV100-32GB", "assumed": "64 V100-32GB read as 8 nodes x 8"},
+        {"hardware": "8x8xV100-32GB", "assumed": "read as 8x8xV100-32GB: 8 GPUs per node assumed"},
     ),
-    ("train qwen2.5-72b on 16 MI300X", {"hardware": "2x8xMI300X", "assumed": "8 GPUs per"}),
+    (
+        "train qwen2.5-72b on 16 MI300X",
+        {"hardware": "2x8xMI300X", "assumed": "8 GPUs per node assumed"},
+    ),
     ("fine-tune llama-3.1-405b on 32 nodes of 8 H100", {"hardware": "32x8xH100-80GB"}),
     ("pretrain llama-3-8b on 2x8xH100-80GB", {"hardware": "2x8xH100-80GB"}),
     ("pretrain llama-3-8b on 8 H100 per node on 4 nodes", {"hardware": "4x8xH100-80GB"}),
@@ -284,9 +287,11 @@ def test_platform_assumption_is_stated_in_the_plan(settings: Settings, tmp_path:
     )
     plan = state["plan"]
     assert plan["brief"]["hardware"] == "2x8xMI300X"
-    assert "16 MI300X read as 2 nodes x 8" in plan["narrative"]["fallbacks"]
+    assert (
+        "'16 MI300X' read as 2x8xMI300X: 8 GPUs per node assumed" in plan["narrative"]["fallbacks"]
+    )
     report = Path(plan["report"]["markdown"]).read_text(encoding="utf-8")
-    assert "16 MI300X read as 2 nodes x 8" in report
+    assert "read as 2x8xMI300X: 8 GPUs per node assumed" in report
     assert "planned for this machine" not in report
 
 

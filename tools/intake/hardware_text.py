@@ -401,8 +401,8 @@ def _read_counts(norm: str, m: re.Match[str], reading: HardwareReading) -> None:
             PLATFORM_GPUS_PER_NODE,
         )
         reading.assumed.append(
-            f"{count} {reading.gpu} read as {reading.nodes} nodes x {PLATFORM_GPUS_PER_NODE} "
-            f"({PLATFORM_GPUS_PER_NODE} GPUs per HGX/DGX/OAM node; say 'N nodes of M' otherwise)"
+            f"{PLATFORM_GPUS_PER_NODE} GPUs per node assumed (the HGX/DGX/OAM platform), "
+            f"{reading.nodes} nodes; say 'N nodes of M' otherwise"
         )
     else:
         reading.nodes, reading.gpus_per_node = 1, count
