@@ -335,7 +335,7 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     from tools.artifacts.text import estimate_lines
     from tools.intake.brief import brief_from_dict, load_brief
     from tools.planning import search_strategy
-    from tools.research.hardware import parse_hardware
+    from tools.research.hardware import hardware_for_brief
     from tools.research.model_catalog import lookup_model
 
     if (args.brief is None) == (args.model is None):
@@ -355,7 +355,7 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         raise InputError(
             "brief.model", "an agent-app brief trains nothing, so there is no memory to estimate"
         )
-    hw = parse_hardware(brief.hardware, brief.interconnect)
+    hw = hardware_for_brief(brief)
     model = lookup_model(brief.model, brief.seq_len)
     memory = search_strategy(model, hw, brief, micro_batch_size=args.micro_batch)
     _write_json(args.json_path, memory.model_dump(mode="json"))

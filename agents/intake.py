@@ -33,6 +33,7 @@ from tools.core.schemas import TrainingBrief
 from tools.core.settings import Settings
 from tools.core.untrusted import cap_text
 from tools.intake.brief import brief_from_dict
+from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_UNCLEAR
 
 # Everything a plan's later nodes write: a fresh request on a used thread starts clean.
 _FRESH: dict[str, Any] = dict.fromkeys((*PRODUCT_KEYS, "plan"))
@@ -205,6 +206,7 @@ def _brief_from_request(
         if read:
             events.progress(f"LLM read: {', '.join(sorted(read))}")
     fields = _ask_missing({**parsed, **overrides}, overrides, models, events)
+    notes += fields.get(HARDWARE_ASSUMED) or []
     return brief_from_request(fields), notes
 
 
@@ -218,21 +220,32 @@ def _ask_missing(
     names no model is asked about again, saying why: the answers given stay with the task, so
     failing here would replay the bad one on every resume of this thread.
     """
-    from tools.intake.brief import QUESTIONS, merge_answer, missing_field
+    from tools.intake.brief import merge_answer, missing_field, question_for
 
-    field = missing_field(fields)
-    if field is None:
-        return fields
-    problem = None
-    while True:
-        question = QUESTIONS[field]
-        if problem:
-            question = f"{problem[0].upper()}{problem[1:]}. {question}"
-        answer = str(interrupt({"field": field, "question": question, "problem": problem}) or "")
-        try:
-            fields = {**merge_answer(fields, field, answer, models), **overrides}
-            break
-        except InputError as exc:
-            problem = exc.message.split(";")[0]
-    events("answer", f"{field}: {answer.strip()[:120]}", field=field)
+    if "hardware" in overrides:  # --hardware settles what the request's text left unclear
+        fields.pop(HARDWARE_UNCLEAR, None)
+    # One question per field (the model, then hardware the request named but could not be read).
+    while (field := missing_field(fields)) is not None:
+        problem = None
+        while True:
+            question = question_for(field, fields)
+            if problem:
+                question = f"{problem[0].upper()}{problem[1:]}. {question}"
+            answer = str(
+                interrupt(
+                    {
+                        "field": field,
+                        "question": question,
+                        "problem": problem,
+                        "unclear": fields.get(HARDWARE_UNCLEAR) if field == "hardware" else None,
+                    }
+                )
+                or ""
+            )
+            try:
+                fields = {**merge_answer(fields, field, answer, models), **overrides}
+                break
+            except InputError as exc:
+                problem = exc.message.split(";")[0]
+        events("answer", f"{field}: {answer.strip()[:120]}", field=field)
     return fields

@@ -127,10 +127,10 @@ def brief_hardware(ws: Workspace, spec: str, interconnect: str | None) -> Hardwa
     The arguments may spell the brief's hardware differently (an alias, the link a single node
     has anyway) but must resolve to the same machine; nothing in the workspace changes otherwise.
     """
-    from tools.research.hardware import parse_hardware
+    from tools.research.hardware import hardware_for_brief, parse_hardware
 
     brief = ws.brief
-    expected = parse_hardware(brief.hardware, brief.interconnect)
+    expected = hardware_for_brief(brief)
     same_text = spec.strip().lower() == brief.hardware.strip().lower() and interconnect in (
         None,
         brief.interconnect,

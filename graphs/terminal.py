@@ -195,12 +195,18 @@ def _answer(value: dict[str, Any], given: str | None) -> str:
         line = ""
     if not line.strip():
         # Piped or closed stdin with nothing on it: the error is the one line.
+        example = "'4 A100 40GB'" if field == "hardware" else "llama-3-8b"
         if problem:  # a given answer was not enough
-            raise InputError(field, f"{problem}; pass another --answer (e.g. --answer llama-3-8b)")
+            raise InputError(field, f"{problem}; pass another --answer (e.g. --answer {example})")
+        said = (
+            f"hardware unclear ({value['unclear']})"
+            if value.get("unclear")
+            else f"names no {field}"
+        )
         raise InputError(
             "request",
-            f"names no {field}, and no answer came on stdin; name it in the request "
-            f"or pass --answer (e.g. --answer llama-3-8b)",
+            f"{said}, and no answer came on stdin; name it in the request "
+            f"or pass --answer (e.g. --answer {example})",
         )
     if not interactive:
         _emit(f"[intake] question: {text}")

@@ -424,7 +424,8 @@ def test_llm_reads_the_request_fields_the_parser_cannot(
     from tools.intake.brief import request_fields
     from tools.research.model_catalog import list_models
 
-    assert set(request_fields(WORDY, list_models())) == {"goal"}  # the parser reads nothing
+    # The parser reads only the hardware ("four eighty-gig A100s"), as the LLM does.
+    assert set(request_fields(WORDY, list_models())) == {"goal", "hardware"}
     plan = _plan_request(_llm_settings(settings, server), WORDY, tmp_path / "p")
     brief = plan["brief"]
     # The LLM's name was mapped onto the catalog; the rest of its fields passed validation.
@@ -520,7 +521,7 @@ def test_clarifying_question_still_asked_when_the_llm_finds_no_model(
     plan = graph.invoke(Command(resume="llama 3 8b"), config)["plan"]
     assert plan["brief"]["model"] == "llama-3-8b"
     assert (plan["brief"]["task"], plan["brief"]["seq_len"]) == ("pretrain", 4096)  # the LLM's
-    assert plan["brief"]["hardware"] == "local"  # neither read "two nodes of eight H100s"
+    assert plan["brief"]["hardware"] == "2x8xH100-80GB"  # the parser reads the words
 
 
 @pytest.mark.parametrize("server", ["http500"], indirect=True)

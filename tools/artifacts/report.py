@@ -96,12 +96,23 @@ def _headline(plan: TrainingPlan) -> list[str]:
         if mem
         else "**Strategy:** none (nothing is trained). "
     )
+    hw = plan.hardware
+    where = (
+        "**Hardware:** planned for this machine ("
+        + (f"{hw.gpus_per_node} x {md_text(hw.gpu.name)}" if hw.gpu else "CPU only")
+        + (f", {hw.cpu_cores} CPU cores" if hw.cpu_cores else "")
+        + (f", {hw.ram_gb:.0f} GB RAM" if hw.ram_gb else "")
+        + ")."
+        if hw.source == "local"
+        else None
+    )
     return [
         f"# {'Inference' if inf else 'Training'} plan: {md_text(b.goal or (m.name if m else b.task))}",
         "",
         f"**Verdict:** {plan.review.verdict} after {plan.review.rounds} review round(s). "
         f"**Framework:** {plan.framework.primary}. {strategy}**Smoke test:** {plan.smoke_test.status}.",
         "",
+        *([where, ""] if where else []),
     ]
 
 

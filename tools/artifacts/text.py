@@ -37,6 +37,14 @@ def plan_facts(plan: dict[str, Any]) -> dict[str, Any]:
         "machine": f"{hw.get('nodes')}x{hw.get('gpus_per_node')} {gpu['name']}"
         if gpu
         else f"{hw.get('nodes')} node(s), CPU only",
+        # The brief named no hardware, or said this machine: every summary says so.
+        "local": (
+            (f"{hw.get('gpus_per_node')} x {gpu['name']}" if gpu else "CPU only")
+            + (f", {hw['cpu_cores']} CPU cores" if hw.get("cpu_cores") else "")
+            + (f", {hw['ram_gb']:.0f} GB RAM" if hw.get("ram_gb") else "")
+        )
+        if hw.get("source") == "local"
+        else None,
         "framework": (plan.get("framework") or {}).get("primary"),
         "strategy": memory.chosen_label if memory else None,
         "micro_batch_size": memory.micro_batch_size if memory else None,
@@ -84,6 +92,8 @@ def summary_lines(plan: dict[str, Any], *, headline: str = "plan") -> list[str]:
         else f"framework: {f['framework']}; strategy: "
         f"{f['strategy'] or ('none (inference plan)' if plan.get('inference') else 'none (nothing to train)')}"
     )
+    if f["local"]:
+        first += f"; planned for this machine ({f['local']})"
     lines = [
         first,
         *([inference_line(plan["inference"])] if plan.get("inference") else []),

@@ -104,6 +104,11 @@ class TrainingBrief(_Strict):
     hardware: str = "local"
     # Between nodes: ib400 | ib200 | roce100 | eth25 | nvlink; None when unknown.
     interconnect: str | None = None
+    # What a node has besides its GPUs, when known: host RAM (bounds CPU offload) and its
+    # network cards (the comm model's inter-node bandwidth: NICs x Gb/s / 8).
+    host_ram_gb: Amount | None = Field(default=None, gt=0, le=1_000_000)
+    nics_per_node: Count | None = Field(default=None, ge=1, le=64)
+    nic_gbps: Amount | None = Field(default=None, gt=0, le=10_000)
     precision: Precision = "auto"
     team: Team = Field(default_factory=Team)
     deployment: Deployment = "none"
@@ -147,6 +152,9 @@ class HardwareSpec(BaseModel):
     cpu_cores: int | None = None
     ram_gb: float | None = None
     interconnect: str | None = None
+    # Network cards per node and each one's line rate, when the brief states them.
+    nics_per_node: int | None = None
+    nic_gbps: float | None = None
     cuda_available: bool = False
 
     @property

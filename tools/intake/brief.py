@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from tools.core.errors import InputError, shown
 from tools.core.schemas import Deployment, Precision, Task, TrainingBrief
+from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_UNCLEAR, hardware_fields
 from tools.intake.serving_text import serving_fields, serving_follow_up
 
 MAX_BRIEF_BYTES = 1_000_000
@@ -151,14 +152,6 @@ def load_brief(path: str | Path) -> TrainingBrief:
     return brief_from_dict(data)
 
 
-_GPU_WORDS = (
-    r"a100(?:-80gb|-40gb)?|h100(?:-80gb)?|h200|b200|v100|t4|a10g|l4|l40s|rtx\s?4090|rtx\s?3090|"
-    r"4090|3090|mi300x|mi250x"
-)
-_NODES_RE = re.compile(
-    r"(\d+)\s*nodes?\s*(?:of|with|x|×)\s*(\d+)\s*(?:x\s*)?(" + _GPU_WORDS + r")s?\b", re.I
-)
-_GPUS_RE = re.compile(r"(\d+)\s*(?:x\s*|×\s*)?(" + _GPU_WORDS + r")s?\b", re.I)
 _SEQ_RE = re.compile(
     r"(?:seq(?:uence)?[ _-]?len(?:gth)?|context(?: length)?)\s*(?:of|=|:)?\s*(\d+)\s*(k)?", re.I
 )
@@ -199,18 +192,25 @@ _DEPLOYMENT = (
 )
 
 
-def _normalise_gpu(word: str) -> str:
-    w = re.sub(r"\s+", "", word).upper()
-    return {"A100": "A100-80GB", "H100": "H100-80GB"}.get(w, w)
-
-
 # One clarifying question per essential field a request can lack (graph intake asks it).
 # What a good answer looks like, for the question and for the error when none came.
 ANSWER_HINTS = {
     "model": "a catalog model (e.g. llama-3-8b, gpt2), a size (e.g. 'a 7B model') "
     "or the path to a Hugging Face config.json",
+    "hardware": "the GPUs as a count and a catalog type (e.g. '4 A100 40GB', '2 nodes of 8 "
+    "H100'), NODESxGPUSxTYPE (e.g. 2x8xH100-80GB) or 'this machine'",
 }
-QUESTIONS = {"model": f"Which model should this plan train? Name {ANSWER_HINTS['model']}."}
+QUESTIONS = {
+    "model": f"Which model should this plan train? Name {ANSWER_HINTS['model']}.",
+    "hardware": f"Which hardware should this plan target? Give {ANSWER_HINTS['hardware']}.",
+}
+
+
+def question_for(field: str, fields: dict[str, Any]) -> str:
+    """The clarifying question about ``field``; for the hardware, what was read and what was not."""
+    if field == "hardware" and fields.get(HARDWARE_UNCLEAR):
+        return f"I could not fully read the hardware: {fields[HARDWARE_UNCLEAR]}. {QUESTIONS[field]}"
+    return QUESTIONS[field]
 
 
 def parse_request(text: str, known_models: list[str]) -> TrainingBrief:
@@ -229,6 +229,8 @@ def missing_field(fields: dict[str, Any]) -> str | None:
     """The essential field parsed request fields lack (a key of ``QUESTIONS``), or None."""
     if fields.get("model") is None and fields.get("task") != "agent-app":
         return "model"
+    if fields.get(HARDWARE_UNCLEAR):
+        return "hardware"
     return None
 
 
@@ -239,7 +241,13 @@ def brief_from_request(fields: dict[str, Any]) -> TrainingBrief:
             "request",
             "names no model; say which (e.g. 'llama-3-8b', 'gpt2', 'a 7B model') or use --brief",
         )
-    data = dict(fields)
+    if fields.get(HARDWARE_UNCLEAR):
+        raise InputError(
+            "request",
+            f"hardware unclear: {fields[HARDWARE_UNCLEAR]}; name it (e.g. '4 A100 40GB', "
+            "'2 nodes of 8 H100', 'on this machine') or use --brief",
+        )
+    data = {k: v for k, v in fields.items() if k not in (HARDWARE_UNCLEAR, HARDWARE_ASSUMED)}
     if "seq_len" not in data and isinstance(data.get("model"), str):
         # No length given: the default, but never past the model's position table (gpt2: 1024).
         from tools.research.model_catalog import lookup_model
@@ -276,6 +284,8 @@ def merge_answer(
         elif text.lower().endswith(".json"):
             said["model"] = text
     merged = {**fields, **said}
+    if field == "hardware" and "hardware" in said and not said.get(HARDWARE_UNCLEAR):
+        merged.pop(HARDWARE_UNCLEAR, None)  # answered: the request's unclear phrase is settled
     if missing_field(merged) == field:
         raise InputError(
             field,
@@ -308,10 +318,7 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     agent_app = bool(_AGENT_APP.search(text)) and not _TRAINING.search(text)
     if agent_app:
         data["task"] = "agent-app"
-    if m := _NODES_RE.search(text):
-        data["hardware"] = f"{m.group(1)}x{m.group(2)}x{_normalise_gpu(m.group(3))}"
-    elif m := _GPUS_RE.search(text):
-        data["hardware"] = f"1x{m.group(1)}x{_normalise_gpu(m.group(2))}"
+    data.update(hardware_fields(text))
     if m := (_SEQ_RE.search(text) or _SEQ_BEFORE_RE.search(text)):
         data["seq_len"] = int(m.group(1)) * (1024 if m.group(2) else 1)
     if m := _BATCH_RE.search(text):
@@ -466,6 +473,8 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
     """
     said = request_fields(text, known_models)
     said.pop("goal", None)
+    said.pop(HARDWARE_ASSUMED, None)
+    unclear = said.pop(HARDWARE_UNCLEAR, None)
     said = {**serving_follow_up(text, {**brief, **said}), **said}
     if said.get("task") == "agent-app" and brief.get("model") is not None:
         del said["task"]  # "my assistant" in a follow-up does not drop the model
@@ -487,4 +496,8 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
             )
         if (nodes, per_node) != (int(spec[1] or 1), int(spec[2])):
             said["hardware"] = f"{nodes}x{per_node}x{gpu}"
+        if node_count or gpu_count:
+            unclear = None  # a count of the brief's own GPUs
+    if unclear:
+        raise InputError("hardware", f"unclear: {unclear}; name the GPUs (e.g. '4 A100 40GB')")
     return said

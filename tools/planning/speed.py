@@ -319,6 +319,9 @@ def estimate_speed(
     model_flops = training_flops_per_token(model, setup.seq, activation_checkpointing=False)
     _flops_notes(setup, flops)
     peak, efficiency, compute_s = _compute(setup, flops)
+    if inter_node_gbs is None and hardware.nics_per_node and hardware.nic_gbps:
+        # The brief's NICs: each node's line rate, Gb/s to GB/s.
+        inter_node_gbs = hardware.nics_per_node * hardware.nic_gbps / 8
     links = step_links(setup, inter_node_gbs)
     dp_bytes, dp_s = data_parallel_comm(setup, links, inter_node_gbs)
     tp_bytes, tp_s = tensor_parallel_comm(setup, links)

@@ -20,7 +20,7 @@ import yaml
 from pydantic import Field
 
 from tools.core.errors import InputError
-from tools.core.schemas import GPUSpec, HardwareSpec
+from tools.core.schemas import GPUSpec, HardwareSpec, TrainingBrief
 from tools.research import gpu_probe
 from tools.research.gpu_probe import GPUDevice, GPUProbe, GPUTopology
 
@@ -160,6 +160,20 @@ def parse_hardware(spec: str, interconnect: str | None = None) -> HardwareSpec:
         # ROCm builds of torch expose AMD GPUs through the same torch.cuda API.
         cuda_available=True,
     )
+
+
+def hardware_for_brief(brief: TrainingBrief) -> HardwareSpec:
+    """The brief's hardware, with the node facts it states: host RAM and network cards.
+
+    A described cluster's ``ram_gb`` is the brief's ``host_ram_gb`` (the memory plan's offload
+    check reads it; otherwise it assumes a server sizing). ``local`` keeps what this machine
+    reports. ``nics_per_node`` x ``nic_gbps`` is each node's network for the comm model.
+    """
+    hw = parse_hardware(brief.hardware, brief.interconnect)
+    update: dict[str, Any] = {"nics_per_node": brief.nics_per_node, "nic_gbps": brief.nic_gbps}
+    if hw.source == "described" and brief.host_ram_gb is not None:
+        update["ram_gb"] = brief.host_ram_gb
+    return hw.model_copy(update={k: v for k, v in update.items() if v is not None})
 
 
 def _check_interconnect(interconnect: str | None) -> str | None:

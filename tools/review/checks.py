@@ -89,12 +89,12 @@ def check_brief(
     brief: TrainingBrief, hardware: HardwareSpec, model: ModelSpec | None
 ) -> list[Finding]:
     """The plan's hardware and model are the brief's: resolved again here, not taken on trust."""
-    from tools.research.hardware import parse_hardware
+    from tools.research.hardware import hardware_for_brief
     from tools.research.model_catalog import lookup_model
 
     fix = "plan the brief's model and hardware; a tool call cannot change them"
     findings = []
-    expected_hw = parse_hardware(brief.hardware, brief.interconnect)
+    expected_hw = hardware_for_brief(brief)
 
     def key(hw: HardwareSpec) -> tuple[Any, ...]:
         return (hw.nodes, hw.gpus_per_node, hw.gpu.name if hw.gpu else None, hw.interconnect)
