@@ -9,6 +9,7 @@ must agree with their published counts. Real CLI plans for an image classifier a
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tools.core.errors import InputError
+from tools.core.settings import Settings
 from tools.intake.brief import brief_from_request, model_reading, parse_request, request_fields
 from tools.planning.speed import training_flops_per_token
 from tools.research.model_catalog import list_models, load_model_catalog, lookup_model
@@ -179,7 +181,7 @@ def test_models_the_training_script_cannot_build_get_no_smoke_run() -> None:
         assert reason and "not one" in reason and model_id in reason
 
 
-def test_the_clarifying_question_lists_the_candidates(settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_clarifying_question_lists_the_candidates(settings: Settings, tmp_path: Path) -> None:
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.types import Command
 
@@ -242,3 +244,23 @@ def test_cli_refuses_an_unclear_name_with_one_line_and_exit_2(tmp_path: Path) ->
     (line,) = res.stderr.strip().splitlines()
     assert "'convnext' could be convnext-tiny or convnext-base" in line
     assert "--answer convnext-tiny" in line
+
+
+def test_a_model_name_an_llm_reads_goes_through_the_same_reading(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A real HTTP round trip (the fake OpenAI server of test_llm_http): the LLM says "T5-XL"."""
+    from test_llm_http import _FakeOpenAI, _llm_settings, _plan_request, _serve
+
+    text = "we would like to fine-tune the big T5 version one point one on eight 80 GB A100s"
+    assert "model" not in request_fields(text, MODELS)  # the parser cannot tell which T5
+    served = _serve("prose")
+    base_url = next(served)
+    try:
+        _FakeOpenAI.brief_args = json.dumps({"model": "T5-XL", "hardware": "1x8xA100-80GB"})
+        plan = _plan_request(_llm_settings(settings, base_url), text, tmp_path / "p")
+    finally:
+        served.close()
+    assert plan["brief"]["model"] == "t5-v1.1-xl"
+    assert plan["model"]["params"] == 2_783_959_040
+    assert "dropped the LLM's model" not in plan["narrative"].get("fallbacks", "")

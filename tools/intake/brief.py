@@ -423,6 +423,8 @@ def _llm_field(key: str, value: Any, known_models: list[str]) -> dict[str, Any]:
         if not isinstance(value, str):
             raise InputError("model", f"must be a model name (got {value!r})")
         name = _catalog_name(value, known_models)
+        if name is None and (reading := read_model(value)) is not None:
+            name = reading.model  # "T5-XL", "a 1.3B GPT", "lama-3-8b": as the parser reads them
         if name is None and not value.strip().lower().endswith(".json"):
             raise InputError("model", f"{value!r} is not a catalog model or a config.json path")
         return {"model": name or value.strip()}

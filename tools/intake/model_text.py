@@ -15,7 +15,7 @@ there is none it asks ``read_model`` here, which reads, in order:
    Otherwise the close ones are candidates, and intake asks which one;
 4. a bare family word with several catalog sizes ("resnet", "convnext") : the candidates.
 
-Offline and deterministic; the words looked at are bounded (``MAX_WINDOWS``).
+Offline and deterministic; the words looked at are bounded (``MAX_WORDS_READ``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ MARGIN = 0.08
 # A run this close is at least a candidate worth asking about.
 CANDIDATE = 0.7
 MAX_CANDIDATES = 4
-MAX_WINDOWS = 600
+# A request is a few sentences; past this many words the rest is not looked at (each run of
+# words is compared with every catalog name: 200 words take about a second at worst).
+MAX_WORDS_READ = 200
 _MAX_WORDS = 3
 
 # Words that never start or continue a model name.
@@ -139,7 +141,7 @@ def _gpt_reading(text: str) -> ModelReading | None:
 
 def _windows(text: str) -> list[tuple[str, str]]:
     """Name-like runs of 1-3 words, longest first: (as written, squashed)."""
-    words = [w.rstrip(".,;:!?)'\"") for w in _WORD_RE.findall(text)]
+    words = [w.rstrip(".,;:!?)'\"") for w in _WORD_RE.findall(text)][:MAX_WORDS_READ]
     runs: list[tuple[str, str]] = []
     for size in range(_MAX_WORDS, 0, -1):
         for start in range(len(words) - size + 1):
@@ -149,8 +151,6 @@ def _windows(text: str) -> list[tuple[str, str]]:
             if any(_GPU_LIKE.match(w) for w in run):
                 continue
             runs.append((" ".join(run), _squash("".join(run))))
-            if len(runs) >= MAX_WINDOWS:
-                return runs
     return runs
 
 
