@@ -356,7 +356,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
 
 def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
     """Run (or skip) the smoke test for the workspace's plan and attach the predicted peak memory."""
-    skipped = skip_reason(ws.brief, ws.framework, ws.model)
+    skipped = skip_reason(ws.brief, ws.framework)
     if skipped is not None:
         return SmokeResult(status="skipped", reason=skipped)
     model = need(ws.model, "the model", "lookup_model")

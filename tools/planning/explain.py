@@ -120,8 +120,9 @@ def base_assumptions(
     if not trains_as_causal_lm(model.hf_config or {}):
         lines.append(
             f"{model.name} ({model.family}) is not a causal language model: the shipped "
-            "train.py (token batches, next-token loss) cannot train it, so use the launch "
-            "files with this model's own training loop"
+            "train.py (token batches, next-token loss) cannot train it, so its smoke run "
+            "checks the parallel setup on a llama-style stand-in of the same shape; train it "
+            "with this model's own training loop under the launch files"
         )
     return lines
 

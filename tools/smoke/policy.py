@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from tools.core.schemas import FrameworkChoice, ModelSpec, TrainingBrief
-from tools.research.architectures import trains_as_causal_lm
+from tools.core.schemas import FrameworkChoice, TrainingBrief
 from tools.research.framework import DEEPSPEED_FRAMEWORKS
 
 # Frameworks the standalone training script (tools/smoke/train.py) runs: DeepSpeed or DDP.
@@ -20,18 +19,7 @@ def not_smoke_testable(framework: str) -> str:
     )
 
 
-def not_causal_lm(model: ModelSpec) -> str:
-    """Why a model the training script cannot build gets no smoke run."""
-    return (
-        f"trainwright's training script trains causal language models on token batches; "
-        f"{model.name} ({model.family}) is not one, so the plan has no smoke run and its "
-        "train.py is a template to replace with this model's own training loop"
-    )
-
-
-def skip_reason(
-    brief: TrainingBrief, framework: FrameworkChoice | None, model: ModelSpec | None = None
-) -> str | None:
+def skip_reason(brief: TrainingBrief, framework: FrameworkChoice | None) -> str | None:
     """Why this plan gets no smoke run, or None when it gets one."""
     if brief.task == "agent-app":
         return AGENT_APP_SMOKE
@@ -39,8 +27,6 @@ def skip_reason(
         return SMOKE_OFF
     if framework is not None and framework.primary not in SMOKE_TESTABLE:
         return not_smoke_testable(framework.primary)
-    if model is not None and not trains_as_causal_lm(model.hf_config or {}):
-        return not_causal_lm(model)
     return None
 
 
