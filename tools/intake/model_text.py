@@ -34,6 +34,9 @@ CONFIDENT = 0.8
 MARGIN = 0.08
 # A run this close is at least a candidate worth asking about.
 CANDIDATE = 0.7
+# A run of words without a digit is spelt like many English words ("context" is 0.8 of
+# "convnext"): it must be this close to a name, even to be a candidate.
+WORDS_ONLY = 0.9
 MAX_CANDIDATES = 4
 # A request is a few sentences; past this many words the rest is not looked at (each run of
 # words is compared with every catalog name: 200 words take about a second at worst).
@@ -187,6 +190,8 @@ def read_model(text: str) -> ModelReading | None:
         if len(re.findall(r"[a-z]", squashed)) < 4:
             continue  # "t5", "a 7" : too short to be told from other words by spelling
         close = _close(squashed)
+        if not re.search(r"\d", squashed):
+            close = [c for c in close if c[0] >= WORDS_ONLY]
         if not close:
             continue
         # The numbers are what the user typed with care (sizes, versions); a typo is in the
