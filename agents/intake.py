@@ -190,12 +190,21 @@ def _brief_from_request(
 ) -> tuple[TrainingBrief, list[str]]:
     """Read a request (parser, and a real LLM), ask what it lacks; the brief and the notes."""
     from agents.offline import OfflinePlaybookModel
-    from tools.intake.brief import brief_from_request, merge_read_fields, request_fields
+    from tools.intake.brief import (
+        brief_from_request,
+        merge_read_fields,
+        model_reading,
+        request_fields,
+    )
     from tools.research.model_catalog import list_models
 
     models = list_models()
     parsed = request_fields(text, models)
     notes: list[str] = []
+    reading = model_reading(text, models)
+    if reading is not None and reading.note and parsed.get("model") == reading.model:
+        notes.append(f"intake: {reading.note}")  # "read 'lama-3-8b' as llama-3-8b"
+        events.progress(reading.note)
     if not isinstance(model, OfflinePlaybookModel):
         # On a resume after the clarifying question this node runs again and so asks the LLM
         # again; whatever it says then, the answers given stay matched to the question (the
@@ -205,20 +214,27 @@ def _brief_from_request(
         notes += [f"intake: {d}" for d in disagreements]
         if read:
             events.progress(f"LLM read: {', '.join(sorted(read))}")
-    fields = _ask_missing({**parsed, **overrides}, overrides, models, events)
+    unclear = (reading.question, reading.candidates) if reading and reading.question else None
+    fields = _ask_missing({**parsed, **overrides}, overrides, models, events, unclear)
     notes += fields.get(HARDWARE_ASSUMED) or []
     return brief_from_request(fields), notes
 
 
 def _ask_missing(
-    fields: dict[str, Any], overrides: dict[str, Any], models: list[str], events: Events
+    fields: dict[str, Any],
+    overrides: dict[str, Any],
+    models: list[str],
+    events: Events,
+    unclear: tuple[str, tuple[str, ...]] | None = None,
 ) -> dict[str, Any]:
     """Ask the clarifying question for an essential field the request lacks, until answered.
 
     On resume the node runs again from the top and each interrupt() returns its answer, in
     order (LangGraph matches resume values to interrupts by position). An answer that still
     names no model is asked about again, saying why: the answers given stay with the task, so
-    failing here would replay the bad one on every resume of this thread.
+    failing here would replay the bad one on every resume of this thread. ``unclear`` says
+    what the request's own words left open ("'convnext' could be convnext-tiny or
+    convnext-base") and the candidates; the first question starts with it and lists them.
     """
     from tools.intake.brief import merge_answer, missing_field, question_for
 
@@ -226,22 +242,22 @@ def _ask_missing(
         fields.pop(HARDWARE_UNCLEAR, None)
     # One question per field (the model, then hardware the request named but could not be read).
     while (field := missing_field(fields)) is not None:
-        problem = None
+        problem, candidates = unclear if unclear and field == "model" else (None, ())
+        unclear = None  # the request's own reading opens the first model question only
         while True:
             question = question_for(field, fields)
             if problem:
                 question = f"{problem[0].upper()}{problem[1:]}. {question}"
-            answer = str(
-                interrupt(
-                    {
-                        "field": field,
-                        "question": question,
-                        "problem": problem,
-                        "unclear": fields.get(HARDWARE_UNCLEAR) if field == "hardware" else None,
-                    }
-                )
-                or ""
-            )
+            payload: dict[str, Any] = {
+                "field": field,
+                "question": question,
+                "problem": problem,
+                "unclear": fields.get(HARDWARE_UNCLEAR) if field == "hardware" else None,
+            }
+            if candidates:
+                payload["candidates"] = list(candidates)
+            answer = str(interrupt(payload) or "")
+            candidates = ()
             try:
                 fields = {**merge_answer(fields, field, answer, models), **overrides}
                 break

@@ -195,6 +195,12 @@ def _answer(value: dict[str, Any], given: str | None) -> str:
         line = ""
     if not line.strip():
         # Piped or closed stdin with nothing on it: the error is the one line.
+        if value.get("candidates"):  # the request's own words named several models
+            raise InputError(
+                "request",
+                f"{problem}; say which in the request or pass --answer "
+                f"(e.g. --answer {value['candidates'][0]})",
+            )
         example = "'4 A100 40GB'" if field == "hardware" else "llama-3-8b"
         if problem:  # a given answer was not enough
             raise InputError(field, f"{problem}; pass another --answer (e.g. --answer {example})")

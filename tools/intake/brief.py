@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tools.core.errors import InputError, shown
 from tools.core.schemas import Deployment, Precision, Task, TrainingBrief
 from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_UNCLEAR, hardware_fields
+from tools.intake.model_text import ModelReading, read_model
 from tools.intake.serving_text import serving_fields, serving_follow_up
 
 MAX_BRIEF_BYTES = 1_000_000
@@ -225,6 +226,17 @@ def parse_request(text: str, known_models: list[str]) -> TrainingBrief:
     return brief_from_request(request_fields(text, known_models))
 
 
+def model_reading(text: str, known_models: list[str]) -> ModelReading | None:
+    """How ``request_fields`` read a model the text does not name by catalog id, else None.
+
+    Its ``note`` says what a name was read as ("read 'lama-3-8b' as llama-3-8b"), its
+    ``question`` which models an unclear name could be.
+    """
+    if _catalog_name(text, known_models):
+        return None
+    return read_model(text)
+
+
 def missing_field(fields: dict[str, Any]) -> str | None:
     """The essential field parsed request fields lack (a key of ``QUESTIONS``), or None."""
     if fields.get("model") is None and fields.get("task") != "agent-app":
@@ -237,6 +249,9 @@ def missing_field(fields: dict[str, Any]) -> str | None:
 def brief_from_request(fields: dict[str, Any]) -> TrainingBrief:
     """Validate the fields ``request_fields`` read; a training request without a model is an input error."""
     if missing_field(fields) == "model":
+        reading = read_model(str(fields.get("goal") or ""))
+        if reading is not None and reading.question:
+            raise InputError("request", f"{reading.question}; say which or use --brief")
         raise InputError(
             "request",
             "names no model; say which (e.g. 'llama-3-8b', 'gpt2', 'a 7B model') or use --brief",
@@ -252,14 +267,35 @@ def brief_from_request(fields: dict[str, Any]) -> TrainingBrief:
         # No length given: the default, but never past the model's position table (gpt2: 1024).
         from tools.research.model_catalog import lookup_model
 
-        cfg = lookup_model(data["model"], 1).hf_config or {}
+        spec = lookup_model(data["model"], 1)
+        cfg = spec.hf_config or {}
         limit = cfg.get("n_positions") or cfg.get("max_position_embeddings")
+        if (positions := conv_positions(spec.name, spec.params, cfg)) is not None:
+            limit = positions
         if cfg.get("image_size") and cfg.get("patch_size"):
             # A vision transformer's sequence is its patches plus the class token.
             limit = (int(cfg["image_size"]) // int(cfg["patch_size"])) ** 2 + 1
         if isinstance(limit, int) and limit < DEFAULT_SEQ_LEN:
             data["seq_len"] = limit
     return brief_from_dict(data)
+
+
+def conv_positions(name: str, params: int, config: dict[str, Any]) -> int | None:
+    """A convolutional network's sample length for the planner: FLOPs-equivalent positions.
+
+    The speed model costs a sample 6·N FLOPs per position; a convolutional network reuses
+    each weight at every position of its feature maps, so its published forward
+    multiply-accumulates per image (``forward_macs`` in the catalog, e.g. 4.1e9 for
+    ResNet-50) over N give the positions that make that cost right (160 for ResNet-50).
+    None for a model that is not convolutional or has no published figure.
+    """
+    from tools.research.architectures import is_convolutional
+    from tools.research.model_catalog import load_model_catalog
+
+    macs = load_model_catalog().get(name, {}).get("forward_macs")
+    if not is_convolutional(config) or not macs or params <= 0:
+        return None
+    return max(1, round(float(macs) / params))
 
 
 def merge_answer(
@@ -312,6 +348,8 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
 
     if name := _catalog_name(text, known_models):
         data["model"] = name
+    elif (reading := read_model(text)) is not None and reading.model is not None:
+        data["model"] = reading.model  # an alias, a GPT-style size, a confident close match
     elif m := _SIZE_RE.search(text):
         scale = 1e9 if m.group(2).lower() == "b" else 1e6
         data["model"] = {"params": float(m.group(1)) * scale}
@@ -395,6 +433,8 @@ def _llm_field(key: str, value: Any, known_models: list[str]) -> dict[str, Any]:
         if not isinstance(value, str):
             raise InputError("model", f"must be a model name (got {value!r})")
         name = _catalog_name(value, known_models)
+        if name is None and (reading := read_model(value)) is not None:
+            name = reading.model  # "T5-XL", "a 1.3B GPT", "lama-3-8b": as the parser reads them
         if name is None and not value.strip().lower().endswith(".json"):
             raise InputError("model", f"{value!r} is not a catalog model or a config.json path")
         return {"model": name or value.strip()}

@@ -213,7 +213,7 @@ def _offload_option(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBri
     world = hardware.world_size
     best: StrategyEstimate | None = None
     for ckpt in (False, True):
-        for name in OFFLOAD_STRATEGIES:
+        for name in [s for s in STRATEGY_ORDER if s in OFFLOAD_STRATEGIES]:
             est = estimate_strategy(
                 model,
                 hardware,

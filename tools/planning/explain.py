@@ -17,6 +17,7 @@ from tools.planning.memory import (
     node_ram_bytes,
 )
 from tools.planning.states import ZERO12_BUCKET_ELEMENTS
+from tools.research.architectures import is_convolutional, trains_as_causal_lm
 
 MEGATRON_NOTE = (
     "tensor/pipeline parallelism needs Megatron-DeepSpeed (or Megatron-LM/NeMo): DeepSpeed's "
@@ -114,7 +115,28 @@ def base_assumptions(
         lines.append(f"seq_len {brief.seq_len} exceeds the model's {model.seq_len} positions")
     if checkpointing_needed:
         lines.append("activation checkpointing is needed: nothing fits without it")
+    if is_convolutional(model.hf_config or {}):
+        lines.insert(0, conv_caveat(model))
+    if not trains_as_causal_lm(model.hf_config or {}):
+        lines.append(
+            f"{model.name} ({model.family}) is not a causal language model: the shipped "
+            "train.py (token batches, next-token loss) cannot train it, so its smoke run "
+            "checks the parallel setup on a llama-style stand-in of the same shape; train it "
+            "with this model's own training loop under the launch files"
+        )
     return lines
+
+
+def conv_caveat(model: ModelSpec) -> str:
+    """What the plan can and cannot say about a convolutional network (ResNet, ConvNeXt)."""
+    return (
+        f"{model.name} is a convolutional network: its parameter, gradient and optimizer "
+        "memory are exact (counted on meta), and step time costs each image its published "
+        f"forward multiply-accumulates ({model.seq_len} FLOPs-equivalent positions of 6N, so "
+        "'tokens' below are those positions), but the activation memory uses the transformer "
+        "formula over those positions, a stand-in that is NOT a model of feature-map memory: "
+        "measure the peak with a short run on the target GPU before trusting the micro-batch"
+    )
 
 
 def search_line(

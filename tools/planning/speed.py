@@ -53,6 +53,7 @@ from tools.planning.comm import (
 )
 from tools.planning.parallel import check_model_parallel
 from tools.planning.states import resolve_precision
+from tools.research.architectures import is_convolutional
 
 # Achieved fraction of dense peak for LLM training, by GPU class: (efficiency, why). The first
 # pattern found in the GPU's normalized name picks the class; order matters ("a100" before
@@ -137,7 +138,9 @@ def training_flops_per_token(
     one more 2N + 4·L·h·s.
     """
     n = model.active_params or model.params
-    forward = 2 * n + 4 * model.layers * model.hidden * seq_len
+    # A convolutional network has no attention scores: its cost is the weights' 2N per position.
+    attention = 0 if is_convolutional(model.hf_config or {}) else 4 * model.layers * model.hidden
+    forward = 2 * n + attention * seq_len
     return float((4 if activation_checkpointing else 3) * forward)
 
 
@@ -238,8 +241,15 @@ def _check_speed_args(
 
 def _flops_notes(setup: StepSetup, flops: float) -> None:
     model = setup.model
+    conv = is_convolutional(model.hf_config or {})
     setup.notes += [
-        f"FLOPs per token {flops:.3e}: PaLM appendix B, 6N + 12·L·h·s with N = "
+        f"FLOPs per token {flops:.3e}: "
+        + (
+            "6N per FLOPs-equivalent position (a convolutional network has no attention)"
+            if conv
+            else "PaLM appendix B, 6N + 12·L·h·s"
+        )
+        + " with N = "
         f"{model.active_params or model.params:,}"
         + (
             " active (mixture of experts)"

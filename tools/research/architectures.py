@@ -97,7 +97,11 @@ def active_params(model: Any, config: Any, params: int) -> int:
     to the expert pool (fused or one module per expert), and a token uses top_k / n_experts of
     it (Mixtral: 46.7 B total, about 12.9 B active, per its paper's "13B active parameters").
     """
-    n_experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+    n_experts = (
+        getattr(config, "num_local_experts", None)
+        or getattr(config, "num_experts", None)
+        or getattr(config, "n_routed_experts", None)  # DeepSeek: the shared experts always run
+    )
     top_k = getattr(config, "num_experts_per_tok", None)
     if not n_experts or not top_k:
         return params
@@ -149,8 +153,34 @@ def model_class(config_dict: dict[str, Any], config: Any) -> Any:
     )
 
 
+def is_convolutional(config: Any) -> bool:
+    """A convolutional network (ResNet, ConvNeXt): stages of widths and depths, no attention.
+
+    Takes a config object or a config dict.
+    """
+    get = config.get if isinstance(config, dict) else lambda key: getattr(config, key, None)
+    return bool(get("hidden_sizes") and get("depths") and not get("num_attention_heads"))
+
+
+def trains_as_causal_lm(config: dict[str, Any]) -> bool:
+    """Whether trainwright's training script (a causal LM on token batches) can train it.
+
+    Not an encoder-decoder (T5), an image model (ViT, ResNet, ConvNeXt: they take pixels),
+    or a config with its own vision tower.
+    """
+    return not (
+        config.get("is_encoder_decoder")
+        or is_convolutional(config)
+        or "num_channels" in config
+        or "image_size" in config
+        or isinstance(config.get("vision_config"), dict)
+    )
+
+
 def layer_count(config: Any) -> int:
     """Transformer blocks, counting encoder and decoder stacks of encoder-decoder models."""
+    if is_convolutional(config):
+        return int(sum(config.depths))  # a convolutional network: its blocks over all stages
     layers = int(config.num_hidden_layers)
     if getattr(config, "is_encoder_decoder", False):
         layers += int(getattr(config, "num_decoder_layers", None) or layers)

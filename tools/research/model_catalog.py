@@ -265,7 +265,7 @@ def _from_name(ref: str, seq_len: int) -> ModelSpec:
             seq_len,
             name=model_id,
             source=(
-                f"catalog: {entry['hf_repo']} config.json"
+                f"catalog: {entry.get('hf_repo') or entry.get('origin')} config.json"
                 f" (published {entry['published_params']:.4g} params:"
                 f" {entry['published_params_source']})"
             ),
@@ -566,9 +566,15 @@ def _count(config_json: str) -> _Counted:
         largest_layer_params=largest,
         model_class=type(model).__name__,
         layers=arch.layer_count(config),
-        hidden=int(config.hidden_size),
-        heads=int(config.num_attention_heads),
-        kv_heads=int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads),
+        # A convolutional network (ResNet, ConvNeXt) has stages of widths, no attention heads:
+        # its widest stage stands for the width, one "head" for the heads.
+        hidden=int(getattr(config, "hidden_size", None) or config.hidden_sizes[-1]),
+        heads=int(getattr(config, "num_attention_heads", None) or 1),
+        kv_heads=int(
+            getattr(config, "num_key_value_heads", None)
+            or getattr(config, "num_attention_heads", None)
+            or 1
+        ),
         # Vision encoders have no token vocabulary; their output layer is the label set,
         # which is what the planner's logits term (s*b*V) then sizes.
         vocab=int(getattr(config, "vocab_size", None) or getattr(config, "num_labels", None) or 1),

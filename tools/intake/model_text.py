@@ -1,0 +1,211 @@
+"""Models named in free text: aliases, GPT-style sizes, typos and ambiguous names.
+
+``tools.intake.brief.request_fields`` first looks for a catalog id inside the request; when
+there is none it asks ``read_model`` here, which reads, in order:
+
+1. a GPT-style size ("a 1.3B GPT", "GPT-3 2.7B", "a 350M GPT-style model"): the GPT-3 shape
+   of that size from the catalog (``gpt3-*``, GPT-2's architecture), never a llama-style
+   stand-in; a size between GPT-3's shapes is ambiguous and lists the nearest ones;
+2. a catalog alias spelt out in the words ("T5-XL", "ViT-L/16", "bert large", "resnet 50");
+3. a close match of a name-like run of words ("lama-3-8b", "mixtral 8x7"), by the same
+   ``difflib`` ratio the catalog's own suggestions use (``model_catalog._suggest``). A match
+   is taken only when it is confident: close (ratio >= ``CONFIDENT``), its numbers are the
+   words' numbers (so "llama-3-7b" never becomes llama-3-70b) and no other model with those
+   numbers comes close to it; then the reading says "read 'lama-3-8b' as llama-3-8b".
+   Otherwise the close ones are candidates, and intake asks which one;
+4. a bare family word with several catalog sizes ("resnet", "convnext") : the candidates.
+
+Offline and deterministic; the words looked at are bounded (``MAX_WORDS_READ``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from tools.research.model_catalog import catalog_id, load_model_catalog
+
+# How close a run of words must be to a catalog name to be read as it, and how much closer
+# than any other model.
+CONFIDENT = 0.8
+MARGIN = 0.08
+# A run this close is at least a candidate worth asking about.
+CANDIDATE = 0.7
+# A run of words without a digit is spelt like many English words ("context" is 0.8 of
+# "convnext"): it must be this close to a name, even to be a candidate.
+WORDS_ONLY = 0.9
+MAX_CANDIDATES = 4
+# A request is a few sentences; past this many words the rest is not looked at (each run of
+# words is compared with every catalog name: 200 words take about a second at worst).
+MAX_WORDS_READ = 200
+_MAX_WORDS = 3
+
+# Words that never start or continue a model name.
+_STOP = frozenset(
+    "a an and as at by for from in into is it its of on or our the their this to use using "
+    "want we with my your model models llm gpus gpu nodes node train training pretrain "
+    "fine-tune finetune tune serve serving inference lora qlora".split()
+)
+_GPU_LIKE = re.compile(
+    r"^(?:(?:[abhv]\d{3}|t4|l4|l40s?|a10g?|gh200|gb200|rtx\d*|mi\d{3}x?)[a-z0-9-]*|\d+gb)$", re.I
+)
+_SIZE = r"(\d+(?:\.\d+)?)\s*([bm])(?:illion)?\b"
+_GPT = r"gpt(?:-?[23])?(?:[\s-]*(?:style|like))?"
+_GPT_SIZE_RES = (
+    re.compile(_SIZE + r"(?:\s*param(?:eter)?s?)?[\s-]*" + _GPT + r"\b", re.I),
+    re.compile(r"\b" + _GPT + r"(?:\s+model)?\s*(?:of|with|at|,|-)?\s*(?:about\s+)?" + _SIZE, re.I),
+)
+_WORD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+
+
+@dataclass(frozen=True)
+class ModelReading:
+    """What the text says about the model: a catalog id, or the candidates to ask about."""
+
+    said: str
+    model: str | None = None
+    candidates: tuple[str, ...] = field(default=())
+
+    @property
+    def note(self) -> str | None:
+        """The line a plan shows for a name read as another ("read 'lama-3-8b' as llama-3-8b")."""
+        if self.model is None or _squash(self.said) == _squash(self.model):
+            return None
+        return f"read {self.said!r} as {self.model}"
+
+    @property
+    def question(self) -> str | None:
+        """What is unclear, for the clarifying question: the candidates, by name."""
+        if self.model is not None or not self.candidates:
+            return None
+        names = list(self.candidates)
+        listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+        return f"{self.said!r} could be {listed}"
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]", "", text.lower())
+
+
+def _numbers(text: str) -> list[str]:
+    return [n.lstrip("0") or "0" for n in re.findall(r"\d+(?:\.\d+)?", text)]
+
+
+@lru_cache(maxsize=1)
+def _spelt() -> dict[str, tuple[str, str]]:
+    """Squashed ids and aliases (not hub repos: "org/name" is matched exactly) -> (id, as spelt)."""
+    names: dict[str, tuple[str, str]] = {}
+    for model_id, entry in load_model_catalog().items():
+        for name in (model_id, *entry.get("aliases", [])):
+            if "/" not in name or name.lower().startswith("vit-"):
+                names.setdefault(_squash(name), (model_id, name))
+    return names
+
+
+def _names() -> dict[str, str]:
+    return {squashed: model_id for squashed, (model_id, _) in _spelt().items()}
+
+
+@lru_cache(maxsize=1)
+def _families() -> dict[str, tuple[str, ...]]:
+    """A family word ("resnet", "convnext", "qwen3") -> its catalog ids, when there are several."""
+    families: dict[str, list[str]] = {}
+    for model_id in load_model_catalog():
+        stem = re.split(r"-(?=\d|[a-z]+\d)|-(?:base|large|tiny|small|mini|xl)\b", model_id)[0]
+        families.setdefault(stem, []).append(model_id)
+    return {k: tuple(v) for k, v in families.items() if len(v) > 1}
+
+
+def _gpt_sizes() -> dict[float, str]:
+    sizes: dict[float, str] = {}
+    for model_id in load_model_catalog():
+        if m := re.fullmatch(r"gpt3-(\d+(?:\.\d+)?)([mb])", model_id):
+            sizes[float(m[1]) * (1e9 if m[2] == "b" else 1e6)] = model_id
+    return sizes
+
+
+def _gpt_reading(text: str) -> ModelReading | None:
+    for pattern in _GPT_SIZE_RES:
+        if m := pattern.search(text):
+            params = float(m[1]) * (1e9 if m[2].lower() == "b" else 1e6)
+            sizes = _gpt_sizes()
+            if not sizes or params <= 0:
+                return None
+            nearest = sorted(sizes, key=lambda p: abs(math.log(p / params)))
+            said = m[0].strip()
+            if abs(math.log(nearest[0] / params)) <= math.log(1.05):
+                return ModelReading(said, model=sizes[nearest[0]])
+            return ModelReading(said, candidates=tuple(sizes[p] for p in sorted(nearest[:2])))
+    return None
+
+
+def _windows(text: str) -> list[tuple[str, str]]:
+    """Name-like runs of 1-3 words, longest first: (as written, squashed)."""
+    words = [w.rstrip(".,;:!?)'\"") for w in _WORD_RE.findall(text)][:MAX_WORDS_READ]
+    runs: list[tuple[str, str]] = []
+    for size in range(_MAX_WORDS, 0, -1):
+        for start in range(len(words) - size + 1):
+            run = words[start : start + size]
+            if any(not w or w.lower() in _STOP for w in run) or not run[0][0].isalpha():
+                continue
+            if any(_GPU_LIKE.match(w) for w in run):
+                continue
+            runs.append((" ".join(run), _squash("".join(run))))
+    return runs
+
+
+def _close(squashed: str) -> list[tuple[float, str, str]]:
+    """(ratio, catalog id, the name matched) of every catalog name close to ``squashed``, best first."""
+    best: dict[str, tuple[float, str]] = {}
+    matcher = difflib.SequenceMatcher(b=squashed, autojunk=False)
+    for squashed_name, (model_id, name) in _spelt().items():
+        matcher.set_seq1(squashed_name)
+        if matcher.real_quick_ratio() < CANDIDATE or matcher.quick_ratio() < CANDIDATE:
+            continue
+        ratio = matcher.ratio()
+        if ratio >= CANDIDATE and ratio > best.get(model_id, (0.0, ""))[0]:
+            best[model_id] = (ratio, name)
+    order = {model_id: n for n, model_id in enumerate(load_model_catalog())}  # ties: catalog order
+    return sorted(((r, i, n) for i, (r, n) in best.items()), key=lambda t: (-t[0], order[t[1]]))
+
+
+def read_model(text: str) -> ModelReading | None:
+    """The model a request names by alias, GPT-style size or close match; None when none.
+
+    A confident reading has ``model`` set; an unclear one has ``candidates`` (at most
+    ``MAX_CANDIDATES``) for the clarifying question.
+    """
+    if reading := _gpt_reading(text):
+        return reading
+    windows = _windows(text)
+    names = _spelt()
+    for said, squashed in windows:
+        if model_id := (names[squashed][0] if squashed in names else catalog_id(said)):
+            return ModelReading(said, model=model_id)
+    unclear: ModelReading | None = None
+    for said, squashed in windows:
+        if len(re.findall(r"[a-z]", squashed)) < 4:
+            continue  # "t5", "a 7" : too short to be told from other words by spelling
+        close = _close(squashed)
+        if not re.search(r"\d", squashed):
+            close = [c for c in close if c[0] >= WORDS_ONLY]
+        if not close:
+            continue
+        # The numbers are what the user typed with care (sizes, versions); a typo is in the
+        # letters. So only names with the same numbers can be taken, and only one of them.
+        same = [(r, i) for r, i, n in close if _numbers(n) == _numbers(said)]
+        if same and same[0][0] >= CONFIDENT:
+            runner_up = same[1][0] if len(same) > 1 else 0.0
+            if same[0][0] - runner_up >= MARGIN:
+                return ModelReading(said, model=same[0][1])
+        if unclear is None:
+            unclear = ModelReading(said, candidates=tuple(i for _, i, _ in close[:MAX_CANDIDATES]))
+    if unclear is not None:
+        return unclear
+    for said, squashed in windows:
+        if family := _families().get(squashed):
+            return ModelReading(said, candidates=family[:MAX_CANDIDATES])
+    return None
