@@ -23,6 +23,7 @@ from graphs.run import run_plan
 from tools.artifacts import charts
 from tools.artifacts.budget import plan_budget
 from tools.artifacts.report import plan_title, render_html, render_markdown
+from tools.artifacts.text import summary_lines
 from tools.core.errors import InputError
 from tools.core.schemas import (
     FrameworkChoice,
@@ -121,6 +122,19 @@ def test_headline_states_hours_gpu_hours_and_cost_as_numbers() -> None:
     assert "20B tokens" in line and " / " not in line  # values, not the formula
     budget = plan_budget(plan)
     assert budget is not None and budget.cost == pytest.approx(budget.gpu_hours * 2.0)
+
+
+def test_the_terminal_summary_states_the_same_budget() -> None:
+    plan = _plan("llama-3-8b", "1x8xA100-80GB", dataset_tokens=2e10, price_per_gpu_hour=2.0)
+    budget = plan_budget(plan)
+    assert budget is not None and budget.cost is not None
+    lines = summary_lines(plan.model_dump(mode="json"))
+    line = next(line for line in lines if line.startswith("time to train: "))
+    assert f"{budget.gpu_hours:,.0f} GPU-hours" in line and f"cost {budget.cost:,.0f} at 2 " in line
+    unpriced = _plan("llama-3-8b", "1x8xA100-80GB", dataset_tokens=2e10).model_dump(mode="json")
+    assert any(ln.endswith("cost: give price_per_gpu_hour") for ln in summary_lines(unpriced))
+    untimed = _plan("llama-3-8b", "1x8xA100-80GB").model_dump(mode="json")
+    assert not any(ln.startswith("time to train") for ln in summary_lines(untimed))
 
 
 def test_headline_names_the_field_that_is_missing() -> None:

@@ -9,6 +9,7 @@ formula for the reader to work out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tools.core.schemas import TrainingPlan
 
@@ -75,4 +76,27 @@ def plan_budget(plan: TrainingPlan) -> Budget | None:
         gpu_hours,
         cost,
         f"{time_text} **Cost:** {_amount(cost)} at {price:g} per GPU-hour.",
+    )
+
+
+def budget_line(plan: dict[str, Any]) -> str | None:
+    """The budget as one terminal line, from a plan's contract JSON (None: no time to train).
+
+    The same values as the report's headline (``plan_budget``), for the CLI and chat summary.
+    """
+    brief, speed, hw = plan.get("brief") or {}, plan.get("speed") or {}, plan.get("hardware") or {}
+    seconds, tokens = speed.get("time_to_train_s"), brief.get("dataset_tokens")
+    if not seconds or not tokens or not speed.get("tokens_per_s"):
+        return None
+    hours = seconds / 3600
+    gpu_hours = hours * int(hw.get("nodes") or 1) * int(hw.get("gpus_per_node") or 0)
+    price = brief.get("price_per_gpu_hour")
+    cost = (
+        f"cost {_amount(gpu_hours * price)} at {price:g} per GPU-hour"
+        if price
+        else "cost: give price_per_gpu_hour"
+    )
+    return (
+        f"time to train: {_hours(hours)}, {gpu_hours:,.0f} GPU-hours "
+        f"({_tokens(tokens)} tokens at {speed['tokens_per_s']:,.0f} tokens/s); {cost}"
     )
