@@ -107,7 +107,8 @@ def memory_caption(plan: TrainingPlan) -> str:
     text = (
         f"Memory per {per} by strategy (* chosen): params, gradients, optimizer, activations "
         f"above the gradients (the two are not live together) and buffers, stacked to the "
-        f"counted total written at each bar's end; dashed line: {line}"
+        f"counted total written at each bar's end"
+        + (f"; dashed line: {line}" if plan.memory.capacity_bytes else "")
     )
     limit = memory_axis_limit(plan)
     if limit is not None:
