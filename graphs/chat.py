@@ -142,6 +142,7 @@ class ChatSession:
     def request(self, text: str) -> None:
         """Plan a new request, or re-plan the last brief with a follow-up's changes."""
         from tools.intake.brief import brief_from_dict, follow_up_fields, request_fields
+        from tools.intake.follow_up import follow_up_goal
         from tools.research.model_catalog import list_models
 
         models = list_models()
@@ -157,7 +158,7 @@ class ChatSession:
                     "yellow",
                 )
                 return
-            merged = {**self.brief, **changes}
+            merged = {**self.brief, **changes, "goal": follow_up_goal(self.brief.get("goal"), text)}
             brief_from_dict(merged)  # one clear line here, before a run starts
             said = ", ".join(f"{k} {self.brief.get(k)!r} -> {v!r}" for k, v in changes.items())
             self.say(f"follow-up: {said}", "dim")

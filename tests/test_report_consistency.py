@@ -24,8 +24,11 @@ from tools.core.strategies import STRATEGY_ORDER
 
 # Where a line names a setup that is not the choice: what it was (history), the previous
 # strategy an engineer moved from, a strategy floor a fix suggests (plan_parallelism's argument).
+# The one line on what would fit instead (tools/planning/alternatives.py fit_line) names the
+# setups it measured, up to the end of its table cell or line; so does the reviewer's fix.
 NOT_A_CHOICE = re.compile(
     r'\(was [^)]*\)|\(previous strategy [^)]*\)|\\?"min_strategy\\?": \\?"[^"\\]*\\?"'
+    r"|does not fit: [^|]*|options that fit \([^|]*"
 )
 # A setup label: a strategy name, optionally with its tensor and pipeline degrees.
 LABEL = re.compile(
@@ -92,6 +95,9 @@ def _choice_statements(report: str) -> list[tuple[int, str]]:
     listing_alternatives = False
     for number, raw in enumerate(report.splitlines(), 1):
         line = NOT_A_CHOICE.sub("", raw)
+        if line.startswith("What would fit instead"):
+            listing_alternatives = True  # LoRA, QLoRA, offload, ... with the setups measured
+            continue
         if line.startswith("Why not the others"):
             listing_alternatives = True
             found += [(number, m.group(0)) for m in LABEL.finditer(line.split("chosen:", 1)[1])]

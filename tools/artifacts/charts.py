@@ -12,7 +12,7 @@ import io
 import threading
 from typing import Any
 
-from tools.core.schemas import SmokeResult, TrainingPlan
+from tools.core.schemas import SmokeResult, StrategyEstimate, TrainingPlan
 from tools.core.strategies import setup_label
 from tools.planning.memory import GB
 from tools.smoke import step_times_s as run_step_times_s
@@ -47,36 +47,158 @@ def _setup_names(plan: TrainingPlan) -> list[str]:
     ]
 
 
-def memory_chart(plan: TrainingPlan) -> bytes | None:
-    """Per-GPU memory by strategy, stacked by term, with the GPU's capacity line (None: no memory plan)."""
+# A memory axis is cut (not log-scaled: stacked terms stay proportional) when the setups'
+# totals span this factor or more and the longest bar would squeeze the chosen one and the
+# capacity line into the left of the chart; it then ends this far past the larger of the two.
+CUT_SPAN = 10.0
+CUT_HEADROOM = 1.6
+
+
+def memory_terms(row: StrategyEstimate) -> dict[str, float]:
+    """A row's stacked segments in GB: they add up to its counted total.
+
+    Gradients and activations are not live together (``MemoryBreakdown.not_concurrent``): the
+    activations segment is the part above the gradients, so params + gradients + optimizer +
+    activations + buffers = total, the number compared with the capacity.
+    """
+    t = row.per_gpu_bytes
+    return {
+        "params": t.params / GB,
+        "gradients": t.gradients / GB,
+        "optimizer": t.optimizer / GB,
+        "activations": max(0, t.activations - t.not_concurrent) / GB,
+        "buffers": t.buffers / GB,
+    }
+
+
+def memory_axis_limit(plan: TrainingPlan) -> float | None:
+    """Where the memory axis is cut, in GB (None: it shows every bar whole)."""
+    mem = plan.memory
+    if mem is None or not mem.strategies:
+        return None
+    totals = [s.per_gpu_bytes.total / GB for s in mem.strategies]
+    positive = [t for t in totals if t > 0]
+    chosen = mem.chosen_row
+    keep = max((mem.capacity_bytes or 0) / GB, chosen.per_gpu_bytes.total / GB if chosen else 0)
+    if not positive or keep <= 0 or max(positive) < CUT_SPAN * min(positive):
+        return None
+    limit = CUT_HEADROOM * keep
+    return limit if max(totals) > limit else None
+
+
+def _capacity_label(plan: TrainingPlan) -> tuple[str, str]:
+    """(capacity line's label, axis unit): GPU memory, or on a CPU machine a rank's RAM."""
+    hw, cap = plan.hardware, (plan.memory.capacity_bytes or 0) / GB if plan.memory else 0
+    if hw.gpu is None:
+        return f"RAM per rank ({cap:.1f} GB of the node's RAM)", "GB of RAM per rank (CPU only)"
+    return f"GPU memory ({hw.gpu.name}, {hw.gpu.memory_gb:g} GB)", "GB per GPU"
+
+
+def _host_ram_binds(plan: TrainingPlan) -> bool:
+    mem = plan.memory
+    return bool(mem and mem.binding and "host RAM" in mem.binding)
+
+
+def memory_caption(plan: TrainingPlan) -> str:
+    """What the memory chart draws, in words."""
+    assert plan.memory is not None
+    line, unit = _capacity_label(plan)
+    per = "CPU rank" if plan.hardware.gpu is None else "GPU"
+    text = (
+        f"Memory per {per} by strategy (* chosen): params, gradients, optimizer, activations "
+        f"above the gradients (the two are not live together) and buffers, stacked to the "
+        f"counted total written at each bar's end"
+        + (f"; dashed line: {line}" if plan.memory.capacity_bytes else "")
+    )
+    limit = memory_axis_limit(plan)
+    if limit is not None:
+        text += f"; axis cut at {limit:.0f} GB, longer bars end in an arrow with their total"
+    if _host_ram_binds(plan):
+        text += "; right: host RAM per node each setup needs, against the node's RAM (it binds)"
+    return text + "."
+
+
+def memory_figure(plan: TrainingPlan) -> Any:
+    """The memory chart as a matplotlib ``Figure`` (None: no memory plan); see ``memory_caption``."""
     if plan.memory is None or not plan.memory.strategies:
         return None
     from matplotlib.figure import Figure
 
     mem = plan.memory
     names = _setup_names(plan)
+    limit = memory_axis_limit(plan)
+    line_label, unit = _capacity_label(plan)
+    host = _host_ram_binds(plan)
+    fig = Figure(figsize=(12 if host else 8, 0.45 * len(names) + 1.6))
+    ax = fig.add_subplot(1, 2 if host else 1, 1)
+    left = [0.0] * len(names)
+    rows = [memory_terms(s) for s in mem.strategies]
+    for term, colour in TERMS:
+        values = [r[term] for r in rows]
+        label = "activations above gradients" if term == "activations" else term
+        ax.barh(names, values, left=left, color=colour, label=label, gid=f"term:{term}")
+        left = [a + b for a, b in zip(left, values, strict=True)]
+    totals = [s.per_gpu_bytes.total / GB for s in mem.strategies]
+    if mem.capacity_bytes:
+        ax.axvline(
+            mem.capacity_bytes / GB, color="#D55E00", linestyle="--", label=line_label,
+            gid="capacity",
+        )  # fmt: skip
+    right = limit or max([*totals, (mem.capacity_bytes or 0) / GB]) * 1.12
+    ax.set_xlim(0, right)
+    for y, total in enumerate(totals):
+        if limit is not None and total > limit:
+            ax.annotate(
+                f"{total:,.0f} GB \u25b6", (limit, y), xytext=(-4, 0), textcoords="offset points",
+                ha="right", va="center", fontsize="small", color="white", fontweight="bold",
+                gid="cut",
+            )  # fmt: skip
+        else:
+            ax.annotate(
+                f"{total:.1f}", (total, y), xytext=(3, 0), textcoords="offset points",
+                va="center", fontsize="small", gid="total",
+            )  # fmt: skip
+    ax.invert_yaxis()
+    ax.set_xlabel(unit + (f" (axis cut at {limit:.0f} GB)" if limit else ""))
+    per = "CPU rank" if plan.hardware.gpu is None else "GPU"
+    ax.set_title(f"Memory per {per} by strategy (* chosen)")
+    # Below the axes, so that it covers no bar.
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize="small")
+    ax.grid(axis="x", alpha=0.3)
+    if host:
+        _host_ram_axis(fig.add_subplot(1, 2, 2), plan)
+        fig.tight_layout()
+    return fig
+
+
+def _host_ram_axis(ax: Any, plan: TrainingPlan) -> None:
+    """Host RAM per node of every setup, with the node's RAM: drawn when host RAM binds."""
+    from tools.planning.memory import node_ram_bytes
+
+    assert plan.memory is not None
+    ram, assumed = node_ram_bytes(plan.hardware)
+    ax.barh(
+        _setup_names(plan),
+        [s.cpu_bytes_per_node / GB for s in plan.memory.strategies],
+        color="#56B4E9",
+        gid="host_ram",
+    )
+    ax.axvline(
+        ram / GB, color="#D55E00", linestyle="--", gid="node_ram",
+        label=f"node RAM {ram / GB:g} GB" + (" (assumed)" if assumed else ""),
+    )  # fmt: skip
+    ax.invert_yaxis()
+    ax.set_xlabel("GB of host RAM per node")
+    ax.set_title("Host RAM per node (offload)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), fontsize="small")
+    ax.grid(axis="x", alpha=0.3)
+
+
+def memory_chart(plan: TrainingPlan) -> bytes | None:
+    """Per-GPU memory by strategy as PNG bytes (None: no memory plan)."""
     with _LOCK:
-        fig = Figure(figsize=(8, 0.45 * len(names) + 1.6))
-        ax = fig.add_subplot()
-        left = [0.0] * len(names)
-        for term, colour in TERMS:
-            values = [getattr(s.per_gpu_bytes, term) / GB for s in mem.strategies]
-            ax.barh(names, values, left=left, color=colour, label=term)
-            left = [a + b for a, b in zip(left, values, strict=True)]
-        # Gradients and activations are not live together (MemoryBreakdown.not_concurrent):
-        # mark the counted total, which is what is compared with the capacity.
-        totals = [s.per_gpu_bytes.total / GB for s in mem.strategies]
-        ax.scatter(totals, names, marker="|", s=200, color="black", label="counted total", zorder=3)
-        if mem.capacity_bytes:
-            ax.axvline(
-                mem.capacity_bytes / GB, color="#D55E00", linestyle="--", label="GPU capacity"
-            )
-        ax.invert_yaxis()
-        ax.set_xlabel("GB per GPU")
-        ax.set_title("Memory per GPU by strategy (* chosen)")
-        ax.legend(loc="lower right", fontsize="small")
-        ax.grid(axis="x", alpha=0.3)
-        return _png(fig)
+        fig = memory_figure(plan)
+        return None if fig is None else _png(fig)
 
 
 def throughput_chart(plan: TrainingPlan) -> bytes | None:
@@ -138,8 +260,16 @@ def smoke_chart(plan: TrainingPlan) -> bytes | None:
 def plan_charts(plan: TrainingPlan) -> list[tuple[str, bytes]]:
     """Every chart that applies to a plan, as (caption, PNG bytes)."""
     charts = [
-        ("Memory per GPU by strategy, stacked by term", memory_chart(plan)),
-        ("Estimated throughput by strategy", throughput_chart(plan)),
-        ("Smoke run: loss and step times", smoke_chart(plan)),
+        (memory_caption(plan) if plan.memory else "", memory_chart(plan)),
+        (
+            "Estimated tokens/s of the whole job by strategy (speed model, not measured; "
+            "grey: does not fit, * chosen).",
+            throughput_chart(plan),
+        ),
+        (
+            f"Smoke run ({plan.smoke_test.status}): loss per step and, where recorded, the "
+            "slowest rank's step time.",
+            smoke_chart(plan),
+        ),
     ]
     return [(caption, png) for caption, png in charts if png]

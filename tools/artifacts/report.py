@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+from tools.artifacts.budget import plan_budget
 from tools.core.errors import printable
 from tools.core.outputs import check_files, write_file
 from tools.core.schemas import MemoryPlan, ReportPaths, TrainingPlan
@@ -84,8 +85,7 @@ def render_markdown(plan: TrainingPlan) -> str:
 
 
 def _headline(plan: TrainingPlan) -> list[str]:
-    b, m, mem = plan.brief, plan.model, plan.memory
-    inf = plan.inference
+    b, mem, inf = plan.brief, plan.memory, plan.inference
     strategy = (
         f"**Serving:** {inf.engine}, tensor parallel {inf.tensor_parallel}, up to "
         f"{inf.max_concurrency} sequences of {inf.context_len} tokens. "
@@ -106,14 +106,44 @@ def _headline(plan: TrainingPlan) -> list[str]:
         if hw.source == "local"
         else None
     )
+    budget = plan_budget(plan)
     return [
-        f"# {'Inference' if inf else 'Training'} plan: {md_text(b.goal or (m.name if m else b.task))}",
+        f"# {md_text(plan_title(plan))}",
         "",
         f"**Verdict:** {plan.review.verdict} after {plan.review.rounds} review round(s). "
-        f"**Framework:** {plan.framework.primary}. {strategy}**Smoke test:** {plan.smoke_test.status}.",
+        f"**Framework:** {plan.framework.primary}. {strategy}**Smoke test:** {plan.smoke_test.status}."
+        + (f" {budget.text}" if budget else ""),
         "",
         *([where, ""] if where else []),
+        *([f"**Request:** {md_text(b.goal)}", ""] if b.goal else []),
     ]
+
+
+_TASK_WORDS = {
+    "pretrain": "pretrain",
+    "finetune": "fine-tune",
+    "lora": "LoRA fine-tune",
+    "inference": "serve",
+    "agent-app": "agent application",
+}
+
+
+def plan_title(plan: TrainingPlan) -> str:
+    """The report's title, from the plan's own brief and hardware: what is planned, on what.
+
+    Not the first words of a chat: after a follow-up ("what if I only had 4 GPUs?") the title
+    names the brief the plan was made for; the request itself follows as its own line.
+    """
+    b, hw, m = plan.brief, plan.hardware, plan.model
+    what = f"{_TASK_WORDS[b.task]} {m.name}" if m else _TASK_WORDS[b.task]
+    if hw.gpu is not None and hw.gpus_per_node:
+        where = f"{hw.nodes}x{hw.gpus_per_node} {hw.gpu.name}"
+    else:
+        where = f"{hw.nodes} node(s), CPU only"
+    if hw.source == "local":
+        where = f"this machine ({where})"
+    kind = "Inference plan" if plan.inference is not None else "Training plan"
+    return f"{kind}: {what} on {where}"
 
 
 def _brief_section(plan: TrainingPlan) -> list[str]:
@@ -342,7 +372,7 @@ def write_report(plan: TrainingPlan, out_dir: Path) -> ReportPaths:
     md = render_markdown(plan)
     texts = {
         "report.md": md,
-        "report.html": render_html(md, plan.brief.goal or "training plan", plan_charts(plan)),
+        "report.html": render_html(md, plan_title(plan), plan_charts(plan)),
         "plan.json": plan_json(plan),
     }
     # All or nothing: a file of the user's under one of these names stops the report first.

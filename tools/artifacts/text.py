@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tools.artifacts.budget import budget_line
 from tools.artifacts.inference_report import inference_line
 from tools.core.errors import printable
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, SmokeResult, TrainingBrief
@@ -103,6 +104,8 @@ def summary_lines(plan: dict[str, Any], *, headline: str = "plan") -> list[str]:
     ]
     if f["fit_line"]:
         lines.insert(3, f["fit_line"])
+    if budget := budget_line(plan):
+        lines.insert(1, budget)
     # Names, paths and reasons come from briefs, files and runs: no escapes reach the terminal.
     return [printable(line) for line in lines]
 

@@ -115,6 +115,8 @@ class TrainingBrief(_Strict):
     smoke: bool = True
     # Tokens the run trains on (all epochs); sets the scheduler's step count and time to train.
     dataset_tokens: Amount | None = Field(default=None, gt=0, le=1e16)
+    # What one GPU-hour costs (any currency); with a time to train, the report states the cost.
+    price_per_gpu_hour: Amount | None = Field(default=None, gt=0, le=100_000)
 
     @field_validator("model")
     @classmethod

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from tools.core.errors import InputError, shown
 from tools.core.schemas import Deployment, Precision, Task, TrainingBrief
+from tools.intake.budget_text import budget_fields
 from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_UNCLEAR, hardware_fields
 from tools.intake.model_text import ModelReading, read_model
 from tools.intake.serving_text import serving_fields, serving_follow_up
@@ -379,6 +380,7 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
         data["smoke"] = False
     # Serving a model is its own plan (tools/intake/serving_text.py).
     data.update(serving_fields(text, data))
+    data.update(budget_fields(text))
     return data
 
 
