@@ -356,7 +356,8 @@ def test_llm_read_serving_request_gets_the_inference_plan(
     from graphs import build_graph
 
     url, fake = llm_server
-    assert set(request_fields(WORDY_SERVE, MODELS)) == {"goal"}
+    # The parser reads the hardware ("four H100 cards") but neither the model nor the task.
+    assert set(request_fields(WORDY_SERVE, MODELS)) == {"goal", "hardware"}
     settings = replace(settings, llm="openai:fake", base_url=url, llm_timeout_s=5.0)
     model = load_chat_model("openai:fake", base_url=url, timeout_s=5.0)
     plan = build_graph(model, settings=settings).invoke(
