@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from tools.core.errors import InputError, shown
 from tools.core.schemas import Deployment, Precision, Task, TrainingBrief
+from tools.intake.wishes import wish_fields
 
 MAX_BRIEF_BYTES = 1_000_000
 # Longer requests make the regexes below quadratic (a 100k-digit run took minutes); a request
@@ -331,6 +332,7 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
             break
     if re.search(r"\bno smoke\b|\bwithout (?:a )?smoke", low):
         data["smoke"] = False
+    data.update(wish_fields(text))
     return data
 
 
