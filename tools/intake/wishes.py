@@ -5,7 +5,8 @@ Megatron" -> megatron; "use Horovod with Keras" -> horovod (the team's stack, Te
 read by the brief parser); "PyTorch DDP only" -> pytorch_ddp; "torchtitan" -> pytorch_fsdp
 (torchtitan is PyTorch's FSDP2 + tensor/pipeline reference trainer; trainwright writes no
 torchtitan config, and the plan says so). Pins: "ZeRO-2", "ZeRO stage 3", "TP 4", "tensor
-parallel 8", "PP 2", "pipeline parallelism of 4", "no offload", "with offload".
+parallel 8", "PP 2", "pipeline parallelism of 4", "no tensor parallelism" (degree 1),
+"no offload", "with offload".
 
 Offline and deterministic, like the rest of the request parser (tools/intake/brief.py); every
 pattern is linear (no nested quantifiers), and the request is already capped in length.
@@ -41,15 +42,17 @@ _NAME_RE = re.compile(r"\b(" + _ANY_NAME + r")\b", re.I)
 
 _ZERO_RE = re.compile(r"\bzero[ -]?(?:stage[ -]?)?([0-3])\b|\bstage[ -]?([0-3])\s+zero\b", re.I)
 _TP_RE = re.compile(
-    r"\b(?:tp|tensor[ -]parallel(?:ism|\s+(?:size|degree))?)\s*(?:of|=|:|size|degree)?\s*(\d{1,2})\b",
+    r"\b(?:tp|tensor[ -]parallel(?:ism|\s+(?:size|degree))?)\s*(?:(?:of|=|:|size|degree)\s*)?(\d{1,2})\b",
     re.I,
 )
 _PP_RE = re.compile(
-    r"\b(?:pp|pipeline[ -]parallel(?:ism|\s+(?:size|degree))?)\s*(?:of|=|:|size|degree)?\s*(\d{1,4})\b",
+    r"\b(?:pp|pipeline[ -]parallel(?:ism|\s+(?:size|degree))?)\s*(?:(?:of|=|:|size|degree)\s*)?(\d{1,4})\b",
     re.I,
 )
 _TP_BEFORE_RE = re.compile(r"\b(\d{1,2})[ -]?way\s+tensor[ -]parallel", re.I)
 _PP_BEFORE_RE = re.compile(r"\b(\d{1,4})[ -]?(?:way|stage)s?\s+pipeline", re.I)
+_NO_TP_RE = re.compile(r"\b(?:no|without)\s+(?:tp|tensor[ -]parallel)", re.I)
+_NO_PP_RE = re.compile(r"\b(?:no|without)\s+(?:pp|pipeline(?:[ -]parallel)?)\b", re.I)
 _NO_OFFLOAD_RE = re.compile(
     r"\b(?:no|not|never|without|avoid(?:ing)?|don['’]?t)\s+(?:\w+\s+)?(?:cpu\s+|nvme\s+)?offload",
     re.I,
@@ -105,8 +108,12 @@ def pin_fields(text: str) -> dict[str, Any]:
         pins["zero_stage"] = int(m.group(1) or m.group(2))
     if m := (_TP_RE.search(text) or _TP_BEFORE_RE.search(text)):
         pins["tensor_parallel"] = int(m.group(1))
+    elif _NO_TP_RE.search(text):
+        pins["tensor_parallel"] = 1
     if m := (_PP_RE.search(text) or _PP_BEFORE_RE.search(text)):
         pins["pipeline_parallel"] = int(m.group(1))
+    elif _NO_PP_RE.search(text):
+        pins["pipeline_parallel"] = 1
     if _NO_OFFLOAD_RE.search(text):
         pins["offload"] = False
     elif _OFFLOAD_RE.search(text):

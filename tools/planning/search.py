@@ -193,7 +193,9 @@ def pinned_search(
     wanted = " + ".join(pins.stated())
     objective = options.pop("objective", "speed")
     unpinned = brief.model_copy(update={"pins": type(pins)()})
-    names = [check_strategy(s) for s in options.pop("strategies", None) or STRATEGY_ORDER]
+    names: list[str] = [
+        check_strategy(s) for s in options.pop("strategies", None) or STRATEGY_ORDER
+    ]
     kept = [
         n
         for n in names
