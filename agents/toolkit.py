@@ -205,12 +205,14 @@ def _dump(obj: BaseModel | dict[str, Any], **exclude: Any) -> str:
 
 def researcher_tools(ws: Workspace) -> list[BaseTool]:
     """profile_hardware, lookup_model, select_framework."""
+    from tools.intake.wishes import torchtitan_note
     from tools.planning import search_strategy
     from tools.research.framework import select_framework as _select
 
     def profile_hardware(spec: str, interconnect: str | None = None) -> str:
         """Resolve the target hardware: 'local' profiles this machine, NODESxGPUSxTYPE describes a cluster."""
         ws.hardware = brief_hardware(ws, spec, interconnect)
+        ws.settle_batch()
         ws.progress(
             f"hardware: {ws.hardware.nodes}x{ws.hardware.gpus_per_node} "
             f"{ws.hardware.gpu.name if ws.hardware.gpu else 'CPU'}"
@@ -220,6 +222,7 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
     def lookup_model(model: str | ModelParams | ModelShape, seq_len: int) -> str:
         """Look up a model's exact architecture and parameter count (meta-device instantiation)."""
         ws.model = brief_model(ws, model, seq_len)
+        ws.settle_batch()
         ws.progress(f"model: {ws.model.name} {ws.model.params / 1e9:.3f} B parameters")
         return _dump(ws.model, hf_config=True)
 
@@ -237,6 +240,8 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
             model = need(ws.model, "the model", "lookup_model")
             # The same search the engineer runs: the framework is chosen for the setup the plan uses.
             ws.framework = _select(ws.brief, hw, model, search_strategy(model, hw, ws.brief))
+        if note := torchtitan_note(ws.brief.goal):
+            ws.framework.rationale += f" {note}."
         ws.progress(f"framework: {ws.framework.primary}")
         return _dump(ws.framework)
 
@@ -298,6 +303,8 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
             activation_checkpointing=activation_checkpointing,
             strategies=strategies,
         )
+        if ws.batch_note and ws.batch_note not in ws.memory.assumptions:
+            ws.memory.assumptions.insert(0, ws.batch_note)
         ws.deepspeed_config = None
         ws.config_validated = False
         # Launch files written for another plan are stale: the engineer re-emits them.

@@ -53,6 +53,8 @@ class Workspace:
     prior_review: Review | None = None
     # Smoke runs made through this workspace (the injected-fault testing aid counts them).
     smoke_runs: int = 0
+    # Why the global batch is what it is, when the planner chose it (tools/planning/batch.py).
+    batch_note: str | None = None
 
     def __post_init__(self) -> None:
         """Remember the review the workspace was built with."""
@@ -63,6 +65,13 @@ class Workspace:
     def first_round(self) -> bool:
         """Whether this plan is in its first engineering round (no changes were requested)."""
         return self.prior_review is None or self.prior_review.verdict != "changes_requested"
+
+    def settle_batch(self) -> None:
+        """Fill in the default global batch once the model and hardware are known (none given)."""
+        if self.brief.global_batch_size is None and self.model and self.hardware:
+            from tools.planning.batch import resolve_batch
+
+            self.brief, self.batch_note = resolve_batch(self.brief, self.model, self.hardware)
 
     def progress(self, text: str) -> None:
         """Report progress to whoever is watching (CLI, REPL)."""
@@ -93,7 +102,7 @@ def from_state(
         value = state.get(key)
         return PRODUCTS[key].model_validate(value) if value is not None else None
 
-    return Workspace(
+    ws = Workspace(
         settings=settings,
         out_dir=_out_dir(state, settings),
         brief=brief_from_dict(state["brief"]),
@@ -110,6 +119,8 @@ def from_state(
         round_no=int(state.get("review_round", 0)) or 1,
         on_progress=on_progress,
     )
+    ws.settle_batch()
+    return ws
 
 
 def _out_dir(state: Mapping[str, Any], settings: Settings) -> Path:

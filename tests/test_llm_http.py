@@ -457,7 +457,8 @@ def test_parser_wins_where_both_read_a_value_and_bad_llm_values_are_dropped(
     brief = plan["brief"]
     assert brief["hardware"] == "1x4xA100-80GB"  # the text's "4 A100s", not the LLM's 8
     assert (brief["seq_len"], brief["precision"]) == (4096, "bf16")  # only the LLM read these
-    assert brief["global_batch_size"] == 32  # the LLM's 0 was refused: the default stands
+    # The LLM's 0 was refused: the planner's default stands (64K fine-tuning tokens at 4096).
+    assert brief["global_batch_size"] == 16
     notes = plan["narrative"]["fallbacks"]
     assert (
         "intake: hardware: kept '1x4xA100-80GB' from the text over the LLM's '1x8xA100-80GB'"

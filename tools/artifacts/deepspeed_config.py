@@ -119,7 +119,7 @@ def planned_total_steps(brief: TrainingBrief) -> int | None:
     """Optimizer steps to train on ``brief.dataset_tokens``: ceil(tokens / (batch x seq_len))."""
     if brief.dataset_tokens is None:
         return None
-    return max(1, math.ceil(brief.dataset_tokens / (brief.global_batch_size * brief.seq_len)))
+    return max(1, math.ceil(brief.dataset_tokens / (brief.batch * brief.seq_len)))
 
 
 def emit_deepspeed_config(
@@ -144,10 +144,10 @@ def emit_deepspeed_config(
     """
     world = data_parallel_size(hardware, plan.tensor_parallel, plan.pipeline_parallel)
     train_batch = plan.micro_batch_size * plan.gradient_accumulation_steps * world
-    if train_batch != brief.global_batch_size:
+    if train_batch != brief.batch:
         raise ConfigError(
             f"plan gives {plan.micro_batch_size} x {plan.gradient_accumulation_steps} x {world} "
-            f"= {train_batch} sequences per step, the brief asks {brief.global_batch_size}",
+            f"= {train_batch} sequences per step, the brief asks {brief.batch}",
             key="train_batch_size",
         )
     if plan.pipeline_parallel > 1 and ZERO_STAGE[plan.chosen] > 1:

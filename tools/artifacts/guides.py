@@ -44,10 +44,16 @@ _SHARDING_NOTES = {
 }
 
 
-def horovod_md(command: list[str], hardware: HardwareSpec, gpus: int, script: str) -> str:
-    """HOROVOD.md: the horovodrun command and the five changes that port a PyTorch loop."""
+def horovod_md(
+    command: list[str], hardware: HardwareSpec, gpus: int, script: str, keras: bool = False
+) -> str:
+    """HOROVOD.md: the horovodrun command and the five changes that port a PyTorch loop.
+
+    ``keras``: a TensorFlow team's guide, which ports a Keras ``model.fit`` script with
+    ``horovod.tensorflow.keras`` instead.
+    """
     return render(
-        "HOROVOD.md",
+        "HOROVOD_KERAS.md" if keras else "HOROVOD.md",
         coverage=_COVERAGE.format(script=script),
         command=shlex.join(command),
         nodes=hardware.nodes,

@@ -129,7 +129,13 @@ def emit_launch(
         hardware=hardware,
         model=model,
         deepspeed_config=deepspeed_config,
-        split=megatron.model_parallel(memory),
+        split=megatron.model_parallel(memory)
+        or (
+            # A plan that asks for Megatron runs it even when data parallelism alone fits.
+            (memory.tensor_parallel, memory.pipeline_parallel)
+            if memory is not None and framework.primary == "megatron"
+            else None
+        ),
         steps=steps,
         gpus=hardware.gpus_per_node if hardware.gpus_per_node > 0 else 1,
         precision=resolve_precision(brief.precision, hardware),
@@ -215,7 +221,8 @@ def _horovod(job: LaunchInputs) -> Launch:
         "# Run on the first node; horovodrun reaches the others over passwordless ssh. "
         f"Write {script} first (HOROVOD.md)."
     )
-    guide = guides.horovod_md(command, job.hardware, job.gpus, script)
+    keras = job.brief.team.existing_stack == "tensorflow"
+    guide = guides.horovod_md(command, job.hardware, job.gpus, script, keras=keras)
     return Launch(command, how_to_run, {"HOROVOD.md": guide}, sbatch=False)
 
 

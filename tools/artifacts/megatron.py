@@ -100,7 +100,7 @@ def _batch_and_optimizer_flags(
         "--micro-batch-size",
         str(config.get("train_micro_batch_size_per_gpu", 1)),
         "--global-batch-size",
-        str(config.get("train_batch_size", brief.global_batch_size)),
+        str(config.get("train_batch_size") or brief.batch),
         "--train-iters",
         str(total or steps),
     ]

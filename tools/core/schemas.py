@@ -87,6 +87,28 @@ class ModelParams(_Strict):
     params: Amount = Field(gt=0, le=MAX_PARAMS)
 
 
+class Pins(_Strict):
+    """Setup dimensions the request fixed ("ZeRO-2", "TP 4", "no offload"); None: searched."""
+
+    zero_stage: Count | None = Field(default=None, ge=0, le=3)
+    tensor_parallel: Count | None = Field(default=None, ge=1, le=64)
+    pipeline_parallel: Count | None = Field(default=None, ge=1, le=1024)
+    offload: bool | None = None
+
+    def stated(self) -> list[str]:
+        """The pins as words, e.g. ``["ZeRO stage 2", "no offload"]``."""
+        words = []
+        if self.zero_stage is not None:
+            words.append(f"ZeRO stage {self.zero_stage}")
+        if self.tensor_parallel is not None:
+            words.append(f"tensor parallel {self.tensor_parallel}")
+        if self.pipeline_parallel is not None:
+            words.append(f"pipeline parallel {self.pipeline_parallel}")
+        if self.offload is not None:
+            words.append("offload" if self.offload else "no offload")
+        return words
+
+
 class TrainingBrief(_Strict):
     """What the user wants to train, on what (the README's brief format)."""
 
@@ -100,7 +122,9 @@ class TrainingBrief(_Strict):
     engine: ServingEngine | None = None
     weight_dtype: WeightDtype | None = None
     seq_len: Count = Field(default=2048, gt=0, le=1_048_576)
-    global_batch_size: Count = Field(default=32, gt=0, le=1_000_000)
+    # None: not given; the planner picks one the data-parallel degree divides, for the model's
+    # size (tools/planning/batch.py), and the plan says so.
+    global_batch_size: Count | None = Field(default=None, gt=0, le=1_000_000)
     hardware: str = "local"
     # Between nodes: ib400 | ib200 | roce100 | eth25 | nvlink; None when unknown.
     interconnect: str | None = None
@@ -117,6 +141,17 @@ class TrainingBrief(_Strict):
     dataset_tokens: Amount | None = Field(default=None, gt=0, le=1e16)
     # What one GPU-hour costs (any currency); with a time to train, the report states the cost.
     price_per_gpu_hour: Amount | None = Field(default=None, gt=0, le=100_000)
+    # The framework the request asks for, and the ones it refuses (tools/intake/wishes.py).
+    framework: FrameworkId | None = None
+    avoid_frameworks: list[FrameworkId] = Field(default_factory=list, max_length=20)
+    pins: Pins = Field(default_factory=Pins)
+
+    @property
+    def batch(self) -> int:
+        """The global batch once planned (the planner fills ``global_batch_size`` when unset)."""
+        if self.global_batch_size is None:
+            raise ValueError("global_batch_size is not planned yet (tools/planning/batch.py)")
+        return self.global_batch_size
 
     @field_validator("model")
     @classmethod
@@ -129,6 +164,8 @@ class TrainingBrief(_Strict):
     def _model_needed_for_training(self) -> TrainingBrief:
         if self.model is None and self.task != "agent-app":
             raise ValueError("model is required (only an agent-app brief may omit it)")
+        if self.framework is not None and self.framework in self.avoid_frameworks:
+            raise ValueError(f"framework {self.framework} is also in avoid_frameworks")
         return self
 
 

@@ -16,6 +16,7 @@ from tools.intake.budget_text import budget_fields
 from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_UNCLEAR, hardware_fields
 from tools.intake.model_text import ModelReading, read_model
 from tools.intake.serving_text import serving_fields, serving_follow_up
+from tools.intake.wishes import wish_fields
 
 MAX_BRIEF_BYTES = 1_000_000
 # Longer requests make the regexes below quadratic (a 100k-digit run took minutes); a request
@@ -378,6 +379,7 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
             break
     if re.search(r"\bno smoke\b|\bwithout (?:a )?smoke", low):
         data["smoke"] = False
+    data.update(wish_fields(text))
     # Serving a model is its own plan (tools/intake/serving_text.py).
     data.update(serving_fields(text, data))
     data.update(budget_fields(text))

@@ -121,7 +121,7 @@ def _first_fit(
                 activation_checkpointing=ckpt,
                 optimizer=optimizer,
                 seq_len=brief.seq_len,
-                gradient_accumulation_steps=max(1, brief.global_batch_size // world),
+                gradient_accumulation_steps=max(1, brief.batch // world),
             )
             est = est.model_copy(update={"activation_checkpointing": ckpt})
             total = est.per_gpu_bytes.total - int(base_saving * (1 + FRAGMENTATION_MARGIN))
@@ -223,7 +223,7 @@ def _offload_option(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBri
                 micro_batch_size=1,
                 activation_checkpointing=ckpt,
                 seq_len=brief.seq_len,
-                gradient_accumulation_steps=max(1, brief.global_batch_size // world),
+                gradient_accumulation_steps=max(1, brief.batch // world),
             ).model_copy(update={"activation_checkpointing": ckpt})
             key = (est.cpu_bytes_per_node, est.per_gpu_bytes.total)
             if est.per_gpu_bytes.total <= limit and (
@@ -297,7 +297,7 @@ def _hardware_options(
 
 def _fits(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief) -> bool:
     world = hardware.world_size
-    batch = max(world, -(-brief.global_batch_size // world) * world)
+    batch = max(world, -(-brief.batch // world) * world)
     return fits_somewhere(model, hardware, brief.model_copy(update={"global_batch_size": batch}))
 
 

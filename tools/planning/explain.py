@@ -51,11 +51,11 @@ def batch_line(
     if tp * pp > 1:
         return (
             f"tensor parallel {tp} x pipeline parallel {pp} x data parallel {dp}; seq_len "
-            f"{brief.seq_len}; global batch {brief.global_batch_size} = {split}"
+            f"{brief.seq_len}; global batch {brief.batch} = {split}"
         )
     return (
         f"data-parallel world size {dp}; seq_len {brief.seq_len}; global batch "
-        f"{brief.global_batch_size} = {split}"
+        f"{brief.batch} = {split}"
     )
 
 
@@ -71,7 +71,7 @@ def base_assumptions(
 ) -> list[str]:
     """What every memory estimate of the plan assumed, and how the chosen setup splits the batch."""
     world = hardware.world_size
-    per_rank = brief.global_batch_size // world
+    per_rank = brief.batch // world
     device = (
         f"{hardware.gpu.name} {hardware.gpu.memory_gb:g} GB (decimal GB, as vendors quote)"
         if hardware.gpu is not None

@@ -17,7 +17,7 @@ TRAINING_TASKS = ("pretrain", "finetune", "lora")
 def fits_somewhere(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief) -> bool:
     """Does any strategy, or tensor x pipeline split, fit at micro-batch 1 with checkpointing?"""
     world = hardware.world_size
-    if brief.global_batch_size % world:
+    if brief.batch % world:
         return False
     limit = (1 - MIN_HEADROOM) * (capacity_bytes(hardware) or 0)
     precision = resolve_precision(brief.precision, hardware)
@@ -37,7 +37,7 @@ def fits_somewhere(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrie
             seq_len=brief.seq_len,
             tensor_parallel=tp,
             pipeline_parallel=pp,
-            gradient_accumulation_steps=brief.global_batch_size // (world // (tp * pp)),
+            gradient_accumulation_steps=brief.batch // (world // (tp * pp)),
         )
         if est.fits and est.per_gpu_bytes.total <= limit:
             return True
@@ -53,7 +53,7 @@ def smallest_fitting(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBr
     while nodes <= MAX_NODES_SUGGESTED:
         bigger = hardware.model_copy(update={"nodes": nodes, "gpus_per_node": gpus})
         world = bigger.world_size
-        batch = max(world, -(-brief.global_batch_size // world) * world)
+        batch = max(world, -(-brief.batch // world) * world)
         trial = brief.model_copy(update={"global_batch_size": batch})
         if fits_somewhere(model, bigger, trial):
             return f"{nodes}x{gpus}x{_gpu_id(hardware.gpu.name)}"

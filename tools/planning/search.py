@@ -19,7 +19,7 @@ ranks (ZeRO-2/3 too when p = 1). Such a setup, when it fits, wins over offload.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from tools.core.errors import InputError
 from tools.core.schemas import (
@@ -32,8 +32,15 @@ from tools.core.schemas import (
     StrategyName,
     TrainingBrief,
 )
-from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, STRATEGY_ORDER, check_strategy
+from tools.core.strategies import (
+    MIN_HEADROOM,
+    OFFLOAD_STRATEGIES,
+    STRATEGY_ORDER,
+    ZERO_STAGE,
+    check_strategy,
+)
 from tools.planning import alternatives, explain
+from tools.planning.batch import resolve_batch
 from tools.planning.memory import GB, capacity_bytes, estimate_strategy
 from tools.planning.parallel import model_parallel_setups
 from tools.planning.scale_out import MAX_NODES_SUGGESTED, TRAINING_TASKS, smallest_fitting
@@ -58,10 +65,12 @@ class _Space:
     notes: list[str]
     # The speed estimate behind each row's tokens/s, by the row's id.
     speeds: dict[int, SpeedEstimate] = field(default_factory=dict)
+    # The (tensor, pipeline) degrees the request pinned; None: searched.
+    pinned: tuple[int | None, int | None] = (None, None)
 
     def per_rank(self, tp: int = 1, pp: int = 1) -> int:
         """Sequences per data-parallel rank per optimizer step."""
-        return self.brief.global_batch_size // (self.hardware.world_size // (tp * pp))
+        return self.brief.batch // (self.hardware.world_size // (tp * pp))
 
     def micro_options(self, per_rank: int) -> list[int]:
         """The micro-batches to try, largest first (or the pinned one)."""
@@ -139,32 +148,133 @@ def search_strategy(
         degrees; ``why_not`` for every row that lost, keyed by setup label; and, with a GPU, the
         chosen setup's ``speed`` estimate.
     """
+    brief, batch_note = resolve_batch(brief, model, hardware)
+    if brief.pins.stated():
+        return pinned_search(
+            model,
+            hardware,
+            brief,
+            batch_note,
+            micro_batch_size=micro_batch_size,
+            activation_checkpointing=activation_checkpointing,
+            strategies=strategies,
+            objective=objective,
+        )
     space = _space(model, hardware, brief, micro_batch_size, activation_checkpointing, strategies)
+    if batch_note:
+        space.notes.append(batch_note)
+    return _search(space, objective)
+
+
+def _search(space: _Space, objective: Objective, splits: bool | None = None) -> MemoryPlan:
+    """The search over ``space``; ``splits`` True/False forces tensor x pipeline on or off."""
     simplest = _simplest_fit(space)
-    if hardware.gpu is None or objective == "memory":
+    if space.hardware.gpu is None or objective == "memory":
         return simplest
-    return _fastest_fit(space, simplest)
+    return _fastest_fit(space, simplest, splits)
+
+
+def pinned_search(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    brief: TrainingBrief,
+    batch_note: str | None = None,
+    **options: Any,
+) -> MemoryPlan:
+    """The search restricted to the request's pins; when nothing fits them, the unpinned plan.
+
+    A ZeRO stage keeps the strategies of that stage, ``offload`` keeps (or drops) the offload
+    strategies, tensor/pipeline degrees keep the setups with exactly those degrees (a degree
+    above 1 searches model parallelism even where data parallelism would fit). The plan says
+    what was pinned; when no pinned setup fits, the plan is the unpinned search's, with a note
+    that the pinned choice does not fit, why, and what does instead.
+    """
+    pins = brief.pins
+    wanted = " + ".join(pins.stated())
+    objective = options.pop("objective", "speed")
+    unpinned = brief.model_copy(update={"pins": type(pins)()})
+    names: list[str] = [
+        check_strategy(s) for s in options.pop("strategies", None) or STRATEGY_ORDER
+    ]
+    kept = [
+        n
+        for n in names
+        if (pins.zero_stage is None or ZERO_STAGE[n] == pins.zero_stage)
+        and (pins.offload is None or (n in OFFLOAD_STRATEGIES) == pins.offload)
+    ]
+    tp, pp = pins.tensor_parallel, pins.pipeline_parallel
+    split = (tp or 1) * (pp or 1) > 1
+    plan: MemoryPlan | None = None
+    why = "no strategy has all of these"
+    fits = False
+    if kept:
+        space = _space(model, hardware, unpinned, strategies=kept, **options)
+        space.pinned = (tp, pp)
+        if batch_note:
+            space.notes.append(batch_note)
+        try:
+            plan = _search(space, objective, splits=split if split or tp or pp else None)
+        except InputError as exc:
+            why = exc.message
+        else:
+            row = plan.chosen_row
+            fits = row is not None and row.fits and _matches(plan, tp, pp)
+            if not fits:
+                why = (
+                    f"its smallest setup needs {row.per_gpu_bytes.total / GB:.1f} GB per GPU"
+                    if row is not None and not row.fits
+                    else "no pinned setup fits in memory with headroom"
+                )
+    if plan is not None and fits:
+        return plan.model_copy(
+            update={"assumptions": [f"pinned by the request: {wanted}", *plan.assumptions]}
+        )
+    fallback = search_strategy(
+        model, hardware, unpinned, strategies=names, objective=objective, **options
+    )
+    row = fallback.chosen_row
+    if row is not None and row.fits:
+        note = (
+            f"the pinned choice ({wanted}) does not fit: {why}; planned "
+            f"{fallback.chosen_label} instead, which fits"
+        )
+    else:
+        note = f"the pinned choice ({wanted}) does not fit: {why}; nothing fits without it either"
+        # Nothing fits either way: the plan keeps what the request pinned.
+        fallback = plan if plan is not None and _matches(plan, tp, pp) else fallback
+    notes = [note, *fallback.assumptions]
+    if batch_note and batch_note not in notes:
+        notes.append(batch_note)
+    return fallback.model_copy(update={"assumptions": notes})
+
+
+def _matches(plan: MemoryPlan, tp: int | None, pp: int | None) -> bool:
+    """Does the plan's chosen setup have the pinned tensor and pipeline degrees?"""
+    return (tp is None or plan.tensor_parallel == tp) and (
+        pp is None or plan.pipeline_parallel == pp
+    )
 
 
 def _space(
     model: ModelSpec,
     hardware: HardwareSpec,
     brief: TrainingBrief,
-    micro_batch_size: int | None,
-    activation_checkpointing: bool | None,
-    strategies: list[str] | None,
+    micro_batch_size: int | None = None,
+    activation_checkpointing: bool | None = None,
+    strategies: list[str] | None = None,
 ) -> _Space:
     """Check the batch arithmetic and the asked-for options; the space the search covers."""
     world = hardware.world_size
-    if brief.global_batch_size % world:
-        lower = max(world, brief.global_batch_size // world * world)
+    if brief.batch % world:
+        lower = brief.batch // world * world
+        nearest = f"{lower} or {lower + world}" if lower else f"{world} or {2 * world}"
         raise InputError(
             "global_batch_size",
-            f"{brief.global_batch_size} sequences per step must be a multiple of the "
-            f"data-parallel world size {world} (nodes x GPUs per node); try {lower} or "
-            f"{lower + world}",
+            f"the requested {brief.batch} sequences per step must be a multiple of the "
+            f"world size {world} (nodes x GPUs per node), which every data-parallel degree "
+            f"divides; try {nearest}, or leave it out for a default that fits",
         )
-    per_rank = brief.global_batch_size // world
+    per_rank = brief.batch // world
     if micro_batch_size is not None and (micro_batch_size < 1 or per_rank % micro_batch_size):
         raise InputError(
             "micro_batch_size",
@@ -293,18 +403,27 @@ class _Rows:
         return [self.best.get(n) or self.smallest[n] for n in self.smallest]
 
 
-def _fastest_fit(space: _Space, simplest: MemoryPlan) -> MemoryPlan:
-    """The speed search over the space, starting from the memory-only plan."""
+def _fastest_fit(space: _Space, simplest: MemoryPlan, splits: bool | None = None) -> MemoryPlan:
+    """The speed search over the space, starting from the memory-only plan.
+
+    ``splits`` True searches only tensor x pipeline setups (pinned degrees), False only
+    data-parallel ones, None the usual: model parallelism only when nothing else fits.
+    """
     capacity = capacity_bytes(space.hardware) or 0
     limit = (1 - MIN_HEADROOM) * capacity
     data = _Rows()
-    for name in space.names:
+    for name in space.names if not splits else ():
         data.add(name, *_evaluate(space, name, limit))
     plain = [n for n in data.best if n not in OFFLOAD_STRATEGIES]
     # Tensor x pipeline parallelism, only when no data-parallel setup fits without offload.
     setups = []
-    if not plain and space.brief.task in TRAINING_TASKS:
-        setups = model_parallel_setups(space.model, space.hardware, space.names)
+    if (splits or (splits is None and not plain)) and space.brief.task in TRAINING_TASKS:
+        tp, pp = space.pinned
+        setups = [
+            (n, t, p)
+            for n, t, p in model_parallel_setups(space.model, space.hardware, space.names)
+            if (tp is None or t == tp) and (pp is None or p == pp)
+        ]
     split = _Rows()
     for name, tp, pp in setups:
         split.add(name, *_evaluate(space, name, limit, tp, pp))
@@ -315,7 +434,9 @@ def _fastest_fit(space: _Space, simplest: MemoryPlan) -> MemoryPlan:
     candidates = candidates or list(data.best.values())
     if not candidates:
         why: dict[str, str] = {
-            n: explain.over(data.smallest[n], limit, capacity, node_ram) for n in space.names
+            n: explain.over(data.smallest[n], limit, capacity, node_ram)
+            for n in space.names
+            if n in data.smallest
         }
         why.update(
             {
@@ -361,7 +482,7 @@ def _chosen_plan(
     """The plan for the winning setup: its rows, batch split, assumptions and speed."""
     tp, pp = win.tensor_parallel, win.pipeline_parallel
     dp = space.hardware.world_size // (tp * pp)
-    per_rank = space.brief.global_batch_size // dp
+    per_rank = space.brief.batch // dp
     if tp * pp > 1:
         # The chosen setup goes first among the rows of its name, where a reader that looks
         # the choice up by name alone finds it.

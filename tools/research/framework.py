@@ -14,6 +14,7 @@ from importlib import resources
 
 import yaml
 
+from tools.core.errors import InputError
 from tools.core.schemas import (
     Alternative,
     FrameworkChoice,
@@ -143,8 +144,8 @@ def score_frameworks(
     }
     s = scores
 
-    for fid, pattern in _NAMED.items():
-        if pattern.search(text):
+    for fid, pattern in _NAMED.items() if brief.framework is None else ():
+        if pattern.search(text) and fid not in brief.avoid_frameworks:
             s[fid].add(5, "the request names it")  # type: ignore[index]
     if stack == "tensorflow":
         s["tensorflow"].add(6, "the team already runs TensorFlow")
@@ -195,7 +196,14 @@ def score_frameworks(
                 s["horovod"].add(2, "ring all-reduce across nodes, launched with horovodrun")
             if exp == "beginner":
                 s["pytorch_ddp"].add(1, "DDP is the best-documented path for a beginner team")
-    ranked = sorted(scores.values(), key=lambda sc: -sc.points)
+    wished = brief.framework
+    if wished in s and not (wished in REPLICATING_FRAMEWORKS and not fits):
+        s[wished].add(100, "the request asks for it")  # type: ignore[index]
+    # A refused framework is no candidate at all.
+    ranked = sorted(
+        (sc for fid, sc in scores.items() if fid not in brief.avoid_frameworks),
+        key=lambda sc: -sc.points,
+    )
     return ranked
 
 
@@ -250,6 +258,27 @@ def _alternative_reason(fid: FrameworkId, brief: TrainingBrief, points: int | No
     return reason + (f" (score {points})" if points is not None else "")
 
 
+def wish_notes(brief: TrainingBrief, chosen: str, memory: MemoryPlan | None) -> str:
+    """The sentences saying which framework wishes the plan honours, and why not the others."""
+    notes = []
+    if brief.framework is not None and brief.framework != chosen:
+        why = (
+            "it replicates parameters, gradients and optimizer states on every GPU, and they "
+            "do not fit"
+            if brief.framework in REPLICATING_FRAMEWORKS
+            and (memory is None or memory.chosen != "ddp")
+            else "it does not apply to this task"
+        )
+        notes.append(f"Wish not honoured: {brief.framework} was asked for, but {why}.")
+    elif brief.framework is not None:
+        notes.append(f"The framework is {chosen}, as the request asks.")
+    if brief.avoid_frameworks:
+        notes.append(
+            f"Not considered, as the request refuses them: {', '.join(brief.avoid_frameworks)}."
+        )
+    return (" " + " ".join(notes)) if notes else ""
+
+
 def select_framework(
     brief: TrainingBrief,
     hardware: HardwareSpec,
@@ -258,12 +287,21 @@ def select_framework(
 ) -> FrameworkChoice:
     """Choose the primary framework, the stack around it and the alternatives, with reasons."""
     ranked = score_frameworks(brief, hardware, model, memory)
+    if not ranked:
+        raise InputError(
+            "avoid_frameworks",
+            f"refuses every framework that can train this ({', '.join(brief.avoid_frameworks)})",
+        )
     best = ranked[0]
     stack = list(STACKS[best.framework])
+    if best.framework == "horovod" and brief.team.existing_stack == "tensorflow":
+        stack = ["tensorflow", "horovod"]  # horovod.tensorflow.keras (HOROVOD.md)
     points = {sc.framework: sc.points for sc in ranked}
     # The primary's next steps first, then any other candidate that scored above zero.
     order = NEXT_STEPS[best.framework] + [sc.framework for sc in ranked[1:] if sc.points > 0]
-    names = list(dict.fromkeys(f for f in order if f != best.framework))[:3]
+    names = list(
+        dict.fromkeys(f for f in order if f != best.framework and f not in brief.avoid_frameworks)
+    )[:3]
     alternatives = [
         Alternative(name=f, reason=_alternative_reason(f, brief, points.get(f))) for f in names
     ]
@@ -272,6 +310,7 @@ def select_framework(
         + "; ".join(r.split(" ", 1)[1] for r in best.reasons if not r.startswith("-"))
         + "."
     )
+    rationale += wish_notes(brief, best.framework, memory)
     if brief.task == "agent-app":
         rationale += (
             " Nothing is trained, so there is no parallelism plan, DeepSpeed config or smoke run."

@@ -185,7 +185,10 @@ def check_launch(
         return [_error("launch_agrees", "no launch files were emitted for the plan", fix)]
     problems = []
     command = launch.command
-    model_parallel = memory.tensor_parallel * memory.pipeline_parallel > 1
+    # Megatron-DeepSpeed under torchrun: a model-parallel plan, or one that asked for Megatron.
+    model_parallel = memory.tensor_parallel * memory.pipeline_parallel > 1 or (
+        "pretrain_gpt.py" in command
+    )
     if config is not None and not model_parallel and command[0] != "deepspeed":
         problems.append(f"the plan runs DeepSpeed but the launch starts {shown(command[0])}")
     if config is None and command[0] == "deepspeed":
