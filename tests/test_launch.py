@@ -442,6 +442,34 @@ def test_fsdp_plan_gets_torchrun_and_a_wrapping_guide(
         assert not (tmp_path / absent).exists()
 
 
+@pytest.mark.parametrize(
+    ("chosen", "sharding", "offload"),
+    [
+        ("ddp", "NO_SHARD", False),
+        ("zero1", "SHARD_GRAD_OP", False),
+        ("zero2", "SHARD_GRAD_OP", False),
+        ("zero3", "FULL_SHARD", False),
+        ("zero3_offload_all", "FULL_SHARD", True),
+    ],
+)
+def test_fsdp_guide_shards_as_the_memory_plan_counts(
+    tmp_path: Path, chosen: str, sharding: str, offload: bool
+) -> None:
+    # The guide's FSDP mode is the plan's chosen row, not one fixed mode: a ZeRO-1 plan under
+    # FSDP wrote FULL_SHARD (ZeRO-3-like) while the report said zero1.
+    from tools.planning import search_strategy
+
+    hw, b = gpus(2, 8), brief()
+    plan = search_strategy(model(), hw, b)
+    memory = plan.model_copy(update={"chosen": chosen})
+    emit_launch(tmp_path, b, hw, model(), FSDP, None, memory=memory)
+    guide = (tmp_path / "FSDP.md").read_text()
+    assert f"ShardingStrategy.{sharding}" in guide
+    assert f"cpu_offload=CPUOffload(offload_params={offload})" in guide
+    (snippet,) = code_blocks(guide, "python")
+    ast.parse(snippet)
+
+
 def test_switching_plans_removes_the_other_plans_files(tmp_path: Path) -> None:
     emit(tmp_path, "deepspeed-2x8")
     emit(tmp_path, "horovod-2x8")

@@ -41,7 +41,32 @@ _SHARDING_NOTES = {
         "(ZeRO-3-like). On several nodes, HYBRID_SHARD keeps that sharding within a node "
         "and replicates across nodes."
     ),
+    "SHARD_GRAD_OP": (
+        "SHARD_GRAD_OP shards gradients and optimizer state and keeps whole parameters on "
+        "every GPU (ZeRO-2-like; FSDP has no ZeRO-1 mode, and this one uses no more memory "
+        "than the plan's ZeRO-1 or ZeRO-2 rows)."
+    ),
+    "NO_SHARD": (
+        "NO_SHARD replicates everything, like DDP: the plan's data-parallel setup fits without "
+        "sharding."
+    ),
 }
+# The FSDP sharding that holds at most what the plan's chosen strategy counts per GPU: the
+# memory plan's rows are ZeRO terms (tools/core/strategies.py), and FSDP's modes map onto them
+# (PyTorch FSDP docs, ShardingStrategy). ZeRO-3 and the offload rows shard everything.
+_FSDP_SHARDING = {"ddp": "NO_SHARD", "zero1": "SHARD_GRAD_OP", "zero2": "SHARD_GRAD_OP"}
+
+
+def fsdp_sharding(strategy: str | None, nodes: int) -> tuple[str, bool]:
+    """FSDP's sharding mode and whether parameters go to the CPU, for the plan's strategy.
+
+    Without a memory plan: HYBRID_SHARD on several nodes, FULL_SHARD on one. An offload row
+    becomes FULL_SHARD with ``CPUOffload(offload_params=True)`` (FSDP offloads parameters and
+    gradients together and steps the optimizer on the CPU).
+    """
+    if strategy is None:
+        return ("HYBRID_SHARD" if nodes > 1 else "FULL_SHARD"), False
+    return _FSDP_SHARDING.get(strategy, "FULL_SHARD"), "offload" in strategy
 
 
 def horovod_md(
@@ -85,9 +110,18 @@ def tf_config_md(command: list[str], hardware: HardwareSpec, script: str) -> str
 
 
 def fsdp_md(
-    command: list[str], hardware: HardwareSpec, model: ModelSpec, precision: str, script: str
+    command: list[str],
+    hardware: HardwareSpec,
+    model: ModelSpec,
+    precision: str,
+    script: str,
+    strategy_name: str | None = None,
 ) -> str:
-    """FSDP.md: the torchrun command and how to wrap the model (layer class, sharding, dtype)."""
+    """FSDP.md: the torchrun command and how to wrap the model (layer class, sharding, dtype).
+
+    ``strategy_name``: the memory plan's chosen strategy, which picks the sharding mode
+    (``fsdp_sharding``).
+    """
     model_type = str((model.hf_config or {}).get("model_type", ""))
     module, layer = _LAYER_CLASSES.get(
         model_type, ("transformers.models.llama.modeling_llama", "LlamaDecoderLayer")
@@ -97,7 +131,7 @@ def fsdp_md(
         if model_type in _LAYER_CLASSES
         else f"Replace `{layer}` with the decoder-layer class of {model.name}."
     )
-    strategy = "HYBRID_SHARD" if hardware.nodes > 1 else "FULL_SHARD"
+    strategy, offload = fsdp_sharding(strategy_name, hardware.nodes)
     dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(precision)
     if dtype is None:
         mixed_precision = "mixed = None  # the plan trains in fp32"
@@ -121,7 +155,13 @@ def fsdp_md(
         layer=layer,
         mixed_precision=mixed_precision,
         strategy=strategy,
+        offload=str(offload),
         layer_note=layer_note,
-        strategy_note=_SHARDING_NOTES[strategy],
+        strategy_note=_SHARDING_NOTES[strategy]
+        + (
+            " Parameters and gradients live on the CPU between uses (the plan's offload row)."
+            if offload
+            else ""
+        ),
         scaler_note=scaler_note,
     )

@@ -89,6 +89,7 @@ class LaunchInputs:
     gpus: int  # per node; a CPU-only machine counts as one
     precision: str
     title: str  # the first comment line of every launch script
+    strategy: str | None = None  # the memory plan's chosen strategy, when there is one
 
 
 @dataclass
@@ -140,6 +141,7 @@ def emit_launch(
         gpus=hardware.gpus_per_node if hardware.gpus_per_node > 0 else 1,
         precision=resolve_precision(brief.precision, hardware),
         title=f"# Launch for: {comment_text(brief.goal or model.name)} ({framework.primary})",
+        strategy=memory.chosen if memory is not None else None,
     )
     launch = LAUNCHERS[_launcher_for(framework, job)](job)
     texts: dict[str, str | Path] = {"model_config.json": _json(model.hf_config or {})}
@@ -207,7 +209,9 @@ def _fsdp(job: LaunchInputs) -> Launch:
     """The user's FSDP script under torchrun, and FSDP.md on how to write it."""
     script = USER_SCRIPTS["pytorch_fsdp"]
     command = cluster.torchrun(job.hardware, job.gpus, "node0") + [script]
-    guide = guides.fsdp_md(command, job.hardware, job.model, job.precision, script)
+    guide = guides.fsdp_md(
+        command, job.hardware, job.model, job.precision, script, strategy_name=job.strategy
+    )
     return Launch(command, _torchrun_how_to_run(job.hardware), {"FSDP.md": guide})
 
 
