@@ -29,6 +29,7 @@ from tools.core.errors import ToolFailure
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.core.strategies import OFFLOAD_STRATEGIES, ZERO_STAGE, check_strategy
 from tools.planning import data_parallel_size, resolve_precision, zero_settings
+from tools.planning.batch import resolve_batch
 
 
 class ConfigError(ToolFailure):
@@ -142,6 +143,7 @@ def emit_deepspeed_config(
             it stays at the peak after warmup (WarmupLR). Defaults to the brief's
             ``dataset_tokens`` over the tokens per step (``planned_total_steps``), when given.
     """
+    brief = resolve_batch(brief, model, hardware)[0]  # the default the search planned with
     world = data_parallel_size(hardware, plan.tensor_parallel, plan.pipeline_parallel)
     train_batch = plan.micro_batch_size * plan.gradient_accumulation_steps * world
     if train_batch != brief.batch:

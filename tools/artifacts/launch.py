@@ -46,6 +46,7 @@ from tools.core.schemas import (
     ModelSpec,
     TrainingBrief,
 )
+from tools.planning.batch import resolve_batch
 from tools.planning.memory import resolve_precision
 
 TRAIN_SCRIPT = Path(__file__).parents[1] / "smoke" / "train.py"
@@ -125,6 +126,7 @@ def emit_launch(
     Megatron-DeepSpeed launch. (The config alone cannot tell: its batch arithmetic gives the
     product of the degrees at best, not the split.)
     """
+    brief = resolve_batch(brief, model, hardware)[0]  # the default the search planned with
     job = LaunchInputs(
         brief=brief,
         hardware=hardware,

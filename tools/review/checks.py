@@ -280,7 +280,9 @@ def check_batch_arithmetic(
     train = _count(config.get("train_batch_size", 0))
     if micro is None or accum is None or train is None:
         return []  # "auto" or another non-number: config_key_findings reports it
-    if micro * accum * ws != train or train != brief.global_batch_size:
+    # An unsettled brief (no batch given, none planned yet) has no batch to compare with.
+    asked = brief.global_batch_size
+    if micro * accum * ws != train or (asked is not None and train != asked):
         return [
             Finding(
                 severity="error",
