@@ -71,9 +71,10 @@ def _plan(model: str, hardware: str, **brief: Any) -> TrainingPlan:
 REQUESTS = [
     ("fine-tune llama-3-8b on 8 A100s on 20B tokens", {"dataset_tokens": 20e9}),
     ("pretrain a 7B model over 1.5 trillion tokens on 64 H100", {"dataset_tokens": 1.5e12}),
-    ("train llama-3-8b for 500M tokens, $2.50/GPU-hour", {"dataset_tokens": 5e8, "price_per_gpu_hour": 2.5}),
-    ("fine-tune mistral-7b at 3 USD per GPU hour", {"price_per_gpu_hour": 3.0, "dataset_tokens": None}),
-    ("fine-tune qwen2.5-7b, 1.8 euros per GPU-hr, on about 2B tokens", {"price_per_gpu_hour": 1.8, "dataset_tokens": 2e9}),
+    # A price per GPU-hour names no hardware: no clarifying question about "GPU".
+    ("train llama-3-8b for 500M tokens, $2.50/GPU-hour", {"dataset_tokens": 5e8, "price_per_gpu_hour": 2.5, "_hardware_unclear": None}),
+    ("fine-tune mistral-7b at 3 USD per GPU hour", {"price_per_gpu_hour": 3.0, "dataset_tokens": None, "_hardware_unclear": None}),
+    ("fine-tune qwen2.5-7b, 1.8 euros per GPU-hr, on about 2B tokens", {"price_per_gpu_hour": 1.8, "dataset_tokens": 2e9, "_hardware_unclear": None}),
     ("LoRA llama-3-8b with a 4k tokens context", {"dataset_tokens": None, "seq_len": 4096}),
     ("fine-tune gpt2 on 8 A100s", {"dataset_tokens": None, "price_per_gpu_hour": None}),
     ("fine-tune llama-3-8b on 8 H100 with 10B training tokens at €4 per GPU-hour", {"dataset_tokens": 1e10, "price_per_gpu_hour": 4.0}),
@@ -85,7 +86,10 @@ def test_request_table_budget_fields(text: str, expected: dict[str, Any]) -> Non
     fields = request_fields(text, MODELS)
     for key, value in expected.items():
         assert fields.get(key) == value, (key, fields)
-    brief_from_dict({"model": "gpt2", **{k: v for k, v in fields.items() if k != "model"}})
+    # What intake keeps for itself (keys starting with "_") never reaches the brief.
+    brief_from_dict(
+        {"model": "gpt2", **{k: v for k, v in fields.items() if k != "model" and k[0] != "_"}}
+    )
 
 
 def test_a_bad_price_is_one_line_naming_the_field() -> None:

@@ -265,9 +265,14 @@ def _resolve(
     return parts[0], None
 
 
+# A price or a budget in GPU-hours ("$2.50/GPU-hour", "3 USD per GPU hour", "2,000 GPU-hrs")
+# names no hardware: blanked (same length, so positions hold) before anything is read.
+_GPU_HOUR_RE = re.compile(r"\bgpu[\s-]*(?:hours?|hrs?|h)\b", re.I)
+
+
 def read_hardware(text: str) -> HardwareReading:
     """Read the hardware phrases of a request (see the module docstring)."""
-    norm = _normalise(text)
+    norm = _GPU_HOUR_RE.sub(lambda m: " " * len(m.group(0)), _normalise(text))
     reading = HardwareReading()
     reading.local = bool(_LOCAL_RE.search(text))
     _read_host(norm, reading)
