@@ -217,6 +217,7 @@ def claim(
                 raise OutputRefused(
                     field,
                     f"{shown(str(folder), 160)} is not empty and was not written by trainwright "
+                    "(or by a version before output manifests) "
                     f"(it holds {shown(foreign[0], 60)}"
                     + (f" and {len(foreign) - 1} more" if len(foreign) > 1 else "")
                     + "); choose another folder"
