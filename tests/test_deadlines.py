@@ -22,7 +22,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ import psutil
 import pytest
 from procs import ours, read_until, wait_none_left
 from specs import TINY_GPT2_BRIEF_YAML
-from test_llm_http import BRIEF_FILE, _FakeOpenAI
+from test_llm_http import BRIEF_FILE, _FakeOpenAI, _serve
 
 from agents.deadline import deadline_client
 
@@ -80,21 +79,9 @@ class _Slow(_FakeOpenAI):
 
 @contextlib.contextmanager
 def _server(mode: str) -> Iterator[str]:
-    _FakeOpenAI.mode = mode
-    _FakeOpenAI.requests = []
-    _FakeOpenAI.release = threading.Event()
     _Slow.seen = threading.Event()
     _Slow.gate = threading.Event()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        _FakeOpenAI.release.set()
-        server.shutdown()
-        server.server_close()
+    yield from _serve(mode, _Slow)
 
 
 def _env(**extra: str) -> dict[str, str]:

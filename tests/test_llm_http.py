@@ -159,7 +159,8 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def _serve(mode: str) -> Iterator[str]:
+def _serve(mode: str, handler: type[_FakeOpenAI] = _FakeOpenAI) -> Iterator[str]:
+    """The fake server's base URL in ``mode``; ``handler`` may be a subclass (slower replies)."""
     if mode == "down":  # a port nothing listens on
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
@@ -170,7 +171,8 @@ def _serve(mode: str) -> Iterator[str]:
     _FakeOpenAI.requests = []
     _FakeOpenAI.release = threading.Event()
     _FakeOpenAI.brief_args = json.dumps(LLM_BRIEF)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True  # a reply held open never blocks shutdown
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
