@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from graphs.run import Watcher, run_plan
+from graphs.run import Watcher, open_checkpointer, run_plan
 from tools.artifacts.index import BriefOutcome, index_row, write_index
 from tools.core import imports
 from tools.core.errors import InputError
@@ -225,15 +225,12 @@ def run_batch(
     # folder of its own (tools/core/outputs.py, ``own_folders``).
     claim(out_dir, field="--out", force_flag=None, create=True)
     briefs = own_folders(briefs, out_dir)
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
     from agents.chat_models import load_chat_model
     from graphs.graph import build_graph
 
     model = load_chat_model(settings)
-    settings.checkpoint_db.parent.mkdir(parents=True, exist_ok=True)
     with (
-        SqliteSaver.from_conn_string(str(settings.checkpoint_db)) as saver,
+        open_checkpointer(settings.checkpoint_db) as saver,
         _Progress(len(briefs)) as progress,
     ):
         batch = _Batch(

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from agents.chat_models import load_chat_model
 from graphs.graph import build_graph as default_graph
-from graphs.run import THREAD_RE, check_thread_id, list_threads, thread_config
+from graphs.run import THREAD_RE, check_thread_id, list_threads, open_checkpointer, thread_config
 from graphs.terminal import ChatWatcher, prompt_reader, stdin_reader
 from tools.artifacts.save import save_plan
 from tools.artifacts.text import summary_lines
@@ -96,13 +96,10 @@ class ChatSession:
 
     def run(self) -> int:
         """Read messages until /quit or end of input; returns the exit code (0)."""
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
         self.settings.home.mkdir(parents=True, exist_ok=True)
-        self.settings.checkpoint_db.parent.mkdir(parents=True, exist_ok=True)
         if self.interactive:
             self._read = prompt_reader(self.settings.home / "chat_history")
-        with SqliteSaver.from_conn_string(str(self.settings.checkpoint_db)) as saver:
+        with open_checkpointer(self.settings.checkpoint_db) as saver:
             self._saver = saver
             self._model = load_chat_model(self.settings)
             self.graph = self.build_graph(self._model, saver, self.settings)

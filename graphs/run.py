@@ -140,6 +140,28 @@ def checkpoint_file(graph: Any) -> Path | None:
     return Path(file) if file else None
 
 
+@contextlib.contextmanager
+def open_checkpointer(db: Path) -> Iterator[Any]:
+    """A LangGraph ``SqliteSaver`` on ``db``, its connection closed under the saver's lock.
+
+    Graph nodes and LangGraph's own checkpoint writes use the connection from worker
+    threads. When the caller's thread leaves early (Ctrl-C, SIGTERM, an error) those threads
+    may still be inside a statement, and closing a SQLite connection another thread is using
+    crashes the process. Every use of the saver's connection holds ``saver.lock``, so closing
+    under it makes a late write fail with a Python error instead; the file stays consistent
+    (each checkpoint is one transaction).
+    """
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    saver = SqliteSaver(sqlite3.connect(str(db), check_same_thread=False))
+    try:
+        yield saver
+    finally:
+        with saver.lock:
+            saver.conn.close()
+
+
 def lock_path(db: Path, thread_id: str) -> Path:
     """The lock file of ``thread_id``: ``<db>.locks/<id>.lock`` next to the database."""
     digest = hashlib.sha256(thread_id.encode()).hexdigest()[:12]
@@ -245,14 +267,11 @@ def plan_on_thread(
     The graph streams from a worker thread, so the caller's thread stays free for Ctrl-C and
     SIGTERM wherever the run is; ``wait`` waits for another run that holds the thread.
     """
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
     from agents.chat_models import load_chat_model
     from graphs.graph import build_graph
 
     model = load_chat_model(settings)
-    settings.checkpoint_db.parent.mkdir(parents=True, exist_ok=True)
-    with SqliteSaver.from_conn_string(str(settings.checkpoint_db)) as saver:
+    with open_checkpointer(settings.checkpoint_db) as saver:
         graph = build_graph(model, saver, settings)
         return run_plan(graph, inputs, thread_id, watcher, in_thread=True, wait=wait)
 

@@ -49,6 +49,23 @@ STRATEGY_GAIN = {
 MIN_HEADROOM = 0.10
 
 
+# Activation recomputation policies, as the frameworks implement them: none; selective
+# (Korthikanti et al. 2022 sec. 5: only the attention core is re-run; torchtitan's per-op
+# "selective" saves matmul outputs and re-runs the cheap ops between them); full (every layer's
+# forward is re-run in backward, keeping only its input).
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTE_POLICIES: tuple[Recompute, ...] = get_args(Recompute)
+
+
+def check_recompute(policy: str, field: str = "checkpointing") -> Recompute:
+    """``policy`` as a Recompute; InputError (naming ``field``) for any other string."""
+    if policy not in RECOMPUTE_POLICIES:
+        raise InputError(
+            field, f"unknown policy {policy!r}; choose from {', '.join(RECOMPUTE_POLICIES)}"
+        )
+    return policy  # type: ignore[return-value]
+
+
 def check_strategy(strategy: str, field: str = "strategy") -> StrategyName:
     """``strategy`` as a StrategyName; InputError (naming ``field``) for any other string."""
     if strategy not in STRATEGY_ORDER:

@@ -41,7 +41,7 @@ from tools.core.schemas import (
     SpeedEstimate,
     StrategyName,
 )
-from tools.core.strategies import OFFLOAD_STRATEGIES, check_strategy
+from tools.core.strategies import OFFLOAD_STRATEGIES, Recompute, check_recompute, check_strategy
 from tools.planning.comm import (
     OVERLAP_FRACTION,
     StepSetup,
@@ -280,13 +280,18 @@ def estimate_speed(
     *,
     micro_batch_size: int,
     gradient_accumulation_steps: int,
-    activation_checkpointing: bool,
+    activation_checkpointing: bool = False,
     precision: str = "bf16",
     dataset_tokens: float | None = None,
     seq_len: int | None = None,
     inter_node_gbs: float | None = None,
     tensor_parallel: int = 1,
     pipeline_parallel: int = 1,
+    recompute: Recompute | None = None,
+    virtual_stages: int = 1,
+    context_parallel: int = 1,
+    sequence_parallel: bool = True,
+    attention: str = "sdpa",
 ) -> SpeedEstimate:
     """Estimate step time, tokens/s, MFU and the bottleneck of one training setup.
 
@@ -305,8 +310,17 @@ def estimate_speed(
             (e.g. 400 for eight 400 Gb/s NICs per node).
         tensor_parallel: Megatron tensor-parallel degree t (inside a node).
         pipeline_parallel: Pipeline-parallel degree p; ``gradient_accumulation_steps`` is then
-            the pipeline's micro-batches per step, m. Data parallel is world / (t x p).
+            the pipeline's micro-batches per step, m. Data parallel is world / (t x p x c).
+        recompute: none, selective or full; None: full when ``activation_checkpointing``.
+        virtual_stages: Interleaved pipeline stages per GPU, v (Narayanan et al. 2021 sec. 2.2.2).
+        context_parallel: Context-parallel degree c (the sequence split over c GPUs).
+        sequence_parallel: Megatron sequence parallelism with tensor parallelism.
+        attention: The attention kernel, sdpa (FlashAttention-style) or eager.
     """
+    if recompute is None:
+        recompute = "full" if activation_checkpointing else "none"
+    check_recompute(recompute, "recompute")
+    activation_checkpointing = recompute == "full"
     _check_speed_args(
         strategy, micro_batch_size, gradient_accumulation_steps, dataset_tokens, hardware
     )
