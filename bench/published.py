@@ -57,7 +57,7 @@ REQUIRED_COLUMNS = (
 )  # fmt: skip
 GPUS_PER_NODE = 8  # HGX/DGX A100, H100, H200, B200 nodes hold 8 GPUs (NVIDIA DGX datasheets)
 # Megatron-LM 2021 ran on Selene: 8 x 200 Gb/s HDR InfiniBand per DGX A100 node (Narayanan et
-# al. 2021, arXiv:2104.04473 sec. 5: "eight NVIDIA Mellanox 200Gbps HDR Infiniband HCAs").
+# al. 2021, arXiv:2104.04473 sec. 5: eight Mellanox 200 Gb/s HDR InfiniBand HCAs per node).
 SELENE_NICS, SELENE_NIC_GBPS = 8, 200.0
 WITHIN = (0.10, 0.20)
 RANK_OK = 0.95  # a grid's pick counts as good when it reaches 95% of the best measured
@@ -171,6 +171,18 @@ def _int(cell: str, what: str, *, required: bool = True) -> int | None:
     return int(match[1].replace(",", ""))
 
 
+def _need(cell: str, what: str) -> int:
+    """The leading whole number of a cell; the row is skipped without one."""
+    value = _int(cell, what)
+    assert value is not None  # _int raised otherwise
+    return value
+
+
+def _opt(cell: str, what: str, default: int = 1) -> int:
+    """The cell's whole number, ``default`` when the cell is empty."""
+    return _need(cell, what) if cell else default
+
+
 def _float(cell: str) -> float | None:
     match = re.match(r"^\s*(\d[\d,]*(?:\.\d+)?)", cell or "")
     return float(match[1].replace(",", "")) if match else None
@@ -181,7 +193,7 @@ def _family(row: Row) -> str:
 
     llm-foundry benchmarks MPT (GPT-style, ALiBi, 4h GELU MLP; the folder's README);
     torchtitan Llama 3 (gated SiLU MLP, GQA; torchtitan/models/llama3); Megatron-LM 2021
-    GPT (4h GELU MLP, learned positions; Narayanan et al. 2021 sec. 5.1).
+    GPT (4h GELU MLP, learned positions; Narayanan et al. 2021 sec. 5).
     """
     source = source_of(row)
     if source == "llm-foundry":
@@ -202,7 +214,7 @@ def model_config(row: Row) -> dict[str, Any]:
     missing = [c for c in need if _int(row[c], c, required=False) is None]
     if missing:
         raise _Skipped(f"architecture columns empty ({', '.join(missing)})")
-    layers, hidden, heads, vocab = (int(_int(row[c], c) or 0) for c in need[:4])
+    layers, hidden, heads, vocab = (_need(row[c], c) for c in need[:4])
     if family == "mpt":
         ffn = _int(row["ffn_hidden"], "ffn_hidden", required=False) or 4 * hidden
         if ffn % hidden:
@@ -225,7 +237,7 @@ def model_config(row: Row) -> dict[str, Any]:
         from tools.research.architectures import llama_config
 
         kv = _int(row["n_kv_heads"], "n_kv_heads", required=False) or heads
-        ffn = int(_int(row["ffn_hidden"], "ffn_hidden") or 0)
+        ffn = _need(row["ffn_hidden"], "ffn_hidden")
         # RoPE: max_position_embeddings does not change the count; Llama 3.1's 131072
         # (meta-llama/Llama-3.1-8B config.json) keeps one count per architecture.
         config = llama_config(layers, hidden, heads, kv, vocab, ffn, 131072)
@@ -246,7 +258,7 @@ def build_model(row: Row) -> ModelSpec:
     """The row's architecture as the planner sees a model (counted on meta by transformers)."""
     from tools.research.model_catalog import lookup_model
 
-    seq = int(_int(row["seq_len"], "seq_len") or 0)
+    seq = _need(row["seq_len"], "seq_len")
     config = model_config(row)
     try:
         spec = lookup_model(config, seq)
@@ -281,7 +293,7 @@ def build_hardware(row: Row) -> tuple[HardwareSpec, list[str]]:
     rule = next((r for r in GPU_RULES if r[0] in cell), None)
     if rule is None:
         raise _Skipped("GPU not mapped to the catalog")
-    n = int(_int(row["n_gpus"], "n_gpus") or 0)
+    n = _need(row["n_gpus"], "n_gpus")
     if n < 1:
         raise _Skipped("n_gpus not stated as a number")
     if n > GPUS_PER_NODE and n % GPUS_PER_NODE:
@@ -312,7 +324,7 @@ DEFAULT_RECOMPUTE = {
     # torchtitan/models/llama3/train_configs/llama3_8b.toml: [activation_checkpoint]
     # mode = "selective", selective_ac_option = "op".
     "torchtitan": ("selective", "torchtitan's llama3 toml default is selective (per-op) AC"),
-    # Narayanan et al. 2021 sec. 3.5 / Table 1: activation recomputation in every run.
+    # Narayanan et al. 2021 (sec. 3.5, and the rows' notes): activation recomputation on.
     "Megatron-LM": ("full", "Megatron-LM 2021 recomputes activations in every run (the paper)"),
 }
 
@@ -355,17 +367,17 @@ TORCHTITAN_PP_MICROBATCH = 1
 def setup_of(row: Row) -> tuple[dict[str, Any], list[str]]:
     """estimate_speed's setup keywords from the row's parallelism and batch columns."""
     notes: list[str] = []
-    n = int(_int(row["n_gpus"], "n_gpus") or 0)
-    tp = int(_int(row["tp"], "tp") if row["tp"] else 1)
-    pp = int(_int(row["pp"], "pp") if row["pp"] else 1)
-    cp = int(_int(row["cp"], "cp") if row["cp"] else 1)
-    vpp = int(_int(row["vpp"], "vpp") if row["vpp"] else 1)
+    n = _need(row["n_gpus"], "n_gpus")
+    tp = _opt(row["tp"], "tp")
+    pp = _opt(row["pp"], "pp")
+    cp = _opt(row["cp"], "cp")
+    vpp = _opt(row["vpp"], "vpp")
     if n % (tp * pp * cp):
         raise _Skipped("n_gpus does not divide by tp x pp x cp")
     dp = _int(row["dp"], "dp", required=False) or n // (tp * pp * cp)
     if dp * tp * pp * cp != n:
         raise _Skipped("dp x tp x pp x cp != n_gpus")
-    micro = int(_int(row["micro_batch"], "micro_batch") or 0)
+    micro = _need(row["micro_batch"], "micro_batch")
     accum = _int(row["grad_accum"], "grad_accum", required=False)
     if accum is None:
         gbs = _int(row["global_batch_seqs"], "global_batch_seqs", required=False)
@@ -394,7 +406,7 @@ def setup_of(row: Row) -> tuple[dict[str, Any], list[str]]:
         "micro_batch_size": micro,
         "gradient_accumulation_steps": accum,
         "precision": precision_of(row),
-        "seq_len": int(_int(row["seq_len"], "seq_len") or 0),
+        "seq_len": _need(row["seq_len"], "seq_len"),
         "tensor_parallel": tp,
         "pipeline_parallel": pp,
         "virtual_stages": vpp,
@@ -410,16 +422,14 @@ def megatron_tokens_per_s(row: Row, tflops: float) -> float:
     Narayanan et al. 2021 (arXiv:2104.04473) eq. 3: F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))
     FLOPs per iteration of B sequences of s tokens, so per token F / (B s).
     """
-    s, layers, h, v = (
-        int(_int(row[c], c) or 0) for c in ("seq_len", "n_layers", "hidden", "vocab")
-    )
+    s, layers, h, v = (_need(row[c], c) for c in ("seq_len", "n_layers", "hidden", "vocab"))
     per_token = 96 * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
     return tflops * 1e12 / per_token
 
 
 def measured_of(row: Row) -> tuple[float, str]:
     """The measured tokens/s per GPU and how it was read (derived ones say so)."""
-    n = int(_int(row["n_gpus"], "n_gpus") or 0)
+    n = _need(row["n_gpus"], "n_gpus")
     per_gpu = _float(row["tokens_per_s_per_gpu"])
     if per_gpu:
         derived = "(derived)" in row["tokens_per_s_per_gpu"]
@@ -470,7 +480,9 @@ Estimator = Callable[..., SpeedEstimate]
 def predict(case: Case, estimator: Estimator | None = None) -> Case | Skip:
     """Call the speed model for the case's pinned setup; tokens/s per GPU into ``predicted``."""
     if estimator is None:
-        from tools.planning.speed import estimate_speed as estimator
+        from tools.planning.speed import estimate_speed
+
+        estimator = estimate_speed
     kwargs = dict(case.setup)
     strategy = kwargs.pop("strategy")
     try:
