@@ -625,6 +625,7 @@ def evaluate(
         "split_rule": f"fit when int(sha256(row_id), 16) % {FIT_MODULUS} == 0, else held-out",
         "split": split,
         "rows": len(chosen),
+        "measured_from": dict(Counter(c.measured_how for c in done).most_common()),
         "errors": groups,
         "ranking": ranks,
         "ranking_loose": loose,

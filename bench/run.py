@@ -305,7 +305,9 @@ def _published_lines(p: dict[str, Any]) -> list[str]:
         return [*lines, f"Skipped: {p['skipped']}."]
     lines += [
         f"{p['what']}. `python bench/published.py [--split fit|held-out|all] [--json FILE]`; "
-        f"split: {p['split_rule']}. Ratio = predicted / measured.",
+        f"split: {p['split_rule']}. Ratio = predicted / measured. Measured values read as: "
+        + ", ".join(f"{how} {n}" for how, n in p.get("measured_from", {}).items())
+        + ".",
         "",
         "| split | source | rows | skipped | median abs error | within 10% | within 20% | "
         "off by 2x+ | worst over | worst under |",
@@ -331,7 +333,7 @@ def _published_lines(p: dict[str, Any]) -> list[str]:
         "precision, at least two setups; loose: GPU count and sequence may differ), the "
         "measured throughput of the row the model predicts fastest over the best measured one.",
         "",
-        "| grids | split | grids | pick >= 95% of best | median pick / best | median Spearman |",
+        "| grouping | split | grids | pick >= 95% of best | median pick / best | median Spearman |",
         "|---|---|---|---|---|---|",
     ]
     for kind, key in (("strict", "ranking"), ("loose", "ranking_loose")):
