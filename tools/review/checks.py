@@ -187,7 +187,7 @@ def check_launch(
     command = launch.command
     # Megatron-DeepSpeed under torchrun: a model-parallel plan, or one that asked for Megatron.
     model_parallel = memory.tensor_parallel * memory.pipeline_parallel > 1 or (
-        "pretrain_gpt.py" in command
+        any(arg.rstrip('"').endswith("pretrain_gpt.py") for arg in command)
     )
     if config is not None and not model_parallel and command[0] != "deepspeed":
         problems.append(f"the plan runs DeepSpeed but the launch starts {shown(command[0])}")
