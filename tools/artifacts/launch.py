@@ -188,9 +188,9 @@ def _launcher_for(framework: FrameworkChoice, job: LaunchInputs) -> str:
         if job.memory is None or job.memory.pipeline_parallel * job.memory.tensor_parallel == 1:
             raise ToolFailure("a torchtitan launch needs the plan's tensor/pipeline setup")
         return "torchtitan"
-    if job.deepspeed_config is None and job.split is None:
-        return "torchrun"
     if job.deepspeed_config is None:
+        if job.split is None:
+            return "torchrun"
         raise ToolFailure(
             f"the setup {job.split[0]} x {job.split[1]} (tensor x pipeline) under "
             f"{framework.primary} has no DeepSpeed config; emit the config first"
@@ -305,7 +305,7 @@ def _megatron(job: LaunchInputs) -> Launch:
 
 
 def _torchtitan(job: LaunchInputs) -> Launch:
-    """torchtitan's trainer under torchrun with the plan's TOML job config; TORCHTITAN.md."""
+    """The torchtitan trainer under torchrun with the plan's TOML job config; TORCHTITAN.md."""
     assert job.memory is not None  # _launcher_for picks this row only then
     config = torchtitan.job_config(
         job.brief, job.model, job.hardware, job.memory, job.steps, job.precision

@@ -76,7 +76,7 @@ def job_config(
     steps: int,
     precision: str,
 ) -> dict[str, dict[str, Any]]:
-    """torchtitan's job config for the plan, section -> key -> value."""
+    """The torchtitan job config for the plan, section -> key -> value."""
     setup = setup_of(memory)
     tp, pp, cp = setup["tensor_parallel"], setup["pipeline_parallel"], setup["context_parallel"]
     world = hardware.world_size

@@ -94,7 +94,7 @@ AUTOTP_MAX_ZERO_STAGE = 2
 
 
 def torchtitan_flavor(model: ModelSpec | None) -> str | None:
-    """torchtitan's ``llama3`` flavor with the model's exact shape, else None."""
+    """The torchtitan ``llama3`` flavor with the model's exact shape, else None."""
     if model is None:
         return None
     family = str((model.hf_config or {}).get("model_type") or model.family or "").lower()
