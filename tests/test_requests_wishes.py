@@ -233,7 +233,7 @@ def test_brief_fields_are_validated() -> None:
         brief_from_dict({"model": "gpt2", "pins": {"zero_stage": 5}})
     assert err.value.field == "brief.pins.zero_stage"
     with pytest.raises(InputError) as err:
-        brief_from_dict({"model": "gpt2", "framework": "torchtitan"})
+        brief_from_dict({"model": "gpt2", "framework": "jax"})
     assert err.value.field == "brief.framework"
     with pytest.raises(InputError) as err:
         brief_from_dict(
