@@ -486,6 +486,7 @@ class _Stopper:
     def install(self) -> None:
         """Handle SIGINT (unless started with it ignored, as a background job) and SIGTERM."""
         import tools.smoke.supervise  # noqa: F401 - imported now, not in the signal handler
+
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)

@@ -240,7 +240,7 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
             model = need(ws.model, "the model", "lookup_model")
             # The same search the engineer runs: the framework is chosen for the setup the plan uses.
             ws.framework = _select(ws.brief, hw, model, search_strategy(model, hw, ws.brief))
-        if note := torchtitan_note(ws.brief.goal):
+        if ws.framework.primary != "torchtitan" and (note := torchtitan_note(ws.brief.goal)):
             ws.framework.rationale += f" {note}."
         ws.progress(f"framework: {ws.framework.primary}")
         return _dump(ws.framework)
@@ -283,6 +283,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
     from tools.artifacts.ds_validate import validate_deepspeed_config
     from tools.artifacts.launch import emit_launch as _emit_launch
     from tools.planning import data_parallel_size, search_strategy
+    from tools.research.framework import follow_setup
 
     def plan_parallelism(
         micro_batch_size: int | None = None,
@@ -310,6 +311,10 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         # Launch files written for another plan are stale: the engineer re-emits them.
         ws.launch = None
         ws.speed = ws.memory.speed
+        if ws.framework is not None and ws.brief.task != "agent-app":
+            # The framework runs the setup this search chose (DeepSpeed AutoTP, torchtitan or
+            # Megatron for a tensor/pipeline split): the plan's framework and launch agree.
+            ws.framework = follow_setup(ws.framework, model, ws.memory)
         ws.progress(f"strategy: {ws.memory.chosen} micro-batch {ws.memory.micro_batch_size}")
         return _dump(ws.memory)
 
@@ -325,7 +330,14 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
             return json.dumps(
                 {"deepspeed_config": None, "reason": f"{fw.primary} does not use DeepSpeed"}
             )
-        config = _emit(memory, model, hw, ws.brief, total_steps=planned_total_steps(ws.brief))
+        config = _emit(
+            memory,
+            model,
+            hw,
+            ws.brief,
+            total_steps=planned_total_steps(ws.brief),
+            autotp=fw is not None and fw.primary == "deepspeed",
+        )
         # Under tensor/pipeline parallelism DeepSpeed sizes batches by the data-parallel group.
         dp = data_parallel_size(hw, memory.tensor_parallel, memory.pipeline_parallel)
         validate_deepspeed_config(config, dp)

@@ -233,7 +233,7 @@ def test_brief_fields_are_validated() -> None:
         brief_from_dict({"model": "gpt2", "pins": {"zero_stage": 5}})
     assert err.value.field == "brief.pins.zero_stage"
     with pytest.raises(InputError) as err:
-        brief_from_dict({"model": "gpt2", "framework": "torchtitan"})
+        brief_from_dict({"model": "gpt2", "framework": "jax"})
     assert err.value.field == "brief.framework"
     with pytest.raises(InputError) as err:
         brief_from_dict(
@@ -336,7 +336,7 @@ def test_cli_with_megatron_gives_megatron(tmp_path: Path) -> None:
     res, plan = _cli(tmp_path, "fine-tune llama-3-8b on 8 H100 with Megatron")
     assert res.returncode == 0, res.stderr
     assert plan["framework"]["primary"] == "megatron"
-    assert "pretrain_gpt.py" in plan["launch"]["command"]
+    assert any(a.endswith('/pretrain_gpt.py"') for a in plan["launch"]["command"])
     assert plan["review"]["verdict"] == "approved"
 
 

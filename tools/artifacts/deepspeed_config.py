@@ -130,6 +130,7 @@ def emit_deepspeed_config(
     brief: TrainingBrief,
     *,
     total_steps: int | None = None,
+    autotp: bool = False,
 ) -> dict[str, Any]:
     """Write the ds_config.json contents for the plan's chosen strategy and batch split.
 
@@ -142,6 +143,10 @@ def emit_deepspeed_config(
         total_steps: Planned optimizer steps; with it the LR decays (WarmupDecayLR), without it
             it stays at the peak after warmup (WarmupLR). Defaults to the brief's
             ``dataset_tokens`` over the tokens per step (``planned_total_steps``), when given.
+        autotp: The plan's tensor parallelism runs on DeepSpeed AutoTP (the plan's framework is
+            deepspeed, tools/research/framework.py ``setup_framework``): the config gets
+            ``"tensor_parallel": {"autotp_size": t}``. Otherwise Megatron builds the split and
+            hands DeepSpeed its process groups, and the config has no such section.
     """
     brief = resolve_batch(brief, model, hardware)[0]  # the default the search planned with
     world = data_parallel_size(hardware, plan.tensor_parallel, plan.pipeline_parallel)
@@ -157,6 +162,13 @@ def emit_deepspeed_config(
             f"{plan.chosen} with pipeline parallelism: DeepSpeed's PipelineEngine takes ZeRO "
             "stage 0 or 1 only",
             key="zero_optimization.stage",
+        )
+    tp = plan.tensor_parallel
+    if autotp and tp > 1 and (plan.pipeline_parallel > 1 or ZERO_STAGE[plan.chosen] > 2):
+        raise ConfigError(
+            f"{plan.chosen_label} on DeepSpeed AutoTP: AutoTP training takes tensor parallelism "
+            "alone with ZeRO stage 0, 1 or 2 (deepspeed.ai/tutorials/autotp-training)",
+            key="tensor_parallel.autotp_size",
         )
     if total_steps is None:
         total_steps = planned_total_steps(brief)
@@ -181,6 +193,11 @@ def emit_deepspeed_config(
             "min_loss_scale": 1,
         }
     config["zero_optimization"] = _zero_section(plan, model)
+    if autotp and tp > 1:
+        # DeepSpeed's AutoTP training section (deepspeed/runtime/tensor_parallel/config.py
+        # TPTrainingConfig.autotp_size): deepspeed.initialize shards the model's linear layers
+        # over groups of ``tp`` consecutive ranks and sizes batches by world / tp.
+        config["tensor_parallel"] = {"autotp_size": tp}
 
     recipe = _RECIPES.get(brief.task)
     if recipe is not None:
@@ -214,7 +231,7 @@ def emit_deepspeed_config(
         config["activation_checkpointing"] = {
             # Megatron-DeepSpeed: split each checkpointed layer input over the tensor-parallel
             # ranks, as tools/planning/memory.py counts it (2*s*b*h/t per layer).
-            "partition_activations": plan.tensor_parallel > 1,
+            "partition_activations": plan.tensor_parallel > 1 and not autotp,
             "cpu_checkpointing": False,
             "contiguous_memory_optimization": False,
             "synchronize_checkpoint_boundary": False,

@@ -17,11 +17,16 @@ train.py covers DeepSpeed and DDP only. Horovod, TensorFlow and FSDP plans get a
 command for the user's own script and a guide (HOROVOD.md, TF_CONFIG.md, FSDP.md; see
 tools/artifacts/guides.py) saying how to write it; none of them gets train.py.
 
-A plan with tensor/pipeline parallelism (tools/planning/search.py, when no data-parallel setup
-fits) gets ds_config.json (the ZeRO part, batch sizes per data-parallel rank), a torchrun
-command for Megatron-DeepSpeed's ``pretrain_gpt.py`` with the plan's degrees, and MEGATRON.md
-(tools/artifacts/megatron.py); no train.py, no Hugging Face flavour and no Accelerate config,
-which would all size batches by the whole world.
+A plan with tensor/pipeline parallelism launches with the framework that implements it for the
+model (tools/research/framework.py ``setup_framework``; the plan's ``framework`` says which):
+tensor parallelism alone on a Hugging Face model runs train.py under the DeepSpeed launcher with
+DeepSpeed AutoTP (``tensor_parallel.autotp_size`` in ds_config.json); a pipeline on a Llama model
+torchtitan defines gets ``torchtitan.toml`` and a torchrun launch of ``torchtitan.train``
+(tools/artifacts/torchtitan.py, TORCHTITAN.md); any other split gets ds_config.json (the ZeRO
+part, batch sizes per data-parallel rank), a torchrun command for Megatron-DeepSpeed's
+``$MEGATRON_DIR/pretrain_gpt.py`` with the plan's degrees, and MEGATRON.md
+(tools/artifacts/megatron.py). None of them gets the Hugging Face flavour or the Accelerate
+config, which size batches by the whole world; only the AutoTP plan gets train.py.
 """
 
 from __future__ import annotations
@@ -33,10 +38,11 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-from tools.artifacts import cluster, guides, megatron
+from tools.artifacts import cluster, guides, megatron, torchtitan
 from tools.artifacts.cluster import MASTER_PORT
 from tools.artifacts.deepspeed_config import hf_trainer_config
 from tools.artifacts.scripts import comment_text
+from tools.core.errors import ToolFailure
 from tools.core.outputs import check_files, copy_file, listed, remove_file, write_file
 from tools.core.schemas import (
     FrameworkChoice,
@@ -68,6 +74,8 @@ _ARTIFACTS = (
     "hostfile",
     _NODE_SCRIPTS,
     "MEGATRON.md",
+    torchtitan.TORCHTITAN_CONFIG,
+    "TORCHTITAN.md",
     "train.sbatch",
     "accelerate_config.yaml",
     "HOROVOD.md",
@@ -91,6 +99,7 @@ class LaunchInputs:
     precision: str
     title: str  # the first comment line of every launch script
     strategy: str | None = None  # the memory plan's chosen strategy, when there is one
+    memory: MemoryPlan | None = None  # the plan the setup comes from
 
 
 @dataclass
@@ -139,6 +148,7 @@ def emit_launch(
             if memory is not None and framework.primary == "megatron"
             else None
         ),
+        memory=memory,
         steps=steps,
         gpus=hardware.gpus_per_node if hardware.gpus_per_node > 0 else 1,
         precision=resolve_precision(brief.precision, hardware),
@@ -164,12 +174,37 @@ def emit_launch(
 
 
 def _launcher_for(framework: FrameworkChoice, job: LaunchInputs) -> str:
-    """The ``LAUNCHERS`` row for a plan: the framework's own, else by config and split."""
-    if framework.primary in USER_SCRIPTS:
+    """The ``LAUNCHERS`` row for a plan: the framework's own, else by config and split.
+
+    The row follows the plan's framework, which follows the setup (tools/research/framework.py
+    ``setup_framework``): torchtitan runs its own trainer; megatron runs pretrain_gpt.py; a
+    deepspeed plan, tensor-parallel or not, runs train.py under the DeepSpeed launcher (AutoTP
+    reads the degree from ds_config.json). A tensor/pipeline split under any other framework
+    is refused: its files would not run the plan.
+    """
+    if framework.primary in USER_SCRIPTS and job.split is None:
         return framework.primary
+    if framework.primary == "torchtitan":
+        if job.memory is None or job.memory.pipeline_parallel * job.memory.tensor_parallel == 1:
+            raise ToolFailure("a torchtitan launch needs the plan's tensor/pipeline setup")
+        return "torchtitan"
     if job.deepspeed_config is None:
-        return "torchrun"
-    return "megatron" if job.split is not None else "deepspeed"
+        if job.split is None:
+            return "torchrun"
+        raise ToolFailure(
+            f"the setup {job.split[0]} x {job.split[1]} (tensor x pipeline) under "
+            f"{framework.primary} has no DeepSpeed config; emit the config first"
+        )
+    if framework.primary == "megatron":
+        return "megatron"
+    autotp = (job.deepspeed_config.get("tensor_parallel") or {}).get("autotp_size", 0)
+    if job.split is not None and (job.split[1] > 1 or autotp != job.split[0]):
+        raise ToolFailure(
+            f"the plan's framework {framework.primary} runs no tensor {job.split[0]} x "
+            f"pipeline {job.split[1]} split with this config (AutoTP size {autotp or 'unset'}); "
+            "the framework must follow the setup (DeepSpeed AutoTP, torchtitan or megatron)"
+        )
+    return "deepspeed"
 
 
 def _deepspeed(job: LaunchInputs) -> Launch:
@@ -184,6 +219,11 @@ def _deepspeed(job: LaunchInputs) -> Launch:
         # the same config with the values the Trainer fills from its arguments as "auto".
         "ds_config_hf.json": _json(hf_trainer_config(job.deepspeed_config)),
     }
+    autotp = job.split is not None  # _launcher_for checked ds_config's autotp_size matches
+    if autotp:
+        # The HF Trainer flavour and the Accelerate config size batches by the whole world;
+        # under AutoTP DeepSpeed counts world / tensor degree data-parallel ranks.
+        del files["ds_config_hf.json"]
     command = ["deepspeed"]
     how_to_run = "# Run from this directory on the first node; edit hostfile with your node names."
     if hardware.nodes > 1:
@@ -193,7 +233,7 @@ def _deepspeed(job: LaunchInputs) -> Launch:
         how_to_run += " Without passwordless ssh, run launch_node{R}.sh on node R instead."
     # The config's batch arithmetic is for hardware.world_size ranks; launch that many.
     command += ["--num_gpus", str(gpus), *script_args]
-    return Launch(command, how_to_run, files, accelerate=True)
+    return Launch(command, how_to_run, files, accelerate=not autotp)
 
 
 def _ddp(job: LaunchInputs) -> Launch:
@@ -253,10 +293,9 @@ def _megatron(job: LaunchInputs) -> Launch:
     command = cluster.torchrun(job.hardware, job.gpus, "node0") + args
     nodes = job.hardware.nodes
     how_to_run = (
-        "# Tensor/pipeline parallel: run from a Megatron-DeepSpeed checkout (MEGATRON.md), "
-        "adding your --data-path and tokenizer arguments"
-        + (f", on each of the {nodes} nodes" if nodes > 1 else "")
-        + "."
+        "# Tensor/pipeline parallel on Megatron-DeepSpeed (MEGATRON.md): export MEGATRON_DIR "
+        "(your checkout) and run from this directory, adding your --data-path and tokenizer "
+        "arguments" + (f", on each of the {nodes} nodes" if nodes > 1 else "") + "."
     )
     files: dict[str, str | Path] = {
         "ds_config.json": _json(config),
@@ -265,11 +304,42 @@ def _megatron(job: LaunchInputs) -> Launch:
     return Launch(command, how_to_run, files)
 
 
-# Keyed by launch (train.py's two modes, Megatron) or, for a script the user writes, by framework.
+def _torchtitan(job: LaunchInputs) -> Launch:
+    """The torchtitan trainer under torchrun with the plan's TOML job config; TORCHTITAN.md."""
+    assert job.memory is not None  # _launcher_for picks this row only then
+    config = torchtitan.job_config(
+        job.brief, job.model, job.hardware, job.memory, job.steps, job.precision
+    )
+    # As torchtitan's run_train.sh starts it: torchrun ... -m torchtitan.train.
+    command = cluster.torchrun(job.hardware, job.gpus, "node0") + [
+        "-m",
+        torchtitan.TORCHTITAN_MODULE,
+        "--job.config_file",
+        torchtitan.TORCHTITAN_CONFIG,
+    ]
+    how_to_run = (
+        "# Full 3D parallel on torchtitan (TORCHTITAN.md): pip install torchtitan first"
+        + (
+            f"; run this same script on each of the {job.hardware.nodes} nodes"
+            if job.hardware.nodes > 1
+            else ""
+        )
+        + "."
+    )
+    files: dict[str, str | Path] = {
+        torchtitan.TORCHTITAN_CONFIG: torchtitan.job_toml(config),
+        "TORCHTITAN.md": torchtitan.torchtitan_md(command, job.hardware, job.model, config),
+    }
+    return Launch(command, how_to_run, files)
+
+
+# Keyed by launch (train.py's two modes, Megatron, torchtitan) or, for a script the user
+# writes, by framework.
 LAUNCHERS: dict[str, Launcher] = {
     "deepspeed": _deepspeed,
     "torchrun": _ddp,
     "megatron": _megatron,
+    "torchtitan": _torchtitan,
     "pytorch_fsdp": _fsdp,
     "horovod": _horovod,
     "tensorflow": _tensorflow,

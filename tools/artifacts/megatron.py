@@ -11,11 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.artifacts.scripts import render, shell_join
+from tools.artifacts.scripts import Shell, render, shell_join
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 
-# Megatron-DeepSpeed's training entry point.
+# Megatron-DeepSpeed's training entry point, in the user's checkout. launch.sh runs from the
+# plan's directory (ds_config.json is there), so the script is named by the checkout's path:
+# ``$MEGATRON_DIR/pretrain_gpt.py``, which puts the checkout on sys.path for ``import megatron``.
 MEGATRON_SCRIPT = "pretrain_gpt.py"
+MEGATRON_DIR = "MEGATRON_DIR"
+SCRIPT_ARG = Shell(
+    f'"${{{MEGATRON_DIR}:?set {MEGATRON_DIR} to your Megatron-DeepSpeed checkout, see MEGATRON.md}}'
+    f'/{MEGATRON_SCRIPT}"'
+)
+# Where a fine-tune's converted checkpoint is read from (MEGATRON.md names the conversion).
+FINETUNE_CHECKPOINT = "checkpoints/converted"
 
 
 def model_parallel(memory: MemoryPlan | None) -> tuple[int, int] | None:
@@ -36,7 +45,7 @@ def megatron_args(
     """``pretrain_gpt.py`` and its arguments for the plan: degrees, model, batch, parallelism."""
     tp, pp = split
     return [
-        MEGATRON_SCRIPT,
+        SCRIPT_ARG,
         "--tensor-model-parallel-size",
         str(tp),
         "--pipeline-model-parallel-size",
@@ -44,7 +53,28 @@ def megatron_args(
         *_architecture_flags(model),
         *_batch_and_optimizer_flags(brief, model, config, steps, precision),
         *_parallelism_flags(split, config),
+        *_finetune_flags(brief),
     ]
+
+
+def is_megatron_command(command: list[str]) -> bool:
+    """Whether a launch command runs Megatron's pretrain_gpt.py."""
+    return any(
+        arg.rstrip('"').endswith("/" + MEGATRON_SCRIPT) or arg == MEGATRON_SCRIPT for arg in command
+    )
+
+
+def _finetune_flags(brief: TrainingBrief) -> list[str]:
+    """A fine-tune starts from the converted weights: model only, a fresh optimizer and RNG.
+
+    Megatron-DeepSpeed's checkpointing arguments (megatron/arguments.py ``_add_checkpointing_args``):
+    ``--load`` a directory, ``--finetune`` resets the iteration count and skips optimizer and
+    RNG state. Megatron-DeepSpeed saves and loads its own torch format (Megatron-LM's later
+    ``--ckpt-format`` does not exist there).
+    """
+    if brief.task == "pretrain":
+        return []
+    return ["--load", FINETUNE_CHECKPOINT, "--finetune", "--no-load-optim", "--no-load-rng"]
 
 
 def _architecture_flags(model: ModelSpec) -> list[str]:
@@ -178,7 +208,9 @@ def megatron_md(
         model=model.name,
         degrees=f"tensor parallel {tp} x pipeline parallel {pp} x data parallel {dp} = {world} GPUs",
         script=MEGATRON_SCRIPT,
+        megatron_dir=MEGATRON_DIR,
         nodes=hardware.nodes,
+        finetune=_finetune_note(command),
         command=shell_join(command),
         stage=(config.get("zero_optimization") or {}).get("stage", 0),
         dp=dp,
@@ -186,4 +218,17 @@ def megatron_md(
         train_batch_size=config.get("train_batch_size"),
         micro_batch=config.get("train_micro_batch_size_per_gpu"),
         accumulation=config.get("gradient_accumulation_steps"),
+    )
+
+
+def _finetune_note(command: list[str]) -> str:
+    """MEGATRON.md's paragraph on the checkpoint a fine-tune loads."""
+    if "--finetune" not in command:
+        return "This is pretraining from random weights: no checkpoint to load."
+    return (
+        "This is a fine-tune: `--load " + FINETUNE_CHECKPOINT + " --finetune` reads the model's "
+        "weights in Megatron-DeepSpeed's format. Convert the Hugging Face checkpoint first, with "
+        "the same tensor and pipeline degrees, using Megatron-DeepSpeed's "
+        "`tools/hf2megads_weight_converter.py` (Llama; examples_deepspeed/finetune_hf_llama) "
+        "into `" + FINETUNE_CHECKPOINT + "` under this directory."
     )

@@ -30,6 +30,7 @@ FrameworkId = Literal[
     "horovod",
     "tensorflow",
     "megatron",
+    "torchtitan",
     "langchain",
     "langgraph",
     "crewai",

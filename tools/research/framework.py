@@ -24,6 +24,7 @@ from tools.core.schemas import (
     ModelSpec,
     TrainingBrief,
 )
+from tools.core.strategies import ZERO_STAGE
 
 # Frameworks whose plan carries a DeepSpeed config (and runs the plan's ZeRO stage), and those
 # that replicate every model state on every GPU.
@@ -41,6 +42,8 @@ CARD_OF: dict[str, str] = {
     "horovod": "horovod",
     "tensorflow": "tensorflow",
     "megatron": "megatron",
+    # torchtitan is PyTorch's FSDP2 + tensor/pipeline reference trainer: the PyTorch card.
+    "torchtitan": "pytorch",
     "langgraph": "langchain",
     "langchain": "langchain",
     "crewai": "crewai",
@@ -54,6 +57,7 @@ STACKS: dict[str, list[FrameworkId]] = {
     "horovod": ["pytorch", "horovod"],
     "tensorflow": ["tensorflow"],
     "megatron": ["pytorch", "megatron", "deepspeed"],
+    "torchtitan": ["pytorch", "torchtitan"],
     "langgraph": ["langgraph", "langchain"],
     "crewai": ["crewai"],
     "autogen": ["autogen"],
@@ -71,6 +75,99 @@ _NAMED = {
     "horovod": re.compile(r"\bhorovod\b", re.I),
     "megatron": re.compile(r"\bmegatron\b", re.I),
 }
+
+
+# torchtitan's Llama 3 model flavors as (layers, hidden, heads, kv heads): the shapes its
+# model code builds (torchtitan/models/llama3/__init__.py ``llama3_configs``, pytorch/torchtitan
+# at commit 8c6bf93e5c5874c1f89c3a8e5a22fa5724ddebe7). A Llama-family model of one of these
+# shapes runs on torchtitan as it is; any other needs a model definition torchtitan lacks.
+TORCHTITAN_FLAVORS: dict[tuple[int, int, int, int], str] = {
+    (32, 4096, 32, 8): "8B",
+    (80, 8192, 64, 8): "70B",
+    (126, 16384, 128, 8): "405B",
+}
+# DeepSpeed AutoTP training (the ``tensor_parallel.autotp_size`` config, DeepSpeed >= 0.16.4)
+# runs with ZeRO stages 0, 1 and 2 (DeepSpeed's AutoTP training tutorial,
+# deepspeed.ai/tutorials/autotp-training: "ZeRO stage 3 is not supported"), on Hugging Face
+# models (it shards their nn.Linear layers; deepspeed/module_inject/auto_tp.py).
+AUTOTP_MAX_ZERO_STAGE = 2
+
+
+def torchtitan_flavor(model: ModelSpec | None) -> str | None:
+    """The torchtitan ``llama3`` flavor with the model's exact shape, else None."""
+    if model is None:
+        return None
+    family = str((model.hf_config or {}).get("model_type") or model.family or "").lower()
+    if family != "llama":
+        return None
+    shape = (model.layers, model.hidden, model.heads, model.kv_heads or model.heads)
+    return TORCHTITAN_FLAVORS.get(shape)
+
+
+def is_hf_model(model: ModelSpec | None) -> bool:
+    """Whether the model comes as a Hugging Face config (what DeepSpeed AutoTP shards)."""
+    return model is not None and bool((model.hf_config or {}).get("model_type"))
+
+
+def setup_framework(model: ModelSpec | None, memory: MemoryPlan | None) -> FrameworkId | None:
+    """The framework that implements the memory plan's tensor/pipeline split for this model.
+
+    None for a data-parallel setup (any training framework runs it). Tensor parallelism alone
+    on a Hugging Face model with ZeRO 0-2: DeepSpeed AutoTP. A pipeline on a Llama model
+    torchtitan defines: torchtitan. Anything else: Megatron (``pretrain_gpt.py``), which
+    builds GPT-style models of any shape from flags.
+    """
+    if memory is None or memory.tensor_parallel * memory.pipeline_parallel == 1:
+        return None
+    stage = ZERO_STAGE.get(memory.chosen, 3)
+    if (
+        memory.pipeline_parallel == 1
+        and is_hf_model(model)
+        and stage <= AUTOTP_MAX_ZERO_STAGE
+        and "offload" not in memory.chosen
+    ):
+        return "deepspeed"
+    if memory.pipeline_parallel > 1 and torchtitan_flavor(model) is not None:
+        return "torchtitan"
+    return "megatron"
+
+
+def follow_setup(
+    choice: FrameworkChoice, model: ModelSpec | None, memory: MemoryPlan | None
+) -> FrameworkChoice:
+    """The choice, changed to the framework the setup needs when the chosen one cannot run it.
+
+    A plan that asked for Megatron keeps it (Megatron runs every split); otherwise a
+    tensor/pipeline setup runs on ``setup_framework``'s pick, and the rationale says why.
+    """
+    needed = setup_framework(model, memory)
+    if needed is None or memory is None or choice.primary in (needed, "megatron"):
+        return choice
+    tp, pp = memory.tensor_parallel, memory.pipeline_parallel
+    how = {
+        "deepspeed": f"DeepSpeed AutoTP (tensor_parallel.autotp_size {tp}) shards the Hugging "
+        "Face model's linear layers",
+        "torchtitan": f"torchtitan builds {model.name if model else 'the model'} with FSDP2, "
+        "tensor and pipeline parallelism from a TOML job config",
+        "megatron": "Megatron builds the tensor- and pipeline-parallel GPT model from flags",
+    }[needed]
+    rationale = (
+        f"The setup is tensor parallel {tp} x pipeline parallel {pp}: {how}, so the plan runs "
+        f"on {needed} ({choice.primary} alone does not implement this split for this model). "
+        + choice.rationale
+    )
+    alternatives = [a for a in choice.alternatives if a.name != needed]
+    if choice.primary not in (a.name for a in alternatives):
+        alternatives.insert(0, Alternative(name=choice.primary, reason=ALT_REASON[choice.primary]))
+    return choice.model_copy(
+        update={
+            "primary": needed,
+            "stack": list(STACKS[needed]),
+            "alternatives": alternatives[:3],
+            "rationale": rationale,
+            "citations": list(dict.fromkeys([*cite(needed), *choice.citations])),
+        }
+    )
 
 
 @lru_cache(maxsize=1)
@@ -232,6 +329,7 @@ ALT_REASON: dict[str, str] = {
     "horovod": "Horovod ring all-reduce across an MPI cluster, for TensorFlow or PyTorch",
     "tensorflow": "keeps a TensorFlow team's stack while the model fits one GPU",
     "megatron": "tensor and pipeline parallelism (3D with DeepSpeed) for models of hundreds of billions of parameters",
+    "torchtitan": "PyTorch-native 3D parallelism (FSDP2 x tensor x pipeline) for Llama models",
     "crewai": "when several agents with distinct roles cooperate (a crew)",
     "autogen": "when the work is a conversation between agents (group chats)",
     "langgraph": "an explicit, checkpointed state graph of agents and tools",
@@ -242,6 +340,7 @@ NEXT_STEPS: dict[str, list[FrameworkId]] = {
     "pytorch_fsdp": ["deepspeed", "megatron"],
     "deepspeed": ["pytorch_fsdp", "megatron"],
     "megatron": ["deepspeed", "pytorch_fsdp"],
+    "torchtitan": ["megatron", "deepspeed"],
     "horovod": ["pytorch_ddp", "deepspeed"],
     "tensorflow": ["pytorch", "horovod"],
     "langgraph": ["crewai", "autogen"],
@@ -323,10 +422,11 @@ def select_framework(
                 " ZeRO runs the setup the strategy search chose (the plan's strategy), up to"
                 " ZeRO-3 with offload; the largest models add pipeline parallelism."
             )
-    return FrameworkChoice(
+    choice = FrameworkChoice(
         primary=best.framework,
         stack=stack,
         alternatives=alternatives,
         rationale=rationale,
         citations=cite(best.framework, *(a.name for a in alternatives)),
     )
+    return choice if brief.task == "agent-app" else follow_setup(choice, model, memory)

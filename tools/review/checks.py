@@ -187,7 +187,7 @@ def check_launch(
     command = launch.command
     # Megatron-DeepSpeed under torchrun: a model-parallel plan, or one that asked for Megatron.
     model_parallel = memory.tensor_parallel * memory.pipeline_parallel > 1 or (
-        "pretrain_gpt.py" in command
+        any(arg.rstrip('"').endswith("pretrain_gpt.py") for arg in command)
     )
     if config is not None and not model_parallel and command[0] != "deepspeed":
         problems.append(f"the plan runs DeepSpeed but the launch starts {shown(command[0])}")
@@ -214,7 +214,7 @@ def check_launch(
     script = launch.files.get("launch.sh")
     if script is None:
         problems.append("no launch.sh was written")
-    elif shlex.join(command) not in _read_text(script):
+    elif not _runs(_read_text(script), command):
         problems.append("launch.sh does not run the plan's launch command")
     if problems:
         return [_error("launch_agrees", "; ".join(problems), fix)]
@@ -405,6 +405,24 @@ def check_memory(memory: MemoryPlan | None, framework: FrameworkChoice) -> list[
             fix="" if ok else "lower the micro-batch or enable activation checkpointing",
         )
     ]
+
+
+def _runs(script: str, command: list[str]) -> bool:
+    """Whether a line of the script is the command, as the shell splits it.
+
+    An argument written as shell text (``"$MEGATRON_DIR/pretrain_gpt.py"``,
+    tools/artifacts/scripts.py ``Shell``) is compared as the shell reads its quotes.
+    """
+    if shlex.join(command) in script:
+        return True
+    wanted = [shlex.split(a)[0] if a.startswith('"$') else a for a in command]
+    for line in script.splitlines():
+        try:
+            if shlex.split(line) == wanted:
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def check_model_parallel(memory: MemoryPlan | None) -> list[Finding]:

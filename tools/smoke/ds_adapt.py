@@ -37,6 +37,9 @@ _DROPPED_SECTIONS = (
     "curriculum_learning",
     "compression_training",
     "dump_state",
+    # AutoTP's tensor-parallel degree (the plan's framework is DeepSpeed AutoTP): the smoke
+    # world's few ranks run the ZeRO part data-parallel; the degree is the launch files'.
+    "tensor_parallel",
 )
 
 
