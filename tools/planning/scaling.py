@@ -111,9 +111,7 @@ def plan_scaling(
     )
 
 
-def _sizes(
-    model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief
-) -> list[tuple[int, int]]:
+def _sizes(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief) -> list[tuple[int, int]]:
     """(nodes, GPUs per node) to ask about, ascending: see the module docstring."""
     nodes, per_node = hardware.nodes, hardware.gpus_per_node
     below = [(1, g) for g in _halvings(per_node)] + [(n, per_node) for n in _halvings(nodes)]
@@ -148,7 +146,9 @@ def _batched(brief: TrainingBrief, nodes: int, per_node: int) -> TrainingBrief:
     return brief if batch == brief.batch else brief.model_copy(update={"global_batch_size": batch})
 
 
-def _resized(hardware: HardwareSpec, brief: TrainingBrief, nodes: int, per_node: int) -> HardwareSpec:
+def _resized(
+    hardware: HardwareSpec, brief: TrainingBrief, nodes: int, per_node: int
+) -> HardwareSpec:
     """The plan's hardware at another size, with the link ``parse_hardware`` would give it.
 
     Between nodes: the network the brief names, else unknown; inside one node: the brief's

@@ -77,7 +77,7 @@ def plan_price(brief: TrainingBrief, gpu: GPUSpec | None) -> PlanPrice | None:
     if brief.price_per_gpu_hour is not None:
         return PlanPrice(
             price_per_gpu_hour=brief.price_per_gpu_hour,
-            source="price_per_gpu_hour of the brief (or the request's words)",
+            source="the brief's price_per_gpu_hour, or the request's words",
         )
     listed = list_price(gpu)
     if listed is None:
@@ -85,6 +85,6 @@ def plan_price(brief: TrainingBrief, gpu: GPUSpec | None) -> PlanPrice | None:
     return PlanPrice(
         price_per_gpu_hour=listed.usd_per_gpu_hour,
         currency="USD",
-        source=f"{listed.provider} {listed.offer}, list price as listed {listed.listed} "
-        f"(knowledge/gpu_prices.yaml; list prices change)",
+        source=f"{listed.provider} {listed.offer}, list price as listed {listed.listed} in "
+        "knowledge/gpu_prices.yaml; list prices change",
     )
