@@ -129,9 +129,9 @@ def budget_line(plan: dict[str, Any]) -> str | None:
         if not price or not gpus:
             return None
         return (
-            f"throughput: {rate:,.0f} tokens/s; cost "
+            f"time to train: give dataset_tokens (the setup runs {rate:,.0f} tokens/s); cost "
             f"{_money(per_billion_tokens(rate, gpus, price), unit)} per billion tokens at "
-            f"{price:g} {unit} ({source}); give dataset_tokens for time to train"
+            f"{price:g} {unit} ({source})"
         )
     hours = seconds / 3600
     gpu_hours = hours * gpus

@@ -252,7 +252,8 @@ def scaling_figure(plan: TrainingPlan) -> Any:
     fig = Figure(figsize=(10 if costs else 5.5, 3.6))
     axes = [fig.add_subplot(1, 2 if costs else 1, 1)]
     gpus = [r.gpus for r in rows]
-    axes[0].plot(gpus, [r.tokens_per_s for r in rows], marker="o", color="#0072B2", gid="tokens")
+    speeds = [r.tokens_per_s or 0.0 for r in rows]
+    axes[0].plot(gpus, speeds, marker="o", color="#0072B2", gid="tokens")
     axes[0].set_ylabel("estimated tokens/s (whole job)")
     axes[0].set_title("Throughput vs GPUs")
     axes[0].set_ylim(bottom=0)
@@ -270,7 +271,7 @@ def scaling_figure(plan: TrainingPlan) -> Any:
         ax.set_xlabel("GPUs")
         ax.grid(alpha=0.3)
     if chosen is not None:
-        axes[0].plot(chosen.gpus, chosen.tokens_per_s, marker="*", markersize=16,
+        axes[0].plot(chosen.gpus, chosen.tokens_per_s or 0.0, marker="*", markersize=16,
                      color="#D55E00", linestyle="none", gid="chosen")  # fmt: skip
         value = chosen.cost if total else chosen.cost_per_billion_tokens
         if len(axes) > 1 and value is not None:
