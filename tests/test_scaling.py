@@ -278,3 +278,15 @@ def test_plan_8b_on_8_a100_with_dataset_tokens_prints_time_and_cost_with_the_pri
     assert f"{price.provider} {price.offer}" in line and f"as listed {price.listed}" in line
     report = (tmp_path / "o" / "report.md").read_text()
     assert "## Time and cost" in report and f"{chosen['cost']:,.0f} USD at" in report
+
+
+def test_hardware_read_back_from_the_graph_state_scales_like_the_catalogs(
+    a100_plan: TrainingPlan,
+) -> None:
+    # The reporter gets the hardware back from the graph's state as a plain GPUSpec.
+    plain = HardwareSpec.model_validate(a100_plan.hardware.model_dump(mode="json"))
+    assert type(plain.gpu).__name__ == "GPUSpec"
+    assert a100_plan.model is not None and a100_plan.memory is not None
+    again = plan_scaling(a100_plan.model, plain, a100_plan.brief, a100_plan.memory, a100_plan.speed)
+    assert again.price_source == a100_plan.scaling.price_source != ""
+    assert again.rows == a100_plan.scaling.rows

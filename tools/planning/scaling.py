@@ -29,6 +29,7 @@ from tools.core.schemas import (
 from tools.planning.batch import resolve_batch
 from tools.planning.scale_out import TRAINING_TASKS, fits_somewhere
 from tools.planning.search import search_strategy
+from tools.research.hardware import find_gpu
 from tools.research.prices import plan_price
 
 # The most cluster sizes one plan asks about (each is one strategy search, ~0.01-1 s).
@@ -156,10 +157,20 @@ def _resized(
     """
     if (nodes, per_node) == (hardware.nodes, hardware.gpus_per_node):
         return hardware
-    link = brief.interconnect or (getattr(hardware.gpu, "link", None) if nodes == 1 else None)
+    link = brief.interconnect or (_gpu_link(hardware) if nodes == 1 else None)
     return hardware.model_copy(
         update={"nodes": nodes, "gpus_per_node": per_node, "interconnect": link}
     )
+
+
+def _gpu_link(hardware: HardwareSpec) -> str | None:
+    """The catalog's link between the GPUs of one node (nvlink, infinity_fabric or pcie)."""
+    if hardware.gpu is None:
+        return None
+    try:
+        return find_gpu(hardware.gpu.name).link
+    except InputError:  # a GPU the catalog does not know: what the plan's hardware said
+        return hardware.interconnect if hardware.nodes == 1 else None
 
 
 def _searched(
