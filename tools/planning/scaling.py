@@ -96,7 +96,7 @@ def plan_scaling(
     if any(r.global_batch_size != brief.batch for r in rows):
         notes.append(
             f"at sizes the global batch of {brief.batch} does not divide, it is rounded up to a "
-            "multiple of the GPU count (each row's batch column)"
+            "multiple of the GPU count (each row's global_batch_size in plan.json)"
         )
     if not fitting:
         notes.append(f"nothing fits up to {UPSCALE}x the plan's nodes")
