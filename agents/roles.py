@@ -23,7 +23,7 @@ from agents.toolkit import engineer_tools, researcher_tools, reviewer_tools, smo
 from agents.workspace import PRODUCT_KEYS, Workspace, dump, from_state, to_state
 from prompts import load_prompts, task_of
 from tools.core.imports import warm_up
-from tools.core.schemas import SmokeResult, TrainingPlan
+from tools.core.schemas import ScalingPlan, SmokeResult, TrainingPlan
 from tools.core.settings import Settings
 from tools.core.untrusted import cap_text
 from tools.research.framework import DEEPSPEED_FRAMEWORKS
@@ -301,11 +301,18 @@ def make_reporter(settings: Settings) -> Node:
     def reporter(state: Mapping[str, Any]) -> dict[str, Any]:
         warm_up()
         from tools.artifacts.report import write_report
+        from tools.planning.scaling import plan_scaling
 
         ws = from_state(state, settings, Events("reporter").progress)
         narrative = dict(state.get("narrative") or {})
         if state.get("notes"):
             narrative["fallbacks"] = " ".join(state["notes"])
+        # Time and cost at other sizes of the same GPU, from the same chooser (no GPU: a note).
+        scaling = (
+            plan_scaling(ws.model, ws.hardware, ws.brief, ws.memory, ws.speed)
+            if ws.hardware is not None
+            else ScalingPlan()
+        )
         plan = TrainingPlan(
             brief=ws.brief,
             hardware=ws.hardware,  # type: ignore[arg-type]
@@ -318,6 +325,7 @@ def make_reporter(settings: Settings) -> Node:
             review=ws.review,  # type: ignore[arg-type]
             speed=ws.speed,
             inference=ws.inference,
+            scaling=scaling,
             narrative=narrative,
         )
         paths = write_report(plan, ws.out_dir)

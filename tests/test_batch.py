@@ -95,7 +95,7 @@ def test_html_is_self_contained_with_charts(batch: dict[str, Any]) -> None:
         assert "<link" not in text and "<script" not in text
     report = (batch["out"] / "llama3-8b-finetune-8xa100" / "report.html").read_text()
     images = re.findall(r"<img alt='([^']*)' src='data:image/png;base64,([^']+)'>", report)
-    assert [alt.split()[0] for alt, _ in images] == ["Memory", "Estimated"]
+    assert [alt.split()[0] for alt, _ in images] == ["Memory", "Estimated", "Scaling"]
     for _, data in images:
         png = base64.b64decode(data, validate=True)
         assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
@@ -163,7 +163,7 @@ def test_reports_render_in_headless_chromium(batch: dict[str, Any], tmp_path: Pa
     from PIL import Image
 
     report = batch["out"] / "llama3-8b-finetune-8xa100" / "report.html"
-    for page, n_images in ((report, 2), (batch["out"] / "index.html", 0)):
+    for page, n_images in ((report, 3), (batch["out"] / "index.html", 0)):
         # The DOM after load: every chart's <img> is there with its full base64 data, and an
         # inline script that records each image's decoded size proves the browser drew it.
         dom = _browser(tmp_path, "--virtual-time-budget=5000", "--dump-dom", page.as_uri())

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BRIEFS = Path(__file__).parent / "data"
-STDOUT_KEYS = {"framework", "smoke test", "review", "report", "plan json"}
+STDOUT_KEYS = {"framework", "time to train", "smoke test", "review", "report", "plan json"}
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -225,6 +225,69 @@ def throughput_chart(plan: TrainingPlan) -> bytes | None:
         return _png(fig)
 
 
+def scaling_caption(plan: TrainingPlan) -> str:
+    """What the scaling chart draws, in words."""
+    sc = plan.scaling
+    cost = "total cost to train" if sc.dataset_tokens else "cost per billion tokens"
+    missing = [r.gpus for r in sc.rows if not r.fits]
+    return (
+        f"Scaling with the number of {plan.hardware.gpu.name if plan.hardware.gpu else 'GPU'}s "
+        f"(speed model, not measured): estimated tokens/s of the whole job (left) and {cost} "
+        f"(right) of the setup the strategy search picks at each size; star: the plan's size"
+        + (f"; does not fit at {', '.join(map(str, missing))} GPUs" if missing else "")
+        + "."
+    )
+
+
+def scaling_figure(plan: TrainingPlan) -> Any:
+    """The scaling chart as a matplotlib ``Figure`` (None: no size fits or no table)."""
+    rows = [r for r in plan.scaling.rows if r.fits and r.tokens_per_s]
+    if not rows:
+        return None
+    from matplotlib.figure import Figure
+
+    total = plan.scaling.dataset_tokens is not None
+    costs = [(r.gpus, r.cost if total else r.cost_per_billion_tokens) for r in rows]
+    costs = [(g, c) for g, c in costs if c is not None]
+    fig = Figure(figsize=(10 if costs else 5.5, 3.6))
+    axes = [fig.add_subplot(1, 2 if costs else 1, 1)]
+    gpus = [r.gpus for r in rows]
+    speeds = [r.tokens_per_s or 0.0 for r in rows]
+    axes[0].plot(gpus, speeds, marker="o", color="#0072B2", gid="tokens")
+    axes[0].set_ylabel("estimated tokens/s (whole job)")
+    axes[0].set_title("Throughput vs GPUs")
+    axes[0].set_ylim(bottom=0)
+    if costs:
+        currency = f" ({plan.scaling.currency})" if plan.scaling.currency else ""
+        axes.append(fig.add_subplot(1, 2, 2))
+        axes[1].plot(*zip(*costs, strict=True), marker="o", color="#E69F00", gid="cost")
+        axes[1].set_ylabel(("cost to train" if total else "cost per billion tokens") + currency)
+        axes[1].set_title("Cost vs GPUs")
+        axes[1].set_ylim(bottom=0)
+    chosen = next((r for r in rows if r.chosen), None)
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(gpus, [str(g) for g in gpus])
+        ax.set_xlabel("GPUs")
+        ax.grid(alpha=0.3)
+    if chosen is not None:
+        axes[0].plot(chosen.gpus, chosen.tokens_per_s or 0.0, marker="*", markersize=16,
+                     color="#D55E00", linestyle="none", gid="chosen")  # fmt: skip
+        value = chosen.cost if total else chosen.cost_per_billion_tokens
+        if len(axes) > 1 and value is not None:
+            axes[1].plot(chosen.gpus, value, marker="*", markersize=16, color="#D55E00",
+                         linestyle="none")  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
+def scaling_chart(plan: TrainingPlan) -> bytes | None:
+    """Tokens/s and cost against the number of GPUs as PNG bytes (None: nothing to draw)."""
+    with _LOCK:
+        fig = scaling_figure(plan)
+        return None if fig is None else _png(fig)
+
+
 def step_times_s(smoke: SmokeResult) -> list[float]:
     """Per-step wall times of a smoke run, the slowest rank per step (tools/smoke/verdict.py)."""
     return run_step_times_s(smoke.run_dir) if smoke.run_dir else []
@@ -266,6 +329,7 @@ def plan_charts(plan: TrainingPlan) -> list[tuple[str, bytes]]:
             "grey: does not fit, * chosen).",
             throughput_chart(plan),
         ),
+        (scaling_caption(plan), scaling_chart(plan)),
         (
             f"Smoke run ({plan.smoke_test.status}): loss per step and, where recorded, the "
             "slowest rank's step time.",

@@ -11,7 +11,7 @@ from pathlib import Path
 from tools.artifacts.budget import plan_budget
 from tools.core.errors import printable
 from tools.core.outputs import check_files, write_file
-from tools.core.schemas import MemoryPlan, ReportPaths, TrainingPlan
+from tools.core.schemas import MemoryPlan, ReportPaths, ScalingRow, TrainingPlan
 from tools.core.strategies import setup_label
 from tools.planning.memory import GB
 from tools.review import memory_comparison
@@ -76,6 +76,7 @@ def render_markdown(plan: TrainingPlan) -> str:
         _inference_section,
         _memory_section,
         _speed_section,
+        _time_and_cost_section,
         _config_and_launch,
         _smoke_section,
         _review_section,
@@ -259,6 +260,72 @@ def _speed_section(plan: TrainingPlan) -> list[str]:
         f"{sp.efficiency:.0%} of {sp.peak_tflops:g} TFLOP/s peak",
     ]
     return lines + [f"- {md_text(a)}" for a in sp.assumptions]
+
+
+def _hours_text(hours: float | None) -> str:
+    if hours is None:
+        return "-"
+    return f"{hours * 60:.0f} min" if hours < 1 else f"{hours:,.1f} h"
+
+
+def _money_text(value: float | None) -> str:
+    return "-" if value is None else (f"{value:,.0f}" if value >= 100 else f"{value:,.2f}")
+
+
+def scaling_picks(plan: TrainingPlan) -> list[tuple[str, ScalingRow]]:
+    """The rows of the Time and cost table: the chosen, smallest and fastest sizes, each once.
+
+    A row that plays several roles is labelled with all of them (e.g. ``chosen, fastest``).
+    """
+    sc = plan.scaling
+    roles: dict[int, list[str]] = {}
+    for role, gpus in (
+        ("chosen", next((r.gpus for r in sc.rows if r.chosen), None)),
+        ("smallest that fits", sc.smallest_gpus),
+        ("fastest", sc.fastest_gpus),
+    ):
+        if gpus is not None:
+            roles.setdefault(gpus, []).append(role)
+    by_gpus = {r.gpus: r for r in sc.rows}
+    return [(", ".join(names), by_gpus[gpus]) for gpus, names in roles.items() if gpus in by_gpus]
+
+
+def _time_and_cost_section(plan: TrainingPlan) -> list[str]:
+    sc = plan.scaling
+    if not sc.rows:
+        notes = [f"- {md_text(n)}" for n in sc.notes]
+        return ["", "## Time and cost", "", *notes] if notes and plan.model else []
+    unit = f" ({sc.currency})" if sc.currency else ""
+    lines = [
+        "",
+        "## Time and cost (the strategy search at other cluster sizes of the same GPU)",
+        "",
+        "| setup | size | GPUs | tokens/s | MFU | time to train | cost"
+        f"{unit} | cost per 1B tokens{unit} |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for role, r in scaling_picks(plan):
+        # The setup first, as in the memory table: a row names its own setup, not the plan's.
+        lines.append(
+            f"| {r.setup or 'does not fit'} | {role} | {r.gpus} ({r.nodes}x{r.gpus_per_node}) | "
+            + (f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else "-")
+            + f" | {f'{r.mfu:.0%}' if r.mfu is not None else '-'} | {_hours_text(r.hours)} | "
+            f"{_money_text(r.cost)} | {_money_text(r.cost_per_billion_tokens)} |"
+        )
+    sizes = ", ".join(
+        f"{r.gpus}{' (chosen)' if r.chosen else ''}{'' if r.fits else ' (does not fit)'}"
+        for r in sc.rows
+    )
+    lines += ["", f"Sizes searched (GPUs): {sizes}; the chart draws them all."]
+    if sc.dataset_tokens is None:
+        lines.append("Time to train: give dataset_tokens (tokens to train on) for hours and cost.")
+    if sc.price_per_gpu_hour is not None:
+        lines.append(
+            f"Price: {sc.price_per_gpu_hour:g} per GPU-hour{unit}, {md_text(sc.price_source)}."
+        )
+    else:
+        lines.append("Price: give price_per_gpu_hour (no list price for this GPU).")
+    return lines + [f"- {md_text(n)}" for n in sc.notes]
 
 
 def _config_and_launch(plan: TrainingPlan) -> list[str]:

@@ -452,6 +452,50 @@ with warnings.catch_warnings():
         json: str | None = None  # type: ignore[assignment]
 
 
+class ScalingRow(BaseModel):
+    """One cluster size of the same GPU: the setup the search picks there, its speed and cost."""
+
+    nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=1)
+    gpus: int = Field(ge=1)
+    # The global batch searched at this size: the plan's, rounded up to a multiple of the GPUs.
+    global_batch_size: int = Field(ge=1)
+    fits: bool
+    # The plan's own size: its setup and speed are the plan's, not searched again.
+    chosen: bool = False
+    setup: str = ""  # e.g. "zero1" or "zero1+tp8+pp4"; empty when nothing fits
+    strategy: StrategyName | None = None
+    tensor_parallel: int = Field(default=1, ge=1)
+    pipeline_parallel: int = Field(default=1, ge=1)
+    micro_batch_size: int | None = None
+    gradient_accumulation_steps: int | None = None
+    activation_checkpointing: bool = False
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    # With the brief's dataset_tokens: hours to train them; with a price: what that costs.
+    hours: float | None = None
+    cost: float | None = None
+    cost_per_billion_tokens: float | None = None
+
+
+class ScalingPlan(BaseModel):
+    """Time and cost at other cluster sizes of the plan's GPU (tools/planning/scaling.py).
+
+    Empty (no rows) when there is nothing to scale (a CPU-only machine, nothing trained, or a
+    plan from before this section), with a note saying why.
+    """
+
+    rows: list[ScalingRow] = Field(default_factory=list)
+    price_per_gpu_hour: float | None = None
+    currency: str | None = None
+    price_source: str = ""
+    dataset_tokens: float | None = None
+    # GPU counts of the smallest size that fits and of the fastest (highest tokens/s).
+    smallest_gpus: int | None = None
+    fastest_gpus: int | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
 class TrainingPlan(BaseModel):
     """The full plan: the plan JSON the CLI writes and the graph returns."""
 
@@ -469,4 +513,6 @@ class TrainingPlan(BaseModel):
     speed: SpeedEstimate | None = None
     # An inference plan (task inference, tools/planning/inference.py); None for training plans.
     inference: InferencePlan | None = None
+    # Time and cost at other cluster sizes of the same GPU; empty for old plans and CPU machines.
+    scaling: ScalingPlan = Field(default_factory=ScalingPlan)
     narrative: dict[str, str] = Field(default_factory=dict)
