@@ -29,8 +29,11 @@ MEGATRON_NOTE = (
 
 
 def label(est: StrategyEstimate) -> str:
-    """The setup label of an estimate row."""
-    return setup_label(est.name, est.tensor_parallel, est.pipeline_parallel)
+    """The setup label of an estimate row (its family: strategy, tensor, pipeline, context)."""
+    cp = est.context_parallel
+    return setup_label(est.name, est.tensor_parallel, est.pipeline_parallel) + (
+        f"+cp{cp}" if cp > 1 else ""
+    )
 
 
 def _gb(value: float) -> str:
