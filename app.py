@@ -381,6 +381,10 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     }
     data.update({k: v for k, v in flags.items() if v is not None})
     brief = brief_from_dict(data)
+    if args.interconnect is not None:
+        # The brief's network fields; a rate per GPU needs the node's GPU count.
+        data.update(network_fields(args.interconnect, hardware_for_brief(brief).gpus_per_node))
+        brief = brief_from_dict(data)
     if brief.model is None:
         raise InputError(
             "brief.model", "an agent-app brief trains nothing, so there is no memory to estimate"
@@ -389,9 +393,6 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         check_strategy(args.strategy, "--strategy")
     if args.checkpointing is not None:
         check_recompute(args.checkpointing, "--checkpointing")
-    if args.interconnect is not None:
-        hw = hardware_for_brief(brief)
-        brief = brief.model_copy(update=network_fields(args.interconnect, hw.gpus_per_node))
     hw = hardware_for_brief(brief)
     model = lookup_model(brief.model, brief.seq_len)
     try:

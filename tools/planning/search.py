@@ -689,9 +689,14 @@ def _family(
             if not _headroom(est, limit):
                 break  # a larger micro-batch needs more memory still
             held = max(held, micro)
-            for v in _virtual_stages(space, layout, per_rank // micro):
-                row = est if v == 1 else est.model_copy(update={"virtual_stages": v})
-                fitting.append(space.with_speed(row))
+            plain = space.with_speed(est)
+            fitting.append(plain)
+            # Interleaving is kept only where the speed model rates it faster than v = 1 (it
+            # shrinks the bubble and adds pipeline sends, Narayanan et al. 2021 sec. 2.2.2).
+            for v in _virtual_stages(space, layout, per_rank // micro)[1:]:
+                row = space.with_speed(est.model_copy(update={"virtual_stages": v}))
+                if (row.tokens_per_s or 0) > (plain.tokens_per_s or 0):
+                    fitting.append(row)
     return fitting, smallest
 
 
