@@ -776,7 +776,7 @@ def _why_not(
         row = best.get(lab)
         if row is None:
             split = small.tensor_parallel * small.pipeline_parallel * small.context_parallel > 1
-            if explain._cpu_short(small, limit):
+            if explain.cpu_short(small, limit):
                 reasons[lab] = explain.no_fit(small, limit, capacity, node_ram, split=split)
             else:
                 reasons[lab] = (
