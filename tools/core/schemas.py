@@ -292,6 +292,7 @@ class SetupCandidate(BaseModel):
     checkpointing: Recompute = "none"
     # params, gradients, optimizer, activations, buffers, total: bytes per GPU.
     per_gpu_bytes: dict[str, int]
+    # Fits with the search's headroom (MIN_HEADROOM of the GPU free; host RAM for offload).
     fits: bool
     step_time_s: float | None = None
     # Tokens per second of the whole cluster.
