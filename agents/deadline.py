@@ -126,7 +126,9 @@ class _Backend(httpcore.NetworkBackend):
         self, path: str, timeout: float | None = None, socket_options: Any = None
     ) -> httpcore.NetworkStream:
         """A Unix-socket connection, made within the deadline."""
-        return _Stream(self._inner.connect_unix_socket(path, self._timeout(timeout), socket_options))
+        return _Stream(
+            self._inner.connect_unix_socket(path, self._timeout(timeout), socket_options)
+        )
 
     def sleep(self, seconds: float) -> None:
         """Sleep (httpcore's own retries)."""

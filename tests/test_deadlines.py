@@ -217,7 +217,9 @@ def test_signal_during_an_llm_request_ends_the_plan_within_2_s(
             left = _group_left(proc.pid)
         finally:
             _reap(proc)
-    print(f"{command}: {sig.name} during an LLM request: exit {proc.returncode} after {elapsed:.2f} s")
+    print(
+        f"{command}: {sig.name} during an LLM request: exit {proc.returncode} after {elapsed:.2f} s"
+    )
     assert proc.returncode == code, err[-2000:]
     assert err.splitlines()[-1] == f"trainwright: {word}", err[-2000:]
     assert "Traceback" not in err

@@ -212,7 +212,9 @@ QUESTIONS = {
 def question_for(field: str, fields: dict[str, Any]) -> str:
     """The clarifying question about ``field``; for the hardware, what was read and what was not."""
     if field == "hardware" and fields.get(HARDWARE_UNCLEAR):
-        return f"I could not fully read the hardware: {fields[HARDWARE_UNCLEAR]}. {QUESTIONS[field]}"
+        return (
+            f"I could not fully read the hardware: {fields[HARDWARE_UNCLEAR]}. {QUESTIONS[field]}"
+        )
     return QUESTIONS[field]
 
 
