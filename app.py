@@ -137,6 +137,22 @@ def _add_estimate(sub: Any) -> None:
     est.add_argument("--micro-batch", type=int, help="sequences per GPU per step (default: chosen)")
     est.add_argument("--precision", help="bf16 | fp16 | fp32 | auto")
     est.add_argument(
+        "--interconnect",
+        help="network between nodes: ib400 | ib200 | roce100 | eth25, NICSxRATE (8x400G) or "
+        "a rate per GPU (400Gbps per GPU)",
+    )
+    est.add_argument(
+        "--strategy",
+        help="pin the strategy: ddp | zero1 | zero2 | zero3 | zero2_offload_optimizer | "
+        "zero3_offload_optimizer | zero3_offload_all (default: searched)",
+    )
+    est.add_argument("--tp", type=int, help="pin the tensor-parallel degree (default: searched)")
+    est.add_argument("--pp", type=int, help="pin the pipeline-parallel degree (default: searched)")
+    est.add_argument(
+        "--checkpointing",
+        help="pin activation recompute: none | selective | full (default: searched)",
+    )
+    est.add_argument(
         "--json", dest="json_path", type=_path_arg, help="write the estimate JSON here"
     )
 
@@ -330,10 +346,24 @@ def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+# The search's field names, as ``estimate`` spells them on the command line.
+ESTIMATE_FLAGS = {
+    "tensor_parallel": "--tp",
+    "pipeline_parallel": "--pp",
+    "micro_batch_size": "--micro-batch",
+    "strategy": "--strategy",
+    "strategies": "--strategy",
+    "checkpointing": "--checkpointing",
+    "global_batch_size": "--global-batch",
+}
+
+
 def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     """Print every strategy's memory per GPU, term by term, and the choice."""
     from tools.artifacts.text import estimate_lines
+    from tools.core.strategies import check_recompute, check_strategy
     from tools.intake.brief import brief_from_dict, load_brief
+    from tools.intake.hardware_text import network_fields
     from tools.planning import search_strategy
     from tools.research.hardware import hardware_for_brief
     from tools.research.model_catalog import lookup_model
@@ -351,13 +381,37 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     }
     data.update({k: v for k, v in flags.items() if v is not None})
     brief = brief_from_dict(data)
+    if args.interconnect is not None:
+        # The brief's network fields; a rate per GPU needs the node's GPU count.
+        data.update(network_fields(args.interconnect, hardware_for_brief(brief).gpus_per_node))
+        brief = brief_from_dict(data)
     if brief.model is None:
         raise InputError(
             "brief.model", "an agent-app brief trains nothing, so there is no memory to estimate"
         )
+    if args.strategy is not None:
+        check_strategy(args.strategy, "--strategy")
+    if args.checkpointing is not None:
+        check_recompute(args.checkpointing, "--checkpointing")
     hw = hardware_for_brief(brief)
     model = lookup_model(brief.model, brief.seq_len)
-    memory = search_strategy(model, hw, brief, micro_batch_size=args.micro_batch)
+    try:
+        memory = search_strategy(
+            model,
+            hw,
+            brief,
+            micro_batch_size=args.micro_batch,
+            strategies=[args.strategy] if args.strategy else None,
+            tensor_parallel=args.tp,
+            pipeline_parallel=args.pp,
+            recompute=args.checkpointing,
+        )
+    except InputError as exc:
+        # The search names its own fields; on this command line they are flags.
+        flag = ESTIMATE_FLAGS.get(exc.field)
+        if flag is None or (flag == "--micro-batch" and args.micro_batch is None):
+            raise
+        raise InputError(flag, exc.message) from None
     _write_json(args.json_path, memory.model_dump(mode="json"))
     print("\n".join(estimate_lines(model, hw, brief, memory)))
     return 0

@@ -78,7 +78,9 @@ def test_scenario_through_the_cli(name: str, tmp_path: Path) -> None:
         assert "trains nothing" in plan["smoke_test"]["reason"]
         assert plan["review"]["verdict"] == "approved"
     if primary == "deepspeed":
-        assert plan["deepspeed_config"]["zero_optimization"]["stage"] in (2, 3)
+        # A ZeRO stage shards the 13B model's states; the search may pair ZeRO-1 with a
+        # pipeline where it predicts that faster than ZeRO-2/3 alone.
+        assert plan["deepspeed_config"]["zero_optimization"]["stage"] in (1, 2, 3)
     if primary == "tensorflow":
         alt = next(a for a in fw["alternatives"] if a["name"] == "pytorch")
         assert "TorchServe" in alt["reason"]

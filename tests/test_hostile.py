@@ -176,7 +176,8 @@ def test_launch_files_quote_every_value_and_run_nothing_else(
     )
     hw = parse_hardware(brief.hardware, brief.interconnect)
     model = lookup_model(brief.model, brief.seq_len)
-    memory = search_strategy(model, hw, brief)
+    # Data parallel: these are the DeepSpeed/torchrun launch files (train.py on every rank).
+    memory = search_strategy(model, hw, brief, tensor_parallel=1, pipeline_parallel=1)
     fw = select_framework(brief, hw, model, search_strategy(model, hw, brief, objective="memory"))
     config: dict[str, Any] | None = emit_deepspeed_config(memory, model, hw, brief)
     if framework == "ddp":

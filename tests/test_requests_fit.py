@@ -166,7 +166,14 @@ def test_comm_bound_plan_gets_a_low_efficiency_warning_and_a_healthy_one_does_no
         {"model": "llama-3-8b", "hardware": "16x8xA100-80GB", "global_batch_size": 128}
     )
     hw = parse_hardware("16x8xA100-80GB", "eth25")
-    bad = search_strategy(lookup_model("llama-3-8b", 2048), hw, brief, strategies=["zero3"])
+    bad = search_strategy(
+        lookup_model("llama-3-8b", 2048),
+        hw,
+        brief,
+        strategies=["zero3"],
+        tensor_parallel=1,
+        pipeline_parallel=1,
+    )
     findings = check_efficiency(bad, hw)
     assert len(findings) == 1
     warning = findings[0]

@@ -184,11 +184,17 @@ def test_a_users_batch_is_kept_and_a_bad_one_names_the_field() -> None:
     spec = lookup_model("llama-3-8b", 2048)
     mine = TrainingBrief(model="llama-3-8b", global_batch_size=512, hardware="32x8xH100-80GB")
     assert resolve_batch(mine, spec, hw) == (mine, None)
-    bad = mine.model_copy(update={"global_batch_size": 300})
+    # The batch divides by the data-parallel degree, not the world: 300 sequences do not split
+    # over 256 GPUs, but over the data-parallel ranks of some tensor x pipeline layout.
+    odd = search_strategy(spec, hw, mine.model_copy(update={"global_batch_size": 300}))
+    assert odd.setup is not None and 300 % odd.setup.data_parallel == 0
+    # On 3 nodes of 8, every layout keeps 3, 6, 12 or 24 data-parallel ranks: 100 splits over none.
+    three = parse_hardware("3x8xH100-80GB")
+    bad = mine.model_copy(update={"global_batch_size": 100, "hardware": "3x8xH100-80GB"})
     with pytest.raises(InputError) as err:
-        search_strategy(spec, hw, bad)
+        search_strategy(spec, three, bad)
     assert err.value.field == "global_batch_size"
-    assert "the requested 300" in err.value.message and "try 256 or 512" in err.value.message
+    assert "the requested 100" in err.value.message and "try 96 or 120" in err.value.message
 
 
 def test_the_default_is_stated_in_the_plan() -> None:
@@ -315,13 +321,13 @@ def test_cli_405b_on_256_gpus_plans_with_a_stated_default_batch(tmp_path: Path) 
 def test_cli_a_users_batch_the_cluster_cannot_split_exits_2(tmp_path: Path) -> None:
     res, _ = _cli(
         tmp_path,
-        "fine-tune llama-3-8b on 32 nodes of 8 H100 with global batch 100",
+        "fine-tune llama-3-8b on 3 nodes of 8 H100 with global batch 100",
         "--hardware",
-        "32x8xH100-80GB",
+        "3x8xH100-80GB",
     )
     assert res.returncode == 2
     line = res.stderr.strip().splitlines()[-1]
-    assert "global_batch_size" in line and "try 256 or 512" in line
+    assert "global_batch_size" in line and "try 96 or 120" in line
 
 
 def test_cli_fsdp_no_deepspeed_gives_an_fsdp_plan(tmp_path: Path) -> None:

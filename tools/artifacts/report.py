@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from tools.artifacts.budget import plan_budget
+from tools.artifacts.text import CANDIDATE_HEADER, candidate_rows
 from tools.core.errors import printable
 from tools.core.outputs import check_files, write_file
 from tools.core.schemas import MemoryPlan, ReportPaths, ScalingRow, TrainingPlan
@@ -218,6 +219,18 @@ def _memory_section(plan: TrainingPlan) -> list[str]:
             f"{_gb(t.activations)} | {_gb(t.buffers)} | {_gb(t.total)} | {_gb(s.cpu_bytes_per_node)} | "
             f"{'yes' if s.fits else 'no'} |"
         )
+    candidates = candidate_rows(mem)
+    if len(candidates) > 1:
+        lines += [
+            "",
+            "Fastest setups searched (estimates; margin to the first):",
+            "",
+            "| setup | " + " | ".join(CANDIDATE_HEADER) + " |",
+            "|---|" + "---:|" * len(CANDIDATE_HEADER),
+        ]
+        for number, (label, cells) in enumerate(candidates):
+            mark = " (chosen)" if number == 0 and label == mem.chosen_label else ""
+            lines.append(f"| {label}{mark} | " + " | ".join(cells) + " |")
     if mem.why_not:
         lines += ["", f"Why not the others (chosen: {mem.chosen_label}):", ""]
         lines += [f"- {md_text(name)}: {md_text(why)}" for name, why in mem.why_not.items()]

@@ -190,12 +190,70 @@ def estimate_lines(
         "  (total = params + optimizer + the larger of grads and activations, which are not "
         "live together, + buffers)",
     ]
+    lines += candidate_lines(memory)
     lines += [f"  not {name}: {why}" for name, why in memory.why_not.items()]
     if memory.smallest_fitting_hardware:
         lines.append(f"  would fit on: {memory.smallest_fitting_hardware}")
     if memory.binding:
         lines.append("  " + fit_line(memory.binding, memory.fit_options))
     return [printable(line) for line in lines]
+
+
+# How many of the search's best setups the terminal and the report list.
+CANDIDATES_SHOWN = 5
+
+
+def candidate_rows(memory: MemoryPlan) -> list[tuple[str, list[str]]]:
+    """The search's best setups, best first: (setup label, its cells), for a short table.
+
+    Cells: tensor, pipeline, data and context parallel, virtual stages, micro-batch,
+    accumulation, recompute, GB per GPU, cluster tokens/s, MFU, and the margin to the best.
+    """
+    rows: list[tuple[str, list[str]]] = []
+    best = memory.candidates[0].tokens_per_s if memory.candidates else None
+    for c in memory.candidates[:CANDIDATES_SHOWN]:
+        margin = f"-{1 - c.tokens_per_s / best:.1%}" if best and c.tokens_per_s and rows else "best"
+        rows.append(
+            (
+                setup_label(c.strategy, c.tensor_parallel, c.pipeline_parallel),
+                [
+                    str(c.tensor_parallel),
+                    str(c.pipeline_parallel),
+                    str(c.data_parallel),
+                    str(c.context_parallel),
+                    str(c.virtual_stages),
+                    str(c.micro_batch_size),
+                    str(c.gradient_accumulation_steps),
+                    c.checkpointing,
+                    f"{c.per_gpu_bytes['total'] / 1e9:.1f}",
+                    f"{c.tokens_per_s:,.0f}" if c.tokens_per_s else "-",
+                    f"{c.mfu:.1%}" if c.mfu is not None else "-",
+                    margin,
+                ],
+            )
+        )
+    return rows
+
+
+CANDIDATE_HEADER = (
+    "tp", "pp", "dp", "cp", "v", "mb", "accum", "recompute", "GB/GPU", "tokens/s", "MFU", "margin"
+)  # fmt: skip
+
+
+def candidate_lines(memory: MemoryPlan) -> list[str]:
+    """The terminal's table of the search's best setups (nothing when it did not search)."""
+    rows = candidate_rows(memory)
+    if len(rows) < 2:
+        return []
+    widths = (3, 4, 5, 3, 3, 4, 6, 10, 7, 12, 7, 8)
+    head = "".join(f"{h:>{w}}" for h, w in zip(CANDIDATE_HEADER, widths, strict=True))
+    lines = [f"  best setups searched ({len(memory.candidates)} listed in the JSON):"]
+    lines.append(f"    {'setup':<24}{head}")
+    for label, cells in rows:
+        lines.append(
+            f"    {label:<24}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
+        )
+    return lines
 
 
 def profile_text(profile: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from tools.core.inference_types import InferencePlan, ServingEngine, WeightDtype
-from tools.core.strategies import StrategyName, setup_label
+from tools.core.strategies import Recompute, StrategyName, setup_label
 
 Task = Literal["pretrain", "finetune", "lora", "inference", "agent-app"]
 Precision = Literal["bf16", "fp16", "fp32", "auto"]
@@ -272,6 +272,33 @@ class StrategyEstimate(BaseModel):
     # tensor- and pipeline-parallel degrees; data parallel is world / (tensor x pipeline).
     tensor_parallel: int = Field(default=1, ge=1)
     pipeline_parallel: int = Field(default=1, ge=1)
+    # The recompute policy (activation_checkpointing is True for selective and full), the
+    # interleaved pipeline stages per GPU and the context-parallel degree (the search's axes).
+    checkpointing: Recompute = "none"
+    virtual_stages: int = Field(default=1, ge=1)
+    context_parallel: int = Field(default=1, ge=1)
+
+
+class SetupCandidate(BaseModel):
+    """One searched setup as the plan and ``estimate --json`` show it (the chosen or a runner-up)."""
+
+    strategy: StrategyName
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    data_parallel: int = 1
+    virtual_stages: int = 1
+    context_parallel: int = 1
+    micro_batch_size: int = 1
+    gradient_accumulation_steps: int = 1
+    checkpointing: Recompute = "none"
+    # params, gradients, optimizer, activations, buffers, total: bytes per GPU.
+    per_gpu_bytes: dict[str, int]
+    # Fits with the search's headroom (MIN_HEADROOM of the GPU free; host RAM for offload).
+    fits: bool
+    step_time_s: float | None = None
+    # Tokens per second of the whole cluster.
+    tokens_per_s: float | None = None
+    mfu: float | None = None
 
 
 class SpeedEstimate(BaseModel):
@@ -347,6 +374,9 @@ class MemoryPlan(BaseModel):
     # chosen setup is the first row named ``chosen``.
     tensor_parallel: int = Field(default=1, ge=1)
     pipeline_parallel: int = Field(default=1, ge=1)
+    # The chosen (or pinned) setup, and, when the search ran, the best setups first (bounded).
+    setup: SetupCandidate | None = None
+    candidates: list[SetupCandidate] = Field(default_factory=list)
     # The speed model's estimate for the chosen setup, as the search computed it (None without
     # a GPU). Carried with the result, not dumped: the plan JSON holds it once, as "speed".
     speed: SpeedEstimate | None = Field(default=None, exclude=True)

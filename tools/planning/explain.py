@@ -5,7 +5,7 @@ Only text from numbers the estimates already hold; nothing here decides anything
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 
 from tools.core.schemas import HardwareSpec, ModelSpec, StrategyEstimate, TrainingBrief
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, setup_label
@@ -29,8 +29,11 @@ MEGATRON_NOTE = (
 
 
 def label(est: StrategyEstimate) -> str:
-    """The setup label of an estimate row."""
-    return setup_label(est.name, est.tensor_parallel, est.pipeline_parallel)
+    """The setup label of an estimate row (its family: strategy, tensor, pipeline, context)."""
+    cp = est.context_parallel
+    return setup_label(est.name, est.tensor_parallel, est.pipeline_parallel) + (
+        f"+cp{cp}" if cp > 1 else ""
+    )
 
 
 def _gb(value: float) -> str:
@@ -139,29 +142,7 @@ def conv_caveat(model: ModelSpec) -> str:
     )
 
 
-def search_line(
-    names: Collection[str], ckpts: list[bool], setups: Iterable[tuple[str, int, int]]
-) -> str:
-    """One line on what the speed search covered."""
-    line = (
-        f"search: {len(names)} strategies x micro-batch x checkpointing {ckpts}; the fastest "
-        f"estimated setup with at least {MIN_HEADROOM:.0%} memory headroom, never offloading "
-        "when a non-offload strategy fits"
-    )
-    setups = list(setups)
-    if setups:
-        tps = sorted({s[1] for s in setups})
-        pps = sorted({s[2] for s in setups})
-        line += (
-            f"; no data-parallel strategy fit without offload, so also {len(setups)} tensor x "
-            f"pipeline splits (t in {tps}, p in {pps}; ZeRO-1 with a pipeline, ZeRO-1/2/3 with "
-            "tensor parallelism alone; activations with sequence parallelism, Korthikanti et "
-            "al. 2022 sec. 4.2)"
-        )
-    return line
-
-
-def _cpu_short(est: StrategyEstimate, limit: float) -> bool:
+def cpu_short(est: StrategyEstimate, limit: float) -> bool:
     """Did ``est`` fail on the node's CPU RAM rather than on GPU memory?"""
     return not est.fits and est.per_gpu_bytes.total <= limit and est.cpu_bytes_per_node > 0
 
@@ -170,7 +151,7 @@ def over(
     est: StrategyEstimate, limit: float, capacity: int, node_ram: str, *, split: bool = False
 ) -> str:
     """Why a row does not fit, when nothing does (every reason says "over 90%")."""
-    if _cpu_short(est, limit):
+    if cpu_short(est, limit):
         return (
             f"offload needs {_gb(est.cpu_bytes_per_node)} of CPU RAM per node, over "
             f"{1 - MIN_HEADROOM:.0%} of {node_ram}"
@@ -186,7 +167,7 @@ def no_fit(
     est: StrategyEstimate, limit: float, capacity: int, node_ram: str, *, split: bool
 ) -> str:
     """Why a row lost by not fitting, when something else does."""
-    if _cpu_short(est, limit):
+    if cpu_short(est, limit):
         return (
             f"does not fit in CPU RAM: offload needs {_gb(est.cpu_bytes_per_node)} per node, "
             f"over {1 - MIN_HEADROOM:.0%} of {node_ram}"
@@ -209,38 +190,3 @@ def nothing_fits_note(bigger: str | None, max_nodes: int) -> str:
         "large; this needs memory-efficient attention (the estimate stores attention "
         "scores, Korthikanti et al. eq. 1), a shorter sequence, or GPUs with more memory"
     )
-
-
-def why_not(
-    rows: list[StrategyEstimate],
-    win: StrategyEstimate,
-    fitting: Collection[int],
-    limit: float,
-    capacity: int,
-    node_ram: str,
-) -> dict[str, str]:
-    """Why every row other than ``win`` lost; ``fitting`` holds the ids of rows that fit."""
-    win_label = label(win)
-    reasons: dict[str, str] = {}
-    for row in rows:
-        if row is win:
-            continue
-        split = row.tensor_parallel * row.pipeline_parallel > 1
-        if id(row) not in fitting:
-            reasons[label(row)] = no_fit(row, limit, capacity, node_ram, split=split)
-        elif row.name in OFFLOAD_STRATEGIES and win.name not in OFFLOAD_STRATEGIES:
-            reasons[label(row)] = "offload not needed: a strategy without offload fits" + (
-                f" ({win_label}, tensor/pipeline parallel)" if win_label != win.name else ""
-            )
-        elif (row.tokens_per_s or 0) >= (win.tokens_per_s or 0):
-            reasons[label(row)] = (
-                f"no faster than {win_label} ({win.tokens_per_s or 0:,.0f} tokens/s), which is "
-                "simpler"
-            )
-        else:
-            reasons[label(row)] = (
-                f"slower: {row.tokens_per_s or 0:,.0f} tokens/s vs {win.tokens_per_s or 0:,.0f} "
-                f"(micro-batch {row.micro_batch_size}"
-                f"{', checkpointing' if row.activation_checkpointing else ''})"
-            )
-    return reasons

@@ -17,8 +17,6 @@ TRAINING_TASKS = ("pretrain", "finetune", "lora")
 def fits_somewhere(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief) -> bool:
     """Does any strategy, or tensor x pipeline split, fit at micro-batch 1 with checkpointing?"""
     world = hardware.world_size
-    if brief.batch % world:
-        return False
     limit = (1 - MIN_HEADROOM) * (capacity_bytes(hardware) or 0)
     precision = resolve_precision(brief.precision, hardware)
     names = [n for n in STRATEGY_ORDER if hardware.gpu is not None or n not in OFFLOAD_STRATEGIES]
@@ -26,6 +24,9 @@ def fits_somewhere(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrie
     if brief.task in TRAINING_TASKS:
         setups += model_parallel_setups(model, hardware, list(STRATEGY_ORDER))
     for name, tp, pp in setups:
+        # The global batch divides by the data-parallel degree world / (t x p), not the world.
+        if brief.batch % (world // (tp * pp)):
+            continue
         est = estimate_strategy(
             model,
             hardware,

@@ -1,19 +1,26 @@
 """Strategy search: the one place a training setup is chosen, from the memory and speed models.
 
 DeepSpeed's autotuner finds a configuration by running it on the target GPUs; this search runs
-nothing. Over strategy x micro-batch x activation checkpointing it keeps the setups whose
-estimated peak leaves at least ``MIN_HEADROOM`` of the GPU free (and, for offload, of the
-node's CPU RAM), never offloads when a non-offload strategy fits (offload trades GPU memory for
-PCIe traffic and CPU time), and picks the highest estimated tokens/s. Every other strategy gets
-the reason it lost. Without a speed model (a CPU-only target), with ``objective="memory"``, or
-when nothing fits with headroom, the simplest strategy that fits wins, with the largest
-micro-batch it allows.
+nothing. It covers the whole space planners such as Alpa, Galvatron and Aceso search, plus the
+ZeRO stages and offload: strategy (DDP, ZeRO-1/2/3, the three offload strategies) x tensor
+parallel t (1, 2, 4, 8 within a node, dividing the heads and key-value heads) x pipeline
+parallel p (dividing the layers; with interleaved virtual stages where the layers split evenly)
+x context parallel c (sequences of 16k tokens and more) x micro-batch (the divisors of the
+per-rank batch up to 16) x gradient accumulation (what the global batch leaves) x recompute
+(none, selective, full). Layouts follow Megatron-LM (Narayanan et al. 2021, "Efficient
+Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"): t x p x c x d = the
+world size, and the global batch divides by the data-parallel degree d.
 
-When no data-parallel strategy fits without offload (not even ZeRO-3), the search adds
-Megatron-style tensor x pipeline parallelism (Narayanan et al. 2021, "Efficient Large-Scale
-Language Model Training on GPU Clusters Using Megatron-LM"): tensor degree t in 2, 4, 8 inside
-a node, pipeline degree p dividing the layers, ZeRO-1 over the world / (t x p) data-parallel
-ranks (ZeRO-2/3 too when p = 1). Such a setup, when it fits, wins over offload.
+Memory prunes first (tools/planning/memory.py, cheap): a setup must leave ``MIN_HEADROOM`` of
+the GPU free (and, for offload, of the node's CPU RAM); a larger micro-batch never needs less
+memory, so a family stops at its first micro-batch that does not fit, and a heavier recompute
+policy is only tried at micro-batches the lighter ones could not hold (recomputation only adds
+work, Korthikanti et al. 2022 sec. 5). The survivors are ranked by the speed model's tokens/s
+(tools/planning/speed.py); ties go to the simpler setup. Offload competes like any other
+strategy: it wins when it is the only fit or when it is predicted faster. Every other family
+(strategy x t x p x c) gets the reason it lost, with its margin. Without a speed model (a
+CPU-only target) or with ``objective="memory"``, the simplest data-parallel strategy that fits
+wins, with the largest micro-batch it allows.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from tools.core.schemas import (
     MemoryPlan,
     ModelSpec,
     ResolvedPrecision,
+    SetupCandidate,
     SpeedEstimate,
     StrategyEstimate,
     StrategyName,
@@ -35,20 +43,55 @@ from tools.core.schemas import (
 from tools.core.strategies import (
     MIN_HEADROOM,
     OFFLOAD_STRATEGIES,
+    RECOMPUTE_POLICIES,
     STRATEGY_ORDER,
     ZERO_STAGE,
+    Recompute,
+    check_recompute,
     check_strategy,
 )
 from tools.planning import alternatives, explain
 from tools.planning.batch import resolve_batch
 from tools.planning.memory import GB, capacity_bytes, estimate_strategy
-from tools.planning.parallel import model_parallel_setups
+from tools.planning.parallel import TENSOR_PARALLEL_CANDIDATES, check_model_parallel
 from tools.planning.scale_out import MAX_NODES_SUGGESTED, TRAINING_TASKS, smallest_fitting
 from tools.planning.speed import estimate_speed
 from tools.planning.states import resolve_precision
 
 Objective = Literal["speed", "memory"]
+# The memory-only choice tries these micro-batches, largest first.
 MICRO_BATCH_CANDIDATES = (8, 4, 2, 1)
+# The speed search tries every divisor of the per-rank batch up to this many sequences
+# (Megatron-LM's and torchtitan's published recipes run micro-batches of 1-16 sequences).
+MAX_MICRO_BATCH = 16
+# Context parallelism from this sequence length on (the Llama 3 paper, Dubey et al. 2024 sec.
+# 3.3.2, turns it on for long-context training; shorter sequences split over TP/DP instead).
+LONG_SEQUENCE = 16_384
+# Megatron-Core context parallelism cuts the sequence into 2 x c chunks for load-balanced causal
+# attention (its context_parallel docs), so 2 x c must divide the sequence.
+CONTEXT_PARALLEL_CANDIDATES = (1, 2, 4, 8)
+# Interleaved 1F1B (Narayanan et al. 2021 sec. 2.2.2): v model chunks per GPU; the layers must
+# split into p x v whole chunks and Megatron needs the micro-batches per step to divide by p.
+VIRTUAL_STAGE_CANDIDATES = (1, 2, 4)
+# How many runners-up the plan lists (then the best setup of every other family).
+TOP_CANDIDATES = 10
+# Strategies a pipeline takes: DeepSpeed's PipelineEngine refuses ZeRO-2/3
+# (runtime/pipe/engine.py); Megatron's distributed optimizer is ZeRO-1 (parallel.py).
+PIPELINE_STRATEGIES: tuple[StrategyName, ...] = ("ddp", "zero1")
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The model-parallel degrees of a family: tensor, pipeline and context parallel."""
+
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+
+    @property
+    def split(self) -> int:
+        """GPUs one model replica spans (t x p x c)."""
+        return self.tp * self.pp * self.cp
 
 
 @dataclass
@@ -63,25 +106,49 @@ class _Space:
     micro: int | None
     ckpts: list[bool]
     notes: list[str]
+    # The recompute policies searched, lightest first.
+    policies: list[Recompute] = field(default_factory=lambda: list(RECOMPUTE_POLICIES))
     # The speed estimate behind each row's tokens/s, by the row's id.
     speeds: dict[int, SpeedEstimate] = field(default_factory=dict)
     # The (tensor, pipeline) degrees the request pinned; None: searched.
     pinned: tuple[int | None, int | None] = (None, None)
+    layouts: list[_Layout] = field(default_factory=list)
 
-    def per_rank(self, tp: int = 1, pp: int = 1) -> int:
+    def dp(self, layout: _Layout = _Layout()) -> int:
+        """Data-parallel ranks of ``layout``: world / (t x p x c)."""
+        return max(1, self.hardware.world_size // layout.split)
+
+    def per_rank(self, tp: int = 1, pp: int = 1, cp: int = 1) -> int:
         """Sequences per data-parallel rank per optimizer step."""
-        return self.brief.batch // (self.hardware.world_size // (tp * pp))
+        return self.brief.batch // self.dp(_Layout(tp, pp, cp))
 
     def micro_options(self, per_rank: int) -> list[int]:
-        """The micro-batches to try, largest first (or the pinned one)."""
+        """The memory-only choice's micro-batches, largest first (or the pinned one)."""
         if self.micro:
             return [self.micro]
         return [m for m in MICRO_BATCH_CANDIDATES if per_rank % m == 0]
 
+    def micro_range(self, per_rank: int) -> list[int]:
+        """The speed search's micro-batches, smallest first (or the pinned one)."""
+        if self.micro:
+            return [self.micro] if per_rank % self.micro == 0 else []
+        return [m for m in range(1, min(per_rank, MAX_MICRO_BATCH) + 1) if per_rank % m == 0]
+
     def estimate(
         self, name: StrategyName, micro: int, ckpt: bool, tp: int = 1, pp: int = 1
     ) -> StrategyEstimate:
-        """The memory estimate of one setup, recording its checkpointing."""
+        """The memory estimate of one data-parallel or t x p setup (full or no recompute)."""
+        return self.estimate_setup(name, micro, "full" if ckpt else "none", _Layout(tp, pp))
+
+    def estimate_setup(
+        self, name: StrategyName, micro: int, policy: Recompute, layout: _Layout
+    ) -> StrategyEstimate:
+        """The memory estimate of one setup, recording its recompute policy and layout.
+
+        Context parallelism splits every sequence over c GPUs, so a rank's activations are those
+        of seq / c tokens (Megatron-Core context_parallel docs); the model states are sharded by
+        ZeRO over the d x c ranks that hold the same weights (Megatron's data-and-context group).
+        """
         est = estimate_strategy(
             self.model,
             self.hardware,
@@ -89,33 +156,75 @@ class _Space:
             task=self.brief.task,
             precision=self.precision,
             micro_batch_size=micro,
-            activation_checkpointing=ckpt,
-            seq_len=self.brief.seq_len,
-            tensor_parallel=tp,
-            pipeline_parallel=pp,
-            gradient_accumulation_steps=self.per_rank(tp, pp) // micro,
+            activation_checkpointing=policy == "full",
+            selective_recompute=policy == "selective",
+            seq_len=self.brief.seq_len // layout.cp,
+            tensor_parallel=layout.tp,
+            pipeline_parallel=layout.pp,
+            gradient_accumulation_steps=self.per_rank(layout.tp, layout.pp, layout.cp) // micro,
         )
-        return est.model_copy(update={"activation_checkpointing": ckpt})
+        return est.model_copy(
+            update={
+                "activation_checkpointing": policy != "none",
+                "checkpointing": policy,
+                "context_parallel": layout.cp,
+            }
+        )
 
     def with_speed(self, est: StrategyEstimate) -> StrategyEstimate:
         """``est`` with the speed model's tokens/s; the estimate itself is kept in ``speeds``."""
-        tp, pp = est.tensor_parallel, est.pipeline_parallel
+        tp, pp, cp = est.tensor_parallel, est.pipeline_parallel, est.context_parallel
         speed = estimate_speed(
             self.model,
             self.hardware,
             est.name,
             micro_batch_size=est.micro_batch_size,
-            gradient_accumulation_steps=self.per_rank(tp, pp) // est.micro_batch_size,
+            gradient_accumulation_steps=self.per_rank(tp, pp, cp) // est.micro_batch_size,
             activation_checkpointing=est.activation_checkpointing,
             precision=self.precision,
             seq_len=self.brief.seq_len,
             dataset_tokens=self.brief.dataset_tokens,
             tensor_parallel=tp,
             pipeline_parallel=pp,
+            recompute=est.checkpointing,
+            virtual_stages=est.virtual_stages,
+            context_parallel=cp,
         )
         row = est.model_copy(update={"tokens_per_s": speed.tokens_per_s})
         self.speeds[id(row)] = speed
         return row
+
+    def candidate(self, row: StrategyEstimate) -> SetupCandidate:
+        """``row`` in the contract's form, with its speed estimate's step time and MFU."""
+        layout = _Layout(row.tensor_parallel, row.pipeline_parallel, row.context_parallel)
+        per_rank = self.per_rank(layout.tp, layout.pp, layout.cp)
+        speed = self.speeds.get(id(row))
+        t = row.per_gpu_bytes
+        return SetupCandidate(
+            strategy=row.name,
+            tensor_parallel=layout.tp,
+            pipeline_parallel=layout.pp,
+            data_parallel=self.dp(layout),
+            virtual_stages=row.virtual_stages,
+            context_parallel=layout.cp,
+            micro_batch_size=row.micro_batch_size,
+            gradient_accumulation_steps=max(1, per_rank // row.micro_batch_size),
+            checkpointing=row.checkpointing,
+            per_gpu_bytes={
+                "params": t.params,
+                "gradients": t.gradients,
+                "optimizer": t.optimizer,
+                "activations": t.activations,
+                "buffers": t.buffers,
+                "total": t.total,
+            },
+            fits=row.fits and t.total <= (1 - MIN_HEADROOM) * (capacity_bytes(self.hardware) or 0)
+            if self.hardware.gpu is not None
+            else row.fits,
+            step_time_s=speed.step_time_s if speed else None,
+            tokens_per_s=speed.tokens_per_s if speed else row.tokens_per_s,
+            mfu=speed.mfu if speed else None,
+        )
 
 
 def search_strategy(
@@ -127,51 +236,63 @@ def search_strategy(
     activation_checkpointing: bool | None = None,
     strategies: list[str] | None = None,
     objective: Objective = "speed",
+    tensor_parallel: int | None = None,
+    pipeline_parallel: int | None = None,
+    recompute: str | None = None,
 ) -> MemoryPlan:
-    """Choose strategy, micro-batch and checkpointing: the fastest setup that fits.
+    """Choose the fastest setup that fits: strategy, t x p x c, micro-batch and recompute.
 
     Args:
         model: The architecture, with exact sizes.
         hardware: The target machine or cluster.
-        brief: The training brief (task, seq_len, global_batch_size, precision).
+        brief: The training brief (task, seq_len, global_batch_size, precision, pins).
         micro_batch_size: Only consider this micro-batch.
-        activation_checkpointing: Only consider checkpointing on (True) or off (False).
-        strategies: Only consider these strategies (also the ZeRO stages tried with
-            tensor/pipeline parallelism).
+        activation_checkpointing: Only consider full recompute (True) or none (False).
+        strategies: Only consider these strategies.
         objective: ``speed`` (the fastest setup that fits with headroom) or ``memory`` (the
-            simplest strategy that fits, ignoring speed).
+            simplest data-parallel strategy that fits, ignoring speed).
+        tensor_parallel: Only consider this tensor-parallel degree.
+        pipeline_parallel: Only consider this pipeline-parallel degree.
+        recompute: Only consider this recompute policy (none, selective, full).
 
     Returns:
-        The memory plan with one row per strategy (its fastest fitting setup, else its smallest),
-        plus, when tensor/pipeline parallelism was searched, one row per ZeRO stage tried with it
-        (its fastest fitting t x p, else its smallest); the choice with its tensor and pipeline
-        degrees; ``why_not`` for every row that lost, keyed by setup label; and, with a GPU, the
-        chosen setup's ``speed`` estimate.
+        The memory plan: one row per data-parallel strategy and one per strategy with model
+        parallelism (its fastest fitting setup, else its smallest); the choice with its degrees;
+        ``setup`` (the chosen setup) and ``candidates`` (the best setups first, then the best of
+        every other family); ``why_not`` for every family that lost, keyed by its label; and,
+        with a GPU, the chosen setup's ``speed`` estimate.
     """
     brief, batch_note = resolve_batch(brief, model, hardware)
+    options: dict[str, Any] = {
+        "micro_batch_size": micro_batch_size,
+        "activation_checkpointing": activation_checkpointing,
+        "tensor_parallel": tensor_parallel,
+        "pipeline_parallel": pipeline_parallel,
+        "recompute": recompute,
+    }
     if brief.pins.stated():
         return pinned_search(
             model,
             hardware,
             brief,
             batch_note,
-            micro_batch_size=micro_batch_size,
-            activation_checkpointing=activation_checkpointing,
             strategies=strategies,
             objective=objective,
+            **options,
         )
-    space = _space(model, hardware, brief, micro_batch_size, activation_checkpointing, strategies)
+    space = _space(model, hardware, brief, strategies=strategies, **options)
     if batch_note:
         space.notes.append(batch_note)
     return _search(space, objective)
 
 
-def _search(space: _Space, objective: Objective, splits: bool | None = None) -> MemoryPlan:
-    """The search over ``space``; ``splits`` True/False forces tensor x pipeline on or off."""
-    simplest = _simplest_fit(space)
+def _search(space: _Space, objective: Objective) -> MemoryPlan:
+    """The search over ``space``: the memory-only choice without a speed model, else by speed."""
     if space.hardware.gpu is None or objective == "memory":
-        return simplest
-    return _fastest_fit(space, simplest, splits)
+        if space.brief.batch % space.hardware.world_size:
+            raise InputError("global_batch_size", _batch_message(space.brief, space.hardware))
+        return _finish(space, _simplest_fit(space), [])
+    return _fastest_fit(space)
 
 
 def pinned_search(
@@ -184,10 +305,10 @@ def pinned_search(
     """The search restricted to the request's pins; when nothing fits them, the unpinned plan.
 
     A ZeRO stage keeps the strategies of that stage, ``offload`` keeps (or drops) the offload
-    strategies, tensor/pipeline degrees keep the setups with exactly those degrees (a degree
-    above 1 searches model parallelism even where data parallelism would fit). The plan says
-    what was pinned; when no pinned setup fits, the plan is the unpinned search's, with a note
-    that the pinned choice does not fit, why, and what does instead.
+    strategies, tensor/pipeline degrees keep the setups with exactly those degrees (searched
+    even where data parallelism alone would fit). The plan says what was pinned; when no pinned
+    setup fits, the plan is the unpinned search's, with a note that the pinned choice does not
+    fit, why, and what does instead.
     """
     pins = brief.pins
     wanted = " + ".join(pins.stated())
@@ -202,18 +323,18 @@ def pinned_search(
         if (pins.zero_stage is None or ZERO_STAGE[n] == pins.zero_stage)
         and (pins.offload is None or (n in OFFLOAD_STRATEGIES) == pins.offload)
     ]
-    tp, pp = pins.tensor_parallel, pins.pipeline_parallel
-    split = (tp or 1) * (pp or 1) > 1
+    tp = options.get("tensor_parallel") or pins.tensor_parallel
+    pp = options.get("pipeline_parallel") or pins.pipeline_parallel
+    pinned_options = {**options, "tensor_parallel": tp, "pipeline_parallel": pp}
     plan: MemoryPlan | None = None
     why = "no strategy has all of these"
     fits = False
     if kept:
-        space = _space(model, hardware, unpinned, strategies=kept, **options)
-        space.pinned = (tp, pp)
-        if batch_note:
-            space.notes.append(batch_note)
         try:
-            plan = _search(space, objective, splits=split if split or tp or pp else None)
+            space = _space(model, hardware, unpinned, strategies=kept, **pinned_options)
+            if batch_note:
+                space.notes.append(batch_note)
+            plan = _search(space, objective)
         except InputError as exc:
             why = exc.message
         else:
@@ -255,6 +376,88 @@ def _matches(plan: MemoryPlan, tp: int | None, pp: int | None) -> bool:
     )
 
 
+def _batch_message(brief: TrainingBrief, hardware: HardwareSpec, dp: int | None = None) -> str:
+    """Why the global batch cannot be split, with the nearest batches that can."""
+    world = hardware.world_size
+    step = dp or world
+    lower = brief.batch // step * step
+    nearest = f"{lower} or {lower + step}" if lower else f"{step} or {2 * step}"
+    if dp is not None:
+        return (
+            f"the requested {brief.batch} sequences per step must be a multiple of the "
+            f"data-parallel degree {dp} (the {world} GPUs over tensor x pipeline parallel); "
+            f"try {nearest}"
+        )
+    return (
+        f"the requested {brief.batch} sequences per step must be a multiple of the data-parallel "
+        f"degree of some setup (world size {world} over tensor x pipeline x context parallel); "
+        f"try {nearest}, or leave it out for a default that fits"
+    )
+
+
+def check_pins(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    brief: TrainingBrief,
+    tensor_parallel: int | None,
+    pipeline_parallel: int | None,
+    strategies: list[StrategyName] | None = None,
+) -> None:
+    """Refuse a pinned tensor/pipeline degree that cannot run, naming the field.
+
+    Megatron-LM's constraints (Narayanan et al. 2021 sec. 3.3): t within one node and dividing
+    the attention heads and key-value heads, p dividing the layers, t x p dividing the GPUs, and
+    the global batch dividing by the data-parallel degree world / (t x p).
+    """
+    tp, pp = tensor_parallel or 1, pipeline_parallel or 1
+    world = hardware.world_size
+    if tp < 1 or pp < 1:
+        raise InputError("tensor_parallel" if tp < 1 else "pipeline_parallel", "must be at least 1")
+    if tp * pp > 1 and hardware.gpu is None:
+        raise InputError(
+            "tensor_parallel" if tp > 1 else "pipeline_parallel",
+            "tensor/pipeline parallelism needs GPUs; this machine has none",
+        )
+    if tp > max(1, hardware.gpus_per_node):
+        raise InputError(
+            "tensor_parallel",
+            f"{tp} exceeds the {hardware.gpus_per_node} GPUs of one node (tensor parallelism "
+            "all-reduces in every layer and stays inside a node)",
+        )
+    kv_heads = model.kv_heads or model.heads
+    if model.heads % tp or kv_heads % tp:
+        raise InputError(
+            "tensor_parallel",
+            f"{tp} must divide the {model.heads} attention heads and {kv_heads} key-value heads "
+            f"of {model.name}",
+        )
+    if model.layers % pp:
+        raise InputError(
+            "pipeline_parallel", f"{pp} must divide the {model.layers} layers of {model.name}"
+        )
+    if world % (tp * pp):
+        raise InputError(
+            "pipeline_parallel" if pipeline_parallel else "tensor_parallel",
+            f"tensor x pipeline = {tp * pp} must divide the {world} GPUs",
+        )
+    if (tensor_parallel or pipeline_parallel) and brief.batch % (world // (tp * pp)):
+        raise InputError("global_batch_size", _batch_message(brief, hardware, world // (tp * pp)))
+    if strategies and tp * pp > 1:
+        usable = [n for n in strategies if n not in OFFLOAD_STRATEGIES]
+        if pp > 1:
+            usable = [n for n in usable if n in PIPELINE_STRATEGIES]
+        if not usable:
+            raise InputError(
+                "strategy",
+                f"{', '.join(strategies)} cannot run with "
+                + (
+                    "a pipeline: DeepSpeed's PipelineEngine takes ZeRO stage 0 or 1 only"
+                    if pp > 1 and not any(n in OFFLOAD_STRATEGIES for n in strategies)
+                    else "tensor/pipeline parallelism here (offload is data-parallel only)"
+                ),
+            )
+
+
 def _space(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -262,24 +465,11 @@ def _space(
     micro_batch_size: int | None = None,
     activation_checkpointing: bool | None = None,
     strategies: list[str] | None = None,
+    tensor_parallel: int | None = None,
+    pipeline_parallel: int | None = None,
+    recompute: str | None = None,
 ) -> _Space:
     """Check the batch arithmetic and the asked-for options; the space the search covers."""
-    world = hardware.world_size
-    if brief.batch % world:
-        lower = brief.batch // world * world
-        nearest = f"{lower} or {lower + world}" if lower else f"{world} or {2 * world}"
-        raise InputError(
-            "global_batch_size",
-            f"the requested {brief.batch} sequences per step must be a multiple of the "
-            f"world size {world} (nodes x GPUs per node), which every data-parallel degree "
-            f"divides; try {nearest}, or leave it out for a default that fits",
-        )
-    per_rank = brief.batch // world
-    if micro_batch_size is not None and (micro_batch_size < 1 or per_rank % micro_batch_size):
-        raise InputError(
-            "micro_batch_size",
-            f"{micro_batch_size} must divide the per-GPU batch of {per_rank} sequences",
-        )
     names = [check_strategy(s) for s in strategies] if strategies else list(STRATEGY_ORDER)
     names = sorted(set(names), key=STRATEGY_ORDER.index)
     notes: list[str] = []
@@ -290,9 +480,121 @@ def _space(
             notes.append("CPU-only machine: offload strategies do not apply")
         if not names:
             raise InputError("strategies", "offload strategies need a GPU; this machine has none")
-    ckpts = [activation_checkpointing] if activation_checkpointing is not None else [False, True]
+    check_pins(
+        model, hardware, brief, tensor_parallel, pipeline_parallel, names if strategies else None
+    )
+    if micro_batch_size is not None and micro_batch_size < 1:
+        raise InputError("micro_batch_size", "must be at least 1")
+    if recompute is not None:
+        policies: list[Recompute] = [check_recompute(recompute)]
+    elif activation_checkpointing is not None:
+        policies = ["full" if activation_checkpointing else "none"]
+    else:
+        policies = list(RECOMPUTE_POLICIES)
+    ckpts = sorted({p != "none" for p in policies})
     precision = resolve_precision(brief.precision, hardware)
-    return _Space(model, hardware, brief, precision, names, micro_batch_size, ckpts, notes)
+    space = _Space(
+        model, hardware, brief, precision, names, micro_batch_size, ckpts, notes, policies
+    )
+    space.pinned = (tensor_parallel, pipeline_parallel)
+    space.layouts = _layouts(space)
+    if not space.layouts:
+        raise InputError("global_batch_size", _batch_message(brief, hardware))
+    if micro_batch_size is not None:
+        runs = [lay for lay in space.layouts if space.micro_range(_per_rank(space, lay))]
+        if not runs:
+            per_rank = _per_rank(space, space.layouts[0])
+            raise InputError(
+                "micro_batch_size",
+                f"{micro_batch_size} must divide the per-GPU batch of {per_rank} sequences",
+            )
+        space.layouts = runs
+    return space
+
+
+def _per_rank(space: _Space, layout: _Layout) -> int:
+    return space.per_rank(layout.tp, layout.pp, layout.cp)
+
+
+def _layouts(space: _Space) -> list[_Layout]:
+    """Every t x p x c the search covers: it factorizes the world and d divides the batch."""
+    hw, model, brief = space.hardware, space.model, space.brief
+    world = hw.world_size
+    tp_pin, pp_pin = space.pinned
+    if hw.gpu is None or brief.task not in TRAINING_TASKS:
+        tps, pps, cps = [tp_pin or 1], [pp_pin or 1], [1]
+    else:
+        kv_heads = model.kv_heads or model.heads
+        tps = (
+            [tp_pin]
+            if tp_pin
+            else [
+                t
+                for t in TENSOR_PARALLEL_CANDIDATES
+                if t <= max(1, hw.gpus_per_node) and model.heads % t == 0 and kv_heads % t == 0
+            ]
+        )
+        pps = (
+            [pp_pin]
+            if pp_pin
+            else [p for p in range(1, min(model.layers, world) + 1) if model.layers % p == 0]
+        )
+        cps = (
+            [c for c in CONTEXT_PARALLEL_CANDIDATES if brief.seq_len % (2 * c) == 0]
+            if brief.seq_len >= LONG_SEQUENCE
+            else [1]
+        )
+    if len(cps) > 1 and not _speed_splits_sequences(space, cps[1]):
+        cps = [1]
+        space.notes.append(
+            "context parallelism not searched: the speed model does not split the sequence "
+            "over context-parallel ranks (its tokens per step would overcount the batch)"
+        )
+    layouts = []
+    for tp in tps:
+        for pp in pps:
+            for cp in cps:
+                lay = _Layout(tp, pp, cp)
+                if world % lay.split == 0 and brief.batch % (world // lay.split) == 0:
+                    layouts.append(lay)
+    return layouts
+
+
+def _speed_splits_sequences(space: _Space, cp: int) -> bool:
+    """Does the speed model count a context-parallel step's tokens once (world / (t x p x c))?"""
+    world = space.hardware.world_size
+    if world % cp or space.brief.batch % (world // cp):
+        return False
+    speed = estimate_speed(
+        space.model,
+        space.hardware,
+        "zero1",
+        micro_batch_size=1,
+        gradient_accumulation_steps=space.brief.batch // (world // cp),
+        precision=space.precision,
+        seq_len=space.brief.seq_len,
+        context_parallel=cp,
+    )
+    return speed.tokens_per_step == space.brief.batch * space.brief.seq_len
+
+
+def _names_for(space: _Space, layout: _Layout) -> list[StrategyName]:
+    """The strategies a layout combines with (offload is data-parallel only, see parallel.py)."""
+    if layout.split == 1:
+        return space.names
+    names = [n for n in space.names if n not in OFFLOAD_STRATEGIES]
+    return [n for n in names if n in PIPELINE_STRATEGIES] if layout.pp > 1 else names
+
+
+def _virtual_stages(space: _Space, layout: _Layout, accumulation: int) -> list[int]:
+    """The interleaving degrees v a pipeline of ``accumulation`` micro-batches can run."""
+    if layout.pp == 1:
+        return [1]
+    return [
+        v
+        for v in VIRTUAL_STAGE_CANDIDATES
+        if space.model.layers % (layout.pp * v) == 0 and (v == 1 or accumulation % layout.pp == 0)
+    ]
 
 
 def _simplest_fit(space: _Space) -> MemoryPlan:
@@ -309,6 +611,11 @@ def _simplest_fit(space: _Space) -> MemoryPlan:
                 return est
         return est  # the smallest micro batch, which does not fit either
 
+    if space.micro is not None and space.per_rank() % space.micro:
+        raise InputError(
+            "micro_batch_size",
+            f"{space.micro} must divide the per-GPU batch of {space.per_rank()} sequences",
+        )
     chosen: StrategyEstimate | None = None
     ckpt = space.ckpts[-1]
     for option in space.ckpts:
@@ -346,175 +653,323 @@ def _simplest_fit(space: _Space) -> MemoryPlan:
     )
 
 
-def _faster(a: StrategyEstimate, b: StrategyEstimate | None) -> bool:
-    """Is ``a`` faster than ``b``; on a tie, is it less model-parallel and simpler?"""
-    if b is None:
-        return True
-
-    def key(e: StrategyEstimate) -> tuple[float, int, int]:
-        return (
-            e.tokens_per_s or 0.0,
-            -e.tensor_parallel * e.pipeline_parallel,
-            -STRATEGY_ORDER.index(e.name),
-        )
-
-    return key(a) > key(b)
+def _rank(row: StrategyEstimate) -> tuple[float, int, int, int, int, int]:
+    """Sort key, best first: faster; on a tie less model-parallel, simpler, less recompute."""
+    return (
+        -(row.tokens_per_s or 0.0),
+        row.tensor_parallel * row.pipeline_parallel * row.context_parallel,
+        STRATEGY_ORDER.index(row.name),
+        RECOMPUTE_POLICIES.index(row.checkpointing),
+        row.virtual_stages,
+        -row.micro_batch_size,
+    )
 
 
-def _evaluate(
-    space: _Space, name: StrategyName, limit: float, tp: int = 1, pp: int = 1
-) -> tuple[StrategyEstimate | None, StrategyEstimate]:
-    """The fastest setup of (name, t, p) that fits with headroom, and the smallest one."""
-    best: StrategyEstimate | None = None
+def _headroom(est: StrategyEstimate, limit: float) -> bool:
+    """Fits with headroom (``fits`` is False when offloaded states overflow the node's RAM)."""
+    return est.fits and est.per_gpu_bytes.total <= limit
+
+
+def _family(
+    space: _Space, name: StrategyName, layout: _Layout, limit: float
+) -> tuple[list[StrategyEstimate], StrategyEstimate | None]:
+    """Every fitting setup of one family (with its speed), and the family's smallest setup."""
+    per_rank = _per_rank(space, layout)
+    micros = space.micro_range(per_rank)
+    fitting: list[StrategyEstimate] = []
     smallest: StrategyEstimate | None = None
-    for micro in space.micro_options(space.per_rank(tp, pp)):
-        for ckpt in space.ckpts:
-            est = space.estimate(name, micro, ckpt, tp, pp)
+    held = 0  # the largest micro-batch a lighter recompute policy already holds
+    for policy in space.policies:
+        for micro in micros:
+            if micro <= held:
+                continue
+            est = space.estimate_setup(name, micro, policy, layout)
             if smallest is None or est.per_gpu_bytes.total < smallest.per_gpu_bytes.total:
                 smallest = est
-            # fits is False when offloaded states overflow the node's CPU RAM.
-            if not est.fits or est.per_gpu_bytes.total > limit:
-                continue
-            est = space.with_speed(est)
-            if _faster(est, best):
-                best = est
-    assert smallest is not None  # micro_options is never empty: 1 divides everything
-    return best, smallest
+            if not _headroom(est, limit):
+                break  # a larger micro-batch needs more memory still
+            held = max(held, micro)
+            plain = space.with_speed(est)
+            fitting.append(plain)
+            # Interleaving is kept only where the speed model rates it faster than v = 1 (it
+            # shrinks the bubble and adds pipeline sends, Narayanan et al. 2021 sec. 2.2.2).
+            for v in _virtual_stages(space, layout, per_rank // micro)[1:]:
+                row = space.with_speed(est.model_copy(update={"virtual_stages": v}))
+                if (row.tokens_per_s or 0) > (plain.tokens_per_s or 0):
+                    fitting.append(row)
+    return fitting, smallest
 
 
-@dataclass
-class _Rows:
-    """Per strategy (or ZeRO stage under t x p): its fastest fitting setup and its smallest."""
-
-    best: dict[str, StrategyEstimate] = field(default_factory=dict)
-    smallest: dict[str, StrategyEstimate] = field(default_factory=dict)
-
-    def add(self, name: str, fit: StrategyEstimate | None, small: StrategyEstimate) -> None:
-        """Keep the fastest fitting and the smallest setup seen for ``name``."""
-        if name not in self.smallest or (
-            small.per_gpu_bytes.total < self.smallest[name].per_gpu_bytes.total
-        ):
-            self.smallest[name] = small
-        if fit is not None and _faster(fit, self.best.get(name)):
-            self.best[name] = fit
-
-    def rows(self) -> list[StrategyEstimate]:
-        """One row per name: the fastest fitting setup, else the smallest."""
-        return [self.best.get(n) or self.smallest[n] for n in self.smallest]
-
-
-def _fastest_fit(space: _Space, simplest: MemoryPlan, splits: bool | None = None) -> MemoryPlan:
-    """The speed search over the space, starting from the memory-only plan.
-
-    ``splits`` True searches only tensor x pipeline setups (pinned degrees), False only
-    data-parallel ones, None the usual: model parallelism only when nothing else fits.
-    """
+def _fastest_fit(space: _Space) -> MemoryPlan:
+    """The speed search over the whole space: prune by memory, rank by tokens/s."""
     capacity = capacity_bytes(space.hardware) or 0
     limit = (1 - MIN_HEADROOM) * capacity
-    data = _Rows()
-    for name in space.names if not splits else ():
-        data.add(name, *_evaluate(space, name, limit))
-    plain = [n for n in data.best if n not in OFFLOAD_STRATEGIES]
-    # Tensor x pipeline parallelism, only when no data-parallel setup fits without offload.
-    setups = []
-    if (splits or (splits is None and not plain)) and space.brief.task in TRAINING_TASKS:
-        tp, pp = space.pinned
-        setups = [
-            (n, t, p)
-            for n, t, p in model_parallel_setups(space.model, space.hardware, space.names)
-            if (tp is None or t == tp) and (pp is None or p == pp)
-        ]
-    split = _Rows()
-    for name, tp, pp in setups:
-        split.add(name, *_evaluate(space, name, limit, tp, pp))
-    rows = data.rows() + split.rows()
-    searched = explain.search_line(space.names, space.ckpts, setups)
+    found: list[StrategyEstimate] = []
+    smallest: dict[str, StrategyEstimate] = {}
+    for layout in space.layouts:
+        for name in _names_for(space, layout):
+            try:
+                check_model_parallel(space.model, space.hardware, name, layout.tp, layout.pp)
+            except InputError:
+                continue
+            rows, small = _family(space, name, layout, limit)
+            found += rows
+            if small is not None:
+                smallest[explain.label(small)] = small
+    if not smallest:
+        raise InputError(
+            "strategy", "no searched strategy runs with the pinned tensor/pipeline degrees"
+        )
+    found.sort(key=_rank)
+    best: dict[str, StrategyEstimate] = {}
+    for row in found:
+        best.setdefault(explain.label(row), row)
+    rows = _rows(space, best, smallest)
+    searched = _search_line(space, len(smallest), len(found))
     node_ram = explain.node_ram_text(space.hardware)
-    candidates = [data.best[n] for n in plain] or list(split.best.values())
-    candidates = candidates or list(data.best.values())
-    if not candidates:
-        why: dict[str, str] = {
-            n: explain.over(data.smallest[n], limit, capacity, node_ram)
-            for n in space.names
-            if n in data.smallest
-        }
-        why.update(
-            {
-                explain.label(r): explain.over(r, limit, capacity, node_ram, split=True)
-                for r in split.rows()
-            }
+    if not found:
+        return _nothing_fits(space, rows, smallest, limit, capacity, node_ram, searched)
+    win = found[0]
+    why_not = _why_not(win, best, smallest, limit, capacity, node_ram)
+    return _chosen_plan(space, rows, win, why_not, searched, found, best)
+
+
+def _rows(
+    space: _Space, best: dict[str, StrategyEstimate], smallest: dict[str, StrategyEstimate]
+) -> list[StrategyEstimate]:
+    """One row per data-parallel strategy, then one per strategy with model parallelism.
+
+    Each row is the fastest fitting setup of its kind, else the smallest.
+    """
+    plain = [best.get(n) or smallest[n] for n in space.names if n in smallest]
+    fitting = {id(r) for r in best.values()}
+    split: dict[str, StrategyEstimate] = {}
+    for lab, small in smallest.items():
+        if lab in space.names:
+            continue
+        row, held = best.get(lab), split.get(small.name)
+        if row is not None:
+            if held is None or id(held) not in fitting or _rank(row) < _rank(held):
+                split[small.name] = row
+        elif held is None or (
+            id(held) not in fitting and small.per_gpu_bytes.total < held.per_gpu_bytes.total
+        ):
+            split[small.name] = small
+    return plain + [split[n] for n in STRATEGY_ORDER if n in split]
+
+
+def _why_not(
+    win: StrategyEstimate,
+    best: dict[str, StrategyEstimate],
+    smallest: dict[str, StrategyEstimate],
+    limit: float,
+    capacity: int,
+    node_ram: str,
+) -> dict[str, str]:
+    """Why every other family lost: how much slower its best setup is, or by how much it misses."""
+    win_label = explain.label(win)
+    win_speed = win.tokens_per_s or 0.0
+    reasons: dict[str, str] = {}
+    for lab, small in smallest.items():
+        if lab == win_label:
+            continue
+        row = best.get(lab)
+        if row is None:
+            split = small.tensor_parallel * small.pipeline_parallel * small.context_parallel > 1
+            if explain.cpu_short(small, limit):
+                reasons[lab] = explain.no_fit(small, limit, capacity, node_ram, split=split)
+            else:
+                reasons[lab] = (
+                    f"does not fit, {small.per_gpu_bytes.total / GB:.0f} GB > {limit / GB:.0f} GB "
+                    f"usable ({capacity / GB:.0f} GB less {MIN_HEADROOM:.0%} headroom) at its "
+                    f"smallest (micro-batch {small.micro_batch_size}, "
+                    f"{small.checkpointing} recompute)"
+                )
+            continue
+        speed = row.tokens_per_s or 0.0
+        setup = f"micro-batch {row.micro_batch_size}, {row.checkpointing} recompute" + (
+            f", {row.virtual_stages} virtual stages" if row.virtual_stages > 1 else ""
         )
-        bigger = smallest_fitting(space.model, space.hardware, space.brief)
-        chosen = simplest.chosen_row
-        all_rows = [*simplest.strategies, *split.rows()]
-        return simplest.model_copy(
-            update={
-                "strategies": all_rows,
-                "why_not": why,
-                "smallest_fitting_hardware": bigger,
-                "binding": alternatives.binding(all_rows, space.hardware),
-                "fit_options": alternatives.fit_options(space.model, space.hardware, space.brief),
-                "assumptions": [
-                    explain.nothing_fits_note(bigger, MAX_NODES_SUGGESTED),
-                    searched,
-                    *simplest.assumptions,
-                ],
-                "speed": space.speeds[id(space.with_speed(chosen))] if chosen else None,
-            }
+        if speed >= win_speed:
+            reasons[lab] = (
+                f"no faster than {win_label} ({win_speed:,.0f} tokens/s), which is simpler"
+            )
+        else:
+            reasons[lab] = (
+                f"{1 - speed / win_speed:.0%} slower: {speed:,.0f} vs {win_speed:,.0f} tokens/s "
+                f"at its best ({setup})"
+            )
+    return reasons
+
+
+def _search_line(space: _Space, families: int, fitting: int) -> str:
+    """One line on what the speed search covered."""
+    tps = sorted({lay.tp for lay in space.layouts})
+    pps = sorted({lay.pp for lay in space.layouts})
+    cps = sorted({lay.cp for lay in space.layouts})
+    return (
+        f"search: {families} families (strategy x tensor {tps} x pipeline {pps} x context "
+        f"{cps}) x micro-batch x recompute {list(space.policies)} (virtual pipeline stages "
+        f"where the layers split evenly); {fitting} setups fit with {MIN_HEADROOM:.0%} memory "
+        "headroom, ranked by estimated tokens/s, offload included (chosen when it is the only "
+        "fit or predicted faster)"
+    )
+
+
+def _nothing_fits(
+    space: _Space,
+    rows: list[StrategyEstimate],
+    smallest: dict[str, StrategyEstimate],
+    limit: float,
+    capacity: int,
+    node_ram: str,
+    searched: str,
+) -> MemoryPlan:
+    """The plan when no setup fits with headroom: the smallest one, what binds, what would fit."""
+    why: dict[str, str] = {
+        lab: explain.over(
+            small,
+            limit,
+            capacity,
+            node_ram,
+            split=small.tensor_parallel * small.pipeline_parallel > 1,
         )
-    win = candidates[0]
-    for est in candidates[1:]:
-        if _faster(est, win):
-            win = est
-    fitting = {id(r) for r in [*data.best.values(), *split.best.values()]}
-    why_not = explain.why_not(rows, win, fitting, limit, capacity, node_ram)
-    return _chosen_plan(space, simplest, rows, win, why_not, searched)
+        for lab, small in smallest.items()
+    }
+    index = min(range(len(rows)), key=lambda i: rows[i].per_gpu_bytes.total)
+    chosen = rows[index] = space.with_speed(rows[index])
+    bigger = smallest_fitting(space.model, space.hardware, space.brief)
+    tp, pp = chosen.tensor_parallel, chosen.pipeline_parallel
+    per_rank = _per_rank(space, _Layout(tp, pp, chosen.context_parallel))
+    notes = [
+        explain.nothing_fits_note(bigger, MAX_NODES_SUGGESTED),
+        searched,
+        f"nothing fits: {explain.label(chosen)} has the smallest footprint "
+        f"({chosen.per_gpu_bytes.total / GB:.1f} GB per device); it does not fit either",
+        *_assumptions(space, chosen),
+    ]
+    plan = MemoryPlan(
+        strategies=rows,
+        chosen=chosen.name,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        micro_batch_size=chosen.micro_batch_size,
+        gradient_accumulation_steps=max(1, per_rank // chosen.micro_batch_size),
+        activation_checkpointing=chosen.activation_checkpointing,
+        capacity_bytes=capacity_bytes(space.hardware),
+        assumptions=notes,
+        why_not=why,
+        smallest_fitting_hardware=bigger,
+        binding=alternatives.binding(rows, space.hardware),
+        fit_options=alternatives.fit_options(space.model, space.hardware, space.brief),
+        speed=space.speeds[id(chosen)],
+    )
+    return _finish(space, plan, [])
+
+
+def _assumptions(space: _Space, win: StrategyEstimate) -> list[str]:
+    """The memory model's assumptions and how the chosen setup splits the batch."""
+    lines = [
+        a
+        for a in explain.base_assumptions(
+            space.model,
+            space.hardware,
+            space.brief,
+            space.precision,
+            space.names,
+            win,
+            checkpointing_needed=False,
+        )
+        if not a.startswith("data-parallel world size")
+    ]
+    lay = _Layout(win.tensor_parallel, win.pipeline_parallel, win.context_parallel)
+    dp = space.dp(lay)
+    lines.append(
+        explain.batch_line(
+            space.brief, win.micro_batch_size, _per_rank(space, lay), dp, lay.tp, lay.pp
+        )
+    )
+    if lay.cp > 1:
+        lines.append(
+            f"context parallel {lay.cp}: each sequence of {space.brief.seq_len} tokens is split "
+            f"over {lay.cp} GPUs (activations of {space.brief.seq_len // lay.cp} tokens per GPU; "
+            "Megatron-Core context parallelism)"
+        )
+    if win.checkpointing != "none":
+        lines.append(
+            f"recompute {win.checkpointing}"
+            + (
+                " (only the attention core is re-run, Korthikanti et al. 2022 sec. 5)"
+                if win.checkpointing == "selective"
+                else " (every layer's forward is re-run in backward)"
+            )
+        )
+    if win.virtual_stages > 1:
+        lines.append(
+            f"interleaved pipeline: {win.virtual_stages} virtual stages per GPU (Narayanan et "
+            "al. 2021 sec. 2.2.2); memory counts the 1F1B in-flight micro-batches"
+        )
+    return lines
 
 
 def _chosen_plan(
     space: _Space,
-    simplest: MemoryPlan,
     rows: list[StrategyEstimate],
     win: StrategyEstimate,
     why_not: dict[str, str],
     searched: str,
+    found: list[StrategyEstimate],
+    best: dict[str, StrategyEstimate],
 ) -> MemoryPlan:
-    """The plan for the winning setup: its rows, batch split, assumptions and speed."""
+    """The plan for the winning setup: its rows, batch split, assumptions, speed, candidates."""
     tp, pp = win.tensor_parallel, win.pipeline_parallel
-    dp = space.hardware.world_size // (tp * pp)
-    per_rank = space.brief.batch // dp
-    if tp * pp > 1:
-        # The chosen setup goes first among the rows of its name, where a reader that looks
-        # the choice up by name alone finds it.
-        rows.remove(win)
-        names = list(space.names)
-        rows.insert(names.index(win.name) if win.name in names else len(names), win)
-    assumptions = [
-        a
-        for a in simplest.assumptions
-        if not a.startswith(("data-parallel world size", "activation checkpointing is needed"))
-    ]
-    assumptions.insert(0, searched)
-    if tp * pp > 1:
-        assumptions.insert(
-            1,
-            f"no data-parallel strategy fits without offload, not even ZeRO-3: "
-            f"{explain.label(win)} (tensor {tp} x pipeline {pp} x data {dp}) fits and is "
-            "preferred to offload",
+    lay = _Layout(tp, pp, win.context_parallel)
+    dp = space.dp(lay)
+    per_rank = _per_rank(space, lay)
+    # The chosen setup goes first among the rows of its name, where a reader that looks the
+    # choice up by name alone finds it.
+    rows = [r for r in rows if not (r.name == win.name and explain.label(r) == explain.label(win))]
+    names = list(space.names)
+    rows.insert(names.index(win.name) if win.name in names else len(names), win)
+    assumptions = [*space.notes, searched]
+    if tp * pp * lay.cp > 1:
+        assumptions.append(
+            f"{explain.label(win)} (tensor {tp} x pipeline {pp} x data {dp}"
+            + (f" x context {lay.cp}" if lay.cp > 1 else "")
+            + ") is the fastest setup that fits"
         )
         assumptions.append(explain.MEGATRON_NOTE)
-    assumptions.append(explain.batch_line(space.brief, win.micro_batch_size, per_rank, dp, tp, pp))
-    return simplest.model_copy(
+    assumptions += _assumptions(space, win)
+    top = found[:TOP_CANDIDATES]
+    shown = {id(r) for r in top}
+    candidates = top + [r for r in best.values() if id(r) not in shown]
+    plan = MemoryPlan(
+        strategies=rows,
+        chosen=win.name,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        micro_batch_size=win.micro_batch_size,
+        gradient_accumulation_steps=per_rank // win.micro_batch_size,
+        activation_checkpointing=win.activation_checkpointing,
+        capacity_bytes=capacity_bytes(space.hardware),
+        assumptions=assumptions,
+        why_not=why_not,
+        speed=space.speeds[id(win)],
+    )
+    return _finish(space, plan, candidates, win)
+
+
+def _finish(
+    space: _Space,
+    plan: MemoryPlan,
+    candidates: list[StrategyEstimate],
+    win: StrategyEstimate | None = None,
+) -> MemoryPlan:
+    """The plan with its ``setup`` (the chosen row) and ``candidates`` in the contract's form."""
+    row = win or plan.chosen_row
+    return plan.model_copy(
         update={
-            "strategies": rows,
-            "chosen": win.name,
-            "tensor_parallel": tp,
-            "pipeline_parallel": pp,
-            "micro_batch_size": win.micro_batch_size,
-            "gradient_accumulation_steps": per_rank // win.micro_batch_size,
-            "activation_checkpointing": win.activation_checkpointing,
-            "assumptions": assumptions,
-            "why_not": why_not,
-            "speed": space.speeds[id(win)],
+            "setup": space.candidate(row) if row is not None else None,
+            "candidates": [space.candidate(r) for r in candidates],
         }
     )
