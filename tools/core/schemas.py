@@ -298,6 +298,9 @@ class SpeedEstimate(BaseModel):
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     data_parallel: int = 1
+    context_parallel: int = 1
+    virtual_stages: int = 1
+    recompute: str = Field(default="none", description="none, selective or full recomputation")
     tp_comm_time_s: float = Field(default=0.0, description="tensor-parallel collectives, exposed")
     pp_comm_time_s: float = Field(default=0.0, description="pipeline sends and receives, exposed")
     bubble_fraction: float = Field(default=0.0, description="(p-1)/(m+p-1) of the step idle")
