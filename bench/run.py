@@ -9,7 +9,10 @@ Sections (each also importable from its module):
   ranks (bench/choice_grid.py, bench/grid_train.py);
 - latency: CLI cold start, an offline plan, a batch of briefs, heavy imports (bench/latency.py);
 - overhead: our smoke run vs a minimal DeepSpeed script (bench/overhead.py, which runs
-  bench/smoke_overhead.py).
+  bench/smoke_overhead.py);
+- published: the speed model's tokens/s per GPU vs published throughputs (llm-foundry,
+  torchtitan, Megatron-LM) in ../shared/published or $TRAINWRIGHT_PUBLISHED, per source and
+  fit/held-out split (bench/published.py); skipped when the folder is absent.
 
 ``--quick`` (``make bench-quick``) runs fewer cases, steps and repeats, under 5 minutes on a
 quiet 2-core machine; ``--full`` (``make bench``) more of each, roughly 10-20 minutes.
@@ -35,7 +38,7 @@ if str(ROOT) not in sys.path:
 from bench.common import load_average, machine_info  # noqa: E402
 
 SECTIONS = ("memory_grid", "planner_cases", "memory_gpu", "memory_smoke", "choice", "latency",
-            "overhead")  # fmt: skip
+            "overhead", "published")  # fmt: skip
 GIB = 2**30
 
 
@@ -94,6 +97,12 @@ def _overhead(quick: bool) -> dict[str, Any]:
     return measure(1 if quick else 3)
 
 
+def _published(quick: bool) -> dict[str, Any]:
+    from bench.published import measure
+
+    return measure()
+
+
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "memory_grid": _memory_grid,
     "planner_cases": _planner_cases,
@@ -102,6 +111,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "choice": _choice,
     "latency": _latency,
     "overhead": _overhead,
+    "published": _published,
 }
 
 
@@ -270,7 +280,72 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"{_s(o['smoke_median_s'])} vs {_s(o['minimal_median_s'])} ({o['ratio']:.2f}x)",
             f"median of {o['repeats']} interleaved pair(s) after a warm-up pair, whole commands",
         ))  # fmt: skip
+    if "published" in sec:
+        p = sec["published"]
+        if "skipped" in p:
+            rows.append(("Speed model vs published throughputs", "skipped", p["skipped"]))
+        else:
+            held = p["errors"].get("held-out", p["errors"][p["split"]])["all"]
+            rank = p["ranking"].get("held-out", p["ranking"][p["split"]])
+            rows.append((
+                "Speed model vs published throughputs (held-out rows, tokens/s per GPU)",
+                f"median abs error {_apct(held.get('median_abs_error'))}, "
+                f"{_apct(held.get('within_20pct'))} within 20%, {held.get('off_by_2x', 0)} off "
+                f"by 2x or more ({held['n']} rows); pick >= 95% of best in "
+                f"{_apct(rank['share_pick_within_5pct'])} of {rank['n_grids']} grid(s)",
+                f"bench/published.py, {p['rows']} published rows, each row's setup pinned",
+            ))  # fmt: skip
     return rows
+
+
+def _published_lines(p: dict[str, Any]) -> list[str]:
+    """Section 5: the published-throughput validation (aggregates only)."""
+    lines = ["", "## 5. Speed model vs published throughputs", ""]
+    if "skipped" in p:
+        return [*lines, f"Skipped: {p['skipped']}."]
+    lines += [
+        f"{p['what']}. `python bench/published.py [--split fit|held-out|all] [--json FILE]`; "
+        f"split: {p['split_rule']}. Ratio = predicted / measured. Measured values read as: "
+        + ", ".join(f"{how} {n}" for how, n in p.get("measured_from", {}).items())
+        + ".",
+        "",
+        "| split | source | rows | skipped | median abs error | within 10% | within 20% | "
+        "off by 2x+ | worst over | worst under |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for split, by_source in p["errors"].items():
+        for source, s in by_source.items():
+            over, under = s.get("worst_over"), s.get("worst_under")
+            lines.append(
+                f"| {split} | {source} | {s['n']} | {s['n_skipped']} | "
+                f"{_apct(s.get('median_abs_error'))} | {_apct(s.get('within_10pct'))} | "
+                f"{_apct(s.get('within_20pct'))} | {s.get('off_by_2x', '-')} | "
+                f"{'-' if over is None else f'{over:.2f}'} | "
+                f"{'-' if under is None else f'{under:.2f}'} |"
+            )
+    last = p["errors"][list(p["errors"])[-1]]["all"]["skip_reasons"]
+    if last:
+        lines += ["", "Skipped rows by reason:", ""]
+        lines += [f"- {n}: {reason}" for reason, n in last.items()]
+    lines += [
+        "",
+        "Ranking: in each grid (strict: same source, model, GPU, GPU count, sequence and "
+        "precision, at least two setups; loose: GPU count and sequence may differ), the "
+        "measured throughput of the row the model predicts fastest over the best measured one.",
+        "",
+        "| grouping | split | grids | pick >= 95% of best | median pick / best | median Spearman |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind, key in (("strict", "ranking"), ("loose", "ranking_loose")):
+        for split, r in p.get(key, {}).items():
+            rho = r["median_spearman"]
+            best = r["median_pick_over_best"]
+            lines.append(
+                f"| {kind} | {split} | {r['n_grids']} | {_apct(r['share_pick_within_5pct'])} | "
+                f"{'-' if best is None else f'{best:.2f}'} | "
+                f"{'-' if rho is None else f'{rho:+.2f}'} |"
+            )
+    return lines
 
 
 def render_markdown(results: dict[str, Any]) -> str:
@@ -492,6 +567,8 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{', '.join(_s(x) for x in o['minimal_s'])} |",
             f"| ratio | {o['ratio']:.2f} | |",
         ]
+    if "published" in sec:
+        lines += _published_lines(sec["published"])
     lines += [
         "",
         "## Where the bench time goes",

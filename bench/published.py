@@ -1,0 +1,739 @@
+"""The speed model against published training throughputs: ``python bench/published.py``.
+
+Reads ``throughput.tsv`` of the published-measurements folder (``../shared/published`` from
+the repository root, or ``TRAINWRIGHT_PUBLISHED=DIR``), turns each row into the inputs the
+planner would have (a model built from the row's architecture columns, the catalog GPU, the
+row's setup) and calls ``tools.planning.speed.estimate_speed`` for exactly that setup, pinned,
+no search. The prediction is compared with the row's measured tokens/s per GPU.
+
+Nothing of the published data is stored: ``--json FILE`` writes aggregates only (counts,
+medians, shares), and the per-row ratios go to stdout. The folder's README lists the caveats
+(MFU definitions, torchtitan's 500 W H100s, FP8 rows); the mapping below follows them.
+
+Calibration split: a row is ``fit`` when ``int(sha256(row_id), 16) % 4 == 0`` and ``held-out``
+otherwise. The rule depends on the row id alone, so it is the same on every run and on every
+machine, whatever rows are added; the speed model's free constants may be fitted on the
+``fit`` rows only (``fit_rows()``), and its accuracy is quoted on ``held_out_rows()``.
+
+Exit codes: 0 (also when the folder is absent: one line says so), 2 for bad input (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import math
+import os
+import re
+import statistics
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools.core.errors import InputError, one_line  # noqa: E402
+from tools.core.schemas import HardwareSpec, ModelSpec, SpeedEstimate  # noqa: E402
+
+ENV_VAR = "TRAINWRIGHT_PUBLISHED"
+DEFAULT_DIR = ROOT.parent / "shared" / "published"
+TSV = "throughput.tsv"
+SPLITS = ("fit", "held-out", "all")
+# The share of rows the fit split takes: one in FIT_MODULUS row ids (by hash, not by order).
+FIT_MODULUS = 4
+# The columns the mapping reads; a file without them is not this layout (exit 2).
+REQUIRED_COLUMNS = (
+    "row_id", "source", "framework", "model", "n_layers", "hidden", "n_heads", "n_kv_heads",
+    "ffn_hidden", "vocab", "seq_len", "gpu", "n_gpus", "dp", "dp_sharding", "tp", "pp", "vpp",
+    "cp", "act_ckpt", "micro_batch", "grad_accum", "global_batch_seqs", "precision",
+    "tokens_per_s_total", "tokens_per_s_per_gpu", "samples_per_s",
+)  # fmt: skip
+GPUS_PER_NODE = 8  # HGX/DGX A100, H100, H200, B200 nodes hold 8 GPUs (NVIDIA DGX datasheets)
+# Megatron-LM 2021 ran on Selene: 8 x 200 Gb/s HDR InfiniBand per DGX A100 node (Narayanan et
+# al. 2021, arXiv:2104.04473 sec. 5: eight Mellanox 200 Gb/s HDR InfiniBand HCAs per node).
+SELENE_NICS, SELENE_NIC_GBPS = 8, 200.0
+WITHIN = (0.10, 0.20)
+RANK_OK = 0.95  # a grid's pick counts as good when it reaches 95% of the best measured
+
+Row = dict[str, str]
+
+
+@dataclass
+class Case:
+    """One published row turned into the speed model's inputs, and the measured answer."""
+
+    row_id: str
+    source: str
+    split: str
+    model: ModelSpec
+    hardware: HardwareSpec
+    setup: dict[str, Any]
+    measured: float
+    measured_how: str
+    grid: tuple[str, ...]
+    notes: list[str] = field(default_factory=list)
+    predicted: float | None = None
+
+    @property
+    def ratio(self) -> float:
+        """Predicted / measured tokens/s per GPU."""
+        assert self.predicted is not None
+        return self.predicted / self.measured
+
+
+@dataclass
+class Skip:
+    """A row the bench cannot compare, and why."""
+
+    row_id: str
+    source: str
+    split: str
+    reason: str
+
+
+class _Skipped(Exception):
+    """Raised inside the mapping; becomes a Skip with this reason."""
+
+
+# --- the folder, the split --------------------------------------------------------------------
+
+
+def published_dir() -> Path:
+    """``$TRAINWRIGHT_PUBLISHED`` when set, else ``../shared/published`` from the repository."""
+    env = os.environ.get(ENV_VAR, "").strip()
+    return Path(env) if env else DEFAULT_DIR
+
+
+def read_rows(folder: Path | None = None) -> list[Row]:
+    """The rows of ``throughput.tsv``; InputError when the file is missing or not this layout."""
+    path = (folder or published_dir()) / TSV
+    if not path.is_file():
+        raise InputError(ENV_VAR, f"no {TSV} in {path.parent}")
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh, delimiter="\t")
+        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InputError(ENV_VAR, f"{path} lacks the column(s) {', '.join(missing)}")
+        rows = [{k: (v or "").strip() for k, v in r.items() if k is not None} for r in reader]
+    ids = Counter(r["row_id"] for r in rows)
+    dup = [i for i, n in ids.items() if n > 1 or not i]
+    if dup:
+        raise InputError(ENV_VAR, f"{path}: row_id empty or repeated ({', '.join(dup[:3])})")
+    return rows
+
+
+def split_of(row_id: str) -> str:
+    """``fit`` when sha256(row_id) mod 4 == 0, else ``held-out``: fixed by the id alone."""
+    digest = int(hashlib.sha256(row_id.encode("utf-8")).hexdigest(), 16)
+    return "fit" if digest % FIT_MODULUS == 0 else "held-out"
+
+
+def fit_rows(folder: Path | None = None) -> list[Row]:
+    """The rows the speed model's free constants may be fitted on."""
+    return [r for r in read_rows(folder) if split_of(r["row_id"]) == "fit"]
+
+
+def held_out_rows(folder: Path | None = None) -> list[Row]:
+    """The rows accuracy is quoted on (never used for fitting)."""
+    return [r for r in read_rows(folder) if split_of(r["row_id"]) == "held-out"]
+
+
+def check_split(split: str) -> str:
+    """fit, held-out or all; InputError otherwise."""
+    if split not in SPLITS:
+        raise InputError("split", f"use one of {', '.join(SPLITS)}, got {split!r}")
+    return split
+
+
+# --- row -> inputs ----------------------------------------------------------------------------
+
+
+def source_of(row: Row) -> str:
+    """llm-foundry, torchtitan or Megatron-LM: the repository the row's ``source`` names."""
+    repo = row["source"].split("@")[0].split(":")[0].strip()
+    return repo.split("/")[-1] if "/" in repo else repo or "unknown"
+
+
+def _int(cell: str, what: str, *, required: bool = True) -> int | None:
+    """The leading whole number of a cell ("8192 (toml default)", "local bs 8")."""
+    match = re.match(r"^\s*(?:local bs\s*)?(\d[\d,]*)", cell or "")
+    if match is None:
+        if required:
+            raise _Skipped(f"{what} not stated as a number")
+        return None
+    return int(match[1].replace(",", ""))
+
+
+def _need(cell: str, what: str) -> int:
+    """The leading whole number of a cell; the row is skipped without one."""
+    value = _int(cell, what)
+    assert value is not None  # _int raised otherwise
+    return value
+
+
+def _opt(cell: str, what: str, default: int = 1) -> int:
+    """The cell's whole number, ``default`` when the cell is empty."""
+    return _need(cell, what) if cell else default
+
+
+def _float(cell: str) -> float | None:
+    match = re.match(r"^\s*(\d[\d,]*(?:\.\d+)?)", cell or "")
+    return float(match[1].replace(",", "")) if match else None
+
+
+def _family(row: Row) -> str:
+    """The HF model_type each source's models are.
+
+    llm-foundry benchmarks MPT (GPT-style, ALiBi, 4h GELU MLP; the folder's README);
+    torchtitan Llama 3 (gated SiLU MLP, GQA; torchtitan/models/llama3); Megatron-LM 2021
+    GPT (4h GELU MLP, learned positions; Narayanan et al. 2021 sec. 5).
+    """
+    source = source_of(row)
+    if source == "llm-foundry":
+        return "mpt"
+    if source == "torchtitan" and row["model"].lower().startswith("llama"):
+        return "llama"
+    if source == "Megatron-LM":
+        return "gpt2"
+    raise _Skipped("model family not known for this source (only MPT, Llama, GPT are mapped)")
+
+
+def model_config(row: Row) -> dict[str, Any]:
+    """A Hugging Face config dict of the row's family, from its architecture columns only."""
+    family = _family(row)
+    need = ["n_layers", "hidden", "n_heads", "vocab"] + (
+        ["ffn_hidden"] if family == "llama" else []
+    )
+    missing = [c for c in need if _int(row[c], c, required=False) is None]
+    if missing:
+        raise _Skipped(f"architecture columns empty ({', '.join(missing)})")
+    layers, hidden, heads, vocab = (_need(row[c], c) for c in need[:4])
+    if family == "mpt":
+        ffn = _int(row["ffn_hidden"], "ffn_hidden", required=False) or 4 * hidden
+        if ffn % hidden:
+            raise _Skipped("MPT ffn_hidden is not a whole multiple of hidden")
+        # transformers' MptConfig: ALiBi attention (no position table), expansion_ratio x d_model
+        # GELU MLP, no biases, tied embeddings (llm-foundry mpt-*.yaml defaults). Positions are
+        # ALiBi, so max_seq_len does not change the count and is fixed to share one count.
+        return {
+            "model_type": "mpt",
+            "d_model": hidden,
+            "n_heads": heads,
+            "n_layers": layers,
+            "expansion_ratio": ffn // hidden,
+            "max_seq_len": 2048,
+            "vocab_size": vocab,
+            "no_bias": True,
+            "attn_config": {"alibi": True},
+        }
+    if family == "llama":
+        from tools.research.architectures import llama_config
+
+        kv = _int(row["n_kv_heads"], "n_kv_heads", required=False) or heads
+        ffn = _need(row["ffn_hidden"], "ffn_hidden")
+        # RoPE: max_position_embeddings does not change the count; Llama 3.1's 131072
+        # (meta-llama/Llama-3.1-8B config.json) keeps one count per architecture.
+        config = llama_config(layers, hidden, heads, kv, vocab, ffn, 131072)
+        config["rope_theta"] = 500000.0  # Llama 3 (Grattafiori et al. 2024, Table 3)
+        return config
+    # GPT-2 style (Megatron-LM's GPT): learned positions for the row's sequence, 4h GELU MLP.
+    return {
+        "model_type": "gpt2",
+        "n_embd": hidden,
+        "n_head": heads,
+        "n_layer": layers,
+        "n_positions": _int(row["seq_len"], "seq_len"),
+        "vocab_size": vocab,
+    }
+
+
+def build_model(row: Row) -> ModelSpec:
+    """The row's architecture as the planner sees a model (counted on meta by transformers)."""
+    from tools.research.model_catalog import lookup_model
+
+    seq = _need(row["seq_len"], "seq_len")
+    config = model_config(row)
+    try:
+        spec = lookup_model(config, seq)
+    except InputError as exc:
+        raise _Skipped(f"model not buildable: {exc.field}") from None
+    return spec.model_copy(update={"name": row["model"] or spec.name})
+
+
+# (substring of the lower-cased gpu cell, catalog id, note); the first match wins.
+GPU_RULES: tuple[tuple[str, str, str], ...] = (
+    ("h100_80gb", "H100-80GB", ""),
+    ("a100_40gb", "A100-40GB", ""),
+    ("a100_80gb", "A100-80GB", ""),
+    (
+        "h100 sxm 9",
+        "H100-80GB",
+        "96/95 GB HBM2e H100s at a 500 W cap run lower clocks than the SXM5 80 GB datasheet "
+        "(the folder's README); the catalog H100 is used, no derate invented",
+    ),
+    ("a100 80gb", "A100-80GB", ""),
+    ("h200", "H200", ""),
+    ("b200", "B200", "power-limited B200: the catalog B200 datasheet figures are used"),
+    ("blackwell", "B200", "Blackwell part not named: the catalog B200 is assumed"),
+)
+
+
+def build_hardware(row: Row) -> tuple[HardwareSpec, list[str]]:
+    """The catalog GPU, nodes of 8 (fewer GPUs: one node); Selene's network for Megatron-LM."""
+    from tools.research.hardware import parse_hardware
+
+    cell = row["gpu"].lower()
+    rule = next((r for r in GPU_RULES if r[0] in cell), None)
+    if rule is None:
+        raise _Skipped("GPU not mapped to the catalog")
+    n = _need(row["n_gpus"], "n_gpus")
+    if n < 1:
+        raise _Skipped("n_gpus not stated as a number")
+    if n > GPUS_PER_NODE and n % GPUS_PER_NODE:
+        raise _Skipped("n_gpus is not whole nodes of 8")
+    nodes, per_node = (n // GPUS_PER_NODE, GPUS_PER_NODE) if n >= GPUS_PER_NODE else (1, n)
+    hw = parse_hardware(f"{nodes}x{per_node}x{rule[1]}")
+    notes = [rule[2]] if rule[2] else []
+    if source_of(row) == "Megatron-LM":
+        hw = hw.model_copy(update={"nics_per_node": SELENE_NICS, "nic_gbps": SELENE_NIC_GBPS})
+        notes.append("network: Selene, 8 x 200 Gb/s HDR InfiniBand per node (the paper)")
+    return hw, notes
+
+
+def strategy_of(row: Row) -> str:
+    """FULL_SHARD / FSDP2 -> zero3, SHARD_GRAD_OP -> zero2, DDP (and Megatron-LM) -> ddp."""
+    cell = row["dp_sharding"].upper()
+    if "SHARD_GRAD_OP" in cell:
+        return "zero2"
+    if "FULL_SHARD" in cell or cell.startswith("FSDP2"):
+        return "zero3"
+    if cell.startswith("DDP") or (not cell and source_of(row) == "Megatron-LM"):
+        return "ddp"
+    raise _Skipped("dp_sharding not mapped to a strategy")
+
+
+# The recompute policy when the row leaves act_ckpt empty, and why.
+DEFAULT_RECOMPUTE = {
+    # torchtitan/models/llama3/train_configs/llama3_8b.toml: [activation_checkpoint]
+    # mode = "selective", selective_ac_option = "op".
+    "torchtitan": ("selective", "torchtitan's llama3 toml default is selective (per-op) AC"),
+    # Narayanan et al. 2021 (sec. 3.5, and the rows' notes): activation recomputation on.
+    "Megatron-LM": ("full", "Megatron-LM 2021 recomputes activations in every run (the paper)"),
+}
+
+
+def recompute_of(row: Row) -> tuple[str, str]:
+    """The recompute policy (none, selective, full) from act_ckpt; empty: the framework's default, with the reason."""
+    cell = row["act_ckpt"].lower()
+    if cell in ("none", "full"):
+        return cell, ""
+    if cell.startswith("selective"):
+        return "selective", ""
+    if not cell and source_of(row) in DEFAULT_RECOMPUTE:
+        return DEFAULT_RECOMPUTE[source_of(row)]
+    raise _Skipped("act_ckpt not mapped to a recompute policy")
+
+
+LOW_PRECISION = ("fp8", "float8", "fp4", "mxfp", "nvfp")
+
+
+def precision_of(row: Row) -> str:
+    """bf16 or fp16; FP8/FP4 rows are skipped (knowledge/gpus.yaml has no fp8 peaks)."""
+    cell = row["precision"].lower()
+    if any(w in cell for w in LOW_PRECISION):
+        raise _Skipped(
+            "low precision (fp8/fp4): knowledge/gpus.yaml has no fp8 peak and the speed model "
+            "no fp8 path"
+        )
+    if "fp16" in cell and "bf16" not in cell:
+        return "fp16"
+    if "bf16" in cell or "bfloat16" in cell:
+        return "bf16"
+    raise _Skipped("precision not mapped (bf16/fp16 only)")
+
+
+# torchtitan's JobConfig: parallelism.pipeline_parallel_microbatch_size = 1, so a pipeline's
+# local batch runs as that many micro-batches of one sequence (torchtitan/config/job_config.py).
+TORCHTITAN_PP_MICROBATCH = 1
+
+
+def setup_of(row: Row) -> tuple[dict[str, Any], list[str]]:
+    """estimate_speed's setup keywords from the row's parallelism and batch columns."""
+    notes: list[str] = []
+    n = _need(row["n_gpus"], "n_gpus")
+    tp = _opt(row["tp"], "tp")
+    pp = _opt(row["pp"], "pp")
+    cp = _opt(row["cp"], "cp")
+    vpp = _opt(row["vpp"], "vpp")
+    if n % (tp * pp * cp):
+        raise _Skipped("n_gpus does not divide by tp x pp x cp")
+    dp = _int(row["dp"], "dp", required=False) or n // (tp * pp * cp)
+    if dp * tp * pp * cp != n:
+        raise _Skipped("dp x tp x pp x cp != n_gpus")
+    micro = _need(row["micro_batch"], "micro_batch")
+    accum = _int(row["grad_accum"], "grad_accum", required=False)
+    if accum is None:
+        gbs = _int(row["global_batch_seqs"], "global_batch_seqs", required=False)
+        if gbs is not None:
+            if gbs % (micro * dp):
+                raise _Skipped("global_batch_seqs does not divide by micro_batch x dp")
+            accum = gbs // (micro * dp)
+            notes.append("grad_accum = global_batch_seqs / (micro_batch x dp)")
+        elif source_of(row) == "torchtitan":
+            accum = 1  # torchtitan steps once per local batch unless gradient accumulation is set
+            notes.append("grad_accum 1 (torchtitan's default: none)")
+        else:
+            raise _Skipped("grad_accum not stated and no global batch to derive it")
+    if pp > 1 and source_of(row) == "torchtitan":
+        # The local batch is split into pipeline micro-batches of the default size.
+        accum = accum * micro // TORCHTITAN_PP_MICROBATCH
+        micro = TORCHTITAN_PP_MICROBATCH
+        notes.append("pipeline micro-batch 1 (torchtitan default), local batch = micro-batches")
+    if micro < 1 or accum < 1:
+        raise _Skipped("micro_batch or grad_accum below 1")
+    recompute, why = recompute_of(row)
+    if why:
+        notes.append(f"recompute {recompute}: {why}")
+    setup = {
+        "strategy": strategy_of(row),
+        "micro_batch_size": micro,
+        "gradient_accumulation_steps": accum,
+        "precision": precision_of(row),
+        "seq_len": _need(row["seq_len"], "seq_len"),
+        "tensor_parallel": tp,
+        "pipeline_parallel": pp,
+        "virtual_stages": vpp,
+        "context_parallel": cp,
+        "recompute": recompute,
+    }
+    return setup, notes
+
+
+def megatron_tokens_per_s(row: Row, tflops: float) -> float:
+    """Tokens/s per GPU from achieved TFLOP/s, by the paper's FLOP count with recomputation.
+
+    Narayanan et al. 2021 (arXiv:2104.04473) eq. 3: F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))
+    FLOPs per iteration of B sequences of s tokens, so per token F / (B s).
+    """
+    s, layers, h, v = (_need(row[c], c) for c in ("seq_len", "n_layers", "hidden", "vocab"))
+    per_token = 96 * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    return tflops * 1e12 / per_token
+
+
+def measured_of(row: Row) -> tuple[float, str]:
+    """The measured tokens/s per GPU and how it was read (derived ones say so)."""
+    n = _need(row["n_gpus"], "n_gpus")
+    per_gpu = _float(row["tokens_per_s_per_gpu"])
+    if per_gpu:
+        derived = "(derived)" in row["tokens_per_s_per_gpu"]
+        return per_gpu, "tokens_per_s_per_gpu" + (" (derived)" if derived else "")
+    total = _float(row["tokens_per_s_total"])
+    if total:
+        return total / n, "tokens_per_s_total / n_gpus (derived)"
+    samples = _float(row["samples_per_s"])
+    seq = _int(row["seq_len"], "seq_len", required=False)
+    if samples and seq:
+        return samples * seq / n, "samples_per_s x seq_len / n_gpus (derived)"
+    tflops = _float(row.get("tflops_per_gpu", ""))
+    if tflops and source_of(row) == "Megatron-LM":
+        return megatron_tokens_per_s(row, tflops), "tflops_per_gpu / paper eq. 3 FLOPs (derived)"
+    raise _Skipped("no measured throughput in the row")
+
+
+def precision_group(row: Row) -> str:
+    """The precision a grid is kept within."""
+    cell = row["precision"].lower()
+    if any(w in cell for w in LOW_PRECISION):
+        return "low"
+    return "fp16" if "fp16" in cell and "bf16" not in cell else "bf16"
+
+
+def map_row(row: Row) -> Case | Skip:
+    """The row's inputs and measured value, or why it cannot be compared."""
+    source, split = source_of(row), split_of(row["row_id"])
+    try:
+        if row.get("model_type", "dense").lower() == "moe":
+            raise _Skipped("mixture of experts: expert parallel routing not in the columns")
+        precision_of(row)  # a low-precision row is skipped before any model is built
+        setup, notes = setup_of(row)
+        measured, how = measured_of(row)
+        hardware, hw_notes = build_hardware(row)
+        model = build_model(row)
+    except _Skipped as exc:
+        return Skip(row["row_id"], source, split, str(exc))
+    grid = (source, row["model"], row["gpu"], row["n_gpus"], str(setup["seq_len"]),
+            precision_group(row))  # fmt: skip
+    return Case(row["row_id"], source, split, model, hardware, setup, measured, how, grid,
+                notes + hw_notes)  # fmt: skip
+
+
+Estimator = Callable[..., SpeedEstimate]
+
+
+def predict(case: Case, estimator: Estimator | None = None) -> Case | Skip:
+    """Call the speed model for the case's pinned setup; tokens/s per GPU into ``predicted``."""
+    if estimator is None:
+        from tools.planning.speed import estimate_speed
+
+        estimator = estimate_speed
+    kwargs = dict(case.setup)
+    strategy = kwargs.pop("strategy")
+    try:
+        est = estimator(case.model, case.hardware, strategy, **kwargs)
+    except InputError as exc:
+        return Skip(case.row_id, case.source, case.split, f"speed model refused: {exc.field}")
+    if not est.tokens_per_s:
+        return Skip(case.row_id, case.source, case.split, "speed model gave no tokens/s")
+    case.predicted = est.tokens_per_s / case.hardware.world_size
+    return case
+
+
+# --- the figures ------------------------------------------------------------------------------
+
+
+def error_stats(cases: list[Case]) -> dict[str, Any]:
+    """Median absolute error, worst ratio both ways, shares within 10/20%, count off by 2x."""
+    if not cases:
+        return {"n": 0}
+    ratios = [c.ratio for c in cases]
+    errors = [abs(r - 1) for r in ratios]
+    return {
+        "n": len(cases),
+        "median_abs_error": statistics.median(errors),
+        "worst_over": max(ratios),  # predicted / measured, the most optimistic row
+        "worst_under": min(ratios),  # the most pessimistic
+        "within_10pct": sum(e <= WITHIN[0] for e in errors) / len(errors),
+        "within_20pct": sum(e <= WITHIN[1] for e in errors) / len(errors),
+        "off_by_2x": sum(r >= 2 or r <= 0.5 for r in ratios),
+    }
+
+
+def _ranks(values: list[float]) -> list[float]:
+    """1-based ranks, ties averaged."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(xs: list[float], ys: list[float]) -> float | None:
+    """Spearman's rank correlation (Pearson on average ranks); None when one side is constant."""
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    sx = math.sqrt(sum((a - mx) ** 2 for a in rx))
+    sy = math.sqrt(sum((b - my) ** 2 for b in ry))
+    if sx == 0 or sy == 0:
+        return None
+    return sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True)) / (sx * sy)
+
+
+def _setup_key(case: Case) -> tuple[Any, ...]:
+    return tuple(sorted(case.setup.items()))
+
+
+def loose_grid(case: Case) -> tuple[str, ...]:
+    """Same source, model, GPU and precision; the GPU count and sequence length may differ."""
+    return case.grid[:3] + case.grid[5:]
+
+
+def ranking(
+    cases: list[Case], key: Callable[[Case], tuple[str, ...]] | None = None
+) -> dict[str, Any]:
+    """Grids of one source, model, GPU, GPU count, sequence and precision, with >= 2 setups.
+
+    Per grid: the measured throughput of the row the model predicts fastest over the best
+    measured one, and Spearman's rank correlation of predicted vs measured. ``key`` groups
+    otherwise (``loose_grid``: tokens/s per GPU across cluster sizes and sequence lengths).
+    """
+    grids: dict[tuple[str, ...], list[Case]] = defaultdict(list)
+    for case in cases:
+        grids[key(case) if key else case.grid].append(case)
+    picks: list[float] = []
+    rhos: list[float] = []
+    by_source: dict[str, int] = Counter()
+    for members in grids.values():
+        if len({_setup_key(c) for c in members}) < 2:
+            continue
+        by_source[members[0].source] += 1
+        pick = max(members, key=lambda c: c.predicted or 0.0)
+        picks.append(pick.measured / max(c.measured for c in members))
+        rho = spearman([c.predicted or 0.0 for c in members], [c.measured for c in members])
+        if rho is not None:
+            rhos.append(rho)
+    return {
+        "n_grids": len(picks),
+        "grids_by_source": dict(by_source),
+        "share_pick_within_5pct": (sum(p >= RANK_OK for p in picks) / len(picks))
+        if picks
+        else None,
+        "median_pick_over_best": statistics.median(picks) if picks else None,
+        "median_spearman": statistics.median(rhos) if rhos else None,
+        "n_spearman": len(rhos),
+    }
+
+
+def evaluate(
+    rows: Iterable[Row], split: str = "all", estimator: Estimator | None = None
+) -> dict[str, Any]:
+    """Map, predict and aggregate the rows of ``split``; per-row results under ``_cases``."""
+    check_split(split)
+    chosen = [r for r in rows if split == "all" or split_of(r["row_id"]) == split]
+    done: list[Case] = []
+    skipped: list[Skip] = []
+    for row in chosen:
+        mapped = map_row(row)
+        if isinstance(mapped, Case):
+            mapped = predict(mapped, estimator)
+        (done if isinstance(mapped, Case) else skipped).append(mapped)  # type: ignore[arg-type]
+    splits = ["fit", "held-out", "all"] if split == "all" else [split]
+    sources = sorted({source_of(r) for r in chosen})
+    groups: dict[str, dict[str, Any]] = {}
+    ranks: dict[str, Any] = {}
+    loose: dict[str, Any] = {}
+    for name in splits:
+        in_split = [c for c in done if name == "all" or c.split == name]
+        skip_split = [s for s in skipped if name == "all" or s.split == name]
+        groups[name] = {}
+        for source in [*sources, "all"]:
+            cs = [c for c in in_split if source in ("all", c.source)]
+            ss = [s for s in skip_split if source in ("all", s.source)]
+            stats = error_stats(cs)
+            stats["n_skipped"] = len(ss)
+            stats["skip_reasons"] = dict(Counter(s.reason for s in ss).most_common())
+            groups[name][source] = stats
+        ranks[name] = ranking(in_split)
+        loose[name] = ranking(in_split, loose_grid)
+    return {
+        "what": (
+            "tools.planning.speed.estimate_speed for each published row's own setup (pinned) vs "
+            "its measured tokens/s per GPU; aggregates only, no published value stored"
+        ),
+        "split_rule": f"fit when int(sha256(row_id), 16) % {FIT_MODULUS} == 0, else held-out",
+        "split": split,
+        "rows": len(chosen),
+        "measured_from": dict(Counter(c.measured_how for c in done).most_common()),
+        "errors": groups,
+        "ranking": ranks,
+        "ranking_loose": loose,
+        "_cases": done,
+        "_skipped": skipped,
+    }
+
+
+def aggregates(result: dict[str, Any]) -> dict[str, Any]:
+    """The result without per-row data (what ``--json`` and bench/run.py store)."""
+    return {k: v for k, v in result.items() if not k.startswith("_")}
+
+
+def measure(folder: Path | None = None, split: str = "all") -> dict[str, Any]:
+    """bench/run.py's ``published`` section: aggregates, or why it was skipped."""
+    folder = folder or published_dir()
+    if not folder.is_dir():
+        return {"skipped": f"no published folder at {folder} (set {ENV_VAR}=DIR)"}
+    out = aggregates(evaluate(read_rows(folder), split))
+    out["folder"] = str(folder)
+    return out
+
+
+# --- output -----------------------------------------------------------------------------------
+
+
+def _p(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _r(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def render(result: dict[str, Any], worst: int = 10) -> str:
+    """The stdout table: per split and source, the ranking figure, the worst rows by id."""
+    lines = [
+        f"published rows: {result['rows']} (split {result['split']}; {result['split_rule']})",
+        "",
+        f"{'split':<9} {'source':<12} {'used':>4} {'skip':>4} {'med|err|':>8} {'<=10%':>6} "
+        f"{'<=20%':>6} {'>=2x':>4} {'worst over':>10} {'worst under':>11}",
+    ]
+    for split, by_source in result["errors"].items():
+        for source, s in by_source.items():
+            lines.append(
+                f"{split:<9} {source:<12} {s['n']:>4} {s['n_skipped']:>4} "
+                f"{_p(s.get('median_abs_error')):>8} {_p(s.get('within_10pct')):>6} "
+                f"{_p(s.get('within_20pct')):>6} {s.get('off_by_2x', 0):>4} "
+                f"{_r(s.get('worst_over')):>10} {_r(s.get('worst_under')):>11}"
+            )
+    lines += ["", "skipped rows by reason (all splits):"]
+    top = result["errors"][next(reversed(result["errors"]))]["all"]["skip_reasons"]
+    lines += [f"  {n:>4}  {reason}" for reason, n in top.items()] or ["  none"]
+    lines += ["", "ranking within grids (same source, model, GPU, count, seq, precision):"]
+    lines += _rank_lines(result["ranking"])
+    lines += ["", "loose grids (same source, model, GPU, precision; GPU count and seq vary):"]
+    lines += _rank_lines(result["ranking_loose"])
+    cases: list[Case] = result.get("_cases", [])
+    if cases and worst:
+        lines += [
+            "",
+            f"worst {min(worst, len(cases))} rows (predicted / measured tokens/s per GPU):",
+        ]
+        for c in sorted(cases, key=lambda c: -abs(math.log(c.ratio)))[:worst]:
+            lines.append(f"  {c.row_id}  {c.ratio:.2f}x  ({c.split}, {c.source})")
+    return "\n".join(lines)
+
+
+def _rank_lines(ranks: dict[str, Any]) -> list[str]:
+    lines = []
+    for split, r in ranks.items():
+        lines.append(
+            f"  {split:<9} grids {r['n_grids']:>3}  pick >= 95% of best measured: "
+            f"{_p(r['share_pick_within_5pct'])}  median pick/best "
+            f"{_r(r['median_pick_over_best'])}  median Spearman "
+            + ("-" if r["median_spearman"] is None else f"{r['median_spearman']:+.2f}")
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run on the published folder; print the table, optionally write the aggregates."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--split", default="all", help="fit, held-out or all (default)")
+    parser.add_argument("--json", type=Path, help="write the aggregates (no per-row values)")
+    parser.add_argument("--worst", type=int, default=10, help="worst rows to list by row_id")
+    args = parser.parse_args(argv)
+    from tools.core.settings import disable_telemetry
+
+    disable_telemetry()
+    try:
+        check_split(args.split)
+        folder = published_dir()
+        if not folder.is_dir():
+            print(f"published: no folder at {folder} (set {ENV_VAR}=DIR); skipped")
+            return 0
+        result = evaluate(read_rows(folder), args.split)
+    except InputError as exc:
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    print(render(result, args.worst))
+    if args.json:
+        out = aggregates(result)
+        out["folder"] = str(folder)
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
