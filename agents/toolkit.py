@@ -18,14 +18,16 @@ from agents.workspace import Workspace, need
 from tools.core.errors import InputError, shown
 from tools.core.schemas import (
     HardwareSpec,
+    MemoryPlan,
     ModelParams,
     ModelShape,
     ModelSpec,
     SmokeResult,
     StrategyName,
+    TrainingBrief,
 )
 from tools.core.strategies import STRATEGY_ORDER
-from tools.research.framework import DEEPSPEED_FRAMEWORKS
+from tools.research.framework import DEEPSPEED_FRAMEWORKS, REPLICATING_FRAMEWORKS, replicas_fit
 from tools.smoke.policy import runs_deepspeed, skip_reason
 
 # ---- argument schemas: what the model reads --------------------------------------------------
@@ -193,6 +195,49 @@ def brief_model(ws: Workspace, model: str | ModelParams | ModelShape, seq_len: i
         raise
 
 
+def _replicated(
+    fastest: MemoryPlan,
+    framework: str,
+    model: ModelSpec,
+    hw: HardwareSpec,
+    brief: TrainingBrief,
+    micro_batch_size: int | None,
+) -> MemoryPlan:
+    """The plan a replicating framework runs: DDP, with what the fastest setup would gain.
+
+    PyTorch DDP, Horovod and TensorFlow's mirrored strategies keep a full replica per GPU and
+    implement no ZeRO stage or tensor/pipeline split, so when replicas fit, the plan is the
+    fastest DDP setup and says how much faster the search's pick would be on DeepSpeed.
+    """
+    from tools.planning import search_strategy
+    from tools.planning.explain import label as setup_label
+
+    row = fastest.chosen_row
+    label = setup_label(row) if row is not None else fastest.chosen
+    if not replicas_fit(fastest) or (
+        fastest.chosen == "ddp" and fastest.tensor_parallel * fastest.pipeline_parallel == 1
+    ):
+        return fastest
+    plan = search_strategy(
+        model,
+        hw,
+        brief,
+        micro_batch_size=micro_batch_size,
+        strategies=["ddp"],
+        tensor_parallel=1,
+        pipeline_parallel=1,
+    )
+    ours, best = plan.speed, fastest.speed
+    if ours and best and ours.tokens_per_s and best.tokens_per_s:
+        gain = best.tokens_per_s / ours.tokens_per_s - 1
+        plan.assumptions.insert(
+            0,
+            f"{framework} replicates the model on every GPU, so the plan runs DDP; the fastest "
+            f"setup searched ({label}, on DeepSpeed) is predicted {gain:.0%} faster",
+        )
+    return plan
+
+
 def _dump(obj: BaseModel | dict[str, Any], **exclude: Any) -> str:
     data = (
         obj.model_dump(mode="json", exclude=exclude or None) if isinstance(obj, BaseModel) else obj
@@ -304,6 +349,9 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
             activation_checkpointing=activation_checkpointing,
             strategies=strategies,
         )
+        fw = ws.framework
+        if fw is not None and fw.primary in REPLICATING_FRAMEWORKS and strategies is None:
+            ws.memory = _replicated(ws.memory, fw.primary, model, hw, ws.brief, micro_batch_size)
         if ws.batch_note and ws.batch_note not in ws.memory.assumptions:
             ws.memory.assumptions.insert(0, ws.batch_note)
         ws.deepspeed_config = None
@@ -339,7 +387,9 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
             autotp=fw is not None and fw.primary == "deepspeed",
         )
         # Under tensor/pipeline parallelism DeepSpeed sizes batches by the data-parallel group.
-        dp = data_parallel_size(hw, memory.tensor_parallel, memory.pipeline_parallel)
+        dp = data_parallel_size(
+            hw, memory.tensor_parallel, memory.pipeline_parallel, memory.context_parallel
+        )
         validate_deepspeed_config(config, dp)
         ws.deepspeed_config = config
         ws.config_validated = True

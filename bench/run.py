@@ -309,6 +309,12 @@ def _published_lines(p: dict[str, Any]) -> list[str]:
         + ", ".join(f"{how} {n}" for how, n in p.get("measured_from", {}).items())
         + ".",
         "",
+        "What was fitted on the fit rows, and nothing else: the share of dense peak that GEMMs "
+        "and attention kernels reach on A100 and on H100 (tools/planning/kernels.py "
+        "KERNEL_FACTS, a grid search minimizing the mean absolute log error). Every other "
+        "constant comes from datasheets, the cited kernel and systems papers, or is an "
+        "assumption stated where it is defined; H200 and B200 reuse H100's fractions.",
+        "",
         "| split | source | rows | skipped | median abs error | within 10% | within 20% | "
         "off by 2x+ | worst over | worst under |",
         "|---|---|---|---|---|---|---|---|---|---|",

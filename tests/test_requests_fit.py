@@ -181,10 +181,14 @@ def test_comm_bound_plan_gets_a_low_efficiency_warning_and_a_healthy_one_does_no
     assert "communication-bound" in warning.message
     assert "larger global batch" in warning.fix and "fewer nodes" in warning.fix
     assert "ZeRO++ hpZ" in warning.fix and "tensor parallelism inside a node" in warning.fix
-    # The search's own choice there (ZeRO-1) is warned too, without the ZeRO-3-only fix.
+    # The search's own choice there avoids most of the traffic (model parallelism inside the
+    # nodes shrinks what crosses the Ethernet): faster than the pinned ZeRO-3, and any warning
+    # left carries the ZeRO-3-only fix only for ZeRO-3.
     chosen, hw = _plan("llama-3-8b", "16x8xA100-80GB", batch=128, interconnect="eth25")
-    [finding] = check_efficiency(chosen, hw)
-    assert chosen.chosen == "zero3" or "hpZ" not in finding.fix
+    assert chosen.speed is not None and bad.speed is not None
+    assert chosen.speed.tokens_per_s > bad.speed.tokens_per_s
+    for finding in check_efficiency(chosen, hw):
+        assert chosen.chosen == "zero3" or "hpZ" not in finding.fix
     healthy, hw = _plan("llama-3-8b", "1x8xH100-80GB", batch=64)
     assert healthy.speed is not None and healthy.speed.mfu >= 0.15
     assert check_efficiency(healthy, hw) == []

@@ -289,6 +289,31 @@ def test_recompute_is_searched_and_chosen_when_none_does_not_fit() -> None:
     assert all(c.checkpointing != "none" for c in plan.candidates)
 
 
+def test_selective_recompute_only_where_the_launcher_runs_it() -> None:
+    """Hugging Face gradient checkpointing re-runs whole layers: data-parallel and AutoTP plans
+    get none or full; pipeline plans (torchtitan, Megatron) may get selective; a pin is kept."""
+    from types import SimpleNamespace
+
+    from tools.planning.search import _Layout, _policies_for
+
+    every = SimpleNamespace(policies=list(RECOMPUTE_POLICIES))
+    assert _policies_for(every, _Layout()) == ["none", "full"]
+    assert _policies_for(every, _Layout(tp=4)) == ["none", "full"]
+    assert _policies_for(every, _Layout(pp=2)) == list(RECOMPUTE_POLICIES)
+    assert _policies_for(SimpleNamespace(policies=["selective"]), _Layout()) == ["selective"]
+    plan, _ = _plan("llama-3-8b", "1x8xH100-80GB", 8192, 64, "pretrain")
+    for c in plan.candidates:
+        if c.pipeline_parallel == 1:
+            assert c.checkpointing != "selective", c
+    brief = _brief("llama-3-8b", "1x8xH100-80GB", 8192, 64, "pretrain")
+    hw = parse_hardware("1x8xH100-80GB")
+    pinned = search_strategy(
+        lookup_model("llama-3-8b", 8192), hw, brief, recompute="selective",
+        tensor_parallel=1, pipeline_parallel=1,
+    )  # fmt: skip
+    assert pinned.setup is not None and pinned.setup.checkpointing == "selective"
+
+
 def test_offload_is_chosen_when_it_is_the_only_fit() -> None:
     brief = _brief("llama-2-13b", "1x1xA100-40GB", 4096, 32, "finetune")
     hw = parse_hardware("1x1xA100-40GB").model_copy(update={"ram_gb": 1024})
@@ -320,3 +345,25 @@ def test_interconnect_flag_reads_names_counts_and_rates_per_gpu(tmp_path: Path) 
     assert speeds["8x400G"] > speeds["eth25"]
     bad = _estimate(*common, "--interconnect", "fast", cwd=tmp_path)
     assert bad.returncode == 2 and "--interconnect:" in bad.stderr
+
+
+def test_context_parallel_only_where_torchtitan_runs_it() -> None:
+    """Ring attention over CP ranks runs on torchtitan (its Llama models); DeepSpeed has none."""
+    from tools.artifacts.deepspeed_config import ConfigError, emit_deepspeed_config
+    from tools.research.framework import setup_framework
+
+    # A Mistral model at 32k tokens: no torchtitan flavor, so no context-parallel layout.
+    plan, _ = _plan("mistral-7b", "1x8xH100-80GB", 32768, 8, "pretrain")
+    assert all(c.context_parallel == 1 for c in plan.candidates)
+    # Llama 3 8B at 64k tokens with CP pinned: torchtitan runs it; a DeepSpeed config refuses.
+    brief = _brief("llama-3-8b", "1x8xH100-80GB", 65536, 8, "pretrain")
+    hw = parse_hardware("1x8xH100-80GB")
+    model = lookup_model("llama-3-8b", 65536)
+    cp = search_strategy(model, hw, brief, context_parallel=2, tensor_parallel=1,
+                         pipeline_parallel=1)  # fmt: skip
+    assert cp.setup is not None and cp.setup.context_parallel == 2 and cp.context_parallel == 2
+    assert cp.setup.data_parallel == 4
+    assert setup_framework(model, cp) == "torchtitan"
+    with pytest.raises(ConfigError) as err:
+        emit_deepspeed_config(cp, model, hw, brief)
+    assert err.value.key == "context_parallel"

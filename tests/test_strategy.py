@@ -135,7 +135,8 @@ def test_70b_pretraining_on_32_h100_needs_tensor_and_pipeline_parallelism() -> N
     assert setup is not None
     cp = setup.context_parallel
     dp = hw.world_size // (tp * pp * cp)
-    assert tp * pp * cp > 1 and plan.chosen in ("ddp", "zero1")  # a pipeline takes ZeRO-1 at most
+    assert tp * pp * cp > 1
+    assert pp == 1 or plan.chosen in ("ddp", "zero1")  # a pipeline takes ZeRO-1 at most
     assert tp in (1, 2, 4, 8) and tp <= hw.gpus_per_node
     assert model.heads % tp == 0 and model.kv_heads % tp == 0 and model.layers % pp == 0
     assert dp == setup.data_parallel and dp * tp * pp * cp == hw.world_size

@@ -149,13 +149,21 @@ def emit_deepspeed_config(
             hands DeepSpeed its process groups, and the config has no such section.
     """
     brief = resolve_batch(brief, model, hardware)[0]  # the default the search planned with
-    world = data_parallel_size(hardware, plan.tensor_parallel, plan.pipeline_parallel)
+    world = data_parallel_size(
+        hardware, plan.tensor_parallel, plan.pipeline_parallel, plan.context_parallel
+    )
     train_batch = plan.micro_batch_size * plan.gradient_accumulation_steps * world
     if train_batch != brief.batch:
         raise ConfigError(
             f"plan gives {plan.micro_batch_size} x {plan.gradient_accumulation_steps} x {world} "
             f"= {train_batch} sequences per step, the brief asks {brief.batch}",
             key="train_batch_size",
+        )
+    if plan.context_parallel > 1:
+        raise ConfigError(
+            f"context parallel {plan.context_parallel}: DeepSpeed has no ring attention over "
+            "context-parallel ranks; the plan runs on torchtitan (torchtitan.toml)",
+            key="context_parallel",
         )
     if plan.pipeline_parallel > 1 and ZERO_STAGE[plan.chosen] > 1:
         raise ConfigError(

@@ -326,6 +326,9 @@ class SpeedEstimate(BaseModel):
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     data_parallel: int = 1
+    context_parallel: int = 1
+    virtual_stages: int = 1
+    recompute: str = Field(default="none", description="none, selective or full recomputation")
     tp_comm_time_s: float = Field(default=0.0, description="tensor-parallel collectives, exposed")
     pp_comm_time_s: float = Field(default=0.0, description="pipeline sends and receives, exposed")
     bubble_fraction: float = Field(default=0.0, description="(p-1)/(m+p-1) of the step idle")
@@ -380,6 +383,11 @@ class MemoryPlan(BaseModel):
     # The speed model's estimate for the chosen setup, as the search computed it (None without
     # a GPU). Carried with the result, not dumped: the plan JSON holds it once, as "speed".
     speed: SpeedEstimate | None = Field(default=None, exclude=True)
+
+    @property
+    def context_parallel(self) -> int:
+        """The chosen setup's context-parallel degree (1 without a setup)."""
+        return self.setup.context_parallel if self.setup is not None else 1
 
     def is_chosen(self, row: StrategyEstimate) -> bool:
         """Whether ``row`` is the chosen setup: its name and both model-parallel degrees."""

@@ -9,6 +9,7 @@ parallelism; Ren et al. 2021, "ZeRO-Offload", sec. 4 for what crosses PCIe.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from tools.core.errors import InputError
@@ -17,17 +18,30 @@ from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy
 from tools.planning.parallel import model_parallel_params
 from tools.research.hardware import CatalogGPU, find_gpu
 
-# Inter-node links, GB/s per direction per node: 400/200/100/25 Gb/s divided by 8. We assume
-# one NIC per node, shared by its GPUs; DGX/HGX nodes with one NIC per GPU have 8x this (pass
-# inter_node_gbs).
+# Inter-node links, GB/s per direction per NIC: 400/200/100/25 Gb/s divided by 8. How many NICs
+# a node has: ``nics_per_node`` (``GPU_NIC_GBPS`` below for datacenter 8-GPU nodes).
 INTERCONNECT_GBS: dict[str, float] = {
     "ib400": 50.0,
     "ib200": 25.0,
     "roce100": 12.5,
     "eth25": 3.125,
 }
-# Multi-node spec without a named network: a middle-of-the-road RDMA fabric.
+# Multi-node spec without a named network, on a node that is not a datacenter 8-GPU node: a
+# middle-of-the-road RDMA fabric, one NIC per node.
 DEFAULT_INTERCONNECT = "roce100"
+# Datacenter 8-GPU nodes are built with one compute NIC per GPU: DGX A100 eight 200 Gb/s HDR
+# InfiniBand ports, DGX H100 / H200 eight 400 Gb/s NDR ports, DGX B200 eight 400 Gb/s ports
+# (NVIDIA DGX A100 / H100 / B200 user guides, "network ports"; the HGX reference designs cloud
+# providers build on are the same). Gb/s per GPU, by catalog id prefix.
+GPU_NIC_GBPS: dict[str, tuple[float, str]] = {
+    "A100-40GB": (200.0, "ib200"),
+    "A100-80GB": (200.0, "ib200"),
+    "H100-80GB": (400.0, "ib400"),
+    "H200": (400.0, "ib400"),
+    "B200": (400.0, "ib400"),
+}
+# NICs fast enough to be one per GPU on those nodes; slower networks are one per node.
+PER_GPU_NETWORKS = frozenset({"ib200", "ib400"})
 # Achieved fraction of link bandwidth for NCCL collectives on large messages: nccl-tests bus
 # bandwidth on A100 NVLink is ~230 of 300 GB/s; RDMA fabrics reach 80-90% of line rate; plain
 # Ethernet goes through NCCL's socket transport (TCP), which reaches far less.
@@ -43,12 +57,14 @@ LINK_EFFICIENCY: dict[str, float] = {
 # A GPU not in the catalog: assume its PCIe Gen4 x16 slot (64 GB/s bidirectional).
 DEFAULT_GPU_TO_GPU_GBS = 64.0
 
-# Share of the communication that could hide behind compute and does. DDP and ZeRO bucket
-# gradients and reduce them while backward still runs (Li et al. 2020 sec. 3.2.3), and ZeRO-3
-# prefetches parameters; but the first bucket waits for the last layer's gradients, ZeRO-1/2's
-# parameter all-gather after the optimizer step cannot overlap, and NCCL kernels take SMs from
-# compute. Half is the assumption.
-OVERLAP_FRACTION = 0.5
+# Communication that overlaps compute still slows it: NCCL kernels occupy SMs and HBM bandwidth
+# while the GEMMs run (Rashidi et al. 2021, "Enabling Compute-Communication Overlap in
+# Distributed Deep Learning Training Platforms", sec. 2, measure 10-30%). The step pays this
+# share of the overlapped communication time; an assumption set on the calibration split.
+CONTENTION = 0.15
+# Fixed cost of one collective beyond its bytes (NCCL launch and the ring's or tree's first
+# hop): nccl-tests report 10-30 us for small messages inside a node and more across nodes.
+COLLECTIVE_S = 20e-6
 
 # PCIe Gen4 x16: 32 GB/s per direction theoretical, ~25 GB/s achieved with pinned memory; each
 # GPU is assumed to have its own x16 link to the host.
@@ -108,6 +124,11 @@ class StepSetup:
     tp: int
     pp: int
     dp: int
+    recompute: str = "none"
+    cp: int = 1
+    vpp: int = 1
+    sequence_parallel: bool = True
+    attention: str = "sdpa"
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -117,8 +138,8 @@ class StepSetup:
 
     @property
     def micro_bytes(self) -> int:
-        """One micro-batch's s·b·h activations, in bytes."""
-        return self.micro * self.seq * self.model.hidden * self.grad_bytes
+        """One micro-batch's s·b·h activations on this GPU's share of the sequence, in bytes."""
+        return self.micro * self.seq // self.cp * self.model.hidden * self.grad_bytes
 
     @property
     def tokens_per_step(self) -> int:
@@ -139,7 +160,13 @@ class Links:
 
 
 def step_links(setup: StepSetup, inter_node_gbs: float | None) -> Links:
-    """The GPU link and the inter-node network, with their achieved rates (LINK_EFFICIENCY)."""
+    """The GPU link and the inter-node network, with their achieved rates (LINK_EFFICIENCY).
+
+    The network's rate per node: ``inter_node_gbs`` when given (the brief's NICs), else one NIC
+    per GPU on datacenter 8-GPU nodes (``GPU_NIC_GBPS``) at the named network's rate or the
+    node type's default, else one NIC per node of the named network (``DEFAULT_INTERCONNECT``
+    when none is named).
+    """
     hardware, gpu = setup.hardware, setup.hardware.gpu
     catalog = catalog_gpu(gpu) if gpu is not None else None
     link = catalog.link if catalog is not None else "pcie"
@@ -148,14 +175,35 @@ def step_links(setup: StepSetup, inter_node_gbs: float | None) -> Links:
     # direction gets half.
     intra_gbs = (g2g or DEFAULT_GPU_TO_GPU_GBS) / 2 * LINK_EFFICIENCY[link]
     network = (hardware.interconnect or "").lower()
-    if hardware.nodes > 1 and network != "nvlink" and network not in INTERCONNECT_GBS:
-        setup.notes.append(
-            f"interconnect {'unknown' if not network else repr(network)} between "
-            f"{hardware.nodes} nodes: {DEFAULT_INTERCONNECT} assumed"
+    per_gpu = GPU_NIC_GBPS.get(catalog.id) if catalog is not None else None
+    eight_gpu_node = per_gpu is not None and hardware.gpus_per_node == 8
+    line_gbs = inter_node_gbs or 0.0
+    if hardware.nodes > 1 and network != "nvlink" and not inter_node_gbs:
+        if eight_gpu_node and per_gpu is not None and network in ("", *PER_GPU_NETWORKS):
+            network = network or per_gpu[1]
+            gbps = INTERCONNECT_GBS[network] * 8
+            line_gbs = INTERCONNECT_GBS[network] * hardware.gpus_per_node
+            setup.notes.append(
+                f"{hardware.nodes} nodes of 8 {gpu.name if gpu else 'GPUs'}: one {gbps:g} Gb/s "
+                f"{network[:2].upper()} NIC per GPU "
+                f"({'as named' if hardware.interconnect else 'the DGX/HGX reference design, assumed'}"
+                f"; give --interconnect or the brief's nics_per_node / nic_gbps to change it)"
+            )
+        else:
+            if network not in INTERCONNECT_GBS:
+                setup.notes.append(
+                    f"interconnect {'unknown' if not network else repr(network)} between "
+                    f"{hardware.nodes} nodes: {DEFAULT_INTERCONNECT} assumed, one NIC per node"
+                )
+                network = DEFAULT_INTERCONNECT
+            line_gbs = INTERCONNECT_GBS[network]
+    if inter_node_gbs and network not in LINK_EFFICIENCY:
+        network = (
+            "ib400"
+            if inter_node_gbs / max(1, hardware.gpus_per_node) >= 25
+            else (network or DEFAULT_INTERCONNECT)
         )
-        network = DEFAULT_INTERCONNECT
-    line_gbs = inter_node_gbs or INTERCONNECT_GBS.get(network, 0.0)
-    inter_gbs = line_gbs * LINK_EFFICIENCY.get(network, 1.0)
+    inter_gbs = line_gbs * LINK_EFFICIENCY.get(network, 0.85)
     if hardware.world_size > 1 and g2g is None:
         setup.notes.append(
             f"GPU-to-GPU bandwidth unknown: PCIe Gen4 x16 ({DEFAULT_GPU_TO_GPU_GBS:g} GB/s "
@@ -200,20 +248,67 @@ def data_parallel_comm(
             f"({LINK_EFFICIENCY[links.link]:.0%} of half the catalog's "
             f"{links.g2g or DEFAULT_GPU_TO_GPU_GBS:g} GB/s bidirectional)"
         )
-        return comm_bytes, comm_bytes / (links.intra_gbs * 1e9)
+        latency = _collectives(setup, model_bytes) * COLLECTIVE_S
+        return comm_bytes, comm_bytes / (links.intra_gbs * 1e9) + latency
     g = max(1, hardware.gpus_per_node)
     replicas = max(1, min(dp, g // tp))
     shards = max(1, g // replicas)
     spanned = max(1, dp // replicas)
     intra_s = units * (replicas - 1) / replicas * model_bytes / (links.intra_gbs * 1e9)
     inter_s = units * shards * (spanned - 1) / spanned * model_bytes / (links.inter_gbs * 1e9)
+    inter_s += _collectives(setup, model_bytes) * COLLECTIVE_S * (1 + math.log2(hardware.nodes))
     setup.notes.append(
         f"{hardware.nodes} nodes over {links.network}: {links.line_gbs:g} GB/s per direction per node"
-        + (" (given)" if inter_node_gbs else " (one NIC per node, shared by its GPUs)")
+        + (" (given)" if inter_node_gbs else "")
         + f" at {LINK_EFFICIENCY[links.network]:.0%}; hierarchical collectives, "
         f"{inter_s:.2f} s on the network + {intra_s:.2f} s inside nodes"
     )
     return comm_bytes, intra_s + inter_s
+
+
+def _collectives(setup: StepSetup, model_bytes: float) -> float:
+    """Data-parallel collectives per step, each paying ``COLLECTIVE_S``.
+
+    ZeRO-3 gathers and reduces layer by layer (3 per layer per micro step); the others reduce
+    in buckets (PyTorch DDP's 25 MB default, Li et al. 2020 sec. 3.2.3), every micro step for
+    ZeRO-2.
+    """
+    base = base_strategy(setup.strategy)
+    layers = max(1, setup.model.layers // setup.pp)
+    if base == "zero3":
+        return 3.0 * layers * setup.accumulation
+    buckets = math.ceil(model_bytes / 25e6)
+    return buckets * (setup.accumulation if base == "zero2" else 1) + (
+        buckets if base in ("zero1", "zero2") else 0
+    )
+
+
+def context_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
+    """Ring-attention exchanges per GPU per step (Liu et al. 2023, "Ring Attention", sec. 3).
+
+    Each layer passes its key and value blocks around the c ranks in forward (c-1 steps of
+    2·(s/c)·b·kv_dim values) and keys, values and their gradients in backward (twice that);
+    full recomputation repeats the forward's. Context-parallel groups stay inside a node when
+    t x c fits one (torchtitan's mesh order puts them next to tensor parallelism).
+    """
+    cp = setup.cp
+    if cp <= 1:
+        return 0, 0.0
+    model = setup.model
+    kv_dim = (model.kv_heads or model.heads) * (model.hidden // model.heads) // setup.tp
+    block = 2 * setup.micro * setup.seq // cp * kv_dim * setup.grad_bytes
+    passes = 3 + (1 if setup.recompute == "full" else 0)
+    layers = max(1, model.layers // setup.pp)
+    cp_bytes = int(passes * (cp - 1) * block * layers * setup.accumulation)
+    inside = setup.tp * cp <= max(1, setup.hardware.gpus_per_node)
+    gbs = links.intra_gbs if inside or setup.hardware.nodes == 1 else links.inter_gbs / 8
+    cp_s = cp_bytes / (gbs * 1e9)
+    setup.notes.append(
+        f"context parallel {cp}: ring attention sends {cp_bytes / 1e9:.2f} GB of keys and values "
+        f"per GPU per step {'inside the node' if inside else 'across nodes'} ({cp_s:.3f} s), "
+        "hidden behind the attention it feeds where that is longer"
+    )
+    return cp_bytes, cp_s
 
 
 def tensor_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
@@ -232,7 +327,8 @@ def tensor_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
     tp_bytes = int(
         per_layer * layers_here * setup.accumulation * 2 * (tp - 1) / tp * setup.micro_bytes
     )
-    tp_s = tp_bytes / (links.intra_gbs * 1e9)
+    collectives = per_layer * layers_here * setup.accumulation
+    tp_s = tp_bytes / (links.intra_gbs * 1e9) + collectives * COLLECTIVE_S
     setup.notes.append(
         f"tensor parallel: {per_layer} all-reduces of s·b·h per layer per micro-batch "
         f"(2 forward, 2 backward{', 2 recomputed' if setup.checkpointing else ''}) x "
@@ -260,10 +356,12 @@ def pipeline_comm(setup: StepSetup, links: Links) -> tuple[int, float, float]:
         links.inter_gbs / tp if crosses_nodes and links.network != "nvlink" else links.intra_gbs
     )
     pp_s = pp_bytes / (pp_gbs * 1e9)
-    bubble = (pp - 1) / (setup.accumulation + pp - 1)
+    v = setup.vpp
+    bubble = (pp - 1) / (v * setup.accumulation + pp - 1)
     setup.notes.append(
-        f"pipeline: 1F1B bubble (p-1)/(m+p-1) = ({pp}-1)/({setup.accumulation}+{pp}-1) = "
-        f"{bubble:.1%} of the step idle (Narayanan et al. 2021 sec. 2.2.1); "
+        f"pipeline: {'interleaved ' if v > 1 else ''}1F1B bubble (p-1)/(v·m+p-1) = ({pp}-1)/"
+        f"({v}x{setup.accumulation}+{pp}-1) = {bubble:.1%} of the step idle (Narayanan et al. "
+        "2021 sec. 2.2.1-2.2.2); "
         f"{pp_bytes / 1e9:.2f} GB of activations and gradients sent per GPU "
         f"{'between nodes' if crosses_nodes else 'inside the node'}: {pp_s:.2f} s"
     )

@@ -44,12 +44,14 @@ memory-bandwidth bound at small batch, prefill compute bound):
 
 from __future__ import annotations
 
+import re
 from math import ceil
 
 from tools.core.inference_types import InferencePlan, ServingEngine, WeightDtype
 from tools.core.schemas import (
     FrameworkChoice,
     FrameworkId,
+    GPUSpec,
     HardwareSpec,
     ModelSpec,
     TrainingBrief,
@@ -61,7 +63,78 @@ from tools.planning.comm import (
     catalog_gpu,
 )
 from tools.planning.memory import GB
-from tools.planning.speed import EFFICIENCY_BY_CLASS, gpu_class
+
+# Achieved fraction of dense peak for compute-bound prefill, by GPU class: (efficiency, why),
+# typical LLM MFU figures (the training speed model works per kernel instead:
+# tools/planning/kernels.py). The first
+# pattern found in the GPU's normalized name picks the class; order matters ("a100" before
+# "a10"). These are typical achieved MFU figures, not ceilings.
+EFFICIENCY_BY_CLASS: dict[str, tuple[float, str]] = {
+    "hopper": (
+        0.40,
+        "Hopper (H100/H200): Llama 3 reports 38-43% BF16 MFU on H100 (Dubey et al. 2024, "
+        "Table 4); well-tuned DeepSpeed/FSDP fine-tunes land near 40%",
+    ),
+    "blackwell": (
+        0.35,
+        "Blackwell (B200): higher peak than Hopper with less mature kernels; assumed below "
+        "Hopper until published training MFU says otherwise",
+    ),
+    "ampere_datacenter": (
+        0.45,
+        "datacenter Ampere (A100/A800/A30): Megatron-LM reaches 52% of peak on A100 "
+        "(Narayanan et al. 2021); 45% is common for DeepSpeed/FSDP LLM training",
+    ),
+    "volta": (
+        0.30,
+        "Volta (V100): Megatron-LM sustained ~30% of fp16 peak (Shoeybi et al. 2019, "
+        "39 TFLOP/s per GPU of 125)",
+    ),
+    "amd_instinct": (
+        0.30,
+        "AMD Instinct (MI250X/MI300X): ~32% of peak reported for 1T-parameter training on "
+        "Frontier's MI250X (Dash et al. 2023); ROCm kernels trail CUDA's",
+    ),
+    "workstation": (
+        0.30,
+        "consumer/workstation and inference parts (RTX 3090/4090, L4, L40S, A10G): power and "
+        "clock limits under sustained load, smaller caches and lower memory bandwidth per FLOP",
+    ),
+    "turing": (
+        0.20,
+        "T4: a 70 W part that throttles well below its boost-clock peak in training",
+    ),
+    "unknown": (0.30, "unknown GPU class: a conservative 30% of peak"),
+}
+_CLASS_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("h100", "hopper"),
+    ("h200", "hopper"),
+    ("h800", "hopper"),
+    ("gh200", "hopper"),
+    ("b200", "blackwell"),
+    ("b100", "blackwell"),
+    ("a100", "ampere_datacenter"),
+    ("a800", "ampere_datacenter"),
+    ("a30", "ampere_datacenter"),
+    ("v100", "volta"),
+    ("mi2", "amd_instinct"),
+    ("mi3", "amd_instinct"),
+    ("rtx", "workstation"),
+    ("l40", "workstation"),
+    ("l4", "workstation"),
+    ("a10", "workstation"),
+    ("t4", "turing"),
+)
+
+
+def gpu_class(gpu: GPUSpec) -> str:
+    """The ``EFFICIENCY_BY_CLASS`` key for ``gpu``, matched on its normalized name."""
+    key = re.sub(r"[^a-z0-9]+", "", f"{getattr(gpu, 'id', '')} {gpu.name}".lower())
+    for pattern, name in _CLASS_PATTERNS:
+        if pattern in key:
+            return name
+    return "unknown"
+
 
 WEIGHT_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 KV_BYTES = 2  # bf16/fp16 KV cache (vLLM's kv_cache_dtype "auto" follows the model dtype)

@@ -27,10 +27,13 @@ TENSOR_ONLY_STAGES: tuple[StrategyName, ...] = ("zero1", "zero2", "zero3")
 
 
 def data_parallel_size(
-    hardware: HardwareSpec, tensor_parallel: int = 1, pipeline_parallel: int = 1
+    hardware: HardwareSpec,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+    context_parallel: int = 1,
 ) -> int:
-    """Data-parallel ranks: the world size over the model-parallel degree t x p."""
-    return max(1, hardware.world_size // (tensor_parallel * pipeline_parallel))
+    """Data-parallel ranks: the world size over the model-parallel degree t x p x c."""
+    return max(1, hardware.world_size // (tensor_parallel * pipeline_parallel * context_parallel))
 
 
 def check_model_parallel(

@@ -1,35 +1,36 @@
-"""Step time, throughput and MFU for DDP, ZeRO-1/2/3, ZeRO-Offload and tensor/pipeline parallelism.
-
-Data-parallel strategies alone, or under Megatron-style tensor and pipeline parallelism.
+"""Step time, throughput and MFU of one training setup: ZeRO 0-3 and offload, TP x PP x CP.
 
 Pure arithmetic on a ``ModelSpec`` and a ``HardwareSpec``, like ``tools.planning.memory``: no torch, no
-DeepSpeed, microseconds per call. Every number is a model of the run, not a measurement; the
-assumptions that drive it (efficiency per GPU class, link speeds, overlap) are tables below and
-are repeated in each estimate's ``assumptions``.
+DeepSpeed, about a millisecond per call. Every number is a model of the run, not a measurement;
+the assumptions that drive it are repeated in each estimate's ``assumptions``.
 
-Sources, cited again at each formula:
+How a step is put together:
 
-- FLOPs: Chowdhery et al. 2022, "PaLM: Scaling Language Modeling with Pathways", appendix B
-  (6N + 12·L·H·Q·T per token, and the definition of MFU); Korthikanti et al. 2022, sec. 4.1
-  (full recomputation re-runs the forward pass).
-- Communication: Rajbhandari et al. 2020, "ZeRO", sec. 7 (DDP and stages 1-2 move 2Ψ per GPU,
-  stage 3 moves 3Ψ); ring all-reduce = reduce-scatter + all-gather, each (n-1)/n·Ψ per GPU
-  (Patarasuk & Yuan 2009); DeepSpeed ``runtime/engine.py`` ``allreduce_gradients`` for when
-  each stage communicates under gradient accumulation.
-- Overlap: Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data Parallel
-  Training" (VLDB), sec. 3.2.3 (bucketed all-reduce overlapping backward).
-- Offload: Ren et al. 2021, "ZeRO-Offload: Democratizing Billion-Scale Model Training",
-  sec. 4 (what crosses PCIe, and the CPU-side Adam step).
-- Tensor and pipeline parallelism: Narayanan et al. 2021, "Efficient Large-Scale Language Model
-  Training on GPU Clusters Using Megatron-LM", sec. 2.2.1 (1F1B pipeline bubble (p-1)/m of the
-  ideal time), sec. 2.3 and Shoeybi et al. 2019 fig. 4 (two all-reduces per layer in forward
-  and two in backward), sec. 4.1 (scatter/gather of pipeline messages over t GPUs);
-  Korthikanti et al. 2022 sec. 4.2.2 (sequence parallelism moves the same bytes).
+- Compute, operation by operation (tools/planning/compute.py): each layer's matmuls with their
+  shapes after tensor and context parallelism, the attention core with its kernel, the
+  memory-bound work from the bytes it moves, the recomputation the policy asks for, the output
+  layer and loss, and the optimizer step; each kernel's time from its shape on the GPU
+  (tools/planning/kernels.py: roofline, tile and wave quantization, short-k losses).
+- Communication (tools/planning/comm.py): the data-parallel collectives each ZeRO stage runs
+  (Rajbhandari et al. 2020 sec. 7; DeepSpeed ``engine.allreduce_gradients`` for when), tensor-
+  parallel all-reduces (Narayanan et al. 2021 sec. 2.3), pipeline sends, ring-attention
+  exchanges, each over the link it crosses: NVLink/NVSwitch inside a node, the NICs between
+  nodes (one per GPU on datacenter 8-GPU nodes unless the brief or ``--interconnect`` says
+  otherwise), plus a fixed cost per collective.
+- Overlap and the pipeline (``_step_time``): the 1F1B / interleaved bubble (Narayanan et al. 2021
+  sec. 2.2), data-parallel collectives hidden behind the compute they overlap at a contention
+  cost, the rest exposed; ZeRO-Offload's PCIe traffic and CPU Adam step (Ren et al. 2021 sec. 4)
+  on top.
+- FLOPs and MFU as PaLM defines them (Chowdhery et al. 2022, appendix B: 6N + 12·L·h·s per
+  token; full recomputation executes 8N + 16·L·h·s, Korthikanti et al. 2022 sec. 4.1).
+
+How close it is: bench/published.py compares it with published training throughputs
+(bench/RESULTS.md, "published").
 """
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 
 from tools.core.errors import InputError
 from tools.core.schemas import (
@@ -41,88 +42,29 @@ from tools.core.schemas import (
     SpeedEstimate,
     StrategyName,
 )
-from tools.core.strategies import OFFLOAD_STRATEGIES, Recompute, check_recompute, check_strategy
+from tools.core.strategies import (
+    OFFLOAD_STRATEGIES,
+    Recompute,
+    base_strategy,
+    check_recompute,
+    check_strategy,
+)
 from tools.planning.comm import (
-    OVERLAP_FRACTION,
+    CONTENTION,
     StepSetup,
+    comm_units,
+    context_parallel_comm,
     data_parallel_comm,
     offload_cost,
     pipeline_comm,
     step_links,
     tensor_parallel_comm,
 )
-from tools.planning.parallel import check_model_parallel
+from tools.planning.compute import micro_batch_compute, optimizer_step_s
+from tools.planning.kernels import Device
+from tools.planning.parallel import check_model_parallel, model_parallel_params
 from tools.planning.states import resolve_precision
 from tools.research.architectures import is_convolutional
-
-# Achieved fraction of dense peak for LLM training, by GPU class: (efficiency, why). The first
-# pattern found in the GPU's normalized name picks the class; order matters ("a100" before
-# "a10"). These are typical achieved MFU figures, not ceilings.
-EFFICIENCY_BY_CLASS: dict[str, tuple[float, str]] = {
-    "hopper": (
-        0.40,
-        "Hopper (H100/H200): Llama 3 reports 38-43% BF16 MFU on H100 (Dubey et al. 2024, "
-        "Table 4); well-tuned DeepSpeed/FSDP fine-tunes land near 40%",
-    ),
-    "blackwell": (
-        0.35,
-        "Blackwell (B200): higher peak than Hopper with less mature kernels; assumed below "
-        "Hopper until published training MFU says otherwise",
-    ),
-    "ampere_datacenter": (
-        0.45,
-        "datacenter Ampere (A100/A800/A30): Megatron-LM reaches 52% of peak on A100 "
-        "(Narayanan et al. 2021); 45% is common for DeepSpeed/FSDP LLM training",
-    ),
-    "volta": (
-        0.30,
-        "Volta (V100): Megatron-LM sustained ~30% of fp16 peak (Shoeybi et al. 2019, "
-        "39 TFLOP/s per GPU of 125)",
-    ),
-    "amd_instinct": (
-        0.30,
-        "AMD Instinct (MI250X/MI300X): ~32% of peak reported for 1T-parameter training on "
-        "Frontier's MI250X (Dash et al. 2023); ROCm kernels trail CUDA's",
-    ),
-    "workstation": (
-        0.30,
-        "consumer/workstation and inference parts (RTX 3090/4090, L4, L40S, A10G): power and "
-        "clock limits under sustained load, smaller caches and lower memory bandwidth per FLOP",
-    ),
-    "turing": (
-        0.20,
-        "T4: a 70 W part that throttles well below its boost-clock peak in training",
-    ),
-    "unknown": (0.30, "unknown GPU class: a conservative 30% of peak"),
-}
-_CLASS_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("h100", "hopper"),
-    ("h200", "hopper"),
-    ("h800", "hopper"),
-    ("gh200", "hopper"),
-    ("b200", "blackwell"),
-    ("b100", "blackwell"),
-    ("a100", "ampere_datacenter"),
-    ("a800", "ampere_datacenter"),
-    ("a30", "ampere_datacenter"),
-    ("v100", "volta"),
-    ("mi2", "amd_instinct"),
-    ("mi3", "amd_instinct"),
-    ("rtx", "workstation"),
-    ("l40", "workstation"),
-    ("l4", "workstation"),
-    ("a10", "workstation"),
-    ("t4", "turing"),
-)
-
-
-def gpu_class(gpu: GPUSpec) -> str:
-    """The ``EFFICIENCY_BY_CLASS`` key for ``gpu``, matched on its normalized name."""
-    key = re.sub(r"[^a-z0-9]+", "", f"{getattr(gpu, 'id', '')} {gpu.name}".lower())
-    for pattern, name in _CLASS_PATTERNS:
-        if pattern in key:
-            return name
-    return "unknown"
 
 
 def training_flops_per_token(
@@ -160,30 +102,112 @@ def _peak_tflops(gpu: GPUSpec, precision: ResolvedPrecision, notes: list[str]) -
     return peak
 
 
-def _compute(setup: StepSetup, flops: float) -> tuple[float | None, float | None, float | None]:
-    """(peak TFLOP/s, achieved fraction, compute seconds per step) on one GPU.
-
-    Time = FLOPs / (peak x achieved fraction); each GPU computes its data-parallel replica's
-    tokens split t x p ways.
-    """
+def _compute(setup: StepSetup, flops: float) -> tuple[float | None, Device | None]:
+    """(peak TFLOP/s, the kernel model's device) for the setup's GPU and precision."""
     gpu = setup.hardware.gpu
     if gpu is None:
         setup.notes.append(
             "no GPU: no peak FLOP/s in the catalog for a CPU, so no step time, tokens/s or MFU"
         )
-        return None, None, None
+        return None, None
     peak = _peak_tflops(gpu, setup.precision, setup.notes)
-    efficiency, why = EFFICIENCY_BY_CLASS[gpu_class(gpu)]
     if peak is None:
         setup.notes.append(f"{gpu.name}: no {setup.precision} peak known, so no step time or MFU")
-        return None, efficiency, None
-    tokens_per_gpu: float = setup.micro * setup.accumulation * setup.seq
-    if setup.tp * setup.pp > 1:
-        tokens_per_gpu = tokens_per_gpu / (setup.tp * setup.pp)
+        return None, None
+    device = Device.of(gpu, peak)
+    facts = device.facts
     setup.notes.append(
-        f"compute at {efficiency:.0%} of {peak:g} TFLOP/s dense {setup.precision} peak: {why}"
+        f"kernels on {gpu.name}: large GEMMs at {facts.gemm:.0%} of {peak:g} TFLOP/s dense "
+        f"{setup.precision} peak, less for small or badly tiled shapes ({facts.tile_m}x"
+        f"{facts.tile_n} tiles over {facts.sms} SMs); attention at {facts.attention_fwd:.0%} "
+        f"forward / {facts.attention_bwd:.0%} backward ({setup.attention}); memory-bound ops "
+        f"at {facts.hbm:.0%} of {gpu.memory_bandwidth_gbs or 900:g} GB/s: {facts.why}"
     )
-    return peak, efficiency, tokens_per_gpu * flops / (peak * 1e12 * efficiency)
+    return peak, device
+
+
+@dataclass(frozen=True)
+class _Step:
+    """The step's parts, seconds: compute, the pipeline's idle time, what communication adds."""
+
+    compute_s: float
+    bubble_s: float
+    exposed_dp_s: float
+    hidden_dp_s: float
+    exposed_cp_s: float
+    step_s: float
+
+
+def _step_time(
+    setup: StepSetup,
+    device: Device | None,
+    dp_s: float,
+    tp_s: float,
+    pp_s: float,
+    cp_s: float,
+    offload_s: float,
+) -> _Step:
+    """Assemble one optimizer step from the per-micro-batch compute and the communication.
+
+    A pipeline stage runs m micro-batches plus (p-1)/v micro-batch slots of bubble (Narayanan
+    et al. 2021 sec. 2.2: 1F1B and the interleaved schedule). Tensor-parallel collectives and
+    pipeline sends sit on the critical path; context-parallel ring exchanges hide behind the
+    attention they feed (Liu et al. 2023, "Ring Attention", sec. 3). Data-parallel collectives
+    overlap compute: ZeRO-3/FSDP prefetch parameters during forward and backward, DDP and
+    ZeRO-1/2 reduce buckets during backward (Li et al. 2020 sec. 3.2.3); ZeRO-1/2's parameter
+    all-gather after the optimizer step and the first layer's gather do not overlap, and
+    overlapped collectives slow compute by ``CONTENTION`` of their time (NCCL kernels occupy SMs).
+    """
+    if device is None:
+        return _Step(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    model, m, p, v = setup.model, setup.accumulation, setup.pp, setup.vpp
+    mb = micro_batch_compute(
+        model,
+        device,
+        micro=setup.micro,
+        seq=setup.seq,
+        tp=setup.tp,
+        pp=p,
+        cp=setup.cp,
+        recompute=setup.recompute,
+        attention=setup.attention,
+        sequence_parallel=setup.sequence_parallel,
+        bytes_per=setup.grad_bytes,
+    )
+    per_micro_cp = cp_s / m
+    exposed_cp = max(0.0, per_micro_cp - mb.attention_s) * m
+    # A stage's slot per micro-batch: compute plus what cannot overlap inside the stage.
+    slot = mb.total_s + (tp_s + pp_s) / m + exposed_cp / m
+    bubble_s = slot * (p - 1) / v if p > 1 else 0.0
+    base = base_strategy(setup.strategy)
+    params_here: float = model_parallel_params(model, setup.tp, p)[0]
+    if base != "ddp":
+        params_here = params_here / setup.dp
+    optimizer_s = (
+        0.0 if setup.strategy in OFFLOAD_STRATEGIES else optimizer_step_s(device, params_here)
+    )
+    compute_s = mb.total_s * m + optimizer_s
+    # Data-parallel overlap window and the part that cannot hide.
+    if base == "zero3":
+        window = mb.total_s * m
+        # The first layer's gather of each pass waits: one of the 3 x layers collectives.
+        fixed = dp_s / (3 * mb.layers * m)
+    else:
+        window = (mb.backward_s + mb.recompute_s) * (1 if base in ("ddp", "zero1") else m)
+        units, _ = comm_units(base, m)
+        fixed = dp_s / units if base in ("zero1", "zero2") else 0.0
+    overlappable = max(0.0, dp_s - fixed)
+    hidden = min(overlappable, window)
+    exposed_dp = fixed + (overlappable - hidden) + CONTENTION * hidden
+    if setup.dp > 1:
+        setup.notes.append(
+            f"data-parallel overlap: {hidden:.3f} s of {dp_s:.3f} s hides behind "
+            f"{'forward and backward' if base == 'zero3' else 'backward'}, at a {CONTENTION:.0%} "
+            "slowdown of the compute it overlaps (NCCL kernels share the SMs); "
+            f"{fixed + overlappable - hidden:.3f} s stays exposed"
+        )
+    step_s = m * slot + bubble_s + optimizer_s + exposed_dp + offload_s
+    return _Step(compute_s, bubble_s, exposed_dp, hidden, exposed_cp, step_s)
 
 
 def _bottleneck(compute_s: float | None, comm_s: float, offload_s: float) -> Bottleneck:
@@ -237,6 +261,33 @@ def _check_speed_args(
         raise InputError("dataset_tokens", "must be positive")
     if hardware.gpu is None and strategy in OFFLOAD_STRATEGIES:
         raise InputError("strategy", f"{strategy} offloads GPU memory to CPU and needs a GPU")
+
+
+def _data_parallel(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    strategy: StrategyName,
+    tp: int,
+    pp: int,
+    cp: int,
+    vpp: int,
+) -> int:
+    """World / (t x p x c), after checking the split (exit 2 naming the flag that breaks it)."""
+    if cp < 1 or vpp < 1:
+        raise InputError(
+            "context_parallel", "context-parallel and virtual-stage degrees must be at least 1"
+        )
+    if vpp > 1 and (pp < 2 or model.layers % (pp * vpp)):
+        raise InputError(
+            "virtual_stages",
+            f"{vpp} virtual stages need a pipeline and {pp} x {vpp} dividing the {model.layers} layers",
+        )
+    dp = check_model_parallel(model, hardware, strategy, tp, pp)
+    if dp % cp:
+        raise InputError(
+            "context_parallel", f"{cp} must divide the {dp} GPUs left after tensor x pipeline"
+        )
+    return dp // cp
 
 
 def _flops_notes(setup: StepSetup, flops: float) -> None:
@@ -335,14 +386,27 @@ def estimate_speed(
         seq=seq_len or model.seq_len,
         tp=tensor_parallel,
         pp=pipeline_parallel,
-        dp=check_model_parallel(model, hardware, strategy, tensor_parallel, pipeline_parallel),
+        dp=_data_parallel(
+            model,
+            hardware,
+            strategy,
+            tensor_parallel,
+            pipeline_parallel,
+            context_parallel,
+            virtual_stages,
+        ),
+        recompute=recompute,
+        cp=context_parallel,
+        vpp=virtual_stages,
+        sequence_parallel=sequence_parallel,
+        attention=attention,
     )
     flops = training_flops_per_token(
         model, setup.seq, activation_checkpointing=activation_checkpointing
     )
     model_flops = training_flops_per_token(model, setup.seq, activation_checkpointing=False)
     _flops_notes(setup, flops)
-    peak, efficiency, compute_s = _compute(setup, flops)
+    peak, device = _compute(setup, flops)
     if inter_node_gbs is None and hardware.nics_per_node and hardware.nic_gbps:
         # The brief's NICs: each node's line rate, Gb/s to GB/s.
         inter_node_gbs = hardware.nics_per_node * hardware.nic_gbps / 8
@@ -350,22 +414,21 @@ def estimate_speed(
     dp_bytes, dp_s = data_parallel_comm(setup, links, inter_node_gbs)
     tp_bytes, tp_s = tensor_parallel_comm(setup, links)
     pp_bytes, pp_s, bubble_fraction = pipeline_comm(setup, links)
+    cp_bytes, cp_s = context_parallel_comm(setup, links)
     offload_bytes, offload_s = offload_cost(setup)
-
-    # Step: compute (stretched by the pipeline bubble) + the communication that does not hide
-    # behind it + offload.
-    bubble_s = (compute_s or 0.0) * bubble_fraction / (1 - bubble_fraction)
-    exposed_s = dp_s - OVERLAP_FRACTION * min(dp_s, compute_s or 0.0) + tp_s + pp_s
-    comm_s = dp_s + tp_s + pp_s
-    if setup.dp > 1:
-        setup.notes.append(
-            f"overlap: {OVERLAP_FRACTION:.0%} of the communication that could hide behind "
-            "compute does (bucketed reduction during backward, Li et al. 2020 sec. 3.2.3; "
-            "the post-step all-gather and SM contention keep the rest exposed)"
+    step = _step_time(setup, device, dp_s, tp_s, pp_s, cp_s, offload_s)
+    compute_s = step.compute_s if device is not None else None
+    step_s = step.step_s if device is not None else None
+    bubble_s = step.bubble_s
+    exposed_s = step.exposed_dp_s + tp_s + pp_s + step.exposed_cp_s
+    comm_s = dp_s + tp_s + pp_s + cp_s
+    efficiency = None
+    if compute_s and peak:
+        # Achieved share of peak while computing: executed FLOPs over compute time.
+        tokens_here = (
+            setup.micro * setup.accumulation * setup.seq / (setup.tp * setup.pp * setup.cp)
         )
-    step_s = None
-    if compute_s is not None:
-        step_s = compute_s + bubble_s + exposed_s + offload_s
+        efficiency = tokens_here * flops / (compute_s * peak * 1e12)
     tokens_per_s, mfu, time_to_train = _throughput(setup, step_s, peak, model_flops, dataset_tokens)
     return SpeedEstimate(
         strategy=strategy,
@@ -377,7 +440,7 @@ def estimate_speed(
         peak_tflops=peak,
         efficiency=efficiency,
         compute_time_s=compute_s,
-        comm_bytes_per_step=dp_bytes + tp_bytes + pp_bytes,
+        comm_bytes_per_step=dp_bytes + tp_bytes + pp_bytes + cp_bytes,
         comm_time_s=comm_s,
         exposed_comm_time_s=exposed_s,
         offload_bytes_per_step=offload_bytes,
@@ -385,6 +448,9 @@ def estimate_speed(
         tensor_parallel=tensor_parallel,
         pipeline_parallel=pipeline_parallel,
         data_parallel=setup.dp,
+        context_parallel=setup.cp,
+        virtual_stages=setup.vpp,
+        recompute=setup.recompute,
         tp_comm_time_s=tp_s,
         pp_comm_time_s=pp_s,
         bubble_fraction=bubble_fraction,
@@ -393,6 +459,6 @@ def estimate_speed(
         tokens_per_s=tokens_per_s,
         mfu=mfu,
         time_to_train_s=time_to_train,
-        bottleneck=_bottleneck(compute_s, comm_s, offload_s),
+        bottleneck=_bottleneck(compute_s, exposed_s + step.hidden_dp_s, offload_s),
         assumptions=setup.notes,
     )

@@ -24,7 +24,7 @@ from tools.core.schemas import (
     ModelSpec,
     TrainingBrief,
 )
-from tools.core.strategies import ZERO_STAGE
+from tools.core.strategies import MIN_HEADROOM, ZERO_STAGE
 
 # Frameworks whose plan carries a DeepSpeed config (and runs the plan's ZeRO stage), and those
 # that replicate every model state on every GPU.
@@ -109,6 +109,27 @@ def is_hf_model(model: ModelSpec | None) -> bool:
     return model is not None and bool((model.hf_config or {}).get("model_type"))
 
 
+def replicas_fit(memory: MemoryPlan | None) -> bool:
+    """Whether plain data parallelism (DDP: every GPU a full replica) fits with headroom.
+
+    The memory plan's ``ddp`` row without model parallelism, within the search's headroom. A
+    faster sharded setup may still be chosen for speed; this says whether a replicating
+    framework can run the job at all.
+    """
+    if memory is None:
+        return False
+    if not memory.strategies:  # a plan without its rows: what it chose says it
+        return memory.chosen == "ddp"
+    limit = (1 - MIN_HEADROOM) * memory.capacity_bytes if memory.capacity_bytes else None
+    return any(
+        row.name == "ddp"
+        and row.tensor_parallel * row.pipeline_parallel * row.context_parallel == 1
+        and row.fits
+        and (limit is None or row.per_gpu_bytes.total <= limit)
+        for row in memory.strategies
+    )
+
+
 def setup_framework(model: ModelSpec | None, memory: MemoryPlan | None) -> FrameworkId | None:
     """The framework that implements the memory plan's tensor/pipeline split for this model.
 
@@ -117,7 +138,13 @@ def setup_framework(model: ModelSpec | None, memory: MemoryPlan | None) -> Frame
     torchtitan defines: torchtitan. Anything else: Megatron (``pretrain_gpt.py``), which
     builds GPT-style models of any shape from flags.
     """
-    if memory is None or memory.tensor_parallel * memory.pipeline_parallel == 1:
+    if memory is None:
+        return None
+    if memory.context_parallel > 1:
+        # Ring attention over context-parallel ranks: torchtitan's (the search offers context
+        # parallelism only for the Llama models torchtitan builds).
+        return "torchtitan" if torchtitan_flavor(model) is not None else "megatron"
+    if memory.tensor_parallel * memory.pipeline_parallel == 1:
         return None
     stage = ZERO_STAGE.get(memory.chosen, 3)
     if (
@@ -222,7 +249,7 @@ def score_frameworks(
     if brief.task == "agent-app":
         return _score_agent_apps(text)
     stack, exp = brief.team.existing_stack, brief.team.experience
-    fits = memory is not None and memory.chosen == "ddp"
+    fits = replicas_fit(memory)
     world, multi_node = hardware.world_size, hardware.nodes > 1
     params = model.params if model else 0
     research = brief.deployment == "research" or bool(_RESEARCH.search(text))
@@ -364,8 +391,7 @@ def wish_notes(brief: TrainingBrief, chosen: str, memory: MemoryPlan | None) -> 
         why = (
             "it replicates parameters, gradients and optimizer states on every GPU, and they "
             "do not fit"
-            if brief.framework in REPLICATING_FRAMEWORKS
-            and (memory is None or memory.chosen != "ddp")
+            if brief.framework in REPLICATING_FRAMEWORKS and not replicas_fit(memory)
             else "it does not apply to this task"
         )
         notes.append(f"Wish not honoured: {brief.framework} was asked for, but {why}.")

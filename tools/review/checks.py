@@ -271,7 +271,9 @@ def check_batch_arithmetic(
     """Micro x accumulation x data-parallel ranks = train_batch_size = the brief's batch."""
     # DeepSpeed's batch arithmetic counts data-parallel ranks: world / (tensor x pipeline).
     ws = (
-        data_parallel_size(hardware, memory.tensor_parallel, memory.pipeline_parallel)
+        data_parallel_size(
+            hardware, memory.tensor_parallel, memory.pipeline_parallel, memory.context_parallel
+        )
         if memory is not None
         else hardware.world_size
     )

@@ -529,6 +529,7 @@ def run_deepspeed(args: argparse.Namespace) -> int:
         train_step,
         baseline_bytes=baseline_bytes,
         extra={"mode": "deepspeed", "deepspeed": deepspeed.__version__},
+        tensor_parallel=int((ds_config.get("tensor_parallel") or {}).get("autotp_size") or 1),
     )
     if code == 0 and torch.distributed.is_initialized():
         torch.distributed.barrier()
@@ -630,10 +631,13 @@ def train_loop(
     *,
     baseline_bytes: int,
     extra: dict[str, Any],
+    tensor_parallel: int = 1,
 ) -> int:
     """Run ``args.steps`` steps on synthetic data, print progress and write this rank's metrics.
 
-    Returns 0 after all steps, 3 at the first non-finite loss.
+    The ranks of one tensor-parallel group (``tensor_parallel`` consecutive ranks, as DeepSpeed
+    AutoTP groups them) draw the same batches: they hold shards of one replica. Returns 0 after
+    all steps, 3 at the first non-finite loss.
     """
     on_cuda = device.type == "cuda"
     rank = int(torch.distributed.get_rank()) if torch.distributed.is_initialized() else 0
@@ -649,7 +653,9 @@ def train_loop(
         memory_marks["allocated_at_start_bytes"] = int(torch.cuda.memory_allocated(device))
 
     vocab_size = int(model.config.vocab_size)
-    data = PatternData(vocab_size, args.seq_len, args.micro_batch, args.seed, rank)
+    data = PatternData(
+        vocab_size, args.seq_len, args.micro_batch, args.seed, rank // tensor_parallel
+    )
     losses: list[float] = []
     step_times_s: list[float] = []
     tokens_per_step = args.micro_batch * args.seq_len

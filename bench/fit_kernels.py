@@ -1,0 +1,104 @@
+"""Fit the speed model's kernel fractions on the published calibration split, and only there.
+
+``python bench/fit_kernels.py`` grid-searches, per GPU class with rows in the fit split (A100
+and H100), the share of dense peak that large GEMMs reach and the share attention kernels reach
+(backward fixed at 0.8x forward), minimizing the mean absolute log error of predicted vs
+measured tokens/s per GPU on the ``fit`` rows of bench/published.py. It prints the best values
+and their fit-split error; tools/planning/kernels.py ``KERNEL_FACTS`` holds the values it found
+(rounded to the grid), and bench/published.py reports the error on the held-out rows, which
+this script never reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.published import Case, fit_rows, map_row, predict, published_dir  # noqa: E402
+from tools.planning import kernels  # noqa: E402
+
+GEMM_GRID = [round(0.50 + 0.025 * i, 3) for i in range(15)]  # 0.50 .. 0.85
+ATTENTION_GRID = [round(0.15 + 0.05 * j, 2) for j in range(12)]  # 0.15 .. 0.70
+BACKWARD_OVER_FORWARD = 0.8
+
+
+def _log_error(cases: list[Case]) -> tuple[float, float, int]:
+    """Mean and median |log(predicted / measured)| over the cases the model answers."""
+    errors = []
+    for case in cases:
+        done = predict(dataclasses.replace(case, predicted=None))
+        if isinstance(done, Case):
+            errors.append(abs(math.log(done.ratio)))
+    if not errors:
+        return math.inf, math.inf, 0
+    return statistics.fmean(errors), statistics.median(errors), len(errors)
+
+
+def fit(cases: list[Case]) -> dict[str, dict[str, float]]:
+    """The grid point with the lowest mean log error, per GPU class with cases."""
+    found: dict[str, dict[str, float]] = {}
+    original = dict(kernels.KERNEL_FACTS)
+    try:
+        for arch in sorted({kernels.kernel_class(c.hardware.gpu) for c in cases if c.hardware.gpu}):
+            mine = [
+                c for c in cases if c.hardware.gpu and kernels.kernel_class(c.hardware.gpu) == arch
+            ]
+            best: tuple[float, float, float, float, int] | None = None
+            for gemm in GEMM_GRID:
+                for attn in ATTENTION_GRID:
+                    kernels.KERNEL_FACTS[arch] = dataclasses.replace(
+                        original[arch],
+                        gemm=gemm,
+                        attention_fwd=attn,
+                        attention_bwd=round(attn * BACKWARD_OVER_FORWARD, 3),
+                    )
+                    kernels.matmul_s.cache_clear()
+                    kernels.attention_s.cache_clear()
+                    mean, median, n = _log_error(mine)
+                    if best is None or mean < best[0]:
+                        best = (mean, median, gemm, attn, n)
+            assert best is not None
+            found[arch] = {
+                "gemm": best[2],
+                "attention_fwd": best[3],
+                "mean_abs_log_error": round(best[0], 4),
+                "median_abs_log_error": round(best[1], 4),
+                "rows": best[4],
+            }
+            kernels.KERNEL_FACTS[arch] = original[arch]
+    finally:
+        kernels.KERNEL_FACTS.update(original)
+        kernels.matmul_s.cache_clear()
+        kernels.attention_s.cache_clear()
+    return found
+
+
+def main() -> int:
+    """Fit on the fit split and print the values per GPU class."""
+    from tools.core.settings import disable_telemetry
+
+    disable_telemetry()
+    folder = published_dir()
+    if not folder.is_dir():
+        print(f"fit_kernels: no published folder at {folder}; skipped")
+        return 0
+    cases = [c for c in map(map_row, fit_rows(folder)) if isinstance(c, Case)]
+    for arch, values in fit(cases).items():
+        current = kernels.KERNEL_FACTS[arch]
+        print(
+            f"{arch}: gemm {values['gemm']:.3f} (in code {current.gemm}), attention forward "
+            f"{values['attention_fwd']:.2f} (in code {current.attention_fwd}); "
+            f"{values['rows']} fit rows, median |log error| {values['median_abs_log_error']:.3f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
