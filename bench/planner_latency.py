@@ -97,7 +97,7 @@ def one_pass(model_id: str, hardware_spec: str, global_batch: int, seq_len: int)
     from tools.artifacts.deepspeed_config import emit_deepspeed_config
     from tools.artifacts.ds_validate import validate_deepspeed_config
     from tools.core.schemas import TrainingBrief
-    from tools.planning import search_strategy
+    from tools.planning import data_parallel_size, search_strategy
     from tools.research.hardware import parse_hardware
     from tools.research.model_catalog import lookup_model
 
@@ -128,7 +128,11 @@ def one_pass(model_id: str, hardware_spec: str, global_batch: int, seq_len: int)
     times["emit_deepspeed_config"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    strict_check(config, hardware.world_size)
+    # DeepSpeed's batch arithmetic counts data-parallel ranks: world / (tensor x pipeline).
+    ranks = data_parallel_size(
+        hardware, plan.tensor_parallel, plan.pipeline_parallel, plan.context_parallel
+    )
+    strict_check(config, ranks)
     times["strict_check"] = time.perf_counter() - start
     times["heavy_imported_by_planner"] = [m for m in HEAVY if m in sys.modules]
 
@@ -139,7 +143,7 @@ def one_pass(model_id: str, hardware_spec: str, global_batch: int, seq_len: int)
     times["import_deepspeed"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    validate_deepspeed_config(config, hardware.world_size)
+    validate_deepspeed_config(config, ranks)
     times["validate_deepspeed_config"] = time.perf_counter() - start
 
     times["planner"] = sum(times[step] for step in PLANNER_STEPS)
