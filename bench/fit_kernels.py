@@ -25,7 +25,8 @@ from bench.published import Case, fit_rows, map_row, predict, published_dir  # n
 from tools.planning import kernels  # noqa: E402
 
 GEMM_GRID = [round(0.50 + 0.025 * i, 3) for i in range(15)]  # 0.50 .. 0.85
-ATTENTION_GRID = [round(0.15 + 0.05 * j, 2) for j in range(12)]  # 0.15 .. 0.70
+ATTENTION_GRID = [round(0.15 + 0.05 * j, 2) for j in range(14)]  # 0.15 .. 0.80
+S_HALF_GRID = [0, 256, 512, 1024, 2048]  # tokens: kernels.ATTENTION_S_HALF
 BACKWARD_OVER_FORWARD = 0.8
 
 
@@ -80,6 +81,29 @@ def fit(cases: list[Case]) -> dict[str, dict[str, float]]:
     return found
 
 
+def fit_all(cases: list[Case]) -> dict[str, object]:
+    """``fit`` at every ``S_HALF_GRID`` point; the point with the lowest row-weighted error."""
+    original = kernels.ATTENTION_S_HALF
+    best: tuple[float, int, dict[str, dict[str, float]]] | None = None
+    try:
+        for s_half in S_HALF_GRID:
+            kernels.ATTENTION_S_HALF = s_half
+            found = fit(cases)
+            rows = sum(int(v["rows"]) for v in found.values())
+            error = sum(v["mean_abs_log_error"] * v["rows"] for v in found.values()) / max(1, rows)
+            if best is None or error < best[0]:
+                best = (error, s_half, found)
+    finally:
+        kernels.ATTENTION_S_HALF = original
+        kernels.attention_s.cache_clear()
+    assert best is not None
+    return {
+        "attention_s_half": best[1],
+        "mean_abs_log_error": round(best[0], 4),
+        "by_class": best[2],
+    }
+
+
 def main() -> int:
     """Fit on the fit split and print the values per GPU class."""
     from tools.core.settings import disable_telemetry
@@ -90,7 +114,14 @@ def main() -> int:
         print(f"fit_kernels: no published folder at {folder}; skipped")
         return 0
     cases = [c for c in map(map_row, fit_rows(folder)) if isinstance(c, Case)]
-    for arch, values in fit(cases).items():
+    result = fit_all(cases)
+    print(
+        f"attention half-efficiency key length: {result['attention_s_half']} tokens (in code "
+        f"{kernels.ATTENTION_S_HALF}); row-weighted mean |log error| {result['mean_abs_log_error']}"
+    )
+    by_class = result["by_class"]
+    assert isinstance(by_class, dict)
+    for arch, values in by_class.items():
         current = kernels.KERNEL_FACTS[arch]
         print(
             f"{arch}: gemm {values['gemm']:.3f} (in code {current.gemm}), attention forward "

@@ -455,6 +455,21 @@ def precision_group(row: Row) -> str:
     return "fp16" if "fp16" in cell and "bf16" not in cell else "bf16"
 
 
+def software_group(row: Row) -> str:
+    """What else the run switched on that the speed model does not see: torch.compile, async TP.
+
+    Rows that differ only there have the same setup to the model, so a grid keeps them apart
+    rather than crediting or blaming the model's pick for a compiler flag.
+    """
+    notes = row.get("notes", "").lower()
+    parts = []
+    if "compile" in notes and "compile off" not in notes:
+        parts.append("compile")
+    if "async tp" in notes or "asynctp" in notes:
+        parts.append("async-tp")
+    return "+".join(parts) or "eager"
+
+
 def map_row(row: Row) -> Case | Skip:
     """The row's inputs and measured value, or why it cannot be compared."""
     source, split = source_of(row), split_of(row["row_id"])
@@ -469,7 +484,7 @@ def map_row(row: Row) -> Case | Skip:
     except _Skipped as exc:
         return Skip(row["row_id"], source, split, str(exc))
     grid = (source, row["model"], row["gpu"], row["n_gpus"], str(setup["seq_len"]),
-            precision_group(row))  # fmt: skip
+            precision_group(row), software_group(row))  # fmt: skip
     return Case(row["row_id"], source, split, model, hardware, setup, measured, how, grid,
                 notes + hw_notes)  # fmt: skip
 

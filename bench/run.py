@@ -309,9 +309,11 @@ def _published_lines(p: dict[str, Any]) -> list[str]:
         + ", ".join(f"{how} {n}" for how, n in p.get("measured_from", {}).items())
         + ".",
         "",
-        "What was fitted on the fit rows, and nothing else: the share of dense peak that GEMMs "
-        "and attention kernels reach on A100 and on H100 (tools/planning/kernels.py "
-        "KERNEL_FACTS, a grid search minimizing the mean absolute log error). Every other "
+        "What was fitted on the fit rows, and nothing else (`python bench/fit_kernels.py`): the "
+        "share of dense peak that GEMMs and attention kernels reach on A100 and on H100, and the "
+        "key length at which attention reaches half its long-sequence efficiency "
+        "(tools/planning/kernels.py KERNEL_FACTS and ATTENTION_S_HALF, a grid search minimizing "
+        "the mean absolute log error). Every other "
         "constant comes from datasheets, the cited kernel and systems papers, or is an "
         "assumption stated where it is defined; H200 and B200 reuse H100's fractions.",
         "",
