@@ -335,9 +335,11 @@ def test_plan_cli_killed_while_writing_leaves_each_file_old_or_new(
     new_versions = {name: {data} for name, data in new.items() if name != "json-out.json"}
     new_versions["plan.json"].add(new["json-out.json"])
 
-    # Each kill point rewrites a fresh copy of the old folder with the new brief's plan. The
-    # runs share one thread, so that after the first (researcher and all) a run resumes at the
-    # node the kill cut short and only the nodes that write run again. The first half of the
+    # Each kill point reruns the new brief's plan in a copy of the folder as the kill before it
+    # left it (the first: the old folder), as a user reruns in the same folder: the runs share
+    # one thread, so after the first (researcher and all) a run resumes at the node the kill cut
+    # short, and only the nodes that write run again. A run that resumes at the reviewer checks
+    # the launch files the killed engineer wrote, which this folder holds. The first half of the
     # kills land while the engineer writes the launch files, the second half while the
     # reporter writes (once report.html has been replaced: plan.json, the final checkpoint and
     # --json follow), each after a seeded random delay; a run that resumes past the engineer
@@ -346,7 +348,8 @@ def test_plan_cli_killed_while_writing_leaves_each_file_old_or_new(
     kills: list[tuple[int, str, float, int, dict[str, bytes]]] = []
     for point in range(CLI_KILL_POINTS):
         base = tmp_path / "runs" / str(point)
-        shutil.copytree(old_dir, base / "D")
+        before = old_dir if point == 0 else tmp_path / "runs" / str(point - 1) / "D"
+        shutil.copytree(before, base / "D")
         html_inode = (base / "D" / "report.html").stat().st_ino
         proc = _run_new(base, "plan.json")
         assert proc.stderr is not None
