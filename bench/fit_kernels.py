@@ -60,8 +60,7 @@ def fit(cases: list[Case]) -> dict[str, dict[str, float]]:
                         attention_fwd=attn,
                         attention_bwd=round(attn * BACKWARD_OVER_FORWARD, 3),
                     )
-                    kernels.matmul_s.cache_clear()
-                    kernels.attention_s.cache_clear()
+                    kernels.clear_caches()
                     mean, median, n = _log_error(mine)
                     if best is None or mean < best[0]:
                         best = (mean, median, gemm, attn, n)
@@ -76,8 +75,7 @@ def fit(cases: list[Case]) -> dict[str, dict[str, float]]:
             kernels.KERNEL_FACTS[arch] = original[arch]
     finally:
         kernels.KERNEL_FACTS.update(original)
-        kernels.matmul_s.cache_clear()
-        kernels.attention_s.cache_clear()
+        kernels.clear_caches()
     return found
 
 
@@ -95,7 +93,7 @@ def fit_all(cases: list[Case]) -> dict[str, object]:
                 best = (error, s_half, found)
     finally:
         kernels.ATTENTION_S_HALF = original
-        kernels.attention_s.cache_clear()
+        kernels.clear_caches()
     assert best is not None
     return {
         "attention_s_half": best[1],

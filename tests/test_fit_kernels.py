@@ -23,8 +23,7 @@ def _cases(gemm: float, attention: float) -> list[Case]:
     cases = []
     try:
         kernels.KERNEL_FACTS["a100"] = planted
-        kernels.matmul_s.cache_clear()
-        kernels.attention_s.cache_clear()
+        kernels.clear_caches()
         for i, (name, seq, micro) in enumerate(
             [("gpt2-medium", 1024, 8), ("llama-3-8b", 8192, 1), ("llama-3-8b", 2048, 4),
              ("gpt2-xl", 1024, 4), ("llama-3-8b", 32768, 1)]
@@ -40,8 +39,7 @@ def _cases(gemm: float, attention: float) -> list[Case]:
             )
     finally:
         kernels.KERNEL_FACTS["a100"] = original
-        kernels.matmul_s.cache_clear()
-        kernels.attention_s.cache_clear()
+        kernels.clear_caches()
     return cases
 
 

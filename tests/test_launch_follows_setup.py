@@ -201,7 +201,8 @@ def test_autotp_config_refuses_zero3_and_pipelines() -> None:
     assert "tensor_parallel" not in megatron  # Megatron brings its own tensor groups
 
 
-def test_a_split_under_a_framework_that_cannot_run_it_is_refused(tmp_path: Path) -> None:
+def _tiny_tp2_pp2() -> tuple[HardwareSpec, TrainingBrief, dict[str, Any]]:
+    """One 8 x H100 node, a tiny brief, and the ZeRO-1 config of a TP 2 x PP 2 split (DP 2)."""
     hw = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=H100)
     brief = TrainingBrief(goal="x", model="tiny", seq_len=128, global_batch_size=8)
     config = {
@@ -210,6 +211,11 @@ def test_a_split_under_a_framework_that_cannot_run_it_is_refused(tmp_path: Path)
         "gradient_accumulation_steps": 4,
         "zero_optimization": {"stage": 1},
     }
+    return hw, brief, config
+
+
+def test_a_split_under_a_framework_that_cannot_run_it_is_refused(tmp_path: Path) -> None:
+    hw, brief, config = _tiny_tp2_pp2()
     with pytest.raises(ToolFailure):
         emit_launch(
             tmp_path,
@@ -241,14 +247,7 @@ def test_megatron_launch_finds_its_script_and_config_from_where_it_runs(tmp_path
         f"open({str(record)!r}, 'w'))\n"
     )
     (bin_dir / "torchrun").chmod(0o755)
-    hw = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=H100)
-    brief = TrainingBrief(goal="x", model="tiny", seq_len=128, global_batch_size=8)
-    config = {
-        "train_batch_size": 8,
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 4,
-        "zero_optimization": {"stage": 1},
-    }
+    hw, brief, config = _tiny_tp2_pp2()
     spec = emit_launch(
         out, brief, hw, tiny_spec(GPT2_TINY), MEGATRON, config, memory=_plan("zero1", 2, 2, 1, 4)
     )

@@ -206,8 +206,9 @@ class Device:
     @classmethod
     def of(cls, gpu: GPUSpec, peak_tflops: float) -> Device:
         """``gpu`` at ``peak_tflops`` (the precision's dense peak from the catalog)."""
-        facts = KERNEL_FACTS[kernel_class(gpu)]
-        if kernel_class(gpu) == "workstation":
+        cls_name = kernel_class(gpu)
+        facts = KERNEL_FACTS[cls_name]
+        if cls_name == "workstation":
             # Scale the RTX 3090's SM count by peak, so a wave fills a bigger or smaller part.
             facts = KernelFacts(**{**facts.__dict__, "sms": max(20, round(82 * peak_tflops / 71))})
         bandwidth = (gpu.memory_bandwidth_gbs or 900.0) * 1e9 * facts.hbm
@@ -280,6 +281,12 @@ def attention_s(
     if backward:
         return flops * 2.5 / (device.peak_flops * facts.attention_bwd * fill) + 2 * LAUNCH_S
     return flops / (device.peak_flops * facts.attention_fwd * fill) + LAUNCH_S
+
+
+def clear_caches() -> None:
+    """Forget cached kernel times: after ``KERNEL_FACTS`` or ``ATTENTION_S_HALF`` change (fits)."""
+    matmul_s.cache_clear()
+    attention_s.cache_clear()
 
 
 def memory_s(device: Device, bytes_moved: float, kernels: int = 1) -> float:

@@ -556,12 +556,6 @@ def _layouts(space: _Space) -> list[_Layout]:
         )
     if space.cp_pin is not None:
         cps = [space.cp_pin]
-    if len(cps) > 1 and not _speed_splits_sequences(space, cps[1]):
-        cps = [1]
-        space.notes.append(
-            "context parallelism not searched: the speed model does not split the sequence "
-            "over context-parallel ranks (its tokens per step would overcount the batch)"
-        )
     layouts = []
     for tp in tps:
         for pp in pps:
@@ -570,24 +564,6 @@ def _layouts(space: _Space) -> list[_Layout]:
                 if world % lay.split == 0 and brief.batch % (world // lay.split) == 0:
                     layouts.append(lay)
     return layouts
-
-
-def _speed_splits_sequences(space: _Space, cp: int) -> bool:
-    """Does the speed model count a context-parallel step's tokens once (world / (t x p x c))?"""
-    world = space.hardware.world_size
-    if world % cp or space.brief.batch % (world // cp):
-        return False
-    speed = estimate_speed(
-        space.model,
-        space.hardware,
-        "zero1",
-        micro_batch_size=1,
-        gradient_accumulation_steps=space.brief.batch // (world // cp),
-        precision=space.precision,
-        seq_len=space.brief.seq_len,
-        context_parallel=cp,
-    )
-    return speed.tokens_per_step == space.brief.batch * space.brief.seq_len
 
 
 def _names_for(space: _Space, layout: _Layout) -> list[StrategyName]:
