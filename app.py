@@ -135,7 +135,28 @@ def _add_estimate(sub: Any) -> None:
     est.add_argument("--seq-len", type=int, help="tokens per sequence")
     est.add_argument("--global-batch", type=int, help="sequences per optimizer step")
     est.add_argument("--micro-batch", type=int, help="sequences per GPU per step (default: chosen)")
-    est.add_argument("--precision", help="bf16 | fp16 | fp32 | auto")
+    est.add_argument(
+        "--precision", help="bf16 | fp16 | fp32 | pure-bf16 | fp8 | auto (bf16/fp16: fp32 masters)"
+    )
+    est.add_argument(
+        "--framework",
+        help="price memory as this framework runs it: deepspeed (default) | fsdp | torchtitan "
+        "| torchtune | megatron | nanotron",
+    )
+    est.add_argument(
+        "--optimizer", help="adamw (default) | adam8bit | paged-adam8bit | adafactor | sgd"
+    )
+    est.add_argument(
+        "--grad-accum", type=int, help="micro-batches per optimizer step (sets the micro-batch)"
+    )
+    est.add_argument("--lora-rank", type=int, help="train rank-R LoRA adapters on a frozen base")
+    est.add_argument("--qlora", action="store_true", help="LoRA over a 4-bit NF4 base (QLoRA)")
+    est.add_argument("--cp", type=int, help="pin the context-parallel degree (default: searched)")
+    est.add_argument(
+        "--activation-offload",
+        action="store_true",
+        help="saved activations go to host memory (torchtune's activation offloading)",
+    )
     est.add_argument(
         "--interconnect",
         help="network between nodes: ib400 | ib200 | roce100 | eth25, NICSxRATE (8x400G) or "
@@ -150,7 +171,8 @@ def _add_estimate(sub: Any) -> None:
     est.add_argument("--pp", type=int, help="pin the pipeline-parallel degree (default: searched)")
     est.add_argument(
         "--checkpointing",
-        help="pin activation recompute: none | selective | full (default: searched)",
+        help="pin activation recompute: none | selective (Megatron's) | selective-op "
+        "(torchtitan's per-op policy) | full (default: searched)",
     )
     est.add_argument(
         "--json", dest="json_path", type=_path_arg, help="write the estimate JSON here"
@@ -355,7 +377,71 @@ ESTIMATE_FLAGS = {
     "strategies": "--strategy",
     "checkpointing": "--checkpointing",
     "global_batch_size": "--global-batch",
+    "framework": "--framework",
+    "precision": "--precision",
+    "optimizer": "--optimizer",
+    "grad_accum": "--grad-accum",
+    "lora_rank": "--lora-rank",
+    "qlora": "--qlora",
+    "cp": "--cp",
+    "context_parallel": "--cp",
 }
+
+RECIPE_FLAGS = ("framework", "optimizer", "grad_accum", "lora_rank", "qlora", "cp")
+
+
+def _estimate_recipe(args: argparse.Namespace) -> Any:
+    """The recipe the estimate flags name (None when they name none: DeepSpeed's default)."""
+    from tools.planning.recipe import PRECISIONS, Recipe, resolve_recipe
+
+    if args.precision is not None and args.precision not in PRECISIONS:
+        raise InputError(
+            "--precision", f"unknown precision {args.precision!r}; use {' | '.join(PRECISIONS)}"
+        )
+    named = [f for f in RECIPE_FLAGS if getattr(args, f, None) is not None]
+    named = [f for f in named if getattr(args, f) is not False]  # store_true flags left off
+    special = args.precision in ("pure-bf16", "fp8")
+    selective_op = args.checkpointing == "selective-op"
+    if not (named or special or selective_op or args.activation_offload):
+        return None
+    for flag, value in (("--grad-accum", args.grad_accum), ("--lora-rank", args.lora_rank)):
+        if value is not None and value < 1:
+            raise InputError(flag, f"must be at least 1, got {value}")
+    recipe = Recipe(
+        framework=args.framework or "deepspeed",
+        precision=args.precision if args.precision not in (None, "auto") else "bf16",
+        optimizer=args.optimizer or "adamw",
+        checkpointing="selective-op" if selective_op else None,
+        lora_rank=args.lora_rank,
+        qlora=bool(args.qlora),
+        activation_offload=bool(args.activation_offload),
+    )
+    try:
+        return resolve_recipe(recipe)
+    except InputError as exc:
+        raise InputError(ESTIMATE_FLAGS.get(exc.field, exc.field), exc.message) from None
+
+
+def _micro_for_grad_accum(args: argparse.Namespace, brief: Any, world: int) -> int | None:
+    """The micro-batch that ``--grad-accum N`` implies for the pinned (or data-only) layout."""
+    if args.grad_accum is None:
+        return args.micro_batch
+    split = (args.tp or 1) * (args.pp or 1) * (args.cp or 1)
+    dp = max(1, world // split)
+    per_rank = brief.batch // dp if brief.batch % dp == 0 else 0
+    if not per_rank or per_rank % args.grad_accum:
+        raise InputError(
+            "--grad-accum",
+            f"{args.grad_accum} must divide the {brief.batch // dp if dp else 0} sequences per "
+            f"data-parallel rank ({brief.batch} over {dp} ranks)",
+        )
+    micro = per_rank // args.grad_accum
+    if args.micro_batch is not None and args.micro_batch != micro:
+        raise InputError(
+            "--grad-accum",
+            f"with --micro-batch {args.micro_batch} it would be {per_rank // args.micro_batch}",
+        )
+    return micro
 
 
 def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
@@ -372,12 +458,14 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         raise InputError("estimate", "give either --brief FILE or --model M")
     check_output_path(args.json_path, "--json", "file")
     data = load_brief(args.brief).model_dump(mode="json") if args.brief else {"model": args.model}
+    recipe = _estimate_recipe(args)
     flags = {
         "hardware": args.hardware,
-        "task": args.task,
+        "task": "lora" if recipe is not None and recipe.lora_rank else args.task,
         "seq_len": args.seq_len,
         "global_batch_size": args.global_batch,
-        "precision": args.precision,
+        # pure-bf16 and fp8 compute in bf16; the recipe carries the difference.
+        "precision": "bf16" if args.precision in ("pure-bf16", "fp8") else args.precision,
     }
     data.update({k: v for k, v in flags.items() if v is not None})
     brief = brief_from_dict(data)
@@ -391,25 +479,33 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         )
     if args.strategy is not None:
         check_strategy(args.strategy, "--strategy")
-    if args.checkpointing is not None:
-        check_recompute(args.checkpointing, "--checkpointing")
+    recompute = "selective" if args.checkpointing == "selective-op" else args.checkpointing
+    if recompute is not None:
+        check_recompute(recompute, "--checkpointing")
+    if args.cp is not None and args.cp < 1:
+        raise InputError("--cp", f"must be at least 1, got {args.cp}")
     hw = hardware_for_brief(brief)
     model = lookup_model(brief.model, brief.seq_len)
+    micro = _micro_for_grad_accum(args, brief, hw.world_size)
     try:
         memory = search_strategy(
             model,
             hw,
             brief,
-            micro_batch_size=args.micro_batch,
+            micro_batch_size=micro,
             strategies=[args.strategy] if args.strategy else None,
             tensor_parallel=args.tp,
             pipeline_parallel=args.pp,
-            recompute=args.checkpointing,
+            recompute=recompute,
+            context_parallel=args.cp,
+            recipe=recipe,
         )
     except InputError as exc:
         # The search names its own fields; on this command line they are flags.
         flag = ESTIMATE_FLAGS.get(exc.field)
-        if flag is None or (flag == "--micro-batch" and args.micro_batch is None):
+        if flag == "--micro-batch" and args.micro_batch is None and args.grad_accum is not None:
+            flag = "--grad-accum"
+        elif flag is None or (flag == "--micro-batch" and args.micro_batch is None):
             raise
         raise InputError(flag, exc.message) from None
     _write_json(args.json_path, memory.model_dump(mode="json"))

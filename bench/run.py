@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:
 from bench.common import load_average, machine_info  # noqa: E402
 
 SECTIONS = ("memory_grid", "planner_cases", "memory_gpu", "memory_smoke", "choice", "latency",
-            "overhead", "published")  # fmt: skip
+            "overhead", "published", "published_memory")  # fmt: skip
 GIB = 2**30
 
 
@@ -103,6 +103,12 @@ def _published(quick: bool) -> dict[str, Any]:
     return measure()
 
 
+def _published_memory(quick: bool) -> dict[str, Any]:
+    from bench.published_memory import measure
+
+    return measure()
+
+
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "memory_grid": _memory_grid,
     "planner_cases": _planner_cases,
@@ -112,6 +118,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "latency": _latency,
     "overhead": _overhead,
     "published": _published,
+    "published_memory": _published_memory,
 }
 
 
@@ -295,7 +302,40 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 f"{_apct(rank['share_pick_within_5pct'])} of {rank['n_grids']} grid(s)",
                 f"bench/published.py, {p['rows']} published rows, each row's setup pinned",
             ))  # fmt: skip
+    if "published_memory" in sec:
+        m = sec["published_memory"]
+        if "skipped" in m:
+            rows.append(("Memory model vs published peak memory", "skipped", m["skipped"]))
+        else:
+            h, v = m["splits"]["held-out"], m["verdict"]
+            rows.append((
+                "Memory model vs published peak memory (held-out rows)",
+                f"median abs error {_apct(h.get('median_abs_error'))}, "
+                f"{_apct(h.get('within_15'))} within 15% ({h['rows']} rows); fit check calls "
+                f"{v['called_fits']} of {v['ran']} runs that ran fits",
+                "bench/published_memory.py: torchtitan and torchtune runs, each row's recipe and "
+                "layout pinned, the quantity the row measured",
+            ))  # fmt: skip
     return rows
+
+
+def _published_memory_lines(m: dict[str, Any]) -> list[str]:
+    """Section 6: the published peak-memory validation (aggregates only)."""
+    from bench.published_memory import render_tables
+
+    lines = ["", "## 6. Memory model vs published peak memory", ""]
+    if "skipped" in m:
+        return [*lines, f"Skipped: {m['skipped']}."]
+    return lines + [
+        "`python bench/published_memory.py` (every row's prediction on stdout; `--baseline "
+        "DIR` for an older checkout, `--fit` for the one fitted constant). Split: fit when "
+        "sha256(row_id) % 4 == 0. Fitted on the fit rows, and nothing else: the caching "
+        "allocator's slack (reserved over allocated, tools/planning/memory.py "
+        "FRAGMENTATION_MARGIN). Rows are torchtitan's (torch max reserved) and torchtune's "
+        "(peak active) own runs; each is predicted for its framework's recipe.",
+        "",
+        *render_tables(m),
+    ]
 
 
 def _published_lines(p: dict[str, Any]) -> list[str]:
@@ -577,6 +617,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         ]
     if "published" in sec:
         lines += _published_lines(sec["published"])
+    if "published_memory" in sec:
+        lines += _published_memory_lines(sec["published_memory"])
     lines += [
         "",
         "## Where the bench time goes",

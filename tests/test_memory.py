@@ -24,6 +24,7 @@ from tools.planning import (
     search_strategy,
 )
 from tools.planning.activations import layer_coefficient
+from tools.planning.footprint import ADAM8BIT_BYTES
 from tools.planning.memory import GB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,8 +82,12 @@ def test_llama3_8b_on_8xa100_plan() -> None:
     for est in plan.strategies:
         b = est.per_gpu_bytes
         terms = b.params + b.gradients + b.optimizer + b.activations + b.buffers
-        assert b.not_concurrent == min(b.activations, b.gradients)
+        # 8 sequences per rank: above one micro-batch the accumulated gradients live with the
+        # next micro-batch's activations; at one they are traded for each other in backward.
+        accumulating = 64 // 8 // est.micro_batch_size > 1
+        assert b.not_concurrent == (0 if accumulating else min(b.activations, b.gradients))
         assert b.total == terms - b.not_concurrent
+        assert b.peak_allocated < b.peak_reserved < b.device_used == b.total
 
 
 def test_choice_prefers_simplest_fitting_strategy() -> None:
@@ -418,7 +423,8 @@ def test_optimizers_change_only_the_optimizer_term() -> None:
     a = estimate_strategy(GPT2, hw, "ddp", optimizer="adamw").per_gpu_bytes
     b = estimate_strategy(GPT2, hw, "ddp", optimizer="adam8bit").per_gpu_bytes
     assert a.activations == b.activations and a.params == b.params
-    assert a.optimizer - b.optimizer == 6 * GPT2.params
+    # 8-bit Adam: a byte per moment and a 4-byte scale per block of 256 (torchao, bitsandbytes).
+    assert a.optimizer - b.optimizer == pytest.approx((8 - ADAM8BIT_BYTES) * GPT2.params, abs=8)
 
 
 def test_selective_recompute_drops_the_attention_core() -> None:

@@ -37,6 +37,10 @@ CANDIDATE_KEYS = {
     "mfu",
     "virtual_stages",
     "context_parallel",
+    # The DESIGN.md contract's three memory quantities.
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "device_used_bytes",
 }
 BYTES_KEYS = {"params", "gradients", "optimizer", "activations", "buffers", "total"}
 # What the estimate JSON held before this search; every key stays.

@@ -187,9 +187,16 @@ def estimate_lines(
         f"chosen: {memory.chosen_label}, micro-batch {memory.micro_batch_size} x accumulation "
         f"{memory.gradient_accumulation_steps}"
         + (", activation checkpointing" if memory.activation_checkpointing else ""),
-        "  (total = params + optimizer + the larger of grads and activations, which are not "
-        "live together, + buffers)",
+        "  (total = device memory used: params + optimizer + the larger of grads and "
+        "activations, which are not live together unless gradients accumulate, + buffers)",
     ]
+    if memory.setup is not None and memory.setup.device_used_bytes:
+        c = memory.setup
+        lines.append(
+            f"  peak allocated {c.peak_allocated_bytes / 1e9:.2f} GB, reserved "
+            f"{c.peak_reserved_bytes / 1e9:.2f} GB, device used {c.device_used_bytes / 1e9:.2f} GB"
+        )
+    lines += [f"  {a}" for a in memory.assumptions if a.startswith(("fit check", "memory priced"))]
     lines += candidate_lines(memory)
     lines += [f"  not {name}: {why}" for name, why in memory.why_not.items()]
     if memory.smallest_fitting_hardware:

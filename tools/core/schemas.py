@@ -252,8 +252,15 @@ class MemoryBreakdown(BaseModel):
     # Bytes of the terms above never live at the same time (activations are freed in backward
     # as gradients appear): total = the sum of the terms minus this, min(activations, gradients).
     not_concurrent: int = 0
-    # The fragmentation margin included in buffers (and so in total).
+    # The allocator slack included in buffers (and so in total): reserved - allocated.
     margin: int = 0
+    # The three quantities people measure (tools/planning/memory.py): torch's
+    # max_memory_allocated, max_memory_reserved (allocator slack added) and the device memory
+    # used as nvidia-smi shows it (CUDA context and NCCL buffers added; ``total``, which the
+    # fit check compares with the GPU's memory).
+    peak_allocated: int = 0
+    peak_reserved: int = 0
+    device_used: int = 0
 
 
 class StrategyEstimate(BaseModel):
@@ -293,6 +300,11 @@ class SetupCandidate(BaseModel):
     checkpointing: Recompute = "none"
     # params, gradients, optimizer, activations, buffers, total: bytes per GPU.
     per_gpu_bytes: dict[str, int]
+    # torch's max_memory_allocated, max_memory_reserved, and the device memory used (CUDA
+    # context and NCCL buffers added; the fit check compares this one, ``total``).
+    peak_allocated_bytes: int = 0
+    peak_reserved_bytes: int = 0
+    device_used_bytes: int = 0
     # Fits with the search's headroom (MIN_HEADROOM of the GPU free; host RAM for offload).
     fits: bool
     step_time_s: float | None = None

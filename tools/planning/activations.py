@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tools.core.errors import InputError
 from tools.core.schemas import ModelSpec, Task
+from tools.planning.footprint import loss_bytes
 from tools.planning.states import GATED_MLP_FAMILIES, ResolvedPrecision
 
 # Attention kernels the activation model knows (activation_bytes).
@@ -35,6 +36,19 @@ def layer_coefficient(model: ModelSpec) -> float:
     return 34.0
 
 
+def replicated_coefficient(model: ModelSpec) -> float:
+    """Of ``layer_coefficient``, the bytes per s*b*h that tensor parallelism alone leaves whole.
+
+    GPT layers: 10 (Korthikanti et al. 2022 eq. 2: the two LayerNorms' inputs, 4, the inputs of
+    the QKV and first MLP projections, 4, and the two dropout masks, 2). Llama-style layers:
+    the two RMSNorms (12) and the two column-parallel projections' shared inputs (4): 16.
+    """
+    config = model.hf_config or {}
+    if str(config.get("model_type", "")) in GATED_MLP_FAMILIES and model.intermediate:
+        return 16.0
+    return 10.0
+
+
 def activation_bytes(
     model: ModelSpec,
     *,
@@ -48,6 +62,9 @@ def activation_bytes(
     pipeline_parallel: int = 1,
     micro_batches: int | None = None,
     attention: str = "sdpa",
+    sequence_parallel: bool = True,
+    loss: str = "standard",
+    offload: bool = False,
 ) -> int:
     """Activation bytes per GPU for one micro batch (Korthikanti et al. 2022, eq. 1).
 
@@ -83,6 +100,14 @@ def activation_bytes(
     al. 2021 sec. 2.2.1): a stage runs L/p layers; the first stage holds min(p, m) micro-batches
     in flight (m = ``micro_batches`` per optimizer step, p when not given), the last stage one,
     plus the logits. The larger of the two is the per-GPU peak.
+
+    Without sequence parallelism (``sequence_parallel=False``: DeepSpeed AutoTP, Megatron
+    without --sequence-parallel) the tensors at the block boundaries are replicated on every
+    tensor-parallel rank (Korthikanti eq. 2, sbh(10 + 24/t + 5as/(ht)) for GPT layers): the
+    norms' inputs and outputs (``replicated_coefficient``) and the checkpointed layer inputs
+    are not divided by t. ``loss`` is the cross-entropy's implementation
+    (tools/planning/footprint.py ``loss_bytes``); ``offload`` moves the stored per-layer
+    tensors to host memory (activation CPU offload), leaving about two layers' on the GPU.
     """
     if attention not in ATTENTION_KERNELS:
         raise InputError("attention", f"must be one of {', '.join(ATTENTION_KERNELS)}")
@@ -95,7 +120,10 @@ def activation_bytes(
     # dtype=torch.float32) and, at 16-bit, its cast that the scores-times-values matmul saves:
     # 6 bytes per score (Korthikanti's 5 assume a 16-bit softmax plus dropout), 4 in fp32.
     score_bytes = (4 if precision == "fp32" else 6) * a * s * s * b if keeps_scores else 0
-    one_layer = -(-(int(s * b * layer_coefficient(model) * h) * scale + score_bytes) // t)
+    coefficient = layer_coefficient(model)
+    replicated = 0.0 if sequence_parallel or t == 1 else replicated_coefficient(model)
+    sharded = int(s * b * (coefficient - replicated) * h) * scale + score_bytes
+    one_layer = -(-sharded // t) + int(s * b * replicated * h) * scale
     layers = -(-model.layers // p)
     if task in ("inference", "agent-app"):
         kv_dim = h * (model.kv_heads or a) // a
@@ -104,12 +132,15 @@ def activation_bytes(
         return kv_cache + one_layer + b * model.vocab * 4
     # Per layer and micro-batch: the layer's input under full checkpointing (plus one layer's
     # activations while it is recomputed), else all of them.
-    stored = -(-2 * s * b * h * scale // t) if activation_checkpointing else one_layer
+    split = t if sequence_parallel else 1
+    stored = -(-2 * s * b * h * scale // split) if activation_checkpointing else one_layer
     working = one_layer if activation_checkpointing else 0
+    if offload:
+        stored = stored * min(2, layers) // max(1, layers)
     # Logits at the working precision (kept in the model output), the fp32 copy Hugging Face's
     # ForCausalLMLoss makes with .float() (none when training in fp32) and the fp32
     # log-softmax that cross-entropy saves for backward, all live during the loss.
-    logits = -(-s * b * model.vocab * (act_bytes + (4 if act_bytes < 4 else 0) + 4) // t)
+    logits = loss_bytes(s * b, -(-model.vocab // t), loss, hf=True, fp32=act_bytes == 4)[0]
     if p == 1:
         return model.layers * stored + working + logits
     in_flight = min(p, micro_batches or p)

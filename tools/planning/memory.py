@@ -16,11 +16,26 @@ import math
 
 from tools.core.errors import InputError
 from tools.core.schemas import HardwareSpec, MemoryBreakdown, ModelSpec, StrategyEstimate, Task
-from tools.core.strategies import OFFLOAD_STRATEGIES, StrategyName, check_strategy
+from tools.core.strategies import OFFLOAD_STRATEGIES, Recompute, StrategyName, check_strategy
 from tools.planning.activations import activation_bytes
+from tools.planning.footprint import (
+    NF4_BYTES,
+    Layout,
+    Terms,
+    block_params,
+    fsdp_states,
+    loss_bytes,
+    megatron_states,
+    native_layer_bytes,
+    optimizer_bytes,
+    outside_params,
+    quantized_share,
+)
 from tools.planning.parallel import check_model_parallel, model_parallel_params
+from tools.planning.recipe import Recipe, resolve_recipe
 from tools.planning.states import (
     DEFAULT_LORA_RANK,
+    OPTIMIZER_STATE_BYTES,
     ModelStates,
     ResolvedPrecision,
     lora_adapter_params,
@@ -35,8 +50,11 @@ GB = 1_000_000_000
 
 # PyTorch + CUDA 12 context with cuBLAS/NCCL workspaces: measured 0.5-1 GB; we take the middle.
 CUDA_CONTEXT_BYTES = 750_000_000
+# NCCL's communicator buffers: NCCL_BUFFSIZE 4 MiB (NCCL environment-variable docs) per channel
+# and peer for send and receive, up to 32 channels on NVLink systems: 32 x 2 x 4 MiB.
+NCCL_BUFFER_BYTES = 32 * 2 * 4 * 2**20
 # Caching-allocator fragmentation: PyTorch rarely returns all freed blocks to a usable pool.
-FRAGMENTATION_MARGIN = 0.10
+FRAGMENTATION_MARGIN = 0.035
 # Reduce buffers DeepSpeed's ZeRO-1/2 optimizer allocates with overlap_comm (double buffering).
 OVERLAP_BUFFERS = 2
 # deepspeed/runtime/engine.py MEMORY_OPT_ALLREDUCE_SIZE: the stage-0 gradient all-reduce bucket.
@@ -190,34 +208,52 @@ def _trainable(
 
 
 def _breakdown(
-    gpu: dict[str, int], activations: int, buffers: int, notes: list[str]
+    terms: Terms, buffers: int, on_gpu: bool, ranks: int, notes: list[str]
 ) -> MemoryBreakdown:
-    """The per-GPU terms, their peak and the fragmentation margin (counted in buffers).
+    """The per-GPU terms and the three peaks: allocated, reserved (allocator slack), device used.
 
-    Activations and gradients do not peak together: autograd frees each saved tensor once its
-    node's backward has run, while the gradients it produces appear (PyTorch autograd
-    mechanics, "saved tensors"). The forward ends with every activation and no gradient, the
-    backward with every gradient and no activation; the peak holds the larger of the two.
+    Activations and gradients do not peak together unless gradients persist across
+    micro-batches (``Terms.peak``): autograd frees each saved tensor once its node's backward
+    has run, while the gradients it produces appear (PyTorch autograd mechanics, "saved
+    tensors"). The caching allocator reserves more than it allocates (``FRAGMENTATION_MARGIN``
+    of the allocated peak); the device also holds the CUDA context and NCCL's buffers.
     """
-    params = gpu.get("params", 0) + gpu.get("gathered_params", 0)
-    gradients = gpu.get("grads", 0) + gpu.get("gathered_grads", 0) + gpu.get("grads_fp32", 0)
-    optimizer = gpu.get("master_params", 0) + gpu.get("optimizer_moments", 0)
-    subtotal = params + optimizer + max(activations, gradients) + buffers
-    if gradients and activations:
+    allocated = terms.peak() + buffers
+    together = terms.activations + terms.loss
+    if terms.gradients and together and not terms.gradients_persistent:
         notes.append(
-            f"activations ({activations / GB:.2f} GB) and gradients ({gradients / GB:.2f} GB) "
+            f"activations ({together / GB:.2f} GB) and gradients ({terms.gradients / GB:.2f} GB) "
             "are not live together: the peak counts the larger"
         )
-    margin = int(FRAGMENTATION_MARGIN * subtotal)
+    elif terms.gradients and together:
+        notes.append(
+            f"gradients ({terms.gradients / GB:.2f} GB) persist across micro-batches and live "
+            f"with the activations ({together / GB:.2f} GB)"
+        )
+    margin = int(FRAGMENTATION_MARGIN * allocated)
+    reserved = allocated + margin
+    context = 0
+    if on_gpu:
+        context = CUDA_CONTEXT_BYTES + (NCCL_BUFFER_BYTES if ranks > 1 else 0)
+        notes.append(
+            f"CUDA context and library workspaces {CUDA_CONTEXT_BYTES / GB:.2f} GB"
+            + (f", NCCL buffers {NCCL_BUFFER_BYTES / GB:.2f} GB" if ranks > 1 else "")
+        )
+    device_used = reserved + context
+    activations = terms.activations + terms.loss
+    gathered = terms.transient
     return MemoryBreakdown(
-        params=params,
-        gradients=gradients,
-        optimizer=optimizer,
+        params=terms.params + gathered,
+        gradients=terms.gradients,
+        optimizer=terms.optimizer,
         activations=activations,
-        buffers=buffers + margin,
-        total=subtotal + margin,
-        not_concurrent=min(activations, gradients),
+        buffers=buffers + margin + context,
+        total=device_used,
+        not_concurrent=0 if terms.gradients_persistent else min(activations, terms.gradients),
         margin=margin,
+        peak_allocated=allocated,
+        peak_reserved=reserved,
+        device_used=device_used,
     )
 
 
@@ -255,6 +291,224 @@ def _fits_cpu_ram(hardware: HardwareSpec, cpu_per_node: int, notes: list[str]) -
     return False
 
 
+def _recipe_of(
+    recipe: Recipe | None,
+    *,
+    precision: str,
+    optimizer: str,
+    activation_checkpointing: bool,
+    selective_recompute: bool,
+    gradient_accumulation_steps: int | None,
+    lora_rank: int | None,
+    context_parallel: int,
+) -> Recipe:
+    """The recipe priced: the one given, or DeepSpeed's with the keyword arguments' choices."""
+    if recipe is not None:
+        return resolve_recipe(recipe)
+    policy = "full" if activation_checkpointing else "selective" if selective_recompute else "none"
+    return resolve_recipe(
+        Recipe(
+            framework="deepspeed",
+            precision=precision if precision != "auto" else "bf16",
+            optimizer=optimizer,
+            checkpointing=policy,
+            gradient_accumulation_steps=max(1, gradient_accumulation_steps or 1),
+            lora_rank=lora_rank,
+            context_parallel=context_parallel,
+        ),
+        assumed=(),
+    )
+
+
+def _recompute_label(recipe: Recipe) -> Recompute:
+    """The search's recompute vocabulary (selective-op is a selective policy)."""
+    policy = str(recipe.checkpointing)
+    if policy.startswith("selective"):
+        return "selective"
+    return "full" if policy == "full" else "none"
+
+
+def _deepspeed_terms(
+    states: ModelStates, recipe: Recipe, quantized: int, world: int, strategy: str, hidden: int
+) -> Terms:
+    """tools/planning/states.py's DeepSpeed states, adjusted for the recipe's optimizer."""
+    gpu = dict(states.gpu)
+    if recipe.precision == "pure-bf16":
+        gpu.pop("master_params", None)
+        gpu.pop("grads_fp32", None)
+    moments = gpu.get("optimizer_moments", 0)
+    if moments:
+        part = moments / OPTIMIZER_STATE_BYTES["adamw"]  # states.py priced AdamW
+        gpu["optimizer_moments"] = int(optimizer_bytes(recipe, part, hidden))
+    if quantized:
+        shard = world if strategy.startswith("zero3") else 1
+        gpu["params"] -= int((2 - NF4_BYTES) * quantized / shard)
+    return Terms(
+        params=gpu.get("params", 0) + gpu.get("gathered_params", 0),
+        gradients=gpu.get("grads", 0) + gpu.get("gathered_grads", 0) + gpu.get("grads_fp32", 0),
+        optimizer=gpu.get("master_params", 0) + gpu.get("optimizer_moments", 0),
+    )
+
+
+def _terms(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    strategy: StrategyName,
+    *,
+    task: Task,
+    recipe: Recipe,
+    resolved: ResolvedPrecision,
+    world: int,
+    tp: int,
+    pp: int,
+    seq: int,
+    micro_batch_size: int,
+    micro_batches: int | None,
+    attention: str,
+    lora_rank: int,
+    notes: list[str],
+) -> tuple[Terms, int, list[str]]:
+    """The recipe's terms on the most loaded GPU, and the DeepSpeed buckets (with their notes)."""
+    cp = recipe.context_parallel
+    rank = recipe.lora_rank or lora_rank
+    states, params_here = _model_states(
+        model, strategy, task, world * cp, tp, pp, resolved, "adamw", rank, notes
+    )
+    trainable = _trainable(model, task, params_here, params_here / model.params, tp, rank, [])
+    quantized = int(params_here * quantized_share(model)) if recipe.qlora else 0
+    if recipe.framework == "deepspeed":
+        terms = _deepspeed_terms(states, recipe, quantized, world * cp, strategy, model.hidden)
+    else:
+        lay = Layout(
+            params_here=trainable[0],
+            trainable_here=trainable[1],
+            frozen_quantized=quantized,
+            block=-(-block_params(model) // tp),
+            outside=-(-outside_params(model) // tp),
+            shards=world * cp,
+            largest=-(-model.largest_layer_params // tp),
+            pipeline=pp,
+        )
+        terms = Terms()
+        if recipe.fsdp_like:
+            fsdp_states(recipe, strategy, lay, model.hidden, terms)
+        else:
+            megatron_states(recipe, strategy, lay, model.hidden, terms)
+        notes.extend(terms.notes)
+    accumulating = (micro_batches or 1) > 1 or pp > 1
+    if (
+        accumulating
+        and task in ("pretrain", "finetune", "lora")
+        and not recipe.optimizer_in_backward
+    ):
+        terms.gradients_persistent = True
+    terms.activations, terms.loss, terms.working = _activation_terms(
+        model, task, recipe, resolved, tp, pp, seq // cp, micro_batch_size, micro_batches, attention
+    )
+    if recipe.qlora:
+        notes.append(
+            f"QLoRA: {quantized:,} base parameters in NF4 ({NF4_BYTES:.3f} bytes each, "
+            "Dettmers et al. 2023), embeddings and output layer in 16-bit"
+        )
+    buffers, buffer_notes = 0, list[str]()
+    if recipe.framework == "deepspeed":
+        bucket_model = model if tp * pp == 1 else model.model_copy(update={"params": params_here})
+        buffers, buffer_notes = _buffer_bytes(
+            bucket_model,
+            strategy,
+            world_size=world,
+            precision=resolved,
+            on_gpu=False,
+            training=task in ("pretrain", "finetune", "lora"),
+        )
+    return terms, buffers, buffer_notes
+
+
+def _activation_terms(
+    model: ModelSpec,
+    task: Task,
+    recipe: Recipe,
+    resolved: ResolvedPrecision,
+    tp: int,
+    pp: int,
+    seq: int,
+    micro: int,
+    micro_batches: int | None,
+    attention: str,
+) -> tuple[int, int, int]:
+    """(activations, loss, recompute working set) per GPU for one micro-batch of ``seq`` tokens.
+
+    The Hugging Face path (tools/planning/activations.py) counts its logits in the activations
+    and its recompute working set in them too, so it returns 0 for the other two.
+    """
+    policy = str(recipe.checkpointing)
+    native = recipe.framework in ("torchtitan", "torchtune") and task != "inference"
+    if not native or task in ("inference", "agent-app"):
+        acts = activation_bytes(
+            model,
+            seq_len=seq,
+            micro_batch_size=micro,
+            precision=resolved,
+            activation_checkpointing=policy == "full",
+            task=task,
+            selective_recompute=policy.startswith("selective"),
+            tensor_parallel=tp,
+            pipeline_parallel=pp,
+            micro_batches=micro_batches,
+            attention=attention,
+            sequence_parallel=bool(recipe.sequence_parallel) or tp == 1,
+            loss=str(recipe.loss),
+            offload=recipe.activation_offload,
+        )
+        return acts, 0, 0
+    tokens = seq * micro
+    kept, working = native_layer_bytes(
+        model, policy, tp=tp, sp=bool(recipe.sequence_parallel), compiled=recipe.compile
+    )
+    layers_here = -(-model.layers // pp)
+    in_flight = min(pp, micro_batches or pp) if pp > 1 else 1
+    if recipe.activation_offload:
+        # torchtune OffloadActivations: saved tensors go to pinned host memory as they are
+        # made and come back for backward; about two layers' worth stay on the GPU.
+        stored = kept * tokens * min(2, layers_here)
+    else:
+        stored = kept * tokens * layers_here * in_flight
+    loss, _how = loss_bytes(
+        tokens,
+        -(-model.vocab // tp),
+        str(recipe.loss),
+        hf=False,
+        fp32=resolved == "fp32",
+        compiled=recipe.compile,
+    )
+    acts = int(stored + working * tokens)
+    if pp > 1:
+        # The first stage holds the micro-batches in flight; the last one the loss.
+        last = int(kept * tokens * layers_here + working * tokens) + loss
+        return max(acts, last), 0, int(working * tokens)
+    return acts, loss, int(working * tokens)
+
+
+def terms_cpu(
+    model: ModelSpec,
+    strategy: StrategyName,
+    task: Task,
+    world: int,
+    tp: int,
+    pp: int,
+    resolved: ResolvedPrecision,
+    recipe: Recipe,
+    lora_rank: int,
+) -> dict[str, int]:
+    """Offloaded states per rank in host RAM (DeepSpeed's offload strategies)."""
+    if strategy not in OFFLOAD_STRATEGIES:
+        return {}
+    states, _ = _model_states(
+        model, strategy, task, world, tp, pp, resolved, "adamw", recipe.lora_rank or lora_rank, []
+    )
+    return dict(states.cpu_per_rank)
+
+
 def estimate_strategy(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -272,6 +526,8 @@ def estimate_strategy(
     pipeline_parallel: int = 1,
     gradient_accumulation_steps: int | None = None,
     attention: str = "sdpa",
+    recipe: Recipe | None = None,
+    context_parallel: int = 1,
 ) -> StrategyEstimate:
     """Estimate per-GPU memory (and CPU memory per node) of one strategy for one micro batch.
 
@@ -294,7 +550,12 @@ def estimate_strategy(
         pipeline_parallel: Pipeline-parallel degree p (1F1B schedule); ZeRO then shards over
             the world / (t x p) data-parallel ranks.
         gradient_accumulation_steps: Micro-batches per optimizer step, which bounds the
-            micro-batches a pipeline's first stage holds in flight (p when not given).
+            micro-batches a pipeline's first stage holds in flight (p when not given); above 1
+            the accumulated gradients live with the next micro-batch's activations.
+        recipe: The framework's recipe (tools/planning/recipe.py); it overrides precision,
+            optimizer, the recompute flags and the accumulation steps. Default: DeepSpeed with
+            the arguments above.
+        context_parallel: Ranks each sequence is split over (states shard over them too).
     """
     strategy = check_strategy(strategy)
     if micro_batch_size < 1:
@@ -302,48 +563,68 @@ def estimate_strategy(
     on_gpu = hardware.gpu is not None
     if not on_gpu and strategy in OFFLOAD_STRATEGIES:
         raise InputError("strategy", f"{strategy} offloads GPU memory to CPU and needs a GPU")
-    resolved = resolve_precision(precision, hardware)
-    tp, pp = tensor_parallel, pipeline_parallel
-    world = check_model_parallel(model, hardware, strategy, tp, pp)  # the data-parallel size
-    seq = seq_len or model.seq_len
-    training = task in ("pretrain", "finetune", "lora")
-
-    notes: list[str] = []
-    states, params_here = _model_states(
-        model, strategy, task, world, tp, pp, resolved, optimizer, lora_rank, notes
-    )
-    activations = activation_bytes(
-        model,
-        seq_len=seq,
-        micro_batch_size=micro_batch_size,
-        precision=resolved,
+    recipe = _recipe_of(
+        recipe,
+        precision=precision,
+        optimizer=optimizer,
         activation_checkpointing=activation_checkpointing,
-        task=task,
         selective_recompute=selective_recompute,
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
-        micro_batches=gradient_accumulation_steps,
-        attention=attention,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        lora_rank=lora_rank if task == "lora" else None,
+        context_parallel=context_parallel,
     )
-    # Buckets scale with what this GPU's data-parallel group reduces: its model-parallel share.
-    # Pipeline send/receive buffers (2 x s*b*h/t 16-bit values) are left to the margin.
-    bucket_model = model if tp * pp == 1 else model.model_copy(update={"params": params_here})
-    buffers, buffer_notes = _buffer_bytes(
-        bucket_model,
+    if recipe.lora_rank and task in ("pretrain", "finetune"):
+        task = "lora"
+    resolved = resolve_precision(
+        "bf16" if recipe.precision in ("pure-bf16", "fp8") else recipe.precision, hardware
+    )
+    if not on_gpu:
+        recipe = resolve_recipe(recipe, precision="fp32")
+    tp, pp, cp = tensor_parallel, pipeline_parallel, recipe.context_parallel
+    # The data-parallel size.
+    world = check_model_parallel(model, hardware, strategy, tp, pp, recipe.framework)
+    if cp > 1:
+        if world % cp:
+            raise InputError("cp", f"context parallel {cp} does not divide {world} ranks")
+        world //= cp
+    seq = seq_len or model.seq_len
+    if seq % cp:
+        raise InputError("cp", f"context parallel {cp} does not divide sequence length {seq}")
+    micro_batches = gradient_accumulation_steps or (
+        recipe.gradient_accumulation_steps if recipe.gradient_accumulation_steps > 1 else None
+    )
+
+    notes: list[str] = [f"recipe: {recipe.describe()}"] + [f"assumed {a}" for a in recipe.assumed]
+    terms, buffers, buffer_notes = _terms(
+        model,
+        hardware,
         strategy,
-        world_size=world,
-        precision=resolved,
-        on_gpu=on_gpu,
-        training=training,
+        task=task,
+        recipe=recipe,
+        resolved=resolved,
+        world=world,
+        tp=tp,
+        pp=pp,
+        seq=seq,
+        micro_batch_size=micro_batch_size,
+        micro_batches=micro_batches,
+        attention=attention,
+        lora_rank=lora_rank,
+        notes=notes,
     )
-    breakdown = _breakdown(states.gpu, activations, buffers, notes)
+    breakdown = _breakdown(terms, buffers, on_gpu, world * cp * tp * pp, notes)
     notes.extend(buffer_notes)
     notes.append(
-        f"fragmentation margin {breakdown.margin / GB:.2f} GB (10% of the rest), in buffers"
+        f"allocator slack {breakdown.margin / GB:.2f} GB "
+        f"({FRAGMENTATION_MARGIN:.0%} of the allocated peak), in buffers"
     )
     total = breakdown.total
 
-    cpu_per_node = _cpu_bytes_per_node(hardware, states.cpu_per_rank, notes)
+    cpu_per_node = _cpu_bytes_per_node(
+        hardware,
+        terms_cpu(model, strategy, task, world, tp, pp, resolved, recipe, lora_rank),
+        notes,
+    )
     capacity = capacity_bytes(hardware)
     fits = capacity is None or total <= capacity
     if capacity is None:
@@ -361,4 +642,7 @@ def estimate_strategy(
         notes=notes,
         tensor_parallel=tp,
         pipeline_parallel=pp,
+        context_parallel=cp,
+        checkpointing=_recompute_label(recipe),
+        activation_checkpointing=recipe.checkpointing != "none",
     )

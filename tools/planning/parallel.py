@@ -42,8 +42,13 @@ def check_model_parallel(
     strategy: StrategyName,
     tensor_parallel: int,
     pipeline_parallel: int,
+    framework: str = "deepspeed",
 ) -> int:
     """Check a tensor x pipeline split of ``model`` on ``hardware``; return the data-parallel size.
+
+    ``framework`` relaxes what its own pipeline supports: torchtitan and Megatron split layers
+    unevenly (the heaviest stage takes ceil(L/p)), and torchtitan shards a pipeline's stages
+    with FSDP2 (any ZeRO stage without offload).
 
     Megatron-LM's constraints (Narayanan et al. 2021 sec. 3.3 for t within a node): t divides
     the attention heads and the key-value heads, p divides the layers, t x p divides the GPUs.
@@ -72,13 +77,14 @@ def check_model_parallel(
             "tensor_parallel",
             f"{t} must divide the {model.heads} attention heads and {kv_heads} key-value heads",
         )
-    if model.layers % p:
+    uneven = framework in ("torchtitan", "megatron", "nanotron")
+    if model.layers % p and not (uneven and p <= model.layers):
         raise InputError("pipeline_parallel", f"{p} must divide the {model.layers} layers")
     if strategy in OFFLOAD_STRATEGIES:
         raise InputError(
             "strategy", f"{strategy} is not combined with tensor/pipeline parallelism here"
         )
-    if p > 1 and strategy not in ("ddp", "zero1"):
+    if p > 1 and strategy not in ("ddp", "zero1") and framework != "torchtitan":
         raise InputError(
             "strategy",
             f"{strategy} with a pipeline: DeepSpeed's PipelineEngine takes ZeRO stage 0 or 1 only",

@@ -25,12 +25,13 @@ wins, with the largest micro-batch it allows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from tools.core.errors import InputError
 from tools.core.schemas import (
     HardwareSpec,
+    MemoryBreakdown,
     MemoryPlan,
     ModelSpec,
     ResolvedPrecision,
@@ -54,6 +55,7 @@ from tools.planning import alternatives, explain
 from tools.planning.batch import resolve_batch
 from tools.planning.memory import GB, capacity_bytes, estimate_strategy
 from tools.planning.parallel import TENSOR_PARALLEL_CANDIDATES, check_model_parallel
+from tools.planning.recipe import Recipe, resolve_recipe
 from tools.planning.scale_out import MAX_NODES_SUGGESTED, TRAINING_TASKS, smallest_fitting
 from tools.planning.speed import estimate_speed
 from tools.planning.states import resolve_precision
@@ -116,6 +118,8 @@ class _Space:
     # The context-parallel degree the caller pinned; None: searched.
     cp_pin: int | None = None
     layouts: list[_Layout] = field(default_factory=list)
+    # The framework recipe memory is priced for (tools/planning/recipe.py); None: DeepSpeed's.
+    recipe: Recipe | None = None
 
     def dp(self, layout: _Layout = _Layout()) -> int:
         """Data-parallel ranks of ``layout``: world / (t x p x c)."""
@@ -152,6 +156,15 @@ class _Space:
         of seq / c tokens (Megatron-Core context_parallel docs); the model states are sharded by
         ZeRO over the d x c ranks that hold the same weights (Megatron's data-and-context group).
         """
+        steps = self.per_rank(layout.tp, layout.pp, layout.cp) // micro
+        recipe = None
+        if self.recipe is not None:
+            recipe = replace(
+                self.recipe,
+                checkpointing=_recipe_policy(self.recipe, policy),
+                gradient_accumulation_steps=max(1, steps),
+                context_parallel=1,  # the sequence below is already one rank's share
+            )
         est = estimate_strategy(
             self.model,
             self.hardware,
@@ -164,7 +177,8 @@ class _Space:
             seq_len=self.brief.seq_len // layout.cp,
             tensor_parallel=layout.tp,
             pipeline_parallel=layout.pp,
-            gradient_accumulation_steps=self.per_rank(layout.tp, layout.pp, layout.cp) // micro,
+            gradient_accumulation_steps=steps,
+            recipe=recipe,
         )
         return est.model_copy(
             update={
@@ -221,6 +235,9 @@ class _Space:
                 "buffers": t.buffers,
                 "total": t.total,
             },
+            peak_allocated_bytes=t.peak_allocated,
+            peak_reserved_bytes=t.peak_reserved,
+            device_used_bytes=t.device_used,
             fits=row.fits and t.total <= (1 - MIN_HEADROOM) * (capacity_bytes(self.hardware) or 0)
             if self.hardware.gpu is not None
             else row.fits,
@@ -243,6 +260,7 @@ def search_strategy(
     pipeline_parallel: int | None = None,
     recompute: str | None = None,
     context_parallel: int | None = None,
+    recipe: Recipe | None = None,
 ) -> MemoryPlan:
     """Choose the fastest setup that fits: strategy, t x p x c, micro-batch and recompute.
 
@@ -259,6 +277,9 @@ def search_strategy(
         pipeline_parallel: Only consider this pipeline-parallel degree.
         recompute: Only consider this recompute policy (none, selective, full).
         context_parallel: Only consider this context-parallel degree.
+        recipe: The framework recipe memory is priced for (precision, optimizer, recompute
+            flavour, loss, LoRA/QLoRA, offload); None prices DeepSpeed with the brief's
+            precision.
 
     Returns:
         The memory plan: one row per data-parallel strategy and one per strategy with model
@@ -275,6 +296,7 @@ def search_strategy(
         "pipeline_parallel": pipeline_parallel,
         "recompute": recompute,
         "context_parallel": context_parallel,
+        "recipe": recipe,
     }
     if brief.pins.stated():
         return pinned_search(
@@ -475,6 +497,7 @@ def _space(
     pipeline_parallel: int | None = None,
     recompute: str | None = None,
     context_parallel: int | None = None,
+    recipe: Recipe | None = None,
 ) -> _Space:
     """Check the batch arithmetic and the asked-for options; the space the search covers."""
     names = [check_strategy(s) for s in strategies] if strategies else list(STRATEGY_ORDER)
@@ -505,6 +528,10 @@ def _space(
     )
     space.pinned = (tensor_parallel, pipeline_parallel)
     space.cp_pin = context_parallel
+    if recipe is not None:
+        space.recipe = resolve_recipe(recipe)
+        space.notes.append(f"memory priced for: {space.recipe.describe()}")
+        space.notes.extend(f"assumed {a}" for a in space.recipe.assumed)
     space.layouts = _layouts(space)
     if not space.layouts:
         raise InputError("global_batch_size", _batch_message(brief, hardware))
@@ -518,6 +545,15 @@ def _space(
             )
         space.layouts = runs
     return space
+
+
+def _recipe_policy(recipe: Recipe, policy: Recompute) -> str:
+    """The recipe's flavour of the search's policy: selective is per-op in torchtitan."""
+    if policy != "selective":
+        return policy
+    if recipe.checkpointing == "selective-op" or recipe.framework == "torchtitan":
+        return "selective-op"
+    return "selective"
 
 
 def _per_rank(space: _Space, layout: _Layout) -> int:
@@ -1000,9 +1036,33 @@ def _finish(
 ) -> MemoryPlan:
     """The plan with its ``setup`` (the chosen row) and ``candidates`` in the contract's form."""
     row = win or plan.chosen_row
+    assumptions = list(plan.assumptions)
+    if row is not None and space.hardware.gpu is not None:
+        assumptions.append(fit_verdict(row.per_gpu_bytes, capacity_bytes(space.hardware) or 0))
     return plan.model_copy(
         update={
             "setup": space.candidate(row) if row is not None else None,
             "candidates": [space.candidate(r) for r in candidates],
+            "assumptions": assumptions,
         }
+    )
+
+
+def fit_verdict(t: MemoryBreakdown, capacity: int) -> str:
+    """The fit check in words: the quantity compared, the margin, and the binding term."""
+    terms = {
+        "parameters": t.params,
+        "gradients": t.gradients,
+        "optimizer states": t.optimizer,
+        "activations": t.activations,
+    }
+    binding = max(terms, key=lambda k: terms[k])
+    limit = (1 - MIN_HEADROOM) * capacity
+    verdict = "fits" if t.device_used <= limit else "does not fit"
+    return (
+        f"fit check: {verdict}; predicted device memory {t.device_used / GB:.1f} GB (peak "
+        f"allocated {t.peak_allocated / GB:.1f} GB, reserved {t.peak_reserved / GB:.1f} GB, plus "
+        f"the CUDA context and NCCL buffers) against {limit / GB:.1f} GB, the GPU's "
+        f"{capacity / GB:.0f} GB less a {MIN_HEADROOM:.0%} margin; largest term: {binding} "
+        f"{terms[binding] / GB:.1f} GB"
     )

@@ -44,7 +44,7 @@ def predict_peak_bytes(
     contains: the CUDA context and the 10% fragmentation margin (tools/planning/memory.py).
     """
     from tools.core.schemas import GPUSpec, HardwareSpec
-    from tools.planning.memory import CUDA_CONTEXT_BYTES, estimate_strategy
+    from tools.planning.memory import estimate_strategy
 
     name: str = strategy if strategy in STRATEGY_ORDER else "ddp"
     gpu = GPUSpec(name="local", memory_gb=1e6) if device == "cuda" else None
@@ -63,10 +63,7 @@ def predict_peak_bytes(
         attention="eager" if shape.get("attn_implementation") == "eager" else "sdpa",
         activation_checkpointing=bool(shape.get("activation_checkpointing")),
     )
-    subtotal = est.per_gpu_bytes.total - est.per_gpu_bytes.margin
-    if gpu is not None:
-        subtotal -= CUDA_CONTEXT_BYTES
-    return int(subtotal)
+    return int(est.per_gpu_bytes.peak_allocated)
 
 
 def with_prediction(result: SmokeResult, *, task: str = "pretrain") -> SmokeResult:

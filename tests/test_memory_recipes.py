@@ -1,0 +1,217 @@
+"""Memory model v2: the recipe's terms as each framework implements them, and the CLI flags."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools.core.errors import InputError
+from tools.planning.footprint import ADAM8BIT_BYTES, NF4_BYTES, block_params, native_layer_bytes
+from tools.planning.memory import GB, estimate_strategy
+from tools.planning.recipe import Recipe, resolve_recipe
+from tools.research.hardware import parse_hardware
+from tools.research.model_catalog import lookup_model
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA8 = lookup_model("llama-3.1-8b", 8192)
+PSI = LLAMA8.params
+
+
+def _est(hw: str, strategy: str = "zero3", **kw: object):
+    recipe = kw.pop("recipe", Recipe())
+    return estimate_strategy(
+        LLAMA8,
+        parse_hardware(hw),
+        strategy,  # type: ignore[arg-type]
+        task=str(kw.pop("task", "pretrain")),  # type: ignore[arg-type]
+        seq_len=int(kw.pop("seq_len", 8192)),  # type: ignore[arg-type]
+        recipe=recipe,  # type: ignore[arg-type]
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_unknown_recipe_values_name_their_field() -> None:
+    for field, change in (
+        ("framework", {"framework": "jax"}),
+        ("precision", {"precision": "int4"}),
+        ("optimizer", {"optimizer": "lion"}),
+        ("grad_accum", {"gradient_accumulation_steps": 0}),
+        ("qlora", {"qlora": True, "precision": "fp32"}),
+    ):
+        with pytest.raises(InputError) as err:
+            resolve_recipe(Recipe(**change))  # type: ignore[arg-type]
+        assert err.value.field == field
+
+
+def test_framework_defaults_are_filled_and_stated() -> None:
+    titan = resolve_recipe(Recipe(framework="torchtitan"))
+    assert titan.checkpointing == "selective-op" and titan.sequence_parallel
+    assert any("torchtitan's default" in a for a in titan.assumed)
+    tune = resolve_recipe(Recipe(framework="torchtune"))
+    assert tune.loss == "chunked" and tune.checkpointing == "full"
+    assert resolve_recipe(Recipe(framework="megatron")).distributed_optimizer
+
+
+def test_fsdp2_states_are_16_bytes_per_parameter_sharded() -> None:
+    """fp32 sharded params (their own master copy), fp32 sharded grads, fp32 Adam moments."""
+    recipe = Recipe(framework="torchtitan", checkpointing="full")
+    small, large = _est("1x8xH100-80GB", recipe=recipe), _est("16x8xH100-80GB", recipe=recipe)
+
+    def states(e) -> int:  # type: ignore[no-untyped-def]
+        return e.per_gpu_bytes.gradients + e.per_gpu_bytes.optimizer
+
+    assert states(small) - states(large) == pytest.approx(12 * PSI * (1 / 8 - 1 / 128), rel=1e-6)
+    # DeepSpeed ZeRO-3 adds its fp32 gradient copy: more per parameter than FSDP2.
+    ds = _est("1x8xH100-80GB", recipe=Recipe(checkpointing="full"))
+    assert ds.per_gpu_bytes.gradients > small.per_gpu_bytes.gradients
+
+
+def test_megatron_distributed_optimizer_is_6_plus_12_over_d() -> None:
+    """Megatron-LM docs: 18 bytes per parameter, 6 + 12/d with the distributed optimizer."""
+    hw = "1x8xH100-80GB"
+    dist = _est(hw, "zero1", recipe=Recipe(framework="megatron", checkpointing="full"))
+    plain = _est(
+        hw,
+        "ddp",
+        recipe=Recipe(framework="megatron", checkpointing="full", distributed_optimizer=False),
+    )
+
+    def per_param(e) -> float:  # type: ignore[no-untyped-def]
+        b = e.per_gpu_bytes
+        return (b.params + b.gradients + b.optimizer) / PSI
+
+    assert per_param(dist) == pytest.approx(6 + 12 / 8, rel=1e-6)
+    assert per_param(plain) == pytest.approx(18, rel=1e-6)
+    # Megatron's gradient buffer persists: it lives with the activations.
+    assert dist.per_gpu_bytes.not_concurrent == 0
+
+
+def test_gradient_accumulation_keeps_gradients_with_activations() -> None:
+    one = _est("1x8xH100-80GB", "zero1", micro_batch_size=1, gradient_accumulation_steps=1)
+    four = _est("1x8xH100-80GB", "zero1", micro_batch_size=1, gradient_accumulation_steps=4)
+    a, b = one.per_gpu_bytes, four.per_gpu_bytes
+    assert a.not_concurrent == min(a.activations, a.gradients) > 0
+    assert b.not_concurrent == 0
+    assert b.peak_allocated - a.peak_allocated == a.not_concurrent
+
+
+def test_recompute_policies_order_and_torchtitan_op_policy_counts() -> None:
+    h, i = LLAMA8.hidden, LLAMA8.intermediate or 0
+    kv = h * (LLAMA8.kv_heads or LLAMA8.heads) / LLAMA8.heads
+    none, _ = native_layer_bytes(LLAMA8, "none")
+    op, op_work = native_layer_bytes(LLAMA8, "selective-op")
+    full, full_work = native_layer_bytes(LLAMA8, "full")
+    assert none == 26 * h + 8 * i
+    # block input, wq, wv, w1, w2 outputs and the SDPA output
+    assert op == 2 * h + 2 * h + 2 * kv + 2 * i + 2 * h + 2 * h
+    assert full == 2 * h and op_work == full_work == none
+    compiled, _ = native_layer_bytes(LLAMA8, "none", compiled=True)
+    assert compiled == 18 * h + 6 * i
+
+
+def test_tensor_parallel_without_sequence_parallel_keeps_the_boundaries_whole() -> None:
+    hw = "1x8xH100-80GB"
+    sp = _est(hw, "zero1", tensor_parallel=8, recipe=Recipe(sequence_parallel=True))
+    no_sp = _est(hw, "zero1", tensor_parallel=8, recipe=Recipe(sequence_parallel=False))
+    assert no_sp.per_gpu_bytes.activations > 1.5 * sp.per_gpu_bytes.activations
+
+
+def test_pure_bf16_8bit_and_paged_optimizers() -> None:
+    hw = "1x1xH100-80GB"
+    kw = {"seq_len": 512, "micro_batch_size": 1}
+    base = Recipe(framework="torchtune", precision="pure-bf16", checkpointing="full")
+    pure = _est(hw, "ddp", recipe=base, **kw)
+    assert pure.per_gpu_bytes.params == 2 * PSI
+    assert pure.per_gpu_bytes.optimizer == 4 * PSI  # AdamW moments in bf16
+    eight = _est(hw, "ddp", recipe=Recipe(**{**base.__dict__, "optimizer": "adam8bit"}), **kw)
+    assert eight.per_gpu_bytes.optimizer == int(ADAM8BIT_BYTES * PSI)
+    paged = _est(hw, "ddp", recipe=Recipe(**{**base.__dict__, "optimizer": "paged-adam8bit"}), **kw)
+    assert paged.per_gpu_bytes.optimizer == 0  # unified memory: outside the allocator
+
+
+def test_qlora_keeps_the_blocks_in_nf4_and_the_embeddings_in_16_bit() -> None:
+    recipe = Recipe(framework="torchtune", precision="pure-bf16", qlora=True, lora_rank=8)
+    est = _est("1x1xRTX4090", "ddp", recipe=recipe, task="finetune", seq_len=2048)
+    quantized = block_params(LLAMA8) * LLAMA8.layers
+    expected = quantized * NF4_BYTES + (PSI - quantized) * 2
+    assert est.per_gpu_bytes.params == pytest.approx(expected, rel=0.01)
+    assert any("QLoRA" in n for n in est.notes)
+
+
+def test_the_three_quantities_and_context_parallel() -> None:
+    recipe = Recipe(framework="torchtitan", checkpointing="full")
+    one = _est("1x8xH100-80GB", recipe=recipe, seq_len=32768)
+    cp = _est(
+        "1x8xH100-80GB", recipe=Recipe(**{**recipe.__dict__, "context_parallel": 4}), seq_len=32768
+    )
+    for e in (one, cp):
+        b = e.per_gpu_bytes
+        assert b.peak_allocated < b.peak_reserved < b.device_used == b.total
+    assert cp.context_parallel == 4
+    assert cp.per_gpu_bytes.activations < one.per_gpu_bytes.activations / 3
+    with pytest.raises(InputError) as err:
+        _est("1x8xH100-80GB", recipe=Recipe(context_parallel=3), seq_len=32768)
+    assert err.value.field == "cp"
+
+
+def _cli(*args: str, tmp: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out = tmp / "e.json"
+    proc = subprocess.run(
+        [sys.executable, "app.py", "estimate", *args, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return proc, (json.loads(out.read_text()) if out.exists() else {})
+
+
+def test_estimate_cli_takes_the_recipe_and_reports_the_three_quantities(tmp_path: Path) -> None:
+    proc, data = _cli(
+        "--model", "llama-3.1-8b", "--hardware", "1x8xH100-80GB", "--seq-len", "8192",
+        "--global-batch", "32", "--framework", "torchtitan", "--precision", "pure-bf16",
+        "--optimizer", "adam8bit", "--grad-accum", "4", "--checkpointing", "selective-op",
+        "--strategy", "zero3", "--tp", "1", "--pp", "1",
+        tmp=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    setup = data["setup"]
+    assert setup["gradient_accumulation_steps"] == 4 and setup["micro_batch_size"] == 1
+    assert 0 < setup["peak_allocated_bytes"] < setup["peak_reserved_bytes"]
+    assert setup["peak_reserved_bytes"] < setup["device_used_bytes"]
+    assert setup["device_used_bytes"] == setup["per_gpu_bytes"]["total"]
+    assert "memory priced for: torchtitan, pure-bf16, adam8bit" in proc.stdout
+    assert "fit check: fits" in proc.stdout and "margin" in proc.stdout
+    # QLoRA and LoRA: the plan's task becomes LoRA and the base is frozen.
+    proc, data = _cli(
+        "--model", "llama-3.1-8b", "--hardware", "1x1xRTX4090", "--seq-len", "2048",
+        "--global-batch", "2", "--framework", "torchtune", "--qlora", "--activation-offload",
+        tmp=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert data["setup"]["fits"] and data["setup"]["device_used_bytes"] < 0.9 * 24 * GB
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--framework", "jax"], "--framework"),
+        (["--optimizer", "lion"], "--optimizer"),
+        (["--precision", "int4"], "--precision"),
+        (["--grad-accum", "3"], "--grad-accum"),
+        (["--grad-accum", "0"], "--grad-accum"),
+        (["--cp", "0"], "--cp"),
+    ],
+)
+def test_bad_recipe_flags_are_one_line_and_exit_2(
+    args: list[str], flag: str, tmp_path: Path
+) -> None:
+    base = ["--model", "llama-3.1-8b", "--hardware", "1x8xH100-80GB", "--global-batch", "16"]
+    proc, _ = _cli(*base, *args, tmp=tmp_path)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0], proc.stderr
