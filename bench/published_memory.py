@@ -411,7 +411,7 @@ def evaluate(folder: Path | None = None, *, legacy: bool = False) -> dict[str, A
     out["by_source"] = {k: stats(v) for k, v in sorted(groups.items())}
     out["by_recipe"] = {k: stats(v) for k, v in sorted(recipes.items())}
     out["verdict"] = verdicts(cases)
-    out["skipped"] = [{"row": s.row_id, "reason": s.reason} for s in skips]
+    out["skipped_rows"] = [{"row": s.row_id, "reason": s.reason} for s in skips]
     out["_cases"] = cases
     return out
 
@@ -443,7 +443,7 @@ def render(result: dict[str, Any]) -> str:
             f"{c.measured / GIB:6.1f} GiB predicted {(c.predicted or 0) / GIB:6.1f} GiB "
             f"({100 * c.error:+.1f}%)"
         )
-    for s in result["skipped"]:
+    for s in result["skipped_rows"]:
         lines.append(f"{s['row']} skipped: {s['reason']}")
     return "\n".join(lines)
 
@@ -474,10 +474,31 @@ def render_tables(result: dict[str, Any]) -> list[str]:
         f"{v['ran']} rows that ran called fits; false alarms: {', '.join(v['false_alarms']) or 'none'}; "
         "runs that ran out of memory: none among these rows"
     )
-    skipped = [f"{s['row']} ({s['reason']})" for s in result["skipped"]]
+    skipped = [f"{s['row']} ({s['reason']})" for s in result["skipped_rows"]]
     lines.append("")
     lines.append(f"Skipped: {'; '.join(skipped) or 'none'}.")
     return lines
+
+
+def _explain_row(row_id: str) -> int:
+    """One row's mapping, terms and notes (what a reader checks a miss with)."""
+    from tools.core.errors import InputError
+
+    rows = [r for r in read_rows() if r["row_id"] == row_id]
+    if not rows:
+        raise InputError("--row", f"no row {row_id!r} in {TSV}")
+    case = map_row(rows[0])
+    if isinstance(case, Skip):
+        print(f"{row_id} skipped: {case.reason}")
+        return 0
+    predict(case)
+    shown = {k: v for k, v in case.kwargs.items() if k not in ("model", "hardware")}
+    print(f"{row_id} {case.recipe_group}: {shown}")
+    print(f"measured {case.measured / GIB:.2f} GiB {case.quantity}, predicted "
+          f"{(case.predicted or 0) / GIB:.2f} GiB ({100 * case.error:+.1f}%)")  # fmt: skip
+    for note in case.notes:
+        print(f"  {note}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -487,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fit", action="store_true", help="print the allocator slack the fit rows imply"
     )
+    parser.add_argument("--row", help="print one row's terms and the model's notes")
     parser.add_argument(
         "--baseline", type=Path, help="a checkout of the planner before recipes, to compare"
     )
@@ -502,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
             slack = fit_slack()
             print(f"allocator slack (fit rows, median reserved/allocated - 1): {slack}")
             return 0
+        if args.row:
+            return _explain_row(args.row)
         result = evaluate(legacy=bool(args.baseline))
     except InputError as exc:
         print(f"published memory: {exc}", file=sys.stderr)

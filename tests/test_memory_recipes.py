@@ -215,3 +215,30 @@ def test_bad_recipe_flags_are_one_line_and_exit_2(
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0], proc.stderr
+
+
+def test_a_brief_names_the_recipe_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
+    brief = tmp_path / "b.yaml"
+    text = (
+        "model: llama-3.1-8b\ntask: finetune\nhardware: 1x1xRTX4090\nseq_len: 2048\n"
+        "global_batch_size: 2\nrecipe:\n  framework: torchtune\n  precision: pure-bf16\n"
+        "  optimizer: paged-adam8bit\n  optimizer_in_backward: true\n"
+    )
+    brief.write_text(text)
+    out = tmp_path / "e.json"
+    proc = subprocess.run(
+        [sys.executable, "app.py", "estimate", "--brief", str(brief), "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    # An 8B full fine-tune fits a 24 GB card only with torchtune's recipe (DeepSpeed's
+    # default, 18 bytes per parameter, needs 145 GB).
+    assert json.loads(out.read_text())["setup"]["fits"]
+    assert "memory priced for: torchtune, pure-bf16, paged-adam8bit" in proc.stdout
+    brief.write_text(text.replace("paged-adam8bit", "lion"))
+    proc = subprocess.run(
+        [sys.executable, "app.py", "estimate", "--brief", str(brief)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "recipe.optimizer" in proc.stderr

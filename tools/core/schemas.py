@@ -110,6 +110,29 @@ class Pins(_Strict):
         return words
 
 
+class MemoryRecipe(_Strict):
+    """How the training runs, for the memory model (tools/planning/recipe.py); None: defaults.
+
+    ``framework`` None follows the brief's framework (pytorch_fsdp -> fsdp, megatron ->
+    megatron, plain PyTorch -> fsdp's unsharded path), else DeepSpeed.
+    """
+
+    framework: (
+        Literal["deepspeed", "fsdp", "torchtitan", "torchtune", "megatron", "nanotron"] | None
+    ) = None
+    precision: Literal["bf16", "fp16", "fp32", "pure-bf16", "fp8"] | None = None
+    optimizer: Literal["adamw", "adam8bit", "paged-adam8bit", "adafactor", "sgd"] | None = None
+    checkpointing: Literal["none", "selective", "selective-op", "full"] | None = None
+    loss: Literal["standard", "chunked", "fused"] | None = None
+    lora_rank: Count | None = Field(default=None, ge=1, le=4096)
+    qlora: bool = False
+    activation_offload: bool = False
+    sequence_parallel: bool | None = None
+    distributed_optimizer: bool | None = None
+    optimizer_in_backward: bool = False
+    compile: bool = False
+
+
 class TrainingBrief(_Strict):
     """What the user wants to train, on what (the README's brief format)."""
 
@@ -146,6 +169,8 @@ class TrainingBrief(_Strict):
     framework: FrameworkId | None = None
     avoid_frameworks: list[FrameworkId] = Field(default_factory=list, max_length=20)
     pins: Pins = Field(default_factory=Pins)
+    # The training recipe memory is priced for (None: DeepSpeed with ``precision``).
+    recipe: MemoryRecipe | None = None
 
     @property
     def batch(self) -> int:

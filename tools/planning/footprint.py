@@ -215,6 +215,7 @@ class Layout:
     outside: int  # the root unit's parameters on this GPU
     shards: int  # data-parallel (x context-parallel) ranks the states shard over
     largest: int = 0  # the largest single parameter tensor on this GPU
+    widest: int = 0  # the largest weight matrix inside one block (the MLP's h x i)
     pipeline: int = 1  # pipeline stages
 
 
@@ -253,8 +254,16 @@ def fsdp_states(recipe: Recipe, strategy: str, lay: Layout, hidden: int, terms: 
         terms.params = terms.gradients = terms.optimizer = 0
     work = 2  # bf16 compute weights
     if strategy.startswith("zero3") and (lay.shards > 1 or strategy == "zero3_offload_all"):
-        root = work * lay.outside
-        blocks = 2 * work * lay.block
+        # torchtune's configs shard the embeddings and the output layer as units of their own
+        # (custom_sharded_layers: tok_embeddings, output): at the peak only the output layer
+        # is gathered. torchtitan's root unit holds both.
+        root = work * (lay.largest if recipe.framework == "torchtune" else lay.outside)
+        quantized = lay.frozen_quantized / max(1, lay.params_here) / max(1e-9, _block_share(lay))
+        # Gathered blocks keep their stored dtype: NF4 under QLoRA, dequantized one linear at
+        # a time for compute (torchao NF4Tensor), the largest being the MLP's h x i matrix.
+        block_bytes = lay.block * (work * (1 - quantized) + NF4_BYTES * quantized)
+        dequant = work * lay.widest if quantized else 0
+        blocks = 2 * block_bytes + dequant
         trainable_share = lay.trainable_here / max(1, lay.params_here)
         reduce = (2 + (4 if not pure else 0)) * lay.block * trainable_share
         terms.transient = int(root + blocks + reduce)
@@ -307,6 +316,11 @@ def megatron_states(recipe: Recipe, strategy: str, lay: Layout, hidden: int, ter
         f"{recipe.framework}: persistent {grad_buffer + extra}-byte gradient buffer; optimizer "
         + (f"sharded over {shard} ranks (distributed optimizer)" if shard > 1 else "not sharded")
     )
+
+
+def _block_share(lay: Layout) -> float:
+    """Share of this GPU's parameters that sit in the transformer blocks."""
+    return max(0.0, 1 - lay.outside / max(1, lay.params_here))
 
 
 def quantized_share(model: ModelSpec) -> float:

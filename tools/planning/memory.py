@@ -387,6 +387,7 @@ def _terms(
             outside=-(-outside_params(model) // tp),
             shards=world * cp,
             largest=-(-model.largest_layer_params // tp),
+            widest=-(-model.hidden * (model.intermediate or 4 * model.hidden) // tp),
             pipeline=pp,
         )
         terms = Terms()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from tools.core.errors import InputError
+from tools.core.schemas import TrainingBrief
 
 # deepspeed: DeepSpeed ZeRO 0-3 (the planner's default); fsdp: PyTorch FSDP1/FSDP2 as in a plain
 # training loop or the Hugging Face Trainer; torchtitan: FSDP2 + TP/PP/CP as torchtitan runs
@@ -145,3 +146,31 @@ def resolve_recipe(recipe: Recipe | None = None, **changes: object) -> Recipe:
     _check(str(resolved.checkpointing), CHECKPOINTING, "checkpointing")
     _check(str(resolved.loss), LOSSES, "loss")
     return resolved
+
+
+# The brief's framework ids whose memory behaviour a recipe framework describes.
+_BRIEF_FRAMEWORKS = {
+    "deepspeed": "deepspeed",
+    "pytorch_fsdp": "fsdp",
+    "pytorch": "fsdp",
+    "pytorch_ddp": "fsdp",
+    "megatron": "megatron",
+}
+
+
+def recipe_from_brief(brief: TrainingBrief) -> Recipe | None:
+    """The brief's ``recipe`` block as a resolved Recipe (None when the brief has none)."""
+    spec = brief.recipe
+    if spec is None:
+        return None
+    fields = spec.model_dump(exclude_none=True)
+    framework = fields.pop("framework", None) or _BRIEF_FRAMEWORKS.get(
+        str(brief.framework), "deepspeed"
+    )
+    precision = fields.pop("precision", None) or (
+        brief.precision if brief.precision != "auto" else "bf16"
+    )
+    try:
+        return resolve_recipe(Recipe(framework=framework, precision=precision, **fields))
+    except InputError as exc:
+        raise InputError(f"brief.recipe.{exc.field}", exc.message) from None

@@ -55,7 +55,7 @@ from tools.planning import alternatives, explain
 from tools.planning.batch import resolve_batch
 from tools.planning.memory import GB, capacity_bytes, estimate_strategy
 from tools.planning.parallel import TENSOR_PARALLEL_CANDIDATES, check_model_parallel
-from tools.planning.recipe import Recipe, resolve_recipe
+from tools.planning.recipe import Recipe, recipe_from_brief, resolve_recipe
 from tools.planning.scale_out import MAX_NODES_SUGGESTED, TRAINING_TASKS, smallest_fitting
 from tools.planning.speed import estimate_speed
 from tools.planning.states import resolve_precision
@@ -289,6 +289,8 @@ def search_strategy(
         with a GPU, the chosen setup's ``speed`` estimate.
     """
     brief, batch_note = resolve_batch(brief, model, hardware)
+    if recipe is None:
+        recipe = recipe_from_brief(brief)
     options: dict[str, Any] = {
         "micro_batch_size": micro_batch_size,
         "activation_checkpointing": activation_checkpointing,
