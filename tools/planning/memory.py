@@ -18,6 +18,7 @@ from tools.core.errors import InputError
 from tools.core.schemas import HardwareSpec, MemoryBreakdown, ModelSpec, StrategyEstimate, Task
 from tools.core.strategies import OFFLOAD_STRATEGIES, StrategyName, check_strategy
 from tools.planning.activations import activation_bytes
+from tools.planning.host_ranks import ADAM_OPTIMIZERS, host_rank_breakdown
 from tools.planning.parallel import check_model_parallel, model_parallel_params
 from tools.planning.states import (
     DEFAULT_LORA_RANK,
@@ -337,7 +338,20 @@ def estimate_strategy(
         training=training,
     )
     breakdown = _breakdown(states.gpu, activations, buffers, notes)
-    notes.extend(buffer_notes)
+    # --- CPU ranks (gloo, fp32): DeepSpeed's and DDP's host-memory terms replace the GPU
+    # model's (tools/planning/host_ranks.py); other CPU setups keep the generic terms.
+    host = None
+    if not on_gpu and resolved == "fp32" and tp * pp == 1 and optimizer in ADAM_OPTIMIZERS:
+        if task in ("pretrain", "finetune"):
+            host = host_rank_breakdown(
+                model, strategy, world, activations, margin_fraction=FRAGMENTATION_MARGIN
+            )
+    if host is not None:
+        breakdown = host[0]
+        notes.extend(host[1])
+    else:
+        notes.extend(buffer_notes)
+    # --- end CPU ranks
     notes.append(
         f"fragmentation margin {breakdown.margin / GB:.2f} GB (10% of the rest), in buffers"
     )
