@@ -34,7 +34,9 @@ GRID_STRATEGIES = [
     "zero3_offload_optimizer",
     "zero3_offload_all",
 ]
-SMOKE_MODEL = "gpt2"
+# Two sizes the smoke run builds on CPU (tools/smoke/scale.py CPU_BUDGET): gpt2 scaled to 3.7M
+# parameters and TinyLlama-1.1B's config scaled to 6.1M (llama MLP, grouped-query attention).
+SMOKE_MODELS = ["gpt2", "bench/configs/llama-1.1b.json"]
 SMOKE_STEPS = 10
 SMOKE_STEPS_QUICK = 5  # the peak comes with the first optimizer step
 SMOKE_FULL = ["ddp", "zero1", "zero2", "zero3"]
@@ -113,21 +115,29 @@ def estimator_grid(
 
 
 def smoke_cases(
-    strategies: list[str], *, steps: int = SMOKE_STEPS, timeout: float = 300
+    strategies: list[str],
+    *,
+    steps: int = SMOKE_STEPS,
+    timeout: float = 300,
+    models: list[str] | None = None,
 ) -> dict[str, Any]:
     """Real ``app.py smoke`` runs on 2 CPU ranks: measured peak vs our prediction, per strategy."""
     cases = []
+    models = models or SMOKE_MODELS
+    runs = [(model, strategy) for model in models for strategy in strategies]
     with tempfile.TemporaryDirectory(prefix="bench-smoke-") as tmp:
         env = bench_env(TRAINWRIGHT_HOME=str(Path(tmp) / "home"))
-        for strategy in strategies:
-            run_dir = Path(tmp) / strategy
-            out = Path(tmp) / f"{strategy}.json"
-            argv = [PY, "app.py", "smoke", "--model", SMOKE_MODEL, "--strategy", strategy]
+        for i, (model, strategy) in enumerate(runs):
+            run_dir = Path(tmp) / f"{i}-{strategy}"
+            out = Path(tmp) / f"{i}-{strategy}.json"
+            argv = [PY, "app.py", "smoke", "--model", model, "--strategy", strategy]
             argv += ["--steps", str(steps), "--run-dir", str(run_dir), "--json", str(out)]
             done = run_cmd(argv, timeout=timeout, env=env, check=False)
             if not out.exists():
                 tail = " | ".join(done.output.strip().splitlines()[-3:])
-                cases.append({"strategy": strategy, "status": "no result", "reason": tail})
+                cases.append(
+                    {"model": model, "strategy": strategy, "status": "no result", "reason": tail}
+                )
                 continue
             res = json.loads(out.read_text())
             measured = res.get("peak_memory_bytes")
@@ -135,6 +145,7 @@ def smoke_cases(
             predicted = res.get("predicted_peak_memory_bytes")
             above = measured - baseline if measured is not None else None
             case: dict[str, Any] = {
+                "model": model,
                 "strategy": strategy,
                 "status": res["status"],
                 "argv": ["python", *argv[1:6], "--steps", str(steps)],
@@ -166,7 +177,7 @@ def smoke_cases(
     errors = [abs(c["error"]) for c in cases if "error" in c]
     return {
         "what": (
-            f"`python app.py smoke --model {SMOKE_MODEL} --strategy S --steps {steps}` on 2 CPU "
+            f"`python app.py smoke --model M --strategy S --steps {steps}` (M: {', '.join(models)}) on 2 CPU "
             "ranks: peak anonymous RSS above the pre-model baseline (max over ranks) vs the "
             "planner's prediction for the shape that ran (total minus fragmentation margin)"
         ),

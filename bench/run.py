@@ -210,8 +210,10 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             "Predicted vs measured peak memory, CPU smoke runs",
             f"median abs error {_apct(m['median_abs_error'])}, max {_apct(m['max_abs_error'])} "
             f"({m['n']} runs)",
-            "`app.py smoke --model gpt2 --strategy "
-            + "/".join(c["strategy"] for c in m["cases"])
+            "`app.py smoke --model "
+            + "/".join(dict.fromkeys(c.get("model", "gpt2") for c in m["cases"]))
+            + " --strategy "
+            + "/".join(dict.fromkeys(c["strategy"] for c in m["cases"]))
             + "`, 2 CPU ranks, peak RSS above baseline",
         ))  # fmt: skip
     if "memory_gpu" in sec:
@@ -483,18 +485,18 @@ def render_markdown(results: dict[str, Any]) -> str:
             "",
             s["what"] + ".",
             "",
-            "| strategy | status | measured MiB | predicted MiB | error | run wall |",
-            "|---|---|---|---|---|---|",
+            "| model | strategy | status | measured MiB | predicted MiB | error | run wall |",
+            "|---|---|---|---|---|---|---|",
         ]
         for c in s["cases"]:
             meas = c.get("measured_bytes")
             pred = c.get("predicted_bytes")
+            head = f"| {c.get('model', 'gpt2')} | {c['strategy']} | {c['status']} | "
             lines.append(
-                f"| {c['strategy']} | {c['status']} | "
-                f"{meas / 2**20:.1f} | {pred / 2**20:.1f} | {_pct(c.get('error'))} | "
+                head + f"{meas / 2**20:.1f} | {pred / 2**20:.1f} | {_pct(c.get('error'))} | "
                 f"{_s(c.get('wall_s'))} |"
                 if meas and pred
-                else f"| {c['strategy']} | {c['status']} | - | - | - | {c.get('reason', '')[:120]} |"
+                else head + f"- | - | - | {c.get('reason', '')[:120]} |"
             )
     if "memory_gpu" in sec:
         s = sec["memory_gpu"]

@@ -31,6 +31,7 @@ from tools.planning.footprint import (
     outside_params,
     quantized_share,
 )
+from tools.planning.host_ranks import ADAM_OPTIMIZERS, host_rank_breakdown
 from tools.planning.parallel import check_model_parallel, model_parallel_params
 from tools.planning.recipe import Recipe, resolve_recipe
 from tools.planning.states import (
@@ -614,7 +615,26 @@ def estimate_strategy(
         notes=notes,
     )
     breakdown = _breakdown(terms, buffers, on_gpu, world * cp * tp * pp, notes)
-    notes.extend(buffer_notes)
+    # --- CPU ranks (gloo, fp32): DeepSpeed's and DDP's host-memory terms replace the GPU
+    # model's (tools/planning/host_ranks.py); other CPU setups keep the generic terms.
+    host = None
+    if (
+        not on_gpu
+        and resolved == "fp32"
+        and tp * pp == 1
+        and recipe.framework == "deepspeed"
+        and recipe.optimizer in ADAM_OPTIMIZERS
+        and task in ("pretrain", "finetune")
+    ):
+        host = host_rank_breakdown(
+            model, strategy, world, terms.activations, margin_fraction=FRAGMENTATION_MARGIN
+        )
+    if host is not None:
+        breakdown = host[0]
+        notes.extend(host[1])
+    else:
+        notes.extend(buffer_notes)
+    # --- end CPU ranks
     notes.append(
         f"allocator slack {breakdown.margin / GB:.2f} GB "
         f"({FRAGMENTATION_MARGIN:.0%} of the allocated peak), in buffers"
