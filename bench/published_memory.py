@@ -257,8 +257,13 @@ def map_row(row: Row) -> Case | Skip:
         micro = _first_int(mb_cell) or 1
         micro_batches = _first_int(row["grad_accum"]) or 1
         if "local bs" in mb_cell and pp > 1:
-            # torchtitan splits the local batch into micro-batches of 1 for the pipeline.
-            micro_batches, micro = micro, 1
+            # torchtitan's pipeline splits the local batch into micro-batches: as many as
+            # there are stages in its 2024 code (experimental.pipeline_parallel_microbatches
+            # defaulted to the PP degree), of one sequence each later (pp_microbatch_size 1).
+            count = pp if "202412" in row["source"] else micro
+            if micro % count:
+                raise _Skipped("local batch does not split into the pipeline's micro-batches")
+            micro_batches, micro = count, micro // count
         kwargs: dict[str, Any] = {
             "strategy": "zero3" if row["dp_sharding"].upper().startswith("FSDP") else "ddp",
             "seq_len": seq,

@@ -242,3 +242,45 @@ def test_a_brief_names_the_recipe_and_a_bad_one_is_one_line(tmp_path: Path) -> N
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "recipe.optimizer" in proc.stderr
+
+
+@pytest.mark.parametrize("ffn", ["relu", "gated-gelu"])
+def test_encoder_decoder_activations_match_what_autograd_saves_for_t5(ffn: str) -> None:
+    """The bytes saved_tensors_hooks sees for Hugging Face T5 (fp32 on CPU, dropout on)."""
+    import torch
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from tools.core.schemas import ModelSpec
+    from tools.planning.activations import encoder_decoder_bytes
+
+    torch.manual_seed(0)
+    config = T5Config(
+        vocab_size=128, d_model=64, d_kv=16, d_ff=256, num_layers=2, num_decoder_layers=3,
+        num_heads=4, dropout_rate=0.1, feed_forward_proj=ffn, decoder_start_token_id=0,
+        pad_token_id=0,
+    )  # fmt: skip
+    model = T5ForConditionalGeneration(config).train()
+    b, s, t = 2, 32, 16
+    saved: dict[int, int] = {}
+
+    def pack(x: torch.Tensor) -> torch.Tensor:
+        saved[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
+        return x
+
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        model(input_ids=torch.randint(0, 128, (b, s)), labels=torch.randint(0, 128, (b, t)))
+    measured = sum(n for ptr, n in saved.items() if ptr not in weights)
+    spec = ModelSpec(
+        name="t5-tiny", params=sum(p.numel() for p in model.parameters()), layers=5, hidden=64,
+        heads=4, intermediate=256, vocab=128, seq_len=s, largest_layer_params=128 * 64,
+        hf_config=config.to_dict(),
+    )  # fmt: skip
+    predicted = encoder_decoder_bytes(
+        spec, source_len=s, target_len=t, micro_batch_size=b, precision="fp32",
+        activation_checkpointing=False, mask_bytes=4,  # CPU dropout keeps fp32 noise
+    )  # fmt: skip
+    # The fp32 loss term counts the logits and their gradient (8 bytes); autograd saves the
+    # log-softmax output (4).
+    body = predicted - 8 * b * t * 128
+    assert body == pytest.approx(measured - 4 * b * t * 128, rel=0.05)

@@ -131,6 +131,8 @@ class MemoryRecipe(_Strict):
     distributed_optimizer: bool | None = None
     optimizer_in_backward: bool = False
     compile: bool = False
+    # Encoder-decoder models (T5, BART): decoder tokens per sequence; None: seq_len.
+    target_len: Count | None = Field(default=None, ge=1, le=1_048_576)
 
 
 class TrainingBrief(_Strict):

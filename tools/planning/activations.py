@@ -49,6 +49,78 @@ def replicated_coefficient(model: ModelSpec) -> float:
     return 10.0
 
 
+def is_encoder_decoder(model: ModelSpec) -> bool:
+    """T5, BART and the like: an encoder stack over the source, a decoder over the target."""
+    return bool((model.hf_config or {}).get("is_encoder_decoder"))
+
+
+def encoder_decoder_bytes(
+    model: ModelSpec,
+    *,
+    source_len: int,
+    target_len: int,
+    micro_batch_size: int,
+    precision: ResolvedPrecision,
+    activation_checkpointing: bool,
+    tensor_parallel: int = 1,
+    mask_bytes: int = 1,
+) -> int:
+    """Activation bytes of an encoder-decoder model (Hugging Face T5/BART code) per micro-batch.
+
+    Counted per token from what the modeling code saves for backward (w = 2 bytes at 16-bit,
+    4 in fp32; dropout masks ``mask_bytes``: 1 on CUDA, whose fused dropout keeps a bool
+    mask, the activation dtype on CPU, which keeps the scaled noise), h the width, f the feed-forward width, a the heads:
+    - each T5LayerNorm keeps its fp32 input and its normalised output: (4 + w)h;
+    - self-attention: the projections' input, q, k, v and the output projection's input,
+      5wh, and a residual dropout mask h; per score (eager attention, as T5 computes it) the
+      fp32 softmax output, the dropout mask and its output: (4 + 1 + w) x a x s^2;
+    - the feed-forward (ReLU): its input wh, the ReLU output, the dropout mask and wo's input,
+      2wf + f; gated GeLU (T5 v1.1): wi_0's output, the tanh-GeLU composite's three saved
+      tensors, its output, wi_1's output and wo's input, 7wf + f; a residual mask h;
+    - each decoder layer adds cross-attention: a norm, q's input, q and the output
+      projection's input (3wh), a mask h, k and v of the encoder output (2wh per source
+      token) and (4 + 1 + w) x a x s_t x s_s per micro-batch; the encoder's final
+      normalised output (wh per source token) is shared by every decoder layer.
+    Full checkpointing keeps each layer's input (wh per token) and one layer's working set.
+    The logits (vocabulary-wide, fp32 copy and log-softmax) cover the target tokens only.
+    ``tests/test_memory_recipes.py`` checks these counts against the bytes autograd saves
+    for Hugging Face T5 (saved_tensors_hooks).
+    """
+    config = model.hf_config or {}
+    h, a, b = model.hidden, model.heads, micro_batch_size
+    f = model.intermediate or 4 * h
+    gated = "gated" in str(config.get("feed_forward_proj", ""))
+    enc_layers = int(config.get("num_layers") or config.get("encoder_layers") or model.layers // 2)
+    dec_layers = int(config.get("num_decoder_layers") or config.get("decoder_layers") or enc_layers)
+    w = 4 if precision == "fp32" else 2
+    t = tensor_parallel
+    m = mask_bytes
+    norm = (4 + w) * h
+    ffn = norm + w * h + ((7 * w + m) * f if gated else (2 * w + m) * f) + m * h
+    self_attn = norm + 5 * w * h + m * h
+    cross = norm + 3 * w * h + m * h
+    score = 4 + m + w
+    enc_layer = b * (source_len * (self_attn + ffn) + score * a * source_len**2) / t
+    dec_layer = (
+        b
+        * (
+            target_len * (self_attn + cross + ffn)
+            + 2 * w * h * source_len
+            + score * a * (target_len**2 + target_len * source_len)
+        )
+        / t
+    )
+    # Embedding dropout masks, the final norms and the encoder output the decoder shares.
+    ends = b * (source_len * (m * h + norm + w * h) + target_len * (m * h + norm + w * h)) / t
+    if activation_checkpointing:
+        kept = w * h * b * (enc_layers * source_len + dec_layers * target_len) / t
+        body = kept + max(enc_layer, dec_layer) + ends
+    else:
+        body = enc_layers * enc_layer + dec_layers * dec_layer + ends
+    logits = loss_bytes(target_len * b, -(-model.vocab // t), "standard", hf=True, fp32=w == 4)[0]
+    return int(body + logits)
+
+
 def activation_bytes(
     model: ModelSpec,
     *,
@@ -65,6 +137,7 @@ def activation_bytes(
     sequence_parallel: bool = True,
     loss: str = "standard",
     offload: bool = False,
+    target_len: int | None = None,
 ) -> int:
     """Activation bytes per GPU for one micro batch (Korthikanti et al. 2022, eq. 1).
 
@@ -108,9 +181,22 @@ def activation_bytes(
     are not divided by t. ``loss`` is the cross-entropy's implementation
     (tools/planning/footprint.py ``loss_bytes``); ``offload`` moves the stored per-layer
     tensors to host memory (activation CPU offload), leaving about two layers' on the GPU.
+    Encoder-decoder models (T5, BART) take ``encoder_decoder_bytes`` with ``seq_len`` source
+    tokens and ``target_len`` (default ``seq_len``) target tokens.
     """
     if attention not in ATTENTION_KERNELS:
         raise InputError("attention", f"must be one of {', '.join(ATTENTION_KERNELS)}")
+    if is_encoder_decoder(model) and task not in ("inference", "agent-app"):
+        # Source and target both seq_len unless the recipe says otherwise (memory.py).
+        return encoder_decoder_bytes(
+            model,
+            source_len=seq_len,
+            target_len=target_len or seq_len,
+            micro_batch_size=micro_batch_size,
+            precision=precision,
+            activation_checkpointing=activation_checkpointing,
+            tensor_parallel=tensor_parallel,
+        )
     s, b, h, a = seq_len, micro_batch_size, model.hidden, model.heads
     t, p = tensor_parallel, pipeline_parallel
     scale = 2 if precision == "fp32" else 1

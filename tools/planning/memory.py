@@ -17,7 +17,7 @@ import math
 from tools.core.errors import InputError
 from tools.core.schemas import HardwareSpec, MemoryBreakdown, ModelSpec, StrategyEstimate, Task
 from tools.core.strategies import OFFLOAD_STRATEGIES, Recompute, StrategyName, check_strategy
-from tools.planning.activations import activation_bytes
+from tools.planning.activations import activation_bytes, is_encoder_decoder
 from tools.planning.footprint import (
     NF4_BYTES,
     Layout,
@@ -444,7 +444,11 @@ def _activation_terms(
     and its recompute working set in them too, so it returns 0 for the other two.
     """
     policy = str(recipe.checkpointing)
-    native = recipe.framework in ("torchtitan", "torchtune") and task != "inference"
+    native = (
+        recipe.framework in ("torchtitan", "torchtune")
+        and task != "inference"
+        and not is_encoder_decoder(model)  # they train decoder-only models
+    )
     if not native or task in ("inference", "agent-app"):
         acts = activation_bytes(
             model,
@@ -461,6 +465,7 @@ def _activation_terms(
             sequence_parallel=bool(recipe.sequence_parallel) or tp == 1,
             loss=str(recipe.loss),
             offload=recipe.activation_offload,
+            target_len=recipe.target_len,
         )
         return acts, 0, 0
     tokens = seq * micro

@@ -74,6 +74,8 @@ class Recipe:
     # torch.compile'd blocks (fewer saved tensors, tools/planning/footprint.py); a compiled
     # chunked loss fuses each chunk's upcast.
     compile: bool = False
+    # Encoder-decoder models: decoder (target) tokens per sequence; None: the sequence length.
+    target_len: int | None = None
     assumed: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -126,6 +128,8 @@ def resolve_recipe(recipe: Recipe | None = None, **changes: object) -> Recipe:
         raise InputError("grad_accum", "must be at least 1")
     if base.context_parallel < 1:
         raise InputError("cp", "must be at least 1")
+    if base.target_len is not None and base.target_len < 1:
+        raise InputError("target_len", "must be at least 1")
     if base.lora_rank is not None and base.lora_rank < 1:
         raise InputError("lora_rank", "must be at least 1")
     if base.qlora and base.precision in ("fp32", "fp8"):
