@@ -377,16 +377,29 @@ def stats(cases: list[Case]) -> dict[str, Any]:
 
 
 def verdicts(cases: list[Case]) -> dict[str, Any]:
-    """The fit check on rows that ran: how many it calls "fits" (all of them ran)."""
-    from tools.core.strategies import MIN_HEADROOM
+    """The fit check on rows that ran (all of them ran), and the margin the errors call for.
 
-    called = [c for c in cases if c.device_used is not None]
-    fits = [c for c in called if c.device_used <= (1 - MIN_HEADROOM) * c.capacity]
+    Each row is classed as the plan's fit check would class it (tools/planning/search.py
+    ``fit_verdict``): fits (``SAFE_HEADROOM`` free), tight (``MIN_HEADROOM`` free), does not
+    fit. ``margin_needed`` is the headroom that would have covered every under-prediction:
+    1 - predicted / measured at its worst, and the row it comes from.
+    """
+    from tools.core.strategies import MIN_HEADROOM, SAFE_HEADROOM
+
+    called = [c for c in cases if c.device_used is not None and c.predicted]
+    share = {c.row_id: (c.device_used or 0) / c.capacity for c in called}
+    fits = [c.row_id for c in called if share[c.row_id] <= 1 - SAFE_HEADROOM]
+    tight = [c.row_id for c in called if 1 - SAFE_HEADROOM < share[c.row_id] <= 1 - MIN_HEADROOM]
+    needs = sorted(((1 - (c.predicted or 0) / c.measured, c.row_id) for c in called), reverse=True)
     return {
         "headroom": MIN_HEADROOM,
+        "safe_headroom": SAFE_HEADROOM,
         "ran": len(called),
-        "called_fits": len(fits),
-        "false_alarms": [c.row_id for c in called if c not in fits],
+        "called_fits": len(fits) + len(tight),
+        "called_fits_safe": len(fits),
+        "called_tight": len(tight),
+        "false_alarms": [c.row_id for c in called if c.row_id not in fits + tight],
+        "margin_needed": [{"row": r, "margin": round(m, 4)} for m, r in needs[:3]],
     }
 
 
@@ -474,10 +487,14 @@ def render_tables(result: dict[str, Any]) -> list[str]:
         lines.append(row(f"held-out {name}", s))
     v = result["verdict"]
     lines.append("")
+    worst = ", ".join(f"{m['row']} {m['margin']:.1%}" for m in v["margin_needed"])
     lines.append(
-        f"fit verdict ({v['headroom']:.0%} of the GPU left free): {v['called_fits']} of "
-        f"{v['ran']} rows that ran called fits; false alarms: {', '.join(v['false_alarms']) or 'none'}; "
-        "runs that ran out of memory: none among these rows"
+        f"Fit check on the {v['ran']} rows that ran: {v['called_fits_safe']} fit with the "
+        f"{v['safe_headroom']:.0%} margin, {v['called_tight']} tight (between "
+        f"{v['headroom']:.0%} and {v['safe_headroom']:.0%} free), {len(v['false_alarms'])} "
+        f"called does not fit ({', '.join(v['false_alarms']) or 'none'}). No row ran out of "
+        f"memory, so none could be wrongly called fits. Headroom that would have covered each "
+        f"under-prediction, worst first: {worst}."
     )
     skipped = [f"{s['row']} ({s['reason']})" for s in result["skipped_rows"]]
     lines.append("")

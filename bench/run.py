@@ -313,8 +313,9 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             rows.append((
                 "Memory model vs published peak memory (held-out rows)",
                 f"median abs error {_apct(h.get('median_abs_error'))}, "
-                f"{_apct(h.get('within_15'))} within 15% ({h['rows']} rows); fit check calls "
-                f"{v['called_fits']} of {v['ran']} runs that ran fits",
+                f"{_apct(h.get('within_15'))} within 15% ({h['rows']} rows); of {v['ran']} runs "
+                f"that ran, {v['called_fits_safe']} fit with the {v['safe_headroom']:.0%} margin, "
+                f"{v['called_tight']} tight, {len(v['false_alarms'])} called does not fit",
                 "bench/published_memory.py: torchtitan and torchtune runs, each row's recipe and "
                 "layout pinned, the quantity the row measured",
             ))  # fmt: skip

@@ -284,3 +284,22 @@ def test_encoder_decoder_activations_match_what_autograd_saves_for_t5(ffn: str) 
     # log-softmax output (4).
     body = predicted - 8 * b * t * 128
     assert body == pytest.approx(measured - 4 * b * t * 128, rel=0.05)
+
+
+def test_the_fit_check_says_fits_tight_or_does_not_fit_with_its_margin() -> None:
+    from tools.core.schemas import MemoryBreakdown
+    from tools.core.strategies import MIN_HEADROOM, SAFE_HEADROOM
+    from tools.planning.search import fit_verdict
+
+    def line(share: float) -> str:
+        used = int(share * 80 * GB)
+        b = MemoryBreakdown(
+            params=used // 4, gradients=used // 8, optimizer=used // 2, activations=used // 8,
+            buffers=0, total=used, peak_allocated=used, peak_reserved=used, device_used=used,
+        )  # fmt: skip
+        return fit_verdict(b, 80 * GB)
+
+    assert line(1 - SAFE_HEADROOM - 0.01).startswith("fit check: fits with a 19% margin")
+    assert "tight" in line(1 - (SAFE_HEADROOM + MIN_HEADROOM) / 2)
+    assert "does not fit" in line(1 - MIN_HEADROOM + 0.01)
+    assert "largest term: optimizer states" in line(0.5)
