@@ -236,12 +236,10 @@ def fsdp_states(recipe: Recipe, strategy: str, lay: Layout, hidden: int, terms: 
     frozen = lay.params_here - lay.trainable_here
     frozen_bytes = (lay.frozen_quantized * NF4_BYTES) + (frozen - lay.frozen_quantized) * 2
     trained_bytes = store * lay.trainable_here
-    if strategy.startswith("zero3"):
-        terms.params = int((frozen_bytes + trained_bytes) / shard)
-    else:
-        terms.params = int(frozen_bytes + trained_bytes)
+    sharded_states = strategy.startswith(("zero2", "zero3"))  # at rest: FSDP's flat shards
+    terms.params = int((frozen_bytes + trained_bytes) / (shard if sharded_states else 1))
     grad_store = 4 if store == 4 else 2
-    grads = grad_store * lay.trainable_here / (shard if strategy != "ddp" else 1)
+    grads = grad_store * lay.trainable_here / (shard if sharded_states else 1)
     if recipe.optimizer_in_backward:
         # torchtune optimizer_in_bwd: each gradient is stepped and freed as it is produced; the
         # largest single parameter (the embedding or output matrix) bounds what is live.
@@ -284,11 +282,11 @@ def fsdp_states(recipe: Recipe, strategy: str, lay: Layout, hidden: int, terms: 
             f"pipeline stage weights kept gathered {gathered / 1e9:.2f} GB and unsharded "
             f"gradients accumulated over the micro-batches {unsharded_grads / 1e9:.2f} GB"
         )
-    elif strategy.startswith("zero2") or (store == 4 and strategy in ("ddp", "zero1")):
-        # Unsharded bf16 compute weights kept between forward and backward (SHARD_GRAD_OP) or,
-        # without sharding, the autocast/MixedPrecision cast copies of the fp32 weights.
-        terms.transient = int(work * lay.params_here) if store == 4 else 0
-    del pure
+    elif strategy.startswith("zero2") or (recipe.mixed and strategy in ("ddp", "zero1")):
+        # The unsharded 16-bit compute weights: kept between forward and backward under
+        # SHARD_GRAD_OP (reshard_after_forward=False), or, without sharding, the autocast /
+        # MixedPrecision cast copies of the fp32 weights.
+        terms.transient = int(work * lay.params_here)
 
 
 def megatron_states(recipe: Recipe, strategy: str, lay: Layout, hidden: int, terms: Terms) -> None:
