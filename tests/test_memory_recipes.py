@@ -303,3 +303,15 @@ def test_the_fit_check_says_fits_tight_or_does_not_fit_with_its_margin() -> None
     assert "tight" in line(1 - (SAFE_HEADROOM + MIN_HEADROOM) / 2)
     assert "does not fit" in line(1 - MIN_HEADROOM + 0.01)
     assert "largest term: optimizer states" in line(0.5)
+
+
+def test_fsdp_shard_grad_op_keeps_the_16_bit_weights_gathered_over_sharded_states() -> None:
+    recipe = Recipe(framework="fsdp", checkpointing="full")
+    zero2 = _est("1x8xH100-80GB", "zero2", recipe=recipe, seq_len=2048)
+    # fp32 shards (4 bytes over 8 ranks) plus the gathered bf16 compute copy (2 bytes).
+    assert zero2.per_gpu_bytes.params == pytest.approx(4 * PSI / 8 + 2 * PSI, rel=1e-6)
+    assert zero2.per_gpu_bytes.gradients == pytest.approx(4 * PSI / 8, rel=1e-6)
+    fp32 = _est(
+        "1x1xH100-80GB", "ddp", recipe=Recipe(framework="fsdp", precision="fp32"), seq_len=512
+    )
+    assert fp32.per_gpu_bytes.params == 4 * PSI  # no cast copies in fp32
