@@ -65,13 +65,17 @@ class Terms:
     # Of ``activations``: one layer's tensors rebuilt while it is recomputed in backward, which
     # exist next to nearly every gradient at the end of backward.
     working: int = 0
+    # Of ``gradients``: what exists only at the optimizer step (DeepSpeed's fp32 gradient copy,
+    # made from the 16-bit partition when the step runs), so never with the activations.
+    step_gradients: int = 0
     notes: list[str] = field(default_factory=list)
 
     def peak(self) -> int:
         """The largest allocation over forward, backward and the optimizer step."""
         live = self.params + self.optimizer + self.transient
         if self.gradients_persistent:
-            return live + self.gradients + self.activations + self.loss
+            kept = self.gradients - self.step_gradients
+            return live + kept + max(self.activations + self.loss, self.step_gradients)
         # Backward frees saved tensors as it produces gradients: the start (activations and
         # the loss's gradients, no parameter gradients yet) or the end (every gradient, and
         # the last recomputed layer's working set).
@@ -251,7 +255,8 @@ def fsdp_states(recipe: Recipe, strategy: str, lay: Layout, hidden: int, terms: 
         # step live in host memory; the GPU holds what is gathered for compute.
         terms.params = terms.gradients = terms.optimizer = 0
     work = 2  # bf16 compute weights
-    if strategy.startswith("zero3") and (lay.shards > 1 or strategy == "zero3_offload_all"):
+    if strategy.startswith("zero3"):
+        # fully_shard gathers (and casts) each unit even on one rank.
         # torchtune's configs shard the embeddings and the output layer as units of their own
         # (custom_sharded_layers: tok_embeddings, output): at the peak only the output layer
         # is gathered. torchtitan's root unit holds both.
@@ -282,11 +287,14 @@ def fsdp_states(recipe: Recipe, strategy: str, lay: Layout, hidden: int, terms: 
             f"pipeline stage weights kept gathered {gathered / 1e9:.2f} GB and unsharded "
             f"gradients accumulated over the micro-batches {unsharded_grads / 1e9:.2f} GB"
         )
-    elif strategy.startswith("zero2") or (recipe.mixed and strategy in ("ddp", "zero1")):
-        # The unsharded 16-bit compute weights: kept between forward and backward under
-        # SHARD_GRAD_OP (reshard_after_forward=False), or, without sharding, the autocast /
-        # MixedPrecision cast copies of the fp32 weights.
+    elif strategy.startswith("zero2"):
+        # SHARD_GRAD_OP (reshard_after_forward=False) keeps the 16-bit weights gathered
+        # between forward and backward.
         terms.transient = int(work * lay.params_here)
+    elif recipe.mixed and strategy in ("ddp", "zero1"):
+        # Without sharding, autocast / MixedPrecision casts the fp32 weights to 16-bit: the
+        # trained ones only, a frozen LoRA/QLoRA base is stored in 16-bit already.
+        terms.transient = int(work * lay.trainable_here)
 
 
 def megatron_states(recipe: Recipe, strategy: str, lay: Layout, hidden: int, terms: Terms) -> None:

@@ -250,7 +250,14 @@ def _breakdown(
         activations=activations,
         buffers=buffers + margin + context,
         total=device_used,
-        not_concurrent=0 if terms.gradients_persistent else min(activations, terms.gradients),
+        # What the peak does not hold at once: the sum of the terms less the allocated peak.
+        not_concurrent=terms.params
+        + gathered
+        + terms.gradients
+        + terms.optimizer
+        + activations
+        + buffers
+        - allocated,
         margin=margin,
         peak_allocated=allocated,
         peak_reserved=reserved,
@@ -348,6 +355,9 @@ def _deepspeed_terms(
         params=gpu.get("params", 0) + gpu.get("gathered_params", 0),
         gradients=gpu.get("grads", 0) + gpu.get("gathered_grads", 0) + gpu.get("grads_fp32", 0),
         optimizer=gpu.get("master_params", 0) + gpu.get("optimizer_moments", 0),
+        # stage_1_and_2.py / stage3.py make the fp32 gradients from the 16-bit partition when
+        # the step runs; through accumulation only the 16-bit gradients are kept.
+        step_gradients=gpu.get("grads_fp32", 0),
     )
 
 
