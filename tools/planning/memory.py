@@ -506,6 +506,36 @@ def _activation_terms(
     return acts, loss, int(working * tokens)
 
 
+def _host_ranks(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    strategy: StrategyName,
+    task: Task,
+    recipe: Recipe,
+    resolved: ResolvedPrecision,
+    world: int,
+    model_parallel: int,
+    terms: Terms,
+) -> tuple[MemoryBreakdown, list[str]] | None:
+    """The CPU-rank breakdown (gloo, fp32; tools/planning/host_ranks.py), None where unmeasured.
+
+    DeepSpeed's and DDP's host-memory terms replace the GPU model's on CPU ranks for the
+    setups they were measured for: data parallel, Adam, fp32, full training.
+    """
+    if (
+        hardware.gpu is not None
+        or resolved != "fp32"
+        or model_parallel != 1
+        or recipe.framework != "deepspeed"
+        or recipe.optimizer not in ADAM_OPTIMIZERS
+        or task not in ("pretrain", "finetune")
+    ):
+        return None
+    return host_rank_breakdown(
+        model, strategy, world, terms.activations, margin_fraction=FRAGMENTATION_MARGIN
+    )
+
+
 def terms_cpu(
     model: ModelSpec,
     strategy: StrategyName,
@@ -630,29 +660,15 @@ def estimate_strategy(
         notes=notes,
     )
     breakdown = _breakdown(terms, buffers, on_gpu, world * cp * tp * pp, notes)
-    # --- CPU ranks (gloo, fp32): DeepSpeed's and DDP's host-memory terms replace the GPU
-    # model's (tools/planning/host_ranks.py); other CPU setups keep the generic terms.
-    host = None
-    if (
-        not on_gpu
-        and resolved == "fp32"
-        and tp * pp == 1
-        and recipe.framework == "deepspeed"
-        and recipe.optimizer in ADAM_OPTIMIZERS
-        and task in ("pretrain", "finetune")
-    ):
-        host = host_rank_breakdown(
-            model, strategy, world, terms.activations, margin_fraction=FRAGMENTATION_MARGIN
-        )
+    host = _host_ranks(model, hardware, strategy, task, recipe, resolved, world, tp * pp, terms)
     if host is not None:
         breakdown = host[0]
         notes.extend(host[1])
     else:
         notes.extend(buffer_notes)
-    # --- end CPU ranks
     notes.append(
         f"allocator slack {breakdown.margin / GB:.2f} GB "
-        f"({FRAGMENTATION_MARGIN:.0%} of the allocated peak), in buffers"
+        f"({FRAGMENTATION_MARGIN:.1%} of the allocated peak), in buffers"
     )
     total = breakdown.total
 
