@@ -100,18 +100,7 @@ class Case:
         return (self.predicted - self.measured) / self.measured
 
 
-@dataclass
-class Skip:
-    """A row the bench cannot compare, and why."""
-
-    row_id: str
-    source: str
-    split: str
-    reason: str
-
-
-class _Skipped(Exception):
-    pass
+from bench.published import Skip, _Skipped  # noqa: E402  (after the path set-up above)
 
 
 def _first_int(cell: str) -> int | None:
