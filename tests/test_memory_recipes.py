@@ -317,3 +317,17 @@ def test_fsdp_shard_grad_op_keeps_the_16_bit_weights_gathered_over_sharded_state
         "1x1xH100-80GB", "ddp", recipe=Recipe(framework="fsdp", precision="fp32"), seq_len=512
     )
     assert fp32.per_gpu_bytes.params == 4 * PSI  # no cast copies in fp32
+
+
+def test_a_brief_naming_fsdp_or_megatron_is_priced_as_that_framework() -> None:
+    from tools.intake.brief import brief_from_dict
+    from tools.planning import search_strategy
+
+    base = {"model": "llama-3.1-8b", "hardware": "1x8xH100-80GB", "seq_len": 4096}
+    base["global_batch_size"] = 16
+    for framework, priced in (("pytorch_fsdp", "fsdp"), ("megatron", "megatron")):
+        brief = brief_from_dict({**base, "framework": framework})
+        plan = search_strategy(LLAMA8, parse_hardware("1x8xH100-80GB"), brief)
+        assert any(a.startswith(f"memory priced for: {priced},") for a in plan.assumptions)
+    plain = search_strategy(LLAMA8, parse_hardware("1x8xH100-80GB"), brief_from_dict(base))
+    assert not any(a.startswith("memory priced for") for a in plain.assumptions)

@@ -166,7 +166,13 @@ def recipe_from_brief(brief: TrainingBrief) -> Recipe | None:
     """The brief's ``recipe`` block as a resolved Recipe (None when the brief has none)."""
     spec = brief.recipe
     if spec is None:
-        return None
+        # A framework the request names whose memory differs from DeepSpeed's is priced as
+        # it runs (FSDP's fp32 shards, Megatron's gradient buffer) with its defaults.
+        named = {"pytorch_fsdp": "fsdp", "megatron": "megatron"}.get(str(brief.framework))
+        if named is None:
+            return None
+        precision = brief.precision if brief.precision != "auto" else "bf16"
+        return resolve_recipe(Recipe(framework=named, precision=precision))
     fields = spec.model_dump(exclude_none=True)
     framework = fields.pop("framework", None) or _BRIEF_FRAMEWORKS.get(
         str(brief.framework), "deepspeed"
