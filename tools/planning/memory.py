@@ -385,7 +385,8 @@ def _terms(
     states, params_here = _model_states(
         model, strategy, task, world * cp, tp, pp, resolved, "adamw", rank, notes
     )
-    trainable = _trainable(model, task, params_here, params_here / model.params, tp, rank, [])
+    share = params_here / model.params if model.params else 1.0
+    trainable = _trainable(model, task, params_here, share, tp, rank, [])
     quantized = int(params_here * quantized_share(model)) if recipe.qlora else 0
     if recipe.framework == "deepspeed":
         terms = _deepspeed_terms(states, recipe, quantized, world * cp, strategy, model.hidden)
