@@ -18,7 +18,8 @@ import pytest
 import yaml
 from specs import GPT2_TINY, tiny_spec
 
-from tools.artifacts.launch import emit_launch
+from tools.artifacts.launch import emit_launch, job_command
+from tools.artifacts.scripts import Shell, shell_join
 from tools.core.outputs import MANIFEST
 from tools.core.schemas import (
     FrameworkChoice,
@@ -62,8 +63,10 @@ def model() -> ModelSpec:
     return tiny_spec(GPT2_TINY)
 
 
-def brief(precision: str = "bf16", seq_len: int = 1024) -> TrainingBrief:
-    return TrainingBrief(goal="test run", model="tiny", seq_len=seq_len, precision=precision)  # type: ignore[arg-type]
+def brief(precision: str = "bf16", seq_len: int = 1024, task: str = "finetune") -> TrainingBrief:
+    return TrainingBrief(
+        goal="test run", model="tiny", seq_len=seq_len, precision=precision, task=task
+    )  # type: ignore[arg-type]
 
 
 def script_args(command: list[str]) -> list[str]:
@@ -73,6 +76,11 @@ def script_args(command: list[str]) -> list[str]:
 
 def launch_line(out: Path) -> str:
     return (out / "launch.sh").read_text().splitlines()[-1]
+
+
+def script_line(command: list[str]) -> str:
+    """The plan's command as launch.sh runs it: $MODEL_PATH and $DATA read, "$@" passed on."""
+    return shell_join([*job_command(command), Shell('"$@"')])
 
 
 def test_deepspeed_plan_writes_config_script_and_launcher(tmp_path: Path) -> None:
@@ -98,7 +106,7 @@ def test_deepspeed_plan_writes_config_script_and_launcher(tmp_path: Path) -> Non
     assert (out / "train.py").read_text() == (
         Path(__file__).parents[1] / "tools" / "smoke" / "train.py"
     ).read_text()
-    assert launch_line(out) == shlex.join(command)
+    assert launch_line(out) == script_line(command)
     assert os.access(out / "launch.sh", os.X_OK)
 
     # Every flag is one train.py accepts (the DeepSpeed launcher adds --local_rank itself).
@@ -161,7 +169,7 @@ def test_ddp_plan_launches_torchrun_without_deepspeed(tmp_path: Path) -> None:
         "accelerate_config.yaml",
     }
     assert not (tmp_path / "ds_config.json").exists()
-    assert launch_line(tmp_path) == shlex.join(command)
+    assert launch_line(tmp_path) == script_line(command)
     assert "pytorch_ddp" in (tmp_path / "launch.sh").read_text()
 
     args = parse_args(script_args(command))
@@ -229,7 +237,7 @@ PLANS = {
     "horovod-2x8": (HOROVOD, None, gpus(2, 8)),
     "tensorflow-2x8": (TENSORFLOW, None, gpus(2, 8)),
 }
-COVERAGE = "trainwright's own train.py covers DeepSpeed and PyTorch DDP only"
+COVERAGE = "trainwright's own train.py covers DeepSpeed, PyTorch DDP and FSDP only"
 
 
 def emit(out: Path, plan: str) -> list[str]:
@@ -267,7 +275,8 @@ def test_every_command_is_an_argument_list_and_every_script_parses(
     for script in scripts:
         proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert proc.returncode == 0, f"{script.name}: {proc.stderr}"
-    assert launch_line(tmp_path) == shlex.join(command)
+    runs_train_py = "train.py" in command
+    assert launch_line(tmp_path) == (script_line(command) if runs_train_py else shlex.join(command))
 
 
 def test_deepspeed_multi_node_writes_a_no_ssh_script_per_node(tmp_path: Path) -> None:
@@ -278,7 +287,10 @@ def test_deepspeed_multi_node_writes_a_no_ssh_script_per_node(tmp_path: Path) ->
     for rank in (0, 1):
         script = tmp_path / f"launch_node{rank}.sh"
         assert os.access(script, os.X_OK)
-        argv = shlex.split(script.read_text().splitlines()[-1])
+        # As bash runs it with MODEL_PATH and DATA unset: the plan's weights, no --data.
+        line = script.read_text().splitlines()[-1]
+        line = line.replace('${DATA:+--data} ${DATA:+"$DATA"}', "")
+        argv = shlex.split(re.sub(r'"\$\{MODEL_PATH:-([^}]*)\}"', r"\1", line))
         assert argv[0] == "deepspeed"
         # The installed DeepSpeed launcher's own argparse accepts every flag.
         args = deepspeed_args(argv[1:])
@@ -425,10 +437,13 @@ def test_fsdp_plan_gets_torchrun_and_a_wrapping_guide(
     tmp_path: Path, nodes: int, strategy: str
 ) -> None:
     command = emit_launch(tmp_path, brief(), gpus(nodes, 8), model(), FSDP, None).command
-    assert command[0] == "torchrun" and command[-1] == "train_fsdp.py"
+    assert command[0] == "torchrun" and "train.py" in command
     assert ["--nnodes", str(nodes), "--nproc_per_node", "8"] == command[1:5]
+    # train.py's FSDP2 mode with the same sharding the guide describes.
+    args = parse_args(script_args(command))
+    assert args.fsdp and args.fsdp_sharding == {"HYBRID_SHARD": "hybrid"}.get(strategy, "full")
     guide = (tmp_path / "FSDP.md").read_text()
-    assert COVERAGE in guide and f"ShardingStrategy.{strategy}" in guide
+    assert "FSDP2 mode" in guide and f"ShardingStrategy.{strategy}" in guide
     assert "transformer_auto_wrap_policy" in guide and "torch.bfloat16" in guide
     (snippet,) = code_blocks(guide, "python")
     tree = ast.parse(snippet)
@@ -440,8 +455,8 @@ def test_fsdp_plan_gets_torchrun_and_a_wrapping_guide(
     ]
     module = importlib.import_module(layer_import.module or "")
     assert all(hasattr(module, alias.name) for alias in layer_import.names)
-    assert (tmp_path / "train.sbatch").exists()
-    for absent in ("train.py", "accelerate_config.yaml", "ds_config.json"):
+    assert (tmp_path / "train.sbatch").exists() and (tmp_path / "train.py").exists()
+    for absent in ("accelerate_config.yaml", "ds_config.json"):
         assert not (tmp_path / absent).exists()
 
 
@@ -516,7 +531,7 @@ def _assert_ran(out: Path, proc: subprocess.CompletedProcess[str], steps: int) -
 @pytest.mark.slow
 def test_emitted_ddp_launch_runs_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "ddp"
-    emit_launch(out, brief(seq_len=32), cpu_only(), model(), DDP, None, steps=3)
+    emit_launch(out, brief(seq_len=32, task="pretrain"), cpu_only(), model(), DDP, None, steps=3)
     # torchrun reads its --master_port default from PET_MASTER_PORT; a free one avoids 29500.
     proc = _run_launch(out, {"PET_MASTER_PORT": str(free_port())})
     metrics = _assert_ran(out, proc, 3)
@@ -542,7 +557,9 @@ def test_emitted_deepspeed_launch_runs_on_cpu(tmp_path: Path) -> None:
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
         "zero_optimization": {"stage": 2},
     }
-    emit_launch(out, brief(seq_len=32), cpu_only(), model(), DEEPSPEED, cpu_config, steps=3)
+    emit_launch(
+        out, brief(seq_len=32, task="pretrain"), cpu_only(), model(), DEEPSPEED, cpu_config, steps=3
+    )
     proc = _run_launch(out, {"DS_ACCELERATOR": "cpu"})
     metrics = _assert_ran(out, proc, 3)
     assert metrics["mode"] == "deepspeed" and metrics["deepspeed"]

@@ -22,8 +22,20 @@ LAYER = {"app": 4, "graphs": 3, "agents": 2, "tools": 1, "knowledge": 0, "prompt
 # artifacts come last).
 STAGES = ("core", "research", "intake", "planning", "smoke", "review", "artifacts")
 # The standalone training script is copied to GPU boxes: nothing of ours, few libraries
-# (pynvml, the NVIDIA driver's bindings, only where it is installed).
-STANDALONE = {"tools.smoke.train": {"torch", "transformers", "deepspeed", "pynvml"}}
+# (pynvml, the NVIDIA driver's bindings, only where it is installed; peft for LoRA; datasets,
+# bitsandbytes and wandb only when a run asks for a saved dataset, QLoRA or W&B).
+STANDALONE = {
+    "tools.smoke.train": {
+        "torch",
+        "transformers",
+        "deepspeed",
+        "pynvml",
+        "peft",
+        "datasets",
+        "bitsandbytes",
+        "wandb",
+    }
+}
 
 
 def _module_name(path: Path) -> str:

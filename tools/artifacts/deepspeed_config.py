@@ -48,6 +48,13 @@ _RECIPES: dict[str, dict[str, Any]] = {
     "finetune": {"lr": 2e-5, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup": 100},
     "lora": {"lr": 2e-4, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup": 100},
 }
+
+
+def task_recipe(task: str) -> dict[str, Any]:
+    """The optimizer recipe (lr, betas, weight decay, warm-up steps) for a training task."""
+    return dict(_RECIPES.get(task, _RECIPES["pretrain"]))
+
+
 # The keys the Hugging Face Trainer resolves when they say "auto" (Transformers docs: DeepSpeed
 # integration, 'auto' values; HfTrainerDeepSpeedConfig.trainer_config_process and
 # trainer_config_finalize in transformers/integrations/deepspeed.py). Batch sizes, clipping,

@@ -15,8 +15,12 @@ from tools.core.schemas import HardwareSpec, ModelSpec
 
 TF_WORKER_PORT = 12345
 _COVERAGE = (
-    "trainwright's own train.py covers DeepSpeed and PyTorch DDP only, so this plan has no "
-    "generated training script: `{script}` is yours to write, and this guide says how."
+    "trainwright's own train.py covers DeepSpeed, PyTorch DDP and FSDP only, so this plan has "
+    "no generated training script: `{script}` is yours to write, and this guide says how."
+)
+_FSDP_COVERAGE = (
+    "launch.sh runs the generated `{script}` in its FSDP2 mode (`--fsdp`, with the plan's "
+    "sharding). To train with a script of your own instead, wrap the model as below."
 )
 # Decoder-layer classes for FSDP's transformer_auto_wrap_policy, by HF model_type.
 _LAYER_CLASSES = {
@@ -148,7 +152,7 @@ def fsdp_md(
     )
     return render(
         "FSDP.md",
-        coverage=_COVERAGE.format(script=script),
+        coverage=_FSDP_COVERAGE.format(script=script),
         command=shlex.join(command),
         nodes=hardware.nodes,
         module=module,

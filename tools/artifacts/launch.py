@@ -13,9 +13,13 @@ DDP) starts with ``torchrun``, which train.py (tools/smoke/train.py) then runs i
 Both also get a SLURM ``train.sbatch`` and an Accelerate ``accelerate_config.yaml``
 (tools/artifacts/cluster.py).
 
-train.py covers DeepSpeed and DDP only. Horovod, TensorFlow and FSDP plans get a launch
-command for the user's own script and a guide (HOROVOD.md, TF_CONFIG.md, FSDP.md; see
-tools/artifacts/guides.py) saying how to write it; none of them gets train.py.
+train.py runs the real job (tools/smoke/train.py's docstring): a fine-tune loads the model's
+weights (``--init pretrained --model-path``, the hub id or local folder the plan names, or
+``$MODEL_PATH``), a LoRA plan trains adapters of the plan's rank, ``$DATA`` names the dataset,
+and the job checkpoints into ``checkpoints/`` and resumes from it. FSDP plans run train.py's
+FSDP2 mode with the plan's sharding (FSDP.md also shows how to wrap the model in a script of
+one's own). Horovod and TensorFlow plans get a launch command for the user's own script and a
+guide (HOROVOD.md, TF_CONFIG.md; see tools/artifacts/guides.py) saying how to write it.
 
 A plan with tensor/pipeline parallelism launches with the framework that implements it for the
 model (tools/research/framework.py ``setup_framework``; the plan's ``framework`` says which):
@@ -40,8 +44,8 @@ from typing import Any
 
 from tools.artifacts import cluster, guides, megatron, torchtitan
 from tools.artifacts.cluster import MASTER_PORT
-from tools.artifacts.deepspeed_config import hf_trainer_config
-from tools.artifacts.scripts import comment_text
+from tools.artifacts.deepspeed_config import hf_trainer_config, task_recipe
+from tools.artifacts.scripts import Shell, comment_text
 from tools.core.errors import ToolFailure
 from tools.core.outputs import check_files, copy_file, listed, remove_file, write_file
 from tools.core.schemas import (
@@ -54,14 +58,29 @@ from tools.core.schemas import (
 )
 from tools.planning.batch import resolve_batch
 from tools.planning.memory import resolve_precision
+from tools.planning.states import DEFAULT_LORA_RANK
+from tools.research.model_catalog import weights_location
 
 TRAIN_SCRIPT = Path(__file__).parents[1] / "smoke" / "train.py"
 # The scripts the user writes for frameworks train.py does not cover (we never generate them).
 USER_SCRIPTS = {
     "horovod": "train_horovod.py",
     "tensorflow": "train_tensorflow.py",
-    "pytorch_fsdp": "train_fsdp.py",
 }
+# Frameworks whose plans run train.py in a mode of its own (the rest by config and split).
+TRAIN_PY_MODES = {"pytorch_fsdp": "fsdp"}
+# The environment variables launch.sh reads: the weights (a default from the plan) and the data.
+MODEL_PATH_ENV = "MODEL_PATH"
+DATA_ENV = "DATA"
+_JOB_COMMENT = (
+    f"# Set {DATA_ENV} to your dataset (a .jsonl or .txt file or folder, or a datasets folder "
+    f"saved with save_to_disk); {MODEL_PATH_ENV} overrides where the weights load from. "
+    "Checkpoints go to checkpoints/: run this again to resume from the latest. Arguments to "
+    "this script go to train.py (./launch.sh --steps 50)."
+)
+# How often the job checkpoints: about ten times a run, at most every 500 steps.
+_SAVES_PER_RUN = 10
+_MAX_SAVE_EVERY = 500
 _NODE_SCRIPTS = "launch_node*.sh"
 # Every name emit_launch may write, in the order LaunchSpec.files lists them (plan.json and
 # the report show it); a name missing here is an error, so a new file cannot escape the
@@ -158,14 +177,20 @@ def emit_launch(
     launch = LAUNCHERS[_launcher_for(framework, job)](job)
     texts: dict[str, str | Path] = {"model_config.json": _json(model.hf_config or {})}
     texts |= launch.files
+    job_script = "train.py" in launch.files
+    script_command = job_command(launch.command) if job_script else launch.command
     if launch.sbatch:
-        texts["train.sbatch"] = cluster.sbatch(brief, hardware, model, job.gpus, launch.command)
+        texts["train.sbatch"] = cluster.sbatch(brief, hardware, model, job.gpus, script_command)
     if launch.accelerate:
         texts["accelerate_config.yaml"] = cluster.accelerate_config(
             hardware, job.gpus, job.precision, deepspeed_config
         )
     comments = [job.title, launch.how_to_run]
-    texts["launch.sh"] = cluster.launch_script(comments, launch.command, launch.preamble)
+    if job_script:
+        comments.append(_JOB_COMMENT)
+        # Arguments to launch.sh go to train.py after the plan's (the last one wins).
+        script_command = [*script_command, Shell('"$@"')]
+    texts["launch.sh"] = cluster.launch_script(comments, script_command, launch.preamble)
     # All or nothing: a file of the user's among them stops the launch before any is written.
     check_files(out_dir, texts)
     files = _write(out_dir, texts)
@@ -184,6 +209,8 @@ def _launcher_for(framework: FrameworkChoice, job: LaunchInputs) -> str:
     """
     if framework.primary in USER_SCRIPTS and job.split is None:
         return framework.primary
+    if framework.primary in TRAIN_PY_MODES and job.split is None:
+        return TRAIN_PY_MODES[framework.primary]
     if framework.primary == "torchtitan":
         if job.memory is None or job.memory.pipeline_parallel * job.memory.tensor_parallel == 1:
             raise ToolFailure("a torchtitan launch needs the plan's tensor/pipeline setup")
@@ -228,7 +255,7 @@ def _deepspeed(job: LaunchInputs) -> Launch:
     how_to_run = "# Run from this directory on the first node; edit hostfile with your node names."
     if hardware.nodes > 1:
         files["hostfile"] = cluster.hostfile(hardware, gpus)
-        files |= cluster.node_scripts(job.title, hardware, gpus, script_args)
+        files |= cluster.node_scripts(job.title, hardware, gpus, job_command(script_args))
         command += ["--hostfile", "hostfile", "--num_nodes", str(hardware.nodes)]
         how_to_run += " Without passwordless ssh, run launch_node{R}.sh on node R instead."
     # The config's batch arithmetic is for hardware.world_size ranks; launch that many.
@@ -248,13 +275,22 @@ def _ddp(job: LaunchInputs) -> Launch:
 
 
 def _fsdp(job: LaunchInputs) -> Launch:
-    """The user's FSDP script under torchrun, and FSDP.md on how to write it."""
-    script = USER_SCRIPTS["pytorch_fsdp"]
-    command = cluster.torchrun(job.hardware, job.gpus, "node0") + [script]
+    """train.py's FSDP2 mode under torchrun with the plan's sharding; FSDP.md on wrapping."""
+    sharding, offload = guides.fsdp_sharding(job.strategy, job.hardware.nodes)
+    command = cluster.torchrun(job.hardware, job.gpus, "node0") + _train_py_args(job)
+    if sharding != "NO_SHARD":  # NO_SHARD is DDP: train.py's plain mode
+        command += ["--fsdp", "--fsdp-sharding", _FSDP2_SHARDING[sharding]]
+        command += ["--fsdp-offload"] if offload else []
+    command += [f"--{job.precision}"] if job.precision in ("bf16", "fp16") else []
     guide = guides.fsdp_md(
-        command, job.hardware, job.model, job.precision, script, strategy_name=job.strategy
+        command, job.hardware, job.model, job.precision, "train.py", strategy_name=job.strategy
     )
-    return Launch(command, _torchrun_how_to_run(job.hardware), {"FSDP.md": guide})
+    files: dict[str, str | Path] = {"train.py": TRAIN_SCRIPT, "FSDP.md": guide}
+    return Launch(command, _torchrun_how_to_run(job.hardware), files)
+
+
+# FSDP1's sharding strategies as FSDP2 (fully_shard) expresses them in train.py --fsdp-sharding.
+_FSDP2_SHARDING = {"FULL_SHARD": "full", "SHARD_GRAD_OP": "grad-op", "HYBRID_SHARD": "hybrid"}
 
 
 def _horovod(job: LaunchInputs) -> Launch:
@@ -340,7 +376,7 @@ LAUNCHERS: dict[str, Launcher] = {
     "torchrun": _ddp,
     "megatron": _megatron,
     "torchtitan": _torchtitan,
-    "pytorch_fsdp": _fsdp,
+    "fsdp": _fsdp,
     "horovod": _horovod,
     "tensorflow": _tensorflow,
 }
@@ -356,13 +392,72 @@ def _torchrun_how_to_run(hardware: HardwareSpec) -> str:
 
 
 def _train_py_args(job: LaunchInputs) -> list[str]:
-    micro = (job.deepspeed_config or {}).get("train_micro_batch_size_per_gpu", 1)
-    args = ["train.py", "--model-config", "model_config.json", "--steps", str(job.steps)]
-    args += ["--seq-len", str(job.brief.seq_len), "--micro-batch", str(micro)]
-    args += ["--metrics-dir", "metrics"]
+    """train.py's arguments for the plan's job: model, weights, data, batch, schedule, checkpoints."""
+    micro = (job.deepspeed_config or {}).get("train_micro_batch_size_per_gpu")
+    if micro is None and job.memory is not None:
+        micro = job.memory.micro_batch_size
+    args = ["train.py", *_model_args(job), "--steps", str(job.steps)]
+    args += ["--seq-len", str(job.brief.seq_len), "--micro-batch", str(micro or 1)]
+    save_every = max(1, min(_MAX_SAVE_EVERY, job.steps // _SAVES_PER_RUN))
+    args += ["--checkpoint-dir", "checkpoints", "--save-every", str(save_every)]
+    args += ["--log-every", "10", "--metrics-dir", "metrics"]
+    args += _lora_args(job.brief)
     if job.deepspeed_config is not None:
-        args += ["--deepspeed_config", "ds_config.json"]
+        # Optimizer, schedule, clipping and accumulation are the config's.
+        return [*args, "--deepspeed_config", "ds_config.json"]
+    recipe = task_recipe(job.brief.task)
+    warmup = min(int(recipe["warmup"]), max(1, job.steps // 10))
+    args += ["--lr", f"{recipe['lr']:g}", "--weight-decay", f"{recipe['weight_decay']:g}"]
+    args += ["--lr-schedule", "cosine", "--warmup-steps", str(warmup)]
+    if job.memory is not None:
+        args += ["--grad-accum", str(job.memory.gradient_accumulation_steps)]
+        if job.memory.activation_checkpointing:
+            args.append("--gradient-checkpointing")
     return args
+
+
+def _model_args(job: LaunchInputs) -> list[str]:
+    """Pretraining builds from model_config.json; a fine-tune loads the plan's weights.
+
+    The weights default to the model's hub id (a catalog model) or its local folder, and
+    ``$MODEL_PATH`` overrides them (a local copy on the cluster).
+    """
+    if job.brief.task == "pretrain":
+        return ["--model-config", "model_config.json"]
+    where = weights_location(job.model) or job.model.name
+    return ["--init", "pretrained", "--model-path", where]
+
+
+def job_command(command: list[str]) -> list[str]:
+    """The plan's train.py command as the scripts run it: ``$MODEL_PATH`` and ``$DATA`` read.
+
+    The plan's command names the weights it was planned with and no dataset; the scripts let
+    ``$MODEL_PATH`` override the weights and pass ``--data "$DATA"`` when it is set (unset,
+    train.py says so and trains on synthetic patterns).
+    """
+    shell: list[str] = []
+    for i, arg in enumerate(command):
+        after_flag = i > 0 and command[i - 1] == "--model-path"
+        shell.append(Shell(_env_default(MODEL_PATH_ENV, arg)) if after_flag else arg)
+    return [*shell, Shell(f"${{{DATA_ENV}:+--data}}"), Shell(f'${{{DATA_ENV}:+"${DATA_ENV}"}}')]
+
+
+def _lora_args(brief: TrainingBrief) -> list[str]:
+    """The adapters the memory plan priced: its LoRA rank (or the default), and QLoRA's 4-bit base."""
+    recipe = brief.recipe
+    rank = recipe.lora_rank if recipe is not None else None
+    if brief.task != "lora" and rank is None:
+        return []
+    args = ["--lora-rank", str(rank or DEFAULT_LORA_RANK)]
+    if recipe is not None and recipe.qlora:
+        args.append("--qlora")
+    return args
+
+
+def _env_default(name: str, default: str) -> str:
+    """``"${NAME:-default}"`` for a script, the default escaped for double quotes."""
+    escaped = "".join("\\" + c if c in '"$`\\' else c for c in default)
+    return f'"${{{name}:-{escaped}}}"'
 
 
 def _json(value: Any) -> str:

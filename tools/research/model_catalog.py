@@ -228,6 +228,23 @@ def lookup_model(ref: str | ModelParams | ModelShape | dict[str, Any], seq_len: 
     return _from_name(ref, seq_len)
 
 
+def weights_location(model: ModelSpec) -> str | None:
+    """Where a fine-tune loads ``model``'s weights: its hub id, or the folder of its config file.
+
+    None for a model given by size or shape (nothing to load).
+    """
+    model_id = _catalog_id(model.name)
+    if model_id is not None:
+        entry = load_model_catalog()[model_id]
+        repo = entry.get("hf_repo")
+        return str(repo) if repo else None
+    prefix = "config file "
+    if model.source.startswith(prefix):
+        path = Path(model.source[len(prefix) :].split(";", 1)[0])
+        return str(path.parent)
+    return None
+
+
 def _check_seq_len(seq_len: Any) -> int:
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not 0 < seq_len <= MAX_SEQ_LEN:
         raise InputError(

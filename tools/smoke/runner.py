@@ -35,6 +35,7 @@ from tools.core.outputs import (
 from tools.core.schemas import ModelSpec, SmokeResult
 from tools.core.settings import Settings
 from tools.core.strategies import strategy_of
+from tools.planning.states import DEFAULT_LORA_RANK
 from tools.smoke.commands import _child_env, launch_commands
 from tools.smoke.ds_adapt import adapt_ds_config, smoke_lr
 from tools.smoke.predict import _fits_local_gpu, shape_spec, with_prediction
@@ -157,7 +158,7 @@ def run_smoke_test(
     run_config, notes = _run_config(ds_config, base, shape, micro_batch_size, lr, full_size)
     _prepare_run_dir(run_dir, model_config, run_config)
     commands, env = _commands(
-        run_dir, base, shape, run_config is not None, lr, inject_step, attn_implementation
+        run_dir, base, shape, run_config is not None, lr, inject_step, attn_implementation, task
     )
     _announce(on_progress, base, shape, inject_step)
     # CUDA reserves far more address space than any limit we could set here.
@@ -348,8 +349,13 @@ def _commands(
     lr: float,
     inject_step: int,
     attn_implementation: str | None,
+    task: str = "pretrain",
 ) -> tuple[list[list[str]], dict[str, str]]:
-    """The launcher commands (one per node) and the environment they run in."""
+    """The launcher commands (one per node) and the environment they run in.
+
+    A LoRA plan's run trains adapters of the rank its memory prediction prices
+    (tools/smoke/predict.py), with the base frozen, as the job does.
+    """
     train_args = [
         "--steps",
         str(base.steps),
@@ -366,6 +372,8 @@ def _commands(
         train_args += ["--inject", base.inject, "--inject-step", str(inject_step)]
     if attn_implementation:
         train_args += ["--attn-implementation", attn_implementation]
+    if task == "lora":
+        train_args += ["--lora-rank", str(DEFAULT_LORA_RANK)]
     commands = launch_commands(
         run_dir=run_dir,
         script=run_dir / RUN_SCRIPT_NAME,

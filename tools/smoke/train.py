@@ -1,19 +1,50 @@
-"""A short, real training run on synthetic data, for smoke-testing a setup.
+"""Train one planned setup: the real job on the user's model and data, or its smoke test.
 
 Standalone on purpose, and so one file (longer than our other modules): it imports torch,
-transformers, deepspeed and the standard library only, so it can be copied to any GPU box. Two modes:
+transformers, deepspeed and peft (LoRA only) and the standard library, so it can be copied to
+any GPU box; ``datasets`` (a dataset folder saved with ``save_to_disk``), TensorBoard and W&B are
+imported only when asked for. Three modes:
 
 - DeepSpeed, when ``--deepspeed_config`` is given; start it with the DeepSpeed launcher:
-  ``deepspeed --num_gpus 2 smoke_train.py --model-config model.json --deepspeed_config ds.json
-  --metrics-dir metrics/``. The optimizer, precision and ZeRO stage come from the config.
-- Plain PyTorch DDP, when it is not; start it with torchrun:
-  ``torchrun --nproc_per_node 2 smoke_train.py --model-config model.json --metrics-dir
-  metrics/`` (``--lr``, ``--weight-decay``, ``--max-grad-norm``, ``--bf16``/``--fp16``).
-  Run as a single process without torchrun's environment, it trains without DDP. DeepSpeed
-  need not be installed for this mode.
+  ``deepspeed --num_gpus 8 train.py --deepspeed_config ds_config.json --init pretrained
+  --model-path /models/llama-3-8b --data data/train.jsonl --checkpoint-dir checkpoints``.
+  The optimizer, precision, ZeRO stage, learning-rate schedule, gradient clipping and
+  accumulation come from the config. Under ZeRO-3 the model is built or loaded already
+  partitioned (``deepspeed.zero.Init`` through transformers' DeepSpeed integration), so no rank
+  ever holds the whole model.
+- FSDP, with ``--fsdp``; start it with torchrun. FSDP2 (``fully_shard``) wraps every decoder
+  layer and then the model; the model is built on the meta device, sharded, and filled from rank
+  0, which alone loads the weights (or draws the random init) on CPU and broadcasts each shard
+  (``set_model_state_dict(..., broadcast_from_rank0=True)``, as Accelerate's
+  ``cpu_ram_efficient_loading`` does). ``--bf16`` computes in bf16 over fp32 shards.
+- Plain PyTorch DDP otherwise; start it with torchrun (``--bf16``/``--fp16`` autocast). Run as a
+  single process without torchrun's environment, it trains without DDP. DeepSpeed need not be
+  installed for the FSDP and DDP modes.
 
-Both take ``--steps``, ``--seq-len``, ``--micro-batch``, ``--seed`` and ``--lr``. On a machine
-without CUDA the ranks run on CPU over gloo, in fp32.
+Model: ``--init random`` (the default) builds from ``--model-config`` (a Hugging Face
+config.json); ``--init pretrained --model-path PATH`` loads a local folder or a hub id with
+``from_pretrained`` in the run's dtype (the hub needs the network on the training machine).
+``--lora-rank R`` trains LoRA adapters only (peft; ``--lora-targets all-linear`` by default:
+every linear projection of every layer) with the base frozen; ``--qlora`` also loads the base
+in 4-bit NF4 (bitsandbytes, CUDA only).
+
+Data: ``--data PATH`` is a JSON-lines file (``--text-field``, default ``text``), a text file, a
+folder of them, or a ``datasets`` folder saved with ``save_to_disk``. It is tokenized with
+``--tokenizer`` (default: ``--model-path``), documents joined with the EOS token and packed into
+``--seq-len`` blocks, shuffled with ``--seed`` each epoch and dealt to the data-parallel ranks in
+turn. Without ``--data`` the run draws synthetic repeated-pattern sequences (the smoke test).
+
+A step is one optimizer step (the config's gradient accumulation, or ``--grad-accum``, of
+``--micro-batch`` sequences per rank each). ``--checkpoint-dir DIR --save-every N`` saves every N
+steps (DeepSpeed's own checkpoint format in DeepSpeed mode, ``torch.distributed.checkpoint``
+otherwise, keeping the newest ``--keep-checkpoints``); a run started again with the same
+directory resumes from its latest checkpoint, data position and schedule included. With a
+checkpoint directory, SIGTERM (SLURM's preemption signal) ends the run after the current step
+with a final checkpoint and exit code 0; a second SIGTERM exits at once. Without DeepSpeed the
+schedule is ``--lr-schedule constant|linear|cosine`` with ``--warmup-steps``. Rank 0 prints loss,
+learning rate, tokens/s and memory every ``--log-every`` steps and appends the same to
+``metrics-dir/metrics.jsonl`` (and to TensorBoard with ``--tensorboard DIR``, W&B with
+``--wandb PROJECT``).
 
 ``--inject oom|nan|hang|crash|alloc`` (with ``--inject-step N``) makes the run fail for real at step N,
 to test whatever supervises it: ``oom`` caps the memory just above what the process holds (an
@@ -24,7 +55,8 @@ the last rank; ``alloc`` makes rank 0 allocate (and touch) memory steadily until
 stops it, for the supervisor's memory cap to catch.
 
 Each rank writes ``metrics-dir/rank{R}.json`` (losses, step times, tokens, peak memory);
-rank 0 prints one progress line per step.
+rank 0 prints one progress line per logged step. On a machine without CUDA the ranks run on CPU
+over gloo, in fp32.
 """
 
 from __future__ import annotations
@@ -35,9 +67,10 @@ import json
 import math
 import os
 import resource
+import shutil
+import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,29 +97,116 @@ _OOM_BATCH_FACTOR = 16
 # The alloc injection: a block of this size every interval (~1 GiB/s), written so it is resident.
 _ALLOC_BLOCK_BYTES = 64 << 20
 _ALLOC_INTERVAL_S = 0.05
+# Checkpoints: one folder per saved step, and a file naming the newest complete one (written
+# last, so a run killed while saving resumes from the one before).
+_STEP_DIR = "step{step}"
+LATEST = "latest"
+_TRAINER_STATE = "trainer_state.json"
+_DATA_SUFFIXES = (".jsonl", ".json", ".txt")
+INIT_KINDS = ("random", "pretrained")
+SCHEDULES = ("constant", "linear", "cosine")
+FSDP_SHARDING = ("full", "grad-op", "hybrid")
+# Exit code of a bad argument or input, as argparse uses.
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A bad argument or input: one line, exit code 2."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line (the DeepSpeed launcher adds ``--local_rank``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-config", required=True, type=Path, help="HF config.json dict")
+    model = parser.add_argument_group("model")
+    model.add_argument(
+        "--model-config", type=Path, default=None, help="HF config.json (for --init random)"
+    )
+    model.add_argument(
+        "--init",
+        choices=INIT_KINDS,
+        default=None,
+        help="random weights, or --model-path's (default: pretrained with --model-path, else random)",
+    )
+    model.add_argument(
+        "--model-path", default=None, help="a local model folder or a hub id (--init pretrained)"
+    )
+    model.add_argument(
+        "--attn-implementation",
+        default=None,
+        help="transformers attention kernel: eager, sdpa, ... (default: transformers' choice)",
+    )
+    model.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute each layer in backward (DeepSpeed mode: on when the config has "
+        "activation_checkpointing)",
+    )
+    lora = parser.add_argument_group("LoRA (peft)")
+    lora.add_argument("--lora-rank", type=int, default=0, help="train rank-R adapters only")
+    lora.add_argument(
+        "--lora-alpha", type=float, default=None, help="LoRA alpha (default 2 x rank)"
+    )
+    lora.add_argument("--lora-dropout", type=float, default=0.0, help="LoRA dropout")
+    lora.add_argument(
+        "--lora-targets",
+        default="all-linear",
+        help="comma-separated module names, or all-linear (every projection, not the output head)",
+    )
+    lora.add_argument(
+        "--qlora", action="store_true", help="load the base in 4-bit NF4 (CUDA + bitsandbytes)"
+    )
+    data = parser.add_argument_group("data")
+    data.add_argument(
+        "--data", type=Path, default=None, help=".jsonl/.txt file or folder, or a datasets folder"
+    )
+    data.add_argument("--text-field", default="text", help="the JSON field holding the text")
+    data.add_argument(
+        "--tokenizer", default=None, help="tokenizer folder or hub id (default: --model-path)"
+    )
     parser.add_argument(
         "--deepspeed_config",
         type=Path,
         default=None,
-        help="ds_config.json; without it the run is plain PyTorch DDP",
+        help="ds_config.json; without it the run is FSDP (--fsdp) or plain PyTorch DDP",
+    )
+    parser.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard) under torchrun")
+    parser.add_argument(
+        "--fsdp-sharding",
+        choices=FSDP_SHARDING,
+        default="full",
+        help="full: reshard after forward (ZeRO-3-like); grad-op: keep parameters gathered "
+        "until backward (ZeRO-2-like); hybrid: shard within a node, replicate across nodes",
+    )
+    parser.add_argument(
+        "--fsdp-offload", action="store_true", help="keep shards on the CPU, step there"
     )
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps to run")
     parser.add_argument("--seq-len", type=int, default=64, help="tokens per sequence")
     parser.add_argument("--micro-batch", type=int, default=1, help="sequences per rank per step")
+    parser.add_argument(
+        "--grad-accum",
+        type=int,
+        default=1,
+        help="micro-batches per optimizer step (FSDP/DDP; DeepSpeed: the config's)",
+    )
     parser.add_argument("--metrics-dir", required=True, type=Path, help="where rank{R}.json go")
     parser.add_argument("--seed", type=int, default=1234, help="seed for model init and data")
     parser.add_argument(
         "--lr",
         type=float,
         default=None,
-        help=f"constant learning rate (DDP default {DEFAULT_LR:g}; DeepSpeed: the config's)",
+        help=f"peak learning rate (DDP/FSDP default {DEFAULT_LR:g}; DeepSpeed: the config's)",
     )
+    ckpt = parser.add_argument_group("checkpoints")
+    ckpt.add_argument("--checkpoint-dir", type=Path, default=None, help="save and resume here")
+    ckpt.add_argument(
+        "--save-every", type=int, default=0, help="save every N steps (0: at the end only)"
+    )
+    ckpt.add_argument("--keep-checkpoints", type=int, default=2, help="newest checkpoints kept")
+    log = parser.add_argument_group("logging")
+    log.add_argument("--log-every", type=int, default=1, help="print and record every N steps")
+    log.add_argument("--tensorboard", type=Path, default=None, help="also log to TensorBoard here")
+    log.add_argument("--wandb", default=None, help="also log to this W&B project")
     parser.add_argument(
         "--inject", choices=INJECT_KINDS, default=None, help="fail for real at --inject-step"
     )
@@ -94,39 +214,293 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--log-dir", type=Path, default=None, help="also write each rank's output to rank{R}.log"
     )
-    parser.add_argument(
-        "--attn-implementation",
-        default=None,
-        help="transformers attention kernel: eager, sdpa, ... (default: transformers' choice)",
-    )
-    ddp = parser.add_argument_group("DDP mode (ignored with --deepspeed_config)")
+    ddp = parser.add_argument_group("FSDP and DDP modes (ignored with --deepspeed_config)")
     ddp.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay")
     ddp.add_argument(
         "--max-grad-norm", type=float, default=1.0, help="gradient clipping norm (0: off)"
     )
+    ddp.add_argument("--lr-schedule", choices=SCHEDULES, default="constant", help="after warm-up")
+    ddp.add_argument("--warmup-steps", type=int, default=0, help="linear warm-up steps")
     half = ddp.add_mutually_exclusive_group()
     half.add_argument(
-        "--bf16", action="store_true", help="bf16 autocast on CUDA (fp16 where unsupported)"
+        "--bf16", action="store_true", help="bf16 compute on CUDA (fp16 where unsupported)"
     )
     half.add_argument("--fp16", action="store_true", help="fp16 autocast with loss scaling on CUDA")
     parser.add_argument(
         "--local_rank", "--local-rank", type=int, default=None, help="set by the launcher"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.init is None:
+        args.init = "pretrained" if args.model_path else "random"
+    problem = _argument_problem(args)
+    if problem:
+        parser.error(problem)
+    return args
+
+
+def _argument_problem(args: argparse.Namespace) -> str | None:
+    """The first inconsistent argument, as one line, or None."""
+    if args.init == "pretrained" and not args.model_path:
+        return "--init pretrained needs --model-path (a local model folder or a hub id)"
+    if args.init == "random" and args.model_config is None and not args.model_path:
+        return "--init random needs --model-config (or --model-path for its config.json)"
+    if args.fsdp and args.deepspeed_config is not None:
+        return "--fsdp and --deepspeed_config are two different modes; give one"
+    if args.qlora and not args.lora_rank:
+        return "--qlora needs --lora-rank"
+    if args.qlora and args.init != "pretrained":
+        return "--qlora quantizes pretrained weights: give --model-path"
+    for name in ("steps", "seq_len", "micro_batch", "grad_accum", "log_every", "keep_checkpoints"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1"
+    if args.save_every < 0 or args.lora_rank < 0 or args.warmup_steps < 0:
+        return "--save-every, --lora-rank and --warmup-steps cannot be negative"
+    if args.save_every and args.checkpoint_dir is None:
+        return "--save-every needs --checkpoint-dir"
+    if args.data is not None and args.tokenizer is None and not args.model_path:
+        return "--data needs a tokenizer: --tokenizer, or --model-path with one"
+    return None
+
+
+def model_config_dict(args: argparse.Namespace) -> dict[str, Any]:
+    """The model's config.json: ``--model-config``, else the one ``--model-path`` holds."""
+    if args.model_config is not None:
+        return dict(json.loads(args.model_config.read_text()))
+    config = transformers.AutoConfig.from_pretrained(args.model_path)
+    return dict(config.to_dict())
 
 
 def build_model(
-    config_dict: dict[str, Any], attn_implementation: str | None = None
+    config_dict: dict[str, Any],
+    attn_implementation: str | None = None,
+    dtype: torch.dtype | None = None,
 ) -> transformers.PreTrainedModel:
-    """Build a random-init causal LM from a Hugging Face config dict (no download)."""
+    """Build a random-init causal LM from a Hugging Face config dict (no download).
+
+    Under an active ``HfDeepSpeedConfig`` with ZeRO-3 (``zero3_context``) transformers builds it
+    inside ``deepspeed.zero.Init``: each parameter is partitioned as it is created.
+    """
     cfg = dict(config_dict)
     model_type = cfg.pop("model_type")
+    for key in ("architectures", "transformers_version", "torch_dtype", "dtype"):
+        cfg.pop(key, None)
     config = transformers.AutoConfig.for_model(model_type, **cfg)
+    kwargs: dict[str, Any] = {}
     if attn_implementation:
-        return transformers.AutoModelForCausalLM.from_config(
-            config, attn_implementation=attn_implementation
+        kwargs["attn_implementation"] = attn_implementation
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    return transformers.AutoModelForCausalLM.from_config(config, **kwargs)
+
+
+def load_model(
+    args: argparse.Namespace,
+    config_dict: dict[str, Any],
+    dtype: torch.dtype,
+    device: torch.device | None,
+) -> transformers.PreTrainedModel:
+    """The model the run trains: random init or ``--model-path``'s weights, in ``dtype``.
+
+    ``device`` is where the weights are created (None: where transformers puts them, which
+    under ZeRO-3 is the partitioned home DeepSpeed picks).
+    """
+    where = torch.device(device) if device is not None else contextlib.nullcontext()
+    if args.init == "random":
+        with where:
+            return build_model(config_dict, args.attn_implementation, dtype)
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if args.attn_implementation:
+        kwargs["attn_implementation"] = args.attn_implementation
+    if args.qlora:
+        kwargs["quantization_config"] = qlora_config(dtype)
+        kwargs["device_map"] = {"": device}
+        return transformers.AutoModelForCausalLM.from_pretrained(args.model_path, **kwargs)
+    with where:
+        return transformers.AutoModelForCausalLM.from_pretrained(args.model_path, **kwargs)
+
+
+def qlora_config(compute_dtype: torch.dtype) -> Any:
+    """4-bit NF4 with double quantization (Dettmers et al. 2023), bitsandbytes on CUDA only."""
+    if not torch.cuda.is_available():
+        raise UsageError(
+            "--qlora needs a CUDA GPU (bitsandbytes' 4-bit kernels); this machine has none"
         )
-    return transformers.AutoModelForCausalLM.from_config(config)
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError as exc:
+        raise UsageError("--qlora needs bitsandbytes: pip install bitsandbytes") from exc
+    return transformers.BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+        # Stored as the compute dtype, so ZeRO-3 and FSDP can shard the packed weights.
+        bnb_4bit_quant_storage=compute_dtype,
+    )
+
+
+def add_lora(args: argparse.Namespace, model: torch.nn.Module) -> torch.nn.Module:
+    """Wrap ``model`` with LoRA adapters (``--lora-rank``); the base is frozen. No-op without."""
+    if not args.lora_rank:
+        return model
+    try:
+        import peft
+    except ImportError as exc:
+        raise UsageError("--lora-rank needs peft: pip install peft") from exc
+    if args.qlora:
+        model = peft.prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=args.gradient_checkpointing
+        )
+    targets: str | list[str] = args.lora_targets
+    if args.lora_targets != "all-linear":
+        targets = [name.strip() for name in args.lora_targets.split(",") if name.strip()]
+    config = peft.LoraConfig(
+        r=args.lora_rank,
+        lora_alpha=args.lora_alpha if args.lora_alpha is not None else 2 * args.lora_rank,
+        lora_dropout=args.lora_dropout,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
+    return peft.get_peft_model(model, config)
+
+
+def trainable_params(model: torch.nn.Module) -> int:
+    """Parameters the optimizer updates (ZeRO-3 partitions report their full size)."""
+    return sum(_numel(p) for p in model.parameters() if p.requires_grad)
+
+
+def total_params(model: torch.nn.Module) -> int:
+    """Every parameter, at its full size also where ZeRO-3 or FSDP shards it."""
+    return sum(_numel(p) for p in model.parameters())
+
+
+def _numel(param: torch.nn.Parameter) -> int:
+    ds_numel = getattr(param, "ds_numel", None)  # a ZeRO-3 partition's full size
+    if isinstance(ds_numel, int):
+        return ds_numel
+    return int(param.numel())  # a DTensor (FSDP2) reports its global size
+
+
+# ---- the user's data: tokenized, packed into blocks, dealt to the data-parallel ranks ----------
+
+
+def read_texts(path: Path, text_field: str) -> list[str]:
+    """Every document under ``path``: JSON lines, text files, or a saved ``datasets`` folder."""
+    if not path.exists():
+        raise UsageError(f"--data {path}: no such file or folder")
+    if path.is_dir() and (path / "state.json").exists() and (path / "dataset_info.json").exists():
+        try:
+            import datasets
+        except ImportError as exc:
+            raise UsageError(f"--data {path} is a datasets folder: pip install datasets") from exc
+        table = datasets.load_from_disk(str(path))
+        if isinstance(table, datasets.DatasetDict):
+            table = table["train"] if "train" in table else next(iter(table.values()))
+        if text_field not in table.column_names:
+            raise UsageError(
+                f"--data {path}: no column {text_field!r} (columns {table.column_names}); "
+                "set --text-field"
+            )
+        return [str(text) for text in table[text_field]]
+    files = (
+        sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _DATA_SUFFIXES)
+        if path.is_dir()
+        else [path]
+    )
+    if not files:
+        raise UsageError(f"--data {path}: no {'/'.join(_DATA_SUFFIXES)} files in it")
+    texts: list[str] = []
+    for file in files:
+        if file.suffix in (".jsonl", ".json"):
+            texts += _json_lines(file, text_field)
+        else:
+            texts.append(file.read_text(encoding="utf-8"))
+    return [text for text in texts if text]
+
+
+def _json_lines(file: Path, text_field: str) -> list[str]:
+    texts = []
+    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--data {file}:{number}: not JSON ({exc.msg})") from exc
+        if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+            raise UsageError(
+                f"--data {file}:{number}: no string field {text_field!r}; set --text-field"
+            )
+        texts.append(record[text_field])
+    return texts
+
+
+def pack_tokens(token_lists: list[list[int]], eos: int | None, seq_len: int) -> torch.Tensor:
+    """Join the documents (EOS after each) and cut the stream into ``[blocks, seq_len]``.
+
+    The tail shorter than a block is dropped, as packed pretraining and fine-tuning recipes do.
+    """
+    stream: list[int] = []
+    for ids in token_lists:
+        stream += ids
+        if eos is not None:
+            stream.append(eos)
+    blocks = len(stream) // seq_len
+    return torch.tensor(stream[: blocks * seq_len], dtype=torch.long).view(blocks, seq_len)
+
+
+class TokenData:
+    """Packed blocks of the user's data, shuffled each epoch and dealt round-robin to the ranks.
+
+    Which blocks micro-batch ``i`` of a rank holds depends only on (seed, i, rank), so a resumed
+    run continues with the batches the stopped one would have drawn next.
+    """
+
+    def __init__(self, blocks: torch.Tensor, batch: int, seed: int, rank: int, ranks: int) -> None:
+        per_rank = blocks.shape[0] // ranks
+        if per_rank < batch:
+            raise UsageError(
+                f"--data gives {blocks.shape[0]} blocks of {blocks.shape[1]} tokens: fewer than "
+                f"{batch} per data-parallel rank ({ranks} ranks); add data or lower --seq-len"
+            )
+        self.blocks = blocks
+        self.batch = batch
+        self.seed = seed
+        self.rank = rank
+        self.ranks = ranks
+        self.per_rank = per_rank
+        self.position = 0  # micro-batches drawn so far
+
+    def skip(self, batches: int) -> None:
+        """Continue after ``batches`` micro-batches (a resumed run)."""
+        self.position += batches
+
+    def batches_per_epoch(self) -> int:
+        """Micro-batches a rank draws before the data repeats (in a new order)."""
+        return self.per_rank // self.batch
+
+    def next(self) -> torch.Tensor:
+        """Return the next ``[batch, seq_len]`` LongTensor of this rank's shard."""
+        epoch, index = divmod(self.position, self.batches_per_epoch())
+        order = torch.randperm(
+            self.blocks.shape[0], generator=torch.Generator().manual_seed(self.seed + epoch)
+        )
+        mine = order[self.rank :: self.ranks][: self.per_rank]
+        self.position += 1
+        return self.blocks[mine[index * self.batch : (index + 1) * self.batch]]
+
+
+def load_token_data(args: argparse.Namespace, rank: int, ranks: int) -> tuple[TokenData, int]:
+    """The user's dataset for this rank, and how many tokens it holds in all."""
+    name = args.tokenizer or args.model_path
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--tokenizer {name}: cannot load a tokenizer ({exc})") from exc
+    texts = read_texts(args.data, args.text_field)
+    encoded = tokenizer(texts, add_special_tokens=True)["input_ids"]
+    blocks = pack_tokens(encoded, tokenizer.eos_token_id, args.seq_len)
+    return TokenData(blocks, args.micro_batch, args.seed, rank, ranks), int(blocks.numel())
 
 
 class PatternData:
@@ -148,9 +522,16 @@ class PatternData:
         self.gen = torch.Generator().manual_seed(seed * 1000 + 17 + rank)
         self.seq_len = seq_len
         self.batch = batch
+        self.position = 0  # batches drawn so far
+
+    def skip(self, batches: int) -> None:
+        """Draw and drop ``batches`` batches (a resumed run continues the same stream)."""
+        for _ in range(batches):
+            self.next()
 
     def next(self) -> torch.Tensor:
         """Return one ``[batch, seq_len]`` LongTensor."""
+        self.position += 1
         rows = []
         for _ in range(self.batch):
             pattern = self.patterns[
@@ -460,30 +841,282 @@ def watch_supervisor() -> None:
     threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
+# ---- the three modes: each builds the model its way and gives the loop one Job ---------------
+
+
+class Job:
+    """What the training loop drives: micro-steps, optimizer steps, checkpoints.
+
+    ``model`` is the module whose config and embeddings the loop reads (inside any wrapper).
+    """
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, grad_accum: int) -> None:
+        self.model = model
+        self.device = device
+        self.grad_accum = grad_accum
+
+    def micro_step(self, batch: torch.Tensor, last: bool) -> torch.Tensor:
+        """Forward and backward of one micro-batch; ``last`` ends the optimizer step."""
+        raise NotImplementedError
+
+    def optimizer_step(self) -> None:
+        """Apply the accumulated gradients (clipped), step the schedule, clear the gradients."""
+        raise NotImplementedError
+
+    def lr(self) -> float:
+        """The learning rate the next optimizer step uses."""
+        raise NotImplementedError
+
+    def save(self, root: Path, tag: str, state: dict[str, Any]) -> None:
+        """Save a checkpoint ``root/tag`` with ``state`` (step, data position); every rank calls it."""
+        raise NotImplementedError
+
+    def load(self, root: Path, tag: str) -> dict[str, Any]:
+        """Load checkpoint ``root/tag`` into the model and optimizer; returns its ``state``."""
+        raise NotImplementedError
+
+
+class DeepSpeedJob(Job):
+    """The engine ``deepspeed.initialize`` builds: it accumulates, clips and schedules itself."""
+
+    def __init__(self, engine: Any, model: torch.nn.Module, lora: bool) -> None:
+        device = (
+            engine.device
+            if isinstance(engine.device, torch.device)
+            else torch.device(engine.device)
+        )
+        super().__init__(model, device, int(engine.gradient_accumulation_steps()))
+        self.engine = engine
+        self.lora = lora
+
+    def micro_step(self, batch: torch.Tensor, last: bool) -> torch.Tensor:
+        """Forward, backward, and the engine's step (a no-op before the boundary)."""
+        loss = self.engine(input_ids=batch, labels=batch).loss
+        sample()
+        self.engine.backward(loss)
+        sample()
+        # The engine steps the optimizer only at the accumulation boundary it counts itself.
+        self.engine.step()
+        return loss
+
+    def optimizer_step(self) -> None:
+        """Nothing left to do: the engine stepped at the boundary."""
+        sample()
+
+    def lr(self) -> float:
+        """The learning rate the next optimizer step uses."""
+        return float(self.engine.optimizer.param_groups[0]["lr"])
+
+    def save(self, root: Path, tag: str, state: dict[str, Any]) -> None:
+        """DeepSpeed's own checkpoint format (it writes ``latest`` itself)."""
+        # LoRA: the frozen base comes from --model-path again; only the adapters are saved.
+        self.engine.save_checkpoint(
+            str(root), tag=tag, client_state=state, exclude_frozen_parameters=self.lora
+        )
+
+    def load(self, root: Path, tag: str) -> dict[str, Any]:
+        """DeepSpeed's load_checkpoint; returns the client state."""
+        path, state = self.engine.load_checkpoint(
+            str(root), tag=tag, load_module_strict=not self.lora
+        )
+        if path is None:
+            raise UsageError(f"--checkpoint-dir {root}: DeepSpeed could not load {tag}")
+        return dict(state or {})
+
+
+class TorchJob(Job):
+    """FSDP2 or DDP (or one process): AdamW, clipping, a LambdaLR schedule, DCP checkpoints."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        model: torch.nn.Module,
+        train_model: torch.nn.Module,
+        device: torch.device,
+        amp_dtype: torch.dtype | None,
+    ) -> None:
+        super().__init__(model, device, args.grad_accum)
+        self.args = args
+        self.train_model = train_model  # DDP's wrapper, or the (FSDP-sharded) model itself
+        self.amp_dtype = amp_dtype if not args.fsdp else None  # FSDP casts in its own policy
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        lr = args.lr if args.lr is not None else DEFAULT_LR
+        self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=args.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: schedule_factor(args, step)
+        )
+        self.scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+
+    def micro_step(self, batch: torch.Tensor, last: bool) -> torch.Tensor:
+        """Forward and backward (the loss divided over the accumulation); reduce on the last."""
+        with self._sync(last), self._autocast():
+            loss = self.train_model(input_ids=batch, labels=batch).loss
+        sample()
+        scaled = loss / self.grad_accum
+        with self._sync(last):
+            if self.scaler is not None:
+                self.scaler.scale(scaled).backward()
+            else:
+                scaled.backward()
+        sample()
+        return loss
+
+    def optimizer_step(self) -> None:
+        """Unscale (fp16), clip, step, advance the schedule, clear the gradients."""
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        if self.args.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.args.max_grad_norm)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        sample()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def lr(self) -> float:
+        """The learning rate the next optimizer step uses."""
+        return float(self.scheduler.get_last_lr()[0])
+
+    def _sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+        """Reduce gradients only on an optimizer step's last micro-batch."""
+        if last or self.grad_accum == 1:
+            return contextlib.nullcontext()
+        if isinstance(self.train_model, torch.nn.parallel.DistributedDataParallel):
+            return self.train_model.no_sync()
+        if hasattr(self.train_model, "set_requires_gradient_sync"):  # FSDP2
+            return _GradientSync(self.train_model)
+        return contextlib.nullcontext()
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    def _options(self) -> Any:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        # LoRA: the frozen base comes from --model-path again; only the adapters are saved.
+        lora = bool(self.args.lora_rank)
+        return StateDictOptions(ignore_frozen_params=lora, strict=not lora)
+
+    def save(self, root: Path, tag: str, state: dict[str, Any]) -> None:
+        """torch.distributed.checkpoint of the (sharded) model and optimizer, plus a JSON state."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optim_state = get_state_dict(
+            self.model, self.optimizer, options=self._options()
+        )
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(root / tag))
+        extra = {
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+        }
+        if _rank() == 0:
+            write_json_atomic(root / tag / _TRAINER_STATE, {**state, **extra})
+
+    def load(self, root: Path, tag: str) -> dict[str, Any]:
+        """Load the DCP checkpoint in place; returns the JSON state."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        model_state, optim_state = get_state_dict(
+            self.model, self.optimizer, options=self._options()
+        )
+        loaded: dict[str, Any] = {"model": model_state, "optim": optim_state}
+        dcp.load(loaded, checkpoint_id=str(root / tag))
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=loaded["model"],
+            optim_state_dict=loaded["optim"],
+            options=self._options(),
+        )
+        state = json.loads((root / tag / _TRAINER_STATE).read_text())
+        self.scheduler.load_state_dict(state.pop("scheduler"))
+        scaler = state.pop("scaler", None)
+        if self.scaler is not None and scaler:
+            self.scaler.load_state_dict(scaler)
+        return dict(state)
+
+
+class _GradientSync:
+    """FSDP2: keep the gradients unsharded and unreduced until the step's last micro-batch."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __enter__(self) -> None:
+        self.model.set_requires_gradient_sync(False)
+
+    def __exit__(self, *exc: object) -> None:
+        self.model.set_requires_gradient_sync(True)
+
+
+def schedule_factor(args: argparse.Namespace, step: int) -> float:
+    """The learning-rate multiplier after ``step`` optimizer steps: warm-up, then the decay."""
+    if step < args.warmup_steps:
+        return (step + 1) / args.warmup_steps
+    if args.lr_schedule == "constant":
+        return 1.0
+    span = max(1, args.steps - args.warmup_steps)
+    done = min(1.0, (step - args.warmup_steps) / span)
+    if args.lr_schedule == "linear":
+        return max(0.0, 1.0 - done)
+    return 0.5 * (1.0 + math.cos(math.pi * done))
+
+
+def _rank() -> int:
+    return int(torch.distributed.get_rank()) if torch.distributed.is_initialized() else 0
+
+
+def _world() -> int:
+    return int(torch.distributed.get_world_size()) if torch.distributed.is_initialized() else 1
+
+
+def _local_rank(args: argparse.Namespace) -> int:
+    if args.local_rank is not None:
+        return int(args.local_rank)
+    return int(os.environ.get("LOCAL_RANK", 0))
+
+
+def enable_checkpointing(args: argparse.Namespace, model: Any) -> None:
+    """Recompute each layer in backward; LoRA needs the non-reentrant form (frozen inputs)."""
+    kwargs = {"use_reentrant": False} if args.lora_rank else None
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the smoke training and write this rank's metrics; returns the exit code."""
+    """Run the training and write this rank's metrics; returns the exit code."""
     watch_supervisor()
     args = parse_args(argv)
     if args.log_dir is not None:
         tee_rank_log(args.log_dir)
-    if args.deepspeed_config is None:
+    try:
+        if args.deepspeed_config is not None:
+            return run_deepspeed(args)
+        if args.fsdp:
+            return run_fsdp(args)
         return run_ddp(args)
-    return run_deepspeed(args)
+    except UsageError as exc:
+        print(f"train.py: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
 
 
 def run_deepspeed(args: argparse.Namespace) -> int:
     """DeepSpeed mode: the engine that ``deepspeed.initialize`` builds from the config."""
-    # Imported here so the DDP mode runs where DeepSpeed is not installed.
+    # Imported here so the FSDP and DDP modes run where DeepSpeed is not installed.
     import deepspeed
 
     on_cuda = torch.cuda.is_available()
-    local_rank = (
-        args.local_rank if args.local_rank is not None else int(os.environ.get("LOCAL_RANK", 0))
-    )
+    local_rank = _local_rank(args)
     if on_cuda:
         torch.cuda.set_device(local_rank)
 
-    model_config = json.loads(args.model_config.read_text())
+    model_config = model_config_dict(args)
     ds_config = adapt_precision(json.loads(args.deepspeed_config.read_text()), on_cuda)
     if args.lr is not None and isinstance(ds_config.get("optimizer"), dict):
         ds_config["optimizer"].setdefault("params", {})["lr"] = args.lr
@@ -497,38 +1130,40 @@ def run_deepspeed(args: argparse.Namespace) -> int:
     # On CPU the peak is anonymous RSS; what the run itself adds is the peak minus what the
     # interpreter, torch, DeepSpeed and the model's code already hold.
     baseline_bytes = 0 if on_cuda else cpu_baseline_bytes(model_config)
-    # fp32 master weights whatever dtype the config names; DeepSpeed casts for bf16/fp16.
-    # On a GPU the weights are initialised there: a billion-parameter init on CPU takes long.
-    with torch.device(f"cuda:{local_rank}" if on_cuda else "cpu"):
-        model = build_model(model_config, args.attn_implementation).float()
-    if "activation_checkpointing" in ds_config:
-        model.gradient_checkpointing_enable()
+    zero3 = int((ds_config.get("zero_optimization") or {}).get("stage", 0)) == 3
+    # The config's dtype from the start (fp32 on CPU, where adapt_precision drops half
+    # precision); DeepSpeed keeps the fp32 master copy in its optimizer.
+    dtype = torch.float32
+    if (ds_config.get("bf16") or {}).get("enabled"):
+        dtype = torch.bfloat16
+    elif (ds_config.get("fp16") or {}).get("enabled"):
+        dtype = torch.float16
+    keep_alive = zero3_context(ds_config) if zero3 else None
+    # ZeRO-3: transformers builds or loads inside deepspeed.zero.Init (each parameter is
+    # partitioned as it is created, on the device the config names). Otherwise on this rank's
+    # device: a billion-parameter init on CPU takes long.
+    where = None if zero3 else torch.device(f"cuda:{local_rank}" if on_cuda else "cpu")
+    model: torch.nn.Module = add_lora(args, load_model(args, model_config, dtype, where))
+    if "activation_checkpointing" in ds_config or args.gradient_checkpointing:
+        enable_checkpointing(args, model)
 
     engine, _, _, _ = deepspeed.initialize(
         model=model,
         model_parameters=[p for p in model.parameters() if p.requires_grad],
         config=ds_config,
     )
-    device = (
-        engine.device if isinstance(engine.device, torch.device) else torch.device(engine.device)
-    )
-
-    def train_step(batch: torch.Tensor) -> torch.Tensor:
-        loss = engine(input_ids=batch, labels=batch).loss
-        sample()
-        engine.backward(loss)
-        sample()
-        engine.step()
-        return loss
-
+    del keep_alive  # transformers' integration holds its own reference while it matters
     engine.train()
     code = train_loop(
         args,
-        model,
-        device,
-        train_step,
+        DeepSpeedJob(engine, model, bool(args.lora_rank)),
         baseline_bytes=baseline_bytes,
-        extra={"mode": "deepspeed", "deepspeed": deepspeed.__version__},
+        extra={
+            "mode": "deepspeed",
+            "deepspeed": deepspeed.__version__,
+            "construction": "zero.Init" if zero3 else "full",
+            "zero_stage": int((ds_config.get("zero_optimization") or {}).get("stage", 0)),
+        },
         tensor_parallel=int((ds_config.get("tensor_parallel") or {}).get("autotp_size") or 1),
     )
     if code == 0 and torch.distributed.is_initialized():
@@ -537,12 +1172,32 @@ def run_deepspeed(args: argparse.Namespace) -> int:
     return code
 
 
+def zero3_context(ds_config: dict[str, Any]) -> Any:
+    """Transformers' DeepSpeed integration, told the config: models build under zero.Init."""
+    from transformers.integrations import HfDeepSpeedConfig
+
+    return HfDeepSpeedConfig(ds_config)
+
+
+def _amp_dtype(args: argparse.Namespace, on_cuda: bool) -> torch.dtype | None:
+    """The compute dtype of ``--bf16``/``--fp16`` on CUDA; CPU runs stay fp32."""
+    if on_cuda and args.bf16:
+        # Pre-Ampere GPUs have no bf16 math; fp16 with loss scaling is the usual fallback.
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if on_cuda and args.fp16:
+        return torch.float16
+    return None
+
+
+def _precision_name(amp_dtype: torch.dtype | None) -> str:
+    names: dict[torch.dtype | None, str] = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+    return names.get(amp_dtype, "fp32")
+
+
 def run_ddp(args: argparse.Namespace) -> int:
     """Plain PyTorch mode: DistributedDataParallel over torchrun's ranks, AdamW, optional autocast."""
     on_cuda = torch.cuda.is_available()
-    local_rank = (
-        args.local_rank if args.local_rank is not None else int(os.environ.get("LOCAL_RANK", 0))
-    )
+    local_rank = _local_rank(args)
     device = torch.device("cuda", local_rank) if on_cuda else torch.device("cpu")
     if on_cuda:
         torch.cuda.set_device(device)
@@ -551,13 +1206,16 @@ def run_ddp(args: argparse.Namespace) -> int:
         # env:// reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets them.
         torch.distributed.init_process_group(backend="nccl" if on_cuda else "gloo")
     try:
-        model_config = json.loads(args.model_config.read_text())
+        model_config = model_config_dict(args)
         # Same seed on every rank: the replicas must start identical (DDP also broadcasts
         # rank 0's weights when it wraps the model).
         torch.manual_seed(args.seed)
         baseline_bytes = 0 if on_cuda else cpu_baseline_bytes(model_config)
-        with torch.device(device):
-            model = build_model(model_config, args.attn_implementation).float()
+        amp_dtype = _amp_dtype(args, on_cuda)
+        # fp32 weights (autocast computes in half precision); QLoRA's base is 4-bit.
+        model = add_lora(args, load_model(args, model_config, torch.float32, device))
+        if args.gradient_checkpointing:
+            enable_checkpointing(args, model)
         train_model: torch.nn.Module = model
         if distributed:
             train_model = torch.nn.parallel.DistributedDataParallel(
@@ -566,54 +1224,17 @@ def run_ddp(args: argparse.Namespace) -> int:
                 # Routed experts that get no token in a step have no gradient; DDP must be told.
                 find_unused_parameters=has_experts(model),
             )
-
-        # Autocast on CUDA only; CPU runs stay fp32, as the DeepSpeed mode does.
-        amp_dtype: torch.dtype | None = None
-        if on_cuda and args.bf16:
-            # Pre-Ampere GPUs have no bf16 math; fp16 with loss scaling is the usual fallback.
-            amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        elif on_cuda and args.fp16:
-            amp_dtype = torch.float16
-        scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
-        params = [p for p in model.parameters() if p.requires_grad]
-        lr = args.lr if args.lr is not None else DEFAULT_LR
-        optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=args.weight_decay)
-
-        def autocast() -> contextlib.AbstractContextManager[Any]:
-            if amp_dtype is None:
-                return contextlib.nullcontext()
-            return torch.autocast(device_type=device.type, dtype=amp_dtype)
-
-        def train_step(batch: torch.Tensor) -> torch.Tensor:
-            optimizer.zero_grad(set_to_none=True)
-            with autocast():
-                loss = train_model(input_ids=batch, labels=batch).loss
-            sample()
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.unscale_(optimizer)
-            else:
-                loss.backward()
-            sample()
-            if args.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            return loss
-
-        names: dict[torch.dtype | None, str] = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-        precision = names.get(amp_dtype, "fp32")
         train_model.train()
         code = train_loop(
             args,
-            model,
-            device,
-            train_step,
+            TorchJob(args, model, train_model, device, amp_dtype),
             baseline_bytes=baseline_bytes,
-            extra={"mode": "ddp", "deepspeed": None, "precision": precision},
+            extra={
+                "mode": "ddp",
+                "deepspeed": None,
+                "precision": _precision_name(amp_dtype),
+                "construction": "full",
+            },
         )
         if code == 0 and distributed:
             torch.distributed.barrier()
@@ -623,27 +1244,260 @@ def run_ddp(args: argparse.Namespace) -> int:
             torch.distributed.destroy_process_group()
 
 
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated blocks: the longest ModuleList of one module class."""
+    best: list[torch.nn.Module] = []
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) > len(best):
+            children = list(module)
+            if len({type(child) for child in children}) == 1:
+                best = children
+    return best
+
+
+def run_fsdp(args: argparse.Namespace) -> int:
+    """FSDP2 mode: meta-device model, one fully_shard unit per layer, weights from rank 0."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if not dist_env_present():
+        raise UsageError(
+            "--fsdp runs under torchrun (torchrun --nproc_per_node N train.py --fsdp ...)"
+        )
+    on_cuda = torch.cuda.is_available()
+    local_rank = _local_rank(args)
+    device = torch.device("cuda", local_rank) if on_cuda else torch.device("cpu")
+    if on_cuda:
+        torch.cuda.set_device(device)
+    torch.distributed.init_process_group(backend="nccl" if on_cuda else "gloo")
+    try:
+        if args.qlora:
+            raise UsageError(
+                "--qlora runs in the DDP mode (bitsandbytes' 4-bit layers); drop --fsdp"
+            )
+        model_config = model_config_dict(args)
+        torch.manual_seed(args.seed)
+        baseline_bytes = 0 if on_cuda else cpu_baseline_bytes(model_config)
+        amp_dtype = _amp_dtype(args, on_cuda)
+        with torch.device("meta"):
+            model = add_lora(args, build_model(model_config, args.attn_implementation))
+        if args.gradient_checkpointing:
+            enable_checkpointing(args, model)
+        policy = (
+            MixedPrecisionPolicy(param_dtype=amp_dtype, reduce_dtype=torch.float32)
+            if amp_dtype is not None
+            else MixedPrecisionPolicy()
+        )
+        shard_args = fsdp_arguments(args, device, policy)
+        for layer in decoder_layers(model):
+            fully_shard(layer, **shard_args)
+        fully_shard(model, **shard_args)
+        model.to_empty(device=device)
+        fill_from_rank0(args, model, model_config, set_model_state_dict, StateDictOptions)
+        model.train()
+        code = train_loop(
+            args,
+            TorchJob(args, model, model, device, amp_dtype),
+            baseline_bytes=baseline_bytes,
+            extra={
+                "mode": "fsdp",
+                "deepspeed": None,
+                "precision": _precision_name(amp_dtype),
+                "construction": "meta+broadcast",
+            },
+        )
+        if code == 0:
+            torch.distributed.barrier()
+        return code
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def fsdp_arguments(args: argparse.Namespace, device: torch.device, policy: Any) -> dict[str, Any]:
+    """``fully_shard``'s keywords for ``--fsdp-sharding`` and ``--fsdp-offload``."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy
+
+    kwargs: dict[str, Any] = {
+        "mp_policy": policy,
+        "reshard_after_forward": args.fsdp_sharding != "grad-op",
+        "offload_policy": CPUOffloadPolicy() if args.fsdp_offload else OffloadPolicy(),
+    }
+    if args.fsdp_sharding == "hybrid":
+        from torch.distributed.device_mesh import init_device_mesh
+
+        # Shard over a node's ranks, replicate across nodes (HSDP).
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", _world()))
+        kwargs["mesh"] = init_device_mesh(
+            device.type, (_world() // per_node, per_node), mesh_dim_names=("replicate", "shard")
+        )
+    return kwargs
+
+
+def fill_from_rank0(
+    args: argparse.Namespace,
+    model: torch.nn.Module,
+    model_config: dict[str, Any],
+    set_model_state_dict: Any,
+    options: Any,
+) -> None:
+    """Rank 0 loads (or draws) the full weights on CPU; every rank receives its shards.
+
+    Buffers left out of the state dict (rotary frequencies) are broadcast too: ``to_empty``
+    left them uninitialised.
+    """
+    full: dict[str, torch.Tensor] = {}
+    source: torch.nn.Module | None = None
+    if _rank() == 0:
+        source = add_lora(args, load_model(args, model_config, torch.float32, torch.device("cpu")))
+        full = source.state_dict()
+    set_model_state_dict(
+        model, full, options=options(full_state_dict=True, broadcast_from_rank0=True)
+    )
+    persistent = set(model.state_dict())
+    source_buffers = dict(source.named_buffers()) if source is not None else {}
+    for name, buffer in model.named_buffers():
+        if name in persistent:
+            continue
+        if source is not None:
+            buffer.copy_(source_buffers[name])
+        torch.distributed.broadcast(buffer, src=0)
+    del source, full
+
+
+# ---- the loop: steps, logging, checkpoints, resume, preemption --------------------------------
+
+
+class StopRequest:
+    """SIGTERM (SLURM preemption, a launcher stopping): finish the step, save, exit 0.
+
+    Installed only when the run has a checkpoint directory (something to save); a second
+    SIGTERM ends the process at once. Every rank learns of a request on any rank at the next
+    step's end (``train_loop`` all-reduces it with the loss), so they all save the same step.
+    """
+
+    requested = False
+
+    @classmethod
+    def install(cls) -> None:
+        """Catch SIGTERM from now on."""
+
+        def handler(signum: int, _frame: Any) -> None:
+            if cls.requested:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+            cls.requested = True
+            print(
+                f"[rank {_rank()}] SIGTERM: saving a checkpoint after this step, then exiting",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        signal.signal(signal.SIGTERM, handler)
+
+
+def latest_checkpoint(root: Path | None) -> str | None:
+    """The tag of the newest complete checkpoint under ``root`` (its ``latest`` file), or None."""
+    if root is None or not (root / LATEST).is_file():
+        return None
+    tag = (root / LATEST).read_text().strip()
+    return tag if tag and (root / tag).is_dir() else None
+
+
+def save_checkpoint(job: Job, root: Path, step: int, position: int, keep: int) -> None:
+    """Save step ``step``, then point ``latest`` at it and drop the oldest beyond ``keep``."""
+    tag = _STEP_DIR.format(step=step)
+    started = time.perf_counter()
+    job.save(root, tag, {"step": step, "data_position": position})
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+    if _rank() == 0:
+        # DeepSpeed writes its own ``latest`` (the same one-line tag); this makes it so for
+        # both formats, and only once every rank has written its part.
+        tmp = root / f".{LATEST}.tmp"
+        tmp.write_text(tag)
+        os.replace(tmp, root / LATEST)
+        saved = sorted(
+            (p for p in root.iterdir() if p.is_dir() and p.name.startswith("step")),
+            key=lambda p: int(p.name[4:]) if p.name[4:].isdigit() else -1,
+        )
+        for old in saved[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        print(f"checkpoint {root / tag} saved in {time.perf_counter() - started:.1f}s", flush=True)
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+
+
+class MetricLog:
+    """Rank 0's interval log: stdout, ``metrics.jsonl``, TensorBoard and W&B when enabled."""
+
+    def __init__(self, args: argparse.Namespace, rank: int) -> None:
+        self.active = rank == 0
+        self.path = args.metrics_dir / "metrics.jsonl"
+        self.writer: Any = None
+        self.wandb: Any = None
+        if not self.active:
+            return
+        args.metrics_dir.mkdir(parents=True, exist_ok=True)
+        if args.tensorboard is not None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:
+                raise UsageError(
+                    "--tensorboard needs tensorboard: pip install tensorboard"
+                ) from exc
+            self.writer = SummaryWriter(str(args.tensorboard))
+        if args.wandb:
+            try:
+                import wandb
+            except ImportError as exc:
+                raise UsageError("--wandb needs wandb: pip install wandb") from exc
+            self.wandb = wandb.init(project=args.wandb, config=_plain(vars(args)), resume="allow")
+
+    def record(self, row: dict[str, Any], text: str) -> None:
+        """Print ``text`` and append ``row`` (with a step) to every enabled sink."""
+        if not self.active:
+            return
+        print(text, flush=True)
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        step = int(row["step"])
+        for key, value in row.items():
+            if key != "step" and isinstance(value, (int, float)) and self.writer is not None:
+                self.writer.add_scalar(f"train/{key}", value, step)
+        if self.wandb is not None:
+            self.wandb.log({k: v for k, v in row.items() if k != "step"}, step=step)
+
+    def close(self) -> None:
+        """Flush and close TensorBoard and W&B."""
+        if self.writer is not None:
+            self.writer.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in values.items()}
+
+
 def train_loop(
     args: argparse.Namespace,
-    model: transformers.PreTrainedModel,
-    device: torch.device,
-    train_step: Callable[[torch.Tensor], torch.Tensor],
+    job: Job,
     *,
     baseline_bytes: int,
     extra: dict[str, Any],
     tensor_parallel: int = 1,
 ) -> int:
-    """Run ``args.steps`` steps on synthetic data, print progress and write this rank's metrics.
+    """Run up to ``args.steps`` optimizer steps, log them, checkpoint, and write this rank's metrics.
 
     The ranks of one tensor-parallel group (``tensor_parallel`` consecutive ranks, as DeepSpeed
     AutoTP groups them) draw the same batches: they hold shards of one replica. Returns 0 after
-    all steps, 3 at the first non-finite loss.
+    all steps (or a SIGTERM's final checkpoint), 3 at the first non-finite loss.
     """
+    model, device = job.model, job.device
     on_cuda = device.type == "cuda"
-    rank = int(torch.distributed.get_rank()) if torch.distributed.is_initialized() else 0
-    world_size = (
-        int(torch.distributed.get_world_size()) if torch.distributed.is_initialized() else 1
-    )
+    rank, world_size = _rank(), _world()
+    data_rank, data_ranks = rank // tensor_parallel, max(1, world_size // tensor_parallel)
     if on_cuda:
         torch.cuda.reset_peak_memory_stats(device)
     # On a GPU: what the model states hold before the first step, and after it (when the
@@ -652,15 +1506,40 @@ def train_loop(
     if on_cuda:
         memory_marks["allocated_at_start_bytes"] = int(torch.cuda.memory_allocated(device))
 
-    vocab_size = int(model.config.vocab_size)
-    data = PatternData(
-        vocab_size, args.seq_len, args.micro_batch, args.seed, rank // tensor_parallel
-    )
+    vocab_size = int(getattr(model, "config").vocab_size)  # noqa: B009 - any HF model, peft's too
+    data_info: dict[str, Any] = {"data": "synthetic"}
+    data: TokenData | PatternData
+    if args.data is not None:
+        data, tokens = load_token_data(args, data_rank, data_ranks)
+        data_info = {"data": str(args.data), "data_tokens": tokens}
+        if rank == 0:
+            print(
+                f"data: {tokens:,} tokens in {data.blocks.shape[0]:,} blocks of {args.seq_len}; "
+                f"{data.batches_per_epoch()} micro-batches per rank per epoch",
+                flush=True,
+            )
+    else:
+        data = PatternData(vocab_size, args.seq_len, args.micro_batch, args.seed, data_rank)
+        if rank == 0:
+            print("data: synthetic repeated-pattern sequences (no --data given)", flush=True)
+    start_step = 0
+    tag = latest_checkpoint(args.checkpoint_dir)
+    if tag is not None:
+        state = job.load(args.checkpoint_dir, tag)
+        start_step = int(state.get("step", 0))
+        data.skip(int(state.get("data_position", start_step * job.grad_accum)))
+        if rank == 0:
+            print(f"resumed from {args.checkpoint_dir / tag} at step {start_step}", flush=True)
+    if args.checkpoint_dir is not None:
+        args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        StopRequest.install()
+    log = MetricLog(args, rank)
     losses: list[float] = []
     step_times_s: list[float] = []
-    tokens_per_step = args.micro_batch * args.seq_len
+    tokens_per_step = args.micro_batch * args.seq_len * job.grad_accum
     metrics_path = args.metrics_dir / f"rank{rank}.json"
     injector = FaultInjector(args.inject, args.inject_step, rank, world_size)
+    interval_start, interval_steps = time.perf_counter(), 0
 
     def metrics(status: str) -> dict[str, Any]:
         return {
@@ -670,6 +1549,8 @@ def train_loop(
             "device_name": torch.cuda.get_device_name(device) if on_cuda else "cpu",
             "status": status,
             "steps": len(losses),
+            "first_step": start_step + 1,
+            "resumed_from": tag,
             "losses": losses,
             "step_times_s": step_times_s,
             "tokens_per_step": tokens_per_step,
@@ -679,22 +1560,31 @@ def train_loop(
             "baseline_memory_bytes": baseline_bytes,
             "seq_len": args.seq_len,
             "micro_batch": args.micro_batch,
+            "grad_accum": job.grad_accum,
             "attn_implementation": getattr(model.config, "_attn_implementation", None),
             **memory_marks,
-            "params": sum(p.numel() for p in model.parameters()),
+            "params": total_params(model),
+            "trainable_params": trainable_params(model),
+            "init": args.init,
+            "lora_rank": args.lora_rank,
+            "qlora": args.qlora,
+            **data_info,
             "torch": torch.__version__,
             **extra,
         }
 
-    for step in range(1, args.steps + 1):
-        batch = injector.batch(step, data.next()).to(device)
+    for step in range(start_step + 1, args.steps + 1):
         if on_cuda:
             torch.cuda.synchronize(device)
         start = time.perf_counter()
+        step_loss, step_lr = 0.0, job.lr()
         try:
             injector.before_step(step, model, device)
-            loss = train_step(batch)
-            sample()
+            for micro in range(job.grad_accum):
+                batch = injector.batch(step, data.next()).to(device)
+                loss = job.micro_step(batch, last=micro == job.grad_accum - 1)
+                step_loss += float(loss.detach().float().item()) / job.grad_accum
+            job.optimizer_step()
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
             injector.release()
             if _is_oom(exc):
@@ -703,25 +1593,63 @@ def train_loop(
         injector.release()
         if on_cuda:
             torch.cuda.synchronize(device)
-            if step == 1:
+            if step == start_step + 1:
                 memory_marks["allocated_after_step1_bytes"] = int(
                     torch.cuda.memory_allocated(device)
                 )
         elapsed_s = time.perf_counter() - start
-        value = float(loss.detach().float().item())
-        losses.append(value if math.isfinite(value) else float("nan"))
+        # One small all-reduce per step: the mean loss over the ranks, and whether any rank was
+        # asked to stop (all must save the same step).
+        mean_loss, stop = step_loss, StopRequest.requested
+        if torch.distributed.is_initialized():
+            flags = torch.tensor([step_loss, float(stop)], device=device, dtype=torch.float64)
+            torch.distributed.all_reduce(flags)
+            mean_loss, stop = float(flags[0]) / world_size, bool(flags[1] > 0)
+        losses.append(step_loss if math.isfinite(step_loss) else float("nan"))
         step_times_s.append(elapsed_s)
-        if rank == 0:
-            print(f"step {step}/{args.steps} loss {value:.4f} {elapsed_s:.2f}s", flush=True)
+        interval_steps += 1
+        if step % args.log_every == 0 or step == args.steps or stop:
+            span = time.perf_counter() - interval_start
+            rate = tokens_per_step * data_ranks * interval_steps / span if span > 0 else 0.0
+            memory = peak_memory_bytes(device) - baseline_bytes
+            row = {
+                "step": step,
+                "loss": mean_loss,
+                "lr": step_lr,
+                "tokens_per_s": rate,
+                "step_time_s": elapsed_s,
+                "peak_memory_bytes": memory,
+                "time": time.time(),
+            }
+            text = (
+                f"step {step}/{args.steps} loss {mean_loss:.4f} lr {step_lr:.3g} "
+                f"{rate:,.0f} tokens/s {elapsed_s:.2f}s/step peak memory {memory / 2**30:.2f} GiB"
+            )
+            log.record(row, text)
+            interval_start, interval_steps = time.perf_counter(), 0
         if step % _METRICS_EVERY == 0:
             # Partial metrics let a run that is stopped (timeout, Ctrl-C) still report progress.
             write_json_atomic(metrics_path, metrics("running"))
-        if not math.isfinite(value):
+        if not math.isfinite(step_loss):
             # Nothing after a NaN loss tells us more; stop early so the verdict comes fast.
             write_json_atomic(metrics_path, metrics("nan"))
+            log.close()
             return 3
+        due = args.save_every and step % args.save_every == 0
+        if args.checkpoint_dir is not None and (due or stop or step == args.steps):
+            save_checkpoint(job, args.checkpoint_dir, step, data.position, args.keep_checkpoints)
+        if stop:
+            write_json_atomic(metrics_path, metrics("preempted"))
+            log.close()
+            if rank == 0:
+                print(
+                    f"stopped at step {step} on SIGTERM; rerun the same command to resume",
+                    flush=True,
+                )
+            return 0
 
     write_json_atomic(metrics_path, metrics("ok"))
+    log.close()
     return 0
 
 
