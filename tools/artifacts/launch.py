@@ -73,6 +73,8 @@ _ARTIFACTS = (
     "ds_config_hf.json",
     "hostfile",
     _NODE_SCRIPTS,
+    megatron.CONVERT_CONFIG,
+    megatron.CONVERT_SCRIPT,
     "MEGATRON.md",
     torchtitan.TORCHTITAN_CONFIG,
     "TORCHTITAN.md",
@@ -159,7 +161,9 @@ def emit_launch(
     texts: dict[str, str | Path] = {"model_config.json": _json(model.hf_config or {})}
     texts |= launch.files
     if launch.sbatch:
-        texts["train.sbatch"] = cluster.sbatch(brief, hardware, model, job.gpus, launch.command)
+        texts["train.sbatch"] = cluster.sbatch(
+            brief, hardware, model, job.gpus, launch.command, launch.preamble
+        )
     if launch.accelerate:
         texts["accelerate_config.yaml"] = cluster.accelerate_config(
             hardware, job.gpus, job.precision, deepspeed_config
@@ -301,7 +305,16 @@ def _megatron(job: LaunchInputs) -> Launch:
         "ds_config.json": _json(config),
         "MEGATRON.md": megatron.megatron_md(command, job.hardware, job.model, split, config),
     }
-    return Launch(command, how_to_run, files)
+    preamble = megatron.folder_check("ds_config.json")
+    if megatron.is_fine_tune(job.brief):
+        # The Hugging Face weights in Megatron-DeepSpeed's layout first; launch.sh refuses to
+        # start without them (or the job's own checkpoint, to resume from).
+        files |= megatron.convert_files(
+            job.title, job.brief, job.hardware, job.gpus, job.model, split, config, job.precision
+        )
+        preamble += megatron.fine_tune_preamble()
+        how_to_run += f" A fine-tune: run ./{megatron.CONVERT_SCRIPT} HF_MODEL_DIR first."
+    return Launch(command, how_to_run, files, preamble=preamble)
 
 
 def _torchtitan(job: LaunchInputs) -> Launch:
