@@ -343,7 +343,7 @@ def _torchtitan(job: LaunchInputs) -> Launch:
         torchtitan.TORCHTITAN_CONFIG: torchtitan.job_toml(config),
         "TORCHTITAN.md": torchtitan.torchtitan_md(command, job.hardware, job.model, config),
     }
-    return Launch(command, how_to_run, files)
+    return Launch(command, how_to_run, files, preamble=torchtitan.launch_preamble(config))
 
 
 # Keyed by launch (train.py's two modes, Megatron, torchtitan) or, for a script the user
