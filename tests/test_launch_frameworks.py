@@ -199,6 +199,10 @@ def test_megatron_fine_tune_converts_then_trains_then_resumes_from_its_folder(
     assert _flag(command, "--save") == "checkpoints/train" and "--save-interval" in command
     # The fine-tune keeps the pipeline model: the converter writes only that layout.
     assert "--no-pipeline-parallel" not in command
+    # The guide's command runs by hand: the first run's arguments, not launch.sh's array.
+    guide = (out / "MEGATRON.md").read_text()
+    assert "${LOAD" not in guide and "--load checkpoints/converted --finetune" in guide
+    assert "./convert_checkpoint.sh /path/to/hf-model" in guide
 
     # No converted checkpoint yet: one line naming the conversion, and nothing runs.
     _refused(stand.run(out / "launch.sh"), "convert_checkpoint.sh")

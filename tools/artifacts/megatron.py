@@ -54,8 +54,11 @@ TRAIN_CHECKPOINTS = "checkpoints/train"
 # DeepSpeed's engine (which Megatron-DeepSpeed saves and loads through under --deepspeed)
 # names the newest tag of a checkpoint folder in this file; present once a save completed.
 LATEST = "latest"
-# The --load arguments launch.sh picks for a fine-tune (``fine_tune_preamble``).
+# The --load arguments launch.sh picks for a fine-tune (``fine_tune_preamble``), and what it
+# picks on the first run: the converted weights, model only (``--finetune`` implies the other
+# two; they say it to a reader).
 LOAD_ARGS = Shell('"${LOAD[@]}"')
+FIRST_LOAD = ["--load", FINETUNE_CHECKPOINT, "--finetune", "--no-load-optim", "--no-load-rng"]
 # Steps between saves: at most this many steps are lost to a crash or a preemption.
 SAVE_INTERVAL = 500
 
@@ -148,7 +151,7 @@ def fine_tune_preamble() -> list[str]:
         f"if [[ -f {train}/{LATEST} ]]; then",
         f"    LOAD=(--load {train})",
         f"elif [[ -f {converted}/{LATEST} ]]; then",
-        f"    LOAD=(--load {converted} --finetune --no-load-optim --no-load-rng)",
+        f"    LOAD=({shell_join(FIRST_LOAD)})",
         "else",
         f'    echo "no converted checkpoint in {converted}: run ./{CONVERT_SCRIPT} '
         'HF_MODEL_DIR first (MEGATRON.md)" >&2',
@@ -299,7 +302,7 @@ def megatron_md(
         megatron_dir=MEGATRON_DIR,
         nodes=hardware.nodes,
         finetune=_finetune_note(command, config),
-        command=shell_join(command),
+        command=shell_join(_first_run(command)),
         stage=(config.get("zero_optimization") or {}).get("stage", 0),
         dp=dp,
         world=world,
@@ -307,6 +310,17 @@ def megatron_md(
         micro_batch=config.get("train_micro_batch_size_per_gpu"),
         accumulation=config.get("gradient_accumulation_steps"),
     )
+
+
+def _first_run(command: list[str]) -> list[str]:
+    """The command as a fine-tune's first run has it: the converted weights for launch.sh's choice.
+
+    The guide's copy is run by hand, where launch.sh's ``LOAD`` array does not exist.
+    """
+    if LOAD_ARGS not in command:
+        return command
+    at = command.index(LOAD_ARGS)
+    return [*command[:at], *FIRST_LOAD, *command[at + 1 :]]
 
 
 def _finetune_note(command: list[str], config: dict[str, Any]) -> str:
@@ -325,10 +339,13 @@ def _finetune_note(command: list[str], config: dict[str, Any]) -> str:
         f"`{CONVERTER}` (as examples_deepspeed/finetune_hf_llama/finetune_llama.sh does, Llama "
         f"family) into `{FINETUNE_CHECKPOINT}`; its DeepSpeed config is `{CONVERT_CONFIG}`. "
         f"Every converter rank loads the whole model into CPU memory. Then launch: the first "
-        f"run loads `{FINETUNE_CHECKPOINT}` with `--finetune` (weights only, step 0), and "
-        f"launch.sh refuses to start while it is missing. " + resume + " Give training the "
-        "same folder as tokenizer (`--tokenizer-type HFTokenizer --tokenizer-model "
-        "/path/to/hf-model`): the converted embedding is padded to its vocabulary."
+        f"run loads `{FINETUNE_CHECKPOINT}` with `--finetune` (weights only, step 0; the "
+        f"command above), and launch.sh refuses to start while it is missing. "
+        + resume
+        + " launch.sh and train.sbatch choose between the two (their `LOAD` array). Give "
+        "training the same folder as tokenizer (`--tokenizer-type HFTokenizer "
+        "--tokenizer-model /path/to/hf-model`): the converted embedding is padded to its "
+        "vocabulary."
     )
     if not convertible_config(config):
         stage = (config.get("zero_optimization") or {}).get("stage", 0)
@@ -337,7 +354,7 @@ def _finetune_note(command: list[str], config: dict[str, Any]) -> str:
             f"DeepSpeed trains with ZeRO stage 0 or 1 only, and this plan needs stage {stage} "
             f"(the plain model, `--no-pipeline-parallel`); {CONVERT_SCRIPT} says so and exits. "
             "Start such a fine-tune from a Megatron-DeepSpeed checkpoint of the plain model "
-            "saved with these degrees, in the same folder."
+            f"saved with these degrees, placed in `{FINETUNE_CHECKPOINT}`."
         )
     return steps
 
