@@ -258,8 +258,12 @@ def test_megatron_fine_tune_converts_then_trains_then_resumes_from_its_folder(
 
 def test_megatron_pretraining_needs_no_conversion_and_resumes(tmp_path: Path) -> None:
     stand, out = Stand(tmp_path), tmp_path / "plan"
+    _megatron(out, "finetune")  # an earlier fine-tune plan in the same folder
     spec = _megatron(out, "pretrain")
     assert "convert_checkpoint.sh" not in spec.files and "--finetune" not in spec.command
+    # Its conversion files went with it (the re-emit removes what this plan does not use).
+    assert not (out / "convert_checkpoint.sh").exists()
+    assert not (out / "ds_config_convert.json").exists()
     assert _flag(spec.command, "--load") == "checkpoints/train" == _flag(spec.command, "--save")
     res = stand.run(out / "launch.sh")
     assert res.returncode == 0, res.stderr
