@@ -633,6 +633,8 @@ def test_tensor_pipeline_plan_launches_megatron_deepspeed(tmp_path: Path, nodes:
     assert set(spec.files) == {
         "model_config.json",
         "ds_config.json",
+        "ds_config_convert.json",  # a fine-tune: the Hugging Face weights are converted first
+        "convert_checkpoint.sh",
         "MEGATRON.md",
         "launch.sh",
         "train.sbatch",

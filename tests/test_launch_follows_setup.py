@@ -251,9 +251,12 @@ def test_megatron_launch_finds_its_script_and_config_from_where_it_runs(tmp_path
     spec = emit_launch(
         out, brief, hw, tiny_spec(GPT2_TINY), MEGATRON, config, memory=_plan("zero1", 2, 2, 1, 4)
     )
-    assert "--finetune" in spec.command  # a fine-tune loads the converted checkpoint
+    # A fine-tune loads the converted checkpoint; launch.sh picks it (test_launch_frameworks.py).
+    assert "--finetune" in Path(spec.files["launch.sh"]).read_text()
     guide = (out / "MEGATRON.md").read_text()
     assert "hf2megads_weight_converter.py" in guide
+    (out / "checkpoints" / "converted").mkdir(parents=True)
+    (out / "checkpoints" / "converted" / "latest").write_text("global_step0")
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     env.pop("MEGATRON_DIR", None)
     # Without MEGATRON_DIR: one clear line, and nothing runs.

@@ -98,9 +98,16 @@ def node_scripts(
 
 
 def sbatch(
-    brief: TrainingBrief, hardware: HardwareSpec, model: ModelSpec, gpus: int, command: list[str]
+    brief: TrainingBrief,
+    hardware: HardwareSpec,
+    model: ModelSpec,
+    gpus: int,
+    command: list[str],
+    preamble: Sequence[str] = (),
 ) -> str:
     """A SLURM batch script: one task per node, each starting that node's launcher.
+
+    ``preamble``: the launch.sh lines before the command, run here once before srun.
 
     In the template: sbatch runs a copy of the script from the spool directory, so it changes
     to ``$SLURM_SUBMIT_DIR``, not to ``$0``'s directory; and it takes the first host from
@@ -119,7 +126,7 @@ def sbatch(
         job=job,
         nodes=hardware.nodes,
         resources="\n".join(resources),
-        launch="\n".join(_srun_lines(hardware, gpus, command)),
+        launch="\n".join([*preamble, *_srun_lines(hardware, gpus, command)]),
     )
 
 

@@ -92,6 +92,8 @@ _ARTIFACTS = (
     "ds_config_hf.json",
     "hostfile",
     _NODE_SCRIPTS,
+    megatron.CONVERT_CONFIG,
+    megatron.CONVERT_SCRIPT,
     "MEGATRON.md",
     torchtitan.TORCHTITAN_CONFIG,
     "TORCHTITAN.md",
@@ -180,7 +182,9 @@ def emit_launch(
     job_script = "train.py" in launch.files
     script_command = job_command(launch.command) if job_script else launch.command
     if launch.sbatch:
-        texts["train.sbatch"] = cluster.sbatch(brief, hardware, model, job.gpus, script_command)
+        texts["train.sbatch"] = cluster.sbatch(
+            brief, hardware, model, job.gpus, script_command, launch.preamble
+        )
     if launch.accelerate:
         texts["accelerate_config.yaml"] = cluster.accelerate_config(
             hardware, job.gpus, job.precision, deepspeed_config
@@ -337,7 +341,16 @@ def _megatron(job: LaunchInputs) -> Launch:
         "ds_config.json": _json(config),
         "MEGATRON.md": megatron.megatron_md(command, job.hardware, job.model, split, config),
     }
-    return Launch(command, how_to_run, files)
+    preamble = megatron.folder_check("ds_config.json")
+    if megatron.is_fine_tune(job.brief):
+        # The Hugging Face weights in Megatron-DeepSpeed's layout first; launch.sh refuses to
+        # start without them (or the job's own checkpoint, to resume from).
+        files |= megatron.convert_files(
+            job.title, job.brief, job.hardware, job.gpus, job.model, split, config, job.precision
+        )
+        preamble += megatron.fine_tune_preamble()
+        how_to_run += f" A fine-tune: run ./{megatron.CONVERT_SCRIPT} HF_MODEL_DIR first."
+    return Launch(command, how_to_run, files, preamble=preamble)
 
 
 def _torchtitan(job: LaunchInputs) -> Launch:
@@ -366,7 +379,7 @@ def _torchtitan(job: LaunchInputs) -> Launch:
         torchtitan.TORCHTITAN_CONFIG: torchtitan.job_toml(config),
         "TORCHTITAN.md": torchtitan.torchtitan_md(command, job.hardware, job.model, config),
     }
-    return Launch(command, how_to_run, files)
+    return Launch(command, how_to_run, files, preamble=torchtitan.launch_preamble(config))
 
 
 # Keyed by launch (train.py's two modes, Megatron, torchtitan) or, for a script the user

@@ -5,12 +5,20 @@ fits) cannot run on train.py or the plain DeepSpeed engine. It runs on Megatron-
 (github.com/microsoft/Megatron-DeepSpeed), whose flag names the arguments here follow (its
 examples_deepspeed/ scripts); ds_config.json keeps the ZeRO part and batch sizes per
 data-parallel rank.
+
+Every path in the command is relative to the plan's folder, where launch.sh and train.sbatch
+run: ds_config.json, the checkpoints the job saves under ``checkpoints/train`` and resumes
+from, and a fine-tune's converted weights in ``checkpoints/converted``, which
+convert_checkpoint.sh writes from a Hugging Face checkpoint with Megatron-DeepSpeed's own
+converter. Only pretrain_gpt.py and the converter come from ``$MEGATRON_DIR``.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from tools.artifacts import cluster
 from tools.artifacts.scripts import Shell, render, shell_join
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 
@@ -19,12 +27,40 @@ from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrie
 # ``$MEGATRON_DIR/pretrain_gpt.py``, which puts the checkout on sys.path for ``import megatron``.
 MEGATRON_SCRIPT = "pretrain_gpt.py"
 MEGATRON_DIR = "MEGATRON_DIR"
-SCRIPT_ARG = Shell(
-    f'"${{{MEGATRON_DIR}:?set {MEGATRON_DIR} to your Megatron-DeepSpeed checkout, see MEGATRON.md}}'
-    f'/{MEGATRON_SCRIPT}"'
-)
-# Where a fine-tune's converted checkpoint is read from (MEGATRON.md names the conversion).
+
+
+def _in_checkout(path: str) -> Shell:
+    """A file of the user's Megatron-DeepSpeed checkout; an unset MEGATRON_DIR stops the script."""
+    return Shell(
+        f'"${{{MEGATRON_DIR}:?set {MEGATRON_DIR} to your Megatron-DeepSpeed checkout, see '
+        f'MEGATRON.md}}/{path}"'
+    )
+
+
+SCRIPT_ARG = _in_checkout(MEGATRON_SCRIPT)
+# Megatron-DeepSpeed's Hugging Face -> Megatron-DeepSpeed converter, in the same checkout
+# (microsoft/Megatron-DeepSpeed tools/hf2megads_weight_converter.py, run as
+# examples_deepspeed/finetune_hf_llama/finetune_llama.sh convert_hf2mds runs it).
+CONVERTER = "tools/hf2megads_weight_converter.py"
+CONVERT_SCRIPT = "convert_checkpoint.sh"
+# The converter's own DeepSpeed config: batch sizes only, ZeRO stage 0, no optimizer (as the
+# example's ds_config_empty.json). ds_config.json would not do: its optimizer section makes
+# DeepSpeed allocate optimizer states the converter never uses, and ZeRO-2/3 is refused for
+# the pipeline model the converter builds.
+CONVERT_CONFIG = "ds_config_convert.json"
+# Where a fine-tune's converted checkpoint is read from, and where every job saves its own.
 FINETUNE_CHECKPOINT = "checkpoints/converted"
+TRAIN_CHECKPOINTS = "checkpoints/train"
+# DeepSpeed's engine (which Megatron-DeepSpeed saves and loads through under --deepspeed)
+# names the newest tag of a checkpoint folder in this file; present once a save completed.
+LATEST = "latest"
+# The --load arguments launch.sh picks for a fine-tune (``fine_tune_preamble``), and what it
+# picks on the first run: the converted weights, model only (``--finetune`` implies the other
+# two; they say it to a reader).
+LOAD_ARGS = Shell('"${LOAD[@]}"')
+FIRST_LOAD = ["--load", FINETUNE_CHECKPOINT, "--finetune", "--no-load-optim", "--no-load-rng"]
+# Steps between saves: at most this many steps are lost to a crash or a preemption.
+SAVE_INTERVAL = 500
 
 
 def model_parallel(memory: MemoryPlan | None) -> tuple[int, int] | None:
@@ -44,6 +80,8 @@ def megatron_args(
 ) -> list[str]:
     """``pretrain_gpt.py`` and its arguments for the plan: degrees, model, batch, parallelism."""
     tp, pp = split
+    batch = _batch_and_optimizer_flags(brief, model, config, steps, precision)
+    iterations = int(batch[batch.index("--train-iters") + 1])
     return [
         SCRIPT_ARG,
         "--tensor-model-parallel-size",
@@ -51,10 +89,30 @@ def megatron_args(
         "--pipeline-model-parallel-size",
         str(pp),
         *_architecture_flags(model),
-        *_batch_and_optimizer_flags(brief, model, config, steps, precision),
-        *_parallelism_flags(split, config),
-        *_finetune_flags(brief),
+        *batch,
+        *_parallelism_flags(split, config, pipeline_model=convertible(brief, config)),
+        *_checkpoint_flags(brief, iterations),
     ]
+
+
+def is_fine_tune(brief: TrainingBrief) -> bool:
+    """Whether the plan starts from a Hugging Face checkpoint (every task but pretraining)."""
+    return brief.task != "pretrain"
+
+
+def convertible(brief: TrainingBrief, config: dict[str, Any]) -> bool:
+    """Whether the fine-tune can start from weights Megatron-DeepSpeed's converter writes.
+
+    The converter writes the pipeline model's layout (GPTModelPipe) only, and DeepSpeed's
+    pipeline engine trains with ZeRO stage 0 or 1 only; a plan at stage 2 or 3 trains the
+    plain model (``--no-pipeline-parallel``), which cannot load that checkpoint.
+    """
+    return is_fine_tune(brief) and convertible_config(config)
+
+
+def convertible_config(config: dict[str, Any]) -> bool:
+    """Whether the config's ZeRO stage trains the pipeline model the converter writes."""
+    return int((config.get("zero_optimization") or {}).get("stage", 0)) <= 1
 
 
 def is_megatron_command(command: list[str]) -> bool:
@@ -64,17 +122,42 @@ def is_megatron_command(command: list[str]) -> bool:
     )
 
 
-def _finetune_flags(brief: TrainingBrief) -> list[str]:
-    """A fine-tune starts from the converted weights: model only, a fresh optimizer and RNG.
+def _checkpoint_flags(brief: TrainingBrief, iterations: int) -> list[str]:
+    """Save every ``SAVE_INTERVAL`` steps into the folder, and load from it: the job resumes.
 
-    Megatron-DeepSpeed's checkpointing arguments (megatron/arguments.py ``_add_checkpointing_args``):
-    ``--load`` a directory, ``--finetune`` resets the iteration count and skips optimizer and
-    RNG state. Megatron-DeepSpeed saves and loads its own torch format (Megatron-LM's later
-    ``--ckpt-format`` does not exist there).
+    Megatron-DeepSpeed's checkpointing arguments (megatron/arguments.py
+    ``_add_checkpointing_args``): ``--save``/``--save-interval``; ``--load`` a directory, from
+    whose newest checkpoint (DeepSpeed's ``latest`` tag file) the job continues with weights,
+    optimizer, RNG and iteration; a missing one starts from random weights (pretraining). A
+    fine-tune's first run loads the converted weights instead, with ``--finetune`` (iteration
+    0, model only: the converter saved no optimizer); launch.sh picks which (``LOAD_ARGS``).
+    Megatron-DeepSpeed saves its own torch format (Megatron-LM's later ``--ckpt-format`` does
+    not exist there).
     """
-    if brief.task == "pretrain":
-        return []
-    return ["--load", FINETUNE_CHECKPOINT, "--finetune", "--no-load-optim", "--no-load-rng"]
+    save = ["--save", TRAIN_CHECKPOINTS, "--save-interval", str(min(SAVE_INTERVAL, iterations))]
+    if not is_fine_tune(brief):
+        return ["--load", TRAIN_CHECKPOINTS, *save]
+    return [LOAD_ARGS, *save]
+
+
+def fine_tune_preamble() -> list[str]:
+    """launch.sh and train.sbatch lines before a fine-tune's command: which checkpoint to load.
+
+    The job's own checkpoint when it has one (a restart resumes), else the converted weights;
+    neither: one line naming convert_checkpoint.sh, and exit 2 before anything starts.
+    """
+    train, converted = TRAIN_CHECKPOINTS, FINETUNE_CHECKPOINT
+    return [
+        f"if [[ -f {train}/{LATEST} ]]; then",
+        f"    LOAD=(--load {train})",
+        f"elif [[ -f {converted}/{LATEST} ]]; then",
+        f"    LOAD=({shell_join(FIRST_LOAD)})",
+        "else",
+        f'    echo "no converted checkpoint in {converted}: run ./{CONVERT_SCRIPT} '
+        'HF_MODEL_DIR first (MEGATRON.md)" >&2',
+        "    exit 2",
+        "fi",
+    ]
 
 
 def _architecture_flags(model: ModelSpec) -> list[str]:
@@ -163,8 +246,16 @@ def _batch_and_optimizer_flags(
     return args
 
 
-def _parallelism_flags(split: tuple[int, int], config: dict[str, Any]) -> list[str]:
-    """Sequence parallelism, recomputation, the pipeline switch and DeepSpeed's ZeRO stage."""
+def _parallelism_flags(
+    split: tuple[int, int], config: dict[str, Any], *, pipeline_model: bool = False
+) -> list[str]:
+    """Sequence parallelism, recomputation, the pipeline switch and DeepSpeed's ZeRO stage.
+
+    ``pipeline_model`` keeps Megatron-DeepSpeed's pipeline model (GPTModelPipe) at one stage:
+    the Hugging Face converter builds only that model (tools/hf2megads_weight_converter.py
+    ``convert_ckpt`` raises NotImplementedError under --no-pipeline-parallel), and its
+    checkpoint's layer files load only into the same model.
+    """
     tp, pp = split
     args: list[str] = []
     if tp > 1:
@@ -178,7 +269,7 @@ def _parallelism_flags(split: tuple[int, int], config: dict[str, Any]) -> list[s
             "uniform",
             "--deepspeed-activation-checkpointing",
         ]
-    if pp == 1:
+    if pp == 1 and not pipeline_model:
         # Megatron-DeepSpeed builds a DeepSpeed PipelineModule unless told not to.
         args.append("--no-pipeline-parallel")
     zero = config.get("zero_optimization") or {}
@@ -210,8 +301,8 @@ def megatron_md(
         script=MEGATRON_SCRIPT,
         megatron_dir=MEGATRON_DIR,
         nodes=hardware.nodes,
-        finetune=_finetune_note(command),
-        command=shell_join(command),
+        finetune=_finetune_note(command, config),
+        command=shell_join(_first_run(command)),
         stage=(config.get("zero_optimization") or {}).get("stage", 0),
         dp=dp,
         world=world,
@@ -221,14 +312,167 @@ def megatron_md(
     )
 
 
-def _finetune_note(command: list[str]) -> str:
-    """MEGATRON.md's paragraph on the checkpoint a fine-tune loads."""
-    if "--finetune" not in command:
-        return "This is pretraining from random weights: no checkpoint to load."
-    return (
-        "This is a fine-tune: `--load " + FINETUNE_CHECKPOINT + " --finetune` reads the model's "
-        "weights in Megatron-DeepSpeed's format. Convert the Hugging Face checkpoint first, with "
-        "the same tensor and pipeline degrees, using Megatron-DeepSpeed's "
-        "`tools/hf2megads_weight_converter.py` (Llama; examples_deepspeed/finetune_hf_llama) "
-        "into `" + FINETUNE_CHECKPOINT + "` under this directory."
+def _first_run(command: list[str]) -> list[str]:
+    """The command as a fine-tune's first run has it: the converted weights for launch.sh's choice.
+
+    The guide's copy is run by hand, where launch.sh's ``LOAD`` array does not exist.
+    """
+    if LOAD_ARGS not in command:
+        return command
+    at = command.index(LOAD_ARGS)
+    return [*command[:at], *FIRST_LOAD, *command[at + 1 :]]
+
+
+def _finetune_note(command: list[str], config: dict[str, Any]) -> str:
+    """MEGATRON.md's paragraph on the checkpoints: the conversion for a fine-tune, resuming."""
+    resume = (
+        f"The job saves every `--save-interval` steps into `{TRAIN_CHECKPOINTS}` and, started "
+        "again (the same launch.sh or train.sbatch), resumes from the newest checkpoint there: "
+        "weights, optimizer, RNG and step."
     )
+    if LOAD_ARGS not in command:
+        return "This is pretraining from random weights: no checkpoint to convert. " + resume
+    steps = (
+        f"This is a fine-tune. First convert the Hugging Face checkpoint (a local folder) "
+        f"with the plan's tensor and pipeline degrees: `./{CONVERT_SCRIPT} /path/to/hf-model` "
+        f"(or `HF_MODEL=/path/to/hf-model`), with `{MEGATRON_DIR}` set, runs Megatron-DeepSpeed's "
+        f"`{CONVERTER}` (as examples_deepspeed/finetune_hf_llama/finetune_llama.sh does, Llama "
+        f"family) into `{FINETUNE_CHECKPOINT}`; its DeepSpeed config is `{CONVERT_CONFIG}`. "
+        f"Every converter rank loads the whole model into CPU memory. Then launch: the first "
+        f"run loads `{FINETUNE_CHECKPOINT}` with `--finetune` (weights only, step 0; the "
+        f"command above), and launch.sh refuses to start while it is missing. "
+        + resume
+        + " launch.sh and train.sbatch choose between the two (their `LOAD` array). Give "
+        "training the same folder as tokenizer (`--tokenizer-type HFTokenizer "
+        "--tokenizer-model /path/to/hf-model`): the converted embedding is padded to its "
+        "vocabulary."
+    )
+    if not convertible_config(config):
+        stage = (config.get("zero_optimization") or {}).get("stage", 0)
+        steps += (
+            f" Not for this plan: the converter writes the pipeline model (GPTModelPipe), which "
+            f"DeepSpeed trains with ZeRO stage 0 or 1 only, and this plan needs stage {stage} "
+            f"(the plain model, `--no-pipeline-parallel`); {CONVERT_SCRIPT} says so and exits. "
+            "Start such a fine-tune from a Megatron-DeepSpeed checkpoint of the plain model "
+            f"saved with these degrees, placed in `{FINETUNE_CHECKPOINT}`."
+        )
+    return steps
+
+
+def convert_files(
+    title: str,
+    brief: TrainingBrief,
+    hardware: HardwareSpec,
+    gpus: int,
+    model: ModelSpec,
+    split: tuple[int, int],
+    config: dict[str, Any],
+    precision: str,
+) -> dict[str, str]:
+    """convert_checkpoint.sh and its DeepSpeed config, for a fine-tune.
+
+    The script converts a local Hugging Face model folder (its argument, or ``HF_MODEL``) into
+    ``FINETUNE_CHECKPOINT`` with the plan's tensor and pipeline degrees, running
+    Megatron-DeepSpeed's ``tools/hf2megads_weight_converter.py`` with the flags
+    examples_deepspeed/finetune_hf_llama/finetune_llama.sh gives it (``--hf-ckpt-dir``,
+    ``--load-mode auto``: Transformers' from_pretrained, so any shard layout; ``--save``; the
+    model's shape and degrees as in training; ``--tokenizer-type HFTokenizer`` on the same
+    folder, which sets the padded vocabulary the checkpoint is cut to). A plan the converter
+    cannot serve (``convertible``) gets a script that says why and exits 2.
+    """
+    tp, pp = split
+    nodes, procs = _converter_layout(hardware, gpus, tp * pp)
+    dp = nodes * procs // (tp * pp)
+    layout = hardware.model_copy(update={"nodes": nodes})
+    hf = Shell('"$HF_MODEL"')
+    command = [
+        *cluster.torchrun(layout, procs, "node0"),
+        _in_checkout(CONVERTER),
+        "--hf-ckpt-dir",
+        hf,
+        "--load-mode",
+        "auto",
+        "--save",
+        FINETUNE_CHECKPOINT,
+        "--tensor-model-parallel-size",
+        str(tp),
+        "--pipeline-model-parallel-size",
+        str(pp),
+        *_architecture_flags(model),
+        "--seq-length",
+        str(brief.seq_len),
+        "--max-position-embeddings",
+        str(max(brief.seq_len, model.seq_len)),
+        # One sample per data-parallel rank: the converter builds, loads and saves, no step.
+        "--micro-batch-size",
+        "1",
+        "--global-batch-size",
+        str(dp),
+        "--train-iters",
+        "1",
+        "--tokenizer-type",
+        "HFTokenizer",
+        "--tokenizer-model",
+        hf,
+        *([f"--{precision}"] if precision in ("bf16", "fp16") else []),
+        "--deepspeed",
+        "--deepspeed_config",
+        CONVERT_CONFIG,
+        "--zero-stage",
+        "0",
+    ]
+    where = f"on each of the {nodes} nodes" if nodes > 1 else "on one node"
+    comments = [
+        title.replace("# Launch for:", "# Hugging Face -> Megatron-DeepSpeed checkpoint for:", 1),
+        f"# Usage: ./{CONVERT_SCRIPT} HF_MODEL_DIR (or HF_MODEL=HF_MODEL_DIR), {where}, with "
+        f"MEGATRON_DIR set; writes {FINETUNE_CHECKPOINT} (tensor {tp} x pipeline {pp}), which "
+        "launch.sh loads.",
+    ]
+    body = [
+        shell_join(command),
+        f'echo "converted into {FINETUNE_CHECKPOINT}; now run ./launch.sh"',
+    ]
+    files = {
+        CONVERT_CONFIG: json.dumps(
+            {"train_batch_size": dp, "train_micro_batch_size_per_gpu": 1}, indent=2
+        )
+        + "\n"
+    }
+    if not convertible(brief, config):
+        stage = (config.get("zero_optimization") or {}).get("stage", 0)
+        body = [
+            f"echo \"{CONVERT_SCRIPT}: Megatron-DeepSpeed's converter writes the pipeline "
+            f"model, which DeepSpeed trains with ZeRO stage 0 or 1 only; this plan uses stage "
+            f'{stage} (MEGATRON.md)" >&2',
+            "exit 2",
+        ]
+        files = {}
+    script = render(CONVERT_SCRIPT, comments="\n".join(comments), commands="\n".join(body))
+    return {CONVERT_SCRIPT: script, **files}
+
+
+def folder_check(generated: str) -> list[str]:
+    """A script's first lines after its cd: stop unless it stands in the plan's folder.
+
+    launch.sh changes to its own directory; train.sbatch to ``$SLURM_SUBMIT_DIR`` (sbatch runs
+    a spooled copy), so ``sbatch train.sbatch`` from elsewhere would find no relative path.
+    """
+    return [
+        f"if [[ ! -f {generated} ]]; then",
+        f'    echo "no {generated} in $PWD: start this from the plan\'s folder" >&2',
+        "    exit 2",
+        "fi",
+    ]
+
+
+def _converter_layout(hardware: HardwareSpec, gpus: int, ranks: int) -> tuple[int, int]:
+    """(nodes, processes per node) for the converter: one rank per tensor x pipeline slot.
+
+    Every rank loads the whole Hugging Face model into CPU memory (from_pretrained), so the
+    fewest ranks the degrees allow; the plan's own layout when they do not fill whole nodes.
+    """
+    if ranks <= gpus:
+        return 1, ranks
+    if ranks % gpus == 0:
+        return ranks // gpus, gpus
+    return hardware.nodes, gpus

@@ -10,6 +10,16 @@ pipeline_parallel_schedule, pipeline_parallel_microbatch_size, context_parallel_
 ``[activation_checkpoint] mode`` none/selective/full; ``[training]`` local_batch_size,
 global_batch_size, seq_len, steps, max_norm, enable_cpu_offload, mixed_precision_param. The
 launch is torchtitan's own (run_train.sh): ``torchrun ... -m torchtitan.train --job.config_file``.
+
+Checkpoints (``[checkpoint]``, torchtitan/components/checkpoint.py ``CheckpointManager.load`` at
+that commit): the job saves DCP checkpoints every ``interval`` steps into
+``{dump_folder}/{folder}`` and, started again, resumes from the newest ``step-N`` there. A
+fine-tune with none yet loads ``initial_load_path`` model-only; a folder holding
+``*.safetensors`` is read as a Hugging Face checkpoint through the llama3 state-dict adapter
+(``_load_checkpoint_in_hf_format``), so no conversion step. From pytorch/torchtitan a44dff1a4
+(2025-07-28, "let user specify initial_load_path and initial_load_in_hf") the switch is
+``initial_load_in_hf = true``, which the config also sets: the TOML loader at this commit
+skips keys it does not know (torchtitan/config/manager.py ``_dict_to_dataclass``).
 """
 
 from __future__ import annotations
@@ -25,6 +35,12 @@ TORCHTITAN_CONFIG = "torchtitan.toml"
 TORCHTITAN_MODULE = "torchtitan.train"
 # The job-config keys' source, named in the TOML and the guide.
 TORCHTITAN_COMMIT = "000204a4a8bf3d0f31adc44fc29855fbb6ea13d8"
+# A fine-tune's Hugging Face weights: the user links (or copies) the model's folder here.
+HF_CHECKPOINT = "hf_checkpoint"
+DUMP_FOLDER = "outputs"
+CHECKPOINT_FOLDER = "checkpoint"
+# Steps between saves: at most this many steps are lost to a crash or a preemption.
+SAVE_INTERVAL = 500
 # Learning rates for the torchtitan recipe by task: torchtitan's llama3 train configs use 8e-4
 # (8B) down to 8e-5 (405B) for pretraining; a fine-tune starts lower (the DeepSpeed recipe's
 # 2e-5, tools/artifacts/deepspeed_config.py _RECIPES).
@@ -100,7 +116,10 @@ def job_config(
         parallelism["pipeline_parallel_layers_per_stage"] = model.layers // (pp * virtual)
     task = "pretrain" if brief.task == "pretrain" else "finetune"
     config: dict[str, dict[str, Any]] = {
-        "job": {"dump_folder": "./outputs", "description": comment_text(brief.goal or model.name)},
+        "job": {
+            "dump_folder": f"./{DUMP_FOLDER}",
+            "description": comment_text(brief.goal or model.name),
+        },
         "model": {
             "name": "llama3",
             "flavor": torchtitan_flavor(model) or "",
@@ -122,15 +141,55 @@ def job_config(
         },
         "parallelism": parallelism,
         "activation_checkpoint": {"mode": setup["checkpointing"]},
-        "checkpoint": {"enable_checkpoint": True, "folder": "checkpoint", "interval": 500},
+        "checkpoint": {
+            "enable_checkpoint": True,
+            "folder": CHECKPOINT_FOLDER,
+            "interval": min(SAVE_INTERVAL, steps),
+        },
     }
     if task == "finetune":
-        # The converted Hugging Face weights (TORCHTITAN.md: convert_from_hf.py), model only.
+        # The Hugging Face safetensors themselves, model only (the module docstring: how
+        # torchtitan reads them); ignored once the job has a checkpoint of its own.
         config["checkpoint"] |= {
-            "initial_load_path": "./converted_checkpoint",
+            "initial_load_path": f"./{HF_CHECKPOINT}",
             "initial_load_model_only": True,
+            "initial_load_in_hf": True,
         }
     return config
+
+
+def launch_preamble(config: dict[str, dict[str, Any]]) -> list[str]:
+    """launch.sh and train.sbatch lines before the command: the files the job reads are here.
+
+    A fine-tune without a complete checkpoint of its own (a ``step-N`` with DCP's
+    ``.metadata``) needs the Hugging Face weights; a checkpoint folder without one would make
+    torchtitan skip ``initial_load_path`` and start from random weights, so it stops too.
+    """
+    lines = [
+        f"if [[ ! -f {TORCHTITAN_CONFIG} ]]; then",
+        f'    echo "no {TORCHTITAN_CONFIG} in $PWD: start this from the plan\'s folder" >&2',
+        "    exit 2",
+        "fi",
+    ]
+    if "initial_load_path" not in config["checkpoint"]:
+        return lines
+    saved = f"{DUMP_FOLDER}/{config['checkpoint']['folder']}"
+    return [
+        *lines,
+        f'if ! compgen -G "{saved}/step-*/.metadata" > /dev/null; then',
+        f'    if ! compgen -G "{HF_CHECKPOINT}/*.safetensors" > /dev/null; then',
+        f'        echo "no Hugging Face weights (*.safetensors) in {HF_CHECKPOINT}: link the '
+        f"model's folder there first (ln -s /path/to/hf-model {HF_CHECKPOINT}), see "
+        'TORCHTITAN.md" >&2',
+        "        exit 2",
+        "    fi",
+        f"    if [[ -d {saved} ]]; then",
+        f'        echo "{saved} holds no complete checkpoint and torchtitan would start from '
+        f'random weights, not {HF_CHECKPOINT}: move it away first" >&2',
+        "        exit 2",
+        "    fi",
+        "fi",
+    ]
 
 
 def job_toml(config: dict[str, dict[str, Any]]) -> str:
@@ -156,14 +215,21 @@ def torchtitan_md(
         f"parallel {par['pipeline_parallel_degree']} x context parallel "
         f"{par['context_parallel_degree']} = {hardware.world_size} GPUs"
     )
-    finetune = "initial_load_path" in config["checkpoint"]
+    checkpoint = config["checkpoint"]
+    saved = f"{DUMP_FOLDER}/{checkpoint['folder']}"
+    resume = (
+        f"The job saves a checkpoint every {checkpoint['interval']} steps into `{saved}` and, "
+        "started again (the same launch.sh or train.sbatch), resumes from the newest one there."
+    )
     convert = (
-        "This is a fine-tune: convert the Hugging Face weights to torchtitan's DCP checkpoint "
-        "first, with torchtitan's `scripts/checkpoint_conversion/convert_from_hf.py` (from a "
-        "torchtitan checkout) into `./converted_checkpoint`, which `[checkpoint] "
-        "initial_load_path` loads (model weights only)."
-        if finetune
-        else "This is pretraining from random weights: no checkpoint to convert."
+        "This is a fine-tune from the Hugging Face weights, read as they are (no conversion): "
+        f"link the model's folder (its `*.safetensors` and `config.json`) to `{HF_CHECKPOINT}` "
+        f"here, `ln -s /path/to/hf-model {HF_CHECKPOINT}`; `[checkpoint] initial_load_path` "
+        "loads it, model weights only, through torchtitan's llama3 state-dict adapter "
+        "(`initial_load_in_hf`). launch.sh refuses to start without it until the job has a "
+        "checkpoint of its own. " + resume
+        if "initial_load_path" in checkpoint
+        else "This is pretraining from random weights: no checkpoint to load. " + resume
     )
     return render(
         "TORCHTITAN.md",
