@@ -34,6 +34,8 @@ from agents.loop import run_tool_loop
 from agents.toolkit import researcher_tools
 from agents.workspace import Workspace
 from graphs import build_graph
+from tools.artifacts.launch import job_command
+from tools.artifacts.scripts import shell_join
 from tools.artifacts.text import summary_lines
 from tools.core.schemas import LaunchSpec
 from tools.core.settings import Settings
@@ -236,7 +238,9 @@ def test_launch_emitted_before_the_plan_is_emitted_again_and_checked(
     # The launch on disk is the plan's: the DeepSpeed launcher with the plan's config.
     assert plan["launch"]["command"][0] == "deepspeed"
     script = (out / "launch.sh").read_text()
-    assert shlex.join(plan["launch"]["command"]) in script
+    # As launch.sh runs it: $MODEL_PATH overrides the weights, $DATA adds --data.
+    job_line = shell_join(job_command(plan["launch"]["command"]))
+    assert job_line in script
     assert "torchrun" not in script
     assert json.loads((out / "ds_config.json").read_text()) == plan["deepspeed_config"]
     agrees = [f for f in plan["review"]["findings"] if f["check"] == "launch_agrees"]
@@ -252,7 +256,7 @@ def test_launch_emitted_before_the_plan_is_emitted_again_and_checked(
     config = plan["deepspeed_config"]
     assert [f.severity for f in check_launch(hardware, memory, config, launch)] == ["info"]
     torchrun = ["torchrun", "--nnodes", "1", "--nproc_per_node", "8", "train.py"]
-    (out / "launch.sh").write_text(script.replace(shlex.join(launch.command), shlex.join(torchrun)))
+    (out / "launch.sh").write_text(script.replace(job_line, shlex.join(torchrun)))
     (problem,) = check_launch(hardware, memory, config, launch)
     assert problem.severity == "error" and "launch.sh does not run" in problem.message
     (out / "launch.sh").write_text(script)

@@ -154,10 +154,10 @@ def test_qlora_base_is_about_half_a_byte_per_quantized_weight() -> None:
     model = lookup_model("llama-3-70b", 2048)
     kept = 2 * model.vocab * model.hidden  # untied embeddings and LM head stay bf16
     saving = qlora_base_saving(model)
-    # 2 bytes -> 0.5 + 4/64 bytes per quantized weight, less one dequantized h x i weight.
-    assert (
-        saving == int((2 - 0.5625) * (model.params - kept)) - 2 * model.hidden * model.intermediate
-    )
+    # 2 bytes -> 4 bits plus double-quantized constants (0.127 bits, QLoRA sec. 3) per
+    # quantized weight, less one dequantized h x i weight.
+    nf4 = (4 + 0.127) / 8
+    assert saving == int((2 - nf4) * (model.params - kept)) - 2 * model.hidden * model.intermediate
 
 
 def test_comm_bound_plan_gets_a_low_efficiency_warning_and_a_healthy_one_does_not() -> None:

@@ -29,7 +29,7 @@ from train_fixture import save_model, write_dataset
 
 from tools.artifacts.launch import emit_launch
 from tools.core.schemas import FrameworkChoice, HardwareSpec, ModelSpec, TrainingBrief
-from tools.planning.states import DEFAULT_LORA_RANK, lora_adapter_params
+from tools.planning.states import DEFAULT_LORA_RANK, lora_adapter_params, model_state_bytes
 from tools.research.model_catalog import lookup_model
 from tools.smoke import train as job
 from tools.smoke.commands import free_port
@@ -63,7 +63,9 @@ ZERO3 = {
         },
     },
     "gradient_clipping": 1.0,
-    "zero_optimization": {"stage": 3},
+    # Threshold 0: every parameter is partitioned (the default keeps the tiny model's small
+    # tensors whole on every rank, as it would a big model's norms).
+    "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
 }
 _STEP = re.compile(r"^step (\d+)/\d+ loss ([0-9.]+)")
 _RESUMED = re.compile(r"^resumed from .*step(\d+) at step (\d+)")
@@ -205,6 +207,14 @@ def _assert_continues(before: dict[int, float], after: dict[int, float], start: 
     assert after[STEPS] < before[1] - 0.3, (before, after)  # and it kept learning
 
 
+def _assert_partitioned(metrics: dict[str, Any], spec: ModelSpec) -> None:
+    planned = model_state_bytes(
+        spec.params, spec.params, spec.largest_layer_params, RANKS, "zero3", precision="fp32"
+    ).gpu["params"]
+    assert planned == 4 * spec.params // RANKS
+    assert metrics["local_param_bytes"] == pytest.approx(planned, rel=0.01), metrics
+
+
 def test_zero3_fine_tune_builds_under_zero_init_and_resumes_after_sigkill(
     tmp_path: Path, saved: tuple[Path, Path]
 ) -> None:
@@ -213,7 +223,7 @@ def test_zero3_fine_tune_builds_under_zero_init_and_resumes_after_sigkill(
         pytest.skip("port 29500 (the DeepSpeed launcher's default) is in use")
     model_dir, data = saved
     out = tmp_path / "zero3"
-    _emit(out, model_dir, DEEPSPEED, "finetune")
+    spec = _emit(out, model_dir, DEEPSPEED, "finetune")
     before, after, start, metrics = _kill_and_resume(out, data)
     _assert_continues(before, after, start)
     assert before[1] == pytest.approx(_first_loss(model_dir, data), abs=1e-4)
@@ -222,6 +232,9 @@ def test_zero3_fine_tune_builds_under_zero_init_and_resumes_after_sigkill(
     assert metrics["first_step"] == start + 1 and metrics["status"] == "ok"
     assert metrics["data"] == str(data) and metrics["world_size"] == RANKS
     assert (out / "checkpoints" / "latest").read_text().strip() == f"step{STEPS}"
+    # Each rank holds the partition the memory plan prices for ZeRO-3 (fp32 on CPU), not the
+    # whole model (DeepSpeed pads each partition to a multiple of the world size).
+    _assert_partitioned(metrics, spec)
 
 
 def test_fsdp_fine_tune_shards_a_meta_model_and_resumes_after_sigkill(
@@ -229,7 +242,7 @@ def test_fsdp_fine_tune_shards_a_meta_model_and_resumes_after_sigkill(
 ) -> None:
     model_dir, data = saved
     out = tmp_path / "fsdp"
-    _emit(out, model_dir, FSDP, "finetune")
+    spec = _emit(out, model_dir, FSDP, "finetune")
     assert "--fsdp" in (out / "launch.sh").read_text()
     before, after, start, metrics = _kill_and_resume(out, data, ["--lr", str(LR)])
     _assert_continues(before, after, start)
@@ -239,6 +252,7 @@ def test_fsdp_fine_tune_shards_a_meta_model_and_resumes_after_sigkill(
     assert metrics["params"] == sum(
         p.numel() for p in transformers.AutoModelForCausalLM.from_pretrained(model_dir).parameters()
     )
+    _assert_partitioned(metrics, spec)  # FSDP2 shards every parameter over the 2 ranks
     step_dir = out / "checkpoints" / f"step{STEPS}"
     assert sorted(p.name for p in step_dir.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
 

@@ -78,6 +78,10 @@ _JOB_COMMENT = (
     "Checkpoints go to checkpoints/: run this again to resume from the latest. Arguments to "
     "this script go to train.py (./launch.sh --steps 50)."
 )
+_NO_QLORA_COMMENT = (
+    "# QLoRA's 4-bit base needs bitsandbytes on a CUDA GPU and this plan's hardware has none: "
+    "train.py refuses --qlora here (drop it to train the adapters on a 16-bit base)."
+)
 # How often the job checkpoints: about ten times a run, at most every 500 steps.
 _SAVES_PER_RUN = 10
 _MAX_SAVE_EVERY = 500
@@ -192,6 +196,8 @@ def emit_launch(
     comments = [job.title, launch.how_to_run]
     if job_script:
         comments.append(_JOB_COMMENT)
+        if "--qlora" in launch.command and hardware.gpu is None:
+            comments.append(_NO_QLORA_COMMENT)
         # Arguments to launch.sh go to train.py after the plan's (the last one wins).
         script_command = [*script_command, Shell('"$@"')]
     texts["launch.sh"] = cluster.launch_script(comments, script_command, launch.preamble)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from tools.core.schemas import FitOption, HardwareSpec, ModelSpec, StrategyEstimate, TrainingBrief
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, STRATEGY_ORDER, StrategyName
+from tools.planning.footprint import NF4_BYTES
 from tools.planning.memory import (
     CPU_RAM_HEADROOM,
     FRAGMENTATION_MARGIN,
@@ -37,8 +38,9 @@ from tools.planning.memory import (
 from tools.planning.scale_out import TRAINING_TASKS, fits_somewhere, smallest_fitting
 from tools.planning.states import resolve_precision
 
-# NF4 weights (4 bits) plus one fp32 absmax per block of 64 weights (QLoRA paper sec. 3).
-NF4_BYTES_PER_PARAM = 0.5 + 4 / 64
+# NF4 weights with double-quantized block constants, as the generated train.py loads them
+# (bnb_4bit_use_double_quant) and the memory model prices them (footprint.py NF4_BYTES).
+NF4_BYTES_PER_PARAM = NF4_BYTES
 # Most options quoted in the one-line summary (the line stays one line).
 MAX_OPTIONS_IN_LINE = 6
 PLAIN = [s for s in STRATEGY_ORDER if s not in OFFLOAD_STRATEGIES]

@@ -28,6 +28,11 @@ DEFAULT_LORA_RANK = 16
 # The linear projections of one transformer layer an adapter can sit on (PEFT target names).
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 DEFAULT_LORA_TARGETS = LORA_TARGETS
+# Families whose attention projects q, k and v with one linear layer (GPT-2's c_attn, Phi-3's
+# qkv_proj, Falcon's and GPT-NeoX's query_key_value), and whose gate and up are one layer
+# (Phi-3's gate_up_proj): an adapter there is one r x (d_in + d_out) pair (peft's all-linear).
+FUSED_QKV_FAMILIES = frozenset({"gpt2", "phi3", "falcon", "gpt_neox", "bloom"})
+FUSED_GATE_UP_FAMILIES = frozenset({"phi3"})
 # Families whose MLP is gated (gate, up and down projections): llama-style layers.
 GATED_MLP_FAMILIES = frozenset(
     {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "phi3"}
@@ -126,9 +131,14 @@ def lora_adapter_params(
     if unknown:
         raise InputError("lora_targets", f"unknown projections {unknown}; use {LORA_TARGETS}")
     h = model.hidden
-    kv_dim = h * (model.kv_heads or model.heads) // model.heads
-    inter = model.intermediate or 4 * h
     config = model.hf_config or {}
+    # Heads of an explicit width (Gemma 2: 8 x 256 = 2048 against a hidden size of 2304).
+    head_dim = config.get("head_dim")
+    if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim < 1:
+        head_dim = h // model.heads
+    q_dim = model.heads * head_dim
+    kv_dim = (model.kv_heads or model.heads) * head_dim
+    inter = model.intermediate or 4 * h
     gated = str(config.get("model_type", "")) in GATED_MLP_FAMILIES and bool(model.intermediate)
     experts = 1
     for key in ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"):
@@ -136,15 +146,24 @@ def lora_adapter_params(
             experts = config[key]
             break
     sides = {
-        "q": h + h,
+        "q": h + q_dim,
         "k": h + kv_dim,
         "v": h + kv_dim,
-        "o": h + h,
+        "o": q_dim + h,
         "gate": (h + inter) * experts if gated else 0,
         "up": (h + inter) * experts,
         "down": (inter + h) * experts,
     }
-    return model.layers * rank * sum(sides[t] for t in dict.fromkeys(targets))
+    chosen = dict.fromkeys(targets)
+    total = sum(sides[t] for t in chosen)
+    family = str(config.get("model_type", ""))
+    if family in FUSED_QKV_FAMILIES and {"q", "k", "v"} & set(chosen):
+        # One linear layer projects q, k and v, and one adapter covers it: r * (h + h + 2 kv).
+        total += h + q_dim + 2 * kv_dim - sum(sides[t] for t in ("q", "k", "v") if t in chosen)
+    if family in FUSED_GATE_UP_FAMILIES and {"gate", "up"} & set(chosen):
+        # gate and up as one h -> 2i layer: r * (h + 2i), not 2 r (h + i).
+        total += (h + 2 * inter) * experts - sum(sides[t] for t in ("gate", "up") if t in chosen)
+    return model.layers * rank * total
 
 
 def model_state_bytes(

@@ -6,6 +6,7 @@ Each ``check_*`` looks at one thing and returns its findings; ``check_plan`` run
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -420,11 +421,29 @@ def _runs(script: str, command: list[str]) -> bool:
     wanted = [shlex.split(a)[0] if a.startswith('"$') else a for a in command]
     for line in script.splitlines():
         try:
-            if shlex.split(line) == wanted:
+            if _unset_expansions(shlex.split(line)) == wanted:
                 return True
         except ValueError:
             continue
     return False
+
+
+_DEFAULTED = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*:-(.*)\}$")
+
+
+def _unset_expansions(argv: list[str]) -> list[str]:
+    """A script line as it runs with its environment overrides unset and no arguments.
+
+    train.py launches read ``${MODEL_PATH:-weights}``, add ``${DATA:+--data}`` and pass ``"$@"``
+    on (tools/artifacts/launch.py ``job_command``): unset, those are the plan's own command.
+    """
+    out = []
+    for arg in argv:
+        if arg == "$@" or (arg.startswith("${") and ":+" in arg):
+            continue
+        match = _DEFAULTED.match(arg)
+        out.append(match[1] if match else arg)
+    return out
 
 
 def check_model_parallel(memory: MemoryPlan | None) -> list[Finding]:

@@ -374,6 +374,18 @@ def total_params(model: torch.nn.Module) -> int:
     return sum(_numel(p) for p in model.parameters())
 
 
+def local_param_bytes(model: torch.nn.Module) -> int:
+    """Bytes of parameters this rank holds: its ZeRO-3 partition or FSDP shard, else all of it."""
+    total = 0
+    for param in model.parameters():
+        local: Any = getattr(param, "ds_tensor", None)  # a ZeRO-3 partition
+        if local is None:
+            to_local = getattr(param, "to_local", None)  # an FSDP2 DTensor shard
+            local = to_local() if callable(to_local) else param
+        total += int(local.numel()) * int(local.element_size())
+    return total
+
+
 def _numel(param: torch.nn.Parameter) -> int:
     ds_numel = getattr(param, "ds_numel", None)  # a ZeRO-3 partition's full size
     if isinstance(ds_numel, int):
@@ -1505,6 +1517,8 @@ def train_loop(
     memory_marks: dict[str, int] = {}
     if on_cuda:
         memory_marks["allocated_at_start_bytes"] = int(torch.cuda.memory_allocated(device))
+    # What this rank holds of the model once it is built and sharded, before any step.
+    memory_marks["local_param_bytes"] = local_param_bytes(model)
 
     vocab_size = int(getattr(model, "config").vocab_size)  # noqa: B009 - any HF model, peft's too
     data_info: dict[str, Any] = {"data": "synthetic"}
