@@ -270,3 +270,37 @@ def test_lora_trains_the_plans_adapters_only_and_resumes_after_sigkill(
     assert metrics["trainable_params"] == lora_adapter_params(spec, DEFAULT_LORA_RANK)
     assert metrics["params"] == spec.params + metrics["trainable_params"]
     assert metrics["lora_rank"] == DEFAULT_LORA_RANK and metrics["mode"] == "ddp"
+
+
+def test_sigterm_saves_the_step_it_stopped_at_and_the_rerun_resumes_there(
+    tmp_path: Path, saved: tuple[Path, Path]
+) -> None:
+    model_dir, data = saved
+    out = tmp_path / "ddp"
+    _emit(out, model_dir, DDP, "finetune")
+    # No periodic checkpoint before the signal: what resumes is the one SIGTERM wrote.
+    proc = _launch(out, data, ["--lr", str(LR), "--save-every", "100"])
+    timer = threading.Timer(_TIMEOUT_S, _kill_group, args=(proc,))
+    timer.start()
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith(f"step {KILL_AFTER}/"):
+                # As SLURM preempts a job step: every process of it gets SIGTERM at once.
+                os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        _kill_group(proc)
+        timer.cancel()
+    stopped = [m for line in lines if (m := re.match(r"^stopped at step (\d+) on SIGTERM", line))]
+    assert stopped, "\n".join(lines[-40:])
+    step = int(stopped[0][1])
+    assert KILL_AFTER <= step < STEPS
+    assert (out / "checkpoints" / "latest").read_text().strip() == f"step{step}"
+    metrics = json.loads((out / "metrics" / "rank0.json").read_text())
+    assert metrics["status"] == "preempted" and metrics["steps"] == step
+    after = _run_to_end(_launch(out, data, ["--lr", str(LR), "--save-every", "100"]))
+    assert f"resumed from checkpoints/step{step} at step {step}" in after
+    assert sorted(_losses(after)) == list(range(step + 1, STEPS + 1))

@@ -40,7 +40,7 @@ steps (DeepSpeed's own checkpoint format in DeepSpeed mode, ``torch.distributed.
 otherwise, keeping the newest ``--keep-checkpoints``); a run started again with the same
 directory resumes from its latest checkpoint, data position and schedule included. With a
 checkpoint directory, SIGTERM (SLURM's preemption signal) ends the run after the current step
-with a final checkpoint and exit code 0; a second SIGTERM exits at once. Without DeepSpeed the
+with a final checkpoint and exit code 0 (within the launcher's grace period: 30 s). Without DeepSpeed the
 schedule is ``--lr-schedule constant|linear|cosine`` with ``--warmup-steps``. Rank 0 prints loss,
 learning rate, tokens/s and memory every ``--log-every`` steps and appends the same to
 ``metrics-dir/metrics.jsonl`` (and to TensorBoard with ``--tensorboard DIR``, W&B with
@@ -1383,9 +1383,13 @@ def fill_from_rank0(
 class StopRequest:
     """SIGTERM (SLURM preemption, a launcher stopping): finish the step, save, exit 0.
 
-    Installed only when the run has a checkpoint directory (something to save); a second
-    SIGTERM ends the process at once. Every rank learns of a request on any rank at the next
-    step's end (``train_loop`` all-reduces it with the loss), so they all save the same step.
+    Installed only when the run has a checkpoint directory (something to save). Every rank
+    learns of a request on any rank at the step's end (``train_loop`` all-reduces it with the
+    loss), so they all save the same step. Later SIGTERMs change nothing: SLURM signals the
+    launcher and the ranks together and the launcher then forwards its own, and a save cut
+    short by a second one would lose the step. What ends a rank that cannot finish (one stuck
+    in a collective) is the launcher's SIGKILL after its grace period (torchrun's and
+    DeepSpeed's: 30 s), or Ctrl-C.
     """
 
     requested = False
@@ -1394,16 +1398,14 @@ class StopRequest:
     def install(cls) -> None:
         """Catch SIGTERM from now on."""
 
-        def handler(signum: int, _frame: Any) -> None:
-            if cls.requested:
-                signal.signal(signum, signal.SIG_DFL)
-                os.kill(os.getpid(), signum)
+        def handler(_signum: int, _frame: Any) -> None:
+            if not cls.requested:
+                print(
+                    f"[rank {_rank()}] SIGTERM: saving a checkpoint after this step, then exiting",
+                    file=sys.stderr,
+                    flush=True,
+                )
             cls.requested = True
-            print(
-                f"[rank {_rank()}] SIGTERM: saving a checkpoint after this step, then exiting",
-                file=sys.stderr,
-                flush=True,
-            )
 
         signal.signal(signal.SIGTERM, handler)
 
@@ -1644,8 +1646,9 @@ def train_loop(
         if step % _METRICS_EVERY == 0:
             # Partial metrics let a run that is stopped (timeout, Ctrl-C) still report progress.
             write_json_atomic(metrics_path, metrics("running"))
-        if not math.isfinite(step_loss):
-            # Nothing after a NaN loss tells us more; stop early so the verdict comes fast.
+        if not (math.isfinite(step_loss) and math.isfinite(mean_loss)):
+            # Nothing after a NaN loss tells us more; stop early so the verdict comes fast. The
+            # all-reduced mean is NaN on every rank when any rank's loss is, so all stop here.
             write_json_atomic(metrics_path, metrics("nan"))
             log.close()
             return 3
