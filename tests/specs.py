@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec
+from tools.core.schemas import (
+    GPUSpec,
+    HardwareSpec,
+    MemoryBreakdown,
+    MemoryPlan,
+    ModelSpec,
+    StrategyEstimate,
+)
 
 A100 = GPUSpec(name="A100-80GB", memory_gb=80, bf16_tflops=312, fp16_tflops=312)
 V100 = GPUSpec(name="V100-32GB", memory_gb=32, fp16_tflops=125)
@@ -105,3 +112,27 @@ hardware: local
 smoke: true
 team: {experience: beginner, existing_stack: none}
 """
+
+
+def model_parallel_plan(
+    strategy: str, tp: int, pp: int, micro: int = 1, accumulation: int = 1
+) -> MemoryPlan:
+    """A memory plan whose chosen setup is ``strategy`` at tensor ``tp`` x pipeline ``pp``."""
+    row = StrategyEstimate(
+        name=strategy,  # type: ignore[arg-type]
+        per_gpu_bytes=MemoryBreakdown(
+            params=1, gradients=1, optimizer=1, activations=1, buffers=1, total=5
+        ),
+        fits=True,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+    )
+    return MemoryPlan(
+        strategies=[row],
+        chosen=strategy,  # type: ignore[arg-type]
+        micro_batch_size=micro,
+        gradient_accumulation_steps=accumulation,
+        activation_checkpointing=True,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+    )

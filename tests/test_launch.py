@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from specs import GPT2_TINY, tiny_spec
+from specs import GPT2_TINY, model_parallel_plan, tiny_spec
 
 from tools.artifacts.launch import emit_launch, job_command
 from tools.artifacts.scripts import Shell, shell_join
@@ -25,10 +25,7 @@ from tools.core.schemas import (
     FrameworkChoice,
     GPUSpec,
     HardwareSpec,
-    MemoryBreakdown,
-    MemoryPlan,
     ModelSpec,
-    StrategyEstimate,
     TrainingBrief,
 )
 from tools.smoke import free_port
@@ -584,27 +581,6 @@ def _llama_70b() -> ModelSpec:
     )
 
 
-def _tp_pp_plan(tp: int, pp: int, micro: int, accumulation: int) -> MemoryPlan:
-    row = StrategyEstimate(
-        name="zero1",
-        per_gpu_bytes=MemoryBreakdown(
-            params=1, gradients=1, optimizer=1, activations=1, buffers=1, total=5
-        ),
-        fits=True,
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
-    )
-    return MemoryPlan(
-        strategies=[row],
-        chosen="zero1",
-        micro_batch_size=micro,
-        gradient_accumulation_steps=accumulation,
-        activation_checkpointing=True,
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
-    )
-
-
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_tensor_pipeline_plan_launches_megatron_deepspeed(tmp_path: Path, nodes: int) -> None:
     hw = gpus(nodes, 8)
@@ -626,7 +602,7 @@ def test_tensor_pipeline_plan_launches_megatron_deepspeed(tmp_path: Path, nodes:
     # An earlier data-parallel plan in the same folder wrote train.py (and recorded it).
     emit_launch(tmp_path, brief(), gpus(1, 8), model(), DEEPSPEED, DS_CONFIG)
     assert (tmp_path / "train.py").is_file()
-    memory = _tp_pp_plan(tp, pp, 1, 64 // dp)
+    memory = model_parallel_plan("zero1", tp, pp, 1, 64 // dp)
     seq_brief = brief(seq_len=8192).model_copy(update={"global_batch_size": 64})
     spec = emit_launch(tmp_path, seq_brief, hw, _llama_70b(), MEGATRON, config, memory=memory)
     command = spec.command
@@ -668,7 +644,7 @@ def test_tensor_pipeline_plan_launches_megatron_deepspeed(tmp_path: Path, nodes:
 
 def test_tensor_only_plan_turns_megatrons_pipeline_off(tmp_path: Path) -> None:
     config = dict(DS_CONFIG, train_batch_size=16, gradient_accumulation_steps=4)
-    memory = _tp_pp_plan(8, 1, 4, 4)
+    memory = model_parallel_plan("zero1", 8, 1, 4, 4)
     spec = emit_launch(tmp_path, brief(), gpus(1, 8), model(), MEGATRON, config, memory=memory)
     assert "--no-pipeline-parallel" in spec.command
     # A data-parallel plan (the default memory=None) keeps the DeepSpeed launcher and train.py.

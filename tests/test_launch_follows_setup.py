@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from specs import GPT2_TINY, LLAMA3_70B, tiny_spec
+from specs import GPT2_TINY, LLAMA3_70B, model_parallel_plan, tiny_spec
 
 from tools.artifacts.deepspeed_config import ConfigError, emit_deepspeed_config
 from tools.artifacts.ds_validate import validate_deepspeed_config
@@ -28,9 +28,6 @@ from tools.core.schemas import (
     FrameworkChoice,
     GPUSpec,
     HardwareSpec,
-    MemoryBreakdown,
-    MemoryPlan,
-    StrategyEstimate,
     TrainingBrief,
 )
 from tools.research.framework import follow_setup, setup_framework
@@ -41,27 +38,6 @@ DEEPSPEED = FrameworkChoice(primary="deepspeed", stack=["pytorch", "deepspeed"],
 MEGATRON = FrameworkChoice(
     primary="megatron", stack=["pytorch", "megatron", "deepspeed"], rationale="x"
 )
-
-
-def _plan(strategy: str, tp: int, pp: int, micro: int = 1, accumulation: int = 1) -> MemoryPlan:
-    row = StrategyEstimate(
-        name=strategy,  # type: ignore[arg-type]
-        per_gpu_bytes=MemoryBreakdown(
-            params=1, gradients=1, optimizer=1, activations=1, buffers=1, total=5
-        ),
-        fits=True,
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
-    )
-    return MemoryPlan(
-        strategies=[row],
-        chosen=strategy,  # type: ignore[arg-type]
-        micro_batch_size=micro,
-        gradient_accumulation_steps=accumulation,
-        activation_checkpointing=True,
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
-    )
 
 
 def _cli(tmp_path: Path, request: str) -> tuple[dict[str, Any], Path]:
@@ -168,21 +144,23 @@ def test_tensor_by_pipeline_on_llama_runs_on_torchtitan(tmp_path: Path) -> None:
 
 def test_setup_framework_picks_by_split_model_and_zero_stage() -> None:
     gpt2 = tiny_spec(GPT2_TINY)
-    assert setup_framework(LLAMA3_70B, _plan("zero1", 8, 1)) == "megatron"  # no HF config
+    assert (
+        setup_framework(LLAMA3_70B, model_parallel_plan("zero1", 8, 1)) == "megatron"
+    )  # no HF config
     llama = LLAMA3_70B.model_copy(update={"hf_config": {"model_type": "llama"}})
-    assert setup_framework(llama, _plan("zero1", 1, 1)) is None
-    assert setup_framework(llama, _plan("zero1", 8, 1)) == "deepspeed"
-    assert setup_framework(gpt2, _plan("zero2", 2, 1)) == "deepspeed"
+    assert setup_framework(llama, model_parallel_plan("zero1", 1, 1)) is None
+    assert setup_framework(llama, model_parallel_plan("zero1", 8, 1)) == "deepspeed"
+    assert setup_framework(gpt2, model_parallel_plan("zero2", 2, 1)) == "deepspeed"
     # AutoTP training takes ZeRO 0-2 only; ZeRO-3 with tensor parallelism goes to Megatron.
-    assert setup_framework(llama, _plan("zero3", 8, 1)) == "megatron"
-    assert setup_framework(llama, _plan("zero1", 8, 2)) == "torchtitan"
+    assert setup_framework(llama, model_parallel_plan("zero3", 8, 1)) == "megatron"
+    assert setup_framework(llama, model_parallel_plan("zero1", 8, 2)) == "torchtitan"
     # No torchtitan model definition for GPT-2 (nor a Llama of another shape): Megatron.
-    assert setup_framework(gpt2, _plan("zero1", 2, 2)) == "megatron"
+    assert setup_framework(gpt2, model_parallel_plan("zero1", 2, 2)) == "megatron"
     odd = llama.model_copy(update={"layers": 40})
-    assert setup_framework(odd, _plan("zero1", 4, 2)) == "megatron"
+    assert setup_framework(odd, model_parallel_plan("zero1", 4, 2)) == "megatron"
     # A wish for Megatron stands; a DeepSpeed choice moves to what the split needs.
-    assert follow_setup(MEGATRON, llama, _plan("zero1", 8, 2)).primary == "megatron"
-    moved = follow_setup(DEEPSPEED, llama, _plan("zero1", 8, 2))
+    assert follow_setup(MEGATRON, llama, model_parallel_plan("zero1", 8, 2)).primary == "megatron"
+    moved = follow_setup(DEEPSPEED, llama, model_parallel_plan("zero1", 8, 2))
     assert moved.primary == "torchtitan" and moved.stack == ["pytorch", "torchtitan"]
     assert "deepspeed" in [a.name for a in moved.alternatives]
 
@@ -190,14 +168,21 @@ def test_setup_framework_picks_by_split_model_and_zero_stage() -> None:
 def test_autotp_config_refuses_zero3_and_pipelines() -> None:
     hw = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=H100)
     brief = TrainingBrief(goal="x", model="llama-3-70b", global_batch_size=8)
-    for plan in (_plan("zero3", 4, 1, 1, 4), _plan("zero1", 2, 2, 1, 4)):
+    for plan in (
+        model_parallel_plan("zero3", 4, 1, 1, 4),
+        model_parallel_plan("zero1", 2, 2, 1, 4),
+    ):
         with pytest.raises(ConfigError) as err:
             emit_deepspeed_config(plan, LLAMA3_70B, hw, brief, autotp=True)
         assert err.value.key == "tensor_parallel.autotp_size"
-    config = emit_deepspeed_config(_plan("zero2", 4, 1, 1, 4), LLAMA3_70B, hw, brief, autotp=True)
+    config = emit_deepspeed_config(
+        model_parallel_plan("zero2", 4, 1, 1, 4), LLAMA3_70B, hw, brief, autotp=True
+    )
     assert config["tensor_parallel"] == {"autotp_size": 4}
     validate_deepspeed_config(config, 2)
-    megatron = emit_deepspeed_config(_plan("zero2", 4, 1, 1, 4), LLAMA3_70B, hw, brief)
+    megatron = emit_deepspeed_config(
+        model_parallel_plan("zero2", 4, 1, 1, 4), LLAMA3_70B, hw, brief
+    )
     assert "tensor_parallel" not in megatron  # Megatron brings its own tensor groups
 
 
@@ -224,7 +209,7 @@ def test_a_split_under_a_framework_that_cannot_run_it_is_refused(tmp_path: Path)
             tiny_spec(GPT2_TINY),
             DEEPSPEED,
             config,
-            memory=_plan("zero1", 2, 2, 1, 4),
+            memory=model_parallel_plan("zero1", 2, 2, 1, 4),
         )
     assert not (tmp_path / "launch.sh").exists()
 
@@ -249,7 +234,13 @@ def test_megatron_launch_finds_its_script_and_config_from_where_it_runs(tmp_path
     (bin_dir / "torchrun").chmod(0o755)
     hw, brief, config = _tiny_tp2_pp2()
     spec = emit_launch(
-        out, brief, hw, tiny_spec(GPT2_TINY), MEGATRON, config, memory=_plan("zero1", 2, 2, 1, 4)
+        out,
+        brief,
+        hw,
+        tiny_spec(GPT2_TINY),
+        MEGATRON,
+        config,
+        memory=model_parallel_plan("zero1", 2, 2, 1, 4),
     )
     # A fine-tune loads the converted checkpoint; launch.sh picks it (test_launch_frameworks.py).
     assert "--finetune" in Path(spec.files["launch.sh"]).read_text()

@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from specs import GPT2_TINY, LLAMA3_70B, tiny_spec
+from specs import GPT2_TINY, LLAMA3_70B, model_parallel_plan, tiny_spec
 
 from tools.artifacts.launch import emit_launch
 from tools.core.schemas import (
@@ -27,9 +27,6 @@ from tools.core.schemas import (
     GPUSpec,
     HardwareSpec,
     LaunchSpec,
-    MemoryBreakdown,
-    MemoryPlan,
-    StrategyEstimate,
     TrainingBrief,
 )
 
@@ -78,27 +75,6 @@ FAKE_TITAN_TRAIN = RECORD_HEAD + (
     "seen['initial'] = sorted(os.listdir(initial)) if initial and os.path.isdir(initial) else None\n"
     "json.dump(seen, open(os.environ['RECORD'], 'w'))\n"
 )
-
-
-def _plan(strategy: str, tp: int, pp: int, accumulation: int = 4) -> MemoryPlan:
-    row = StrategyEstimate(
-        name=strategy,  # type: ignore[arg-type]
-        per_gpu_bytes=MemoryBreakdown(
-            params=1, gradients=1, optimizer=1, activations=1, buffers=1, total=5
-        ),
-        fits=True,
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
-    )
-    return MemoryPlan(
-        strategies=[row],
-        chosen=strategy,  # type: ignore[arg-type]
-        micro_batch_size=1,
-        gradient_accumulation_steps=accumulation,
-        activation_checkpointing=True,
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
-    )
 
 
 def _config(stage: int, dp: int) -> dict[str, Any]:
@@ -182,7 +158,7 @@ def _megatron(out: Path, task: str, stage: int = 1, tp: int = 2, pp: int = 2) ->
         tiny_spec(GPT2_TINY),
         MEGATRON,
         _config(stage, dp),
-        memory=_plan(f"zero{stage}", tp, pp),
+        memory=model_parallel_plan(f"zero{stage}", tp, pp, accumulation=4),
     )
 
 
@@ -294,7 +270,13 @@ def test_megatron_fine_tune_the_converter_cannot_serve_says_so(tmp_path: Path) -
 def _torchtitan(out: Path, task: str) -> LaunchSpec:
     hw = HardwareSpec(source="described", nodes=2, gpus_per_node=8, gpu=H100)
     return emit_launch(
-        out, _brief(task), hw, LLAMA3_70B, TORCHTITAN, None, memory=_plan("zero1", 8, 2)
+        out,
+        _brief(task),
+        hw,
+        LLAMA3_70B,
+        TORCHTITAN,
+        None,
+        memory=model_parallel_plan("zero1", 8, 2, accumulation=4),
     )
 
 

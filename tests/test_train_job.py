@@ -134,8 +134,11 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         pass
 
 
-def _run_until_step(proc: subprocess.Popen[str], step: int) -> list[str]:
-    """Read the run's output until ``step``'s line, then SIGKILL everything it started."""
+def _signal_at_step(proc: subprocess.Popen[str], step: int, sig: signal.Signals) -> list[str]:
+    """Read the run's output; at ``step``'s line send ``sig`` to everything it started.
+
+    SIGKILL ends the reading there; any other signal lets the run finish what it does on it.
+    """
     timer = threading.Timer(_TIMEOUT_S, _kill_group, args=(proc,))
     timer.start()
     lines: list[str] = []
@@ -144,10 +147,12 @@ def _run_until_step(proc: subprocess.Popen[str], step: int) -> list[str]:
         for line in proc.stdout:
             lines.append(line.rstrip("\n"))
             if line.startswith(f"step {step}/"):
-                break
+                os.killpg(proc.pid, sig)
+                if sig == signal.SIGKILL:
+                    break
+        proc.wait(timeout=120)
     finally:
         _kill_group(proc)
-        proc.wait(timeout=30)
         timer.cancel()
     assert any(line.startswith(f"step {step}/") for line in lines), "\n".join(lines[-40:])
     return lines
@@ -186,7 +191,7 @@ def _kill_and_resume(
 ) -> tuple[dict[int, float], dict[int, float], int, dict[str, Any]]:
     """Run, SIGKILL after step 5, run again: both runs' losses, the resumed step, its metrics."""
     extra = extra or []
-    before = _losses(_run_until_step(_launch(out, data, extra), KILL_AFTER))
+    before = _losses(_signal_at_step(_launch(out, data, extra), KILL_AFTER, signal.SIGKILL))
     after_lines = _run_to_end(_launch(out, data, extra))
     resumed = [m for line in after_lines if (m := _RESUMED.match(line))]
     assert resumed, "\n".join(after_lines[-40:])
@@ -280,20 +285,8 @@ def test_sigterm_saves_the_step_it_stopped_at_and_the_rerun_resumes_there(
     _emit(out, model_dir, DDP, "finetune")
     # No periodic checkpoint before the signal: what resumes is the one SIGTERM wrote.
     proc = _launch(out, data, ["--lr", str(LR), "--save-every", "100"])
-    timer = threading.Timer(_TIMEOUT_S, _kill_group, args=(proc,))
-    timer.start()
-    lines: list[str] = []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
-            if line.startswith(f"step {KILL_AFTER}/"):
-                # As SLURM preempts a job step: every process of it gets SIGTERM at once.
-                os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=120)
-    finally:
-        _kill_group(proc)
-        timer.cancel()
+    # As SLURM preempts a job step: every process of it gets SIGTERM at once.
+    lines = _signal_at_step(proc, KILL_AFTER, signal.SIGTERM)
     stopped = [m for line in lines if (m := re.match(r"^stopped at step (\d+) on SIGTERM", line))]
     assert stopped, "\n".join(lines[-40:])
     step = int(stopped[0][1])
