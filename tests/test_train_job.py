@@ -210,6 +210,11 @@ def _assert_continues(before: dict[int, float], after: dict[int, float], start: 
         # Same weights, optimizer state, learning rate and batches: the same loss.
         assert after[step] == pytest.approx(before[step], abs=1e-4), (step, before, after)
     assert after[STEPS] < before[1] - 0.3, (before, after)  # and it kept learning
+    shown = ", ".join(f"step {k}: {before[k]:.4f} / {after[k]:.4f}" for k in overlap)
+    print(
+        f"resumed at step {start}; killed run / resumed run: {shown}; "
+        f"step 1 {before[1]:.4f}, step {STEPS} {after[STEPS]:.4f}"
+    )
 
 
 def _assert_partitioned(metrics: dict[str, Any], spec: ModelSpec) -> None:
