@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,9 @@ from graphs import build_graph
 from graphs.chat import ChatSession
 from tools.artifacts.cluster import deepspeed_no_ssh_command
 from tools.artifacts.deepspeed_config import emit_deepspeed_config
-from tools.artifacts.launch import emit_launch
+from tools.artifacts.launch import emit_launch, job_command
 from tools.artifacts.save import save_plan
+from tools.artifacts.scripts import Shell, shell_join
 from tools.core.errors import InputError
 from tools.core.settings import Settings
 from tools.intake.brief import brief_from_dict
@@ -33,6 +33,7 @@ from tools.planning import search_strategy
 from tools.research.framework import select_framework
 from tools.research.hardware import parse_hardware
 from tools.research.model_catalog import lookup_model
+from tools.review.checks import _runs
 
 CANARY = "pwned"
 # Each tries to run `touch pwned` in the working directory if any shell ever evaluates it.
@@ -196,9 +197,13 @@ def test_launch_files_quote_every_value_and_run_nothing_else(
                 # (the SLURM job name keeps only [A-Za-z0-9_.-] of the model's name)
                 assert line.startswith("#"), (script.name, line)
 
-    # shlex round trip: launch.sh's command line parses back to the intended argv.
+    # launch.sh's command line is the plan's with the weights' path as the default of
+    # $MODEL_PATH (escaped for double quotes) and $DATA and "$@" passed on; bash running it
+    # with neither set (below) gives back the intended argv.
     last = (out / "launch.sh").read_text().rstrip("\n").splitlines()[-1]
-    assert shlex.split(last) == spec.command
+    assert last == shell_join([*job_command(spec.command), Shell('"$@"')])
+    # The review reads the line the same way.
+    assert _runs(last, spec.command)
 
     env = _fake_path(tmp_path)
     cwd = tmp_path / "cwd"

@@ -442,7 +442,8 @@ def _unset_expansions(argv: list[str]) -> list[str]:
         if arg == "$@" or (arg.startswith("${") and ":+" in arg):
             continue
         match = _DEFAULTED.match(arg)
-        out.append(match[1] if match else arg)
+        # shlex keeps the backslash of \$ and \` inside double quotes; bash drops it.
+        out.append(re.sub(r"\\([$`])", r"\1", match[1]) if match else arg)
     return out
 
 

@@ -313,7 +313,9 @@ def load_model(
         kwargs["attn_implementation"] = args.attn_implementation
     if args.qlora:
         kwargs["quantization_config"] = qlora_config(dtype)
-        kwargs["device_map"] = {"": device}
+        # bitsandbytes quantizes as it loads, on this rank's GPU (ZeRO-3 leaves quantized
+        # models whole: transformers skips zero.Init for them).
+        kwargs["device_map"] = {"": device if device is not None else torch.cuda.current_device()}
         return transformers.AutoModelForCausalLM.from_pretrained(args.model_path, **kwargs)
     with where:
         return transformers.AutoModelForCausalLM.from_pretrained(args.model_path, **kwargs)
