@@ -54,6 +54,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# The recipes check's JSON helpers: a reader that tolerates a missing or half-written file, and
+# an atomic writer (a run stopped mid-write leaves the previous report).
+from bench.gpu_recipes import _read_json, _write  # noqa: E402
+
 MODEL_CONFIG = ROOT / "knowledge" / "models" / "llama-3.2-1b.json"
 TINY_CONFIG: dict[str, Any] = {
     "model_type": "llama",
@@ -425,21 +429,6 @@ def _summary(record: dict[str, Any]) -> str:
         f" step {run['step_time_median_s']:.3f} s vs {pred['step_time_s']:.3f} s "
         f"({record.get('error_step_time', 0):+.1%})"
     )
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write(path: Path, report: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    os.replace(tmp, path)
 
 
 # --- the save worker: model, tokenizer and data on disk -----------------------------------------
