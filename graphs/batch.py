@@ -32,6 +32,7 @@ from tools.core.errors import InputError
 from tools.core.outputs import claim, remove_file, write_file
 from tools.core.settings import Settings
 from tools.intake.brief_files import BriefJob, find_briefs
+from tools.smoke import stop_requested
 
 STAMP = ".batch-inputs.json"
 ROOT = Path(__file__).resolve().parents[1]
@@ -327,6 +328,10 @@ class _Batch:
                 error=_one_line(exc),
                 elapsed_s=time.perf_counter() - started,
             )
+        if stop_requested():
+            # Ctrl-C or SIGTERM: the brief was cut off (its database closed under it), not
+            # failed, and the CLI's "interrupted" is the batch's last line.
+            return outcome
         self.progress.finished(outcome)
         return outcome
 
