@@ -2,7 +2,7 @@
 
 A tiny Llama-style model (4 layers, hidden 64, 4 heads over 2 KV heads, vocab 256, seq 32) is
 trained for 5 steps under tensor parallel 2, pipeline parallel 2 (GPipe), TP 2 x PP 2 (1F1B) and
-DP 2 x TP 2, on gloo CPU ranks launched by torchrun, and once unsplit on one process
+DP 2 x TP 2 (plain DP, and ZeRO-1: optimizer states sharded over the dp group), on gloo CPU ranks launched by torchrun, and once unsplit on one process
 (``--reference``) from the same seed on the same global batches. Each rank must hold the share
 of parameters the layout gives it (checked against numbers worked out by hand below), and
 every step's loss must match the reference's within LOSS_RTOL (fp32; measured: about 1e-7
@@ -147,6 +147,12 @@ LAYOUTS = {
         + [2 * (LAYER_SHARDED // 2 + 128) + VOCAB_MATRIX // 2 + 64] * 2,
     ),
     "dp2xtp2": (4, ["--tp", "2"], 2, [4 * (LAYER_SHARDED // 2 + 128) + VOCAB_MATRIX + 64] * 4),
+    "dp2xtp2-zero1": (
+        4,
+        ["--tp", "2", "--zero1"],
+        2,
+        [4 * (LAYER_SHARDED // 2 + 128) + VOCAB_MATRIX + 64] * 4,
+    ),
 }
 
 
@@ -163,6 +169,20 @@ def test_layout_matches_reference(
     assert [m["local_param_count"] for m in ranks] == shares
     assert all(m["expected_local_param_count"] == m["local_param_count"] for m in ranks)
     assert all(m["dp"] == dp and m["status"] == "ok" for m in ranks)
+    zero1 = "--zero1" in extra
+    assert all(m["zero1"] is zero1 for m in ranks)
+    for m in ranks:
+        # ZeRO-1: the dp ranks of one TP shard split its optimizer states between them.
+        peers = [
+            o for o in ranks if o["tp_rank"] == m["tp_rank"] and o["pp_stage"] == m["pp_stage"]
+        ]
+        held = (
+            sum(o["optimizer_state_params"] for o in peers)
+            if zero1
+            else m["optimizer_state_params"]
+        )
+        assert held == m["local_param_count"]
+        assert not zero1 or m["optimizer_state_params"] < m["local_param_count"]
     reference = references[dp]["losses"]
     assert len(reference) == STEPS
     for m in ranks:

@@ -22,8 +22,11 @@ Layout: the world is a ``(dp, pp, tp)`` device mesh, ``dp = world / (tp * pp)``,
   first ``layers % P`` stages take one layer more); stage 0 also holds the embedding, the last
   stage the final norm and the output head. ``--pp-schedule gpipe|1f1b`` with
   ``--microbatches M`` micro-batches of ``--micro-batch`` sequences per step.
-- Data parallel over the remaining ``dp`` dimension: plain DP, gradients all-reduced (averaged)
-  over the dp group after backward; optimizer states are not sharded (no ZeRO-1).
+- Data parallel over the remaining ``dp`` dimension: gradients all-reduced (averaged) over the
+  dp group after backward. ``--zero1`` also shards the optimizer states over the dp group
+  (ZeRO stage 1): each parameter tensor (a TP shard) is owned by one dp rank, chosen greedily by
+  size, which alone keeps its AdamW moments and updates it, then broadcasts it to the other dp
+  ranks. Without it every dp rank keeps full AdamW states (plain DP).
 
 Every rank checks that the parameters it holds (its DTensor shards of its stage's layers) are
 the share the layout gives it, computed from the config alone (``expected_local_params``), and
@@ -41,7 +44,8 @@ draws them. Optimizer: AdamW at a constant ``--lr``, no gradient clipping.
 Output follows ``train.py``: rank 0 prints ``step N/M loss X lr Y R tokens/s Ts/step peak memory
 G GiB`` per step; each rank writes ``metrics-dir/rank{R}.json`` (losses: the global mean loss,
 the same on every rank; step times; peak anonymous RSS; ``local_param_count`` and
-``expected_local_param_count``). ``--inject crash|nan|hang`` at ``--inject-step N`` fails for
+``expected_local_param_count``; ``optimizer_state_params``, the parameters whose AdamW states
+it keeps). ``--inject crash|nan|hang`` at ``--inject-step N`` fails for
 real: ``crash`` raises on the last rank, ``nan`` turns the embedding output into NaN on the first
 stage, ``hang`` makes rank 0 sleep so the others block in their next collective. Exit codes:
 0 done, 3 non-finite loss, 4 parameter share differs from the layout, 2 bad arguments.
@@ -107,6 +111,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1234, help="seed for model init and data")
     parser.add_argument("--lr", type=float, default=DEFAULT_LR, help="constant AdamW learning rate")
     parser.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay")
+    parser.add_argument(
+        "--zero1", action="store_true", help="shard optimizer states over the dp group (ZeRO-1)"
+    )
     parser.add_argument(
         "--reference", action="store_true", help="one process, unsplit model, same global batches"
     )
@@ -358,6 +365,27 @@ def local_param_count(model: nn.Module) -> int:
     return total
 
 
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (a view sharing its storage), or a plain tensor itself."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
+def zero1_owners(params: list[nn.Parameter], ranks: int) -> list[tuple[int, nn.Parameter]]:
+    """Assign each parameter to one of ``ranks`` data-parallel ranks (the same on every rank).
+
+    Largest first, each to the least loaded rank, so the optimizer states split about evenly.
+    """
+    load = [0] * ranks
+    owners: dict[int, int] = {}
+    order = sorted(range(len(params)), key=lambda i: (-_local(params[i]).numel(), i))
+    for i in order:
+        owner = min(range(ranks), key=lambda r: (load[r], r))
+        owners[i] = owner
+        load[owner] += int(_local(params[i]).numel())
+    return [(owners[i], p) for i, p in enumerate(params)]
+
+
 def lm_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Next-token cross entropy, mean over the batch's predicted positions."""
     return F.cross_entropy(
@@ -500,9 +528,16 @@ class Step:
         self.model = build_stage(shape, args.seed, pp, stage)
         if layout is not None and layout.tp > 1:
             apply_tensor_parallel(self.model, layout.tp_mesh)
+        params = list(self.model.parameters())
+        # ZeRO-1: (owning dp rank, parameter) for every parameter; this rank steps its own only.
+        self.owners: list[tuple[int, nn.Parameter]] = []
+        if args.zero1 and layout is not None and layout.dp > 1:
+            self.owners = zero1_owners(params, layout.dp)
+            params = [p for owner, p in self.owners if owner == layout.dp_rank]
+        self.state_params = sum(_local(p).numel() for p in params)
         # foreach=False: the parameters mix DTensor shards and plain (replicated) tensors.
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=args.lr, weight_decay=args.weight_decay, foreach=False
+            params, lr=args.lr, weight_decay=args.weight_decay, foreach=False
         )
         self.schedule: Any = None
         if layout is not None and layout.pp > 1:
@@ -516,7 +551,8 @@ class Step:
 
     def run(self, batch: torch.Tensor) -> float:
         """Forward, backward, gradient all-reduce and AdamW on this rank's ``batch``."""
-        self.optimizer.zero_grad(set_to_none=True)
+        # The model's, not the optimizer's: under ZeRO-1 it steps only this rank's parameters.
+        self.model.zero_grad(set_to_none=True)
         layout, mb = self.layout, self.args.microbatches
         last_stage = layout is None or layout.stage == layout.pp - 1
         if self.schedule is not None:
@@ -552,6 +588,12 @@ class Step:
                 dist.all_reduce(grad, group=layout.dp_group)
                 grad.div_(layout.dp)
         self.optimizer.step()
+        if self.owners:
+            assert layout is not None
+            with torch.no_grad():
+                for owner, param in self.owners:
+                    src = dist.get_global_rank(layout.dp_group, owner)
+                    dist.broadcast(_local(param), src=src, group=layout.dp_group)
         if layout is None:
             return float(local)
         owner = last_stage and layout.tp_rank == 0
@@ -618,7 +660,8 @@ def run(args: argparse.Namespace) -> int:
             "stage_layers": list(stage_layers(shape.layers, args.pp, stage)),
             "pp_schedule": args.pp_schedule if args.pp > 1 else None,
             "microbatches": args.microbatches,
-            "zero1": False,
+            "zero1": bool(step_fn.owners),
+            "optimizer_state_params": step_fn.state_params,
             "embedding": "vocab-parallel",
             "local_param_count": held,
             "expected_local_param_count": expected,
