@@ -189,8 +189,32 @@ def _add_smoke(sub: Any) -> None:
     smoke.add_argument(
         "--strategy",
         default="zero2",
-        help="ddp (torchrun), zero1, zero2, zero3, zero2_offload_optimizer, "
+        help="ddp or fsdp (torchrun); zero1, zero2, zero3, zero2_offload_optimizer, "
         "zero3_offload_optimizer, zero3_offload_all (DeepSpeed); default zero2",
+    )
+    smoke.add_argument(
+        "--fsdp-sharding",
+        choices=("full", "grad-op", "hybrid"),
+        help="with --strategy fsdp: full (ZeRO-3-like), grad-op (ZeRO-2-like) or hybrid "
+        "(shard within a node, replicate across --nodes); default full",
+    )
+    smoke.add_argument(
+        "--tp",
+        type=int,
+        help="tensor-parallel degree: run the layout with the torch-native stand-in "
+        "(DTensor TP, torch.distributed.pipelining PP) on tp x pp x dp CPU ranks",
+    )
+    smoke.add_argument("--pp", type=int, help="pipeline-parallel degree (stages), as --tp")
+    smoke.add_argument(
+        "--dp", type=int, help="with --tp/--pp: data-parallel degree, ZeRO-1 above 1 (default 1)"
+    )
+    smoke.add_argument(
+        "--pp-schedule", choices=("1f1b", "gpipe"), default="1f1b", help="pipeline schedule"
+    )
+    smoke.add_argument(
+        "--recompute",
+        action="store_true",
+        help="with ddp or fsdp: recompute every layer in backward (activation checkpointing)",
     )
     smoke.add_argument(
         "--world-size", type=int, help="planned GPUs: caps the local GPUs used (CPU: 2 ranks)"
@@ -519,7 +543,19 @@ def _check_smoke_args(args: argparse.Namespace) -> int | None:
     from tools.core.strategies import check_strategy
     from tools.smoke import INJECT_KINDS
 
-    check_strategy(args.strategy, "--strategy")
+    for flag, value in (("--tp", args.tp), ("--pp", args.pp), ("--dp", args.dp)):
+        if value is not None and value < 1:
+            raise InputError(flag, f"must be at least 1, got {value}")
+    if args.dp is not None and args.tp is None and args.pp is None:
+        raise InputError("--dp", "goes with --tp or --pp (plain data parallelism is --strategy)")
+    if args.strategy != "fsdp":
+        check_strategy(args.strategy, "--strategy")
+        if args.fsdp_sharding is not None:
+            raise InputError("--fsdp-sharding", "needs --strategy fsdp")
+    if args.recompute and args.strategy not in ("ddp", "fsdp"):
+        raise InputError(
+            "--recompute", "is for ddp and fsdp; a DeepSpeed run recomputes as its config says"
+        )
     if args.inject is not None and args.inject not in INJECT_KINDS:
         raise InputError("--inject", f"must be one of {', '.join(INJECT_KINDS)}")
     for flag, value in (
@@ -550,14 +586,20 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
     # A SIGTERM to the CLI then stops the run's process groups too (finally blocks run).
     stop_on_sigterm()
     model = lookup_model(args.model, args.seq_len or 1024)
-    config = smoke_ds_config(
-        model,
-        args.strategy,
-        world_size=args.world_size or settings.smoke_cpu_ranks,
-        nodes=args.nodes,
-        micro_batch_size=args.micro_batch,
-        gpu=profile_local().gpu if args.strategy != "ddp" else None,
-    )
+    layout = None
+    if args.tp is not None or args.pp is not None:
+        layout = (args.tp or 1, args.pp or 1, args.dp or 1)
+    torchrun = args.strategy in ("ddp", "fsdp") or layout is not None
+    config = None
+    if not torchrun:
+        config = smoke_ds_config(
+            model,
+            args.strategy,
+            world_size=args.world_size or settings.smoke_cpu_ranks,
+            nodes=args.nodes,
+            micro_batch_size=args.micro_batch,
+            gpu=profile_local().gpu,
+        )
     result = run_smoke_test(
         model,
         config,
@@ -566,7 +608,8 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
         micro_batch_size=args.micro_batch,
         seq_len=args.seq_len,
         world_size=args.world_size,
-        strategy=args.strategy,
+        # A layout run's data-parallel part: ZeRO-1 over dp > 1, else none.
+        strategy=args.strategy if layout is None else ("zero1" if layout[2] > 1 else "ddp"),
         run_dir=args.run_dir,
         on_progress=_emit,
         nodes=args.nodes,
@@ -575,6 +618,10 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
         timeout_s=args.timeout,
         memory_cap=memory_cap,
         force=args.force,
+        fsdp=(args.fsdp_sharding or "full") if args.strategy == "fsdp" else None,
+        activation_checkpointing=args.recompute if torchrun else None,
+        layout=layout,
+        pp_schedule=args.pp_schedule,
     )
     _write_json(args.json_path, result.model_dump(mode="json"))
     print(smoke_lines(result))

@@ -28,7 +28,13 @@ from tools.core.schemas import (
 )
 from tools.core.strategies import STRATEGY_ORDER
 from tools.research.framework import DEEPSPEED_FRAMEWORKS, REPLICATING_FRAMEWORKS, replicas_fit
-from tools.smoke.policy import runs_deepspeed, skip_reason
+from tools.smoke.policy import (
+    fsdp_smoke,
+    horovod_stand_in,
+    runs_deepspeed,
+    skip_reason,
+    smoke_layout,
+)
 
 # ---- argument schemas: what the model reads --------------------------------------------------
 
@@ -439,7 +445,11 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
     from tools.smoke import run_smoke_test as _run
 
     config = ws.deepspeed_config
-    if config is None and runs_deepspeed(ws.framework):
+    # Tensor/pipeline parallelism: the torch-native stand-in runs the plan's layout, scaled.
+    layout = smoke_layout(memory, model)
+    if layout is not None:
+        config = None
+    elif config is None and runs_deepspeed(ws.framework):
         config = _emit(
             memory, model, need(ws.hardware, "the hardware", "profile_hardware"), ws.brief
         )
@@ -451,6 +461,10 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
         f"smoke run: {memory.chosen}, {ws.settings.smoke_steps if steps is None else steps} steps"
         + (f", injecting {inject} (smoke_inject)" if inject else "")
     )
+    hardware = need(ws.hardware, "the hardware", "profile_hardware")
+    fsdp, offload = fsdp_smoke(ws.framework, memory.chosen, hardware.nodes)
+    if layout is not None:
+        fsdp, offload = None, False
     result = _run(
         model,
         config,
@@ -461,7 +475,16 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
         on_progress=ws.progress,
         task=ws.brief.task,
         inject=inject,
+        fsdp=fsdp,
+        fsdp_offload=offload,
+        # torchrun runs: the plan's recompute policy and its launch command's schedule.
+        activation_checkpointing=memory.activation_checkpointing,
+        plan_command=ws.launch.command if ws.launch is not None else None,
+        layout=layout,
     )
+    stand_in = horovod_stand_in(ws.framework)
+    if stand_in is not None and result.status != "skipped":
+        result = result.model_copy(update={"reason": f"{result.reason}; {stand_in}"})
     return result
 
 

@@ -77,7 +77,9 @@ def plan_ds_config(stage: int, **zero: Any) -> dict[str, Any]:
     }
 
 
-def assert_learned(result: Any, settings: Settings, *, deepspeed: bool = True) -> None:
+def assert_learned(
+    result: Any, settings: Settings, *, deepspeed: bool = True, mode: str | None = None
+) -> None:
     assert result.status == "passed", result.reason
     assert result.world_size == 2
     assert result.device == "cpu"
@@ -96,7 +98,7 @@ def assert_learned(result: Any, settings: Settings, *, deepspeed: bool = True) -
     for rank in (0, 1):
         metrics = json.loads((run_dir / "metrics" / f"rank{rank}.json").read_text())
         assert metrics["world_size"] == 2 and metrics["status"] == "ok"
-        assert metrics["mode"] == ("deepspeed" if deepspeed else "ddp")
+        assert metrics["mode"] == (mode or ("deepspeed" if deepspeed else "ddp"))
     if deepspeed:
         ds = json.loads((run_dir / "ds_config.json").read_text())
         assert "bf16" not in ds and ds["train_batch_size"] == 2

@@ -12,6 +12,7 @@ import shlex
 
 from tools.artifacts.scripts import render
 from tools.core.schemas import HardwareSpec, ModelSpec
+from tools.core.strategies import fsdp_sharding
 
 TF_WORKER_PORT = 12345
 _COVERAGE = (
@@ -55,22 +56,6 @@ _SHARDING_NOTES = {
         "sharding."
     ),
 }
-# The FSDP sharding that holds at most what the plan's chosen strategy counts per GPU: the
-# memory plan's rows are ZeRO terms (tools/core/strategies.py), and FSDP's modes map onto them
-# (PyTorch FSDP docs, ShardingStrategy). ZeRO-3 and the offload rows shard everything.
-_FSDP_SHARDING = {"ddp": "NO_SHARD", "zero1": "SHARD_GRAD_OP", "zero2": "SHARD_GRAD_OP"}
-
-
-def fsdp_sharding(strategy: str | None, nodes: int) -> tuple[str, bool]:
-    """FSDP's sharding mode and whether parameters go to the CPU, for the plan's strategy.
-
-    Without a memory plan: HYBRID_SHARD on several nodes, FULL_SHARD on one. An offload row
-    becomes FULL_SHARD with ``CPUOffload(offload_params=True)`` (FSDP offloads parameters and
-    gradients together and steps the optimizer on the CPU).
-    """
-    if strategy is None:
-        return ("HYBRID_SHARD" if nodes > 1 else "FULL_SHARD"), False
-    return _FSDP_SHARDING.get(strategy, "FULL_SHARD"), "offload" in strategy
 
 
 def horovod_md(

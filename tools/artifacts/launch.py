@@ -56,6 +56,7 @@ from tools.core.schemas import (
     ModelSpec,
     TrainingBrief,
 )
+from tools.core.strategies import train_py_fsdp
 from tools.planning.batch import resolve_batch
 from tools.planning.memory import resolve_precision
 from tools.planning.states import DEFAULT_LORA_RANK
@@ -286,10 +287,10 @@ def _ddp(job: LaunchInputs) -> Launch:
 
 def _fsdp(job: LaunchInputs) -> Launch:
     """train.py's FSDP2 mode under torchrun with the plan's sharding; FSDP.md on wrapping."""
-    sharding, offload = guides.fsdp_sharding(job.strategy, job.hardware.nodes)
+    sharding, offload = train_py_fsdp(job.strategy, job.hardware.nodes)
     command = cluster.torchrun(job.hardware, job.gpus, "node0") + _train_py_args(job)
-    if sharding != "NO_SHARD":  # NO_SHARD is DDP: train.py's plain mode
-        command += ["--fsdp", "--fsdp-sharding", _FSDP2_SHARDING[sharding]]
+    if sharding is not None:  # None (NO_SHARD) is DDP: train.py's plain mode
+        command += ["--fsdp", "--fsdp-sharding", sharding]
         command += ["--fsdp-offload"] if offload else []
     command += [f"--{job.precision}"] if job.precision in ("bf16", "fp16") else []
     guide = guides.fsdp_md(
@@ -297,10 +298,6 @@ def _fsdp(job: LaunchInputs) -> Launch:
     )
     files: dict[str, str | Path] = {"train.py": TRAIN_SCRIPT, "FSDP.md": guide}
     return Launch(command, _torchrun_how_to_run(job.hardware), files)
-
-
-# FSDP1's sharding strategies as FSDP2 (fully_shard) expresses them in train.py --fsdp-sharding.
-_FSDP2_SHARDING = {"FULL_SHARD": "full", "SHARD_GRAD_OP": "grad-op", "HYBRID_SHARD": "hybrid"}
 
 
 def _horovod(job: LaunchInputs) -> Launch:

@@ -485,6 +485,9 @@ class SmokeResult(BaseModel):
     nodes: int = 1
     # The fault a test injected on purpose (oom, nan, hang, crash), if any.
     inject: str | None = None
+    # How it ran: deepspeed, ddp (torchrun), or fsdp:<sharding>[+offload] (train.py's FSDP2
+    # mode under torchrun; sharding full, grad-op or hybrid).
+    mode: str | None = None
 
     @property
     def measured_memory_bytes(self) -> int | None:

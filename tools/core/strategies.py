@@ -111,3 +111,32 @@ def strategy_of(ds_config: dict[str, Any]) -> str:
     if offload_param:
         return f"{name}_offload_param"
     return name
+
+
+# The FSDP sharding that holds at most what the plan's chosen strategy counts per GPU: the
+# memory plan's rows are ZeRO terms (above), and FSDP's modes map onto them
+# (PyTorch FSDP docs, ShardingStrategy). ZeRO-3 and the offload rows shard everything.
+_FSDP_SHARDING = {"ddp": "NO_SHARD", "zero1": "SHARD_GRAD_OP", "zero2": "SHARD_GRAD_OP"}
+
+
+# FSDP1's sharding strategies as FSDP2 (fully_shard) expresses them in train.py --fsdp-sharding;
+# NO_SHARD is DDP, train.py's plain mode.
+FSDP2_SHARDING = {"FULL_SHARD": "full", "SHARD_GRAD_OP": "grad-op", "HYBRID_SHARD": "hybrid"}
+
+
+def train_py_fsdp(strategy: str | None, nodes: int) -> tuple[str | None, bool]:
+    """train.py's ``--fsdp-sharding`` for the plan's strategy (None: plain DDP), and offload."""
+    sharding, offload = fsdp_sharding(strategy, nodes)
+    return FSDP2_SHARDING.get(sharding), offload
+
+
+def fsdp_sharding(strategy: str | None, nodes: int) -> tuple[str, bool]:
+    """FSDP's sharding mode and whether parameters go to the CPU, for the plan's strategy.
+
+    Without a memory plan: HYBRID_SHARD on several nodes, FULL_SHARD on one. An offload row
+    becomes FULL_SHARD with ``CPUOffload(offload_params=True)`` (FSDP offloads parameters and
+    gradients together and steps the optimizer on the CPU).
+    """
+    if strategy is None:
+        return ("HYBRID_SHARD" if nodes > 1 else "FULL_SHARD"), False
+    return _FSDP_SHARDING.get(strategy, "FULL_SHARD"), "offload" in strategy

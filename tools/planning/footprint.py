@@ -254,7 +254,9 @@ def fsdp_states(recipe: Recipe, strategy: str, lay: Layout, hidden: int, terms: 
         # FSDP CPUOffload(offload_params=True): sharded parameters, gradients and the optimizer
         # step live in host memory; the GPU holds what is gathered for compute.
         terms.params = terms.gradients = terms.optimizer = 0
-    work = 2  # bf16 compute weights
+    # The compute weights a unit is gathered in: bf16 under mixed precision, else the stored
+    # dtype (fp32 runs, such as CPU ranks, gather fp32 weights).
+    work = 2 if recipe.mixed else store
     if strategy.startswith("zero3"):
         # fully_shard gathers (and casts) each unit even on one rank.
         # torchtune's configs shard the embeddings and the output layer as units of their own
@@ -268,7 +270,9 @@ def fsdp_states(recipe: Recipe, strategy: str, lay: Layout, hidden: int, terms: 
         dequant = work * lay.widest if quantized else 0
         blocks = 2 * block_bytes + dequant
         trainable_share = lay.trainable_here / max(1, lay.params_here)
-        reduce = (2 + (4 if not pure else 0)) * lay.block * trainable_share
+        # Mixed: bf16 gradients and their fp32 reduce-scatter input; otherwise the gradients
+        # are reduced in their own dtype.
+        reduce = (2 + 4 if not pure else store) * lay.block * trainable_share
         terms.transient = int(root + blocks + reduce)
         terms.notes.append(
             f"FSDP units: root {root / 1e9:.2f} GB unsharded, current + prefetched block "

@@ -11,10 +11,11 @@ import copy
 from typing import Any
 
 from tools.core.schemas import ModelSpec
+from tools.smoke.schedule import scale_ds_scheduler
 
-# The plan's learning rate and schedule are sized for the full model over a long run (often
-# 1e-5 with hundreds of warm-up steps); a random-init tiny model needs a larger, constant rate
-# to show learning within ~30 steps. The smoke run checks the mechanics, not the schedule.
+# The plan's learning rate is sized for the full model over a long run (often 1e-5); a
+# random-init tiny model needs a larger peak rate to show learning within ~30 steps. The plan's
+# schedule runs, its lengths scaled to the smoke steps (schedule.py).
 SMOKE_LR = 3e-3
 # Above this width the rate shrinks as 1/width: Adam's per-weight step must shrink as fan-in
 # grows for the update to stay the same size (Yang et al. 2021, "Tensor Programs V", muP).
@@ -22,7 +23,6 @@ SMOKE_LR_WIDTH = 256
 # Sections that need the network (wandb, comet), write outside the run dir, or change the
 # batch sizes we set (elasticity, autotuning); none of them bears on whether training works.
 _DROPPED_SECTIONS = (
-    "scheduler",
     "tensorboard",
     "wandb",
     "csv_monitor",
@@ -56,13 +56,15 @@ def adapt_ds_config(
     micro_batch_size: int,
     scaled: ModelSpec | None = None,
     lr: float = SMOKE_LR,
+    steps: int | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Adapt a DeepSpeed config to the local smoke world; return it and notes on what changed.
 
     With ``scaled`` (the model the run builds), the ZeRO bucket sizes become the ones the
     planner gives that model (tools/planning/memory.py ``zero_settings``): the planned sizes are sized
     for the full model and would make the scaled run's buffers, and so its memory, unlike
-    both the target's and the prediction's.
+    both the target's and the prediction's. With ``steps``, the plan's ``scheduler`` runs with
+    its lengths scaled to them (schedule.py); without, it is dropped and the rate is constant.
     """
     cfg = _drop_auto(copy.deepcopy(ds_config))
     notes: list[str] = []
@@ -127,7 +129,12 @@ def adapt_ds_config(
         params["torch_adam"] = True
     optimizer["params"] = params
     cfg["optimizer"] = optimizer
-    notes.append(f"constant lr {lr:g}")
+    scheduler = cfg.pop("scheduler", None)
+    if isinstance(scheduler, dict) and steps is not None:
+        cfg["scheduler"], note = scale_ds_scheduler(scheduler, steps, lr)
+        notes.append(note)
+    else:
+        notes.append(f"constant lr {lr:g}" + (" (dropped scheduler)" if scheduler else ""))
     return cfg, notes
 
 

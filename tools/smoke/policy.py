@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from tools.core.schemas import FrameworkChoice, TrainingBrief
+from tools.core.schemas import FrameworkChoice, MemoryPlan, ModelSpec, TrainingBrief
+from tools.core.strategies import train_py_fsdp
 from tools.research.framework import DEEPSPEED_FRAMEWORKS
 
-# Frameworks the standalone training script (tools/smoke/train.py) runs: DeepSpeed or DDP.
-SMOKE_TESTABLE = frozenset({*DEEPSPEED_FRAMEWORKS, "pytorch", "pytorch_ddp"})
+# Frameworks the standalone training script (tools/smoke/train.py) runs: DeepSpeed, DDP, FSDP2.
+SMOKE_TESTABLE = frozenset({*DEEPSPEED_FRAMEWORKS, "pytorch", "pytorch_ddp", "pytorch_fsdp"})
+# Horovod no longer builds against current PyTorch (HOROVOD.md): a PyTorch Horovod plan's smoke
+# run is its maintained equivalent, DDP under torchrun.
+HOROVOD_STAND_IN = (
+    "Horovod 0.28.1 does not build against torch >= 2.1 (C++14 extension, PR #3998 unreleased): "
+    "ran its maintained equivalent, PyTorch DDP"
+)
 AGENT_APP_SMOKE = "an agent application trains nothing, so there is no training run to smoke-test"
 SMOKE_OFF = "the brief turns smoke runs off"
 INFERENCE_SMOKE = "inference plan: no training smoke run"
@@ -15,7 +22,7 @@ INFERENCE_SMOKE = "inference plan: no training smoke run"
 def not_smoke_testable(framework: str) -> str:
     """Why a plan for ``framework`` gets launch files and a guide but no smoke run."""
     return (
-        f"trainwright's training script covers PyTorch DDP and DeepSpeed; the {framework} plan gets "
+        f"trainwright's training script covers PyTorch DDP, FSDP and DeepSpeed; the {framework} plan gets "
         "launch files and a guide, but no smoke run"
     )
 
@@ -29,10 +36,56 @@ def skip_reason(brief: TrainingBrief, framework: FrameworkChoice | None) -> str 
     if not brief.smoke:
         return SMOKE_OFF
     if framework is not None and framework.primary not in SMOKE_TESTABLE:
+        if framework.primary == "horovod" and "tensorflow" not in framework.stack:
+            return None  # smoke-tested as DDP (horovod_stand_in)
         return not_smoke_testable(framework.primary)
+    return None
+
+
+def horovod_stand_in(framework: FrameworkChoice | None) -> str | None:
+    """The note a PyTorch Horovod plan's smoke run carries: it ran DDP, and why."""
+    if framework is not None and framework.primary == "horovod":
+        return HOROVOD_STAND_IN
     return None
 
 
 def runs_deepspeed(framework: FrameworkChoice | None) -> bool:
     """Whether the smoke run uses a DeepSpeed config (else plain DDP under torchrun)."""
     return framework is None or framework.primary in DEEPSPEED_FRAMEWORKS
+
+
+def fsdp_smoke(
+    framework: FrameworkChoice | None, strategy: str, nodes: int
+) -> tuple[str | None, bool]:
+    """train.py's FSDP2 sharding for an FSDP plan's smoke run (None: not FSDP, or DDP), offload.
+
+    The plan's own launch files' choice (tools/core/strategies.py ``train_py_fsdp``), so the
+    smoke run proves the setup they start.
+    """
+    if framework is None or framework.primary != "pytorch_fsdp":
+        return None, False
+    return train_py_fsdp(strategy, nodes)
+
+
+# Families whose Hugging Face config parallel_train.py's Llama-style model reads as it is.
+LAYOUT_FAMILIES = frozenset({"llama", "mistral", "qwen2"})
+# The most ranks a layout's stand-in runs on this machine, per dimension and in all.
+_MAX_SPLIT, _MAX_RANKS = 2, 4
+
+
+def smoke_layout(memory: MemoryPlan, model: ModelSpec) -> tuple[int, int, int] | None:
+    """The (tp, pp, dp) a plan with tensor/pipeline parallelism smoke-tests, scaled to CPU ranks.
+
+    Each degree above 1 becomes 2 (the split, not its width, is what can break), and a ZeRO-1
+    plan gets 2 data-parallel ranks where that stays within 4 ranks. None for a data-parallel
+    plan, or a model family the stand-in does not build (its smoke run is then the ZeRO part).
+    """
+    tp, pp = memory.tensor_parallel, memory.pipeline_parallel
+    if tp * pp == 1:
+        return None
+    family = (model.hf_config or {}).get("model_type", "llama")
+    if family not in LAYOUT_FAMILIES:
+        return None
+    tp, pp = min(tp, _MAX_SPLIT), min(pp, _MAX_SPLIT)
+    dp = _MAX_SPLIT if memory.chosen == "zero1" and tp * pp * _MAX_SPLIT <= _MAX_RANKS else 1
+    return tp, pp, dp

@@ -6,11 +6,13 @@ model's prediction for that same shape (tools/planning/memory.py), like for like
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tools.core.errors import InputError
 from tools.core.schemas import ModelSpec, SmokeResult
 from tools.core.strategies import MIN_HEADROOM, STRATEGY_ORDER, base_strategy
+from tools.planning.states import DEFAULT_LORA_RANK
 
 
 def shape_spec(shape: dict[str, Any]) -> ModelSpec:
@@ -33,8 +35,21 @@ def shape_spec(shape: dict[str, Any]) -> ModelSpec:
     )
 
 
+# train.py's FSDP2 shardings (--fsdp-sharding) and the ZeRO stage each matches in the memory
+# model: full shards parameters, gradients and optimizer states; grad-op keeps the parameters
+# gathered from forward to backward (tools/planning/footprint.py fsdp_states).
+FSDP_SHARDINGS = {"full": "zero3", "grad-op": "zero2", "hybrid": "zero3"}
+
+
 def predict_peak_bytes(
-    shape: dict[str, Any], strategy: str, device: str, ranks: int, *, task: str = "pretrain"
+    shape: dict[str, Any],
+    strategy: str,
+    device: str,
+    ranks: int,
+    *,
+    task: str = "pretrain",
+    mode: str | None = None,
+    nodes: int = 1,
 ) -> int:
     """The planner's prediction of what a smoke run of ``shape`` measures, per rank.
 
@@ -45,13 +60,36 @@ def predict_peak_bytes(
     """
     from tools.core.schemas import GPUSpec, HardwareSpec
     from tools.planning.memory import estimate_strategy
+    from tools.planning.recipe import Recipe
 
     name: str = strategy if strategy in STRATEGY_ORDER else "ddp"
-    gpu = GPUSpec(name="local", memory_gb=1e6) if device == "cuda" else None
+    recipe = None
+    sharded_over = max(1, ranks)
+    sharding, _, extra = (mode or "").partition(":")[2].partition("+")
+    if sharding in FSDP_SHARDINGS:
+        # FSDP2: its own master-weight and gather terms; hybrid shards within a node only.
+        name = FSDP_SHARDINGS[sharding] + ("_offload_optimizer" if extra == "offload" else "")
+        recipe = Recipe(
+            framework="fsdp",
+            precision="bf16" if device == "cuda" else "fp32",
+            checkpointing="full" if shape.get("activation_checkpointing") else "none",
+            lora_rank=DEFAULT_LORA_RANK if task == "lora" else None,
+        )
+        if sharding == "hybrid":
+            sharded_over = max(1, ranks // max(1, nodes))
+    tp = pp = 1
+    layout = re.fullmatch(r"native-3d:tp(\d+)xpp(\d+)xdp(\d+)", mode or "")
+    if layout is not None:
+        # parallel_train.py: Megatron's split over tp x pp, ZeRO-1 over dp > 1.
+        tp, pp = int(layout[1]), int(layout[2])
+        name = "zero1" if int(layout[3]) > 1 else "ddp"
+    # The memory model prices tensor/pipeline splits on GPUs only; a roomy one stands in for
+    # the CPU ranks (fp32 tensors either way).
+    gpu = GPUSpec(name="local", memory_gb=1e6) if device == "cuda" or layout else None
     if gpu is None and "offload" in name:
         # On CPU ranks "offload" moves states from RAM to RAM: the footprint is the base stage's.
         name = base_strategy(name)
-    hardware = HardwareSpec(source="local", nodes=1, gpus_per_node=max(1, ranks), gpu=gpu)
+    hardware = HardwareSpec(source="local", nodes=1, gpus_per_node=sharded_over, gpu=gpu)
     est = estimate_strategy(
         shape_spec(shape),
         hardware,
@@ -62,6 +100,9 @@ def predict_peak_bytes(
         seq_len=int(shape.get("seq_len") or 64),
         attention="eager" if shape.get("attn_implementation") == "eager" else "sdpa",
         activation_checkpointing=bool(shape.get("activation_checkpointing")),
+        recipe=recipe,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
     )
     return int(est.per_gpu_bytes.peak_allocated)
 
@@ -73,7 +114,13 @@ def with_prediction(result: SmokeResult, *, task: str = "pretrain") -> SmokeResu
         return result
     update: dict[str, Any] = {
         "predicted_peak_memory_bytes": predict_peak_bytes(
-            shape, result.strategy, result.device, result.world_size, task=task
+            shape,
+            result.strategy,
+            result.device,
+            result.world_size,
+            task=task,
+            mode=result.mode,
+            nodes=result.nodes,
         )
     }
     measured = result.measured_memory_bytes

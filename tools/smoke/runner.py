@@ -38,7 +38,7 @@ from tools.core.strategies import strategy_of
 from tools.planning.states import DEFAULT_LORA_RANK
 from tools.smoke.commands import _child_env, launch_commands
 from tools.smoke.ds_adapt import adapt_ds_config, smoke_lr
-from tools.smoke.predict import _fits_local_gpu, shape_spec, with_prediction
+from tools.smoke.predict import FSDP_SHARDINGS, _fits_local_gpu, shape_spec, with_prediction
 from tools.smoke.scale import (
     CPU_BUDGET,
     FULL_SIZE_MAX_SEQ,
@@ -47,6 +47,7 @@ from tools.smoke.scale import (
     _scale_model_config_cached,
     llama_config_from_shape,
 )
+from tools.smoke.schedule import plan_torchrun_schedule
 from tools.smoke.supervise import (
     _launch_and_wait,
     default_memory_cap,
@@ -55,6 +56,11 @@ from tools.smoke.supervise import (
 from tools.smoke.verdict import _verdict
 
 SCRIPT = Path(__file__).with_name("train.py")
+# The torch-native stand-in for tensor/pipeline-parallel layouts (Megatron is CUDA-only).
+PARALLEL_SCRIPT = Path(__file__).with_name("parallel_train.py")
+# Faults parallel_train.py can inject.
+PARALLEL_INJECT_KINDS = ("crash", "nan", "hang")
+PP_SCHEDULES = ("gpipe", "1f1b")
 # The name the script has in a run directory (and so in the ranks' command lines).
 RUN_SCRIPT_NAME = "smoke_train.py"
 INJECT_KINDS = ("oom", "nan", "hang", "crash", "alloc")
@@ -80,6 +86,12 @@ def run_smoke_test(
     attn_implementation: str | None = None,
     memory_cap: int | None = None,
     force: bool = False,
+    fsdp: str | None = None,
+    fsdp_offload: bool = False,
+    activation_checkpointing: bool | None = None,
+    plan_command: list[str] | None = None,
+    layout: tuple[int, int, int] | None = None,
+    pp_schedule: str = "1f1b",
 ) -> SmokeResult:
     """Run a short real training of the planned model (scaled down to fit) and report whether it learns.
 
@@ -121,6 +133,22 @@ def run_smoke_test(
         force: Run in a ``run_dir`` that holds files trainwright did not write (they are never
             touched; one of them under a name the run writes is refused). Without it such a
             folder is refused (tools/core/outputs.py).
+        fsdp: With ``ds_config`` None, run train.py's FSDP2 mode under torchrun with this
+            sharding: ``full`` (ZeRO-3-like), ``grad-op`` (ZeRO-2-like) or ``hybrid`` (shard
+            within a node, replicate across ``nodes``); None: plain DDP.
+        fsdp_offload: FSDP2's CPUOffloadPolicy (parameters, gradients and the optimizer step
+            on the CPU).
+        activation_checkpointing: Recompute every layer in backward (the plan's policy) in a
+            torchrun run; a DeepSpeed run takes it from ``ds_config``.
+        plan_command: The plan's launch command: a torchrun run uses its ``--lr-schedule`` and
+            ``--warmup-steps``, scaled to ``steps`` (schedule.py); without one the rate is
+            constant. A DeepSpeed run uses the config's ``scheduler`` section, also scaled.
+        layout: ``(tp, pp, dp)``: run the tensor x pipeline x data-parallel layout with the
+            torch-native stand-in (parallel_train.py: DTensor tensor parallelism,
+            ``torch.distributed.pipelining`` with ``pp_schedule``, ZeRO-1 over ``dp`` > 1) on
+            tp x pp x dp CPU ranks under torchrun; each rank checks it holds the parameter share
+            the layout gives it. Needs ``ds_config`` None and a Llama-style model.
+        pp_schedule: The pipeline schedule of a ``layout`` run: ``1f1b`` or ``gpipe``.
 
     Returns:
         A ``SmokeResult`` with the measured metrics and the planner's prediction for the shape
@@ -130,13 +158,27 @@ def run_smoke_test(
     steps, timeout_s, cap = _checked_arguments(
         settings, steps, micro_batch_size, nodes, inject, inject_step, timeout_s, memory_cap
     )
+    if layout is not None:
+        _check_layout(layout, ds_config, fsdp, inject, pp_schedule, nodes)
     started = time.monotonic()
     run_dir = _make_run_dir(run_dir, settings, force)
-    device, ranks = _local_world(settings, world_size, nodes)
+    if layout is not None:  # CPU ranks, one per shard of the layout
+        device, ranks = "cpu", layout[0] * layout[1] * layout[2]
+    else:
+        device, ranks = _local_world(settings, world_size, nodes)
     # Every file the run writes, checked before anything is written: none may be the user's.
     written = _run_files(ranks, nodes)
     check_files(run_dir, written, field="--run-dir")
+    if fsdp is not None and (ds_config is not None or fsdp not in FSDP_SHARDINGS):
+        raise InputError(
+            "fsdp", f"choose one of {', '.join(FSDP_SHARDINGS)}, without a DeepSpeed config"
+        )
     strategy = strategy or (strategy_of(ds_config) if ds_config is not None else "ddp")
+    mode = "deepspeed" if ds_config is not None else "ddp"
+    if fsdp is not None:
+        mode = f"fsdp:{fsdp}" + ("+offload" if fsdp_offload else "")
+    if layout is not None:
+        mode = "native-3d:tp{}xpp{}xdp{}".format(*layout)
     base = SmokeResult(
         status="failed",
         device=device,
@@ -146,9 +188,16 @@ def run_smoke_test(
         strategy=strategy,
         nodes=nodes,
         inject=inject,
+        mode=mode,
     )
+    if ds_config is not None:  # DeepSpeed's runs recompute as the config says
+        checkpointing = "activation_checkpointing" in ds_config
+    else:
+        checkpointing = bool(activation_checkpointing)
+    if layout is not None:
+        model = _splittable(model)
     scaled = _scaled_model(
-        model, ds_config, settings, base, strategy, micro_batch_size, seq_len, task
+        model, settings, base, strategy, micro_batch_size, seq_len, task, checkpointing
     )
     if isinstance(scaled, str):
         return _finish(base, run_dir, started, reason=scaled)
@@ -156,9 +205,41 @@ def run_smoke_test(
     base.model_shape = shape
     lr = smoke_lr(int(shape["hidden"]))
     run_config, notes = _run_config(ds_config, base, shape, micro_batch_size, lr, full_size)
-    _prepare_run_dir(run_dir, model_config, run_config)
+    mode_args: list[str] = []
+    if layout is not None:
+        tp, pp, dp = layout
+        micro = 2 * pp if pp > 1 else 1  # enough micro-batches to fill the pipeline
+        mode_args = ["--tp", str(tp), "--pp", str(pp), "--pp-schedule", pp_schedule]
+        mode_args += ["--microbatches", str(micro), *(["--zero1"] if dp > 1 else [])]
+        notes[0] = (
+            f"torch-native stand-in for the plan's layout: DTensor TP {tp} x pipelining PP {pp}"
+            + (f" ({pp_schedule}, {micro} micro-batches)" if pp > 1 else "")
+            + (f" x ZeRO-1 DP {dp}" if dp > 1 else "")
+            + f" on {ranks} CPU ranks under torchrun; each rank's parameter share checked; "
+            "key-value heads = attention heads, untied embeddings"
+        )
+        notes.append(f"constant lr {lr:g}")
+    elif run_config is None:  # torchrun: the schedule, recompute and sharding are flags
+        planned = plan_torchrun_schedule(plan_command or [], steps)
+        mode_args, note = planned or ([], f"constant lr {lr:g}")
+        notes.append(note)
+        mode_args += ["--gradient-checkpointing"] if checkpointing else []
+        if fsdp is not None:
+            mode_args += ["--fsdp", "--fsdp-sharding", fsdp]
+            mode_args += ["--fsdp-offload"] if fsdp_offload else []
+    _prepare_run_dir(
+        run_dir, model_config, run_config, PARALLEL_SCRIPT if layout is not None else SCRIPT
+    )
     commands, env = _commands(
-        run_dir, base, shape, run_config is not None, lr, inject_step, attn_implementation, task
+        run_dir,
+        base,
+        shape,
+        run_config is not None,
+        lr,
+        inject_step,
+        None if layout is not None else attn_implementation,
+        "pretrain" if layout is not None else task,
+        mode_args,
     )
     _announce(on_progress, base, shape, inject_step)
     # CUDA reserves far more address space than any limit we could set here.
@@ -215,6 +296,46 @@ def _checked_arguments(
     return steps, timeout_s, cap
 
 
+def _splittable(model: ModelSpec) -> ModelSpec:
+    """The model with as many key-value heads as attention heads and untied embeddings.
+
+    Scaled to the CPU budget (4 heads), grouped-query attention keeps as few as one key-value
+    head, which no tensor-parallel degree above 1 can split (Megatron, too, needs the degree to
+    divide them); the stand-in's output head is its own column-parallel matrix.
+    """
+    config = dict(model.hf_config or llama_config_from_shape(model))
+    heads = config.get("num_attention_heads")
+    if heads:
+        config["num_key_value_heads"] = heads
+    config["tie_word_embeddings"] = False
+    return model.model_copy(update={"hf_config": config})
+
+
+def _check_layout(
+    layout: tuple[int, int, int],
+    ds_config: dict[str, Any] | None,
+    fsdp: str | None,
+    inject: str | None,
+    pp_schedule: str,
+    nodes: int,
+) -> None:
+    """InputError for a tensor/pipeline layout the torch-native stand-in cannot run."""
+    if any(n < 1 for n in layout):
+        raise InputError("layout", f"tp, pp and dp must be at least 1, got {layout}")
+    if ds_config is not None or fsdp is not None:
+        raise InputError(
+            "layout", "a tp/pp layout runs the torch-native stand-in, not DeepSpeed or FSDP"
+        )
+    if pp_schedule not in PP_SCHEDULES:
+        raise InputError("pp_schedule", f"must be one of {', '.join(PP_SCHEDULES)}")
+    if inject is not None and inject not in PARALLEL_INJECT_KINDS:
+        raise InputError(
+            "inject", f"a tp/pp run injects {', '.join(PARALLEL_INJECT_KINDS)}, not {inject}"
+        )
+    if nodes != 1:
+        raise InputError("nodes", "a tp/pp run is one node of CPU ranks")
+
+
 def _local_world(settings: Settings, world_size: int | None, nodes: int) -> tuple[str, int]:
     """The device and the number of local ranks: the GPUs (up to ``world_size``), else CPU ranks."""
     device, gpu_count = _local_device()
@@ -231,13 +352,13 @@ def _local_world(settings: Settings, world_size: int | None, nodes: int) -> tupl
 
 def _scaled_model(
     model: ModelSpec,
-    ds_config: dict[str, Any] | None,
     settings: Settings,
     base: SmokeResult,
     strategy: str,
     micro_batch_size: int,
     seq_len: int | None,
     task: str,
+    checkpointing: bool,
 ) -> tuple[dict[str, Any], dict[str, Any], bool] | str:
     """The model config the run builds, its shape and whether it is full size; or why it cannot.
 
@@ -246,7 +367,6 @@ def _scaled_model(
     device, ranks = base.device, base.world_size
     want_seq = seq_len if seq_len is not None else model.seq_len
     hf_config = model.hf_config or llama_config_from_shape(model)
-    checkpointing = bool(ds_config and "activation_checkpointing" in ds_config)
     full_size = device == "cuda" and _fits_local_gpu(
         model,
         strategy,
@@ -294,9 +414,15 @@ def _run_config(
             micro_batch_size=micro_batch_size,
             scaled=shape_spec(shape),
             lr=lr,
+            steps=base.steps,
         )
     else:
-        notes = ["plain PyTorch DDP (torchrun)", f"constant lr {lr:g}"]
+        fsdp = (base.mode or "").partition("fsdp:")[2]
+        notes = [
+            f"PyTorch FSDP2 (fully_shard, {fsdp} sharding) under torchrun"
+            if fsdp
+            else "plain PyTorch DDP (torchrun)"
+        ]
         if base.device == "cuda":
             notes.append("bf16 autocast")
     if full_size:
@@ -309,7 +435,10 @@ def _run_config(
 
 
 def _prepare_run_dir(
-    run_dir: Path, model_config: dict[str, Any], run_config: dict[str, Any] | None
+    run_dir: Path,
+    model_config: dict[str, Any],
+    run_config: dict[str, Any] | None,
+    script: Path = SCRIPT,
 ) -> None:
     """Write the run's configs and script into ``run_dir``, clearing what an earlier run left.
 
@@ -327,7 +456,7 @@ def _prepare_run_dir(
         # A reused run dir must not suggest that this run used an earlier run's config.
         remove_file(run_dir, "ds_config.json")
     # A copy of the script makes the run dir a self-contained reproduction of the run.
-    copy_file(run_dir, RUN_SCRIPT_NAME, SCRIPT, field="--run-dir")
+    copy_file(run_dir, RUN_SCRIPT_NAME, script, field="--run-dir")
 
 
 def _run_files(ranks: int, nodes: int) -> list[str]:
@@ -350,6 +479,7 @@ def _commands(
     inject_step: int,
     attn_implementation: str | None,
     task: str = "pretrain",
+    mode_args: list[str] | None = None,
 ) -> tuple[list[list[str]], dict[str, str]]:
     """The launcher commands (one per node) and the environment they run in.
 
@@ -374,6 +504,7 @@ def _commands(
         train_args += ["--attn-implementation", attn_implementation]
     if task == "lora":
         train_args += ["--lora-rank", str(DEFAULT_LORA_RANK)]
+    train_args += mode_args or []
     commands = launch_commands(
         run_dir=run_dir,
         script=run_dir / RUN_SCRIPT_NAME,
