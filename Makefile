@@ -3,8 +3,12 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# TensorFlow (tools/smoke/tf_train.py) in a venv of its own: its protobuf and numpy pins clash
+# with requirements.lock's.
+TF_VENV  := .venv-tf
+TF_STAMP := $(TF_VENV)/.installed
 
-.PHONY: run test lint venv clean browser
+.PHONY: run test lint venv tf-venv clean browser
 
 venv: $(STAMP)
 
@@ -17,10 +21,19 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip check
 	touch $(STAMP)
 
+tf-venv: $(TF_STAMP)
+
+# The same way as the main venv: one pip call from the fully pinned lock, then pip check.
+$(TF_STAMP): requirements-tf.lock
+	test -x $(TF_VENV)/bin/python || $(PYTHON) -m venv $(TF_VENV)
+	$(TF_VENV)/bin/python -m pip install --quiet -r requirements-tf.lock
+	$(TF_VENV)/bin/python -m pip check
+	touch $(TF_STAMP)
+
 run: $(STAMP)
 	$(PY) app.py plan --brief examples/briefs/local-smoke.yaml --out out/local-smoke --json out/local-smoke/plan.json
 
-test: $(STAMP) browser
+test: $(STAMP) $(TF_STAMP) browser
 	$(PY) -m pytest -q
 
 # Benchmarks (bench/run.py): both write bench/RESULTS.md and bench/results.json. bench-quick
@@ -54,4 +67,4 @@ lint: $(STAMP)
 	$(PY) -m mypy agents graphs tools app.py
 
 clean:
-	rm -rf $(VENV) out .trainwright .pytest_cache
+	rm -rf $(VENV) $(TF_VENV) out .trainwright .pytest_cache

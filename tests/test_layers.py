@@ -34,7 +34,9 @@ STANDALONE = {
         "datasets",
         "bitsandbytes",
         "wandb",
-    }
+    },
+    # The TensorFlow smoke script runs in .venv-tf: TensorFlow (Keras with it) only.
+    "tools.smoke.tf_train": {"tensorflow"},
 }
 
 

@@ -38,7 +38,9 @@ LAZY_IMPORTS = (
     "safetensors.torch",
 )
 # Modules that are scripts, not libraries: importing one would parse the caller's argv.
-SCRIPT_MODULES = frozenset({"tools.smoke.train"})
+SCRIPT_MODULES = frozenset(
+    {"tools.smoke.train", "tools.smoke.parallel_train", "tools.smoke.tf_train"}
+)
 
 _LOCK = threading.Lock()
 _warmed = False
