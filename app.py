@@ -199,6 +199,14 @@ def _add_smoke(sub: Any) -> None:
         "(shard within a node, replicate across --nodes); default full",
     )
     smoke.add_argument(
+        "--framework",
+        choices=("pytorch", "tensorflow", "horovod"),
+        default="pytorch",
+        help="tensorflow: MultiWorkerMirroredStrategy workers in .venv-tf (a small Keras model "
+        "of the model's kind); horovod: its maintained equivalent, DDP (Horovod does not build "
+        "against current PyTorch); default pytorch",
+    )
+    smoke.add_argument(
         "--tp",
         type=int,
         help="tensor-parallel degree: run the layout with the torch-native stand-in "
@@ -548,6 +556,18 @@ def _check_smoke_args(args: argparse.Namespace) -> int | None:
             raise InputError(flag, f"must be at least 1, got {value}")
     if args.dp is not None and args.tp is None and args.pp is None:
         raise InputError("--dp", "goes with --tp or --pp (plain data parallelism is --strategy)")
+    if args.framework != "pytorch":
+        mine = {
+            "--tp": args.tp,
+            "--pp": args.pp,
+            "--dp": args.dp,
+            "--fsdp-sharding": args.fsdp_sharding,
+        }
+        for flag, value in mine.items():
+            if value is not None:
+                raise InputError(flag, f"does not go with --framework {args.framework}")
+        if args.framework == "horovod":
+            args.strategy = "ddp"  # Horovod's maintained equivalent
     if args.strategy != "fsdp":
         check_strategy(args.strategy, "--strategy")
         if args.fsdp_sharding is not None:
@@ -586,6 +606,24 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
     # A SIGTERM to the CLI then stops the run's process groups too (finally blocks run).
     stop_on_sigterm()
     model = lookup_model(args.model, args.seq_len or 1024)
+    if args.framework == "tensorflow":
+        from tools.smoke.tf_runner import run_tf_smoke
+
+        result = run_tf_smoke(
+            model,
+            settings,
+            steps=args.steps,
+            run_dir=args.run_dir,
+            on_progress=_emit,
+            inject=args.inject,
+            inject_step=args.inject_step,
+            timeout_s=args.timeout,
+            memory_cap=memory_cap,
+            force=args.force,
+        )
+        _write_json(args.json_path, result.model_dump(mode="json"))
+        print(smoke_lines(result))
+        return 0 if result.status == "passed" else 1
     layout = None
     if args.tp is not None or args.pp is not None:
         layout = (args.tp or 1, args.pp or 1, args.dp or 1)
@@ -623,6 +661,10 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
         layout=layout,
         pp_schedule=args.pp_schedule,
     )
+    if args.framework == "horovod":
+        from tools.smoke.policy import HOROVOD_STAND_IN
+
+        result = result.model_copy(update={"reason": f"{result.reason}; {HOROVOD_STAND_IN}"})
     _write_json(args.json_path, result.model_dump(mode="json"))
     print(smoke_lines(result))
     return 0 if result.status == "passed" else 1

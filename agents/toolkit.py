@@ -32,6 +32,7 @@ from tools.smoke.policy import (
     fsdp_smoke,
     horovod_stand_in,
     runs_deepspeed,
+    runs_tensorflow,
     skip_reason,
     smoke_layout,
 )
@@ -434,12 +435,30 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
     ]
 
 
+def _tf_smoke(ws: Workspace, model: ModelSpec, steps: int | None) -> SmokeResult:
+    """A TensorFlow plan's smoke run: MultiWorkerMirroredStrategy workers (tools/smoke/tf_runner.py)."""
+    from tools.smoke.tf_runner import run_tf_smoke
+
+    inject = ws.settings.smoke_fault(first_run=ws.first_round and ws.smoke_runs == 0)
+    ws.smoke_runs += 1
+    ws.progress(
+        f"smoke run: TensorFlow workers, {ws.settings.smoke_steps if steps is None else steps} steps"
+    )
+    result = run_tf_smoke(model, ws.settings, steps=steps, on_progress=ws.progress, inject=inject)
+    stand_in = horovod_stand_in(ws.framework)
+    if stand_in is not None:
+        result = result.model_copy(update={"reason": f"{result.reason}; {stand_in}"})
+    return result
+
+
 def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
     """Run (or skip) the smoke test for the workspace's plan and attach the predicted peak memory."""
     skipped = skip_reason(ws.brief, ws.framework)
     if skipped is not None:
         return SmokeResult(status="skipped", reason=skipped)
     model = need(ws.model, "the model", "lookup_model")
+    if runs_tensorflow(ws.framework):
+        return _tf_smoke(ws, model, steps)
     memory = need(ws.memory, "the memory plan", "plan_parallelism")
     from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
     from tools.smoke import run_smoke_test as _run

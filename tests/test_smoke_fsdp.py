@@ -92,6 +92,8 @@ def test_fsdp_with_a_deepspeed_config_or_unknown_sharding_is_refused(settings: S
             "--fsdp-sharding: needs --strategy fsdp",
         ),
         (["--strategy", "zero3", "--recompute"], "--recompute: is for ddp and fsdp"),
+        (["--framework", "tensorflow", "--tp", "2"], "--tp: does not go with --framework"),
+        (["--framework", "horovod", "--fsdp-sharding", "full"], "--fsdp-sharding: does not go"),
     ],
 )
 def test_cli_fsdp_flags_out_of_place_are_one_line_and_exit_2(

@@ -53,12 +53,21 @@ def test_cli_tp2_pp2_runs_on_four_ranks_holding_their_share(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("inject", "verdict"), [("crash", "crash:"), ("nan", "nan")])
+@pytest.mark.parametrize(
+    ("inject", "verdict"), [("crash", "crash:"), ("nan", "nan"), ("oom", "oom:"), ("alloc", "oom:")]
+)
 def test_layout_faults_give_their_verdict_and_leave_nothing(
     settings: Settings, inject: str, verdict: str
 ) -> None:
+    cap = 3 * 2**30 if inject == "alloc" else None  # the leak is the cap's to stop
     result = run_smoke_test(
-        tiny_spec(LLAMA_TINY), None, settings, steps=20, layout=(2, 1, 1), inject=inject
+        tiny_spec(LLAMA_TINY),
+        None,
+        settings,
+        steps=20,
+        layout=(2, 1, 1),
+        inject=inject,
+        memory_cap=cap,
     )
     assert result.status == "failed"
     assert result.reason.startswith(verdict), result.reason
@@ -68,7 +77,7 @@ def test_layout_faults_give_their_verdict_and_leave_nothing(
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"layout": (2, 1, 1), "inject": "oom"}, "inject"),
+        ({"layout": (2, 1, 1), "inject": "nope"}, "inject"),
         ({"layout": (2, 1, 1), "pp_schedule": "zigzag"}, "pp_schedule"),
         ({"layout": (0, 1, 1)}, "layout"),
         ({"layout": (2, 1, 1), "nodes": 2}, "nodes"),

@@ -112,3 +112,26 @@ def test_injected_faults_fail_the_run(tmp_path: Path, inject: str, code: int | N
         assert "injected crash on worker 1 at step 4" in outcome.log_text
         assert "step 3/20 loss" in outcome.log_text
         assert "step 4/20 loss" not in outcome.log_text
+
+
+def test_cli_tensorflow_smoke_passes_with_the_pytorch_verdicts(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, str(root / "app.py"), "smoke", "--framework", "tensorflow"]
+        + ["--model", "resnet-50", "--steps", "20", "--json", "s.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "s.json").read_text())
+    assert result["status"] == "passed" and result["mode"] == "tensorflow:image"
+    assert result["world_size"] == WORKERS and len(result["losses"]) == 20
+    assert "TensorFlow MultiWorkerMirroredStrategy, 2 CPU workers" in result["reason"]
+    assert "(tensorflow:image, 2 cpu rank(s))" in proc.stdout
+    assert not wait_none_left(Path(result["run_dir"]))

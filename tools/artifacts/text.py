@@ -145,8 +145,9 @@ def summary_paragraph(summary: dict[str, Any]) -> str:
 def smoke_lines(result: SmokeResult) -> str:
     """A short human summary of a smoke run."""
     how = result.strategy
-    if result.mode and result.mode.startswith(("fsdp", "native-3d")):
-        how = result.mode if result.strategy == "fsdp" else f"{how}, as {result.mode}"
+    if result.mode and result.mode.startswith(("fsdp", "native-3d", "tensorflow")):
+        alone = result.strategy in ("fsdp", "multi_worker_mirrored")
+        how = result.mode if alone else f"{how}, as {result.mode}"
     lines = [f"smoke test: {result.status} ({how}, {result.world_size} {result.device} rank(s))"]
     lines.append(f"  {result.reason.splitlines()[0] if result.reason else ''}")
     if result.step_time_s:

@@ -45,9 +45,11 @@ Output follows ``train.py``: rank 0 prints ``step N/M loss X lr Y R tokens/s Ts/
 G GiB`` per step; each rank writes ``metrics-dir/rank{R}.json`` (losses: the global mean loss,
 the same on every rank; step times; peak anonymous RSS; ``local_param_count`` and
 ``expected_local_param_count``; ``optimizer_state_params``, the parameters whose AdamW states
-it keeps). ``--inject crash|nan|hang`` at ``--inject-step N`` fails for
+it keeps). ``--inject crash|nan|hang|oom|alloc`` at ``--inject-step N`` fails for
 real: ``crash`` raises on the last rank, ``nan`` turns the embedding output into NaN on the first
-stage, ``hang`` makes rank 0 sleep so the others block in their next collective. Exit codes:
+stage, ``hang`` makes rank 0 sleep so the others block in their next collective, ``oom`` gives
+every rank an address-space limit just above what it holds and then an allocation over it
+(status ``oom``), ``alloc`` makes rank 0 leak memory until the supervisor's cap stops it. Exit codes:
 0 done, 3 non-finite loss, 4 parameter share differs from the layout, 2 bad arguments.
 """
 
@@ -73,7 +75,12 @@ _NUM_PATTERNS = 8
 _PATTERN_LEN = (3, 6)
 _METRICS_EVERY = 5
 DEFAULT_LR = 3e-3
-INJECT_KINDS = ("crash", "nan", "hang")
+INJECT_KINDS = ("crash", "nan", "hang", "oom", "alloc")
+# alloc: rank 0 leaks this much every interval until something stops the run (train.py's).
+_ALLOC_BLOCK_BYTES = 64 << 20
+_ALLOC_INTERVAL_S = 0.05
+# oom: the address space each rank may still reserve before its oversized allocation.
+_OOM_MARGIN_BYTES = 256 << 20
 SCHEDULES = ("gpipe", "1f1b")
 EXIT_USAGE = 2
 EXIT_NAN = 3
@@ -455,6 +462,23 @@ class Faults:
             time.sleep(10**7)
         if self.kind == "nan" and model.embed_tokens is not None:
             model.embed_tokens.register_forward_hook(lambda _m, _i, out: out * float("nan"))
+        if self.kind == "alloc" and self.rank == 0:
+            held: list[bytearray] = []
+            while True:  # a leak: memory grows until the supervisor's cap stops the run
+                held.append(bytearray(b"\x01") * _ALLOC_BLOCK_BYTES)
+                time.sleep(_ALLOC_INTERVAL_S)
+        if self.kind == "oom":
+            # Every rank: an address-space limit just above what it holds, then a step-sized
+            # allocation well over it, as a GPU's out-of-memory error ends a step.
+            used = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            with open("/proc/self/statm") as fh:
+                used = max(used, int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE"))
+            hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+            soft = used + _OOM_MARGIN_BYTES
+            if hard != resource.RLIM_INFINITY:
+                soft = min(soft, hard)
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+            torch.ones(2 * _OOM_MARGIN_BYTES // 4, dtype=torch.float32)
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -699,7 +723,12 @@ def run(args: argparse.Namespace) -> int:
     faults = Faults(args.inject, args.inject_step, rank, world)
     for step in range(1, args.steps + 1):
         start = time.perf_counter()
-        faults.before_step(step, step_fn.model)
+        try:
+            faults.before_step(step, step_fn.model)
+        except (MemoryError, RuntimeError) as exc:
+            if isinstance(exc, MemoryError) or "can't allocate memory" in str(exc):
+                write_json_atomic(metrics_path, metrics("oom"))
+            raise
         global_batch = data.next(rows_per_rank * dp)
         if layout is None:
             batch = global_batch

@@ -36,15 +36,26 @@ def skip_reason(brief: TrainingBrief, framework: FrameworkChoice | None) -> str 
     if not brief.smoke:
         return SMOKE_OFF
     if framework is not None and framework.primary not in SMOKE_TESTABLE:
-        if framework.primary == "horovod" and "tensorflow" not in framework.stack:
-            return None  # smoke-tested as DDP (horovod_stand_in)
+        if framework.primary == "horovod" or runs_tensorflow(framework):
+            return None  # DDP or TensorFlow workers stand in (horovod_stand_in, runs_tensorflow)
         return not_smoke_testable(framework.primary)
     return None
+
+
+def runs_tensorflow(framework: FrameworkChoice | None) -> bool:
+    """Whether the smoke run is TensorFlow's: a TensorFlow plan, or Horovod for a Keras team."""
+    if framework is None:
+        return False
+    return framework.primary == "tensorflow" or (
+        framework.primary == "horovod" and "tensorflow" in framework.stack
+    )
 
 
 def horovod_stand_in(framework: FrameworkChoice | None) -> str | None:
     """The note a PyTorch Horovod plan's smoke run carries: it ran DDP, and why."""
     if framework is not None and framework.primary == "horovod":
+        if runs_tensorflow(framework):
+            return HOROVOD_STAND_IN.replace("PyTorch DDP", "TensorFlow MultiWorkerMirroredStrategy")
         return HOROVOD_STAND_IN
     return None
 

@@ -59,7 +59,7 @@ SCRIPT = Path(__file__).with_name("train.py")
 # The torch-native stand-in for tensor/pipeline-parallel layouts (Megatron is CUDA-only).
 PARALLEL_SCRIPT = Path(__file__).with_name("parallel_train.py")
 # Faults parallel_train.py can inject.
-PARALLEL_INJECT_KINDS = ("crash", "nan", "hang")
+PARALLEL_INJECT_KINDS = ("crash", "nan", "hang", "oom", "alloc")
 PP_SCHEDULES = ("gpipe", "1f1b")
 # The name the script has in a run directory (and so in the ranks' command lines).
 RUN_SCRIPT_NAME = "smoke_train.py"

@@ -17,7 +17,8 @@ format of tools/smoke/train.py (``step N/M loss X lr Y T tokens/s S s/step peak 
 for images a "token" is one image). Each worker writes ``metrics-dir/rank{R}.json`` (losses,
 step times, peak RSS, as train.py does) every few steps and at the end.
 
-``--inject nan|crash|hang|oom`` (at ``--inject-step``) makes the run fail for real: ``nan``
+``--inject nan|crash|hang|oom|alloc`` (at ``--inject-step``; alloc: worker 0 leaks memory
+until the supervisor's memory cap stops the run) makes the run fail for real: ``nan``
 multiplies the inputs (the pixels, the token embeddings) by NaN on every worker; ``crash``
 raises on the last worker; ``hang`` makes worker 0 sleep inside the step, so the others block
 in the gradient all-reduce; ``oom`` caps this process's address space just above what it maps
@@ -39,7 +40,10 @@ from typing import Any, TextIO
 import tensorflow as tf
 
 KINDS = ("image", "text")
-INJECT_KINDS = ("nan", "crash", "hang", "oom")
+INJECT_KINDS = ("nan", "crash", "hang", "oom", "alloc")
+# alloc: worker 0 leaks this much every interval until the supervisor's cap stops it.
+_ALLOC_BLOCK_BYTES = 64 << 20
+_ALLOC_INTERVAL_S = 0.05
 # Adam learning rates that make each kind learn within ~20 steps (measured on 2 CPU workers).
 DEFAULT_LR = {"image": 1e-2, "text": 3e-3}
 # Exit code of a run stopped by a non-finite loss (tools/smoke/train.py's).
@@ -275,6 +279,11 @@ class FaultInjector:
         if self.kind == "hang" and self.rank == 0:
             # The other workers block in the step's all-reduce; only a supervisor's kill ends this.
             time.sleep(10**7)
+        if self.kind == "alloc" and self.rank == 0:
+            leak: list[bytearray] = []
+            while True:
+                leak.append(bytearray(b"\x01") * _ALLOC_BLOCK_BYTES)
+                time.sleep(_ALLOC_INTERVAL_S)
         if self.kind == "oom":
             _cap_address_space()
             held = tf.ones([_OOM_ALLOC_FLOATS], tf.float32)
