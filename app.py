@@ -566,13 +566,12 @@ def _check_smoke_args(args: argparse.Namespace) -> int | None:
         for flag, value in mine.items():
             if value is not None:
                 raise InputError(flag, f"does not go with --framework {args.framework}")
-        if args.framework == "horovod":
-            args.strategy = "ddp"  # Horovod's maintained equivalent
-    if args.strategy != "fsdp":
-        check_strategy(args.strategy, "--strategy")
+    strategy = _smoke_strategy(args)
+    if strategy != "fsdp":
+        check_strategy(strategy, "--strategy")
         if args.fsdp_sharding is not None:
             raise InputError("--fsdp-sharding", "needs --strategy fsdp")
-    if args.recompute and args.strategy not in ("ddp", "fsdp"):
+    if args.recompute and strategy not in ("ddp", "fsdp"):
         raise InputError(
             "--recompute", "is for ddp and fsdp; a DeepSpeed run recomputes as its config says"
         )
@@ -592,6 +591,11 @@ def _check_smoke_args(args: argparse.Namespace) -> int | None:
     check_output_path(args.run_dir, "--run-dir", "dir")
     check_output_path(args.json_path, "--json", "file")
     return None if args.memory_cap is None else parse_memory_cap(args.memory_cap)
+
+
+def _smoke_strategy(args: argparse.Namespace) -> str:
+    """The strategy a smoke run uses: ``--strategy``, or DDP for Horovod (its equivalent)."""
+    return "ddp" if args.framework == "horovod" else args.strategy
 
 
 def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
@@ -627,12 +631,13 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
     layout = None
     if args.tp is not None or args.pp is not None:
         layout = (args.tp or 1, args.pp or 1, args.dp or 1)
-    torchrun = args.strategy in ("ddp", "fsdp") or layout is not None
+    strategy = _smoke_strategy(args)
+    torchrun = strategy in ("ddp", "fsdp") or layout is not None
     config = None
     if not torchrun:
         config = smoke_ds_config(
             model,
-            args.strategy,
+            strategy,
             world_size=args.world_size or settings.smoke_cpu_ranks,
             nodes=args.nodes,
             micro_batch_size=args.micro_batch,
@@ -647,7 +652,7 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
         seq_len=args.seq_len,
         world_size=args.world_size,
         # A layout run's data-parallel part: ZeRO-1 over dp > 1, else none.
-        strategy=args.strategy if layout is None else ("zero1" if layout[2] > 1 else "ddp"),
+        strategy=strategy if layout is None else ("zero1" if layout[2] > 1 else "ddp"),
         run_dir=args.run_dir,
         on_progress=_emit,
         nodes=args.nodes,
@@ -656,15 +661,15 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
         timeout_s=args.timeout,
         memory_cap=memory_cap,
         force=args.force,
-        fsdp=(args.fsdp_sharding or "full") if args.strategy == "fsdp" else None,
+        fsdp=(args.fsdp_sharding or "full") if strategy == "fsdp" else None,
         activation_checkpointing=args.recompute if torchrun else None,
         layout=layout,
         pp_schedule=args.pp_schedule,
     )
     if args.framework == "horovod":
-        from tools.smoke.policy import HOROVOD_STAND_IN
+        from tools.smoke.policy import horovod_note
 
-        result = result.model_copy(update={"reason": f"{result.reason}; {HOROVOD_STAND_IN}"})
+        result = result.model_copy(update={"reason": f"{result.reason}; {horovod_note(False)}"})
     _write_json(args.json_path, result.model_dump(mode="json"))
     print(smoke_lines(result))
     return 0 if result.status == "passed" else 1

@@ -30,11 +30,11 @@ from tools.core.strategies import STRATEGY_ORDER
 from tools.research.framework import DEEPSPEED_FRAMEWORKS, REPLICATING_FRAMEWORKS, replicas_fit
 from tools.smoke.policy import (
     fsdp_smoke,
-    horovod_stand_in,
     runs_deepspeed,
     runs_tensorflow,
     skip_reason,
     smoke_layout,
+    with_horovod_note,
 )
 
 # ---- argument schemas: what the model reads --------------------------------------------------
@@ -435,76 +435,74 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
     ]
 
 
-def _tf_smoke(ws: Workspace, model: ModelSpec, steps: int | None) -> SmokeResult:
-    """A TensorFlow plan's smoke run: MultiWorkerMirroredStrategy workers (tools/smoke/tf_runner.py)."""
-    from tools.smoke.tf_runner import run_tf_smoke
-
-    inject = ws.settings.smoke_fault(first_run=ws.first_round and ws.smoke_runs == 0)
-    ws.smoke_runs += 1
-    ws.progress(
-        f"smoke run: TensorFlow workers, {ws.settings.smoke_steps if steps is None else steps} steps"
-    )
-    result = run_tf_smoke(model, ws.settings, steps=steps, on_progress=ws.progress, inject=inject)
-    stand_in = horovod_stand_in(ws.framework)
-    if stand_in is not None:
-        result = result.model_copy(update={"reason": f"{result.reason}; {stand_in}"})
-    return result
-
-
 def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
     """Run (or skip) the smoke test for the workspace's plan and attach the predicted peak memory."""
     skipped = skip_reason(ws.brief, ws.framework)
     if skipped is not None:
         return SmokeResult(status="skipped", reason=skipped)
     model = need(ws.model, "the model", "lookup_model")
-    if runs_tensorflow(ws.framework):
-        return _tf_smoke(ws, model, steps)
-    memory = need(ws.memory, "the memory plan", "plan_parallelism")
-    from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
-    from tools.smoke import run_smoke_test as _run
-
-    config = ws.deepspeed_config
-    # Tensor/pipeline parallelism: the torch-native stand-in runs the plan's layout, scaled.
-    layout = smoke_layout(memory, model)
-    if layout is not None:
-        config = None
-    elif config is None and runs_deepspeed(ws.framework):
-        config = _emit(
-            memory, model, need(ws.hardware, "the hardware", "profile_hardware"), ws.brief
-        )
-    # config None: a plain PyTorch DDP plan, smoke-tested with torchrun and no DeepSpeed.
+    tensorflow = runs_tensorflow(ws.framework)
+    memory = None if tensorflow else need(ws.memory, "the memory plan", "plan_parallelism")
+    config, torch_args = (None, {}) if memory is None else _torch_smoke_args(ws, model, memory)
     # Testing aid (Settings.smoke_inject): a real fault in the plan's first run, or in every run.
     inject = ws.settings.smoke_fault(first_run=ws.first_round and ws.smoke_runs == 0)
     ws.smoke_runs += 1
     ws.progress(
-        f"smoke run: {memory.chosen}, {ws.settings.smoke_steps if steps is None else steps} steps"
+        f"smoke run: {'TensorFlow workers' if memory is None else memory.chosen}, "
+        f"{ws.settings.smoke_steps if steps is None else steps} steps"
         + (f", injecting {inject} (smoke_inject)" if inject else "")
     )
+    if memory is None:
+        from tools.smoke.tf_runner import run_tf_smoke
+
+        result = run_tf_smoke(
+            model, ws.settings, steps=steps, on_progress=ws.progress, inject=inject
+        )
+    else:
+        from tools.smoke import run_smoke_test as _run
+
+        result = _run(
+            model,
+            config,
+            ws.settings,
+            steps=steps,
+            micro_batch_size=1,
+            strategy=memory.chosen,
+            on_progress=ws.progress,
+            task=ws.brief.task,
+            inject=inject,
+            **torch_args,
+        )
+    return with_horovod_note(result, ws.framework)
+
+
+def _torch_smoke_args(
+    ws: Workspace, model: ModelSpec, memory: MemoryPlan
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The plan's PyTorch smoke run: its DeepSpeed config (None: torchrun), other arguments.
+
+    The others are ``run_smoke_test``'s FSDP2, tp/pp layout, recompute and schedule arguments.
+    """
+    from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
+
     hardware = need(ws.hardware, "the hardware", "profile_hardware")
+    config = ws.deepspeed_config
+    # Tensor/pipeline parallelism: the torch-native stand-in runs the plan's layout, scaled.
+    layout = smoke_layout(memory, model)
     fsdp, offload = fsdp_smoke(ws.framework, memory.chosen, hardware.nodes)
     if layout is not None:
-        fsdp, offload = None, False
-    result = _run(
-        model,
-        config,
-        ws.settings,
-        steps=steps,
-        micro_batch_size=1,
-        strategy=memory.chosen,
-        on_progress=ws.progress,
-        task=ws.brief.task,
-        inject=inject,
-        fsdp=fsdp,
-        fsdp_offload=offload,
+        config, fsdp, offload = None, None, False
+    elif config is None and runs_deepspeed(ws.framework):
+        config = _emit(memory, model, hardware, ws.brief)
+    # config None: a plain PyTorch DDP plan, smoke-tested with torchrun and no DeepSpeed.
+    return config, {
+        "fsdp": fsdp,
+        "fsdp_offload": offload,
         # torchrun runs: the plan's recompute policy and its launch command's schedule.
-        activation_checkpointing=memory.activation_checkpointing,
-        plan_command=ws.launch.command if ws.launch is not None else None,
-        layout=layout,
-    )
-    stand_in = horovod_stand_in(ws.framework)
-    if stand_in is not None and result.status != "skipped":
-        result = result.model_copy(update={"reason": f"{result.reason}; {stand_in}"})
-    return result
+        "activation_checkpointing": memory.activation_checkpointing,
+        "plan_command": ws.launch.command if ws.launch is not None else None,
+        "layout": layout,
+    }
 
 
 # ---- reviewer --------------------------------------------------------------------------------

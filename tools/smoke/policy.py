@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from tools.core.schemas import FrameworkChoice, MemoryPlan, ModelSpec, TrainingBrief
+from tools.core.schemas import FrameworkChoice, MemoryPlan, ModelSpec, SmokeResult, TrainingBrief
 from tools.core.strategies import train_py_fsdp
 from tools.research.framework import DEEPSPEED_FRAMEWORKS
 
 # Frameworks the standalone training script (tools/smoke/train.py) runs: DeepSpeed, DDP, FSDP2.
 SMOKE_TESTABLE = frozenset({*DEEPSPEED_FRAMEWORKS, "pytorch", "pytorch_ddp", "pytorch_fsdp"})
-# Horovod no longer builds against current PyTorch (HOROVOD.md): a PyTorch Horovod plan's smoke
-# run is its maintained equivalent, DDP under torchrun.
+# Horovod no longer builds against current PyTorch (HOROVOD.md): a Horovod plan's smoke run is
+# its maintained equivalent, DDP under torchrun (a Keras team's: TensorFlow's own strategy).
 HOROVOD_STAND_IN = (
     "Horovod 0.28.1 does not build against torch >= 2.1 (C++14 extension, PR #3998 unreleased): "
-    "ran its maintained equivalent, PyTorch DDP"
+    "ran its maintained equivalent, {equivalent}"
 )
 AGENT_APP_SMOKE = "an agent application trains nothing, so there is no training run to smoke-test"
 SMOKE_OFF = "the brief turns smoke runs off"
@@ -37,7 +37,7 @@ def skip_reason(brief: TrainingBrief, framework: FrameworkChoice | None) -> str 
         return SMOKE_OFF
     if framework is not None and framework.primary not in SMOKE_TESTABLE:
         if framework.primary == "horovod" or runs_tensorflow(framework):
-            return None  # DDP or TensorFlow workers stand in (horovod_stand_in, runs_tensorflow)
+            return None  # DDP or TensorFlow workers stand in (with_horovod_note, runs_tensorflow)
         return not_smoke_testable(framework.primary)
     return None
 
@@ -51,13 +51,18 @@ def runs_tensorflow(framework: FrameworkChoice | None) -> bool:
     )
 
 
-def horovod_stand_in(framework: FrameworkChoice | None) -> str | None:
-    """The note a PyTorch Horovod plan's smoke run carries: it ran DDP, and why."""
-    if framework is not None and framework.primary == "horovod":
-        if runs_tensorflow(framework):
-            return HOROVOD_STAND_IN.replace("PyTorch DDP", "TensorFlow MultiWorkerMirroredStrategy")
-        return HOROVOD_STAND_IN
-    return None
+def horovod_note(tensorflow: bool) -> str:
+    """Why a Horovod smoke run ran its maintained equivalent, and which one."""
+    equivalent = "TensorFlow MultiWorkerMirroredStrategy" if tensorflow else "PyTorch DDP"
+    return HOROVOD_STAND_IN.format(equivalent=equivalent)
+
+
+def with_horovod_note(result: SmokeResult, framework: FrameworkChoice | None) -> SmokeResult:
+    """``result``, its reason saying so when a Horovod plan's run was its equivalent's."""
+    if framework is None or framework.primary != "horovod" or result.status == "skipped":
+        return result
+    note = horovod_note(runs_tensorflow(framework))
+    return result.model_copy(update={"reason": f"{result.reason}; {note}"})
 
 
 def runs_deepspeed(framework: FrameworkChoice | None) -> bool:

@@ -39,6 +39,13 @@ def shape_spec(shape: dict[str, Any]) -> ModelSpec:
 # model: full shards parameters, gradients and optimizer states; grad-op keeps the parameters
 # gathered from forward to backward (tools/planning/footprint.py fsdp_states).
 FSDP_SHARDINGS = {"full": "zero3", "grad-op": "zero2", "hybrid": "zero3"}
+# A tensor/pipeline layout run's mode (parallel_train.py, the torch-native stand-in).
+_LAYOUT_MODE = re.compile(r"native-3d:tp(\d+)xpp(\d+)xdp(\d+)")
+
+
+def layout_mode(layout: tuple[int, int, int]) -> str:
+    """The ``mode`` of a run of the (tp, pp, dp) ``layout``, as ``predict_peak_bytes`` reads it."""
+    return "native-3d:tp{}xpp{}xdp{}".format(*layout)
 
 
 def predict_peak_bytes(
@@ -65,7 +72,7 @@ def predict_peak_bytes(
     name: str = strategy if strategy in STRATEGY_ORDER else "ddp"
     recipe = None
     sharded_over = max(1, ranks)
-    sharding, _, extra = (mode or "").partition(":")[2].partition("+")
+    sharding, _, extra = (mode or "").partition("fsdp:")[2].partition("+")
     if sharding in FSDP_SHARDINGS:
         # FSDP2: its own master-weight and gather terms; hybrid shards within a node only.
         name = FSDP_SHARDINGS[sharding] + ("_offload_optimizer" if extra == "offload" else "")
@@ -78,7 +85,7 @@ def predict_peak_bytes(
         if sharding == "hybrid":
             sharded_over = max(1, ranks // max(1, nodes))
     tp = pp = 1
-    layout = re.fullmatch(r"native-3d:tp(\d+)xpp(\d+)xdp(\d+)", mode or "")
+    layout = _LAYOUT_MODE.fullmatch(mode or "")
     if layout is not None:
         # parallel_train.py: Megatron's split over tp x pp, ZeRO-1 over dp > 1.
         tp, pp = int(layout[1]), int(layout[2])

@@ -38,7 +38,13 @@ from tools.core.strategies import strategy_of
 from tools.planning.states import DEFAULT_LORA_RANK
 from tools.smoke.commands import _child_env, launch_commands
 from tools.smoke.ds_adapt import adapt_ds_config, smoke_lr
-from tools.smoke.predict import FSDP_SHARDINGS, _fits_local_gpu, shape_spec, with_prediction
+from tools.smoke.predict import (
+    FSDP_SHARDINGS,
+    _fits_local_gpu,
+    layout_mode,
+    shape_spec,
+    with_prediction,
+)
 from tools.smoke.scale import (
     CPU_BUDGET,
     FULL_SIZE_MAX_SEQ,
@@ -160,6 +166,10 @@ def run_smoke_test(
     )
     if layout is not None:
         _check_layout(layout, ds_config, fsdp, inject, pp_schedule, nodes)
+    if fsdp is not None and (ds_config is not None or fsdp not in FSDP_SHARDINGS):
+        raise InputError(
+            "fsdp", f"choose one of {', '.join(FSDP_SHARDINGS)}, without a DeepSpeed config"
+        )
     started = time.monotonic()
     run_dir = _make_run_dir(run_dir, settings, force)
     if layout is not None:  # CPU ranks, one per shard of the layout
@@ -169,16 +179,12 @@ def run_smoke_test(
     # Every file the run writes, checked before anything is written: none may be the user's.
     written = _run_files(ranks, nodes)
     check_files(run_dir, written, field="--run-dir")
-    if fsdp is not None and (ds_config is not None or fsdp not in FSDP_SHARDINGS):
-        raise InputError(
-            "fsdp", f"choose one of {', '.join(FSDP_SHARDINGS)}, without a DeepSpeed config"
-        )
     strategy = strategy or (strategy_of(ds_config) if ds_config is not None else "ddp")
     mode = "deepspeed" if ds_config is not None else "ddp"
     if fsdp is not None:
         mode = f"fsdp:{fsdp}" + ("+offload" if fsdp_offload else "")
     if layout is not None:
-        mode = "native-3d:tp{}xpp{}xdp{}".format(*layout)
+        mode = layout_mode(layout)
     base = SmokeResult(
         status="failed",
         device=device,
@@ -207,26 +213,11 @@ def run_smoke_test(
     run_config, notes = _run_config(ds_config, base, shape, micro_batch_size, lr, full_size)
     mode_args: list[str] = []
     if layout is not None:
-        tp, pp, dp = layout
-        micro = 2 * pp if pp > 1 else 1  # enough micro-batches to fill the pipeline
-        mode_args = ["--tp", str(tp), "--pp", str(pp), "--pp-schedule", pp_schedule]
-        mode_args += ["--microbatches", str(micro), *(["--zero1"] if dp > 1 else [])]
-        notes[0] = (
-            f"torch-native stand-in for the plan's layout: DTensor TP {tp} x pipelining PP {pp}"
-            + (f" ({pp_schedule}, {micro} micro-batches)" if pp > 1 else "")
-            + (f" x ZeRO-1 DP {dp}" if dp > 1 else "")
-            + f" on {ranks} CPU ranks under torchrun; each rank's parameter share checked; "
-            "key-value heads = attention heads, untied embeddings"
-        )
+        mode_args, notes[0] = _layout_args(layout, pp_schedule)
         notes.append(f"constant lr {lr:g}")
     elif run_config is None:  # torchrun: the schedule, recompute and sharding are flags
-        planned = plan_torchrun_schedule(plan_command or [], steps)
-        mode_args, note = planned or ([], f"constant lr {lr:g}")
+        mode_args, note = _torchrun_args(plan_command, steps, lr, checkpointing, fsdp, fsdp_offload)
         notes.append(note)
-        mode_args += ["--gradient-checkpointing"] if checkpointing else []
-        if fsdp is not None:
-            mode_args += ["--fsdp", "--fsdp-sharding", fsdp]
-            mode_args += ["--fsdp-offload"] if fsdp_offload else []
     _prepare_run_dir(
         run_dir, model_config, run_config, PARALLEL_SCRIPT if layout is not None else SCRIPT
     )
@@ -294,6 +285,39 @@ def _checked_arguments(
     if cap < 0:
         raise InputError("memory_cap", f"must be positive (or 0 for none), got {cap}")
     return steps, timeout_s, cap
+
+
+def _layout_args(layout: tuple[int, int, int], pp_schedule: str) -> tuple[list[str], str]:
+    """parallel_train.py's arguments for ``layout`` (tp, pp, dp), and the note saying what ran."""
+    tp, pp, dp = layout
+    micro = 2 * pp if pp > 1 else 1  # enough micro-batches to fill the pipeline
+    args = ["--tp", str(tp), "--pp", str(pp), "--pp-schedule", pp_schedule]
+    args += ["--microbatches", str(micro), *(["--zero1"] if dp > 1 else [])]
+    note = (
+        f"torch-native stand-in for the plan's layout: DTensor TP {tp} x pipelining PP {pp}"
+        + (f" ({pp_schedule}, {micro} micro-batches)" if pp > 1 else "")
+        + (f" x ZeRO-1 DP {dp}" if dp > 1 else "")
+        + f" on {tp * pp * dp} CPU ranks under torchrun; each rank's parameter share checked; "
+        "key-value heads = attention heads, untied embeddings"
+    )
+    return args, note
+
+
+def _torchrun_args(
+    plan_command: list[str] | None,
+    steps: int,
+    lr: float,
+    checkpointing: bool,
+    fsdp: str | None,
+    fsdp_offload: bool,
+) -> tuple[list[str], str]:
+    """train.py's schedule, recompute and FSDP flags for a torchrun run, and the schedule note."""
+    planned = plan_torchrun_schedule(plan_command or [], steps)
+    args, note = planned or ([], f"constant lr {lr:g}")
+    args += ["--gradient-checkpointing"] if checkpointing else []
+    if fsdp is not None:
+        args += ["--fsdp", "--fsdp-sharding", fsdp, *(["--fsdp-offload"] if fsdp_offload else [])]
+    return args, note
 
 
 def _splittable(model: ModelSpec) -> ModelSpec:
