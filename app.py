@@ -280,15 +280,17 @@ def _write_json(path: Path | None, data: Any) -> None:
     """Write ``data`` to what the user named (a device, FIFO or symlink is written through).
 
     Into a folder of ours (``--json out/x/plan.json``) it goes through the folder's manifest,
-    so a later run may replace it, and a file of the user's there is refused.
+    so a later run may replace it, and a file of the user's or a link there is refused, as is
+    a folder reached through a link inside one of ours.
     """
     if path is None:
         return
     from tools.core.files import write_through
-    from tools.core.outputs import owned, write_file
+    from tools.core.outputs import check_no_link, owned, write_file
 
     text = json.dumps(data, indent=2) + "\n"
-    if not path.is_symlink() and (path.is_file() or not path.exists()) and owned(path.parent):
+    check_no_link(path.parent, "--json")
+    if (path.is_symlink() or path.is_file() or not path.exists()) and owned(path.parent):
         write_file(path.parent, path.name, text, field="--json")
     else:
         write_through(path, text)

@@ -8,6 +8,9 @@ table (tools/artifacts/index.py).
 A brief is skipped when its inputs hash (brief bytes, the flags that change the plan, and the
 code version) matches the one stored beside its last good report. Briefs run on a thread
 pool; smoke runs take a lock, so at most one trains at a time (they share the CPU ranks).
+Two batches into one ``DIR`` run one after the other (``tools.core.outputs.hold``): the second
+says that it waits, then finds the first's reports unchanged, so every count it prints is true.
+A brief folder that is a symbolic link (or a file) is refused before any work.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from graphs.run import Watcher, open_checkpointer, run_plan
-from tools.artifacts.index import BriefOutcome, index_row, write_index
+from tools.artifacts.index import INDEX_FILES, BriefOutcome, index_row, write_index
 from tools.core import imports
-from tools.core.errors import InputError
-from tools.core.outputs import claim, remove_file, write_file
+from tools.core.errors import InputError, shown
+from tools.core.outputs import claim, hold, remove_file, subfolder, write_file
 from tools.core.settings import Settings
 from tools.intake.brief_files import BriefJob, find_briefs
 from tools.smoke import stop_requested
@@ -222,10 +225,33 @@ def run_batch(
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError("--out", f"{out_dir} exists and is not a directory")
     briefs = find_briefs(paths)
-    # Before any work: the folder is new, empty or an earlier report's, and every brief has a
-    # folder of its own (tools/core/outputs.py, ``own_folders``).
-    claim(out_dir, field="--out", force_flag=None, create=True)
+    # Before any work: the folder is new, empty or an earlier report's, the index files are
+    # ours to replace (tools/core/outputs.py).
+    claim(out_dir, field="--out", force_flag=None, create=True, names=INDEX_FILES)
+    with hold(out_dir, lambda: _say_waiting(out_dir)):
+        return _run_held(briefs, out_dir, settings, jobs, smoke, force)
+
+
+def _say_waiting(out_dir: Path) -> None:
+    print(
+        f"another report is writing into {shown(str(out_dir), 160)}; waiting for it to finish",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _run_held(
+    briefs: list[BriefJob],
+    out_dir: Path,
+    settings: Settings,
+    jobs: int,
+    smoke: bool | None,
+    force: bool,
+) -> list[BriefOutcome]:
+    """``run_batch`` once it holds ``out_dir``: every brief in a real folder of its own."""
     briefs = own_folders(briefs, out_dir)
+    for job in briefs:
+        subfolder(out_dir, job.name, "--out", create=False)
     from agents.chat_models import load_chat_model
     from graphs.graph import build_graph
 

@@ -5,7 +5,9 @@ Real processes and real SIGKILLs: a writer process rewriting a multi-megabyte pl
 ``python app.py plan`` CLI rewriting an existing report folder (plan.json, report, DeepSpeed
 config, launch scripts), killed while it writes. After every kill each file is byte for byte
 the old version or a complete new one. Temporary files a kill leaves behind are dot files
-named after the writer's pid; the next write removes them once that writer is gone.
+named after the writer's pid; nothing removes a file because of its name (issue 26, finding
+3c): in an output folder the manifest records each temporary file by name, and the next write
+there removes the ones it recorded; elsewhere they stay.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from pathlib import Path
 import pytest
 from procs import ROOT, cli, kill_group, read_until
 
-from tools.core.files import STALE_AFTER_S, clean_stale_temps, copy_atomic, write_atomic
-from tools.core.outputs import MANIFEST
+from tools.core.files import copy_atomic, write_atomic
+from tools.core.outputs import MANIFEST, claim, write_file
 
 # The versions the writer writes, also exec'd here to know each version's exact bytes:
 # version i is a ~2.5 MB plan-like JSON whose first and last keys both carry i.
@@ -136,25 +138,26 @@ def test_writer_killed_at_random_points_leaves_old_or_new_file(tmp_path: Path) -
         outcomes["old" if version == current else "new"] += 1
         assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~_umask()
         # What a kill leaves: at most the killed writer's one temporary file. Those of earlier
-        # killed writers are gone once this one wrote (it cleans up before each write).
+        # killed writers stay: nothing recorded them here (no manifest), and nothing removes a
+        # file because its name looks like a temporary file of ours.
         after = _temps(folder)
         mine = {name for name, pid in after.items() if pid == writer.pid}
         assert len(mine) <= 1, after
-        assert set(after) - mine <= set(before), (before, after)
-        if version != current:
-            assert not set(before) & set(after), (before, after)
+        assert set(after) - mine == set(before), (before, after)
         temps_seen += len(mine)
         current = version
 
-    # The next write (here, in a live process) removes every leftover: their writers are dead.
+    # The next write (here, in a live process) leaves them too.
+    left = _temps(folder)
     write_atomic(target, version_text(current + 1))
-    assert not _temps(folder)
+    assert _temps(folder) == left
+    assert len(left) == temps_seen
     assert target.read_bytes() == version_text(current + 1).encode()
     print(
         f"\nwrite_atomic: {KILL_POINTS} kill points over a {life_s:.2f} s life "
         f"({writing_s:.2f} s writing): "
         f"{outcomes['old']} old, {outcomes['new']} new, {temps_seen} killed mid-write "
-        f"(temporary file left, cleaned by the next write), {finished_first} writers done first"
+        f"(temporary file left, not removed: unrecorded), {finished_first} writers done first"
     )
     assert outcomes["old"] + outcomes["new"] == KILL_POINTS
 
@@ -204,7 +207,13 @@ def test_modes_follow_the_umask_and_launch_scripts_stay_executable(tmp_path: Pat
     assert not [p for p in tmp_path.rglob("*.tmp")]
 
 
-def test_stale_temporary_files_go_and_live_writers_keep_theirs(tmp_path: Path) -> None:
+def _users_temps(folder: Path) -> dict[str, bytes]:
+    """Files of the user's whose names look like temporary files of ours, two hours old.
+
+    As finding 3c made them: ``.plan.json.abcd1234.tmp`` (an older version's ``mkstemp``
+    name) and ``.notes.abcdef-999999.deadbeef.tmp`` (our own pattern, another host's tag),
+    plus one with this host's tag and a pid that is gone.
+    """
     from tools.core.files import _HOST
 
     dead = subprocess.run(
@@ -213,40 +222,85 @@ def test_stale_temporary_files_go_and_live_writers_keep_theirs(tmp_path: Path) -
         capture_output=True,
         check=True,
     )
-    dead_pid = int(dead.stdout)
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    try:
-        names = {
-            "dead": f".plan.json.{_HOST}-{dead_pid}.0123abcd.tmp",
-            "live": f".plan.json.{_HOST}-{live.pid}.0123abcd.tmp",
-            "other_target_dead": f".report.md.{_HOST}-{dead_pid}.89abcdef.tmp",
-            "other_host_young": f".plan.json.ffffff-{dead_pid}.0123abcd.tmp"
-            if _HOST != "ffffff"
-            else f".plan.json.000000-{dead_pid}.0123abcd.tmp",
-            "other_host_old": f".plan.json.abcabc-{live.pid}.0123abcd.tmp"
-            if _HOST != "abcabc"
-            else f".plan.json.defdef-{live.pid}.0123abcd.tmp",
-            "legacy_old": ".plan.json.k3j_9zq1.tmp",
-            "legacy_young": ".plan.json.a8c_2b0x.tmp",
-            "user_file": ".notes.tmp",
-            "user_file_2": "plan.json.tmp",
-        }
-        for name in names.values():
-            (tmp_path / name).write_text("half a fi")
-        an_hour_ago = time.time() - STALE_AFTER_S - 60
-        for key in ("other_host_old", "legacy_old"):
-            os.utime(tmp_path / names[key], (an_hour_ago, an_hour_ago))
-        write_atomic(tmp_path / "plan.json", "{}\n")
-        left = {key for key, name in names.items() if (tmp_path / name).exists()}
-        assert left == {"live", "other_host_young", "legacy_young", "user_file", "user_file_2"}
-        assert json.loads((tmp_path / "plan.json").read_text()) == {}
-        assert clean_stale_temps(tmp_path / "plan.json") == []  # nothing more to clean
-    finally:
-        live.kill()
-        live.wait()
-    # Its writer gone, the live one's file goes on the next write too.
-    write_atomic(tmp_path / "plan.json", "{}\n")
-    assert not (tmp_path / names["live"]).exists()
+    names = [
+        ".plan.json.abcd1234.tmp",
+        ".est.json.k3j_9zq1.tmp",
+        ".notes.abcdef-999999.deadbeef.tmp",
+        f".plan.json.{_HOST}-{int(dead.stdout)}.0123abcd.tmp",
+        f".report.md.{_HOST}-{int(dead.stdout)}.89abcdef.tmp",
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    two_hours_ago = time.time() - 2 * 3600
+    for i, name in enumerate(names):
+        (folder / name).write_text(f"the user's draft {i}\n")
+        os.utime(folder / name, (two_hours_ago, two_hours_ago))
+    return {name: (folder / name).read_bytes() for name in names}
+
+
+def _still_there(folder: Path, users: dict[str, bytes]) -> None:
+    for name, data in users.items():
+        assert (folder / name).read_bytes() == data, f"{name} was touched"
+
+
+def test_temp_cleanup_removes_only_the_temps_it_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26, finding 3c: a temp-like name of the user's is the user's, whatever its age."""
+    import tools.core.outputs as outputs
+
+    # Outside our folders (an ``estimate --json`` target): nothing is ever cleaned.
+    plain = tmp_path / "plain"
+    users = _users_temps(plain)
+    write_atomic(plain / "plan.json", "{}\n")
+    write_atomic(plain / "est.json", "{}\n")
+    _still_there(plain, users)
+    # A folder shared with ``plan --out D --force``: the same.
+    shared = tmp_path / "shared"
+    users = _users_temps(shared)
+    claim(shared, force=True)
+    write_file(shared, "plan.json", "{}\n")
+    write_file(shared, "report.md", "# r\n")
+    _still_there(shared, users)
+    # A write of ours killed between creating its temporary file and the rename (SIGKILL: no
+    # clean-up runs) leaves a file the manifest names; the next write removes exactly it.
+    real = outputs.write_atomic_bytes
+    left: list[Path] = []
+
+    def killed(path: Path, data: bytes, *, executable: bool = False, tmp: Path) -> None:
+        tmp.write_bytes(data[:3])
+        left.append(tmp)
+        raise SystemExit(137)
+
+    monkeypatch.setattr(outputs, "write_atomic_bytes", killed)
+    with pytest.raises(SystemExit):
+        write_file(shared, "plan.json", '{"new": 1}\n')
+    assert len(left) == 1 and left[0].exists()
+    assert str(left[0].relative_to(shared)) in json.loads((shared / MANIFEST).read_text())["temps"]
+    monkeypatch.setattr(outputs, "write_atomic_bytes", real)
+    write_file(shared, "report.md", "# r2\n")
+    assert not left[0].exists()
+    assert json.loads((shared / MANIFEST).read_text())["temps"] == []
+    assert (shared / "plan.json").read_text() == "{}\n"
+    _still_there(shared, users)
+    leftovers = {p.name for p in shared.iterdir() if p.name.endswith(".tmp")}
+    assert leftovers == set(users)
+
+
+def test_estimate_json_leaves_the_users_temp_like_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Finding 3c through the CLI: ``estimate --json D/est.json`` beside two-hour-old drafts."""
+    from app import main
+
+    folder = tmp_path / "D"
+    users = _users_temps(folder)
+    args = ["estimate", "--model", "llama-3-8b", "--hardware", "1x8xA100-80GB"]
+    args += ["--seq-len", "2048", "--global-batch", "8"]
+    assert main([*args, "--json", str(folder / "est.json")]) == 0
+    assert main([*args, "--json", str(folder / "plan.json")]) == 0
+    assert json.loads((folder / "est.json").read_text())["chosen"]
+    _still_there(folder, users)
+    capsys.readouterr()
 
 
 # ---- the real CLI --------------------------------------------------------------------------

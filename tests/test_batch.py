@@ -187,3 +187,70 @@ def test_reports_render_in_headless_chromium(batch: dict[str, Any], tmp_path: Pa
         assert len(colours) > (200 if n_images else 2), f"{shot} looks blank"
         if os.environ.get("TRAINWRIGHT_SCREENSHOT_DIR"):
             shutil.copy(shot, Path(os.environ["TRAINWRIGHT_SCREENSHOT_DIR"]) / shot.name)
+
+
+def test_two_reports_into_one_folder_run_one_after_the_other(tmp_path: Path) -> None:
+    """Issue 26, finding 7d: two ``report`` runs into one folder said "1 planned, 2 failed".
+
+    They clashed on the briefs' threads while all three reports were written. Now a run holds
+    the folder (an ``flock`` on its ``.trainwright-lock``) for its whole batch: here this test
+    holds it first, both runs say they wait, and once it is free they go one after the other;
+    the second finds the first's reports unchanged, and every count printed is true.
+    """
+    import fcntl
+
+    from procs import cli, read_until
+
+    from tools.core.errors import shown
+    from tools.core.outputs import claim
+
+    src = tmp_path / "briefs"
+    src.mkdir()
+    for name in NAMES:
+        shutil.copy(BRIEFS / f"{name}.yaml", src / f"{name}.yaml")
+    out = tmp_path / "r"
+    claim(out, create=True, force_flag=None)  # a report folder, as an earlier run leaves it
+    holder = os.open(out / ".trainwright-lock", os.O_RDONLY | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # a third run is writing there
+    procs = [
+        subprocess.Popen(
+            cli("report", str(src), "--out", str(out), "--no-smoke"),
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for _ in range(2)
+    ]
+    results = []
+    try:
+        for proc in procs:
+            assert proc.stderr is not None
+            said = read_until(proc, proc.stderr, "waiting for it to finish", guard_s=300)
+            assert said[-1] == (
+                f"another report is writing into {shown(str(out), 160)}; waiting for it to finish"
+            ), said
+        os.close(holder)
+        holder = -1
+        results = [proc.communicate(timeout=900) for proc in procs]
+    finally:
+        if holder >= 0:
+            os.close(holder)
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+    for proc, (_stdout, stderr) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, stderr[-3000:]
+        assert "FAILED" not in stderr, stderr[-3000:]
+    summaries = sorted(stdout.strip().splitlines()[-1] for stdout, _ in results)
+    index = out / "index.html"
+    assert summaries == [
+        f"3 of 3 brief(s) planned (0 unchanged); index: {index}",
+        f"3 of 3 brief(s) planned (3 unchanged); index: {index}",
+    ]
+    assert "3 brief(s): 3 planned, 0 failed." in (out / "index.md").read_text()
+    for name in NAMES:
+        assert (out / name / "plan.json").is_file()

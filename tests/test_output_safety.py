@@ -276,11 +276,11 @@ def test_a_write_cut_short_leaves_the_file_ours(
     monkeypatch.setattr(outputs, "write_atomic_bytes", real_write)
     calls: list[int] = []
 
-    def second_fails(folder: Path, files: dict[str, object]) -> None:
+    def second_fails(folder: Path, files: dict[str, object], temps: tuple[str, ...] = ()) -> None:
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt  # the file is written, its final entry is not
-        real_manifest(folder, files)  # type: ignore[arg-type]
+        real_manifest(folder, files, temps)  # type: ignore[arg-type]
 
     monkeypatch.setattr(outputs, "_write_manifest", second_fails)
     with pytest.raises(KeyboardInterrupt):
@@ -572,3 +572,147 @@ def test_a_calling_model_cannot_choose_the_adapters_out_dir(
     )
     assert reply["status"] == "planned"
     assert not evil.exists() and (host / "report.md").is_file()
+
+
+# Issue 26, finding 3a: a reservation owns only what its run wrote while it was alive.
+
+
+def test_a_reserved_file_the_user_wrote_after_the_run_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    import tools.core.outputs as outputs
+
+    # A shorter grace than the real 3 s, so "after the run" is half a second here.
+    monkeypatch.setattr(outputs, "RESERVED_GRACE_S", 0.2, raising=False)
+    outputs.reserve(tmp_path, ["smoke.log", "logs/rank0.log", "metrics/rank0.json"])
+    # The run's launcher wrote part of its log, then the run was killed before ``record``.
+    (tmp_path / "smoke.log").write_text("launching 2 cpu rank(s)\n")
+    check_files(tmp_path, ["smoke.log"])  # what the killed run wrote: a rerun may replace it
+    time.sleep(0.5)  # later
+    (tmp_path / "smoke.log").write_text("my notes on this run\n")  # the user edits it
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "rank0.log").write_text("my own log\n")  # or writes a reserved name
+    for name in ("smoke.log", "logs/rank0.log"):
+        with pytest.raises(OutputRefused, match="changed after"):
+            check_files(tmp_path, [name])
+        with pytest.raises(OutputRefused):
+            write_file(tmp_path, name, "the rerun's\n")
+        assert not remove_file(tmp_path, name)
+    assert (tmp_path / "smoke.log").read_text() == "my notes on this run\n"
+    assert (tmp_path / "logs" / "rank0.log").read_text() == "my own log\n"
+    assert "smoke.log" not in listed(tmp_path)  # the user's now
+
+
+def test_a_smoke_rerun_after_a_kill_keeps_what_the_user_edited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finding's path: ``smoke --run-dir R`` killed before it recorded, edits, a rerun."""
+    import time
+
+    from specs import GPT2
+
+    import tools.core.outputs as outputs
+    import tools.smoke.runner as runner
+
+    monkeypatch.setattr(outputs, "RESERVED_GRACE_S", 0.2, raising=False)
+    settings = Settings(home=tmp_path / "home", out_dir=tmp_path / "out")
+    run_dir = tmp_path / "run"
+    launched: list[int] = []
+
+    class Killed(Exception):
+        """Stands for SIGKILL here: the run ends before it records its files."""
+
+    def killed(commands: object, env: object, folder: Path, *a: object, **kw: object) -> None:
+        launched.append(1)
+        keep_alive = kw.get("keep_alive")
+        (folder / "smoke.log").write_text("launching\n")
+        (folder / "logs").mkdir(exist_ok=True)
+        (folder / "logs" / "rank0.log").write_text("step 1 loss 10.8\n")
+        if callable(keep_alive):
+            keep_alive()
+        raise Killed
+
+    monkeypatch.setattr(runner, "_launch_and_wait", killed)
+    monkeypatch.setattr(runner, "record", lambda *args: None)
+    for _ in range(2):  # the second run replaces what the killed first one wrote
+        with pytest.raises(Killed):
+            runner.run_smoke_test(GPT2, None, settings, run_dir=run_dir, steps=3)
+    assert len(launched) == 2
+    time.sleep(0.5)
+    (run_dir / "smoke.log").write_text("my notes on the killed run\n")
+    (run_dir / "result.json").write_text('{"status": "mine"}\n')
+    before = snapshot(run_dir)
+    with pytest.raises(OutputRefused) as info:
+        runner.run_smoke_test(GPT2, None, settings, run_dir=run_dir, steps=3)
+    assert "result.json" in str(info.value) or "smoke.log" in str(info.value)
+    assert len(launched) == 2
+    assert snapshot(run_dir) == before
+
+
+# Issue 26, finding 3d: no write follows a symlink out of an output folder.
+
+
+def test_a_symlinked_subfolder_of_an_output_folder_is_never_written_through(
+    tmp_path: Path,
+) -> None:
+    import tools.core.outputs as outputs
+    from app import _write_json
+
+    rep = tmp_path / "rep"
+    claim(rep, create=True, force_flag=None)  # a report folder
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (rep / "a").symlink_to(outside)
+    with pytest.raises(OutputRefused, match="symbolic link") as info:
+        write_file(rep / "a", "report.md", "# plan\n")
+    assert "\n" not in str(info.value)
+    for call in (
+        lambda: claim(rep / "a", names=["report.md"]),
+        lambda: check_files(rep / "a", ["report.md"]),
+        lambda: outputs.reserve(rep / "a", ["smoke.log"]),
+        lambda: remove_file(rep / "a", "report.md"),
+        lambda: outputs.subfolder(rep, "a"),
+        lambda: write_file(rep / "a" / "deeper", "report.md", "# plan\n"),
+        lambda: _write_json(rep / "a" / "plan.json", {"x": 1}),
+    ):
+        with pytest.raises(OutputRefused):
+            call()
+    # A link to a file inside our folder is not written through either, --json included.
+    (rep / "latest.json").symlink_to(outside / "latest.json")
+    with pytest.raises(OutputRefused):
+        _write_json(rep / "latest.json", {"x": 1})
+    assert list(outside.iterdir()) == []
+
+
+def test_report_refuses_a_brief_folder_that_is_a_link_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``report --out rep --force`` with ``rep/a`` a symlink wrote 10 files outside."""
+    from app import main
+
+    briefs = tmp_path / "briefs"
+    briefs.mkdir()
+    _brief(briefs / "a.json", "gpt2")
+    _brief(briefs / "b.json", "gpt2-medium")
+    rep = tmp_path / "rep"
+    claim(rep, create=True, force_flag=None)  # an earlier report's folder
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (rep / "a").symlink_to(outside)
+    capsys.readouterr()
+    rc = main(["report", str(briefs), "--out", str(rep), "--force", "--no-smoke"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("trainwright: error:")]
+    assert len(lines) == 1 and "symbolic link" in lines[0] and "Traceback" not in err, err
+    assert list(outside.iterdir()) == []
+    assert not (rep / "b").exists()  # refused before any brief ran
+    # The index files are checked up front too: a link there stops the batch before work.
+    (rep / "a").unlink()
+    (rep / "index.md").symlink_to(outside / "index.md")
+    rc = main(["report", str(briefs), "--out", str(rep), "--force", "--no-smoke"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "index.md" in err, err
+    assert list(outside.iterdir()) == [] and not (rep / "a").exists()

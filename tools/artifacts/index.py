@@ -104,10 +104,14 @@ def render_index_html(outcomes: list[BriefOutcome]) -> str:
     )
 
 
+INDEX_FILES = ("index.md", "index.html")
+
+
 def write_index(out_dir: Path, outcomes: list[BriefOutcome]) -> None:
-    """Write ``index.md`` and ``index.html`` under ``out_dir``."""
-    write_file(out_dir, "index.md", render_index_markdown(outcomes), field="--out")
-    write_file(out_dir, "index.html", render_index_html(outcomes), field="--out")
+    """Write ``index.md`` and ``index.html`` (``INDEX_FILES``) under ``out_dir``."""
+    md, html = INDEX_FILES
+    write_file(out_dir, md, render_index_markdown(outcomes), field="--out")
+    write_file(out_dir, html, render_index_html(outcomes), field="--out")
 
 
 def index_row(plan: dict[str, Any], name: str) -> dict[str, Any]:

@@ -12,9 +12,11 @@ the file it replaces: a rerun also repairs the 0600 files an earlier ``mkstemp``
 left.
 
 A kill between creating the temporary file and the rename leaves that temporary file behind:
-``.<name>.<host>-<pid>.<random>.tmp``, a dot file that no reader of ours lists. The next write
-into the same directory removes the ones whose writer is gone (same host tag, no such pid, or
-older than an hour for another host's), and never one that a live writer is still filling.
+``.<name>.<host>-<pid>.<random>.tmp``, a dot file that no reader of ours lists. Nothing here
+deletes a file because its name looks like one of ours: a user's ``.notes.tmp`` or
+``.plan.json.abcd1234.tmp`` is theirs. In an output folder of ours the manifest records each
+temporary file by its exact name before it is made, and the next write there removes what a
+killed writer left (tools/core/outputs.py); elsewhere a leftover stays until the user removes it.
 """
 
 from __future__ import annotations
@@ -24,91 +26,36 @@ import os
 import re
 import secrets
 import socket
-import time
 from pathlib import Path
 
-# Temporary files of ours: ".<target name>.<host tag>-<pid>.<8 hex>.tmp".
-_TMP_RE = re.compile(r"^\..+\.(?P<host>[0-9a-f]{6})-(?P<pid>\d+)\.[0-9a-f]{8}\.tmp$")
-# What tempfile.mkstemp made for the earlier version of write_atomic: ".<name>.<8 chars>.tmp".
-_LEGACY_SUFFIX_RE = re.compile(r"^[a-z0-9_]{8}\.tmp$")
-# A temporary file older than this is stale even when its writer may be alive elsewhere (a
-# shared filesystem written from several hosts): one write takes milliseconds.
-STALE_AFTER_S = 3600.0
+# The temporary names ``temp_path`` makes; a name recorded as ours must also look like one.
+TEMP_RE = re.compile(r"^\..+\.[0-9a-f]{6}-\d+\.[0-9a-f]{8}\.tmp$")
 # Longest target-name part kept in a temporary name (NAME_MAX is 255 bytes on Linux).
 _NAME_BUDGET = 200
 
 _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
 
 
-def _tmp_path(path: Path) -> Path:
+def temp_path(path: Path) -> Path:
+    """A fresh temporary name beside ``path``: ``.<name>.<host>-<pid>.<8 hex>.tmp``."""
     name = path.name
     while len(name.encode()) > _NAME_BUDGET:
         name = name[:-1]
     return path.with_name(f".{name}.{_HOST}-{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
-def clean_stale_temps(path: Path) -> list[Path]:
-    """Remove temporary files left in ``path``'s directory by writers that were killed.
-
-    Ours (any target in the directory) go when their pid is gone on this host, or when they are
-    older than ``STALE_AFTER_S``; the earlier ``mkstemp`` names (``.<path.name>.XXXXXXXX.tmp``)
-    go when older than that. Returns what was removed; errors (a race with another cleaner, a
-    read-only directory) are ignored, since a leftover temporary file harms nothing.
-    """
-    removed: list[Path] = []
-    legacy_prefix = f".{path.name}."
-    now = time.time()
-    try:
-        entries = list(os.scandir(path.parent))
-    except OSError:
-        return removed
-    for entry in entries:
-        name = entry.name
-        if not name.endswith(".tmp") or not name.startswith("."):
-            continue
-        match = _TMP_RE.match(name)
-        try:
-            if match:
-                if not entry.is_file(follow_symlinks=False):
-                    continue
-                dead = match["host"] == _HOST and not _alive(int(match["pid"]))
-                if not dead and now - entry.stat(follow_symlinks=False).st_mtime < STALE_AFTER_S:
-                    continue
-            elif name.startswith(legacy_prefix) and _LEGACY_SUFFIX_RE.match(
-                name[len(legacy_prefix) :]
-            ):
-                if now - entry.stat(follow_symlinks=False).st_mtime < STALE_AFTER_S:
-                    continue
-            else:
-                continue
-            os.unlink(entry.path)
-            removed.append(Path(entry.path))
-        except OSError:
-            continue
-    return removed
-
-
-def write_atomic_bytes(path: Path, data: bytes, *, executable: bool = False) -> None:
+def write_atomic_bytes(
+    path: Path, data: bytes, *, executable: bool = False, tmp: Path | None = None
+) -> None:
     """Write ``data`` to ``path`` via a temporary file and a rename; see the module docstring.
 
     ``executable`` makes the file executable (0755 under umask 022), for launch scripts.
+    ``tmp`` is the temporary file's name (beside ``path``) when the caller recorded one
+    (``temp_path``); it must not exist yet.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(path)
-    tmp = _tmp_path(path)
+    tmp = temp_path(path) if tmp is None else Path(tmp)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(tmp, flags, 0o777 if executable else 0o666)  # the umask applies
     try:

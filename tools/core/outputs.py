@@ -16,11 +16,22 @@ wrote there. All writes and removals in such a folder go through this module:
   will certainly write. ``force`` only allows sharing the folder: foreign files are still
   never touched.
 
+- ``reserve`` marks files our child processes (a smoke run's ranks) are about to write. A
+  reserved entry owns only what was written while the run was alive: the run refreshes it
+  (``keep_reserved``) every ``KEEP_RESERVED_S``, and after a kill a file counts as the run's
+  only when its ctime (which no file operation can set back) is at most
+  ``RESERVED_GRACE_S`` after the last refresh. A file the user wrote or edited later is
+  refused like any other foreign file.
+
 The manifest is read, updated and rewritten (atomically, ``tools.core.files``) under an
 ``flock``, together with the file write it
 records, so concurrent writers (threads or processes) do not lose each other's entries.
-The lock is taken on the folder itself (an ``flock`` on its descriptor), so the manifest is
-the only file of ours in it besides what it lists.
+The lock is taken on the folder itself (an ``flock`` on its descriptor). The manifest also
+records, by exact name, the temporary files of writes in flight (and its own): the next write
+under the lock removes those a killed writer left. Nothing is ever removed by its name's
+pattern. A symbolic link inside an output folder is never followed to write, be it a file, a
+subfolder (a ``report`` brief's) or a folder on the way. ``hold`` serializes whole runs into
+one folder (``report``) with an ``flock`` on ``.trainwright-lock``.
 
 ``confined`` turns a name a remote caller chose (the LangGraph server's ``out_dir``) into a
 folder inside a root the host configured, refusing anything that resolves outside it.
@@ -33,16 +44,29 @@ import fcntl
 import hashlib
 import json
 import os
+import re
+import secrets
 import stat
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from tools.core import files as _files
 from tools.core.errors import InputError, shown
-from tools.core.files import _TMP_RE, write_atomic, write_atomic_bytes
+from tools.core.files import TEMP_RE, temp_path, write_atomic_bytes
 
 MANIFEST = ".trainwright-manifest.json"
-_OURS = (MANIFEST,)
+# What ``hold`` locks: an empty file, never written or removed.
+LOCK = ".trainwright-lock"
+_OURS = (MANIFEST, LOCK)
+# The manifest's own temporary file: its name is recorded in the manifest it replaces.
+_MANIFEST_TMP_RE = re.compile(r"^\.trainwright-manifest\.json\.[0-9a-f]{16}\.tmp$")
+# A smoke run refreshes its reservations this often; a file changed more than the grace after
+# the last refresh was changed by someone else (the run's ranks stop within about a second of
+# losing their supervisor: tools/smoke/train.py ``watch_supervisor``).
+KEEP_RESERVED_S = 1.0
+RESERVED_GRACE_S = 3.0
 # A file bigger than this is never hashed to decide ownership (ours are far smaller).
 _HASH_LIMIT = 256 * 1024 * 1024
 
@@ -63,22 +87,70 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _read_manifest(folder: Path) -> dict[str, dict[str, Any]] | None:
-    """The manifest's files (name -> {size, sha256}); None when the folder has none."""
-    path = folder / MANIFEST
+def _read_doc(folder: Path) -> dict[str, Any] | None:
+    """The manifest as stored; None when the folder has none, {} when it cannot be read."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
         return {}  # unreadable: ours, but it vouches for no file
-    files = data.get("files") if isinstance(data, dict) else None
-    return {str(k): v for k, v in (files or {}).items() if isinstance(v, dict) and "sha256" in v}
+    return data if isinstance(data, dict) else {}
 
 
-def _write_manifest(folder: Path, files: dict[str, dict[str, Any]]) -> None:
-    text = json.dumps({"version": 1, "files": dict(sorted(files.items()))}, indent=1) + "\n"
-    write_atomic(folder / MANIFEST, text)
+def _read_manifest(folder: Path) -> dict[str, dict[str, Any]] | None:
+    """The manifest's files (name -> {size, sha256}); None when the folder has none."""
+    data = _read_doc(folder)
+    if data is None:
+        return None
+    files = data.get("files")
+    files = files if isinstance(files, dict) else {}
+    return {str(k): v for k, v in files.items() if isinstance(v, dict) and "sha256" in v}
+
+
+def _recorded_temps(data: dict[str, Any] | None) -> set[str]:
+    """The temporary files the manifest records (relative names that look like ours)."""
+    temps = (data or {}).get("temps")
+    found = set()
+    for name in temps if isinstance(temps, list) else []:
+        parts = Path(str(name)).parts
+        if parts and ".." not in parts and not Path(str(name)).is_absolute():
+            if TEMP_RE.match(parts[-1]):
+                found.add(str(name))
+    return found
+
+
+def _remove_temp(path: Path) -> None:
+    """Remove a temporary file the manifest recorded (a regular file or a link, not a folder)."""
+    with contextlib.suppress(OSError):
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+            path.unlink()
+
+
+def _write_manifest(
+    folder: Path, files: dict[str, dict[str, Any]], temps: Iterable[str] = ()
+) -> None:
+    """Rewrite the manifest (under the lock) listing ``files`` and the writes in flight ``temps``.
+
+    A temporary file the old manifest recorded and ``temps`` no longer lists belongs to a
+    writer that is gone (all writers hold the lock): it is removed. The manifest is written
+    through the temporary name it records itself, so a kill mid-write leaves a file the next
+    write knows.
+    """
+    old = _read_doc(folder)
+    temps = sorted(set(temps))
+    for name in _recorded_temps(old) - set(temps):
+        _remove_temp(folder / name)
+    own = str((old or {}).get("tmp") or "")
+    if _MANIFEST_TMP_RE.match(own):
+        _remove_temp(folder / own)  # what a kill mid-write left
+    if not _MANIFEST_TMP_RE.match(own) or os.path.lexists(folder / own):
+        own = f"{MANIFEST}.{secrets.token_hex(8)}.tmp"
+    text = json.dumps(
+        {"version": 1, "files": dict(sorted(files.items())), "temps": temps, "tmp": own}, indent=1
+    )
+    _files.write_atomic_bytes(folder / MANIFEST, (text + "\n").encode(), tmp=folder / own)
 
 
 @contextlib.contextmanager
@@ -94,12 +166,16 @@ def _locked(folder: Path) -> Iterator[None]:
 
 
 def _foreign_entries(folder: Path) -> list[str]:
-    """What is in ``folder`` besides our manifest, lock and temporary files."""
+    """What is in ``folder`` besides our manifest, its temporary file and our lock file.
+
+    (A manifest temporary file left by a kill before the first manifest existed is not counted,
+    so the folder is not refused for it; it is not removed either: nothing records it.)
+    """
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
         return []
-    return sorted(n for n in names if n not in _OURS and not _TMP_RE.match(n))
+    return sorted(n for n in names if n not in _OURS and not _MANIFEST_TMP_RE.match(n))
 
 
 def owned(folder: Path) -> bool:
@@ -117,14 +193,29 @@ def _entry(path: Path) -> dict[str, Any]:
     return {"size": path.stat().st_size, "sha256": _sha256(path)}
 
 
+def _written_while_reserved(path: Path, entry: dict[str, Any]) -> bool:
+    """Whether ``path`` was last changed while the run that reserved it was alive.
+
+    ``alive`` is the run's last refresh (``keep_reserved``); its ranks stop writing within the
+    grace after it. The ctime moves on every write, rename, link or chmod and cannot be set
+    back, so a file the user wrote or edited after the run is seen as such. An entry without
+    ``alive`` (an older version's) vouches for nothing.
+    """
+    alive = entry.get("alive")
+    if not isinstance(alive, (int, float)) or isinstance(alive, bool):
+        return False
+    return os.lstat(path).st_ctime <= alive + RESERVED_GRACE_S
+
+
 def _matches(path: Path, entry: dict[str, Any] | None, data: bytes | None) -> bool:
     """Whether the existing regular file ``path`` is what ``entry`` recorded, or is ``data``.
 
     An entry written just before its file (``prev``: what the file held until then) matches
     either, so a process killed between the two writes leaves a file the next run still owns;
-    a ``reserved`` entry (a file our child processes are about to write) matches anything.
+    a ``reserved`` entry (a file our child processes were to write) matches what was written
+    while that run was alive (``_written_while_reserved``).
     """
-    if entry is not None and entry.get("reserved"):
+    if entry is not None and entry.get("reserved") and _written_while_reserved(path, entry):
         return True
     if entry is not None and entry.get("prev") and _matches(path, entry["prev"], None):
         return True
@@ -181,6 +272,48 @@ def _check_one(
 def _check_folder(folder: Path, field: str) -> None:
     if folder.exists() and not folder.is_dir():
         raise InputError(field, f"{shown(str(folder), 160)} exists and is not a directory")
+    check_no_link(folder, field)
+
+
+def check_no_link(folder: Path, field: str) -> None:
+    """Refuse ``folder`` when it is reached through a symbolic link inside an output folder.
+
+    ``rep/a`` linked to a folder elsewhere, with ``rep`` a ``report`` folder of ours, would
+    send a brief's files there. The user's own ``--out`` may be a link; a link inside one of
+    our folders (which a rerun's writes would follow) never is.
+    """
+    path = Path(os.path.abspath(folder))
+    for p in (path, *path.parents):
+        if p.is_symlink() and os.path.lexists(p.parent / MANIFEST):
+            raise OutputRefused(
+                field,
+                f"{shown(str(p), 160)} is a symbolic link inside an output folder of "
+                "trainwright's; trainwright never writes through one (remove the link or "
+                "choose another folder)",
+            )
+
+
+def subfolder(folder: Path, name: str, field: str = "--out", *, create: bool = True) -> Path:
+    """``folder/name`` as a real folder inside ``folder`` (made when ``create``); never a link.
+
+    For the folders a run makes under an output folder (a ``report`` brief's folder, a smoke
+    run's ``tmp`` and ``metrics``): a symbolic link or a file there is refused, one line.
+    """
+    _check_name(name)
+    folder = Path(folder)
+    _check_folder(folder, field)
+    for part in [*list(Path(name).parents)[:-1][::-1], Path(name)]:
+        sub = folder / part
+        if sub.is_symlink() or (sub.exists() and not sub.is_dir()):
+            what = "a symbolic link" if sub.is_symlink() else "not a folder"
+            raise OutputRefused(
+                field,
+                f"{shown(str(sub), 160)} is {what}; trainwright writes only into folders it "
+                "made, never through a link (remove it or choose another folder)",
+            )
+    if create:
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    return folder / name
 
 
 def claim(
@@ -294,8 +427,11 @@ def write_file(
             files[name] = {**entry, "prev": old}
         else:
             files[name] = entry  # new, or already holding exactly these bytes
-        _write_manifest(folder, files)
-        write_atomic_bytes(path, data, executable=executable)
+        # The temporary file's exact name goes into the manifest before it exists, so the
+        # next write removes it if this one is killed before the rename.
+        tmp = temp_path(path)
+        _write_manifest(folder, files, [str(tmp.relative_to(folder))])
+        write_atomic_bytes(path, data, executable=executable, tmp=tmp)
         files[name] = entry
         _write_manifest(folder, files)
     return path
@@ -318,6 +454,7 @@ def remove_file(folder: Path, name: str) -> bool:
     _check_name(name)
     if not folder.is_dir():
         return False
+    check_no_link(folder, "out_dir")
     with _locked(folder):
         manifest = _read_manifest(folder)
         if not manifest or name not in manifest:
@@ -342,20 +479,42 @@ def listed(folder: Path) -> list[str]:
 
 
 def reserve(folder: Path, names: Iterable[str]) -> None:
-    """Mark files our child processes are about to write in ``folder`` as ours, whatever they hold.
+    """Mark files our child processes are about to write in ``folder`` as theirs.
 
-    For a run that is killed before ``record``: its logs and metrics stay ours, so a rerun in
-    the same folder may replace them. Names that exist already keep their entries (the caller
-    checked with ``check_files`` that they are ours).
+    For a run that is killed before ``record``: what its ranks wrote while it was alive stays
+    ours, so a rerun in the same folder may replace it; a file written or edited after the run
+    is not (``_written_while_reserved``). The run calls ``keep_reserved`` while it lives. Names
+    that exist already keep their entries (the caller checked with ``check_files`` that they
+    are ours).
     """
     folder = Path(folder)
+    _check_folder(folder, "--run-dir")
     with _locked(folder):
         files = dict(_read_manifest(folder) or {})
+        now = time.time()
         for name in names:
             _check_name(name)
             if name not in files and not os.path.lexists(folder / name):
-                files[name] = {"reserved": True, "sha256": None}
+                files[name] = {"reserved": True, "sha256": None, "alive": now}
         _write_manifest(folder, files)
+
+
+def keep_reserved(folder: Path, names: Iterable[str]) -> None:
+    """The run that reserved ``names`` is alive: refresh their reservations (see ``reserve``)."""
+    folder = Path(folder)
+    if not owned(folder):
+        return  # gone, or not ours: nothing to refresh, and nothing is made
+    with _locked(folder):
+        files = dict(_read_manifest(folder) or {})
+        now = time.time()
+        changed = False
+        for name in names:
+            entry = files.get(name)
+            if entry is not None and entry.get("reserved"):
+                files[name] = {**entry, "alive": now}
+                changed = True
+        if changed:
+            _write_manifest(folder, files)
 
 
 def record(folder: Path, names: Iterable[str]) -> None:
@@ -364,6 +523,7 @@ def record(folder: Path, names: Iterable[str]) -> None:
     The caller checked beforehand (``check_files``) that none of them was someone else's.
     """
     folder = Path(folder)
+    _check_folder(folder, "--run-dir")
     with _locked(folder):
         files = dict(_read_manifest(folder) or {})
         for name in names:
@@ -374,6 +534,39 @@ def record(folder: Path, names: Iterable[str]) -> None:
             elif files.get(name, {}).get("reserved"):
                 del files[name]  # reserved, never written
         _write_manifest(folder, files)
+
+
+@contextlib.contextmanager
+def hold(
+    folder: Path, on_wait: Callable[[], None] | None = None, *, field: str = "--out"
+) -> Iterator[None]:
+    """One run at a time writes into ``folder``: an exclusive ``flock`` on its ``LOCK`` file.
+
+    A second run blocks until the first ends (the kernel releases the lock however the first
+    ends), after calling ``on_wait`` once, so it can say that it waits. The lock file is empty
+    and stays; it is opened without following a link and never written. Ctrl-C and SIGTERM
+    interrupt the wait.
+    """
+    folder = Path(folder)
+    _check_folder(folder, field)
+    folder.mkdir(parents=True, exist_ok=True)
+    flags = os.O_RDONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(folder / LOCK, flags, 0o666)
+    except OSError as exc:
+        raise OutputRefused(
+            field, f"cannot open {shown(str(folder / LOCK), 160)}: {exc.strerror}"
+        ) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def confined(

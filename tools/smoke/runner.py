@@ -26,10 +26,12 @@ from tools.core.outputs import (
     check_files,
     claim,
     copy_file,
+    keep_reserved,
     listed,
     record,
     remove_file,
     reserve,
+    subfolder,
     write_file,
 )
 from tools.core.schemas import ModelSpec, SmokeResult
@@ -235,7 +237,10 @@ def run_smoke_test(
     _announce(on_progress, base, shape, inject_step)
     # CUDA reserves far more address space than any limit we could set here.
     address_space = rank_address_space(cap, ranks) if device != "cuda" else 0
-    reserve(run_dir, written)  # a run killed before ``record`` still leaves files of ours
+    # What the launchers and ranks will write stays ours if this process is killed before
+    # ``record``, as far as it was written while the run was alive (tools/core/outputs.py).
+    children = _child_files(written)
+    reserve(run_dir, children)
     try:
         outcome = _launch_and_wait(
             commands,
@@ -245,10 +250,11 @@ def run_smoke_test(
             on_progress,
             memory_cap=cap,
             address_space=address_space,
+            keep_alive=lambda: keep_reserved(run_dir, children),
         )
     finally:
         # What the launchers and ranks wrote is ours: a rerun in this folder may replace it.
-        record(run_dir, written)
+        record(run_dir, children)
     result = _verdict(base, outcome, run_dir / "metrics", ranks, steps, notes)
     return _finish(with_prediction(result, task=task), run_dir, started)
 
@@ -468,8 +474,8 @@ def _prepare_run_dir(
 
     Only files an earlier run wrote and nobody changed since are removed or replaced.
     """
-    for folder in (run_dir / "tmp", run_dir / "metrics"):
-        folder.mkdir(parents=True, exist_ok=True)
+    for name in ("tmp", "metrics"):  # never a link out of the run dir
+        subfolder(run_dir, name, "--run-dir")
     for stale in listed(run_dir):
         if stale.startswith(("metrics/rank", "logs/rank", "smoke")) or stale == "hostfile":
             remove_file(run_dir, stale)
@@ -492,6 +498,11 @@ def _run_files(ranks: int, nodes: int) -> list[str]:
     names += [f"metrics/rank{r}.json" for r in range(ranks)]
     names += [f"logs/rank{r}.log" for r in range(ranks)]
     return names
+
+
+def _child_files(written: list[str]) -> list[str]:
+    """Of ``_run_files``, those the launchers and ranks write (the rest go through write_file)."""
+    return [n for n in written if n.startswith(("smoke", "metrics/", "logs/"))]
 
 
 def _commands(

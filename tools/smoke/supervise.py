@@ -20,7 +20,9 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
+from tools.core.errors import InputError
 from tools.core.files import write_atomic
+from tools.core.outputs import KEEP_RESERVED_S, owned, write_file
 
 KILL_GRACE_S = 5.0
 # After Ctrl-C (or SystemExit) the user is waiting: the ranks die at SIGTERM at once, and only
@@ -110,6 +112,7 @@ def _launch_and_wait(
     *,
     memory_cap: int = 0,
     address_space: int = 0,
+    keep_alive: Callable[[], None] | None = None,
 ) -> _Outcome:
     """Start one launcher per node, each in its own process group, and supervise them all.
 
@@ -124,6 +127,8 @@ def _launch_and_wait(
     With a cap, the launchers also start in a cgroup v2 of their own whose ``memory.max`` is
     the cap where this process's cgroup allows one (``memory_cgroup``); the kernel then holds
     the sum itself, and an OOM kill inside it is the verdict ``oom`` too.
+    ``keep_alive`` is called every KEEP_RESERVED_S from a thread of its own while the run lives
+    (the run dir's reservations, tools/core/outputs.py ``keep_reserved``).
     """
     outcome = _Outcome()
     outcome.timeout_s = timeout_s
@@ -137,6 +142,7 @@ def _launch_and_wait(
     run = _ActiveRun()
     with _ACTIVE_LOCK:
         _ACTIVE.add(run)
+    beat = _Heartbeat(keep_alive)
     try:
         if _INTERRUPTED.is_set():
             raise KeyboardInterrupt  # Ctrl-C came while this run was being prepared
@@ -146,8 +152,9 @@ def _launch_and_wait(
         ):
             return outcome
         pgids = [p.pid for p in procs]
-        write_atomic(
-            run_dir / "launch.json",
+        _write_record(
+            run_dir,
+            "launch.json",
             json.dumps(
                 {
                     "commands": commands,
@@ -179,6 +186,7 @@ def _launch_and_wait(
                 if memory_cap:
                     _write_memory_record(run_dir, outcome, memory_cap)
         finally:
+            beat.stop()  # after the kill: nothing of the run writes any more
             with _ACTIVE_LOCK:
                 _ACTIVE.discard(run)
             run.done.set()
@@ -192,6 +200,50 @@ def _launch_and_wait(
             texts.append(log_path.read_text(errors="replace"))
     outcome.log_text = "\n".join(texts)
     return outcome
+
+
+class _Heartbeat:
+    """Calls ``keep_alive`` now and every KEEP_RESERVED_S in a daemon thread until ``stop``.
+
+    A thread of its own, so the memory watchdog's fixed sampling rate never waits on the
+    manifest's lock and fsync. An error in ``keep_alive`` stops the beat: after a kill the
+    run's files then count as changed by someone else, which refuses them (the safe side).
+    """
+
+    def __init__(self, keep_alive: Callable[[], None] | None) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if keep_alive is not None:
+            self._thread = threading.Thread(
+                target=self._run, args=(keep_alive,), name="keep-reserved", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self, keep_alive: Callable[[], None]) -> None:
+        while True:
+            try:
+                keep_alive()
+            except (OSError, InputError):
+                return
+            if self._stop.wait(KEEP_RESERVED_S):
+                return
+
+    def stop(self) -> None:
+        """End the beat and wait for a call in progress."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def _write_record(run_dir: Path, name: str, text: str) -> None:
+    """A file of the supervisor's in the run dir: through its manifest when it has one."""
+    if owned(run_dir):
+        write_file(run_dir, name, text, field="--run-dir")
+    else:
+        write_atomic(run_dir / name, text)
+
+
+_LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _start_launchers(
@@ -209,7 +261,13 @@ def _start_launchers(
         argv = cmd
         if address_space or procs_file:
             argv = [sys.executable, "-S", "-c", _RLIMIT_SHIM, str(address_space), procs_file, *cmd]
-        with open(log_path, "wb") as log, _interrupts_deferred():
+        # Never through a link: check_files refused one before, and one made since is refused.
+        try:
+            fd = os.open(log_path, _LOG_FLAGS, 0o666)
+        except OSError as exc:
+            outcome.start_error = f"{log_path}: {exc.strerror}"
+            return False
+        with open(fd, "wb") as log, _interrupts_deferred():
             # Ctrl-C waits until the launcher is in ``procs``, so the caller's kill reaches it.
             try:
                 procs.append(
@@ -356,9 +414,10 @@ def _group_pids(pgids: Collection[int]) -> list[int]:
 
 def _write_memory_record(run_dir: Path, outcome: _Outcome, memory_cap: int) -> None:
     """``memory.json`` in the run dir: the cap, the peak the watchdog saw, its sampling."""
-    with contextlib.suppress(OSError):
-        write_atomic(
-            run_dir / "memory.json",
+    with contextlib.suppress(OSError, InputError):  # a refused record leaves the user's file
+        _write_record(
+            run_dir,
+            "memory.json",
             json.dumps(
                 {
                     "memory_cap_bytes": memory_cap,

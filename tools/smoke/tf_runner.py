@@ -15,11 +15,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tools.core.errors import InputError
-from tools.core.outputs import check_files, record, reserve
+from tools.core.outputs import check_files, keep_reserved, record, reserve
 from tools.core.schemas import ModelSpec, SmokeResult
 from tools.core.settings import Settings
 from tools.smoke.commands import free_port
-from tools.smoke.runner import _checked_arguments, _finish, _make_run_dir, _run_files
+from tools.smoke.runner import (
+    _checked_arguments,
+    _child_files,
+    _finish,
+    _make_run_dir,
+    _run_files,
+)
 from tools.smoke.supervise import _launch_and_wait
 from tools.smoke.tf_launch import TF_PYTHON, base_env, supervised_commands
 from tools.smoke.verdict import _verdict
@@ -90,14 +96,21 @@ def run_tf_smoke(
             f"model, {steps} steps"
             + (f", injecting {inject} at step {inject_step}" if inject else "")
         )
-    reserve(run_dir, written)
+    children = _child_files(written)
+    reserve(run_dir, children)
     try:
         # No address-space limit: TensorFlow reserves far more than it touches.
         outcome = _launch_and_wait(
-            commands, base_env(), run_dir, timeout_s, on_progress, memory_cap=cap
+            commands,
+            base_env(),
+            run_dir,
+            timeout_s,
+            on_progress,
+            memory_cap=cap,
+            keep_alive=lambda: keep_reserved(run_dir, children),
         )
     finally:
-        record(run_dir, written)
+        record(run_dir, children)
     notes = [
         f"TensorFlow MultiWorkerMirroredStrategy, {ranks} CPU workers with their own TF_CONFIG",
         f"a small Keras {'CNN' if kind == 'image' else 'transformer'} of the brief's kind on "
