@@ -128,9 +128,7 @@ def _child_env(tmp_dir: Path, device: str, ranks: int) -> dict[str, str]:
     env.update(TELEMETRY_OFF)
     env["TMPDIR"] = str(tmp_dir)
     env["PYTHONUNBUFFERED"] = "1"
-    # The ranks end the run if this process dies without stopping it (e.g. SIGKILL):
-    # tools/smoke/train.py SUPERVISOR_ENV.
-    env["TRAINWRIGHT_SMOKE_SUPERVISOR_PID"] = str(os.getpid())
+    # The supervisor adds its own pid (supervise.py SUPERVISOR_ENV), which every rank watches.
     if device != "cuda":
         env["DS_ACCELERATOR"] = "cpu"
         # One OpenMP pool per rank over all cores oversubscribes the CPU and makes steps slow
