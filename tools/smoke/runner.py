@@ -33,7 +33,16 @@ from tools.core.outputs import (
     write_file,
 )
 from tools.core.schemas import ModelSpec, SmokeResult
-from tools.core.settings import Settings
+from tools.core.settings import (
+    SMOKE_LOCAL_RANKS_MAX,
+    SMOKE_MICRO_BATCH_MAX,
+    SMOKE_STEPS_MAX,
+    SMOKE_STEPS_MIN,
+    SMOKE_TIMEOUT_MAX_S,
+    Settings,
+    check_count,
+    check_seconds,
+)
 from tools.core.strategies import strategy_of
 from tools.planning.states import DEFAULT_LORA_RANK
 from tools.smoke.commands import _child_env, launch_commands
@@ -266,20 +275,15 @@ def _checked_arguments(
     """The steps, timeout and memory cap the run uses; InputError for an argument out of range."""
     steps = settings.smoke_steps if steps is None else steps
     timeout_s = settings.smoke_timeout_s if timeout_s is None else timeout_s
-    if steps < 2:
-        raise InputError("steps", f"a smoke run needs at least 2 steps, got {steps}")
-    if micro_batch_size < 1:
-        raise InputError("micro_batch_size", f"must be at least 1, got {micro_batch_size}")
-    if settings.smoke_cpu_ranks < 1:
-        raise InputError("smoke_cpu_ranks", f"must be at least 1, got {settings.smoke_cpu_ranks}")
-    if nodes < 1:
-        raise InputError("nodes", f"must be at least 1, got {nodes}")
+    check_count("steps", steps, SMOKE_STEPS_MIN, SMOKE_STEPS_MAX)
+    check_count("micro_batch_size", micro_batch_size, 1, SMOKE_MICRO_BATCH_MAX)
+    check_count("smoke_cpu_ranks", settings.smoke_cpu_ranks, 1, SMOKE_LOCAL_RANKS_MAX)
+    check_count("nodes", nodes, 1, SMOKE_LOCAL_RANKS_MAX)
     if inject is not None and inject not in INJECT_KINDS:
         raise InputError("inject", f"must be one of {', '.join(INJECT_KINDS)}, got {inject!r}")
     if inject is not None and not 1 <= inject_step <= steps:
         raise InputError("inject_step", f"must be between 1 and steps ({steps}), got {inject_step}")
-    if timeout_s <= 0:
-        raise InputError("timeout", f"must be positive, got {timeout_s:g}")
+    check_seconds("timeout", timeout_s, SMOKE_TIMEOUT_MAX_S)  # nan and inf too
     cap = settings.smoke_memory_cap if memory_cap is None else memory_cap
     cap = default_memory_cap() if cap is None else cap
     if cap < 0:
@@ -344,8 +348,12 @@ def _check_layout(
     nodes: int,
 ) -> None:
     """InputError for a tensor/pipeline layout the torch-native stand-in cannot run."""
-    if any(n < 1 for n in layout):
-        raise InputError("layout", f"tp, pp and dp must be at least 1, got {layout}")
+    if any(n < 1 for n in layout) or layout[0] * layout[1] * layout[2] > SMOKE_LOCAL_RANKS_MAX:
+        raise InputError(
+            "layout",
+            f"tp, pp and dp must be at least 1 and start at most {SMOKE_LOCAL_RANKS_MAX} ranks "
+            f"together, got {layout}",
+        )
     if ds_config is not None or fsdp is not None:
         raise InputError(
             "layout", "a tp/pp layout runs the torch-native stand-in, not DeepSpeed or FSDP"
