@@ -19,7 +19,14 @@ from tools.core.outputs import check_files, record, reserve
 from tools.core.schemas import ModelSpec, SmokeResult
 from tools.core.settings import Settings
 from tools.smoke.commands import free_port
-from tools.smoke.runner import _checked_arguments, _finish, _make_run_dir, _run_files
+from tools.smoke.runner import (
+    _checked_arguments,
+    _finish,
+    _make_run_dir,
+    _run_files,
+    check_run_paths,
+    fresh_tmp_dir,
+)
 from tools.smoke.supervise import _launch_and_wait
 from tools.smoke.tf_launch import TF_PYTHON, base_env, supervised_commands
 from tools.smoke.verdict import _verdict
@@ -68,6 +75,7 @@ def run_tf_smoke(
     # One command per worker: the supervisor names their logs as it names nodes' logs.
     written = _run_files(ranks, ranks)
     check_files(run_dir, written, field="--run-dir")
+    check_run_paths(run_dir)
     kind = tf_kind(model)
     base = SmokeResult(
         status="failed",
@@ -92,10 +100,12 @@ def run_tf_smoke(
         )
     reserve(run_dir, written)
     try:
-        # No address-space limit: TensorFlow reserves far more than it touches.
-        outcome = _launch_and_wait(
-            commands, base_env(), run_dir, timeout_s, on_progress, memory_cap=cap
-        )
+        with fresh_tmp_dir(run_dir) as tmp_dir:
+            env = {**base_env(), "TMPDIR": str(tmp_dir)}
+            # No address-space limit: TensorFlow reserves far more than it touches.
+            outcome = _launch_and_wait(
+                commands, env, run_dir, timeout_s, on_progress, memory_cap=cap
+            )
     finally:
         record(run_dir, written)
     notes = [
