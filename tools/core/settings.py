@@ -49,7 +49,7 @@ SMOKE_TIMEOUT_MAX_S = 86_400.0  # a day: a smoke run takes minutes
 # What one smoke run may start on this machine: processes (ranks of a layout, "nodes") and
 # sequences per rank per step.
 SMOKE_LOCAL_RANKS_MAX = 64
-SMOKE_MICRO_BATCH_MAX = 1024
+SMOKE_MICRO_BATCH_MAX = 65_536  # a huge one still runs, and ends as oom under the cap
 LLM_TIMEOUT_MAX_S = 3_600.0
 MAX_REVIEW_ROUNDS = 20
 MAX_MEMORY_CAP = 2**50  # 1 PiB, more than any machine holds
