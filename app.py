@@ -22,13 +22,83 @@ from typing import Any, NoReturn
 
 from tools.core.errors import MAX_ERROR_CHARS, InputError, TrainwrightError, one_line, shown
 from tools.core.paths import PATH_ERRNOS, check_output_path
-from tools.core.settings import Settings, disable_telemetry
+from tools.core.settings import (
+    SMOKE_LOCAL_RANKS_MAX,
+    SMOKE_MICRO_BATCH_MAX,
+    SMOKE_STEPS_MAX,
+    SMOKE_STEPS_MIN,
+    SMOKE_TIMEOUT_MAX_S,
+    Settings,
+    check_count,
+    check_seconds,
+    disable_telemetry,
+)
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        """Report a usage error as one line and exit 2."""
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        """Report a usage error as one line (of bounded length) and exit 2."""
+        self.exit(2, one_line(f"{self.prog}: error: {message} (see --help)") + "\n")
+
+
+# Bounds no flag's own meaning sets: briefs planned at once, and the world a hardware spec
+# describes (tools/research/hardware.py MAX_NODES x MAX_GPUS_PER_NODE).
+MAX_JOBS = 64
+MAX_WORLD = 4096 * 16
+
+
+def number_flags() -> dict[str, dict[str, tuple[float, float]]]:
+    """Every number a flag takes, by command: its least and most value.
+
+    A count is a whole number from the least to the most; a time (a float flag) is a finite
+    number of seconds above 0 and at most the most. Anything else is one line naming the flag,
+    exit 2 (``_check_numbers``). tests/test_cli_bounds.py fails for an int or float flag of any
+    command without a row here.
+    """
+    from tools.core.schemas import (
+        MAX_GLOBAL_BATCH,
+        MAX_LORA_RANK,
+        MAX_PIPELINE_PARALLEL,
+        MAX_SEQ_LEN,
+        MAX_TENSOR_PARALLEL,
+    )
+
+    local = (1, SMOKE_LOCAL_RANKS_MAX)  # each is at least one process on this machine
+    return {
+        "estimate": {
+            "--seq-len": (1, MAX_SEQ_LEN),
+            "--global-batch": (1, MAX_GLOBAL_BATCH),
+            "--micro-batch": (1, MAX_GLOBAL_BATCH),
+            "--grad-accum": (1, MAX_GLOBAL_BATCH),
+            "--lora-rank": (1, MAX_LORA_RANK),
+            "--cp": (1, MAX_WORLD),
+            "--tp": (1, MAX_TENSOR_PARALLEL),
+            "--pp": (1, MAX_PIPELINE_PARALLEL),
+        },
+        "smoke": {
+            "--tp": local,
+            "--pp": local,
+            "--dp": local,
+            "--nodes": local,
+            "--world-size": (1, MAX_WORLD),
+            "--steps": (SMOKE_STEPS_MIN, SMOKE_STEPS_MAX),
+            "--inject-step": (1, SMOKE_STEPS_MAX),
+            "--micro-batch": (1, SMOKE_MICRO_BATCH_MAX),
+            "--seq-len": (1, MAX_SEQ_LEN),
+            "--timeout": (0, SMOKE_TIMEOUT_MAX_S),
+        },
+        "report": {"--jobs": (1, MAX_JOBS)},
+    }
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """InputError (one line, exit 2) for a number flag of ``args.command`` out of its bounds."""
+    for flag, (least, most) in number_flags().get(args.command, {}).items():
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if isinstance(value, float):
+            check_seconds(flag, value, most)
+        elif value is not None:
+            check_count(flag, value, int(least), int(most))
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -438,9 +508,6 @@ def _estimate_recipe(args: argparse.Namespace) -> Any:
     selective_op = args.checkpointing == "selective-op"
     if not (named or special or selective_op or args.activation_offload):
         return None
-    for flag, value in (("--grad-accum", args.grad_accum), ("--lora-rank", args.lora_rank)):
-        if value is not None and value < 1:
-            raise InputError(flag, f"must be at least 1, got {value}")
     recipe = Recipe(
         framework=args.framework or "deepspeed",
         precision=args.precision if args.precision not in (None, "auto") else "bf16",
@@ -456,8 +523,13 @@ def _estimate_recipe(args: argparse.Namespace) -> Any:
         raise InputError(ESTIMATE_FLAGS.get(exc.field, exc.field), exc.message) from None
 
 
-def _micro_for_grad_accum(args: argparse.Namespace, brief: Any, world: int) -> int | None:
-    """The micro-batch that ``--grad-accum N`` implies for the pinned (or data-only) layout."""
+def _micro_for_grad_accum(
+    args: argparse.Namespace, brief: Any, world: int, defaulted: bool = False
+) -> int | None:
+    """The micro-batch that ``--grad-accum N`` implies for the pinned (or data-only) layout.
+
+    ``defaulted``: the global batch is the planner's default (no ``--global-batch``).
+    """
     if args.grad_accum is None:
         return args.micro_batch
     split = (args.tp or 1) * (args.pp or 1) * (args.cp or 1)
@@ -467,7 +539,9 @@ def _micro_for_grad_accum(args: argparse.Namespace, brief: Any, world: int) -> i
         raise InputError(
             "--grad-accum",
             f"{args.grad_accum} must divide the {brief.batch // dp if dp else 0} sequences per "
-            f"data-parallel rank ({brief.batch} over {dp} ranks)",
+            f"data-parallel rank ({brief.batch} over {dp} ranks"
+            + ("; the default global batch: set --global-batch" if defaulted else "")
+            + ")",
         )
     micro = per_rank // args.grad_accum
     if args.micro_batch is not None and args.micro_batch != micro:
@@ -516,11 +590,16 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     recompute = "selective" if args.checkpointing == "selective-op" else args.checkpointing
     if recompute is not None:
         check_recompute(recompute, "--checkpointing")
-    if args.cp is not None and args.cp < 1:
-        raise InputError("--cp", f"must be at least 1, got {args.cp}")
     hw = hardware_for_brief(brief)
     model = lookup_model(brief.model, brief.seq_len)
-    micro = _micro_for_grad_accum(args, brief, hw.world_size)
+    batch_note = None
+    if args.grad_accum is not None and brief.global_batch_size is None:
+        # --grad-accum sets the micro-batch from the global batch: without --global-batch, the
+        # planner's default (tools/planning/batch.py), said so in the output and the JSON.
+        from tools.planning.batch import resolve_batch
+
+        brief, batch_note = resolve_batch(brief, model, hw)
+    micro = _micro_for_grad_accum(args, brief, hw.world_size, defaulted=batch_note is not None)
     try:
         memory = search_strategy(
             model,
@@ -542,8 +621,11 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
         elif flag is None or (flag == "--micro-batch" and args.micro_batch is None):
             raise
         raise InputError(flag, exc.message) from None
+    if batch_note is not None:
+        memory.assumptions.insert(0, batch_note)
     _write_json(args.json_path, memory.model_dump(mode="json"))
-    print("\n".join(estimate_lines(model, hw, brief, memory)))
+    lines = estimate_lines(model, hw, brief, memory)
+    print("\n".join([*lines, *([f"  assumed: {batch_note}"] if batch_note else [])]))
     return 0
 
 
@@ -553,9 +635,13 @@ def _check_smoke_args(args: argparse.Namespace) -> int | None:
     from tools.core.strategies import check_strategy
     from tools.smoke import INJECT_KINDS
 
-    for flag, value in (("--tp", args.tp), ("--pp", args.pp), ("--dp", args.dp)):
-        if value is not None and value < 1:
-            raise InputError(flag, f"must be at least 1, got {value}")
+    ranks = (args.tp or 1) * (args.pp or 1) * (args.dp or 1)
+    if ranks > SMOKE_LOCAL_RANKS_MAX:
+        raise InputError(
+            "--tp",
+            f"--tp x --pp x --dp = {ranks:,} ranks; a layout run starts at most "
+            f"{SMOKE_LOCAL_RANKS_MAX} on this machine",
+        )
     if args.dp is not None and args.tp is None and args.pp is None:
         raise InputError("--dp", "goes with --tp or --pp (plain data parallelism is --strategy)")
     if args.framework != "pytorch":
@@ -579,17 +665,6 @@ def _check_smoke_args(args: argparse.Namespace) -> int | None:
         )
     if args.inject is not None and args.inject not in INJECT_KINDS:
         raise InputError("--inject", f"must be one of {', '.join(INJECT_KINDS)}")
-    for flag, value in (
-        ("--world-size", args.world_size),
-        ("--steps", args.steps),
-        ("--nodes", args.nodes),
-        ("--micro-batch", args.micro_batch),
-        ("--seq-len", args.seq_len),
-    ):
-        if value is not None and value < 1:
-            raise InputError(flag, f"must be at least 1, got {value}")
-    if args.timeout is not None and args.timeout <= 0:
-        raise InputError("--timeout", f"must be positive, got {args.timeout:g}")
     check_output_path(args.run_dir, "--run-dir", "dir")
     check_output_path(args.json_path, "--json", "file")
     return None if args.memory_cap is None else parse_memory_cap(args.memory_cap)
@@ -794,6 +869,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = os.environ.get("TRAINWRIGHT_DEBUG") == "1"
     stopper = _Stopper()
     try:
+        _check_numbers(args)
         settings = Settings.load(
             llm=getattr(args, "llm", None), base_url=getattr(args, "base_url", None)
         )

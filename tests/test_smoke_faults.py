@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import ours
 from specs import GPT2_TINY, TINY_GPT2_BRIEF_YAML, tiny_spec
 
 from tools.artifacts.deepspeed_config import smoke_ds_config
@@ -39,6 +40,10 @@ def assert_nothing_left(result: SmokeResult) -> None:
     assert launch["pgids"]
     for pgid in launch["pgids"]:
         assert group_alive(pgid) == [], f"process group {pgid} still has live processes"
+    # torchrun starts each rank in a session of its own, outside the launcher's group: no
+    # process that names the run dir (a rank's script is in it) may be left either.
+    left = ours(Path(result.run_dir or ""))
+    assert not left, [(p.pid, p.info["cmdline"][:3]) for p in left]
 
 
 def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

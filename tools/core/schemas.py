@@ -63,6 +63,12 @@ MAX_VOCAB = 10_000_000
 MAX_INTERMEDIATE = 10_000_000
 MAX_EXPERTS = 1024
 MAX_PARAMS = 1e14
+# The bounds of a brief's counts (and of the CLI flags that set them, app.py NUMBER_FLAGS).
+MAX_SEQ_LEN = 1_048_576
+MAX_GLOBAL_BATCH = 1_000_000
+MAX_LORA_RANK = 4096
+MAX_TENSOR_PARALLEL = 64
+MAX_PIPELINE_PARALLEL = 1024
 
 
 class Team(_Strict):
@@ -92,8 +98,8 @@ class Pins(_Strict):
     """Setup dimensions the request fixed ("ZeRO-2", "TP 4", "no offload"); None: searched."""
 
     zero_stage: Count | None = Field(default=None, ge=0, le=3)
-    tensor_parallel: Count | None = Field(default=None, ge=1, le=64)
-    pipeline_parallel: Count | None = Field(default=None, ge=1, le=1024)
+    tensor_parallel: Count | None = Field(default=None, ge=1, le=MAX_TENSOR_PARALLEL)
+    pipeline_parallel: Count | None = Field(default=None, ge=1, le=MAX_PIPELINE_PARALLEL)
     offload: bool | None = None
 
     def stated(self) -> list[str]:
@@ -124,7 +130,7 @@ class MemoryRecipe(_Strict):
     optimizer: Literal["adamw", "adam8bit", "paged-adam8bit", "adafactor", "sgd"] | None = None
     checkpointing: Literal["none", "selective", "selective-op", "full"] | None = None
     loss: Literal["standard", "chunked", "fused"] | None = None
-    lora_rank: Count | None = Field(default=None, ge=1, le=4096)
+    lora_rank: Count | None = Field(default=None, ge=1, le=MAX_LORA_RANK)
     qlora: bool = False
     activation_offload: bool = False
     sequence_parallel: bool | None = None
@@ -147,10 +153,10 @@ class TrainingBrief(_Strict):
     concurrency: Count | None = Field(default=None, gt=0, le=100_000)
     engine: ServingEngine | None = None
     weight_dtype: WeightDtype | None = None
-    seq_len: Count = Field(default=2048, gt=0, le=1_048_576)
+    seq_len: Count = Field(default=2048, gt=0, le=MAX_SEQ_LEN)
     # None: not given; the planner picks one the data-parallel degree divides, for the model's
     # size (tools/planning/batch.py), and the plan says so.
-    global_batch_size: Count | None = Field(default=None, gt=0, le=1_000_000)
+    global_batch_size: Count | None = Field(default=None, gt=0, le=MAX_GLOBAL_BATCH)
     hardware: str = "local"
     # Between nodes: ib400 | ib200 | roce100 | eth25 | nvlink; None when unknown.
     interconnect: str | None = None

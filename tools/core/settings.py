@@ -6,6 +6,7 @@ Only ``Settings.load`` reads the environment.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -39,6 +40,45 @@ SMOKE_FAULTS = ("oom", "nan", "hang", "crash", "alloc")
 SMOKE_INJECT_WHEN = ("first", "always")
 
 
+# The bounds of the numbers a user sets, through the environment (``Settings.load``) or the
+# CLI's flags for the same things (app.py NUMBER_FLAGS): a value outside is one line naming the
+# variable or flag, exit 2. A time is a finite number of seconds above 0.
+SMOKE_STEPS_MIN = 2
+SMOKE_STEPS_MAX = 1_000_000
+SMOKE_TIMEOUT_MAX_S = 86_400.0  # a day: a smoke run takes minutes
+# What one smoke run may start on this machine: processes (ranks of a layout, "nodes") and
+# sequences per rank per step.
+SMOKE_LOCAL_RANKS_MAX = 64
+SMOKE_MICRO_BATCH_MAX = 65_536  # a huge one still runs, and ends as oom under the cap
+LLM_TIMEOUT_MAX_S = 3_600.0
+MAX_REVIEW_ROUNDS = 20
+MAX_MEMORY_CAP = 2**50  # 1 PiB, more than any machine holds
+# name -> (type, least, most) of the numbers Settings.load reads from TRAINWRIGHT_<NAME>.
+ENV_NUMBERS: dict[str, tuple[type, float, float]] = {
+    "smoke_steps": (int, SMOKE_STEPS_MIN, SMOKE_STEPS_MAX),
+    "smoke_timeout_s": (float, 0.0, SMOKE_TIMEOUT_MAX_S),
+    "max_review_rounds": (int, 1, MAX_REVIEW_ROUNDS),
+    "llm_timeout_s": (float, 0.0, LLM_TIMEOUT_MAX_S),
+}
+
+
+def check_count(field: str, value: int, least: int, most: int) -> int:
+    """``value`` if it is a whole number from ``least`` to ``most``; else InputError naming ``field``."""
+    if not least <= value <= most:
+        got = str(value) if abs(value) < 10**30 else f"a number of {len(str(abs(value)))} digits"
+        raise InputError(field, f"must be a whole number from {least:,} to {most:,}, got {got}")
+    return value
+
+
+def check_seconds(field: str, value: float, most: float) -> float:
+    """``value`` if it is a finite number of seconds above 0 and at most ``most``; else InputError."""
+    if not (math.isfinite(value) and 0 < value <= most):
+        raise InputError(
+            field, f"must be a number of seconds above 0 and at most {most:,g}, got {value:g}"
+        )
+    return value
+
+
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 # The smallest memory cap accepted: below it not even the Python interpreter starts.
@@ -59,7 +99,10 @@ def parse_memory_cap(text: str, field: str = "--memory-cap") -> int:
             field, f"expected a size such as 8GiB or 512MiB (or 'off'), got {shown(text, 40)}"
         )
     unit = (match.group(2) or "").lower()[:1]
-    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    size = float(match.group(1)) * _SIZE_UNITS[unit]
+    if not size <= MAX_MEMORY_CAP:  # also an overflow to inf
+        raise InputError(field, f"must be at most 1024TiB (or 'off'), got {shown(text, 40)}")
+    value = int(size)
     if value < MIN_MEMORY_CAP:
         raise InputError(field, f"must be at least 64MiB (or 'off'), got {shown(text, 40)}")
     return value
@@ -166,18 +209,20 @@ class Settings:
             )
         if env.get("TRAINWRIGHT_SMOKE_INJECT"):
             from_env["smoke_inject"] = env["TRAINWRIGHT_SMOKE_INJECT"]
-        for name, conv in (
-            ("smoke_steps", int),
-            ("smoke_timeout_s", float),
-            ("max_review_rounds", int),
-            ("llm_timeout_s", float),
-        ):
+        for name, (conv, least, most) in ENV_NUMBERS.items():
             key = "TRAINWRIGHT_" + name.upper()
             if key in env:
-                try:
-                    from_env[name] = conv(env[key])
-                except ValueError:
-                    raise InputError(
-                        key, f"must be a {conv.__name__} number, got {env[key]!r}"
-                    ) from None
+                from_env[name] = _env_number(key, env[key], conv, least, most)
         return cls().with_(**from_env).with_(**explicit)
+
+
+def _env_number(key: str, text: str, conv: type, least: float, most: float) -> int | float:
+    """The number in variable ``key``, within its bounds; InputError naming ``key`` otherwise."""
+    try:
+        value = conv(text)
+    except ValueError:
+        what = "whole number" if conv is int else "number"
+        raise InputError(key, f"must be a {what}, got {shown(text, 40)}") from None
+    if conv is int:
+        return check_count(key, value, int(least), int(most))
+    return check_seconds(key, value, most)

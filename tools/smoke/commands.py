@@ -14,6 +14,10 @@ from pathlib import Path
 from tools.core.outputs import write_file
 from tools.core.settings import TELEMETRY_OFF
 
+# The hostfile a one-node DeepSpeed run names: it must not exist, so that the launcher stays on
+# this machine even where a cluster image ships /job/hostfile (the runner's default).
+NO_HOSTFILE = "no-hostfile"
+
 
 def launch_commands(
     *,
@@ -56,11 +60,10 @@ def _deepspeed_commands(
             where = ["--hostfile", str(run_dir / "hostfile"), "--no_ssh"]
             where += ["--node_rank", str(node)]
         else:
-            # A missing hostfile keeps the launcher on this machine even where a cluster
-            # image ships /job/hostfile (the runner's default), which would make it ssh.
+            # A missing hostfile keeps the launcher on this machine (NO_HOSTFILE).
             where = [
                 "--hostfile",
-                str(run_dir / "no-hostfile"),
+                str(run_dir / NO_HOSTFILE),
                 *_rank_selection(device, ranks),
             ]
         commands.append(
@@ -128,9 +131,7 @@ def _child_env(tmp_dir: Path, device: str, ranks: int) -> dict[str, str]:
     env.update(TELEMETRY_OFF)
     env["TMPDIR"] = str(tmp_dir)
     env["PYTHONUNBUFFERED"] = "1"
-    # The ranks end the run if this process dies without stopping it (e.g. SIGKILL):
-    # tools/smoke/train.py SUPERVISOR_ENV.
-    env["TRAINWRIGHT_SMOKE_SUPERVISOR_PID"] = str(os.getpid())
+    # The supervisor adds its own pid (supervise.py SUPERVISOR_ENV), which every rank watches.
     if device != "cuda":
         env["DS_ACCELERATOR"] = "cpu"
         # One OpenMP pool per rank over all cores oversubscribes the CPU and makes steps slow

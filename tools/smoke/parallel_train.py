@@ -50,17 +50,22 @@ real: ``crash`` raises on the last rank, ``nan`` turns the embedding output into
 stage, ``hang`` makes rank 0 sleep so the others block in their next collective, ``oom`` gives
 every rank an address-space limit just above what it holds and then an allocation over it
 (status ``oom``), ``alloc`` makes rank 0 leak memory until the supervisor's cap stops it. Exit codes:
-0 done, 3 non-finite loss, 4 parameter share differs from the layout, 2 bad arguments.
+0 done, 3 non-finite loss, 4 parameter share differs from the layout, 2 bad arguments. When the
+supervisor named by ``$TRAINWRIGHT_SMOKE_SUPERVISOR_PID`` dies, each rank says so and SIGKILLs
+its own process group (137 in a shell).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import resource
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -516,6 +521,57 @@ def tee_rank_log(log_dir: Path, rank: int) -> None:
     sys.stderr = _Tee(sys.stderr, log)
 
 
+# ---- supervision: a run must not outlive the process that started it --------------------------
+# The smoke supervisor (tools/smoke/supervise.py) puts its own pid here. torchrun starts every
+# rank in a session of its own, so no kill of the launcher's group reaches the ranks; each rank
+# therefore watches the supervisor and ends itself (and its own group) within a poll of its
+# death, SIGKILL included. A copy of train.py's watcher: this script imports nothing of ours.
+SUPERVISOR_ENV = "TRAINWRIGHT_SMOKE_SUPERVISOR_PID"
+_SUPERVISOR_POLL_S = 0.5
+
+
+def _start_ticks(pid: int) -> str | None:
+    """A live process's start time (/proc/PID/stat field 22); None when gone or a zombie."""
+    if not os.path.exists("/proc/self/stat"):  # not Linux: liveness only
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return "?"
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def watch_supervisor() -> None:
+    """If ``$TRAINWRIGHT_SMOKE_SUPERVISOR_PID`` is set, end this process group when it dies."""
+    value = os.environ.get(SUPERVISOR_ENV, "")
+    if not value.isdigit():
+        return
+    pid = int(value)
+    started = _start_ticks(pid)  # a start time, so a reused pid is not taken for the supervisor
+
+    def watch() -> None:
+        while True:
+            if started is None or _start_ticks(pid) != started:
+                print(
+                    f"parallel_train: supervising process {pid} is gone; stopping the run",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                with contextlib.suppress(OSError):
+                    os.killpg(os.getpgid(0), signal.SIGKILL)
+                os._exit(137)
+            time.sleep(_SUPERVISOR_POLL_S)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+
+
 # ---- the run ----------------------------------------------------------------------------------
 
 
@@ -628,6 +684,7 @@ class Step:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the smoke training; see the module docstring for the exit codes."""
+    watch_supervisor()
     args = parse_args(argv)
     try:
         return run(args)

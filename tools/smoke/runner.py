@@ -14,15 +14,20 @@ so the runs avoid the ones they need not build (bench/profile_smoke.md has the m
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tools.core.errors import InputError
+from tools.core.errors import InputError, shown
 from tools.core.outputs import (
+    OutputRefused,
     check_files,
     claim,
     copy_file,
@@ -35,10 +40,19 @@ from tools.core.outputs import (
     write_file,
 )
 from tools.core.schemas import ModelSpec, SmokeResult
-from tools.core.settings import Settings
+from tools.core.settings import (
+    SMOKE_LOCAL_RANKS_MAX,
+    SMOKE_MICRO_BATCH_MAX,
+    SMOKE_STEPS_MAX,
+    SMOKE_STEPS_MIN,
+    SMOKE_TIMEOUT_MAX_S,
+    Settings,
+    check_count,
+    check_seconds,
+)
 from tools.core.strategies import strategy_of
 from tools.planning.states import DEFAULT_LORA_RANK
-from tools.smoke.commands import _child_env, launch_commands
+from tools.smoke.commands import NO_HOSTFILE, _child_env, launch_commands
 from tools.smoke.ds_adapt import adapt_ds_config, smoke_lr
 from tools.smoke.predict import (
     FSDP_SHARDINGS,
@@ -72,6 +86,8 @@ PP_SCHEDULES = ("gpipe", "1f1b")
 # The name the script has in a run directory (and so in the ranks' command lines).
 RUN_SCRIPT_NAME = "smoke_train.py"
 INJECT_KINDS = ("oom", "nan", "hang", "crash", "alloc")
+# The folder in a run dir that holds each run's own temporary folder (the ranks' TMPDIR).
+TMP_DIR = "tmp"
 
 
 def run_smoke_test(
@@ -181,6 +197,7 @@ def run_smoke_test(
     # Every file the run writes, checked before anything is written: none may be the user's.
     written = _run_files(ranks, nodes)
     check_files(run_dir, written, field="--run-dir")
+    check_run_paths(run_dir)
     strategy = strategy or (strategy_of(ds_config) if ds_config is not None else "ddp")
     mode = "deepspeed" if ds_config is not None else "ddp"
     if fsdp is not None:
@@ -223,7 +240,7 @@ def run_smoke_test(
     _prepare_run_dir(
         run_dir, model_config, run_config, PARALLEL_SCRIPT if layout is not None else SCRIPT
     )
-    commands, env = _commands(
+    commands = _commands(
         run_dir,
         base,
         shape,
@@ -242,16 +259,19 @@ def run_smoke_test(
     children = _child_files(written)
     reserve(run_dir, children)
     try:
-        outcome = _launch_and_wait(
-            commands,
-            env,
-            run_dir,
-            timeout_s,
-            on_progress,
-            memory_cap=cap,
-            address_space=address_space,
-            keep_alive=lambda: keep_reserved(run_dir, children),
-        )
+        with fresh_tmp_dir(run_dir) as tmp_dir:
+            # Every "node" runs on this machine, so the cores are split over all the ranks.
+            env = _child_env(tmp_dir, device, ranks)
+            outcome = _launch_and_wait(
+                commands,
+                env,
+                run_dir,
+                timeout_s,
+                on_progress,
+                memory_cap=cap,
+                address_space=address_space,
+                keep_alive=lambda: keep_reserved(run_dir, children),
+            )
     finally:
         # What the launchers and ranks wrote is ours: a rerun in this folder may replace it.
         record(run_dir, children)
@@ -272,20 +292,15 @@ def _checked_arguments(
     """The steps, timeout and memory cap the run uses; InputError for an argument out of range."""
     steps = settings.smoke_steps if steps is None else steps
     timeout_s = settings.smoke_timeout_s if timeout_s is None else timeout_s
-    if steps < 2:
-        raise InputError("steps", f"a smoke run needs at least 2 steps, got {steps}")
-    if micro_batch_size < 1:
-        raise InputError("micro_batch_size", f"must be at least 1, got {micro_batch_size}")
-    if settings.smoke_cpu_ranks < 1:
-        raise InputError("smoke_cpu_ranks", f"must be at least 1, got {settings.smoke_cpu_ranks}")
-    if nodes < 1:
-        raise InputError("nodes", f"must be at least 1, got {nodes}")
+    check_count("steps", steps, SMOKE_STEPS_MIN, SMOKE_STEPS_MAX)
+    check_count("micro_batch_size", micro_batch_size, 1, SMOKE_MICRO_BATCH_MAX)
+    check_count("smoke_cpu_ranks", settings.smoke_cpu_ranks, 1, SMOKE_LOCAL_RANKS_MAX)
+    check_count("nodes", nodes, 1, SMOKE_LOCAL_RANKS_MAX)
     if inject is not None and inject not in INJECT_KINDS:
         raise InputError("inject", f"must be one of {', '.join(INJECT_KINDS)}, got {inject!r}")
     if inject is not None and not 1 <= inject_step <= steps:
         raise InputError("inject_step", f"must be between 1 and steps ({steps}), got {inject_step}")
-    if timeout_s <= 0:
-        raise InputError("timeout", f"must be positive, got {timeout_s:g}")
+    check_seconds("timeout", timeout_s, SMOKE_TIMEOUT_MAX_S)  # nan and inf too
     cap = settings.smoke_memory_cap if memory_cap is None else memory_cap
     cap = default_memory_cap() if cap is None else cap
     if cap < 0:
@@ -350,8 +365,12 @@ def _check_layout(
     nodes: int,
 ) -> None:
     """InputError for a tensor/pipeline layout the torch-native stand-in cannot run."""
-    if any(n < 1 for n in layout):
-        raise InputError("layout", f"tp, pp and dp must be at least 1, got {layout}")
+    if any(n < 1 for n in layout) or layout[0] * layout[1] * layout[2] > SMOKE_LOCAL_RANKS_MAX:
+        raise InputError(
+            "layout",
+            f"tp, pp and dp must be at least 1 and start at most {SMOKE_LOCAL_RANKS_MAX} ranks "
+            f"together, got {layout}",
+        )
     if ds_config is not None or fsdp is not None:
         raise InputError(
             "layout", "a tp/pp layout runs the torch-native stand-in, not DeepSpeed or FSDP"
@@ -515,8 +534,8 @@ def _commands(
     attn_implementation: str | None,
     task: str = "pretrain",
     mode_args: list[str] | None = None,
-) -> tuple[list[list[str]], dict[str, str]]:
-    """The launcher commands (one per node) and the environment they run in.
+) -> list[list[str]]:
+    """The launcher commands (one per node).
 
     A LoRA plan's run trains adapters of the rank its memory prediction prices
     (tools/smoke/predict.py), with the base frozen, as the job does.
@@ -540,7 +559,7 @@ def _commands(
     if task == "lora":
         train_args += ["--lora-rank", str(DEFAULT_LORA_RANK)]
     train_args += mode_args or []
-    commands = launch_commands(
+    return launch_commands(
         run_dir=run_dir,
         script=run_dir / RUN_SCRIPT_NAME,
         device=base.device,
@@ -550,8 +569,51 @@ def _commands(
         train_args=train_args,
         lr=lr,
     )
-    # Every "node" runs on this machine, so the cores are split over all the ranks.
-    return commands, _child_env(run_dir / "tmp", base.device, base.world_size)
+
+
+def check_run_paths(run_dir: Path) -> None:
+    """Refuse (one line, exit 2) a run dir where a path the run uses would lead out of it.
+
+    ``tmp`` must be a real folder or absent: the run makes its temporary folder inside it, and
+    a symlink there (trainwright never makes one) would take the ranks' temporary files
+    elsewhere. ``no-hostfile`` must be absent: a one-node DeepSpeed run names it so that the
+    launcher finds no hostfile, and one there would send the ranks to the machines it lists.
+    The run's other files are checked by ``check_files`` (a symlink among them, or as a
+    folder on their way, is refused).
+    """
+    tmp = run_dir / TMP_DIR
+    if tmp.is_symlink() or (os.path.lexists(tmp) and not tmp.is_dir()):
+        what = "a symlink" if tmp.is_symlink() else "not a folder"
+        raise OutputRefused(
+            "--run-dir",
+            f"{shown(str(tmp), 160)} is {what}; a smoke run keeps its temporary files in a "
+            "folder it makes there itself and never writes through a link (remove it or "
+            "choose another folder)",
+        )
+    hostfile = run_dir / NO_HOSTFILE
+    if os.path.lexists(hostfile):
+        raise OutputRefused(
+            "--run-dir",
+            f"{shown(str(hostfile), 160)} exists; a smoke run names it as the hostfile that "
+            "must not exist, so DeepSpeed's launcher stays on this machine (remove it or "
+            "choose another folder)",
+        )
+
+
+@contextlib.contextmanager
+def fresh_tmp_dir(run_dir: Path) -> Iterator[Path]:
+    """A temporary folder made now for this run alone (``tmp/run-XXXXXXXX``), removed after.
+
+    What the run's processes leave there (torch's and DeepSpeed's temporary files) is theirs
+    and goes with it; ``check_run_paths`` is applied again first.
+    """
+    check_run_paths(run_dir)
+    (run_dir / TMP_DIR).mkdir(exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="run-", dir=run_dir / TMP_DIR))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _announce(

@@ -52,11 +52,24 @@ GROUP_SCAN_S = 1.0
 # Never on CUDA, which reserves huge ranges.
 ADDRESS_SPACE_ALLOWANCE = 2 * 2**30
 ARENA_BYTES = 64 * 2**20
-# Starts a launcher under an address-space limit (and in a cgroup when one is given): joins
-# the cgroup, sets RLIMIT_AS, then execs the launcher (a shim rather than preexec_fn, which is
-# unsafe when the caller has other threads).
+# Every launched process (the launchers, their ranks, the TensorFlow workers) finds the
+# supervisor's pid here: each rank ends itself when that process dies (SIGKILL included), and
+# the launch shim below asks the kernel to kill the launcher itself at that moment.
+SUPERVISOR_ENV = "TRAINWRIGHT_SMOKE_SUPERVISOR_PID"
+# Starts every launcher: with the supervisor's pid in its environment, asks for SIGKILL when
+# the supervisor dies (Linux's PR_SET_PDEATHSIG, kept across exec; the check of the parent
+# after it closes the race with a supervisor that died first), joins the cgroup when one is
+# given, sets RLIMIT_AS when a limit is given, then execs the launcher (a shim rather than
+# preexec_fn, which is unsafe when the caller has other threads).
 _RLIMIT_SHIM = (
     "import os, resource, sys; n = int(sys.argv[1]); cg = sys.argv[2]\n"
+    f"sup = os.environ.get({SUPERVISOR_ENV!r}, '')\n"
+    "if sup.isdigit():\n"
+    "    try:\n"
+    "        import ctypes; ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"
+    "    except (AttributeError, OSError):\n"
+    "        pass\n"
+    "    if os.getppid() != int(sup): os._exit(137)\n"
     "if cg:\n"
     "    with open(cg, 'w') as f: f.write(str(os.getpid()))\n"
     "if n: resource.setrlimit(resource.RLIMIT_AS, (n, n))\n"
@@ -86,6 +99,9 @@ class _Outcome:
         self.max_sample_s = 0.0
         # The cgroup v2 the run's processes were in (its memory.max is the cap), or why none.
         self.cgroup = ""
+        # The process groups of the run's processes other than the launchers' own: torchrun
+        # starts each rank in a session of its own, which no kill of its group reaches.
+        self.groups: set[int] = set()
 
 
 class _ActiveRun:
@@ -133,6 +149,7 @@ def _launch_and_wait(
     outcome = _Outcome()
     outcome.timeout_s = timeout_s
     outcome.address_space = address_space
+    env = {**env, SUPERVISOR_ENV: str(os.getpid())}
     cgroup, outcome.cgroup = memory_cgroup(run_dir.name, memory_cap) if memory_cap else (None, "")
     log_paths = [
         run_dir / ("smoke.log" if i == 0 else f"smoke-node{i}.log") for i in range(len(commands))
@@ -180,7 +197,7 @@ def _launch_and_wait(
         # second Ctrl-C waits until the groups are gone.
         try:
             with _interrupts_deferred():
-                _kill_groups(procs, grace)
+                _kill_groups(procs, grace, outcome.groups)
                 if cgroup is not None:
                     _close_cgroup(cgroup, outcome, memory_cap)
                 if memory_cap:
@@ -258,9 +275,7 @@ def _start_launchers(
 ) -> bool:
     """Start each launcher into ``procs``; False (``outcome.start_error`` set) if one cannot start."""
     for cmd, log_path in zip(commands, log_paths, strict=True):
-        argv = cmd
-        if address_space or procs_file:
-            argv = [sys.executable, "-S", "-c", _RLIMIT_SHIM, str(address_space), procs_file, *cmd]
+        argv = [sys.executable, "-S", "-c", _RLIMIT_SHIM, str(address_space), procs_file, *cmd]
         # Never through a link: check_files refused one before, and one made since is refused.
         try:
             fd = os.open(log_path, _LOG_FLAGS, 0o666)
@@ -307,11 +322,14 @@ def _watch(
     pending = b""
     watch = _RunMemory([p.pid for p in procs]) if memory_cap else None
     period = MEMORY_POLL_S if memory_cap else POLL_S
-    next_log = 0.0
+    next_log = next_groups = 0.0
     while True:
         tick = time.monotonic()
         if run.stop.is_set():
             raise KeyboardInterrupt  # stop_all_runs (the CLI's Ctrl-C, from another thread)
+        if tick >= next_groups:
+            outcome.groups |= _descendant_groups(procs)
+            next_groups = tick + GROUP_SCAN_S
         codes = [proc.poll() for proc in procs]
         if tick >= next_log or any(code is not None for code in codes):
             offset, pending = _pump_log(log_path, offset, pending, outcome, on_progress)
@@ -672,36 +690,102 @@ def _pump_log(
     return offset, pending
 
 
-def _kill_groups(procs: list[subprocess.Popen[bytes]], grace_s: float = KILL_GRACE_S) -> None:
-    # SIGTERM first so each launcher (DeepSpeed's runner or torchrun) can stop its ranks
-    # cleanly, then SIGKILL for whatever is left after the grace period (at once with no
-    # grace). Each launcher leads its own group (start_new_session). Orphaned ranks may
-    # linger as zombies when PID 1 does not reap, so liveness ignores zombies.
-    def alive(proc: subprocess.Popen[bytes]) -> bool:
-        return proc.poll() is None or bool(group_alive(proc.pid))
+def _kill_groups(
+    procs: list[subprocess.Popen[bytes]],
+    grace_s: float = KILL_GRACE_S,
+    groups: Collection[int] = (),
+) -> None:
+    """End every process group of the run: the launchers', and ``groups`` with their members.
 
-    live = [proc for proc in procs if alive(proc)]
-    for proc in live if grace_s > 0 else []:
+    SIGTERM first so each launcher (DeepSpeed's runner or torchrun) can stop its ranks cleanly,
+    then SIGKILL for whatever is left after the grace period (at once with no grace). Each
+    launcher leads its own group (start_new_session); torchrun's ranks lead sessions of their
+    own, found as the launchers' descendants now and during the run (``groups``), so a
+    launcher killed before it could stop them leaves no rank behind. A group found earlier is
+    signalled only while a member still carries this supervisor's pid (SUPERVISOR_ENV), never
+    a stranger that reused the number. Orphaned ranks may linger as zombies when PID 1 does not
+    reap, so liveness ignores zombies.
+    """
+    mine = {proc.pid for proc in procs}
+    others = (set(groups) | _descendant_groups(procs)) - mine
+    targets = mine | {pgid for pgid in others if _group_is_ours(pgid)}
+    targets.discard(os.getpgid(0))  # never this process's own group
+
+    def alive() -> set[int]:
+        running = {proc.pid for proc in procs if proc.poll() is None}
+        return running | _live_groups(targets)
+
+    live = alive()
+    for pgid in live if grace_s > 0 else ():
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while live and time.monotonic() < deadline:
-        live = [proc for proc in live if alive(proc)]
+        live = alive()
         if live:
             time.sleep(0.1)
-    for proc in live:
+    for pgid in live:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(pgid, signal.SIGKILL)
     # A killed process is gone only once the kernel has freed its memory (a large one takes
     # a moment); wait for that, so that nothing of the run is left when this returns.
     deadline = time.monotonic() + KILL_GRACE_S
     while live and time.monotonic() < deadline:
-        live = [proc for proc in live if alive(proc)]
+        live = alive()
         if live:
             time.sleep(0.05)
     for proc in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=KILL_GRACE_S)
+
+
+def _descendant_groups(procs: list[subprocess.Popen[bytes]]) -> set[int]:
+    """The process groups of the live descendants of the launchers (not the launchers' own)."""
+    roots = {proc.pid for proc in procs}
+    groups = set()
+    for pid in _descendants(roots) - roots:
+        with contextlib.suppress(OSError):
+            groups.add(os.getpgid(pid))
+    return groups - roots
+
+
+def _proc_stat(pid: str) -> tuple[str, int] | None:
+    """A process's state letter and process group (/proc/PID/stat), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _live_groups(pgids: Collection[int]) -> set[int]:
+    """Which of the process groups ``pgids`` still hold a live (non-zombie) process."""
+    wanted = set(pgids)
+    if not wanted:
+        return set()
+    if not os.path.exists("/proc/self/stat"):
+        return {pgid for pgid in wanted if group_alive(pgid)}
+    live = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = _proc_stat(name)
+            if stat is not None and stat[1] in wanted and stat[0] not in ("Z", "X"):
+                live.add(stat[1])
+    return live
+
+
+def _group_is_ours(pgid: int) -> bool:
+    """Whether a live member of group ``pgid`` was started under this supervisor (its env)."""
+    marker = f"{SUPERVISOR_ENV}={os.getpid()}".encode()
+    for pid in _group_pids([pgid]):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if marker in fh.read().split(b"\0"):
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def group_alive(pgid: int) -> list[int]:

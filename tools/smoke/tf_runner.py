@@ -25,6 +25,8 @@ from tools.smoke.runner import (
     _finish,
     _make_run_dir,
     _run_files,
+    check_run_paths,
+    fresh_tmp_dir,
 )
 from tools.smoke.supervise import _launch_and_wait
 from tools.smoke.tf_launch import TF_PYTHON, base_env, supervised_commands
@@ -74,6 +76,7 @@ def run_tf_smoke(
     # One command per worker: the supervisor names their logs as it names nodes' logs.
     written = _run_files(ranks, ranks)
     check_files(run_dir, written, field="--run-dir")
+    check_run_paths(run_dir)
     kind = tf_kind(model)
     base = SmokeResult(
         status="failed",
@@ -99,16 +102,18 @@ def run_tf_smoke(
     children = _child_files(written)
     reserve(run_dir, children)
     try:
-        # No address-space limit: TensorFlow reserves far more than it touches.
-        outcome = _launch_and_wait(
-            commands,
-            base_env(),
-            run_dir,
-            timeout_s,
-            on_progress,
-            memory_cap=cap,
-            keep_alive=lambda: keep_reserved(run_dir, children),
-        )
+        with fresh_tmp_dir(run_dir) as tmp_dir:
+            env = {**base_env(), "TMPDIR": str(tmp_dir)}
+            # No address-space limit: TensorFlow reserves far more than it touches.
+            outcome = _launch_and_wait(
+                commands,
+                env,
+                run_dir,
+                timeout_s,
+                on_progress,
+                memory_cap=cap,
+                keep_alive=lambda: keep_reserved(run_dir, children),
+            )
     finally:
         record(run_dir, children)
     notes = [

@@ -23,16 +23,23 @@ multiplies the inputs (the pixels, the token embeddings) by NaN on every worker;
 raises on the last worker; ``hang`` makes worker 0 sleep inside the step, so the others block
 in the gradient all-reduce; ``oom`` caps this process's address space just above what it maps
 (RLIMIT_AS) and then allocates a 16 GiB tensor. A NaN loss ends the run with exit code 3.
+
+When the supervisor named by ``$TRAINWRIGHT_SMOKE_SUPERVISOR_PID`` dies, a worker says so and
+SIGKILLs its own process group (137 in a shell); SIGTERM ends it wherever it is (TensorFlow's
+own SIGTERM handler is taken off).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import resource
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -341,6 +348,71 @@ def tee_worker_log(log_dir: Path, rank: int) -> None:
     sys.stderr = _Tee(sys.stderr, log)  # type: ignore[assignment]
 
 
+# ---- supervision: a worker must not outlive the process that started it -------------------------
+# The smoke supervisor (tools/smoke/supervise.py) puts its own pid here and starts each worker in
+# a session of its own; if the supervisor dies (SIGKILL included), each worker ends itself within
+# a poll. A copy of tools/smoke/train.py's watcher: this script imports nothing of ours.
+SUPERVISOR_ENV = "TRAINWRIGHT_SMOKE_SUPERVISOR_PID"
+_SUPERVISOR_POLL_S = 0.5
+
+
+def _start_ticks(pid: int) -> str | None:
+    """A live process's start time (/proc/PID/stat field 22); None when gone or a zombie."""
+    if not os.path.exists("/proc/self/stat"):  # not Linux: liveness only
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return "?"
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def watch_supervisor() -> None:
+    """If ``$TRAINWRIGHT_SMOKE_SUPERVISOR_PID`` is set, end this process group when it dies.
+
+    A thread: TensorFlow releases the GIL while an op runs, so it also runs while the main
+    thread waits in a collective that will never complete.
+    """
+    value = os.environ.get(SUPERVISOR_ENV, "")
+    if not value.isdigit():
+        return
+    pid = int(value)
+    started = _start_ticks(pid)  # a start time, so a reused pid is not taken for the supervisor
+
+    def watch() -> None:
+        while True:
+            if started is None or _start_ticks(pid) != started:
+                print(
+                    f"tf_train: supervising process {pid} is gone; stopping the run",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                with contextlib.suppress(OSError):
+                    os.killpg(os.getpgid(0), signal.SIGKILL)
+                os._exit(137)
+            time.sleep(_SUPERVISOR_POLL_S)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+
+
+def restore_sigterm() -> None:
+    """Let SIGTERM end this worker again, wherever it is.
+
+    Building a MultiWorkerMirroredStrategy starts TensorFlow's coordination service, whose
+    preemption notifier installs a C-level SIGTERM handler that only records the signal: a
+    worker would then ignore SIGTERM, and one hung in a collective or a sleep would never end.
+    The default action ends the process in the kernel, without needing Python to run.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 # ---- the loop -----------------------------------------------------------------------------------
 
 
@@ -363,6 +435,7 @@ def train(args: argparse.Namespace) -> int:
         implementation=tf.distribute.experimental.CommunicationImplementation.RING
     )
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    restore_sigterm()
     tf.keras.utils.set_random_seed(args.seed)
     data: ImageData | PatternData
     if args.kind == "image":
@@ -486,6 +559,7 @@ def train(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and train; the exit code."""
+    watch_supervisor()
     return train(parse_args(argv))
 
 

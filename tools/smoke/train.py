@@ -806,7 +806,7 @@ def tee_rank_log(log_dir: Path) -> None:
 # session so it can stop the run with one killpg; if the runner itself dies by SIGKILL, nothing
 # would stop the ranks, so each rank watches the runner and ends its process group when it goes.
 SUPERVISOR_ENV = "TRAINWRIGHT_SMOKE_SUPERVISOR_PID"
-_SUPERVISOR_POLL_S = 1.0
+_SUPERVISOR_POLL_S = 0.5
 
 
 def _start_ticks(pid: int) -> str | None:
