@@ -678,3 +678,31 @@ def test_tool_calls_past_the_bound_are_not_run_and_the_model_is_told(
     assert len(second[1]["tool_calls"]) == 8
     assert said in second[-1]["content"] and "other 9,992 were not run" in second[-1]["content"]
     assert messages[-1].content == "done"
+
+
+def test_a_compressed_reply_is_bounded_once_decompressed() -> None:
+    import gzip
+
+    from agents.deadline import ReplyTooLarge, deadline_client
+
+    bomb = gzip.compress(b"0" * (64 * 2**20))  # 64 MiB of zeros in about 64 KiB
+
+    class _Bomb(_FakeOpenAI):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(bomb)))
+            self.end_headers()
+            self.wfile.write(bomb)
+
+    served = _serve("tools", _Bomb)
+    url = next(served)
+    try:
+        with deadline_client(30.0) as client, pytest.raises(ReplyTooLarge) as info:
+            client.post(f"{url}/chat/completions", json={})
+    finally:
+        served.close()
+    assert len(bomb) < REPLY_BOUND_BYTES
+    assert "passed, once decompressed, the bound of 8 MiB on one LLM reply" in str(info.value)
