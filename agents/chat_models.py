@@ -101,6 +101,9 @@ def provider_error(exc: Exception, model: BaseChatModel) -> TrainwrightError | N
     )
 
     where = _endpoint(exc, model)
+    too_large = _reply_too_large(exc)
+    if too_large is not None:
+        return ProviderError(f"LLM request failed ({model._llm_type}): {too_large}")
     status = getattr(exc, "status_code", None)
     if isinstance(exc, ModelTimeoutError):
         timeout = getattr(model, "request_timeout", None)
@@ -124,6 +127,21 @@ def provider_error(exc: Exception, model: BaseChatModel) -> TrainwrightError | N
     return ProviderError(
         f"LLM reply from {where} could not be read ({type(exc).__name__}: {_first_line(exc)})"
     )
+
+
+def _reply_too_large(exc: BaseException) -> BaseException | None:
+    """The byte bound's error (agents/deadline.py) behind ``exc``, if that is what stopped it."""
+    import sys
+
+    deadline = sys.modules.get("agents.deadline")  # only an OpenAI-compatible model uses it
+    seen: BaseException | None = exc
+    for _ in range(8):  # a client may wrap it (LangChain's and OpenAI's error types)
+        if seen is None or deadline is None:
+            return None
+        if isinstance(seen, deadline.ReplyTooLarge):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -37,6 +37,12 @@ from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_UNCLEAR
 
 # Everything a plan's later nodes write: a fresh request on a used thread starts clean.
 _FRESH: dict[str, Any] = dict.fromkeys((*PRODUCT_KEYS, "plan"))
+# What a served graph (the LangGraph server) takes from a client: the input as JSON at most
+# this long, and a request or a brief's goal at most MAX_REQUEST_CHARS, the CLI's bound on a
+# request. A brief file on the command line may be up to 1 MB (tools/intake/brief.py).
+MAX_SERVED_INPUT_BYTES = 64 * 1024
+_INPUT_KEYS = ("request", "brief", "overrides", "out_dir", "smoke")
+SERVED_NO_SMOKE = "server: no smoke run; the input did not ask for one (set smoke: true)"
 
 
 def _default_out_dir(brief: TrainingBrief, settings: Settings) -> Path:
@@ -161,14 +167,18 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
         from tools.research.hardware import parse_hardware
 
         events = Events("intake")
+        served = settings.serve_root is not None
+        if served:
+            _check_served_input(state)
         overrides = dict(state.get("overrides") or {})
-        notes: list[str] = []
+        notes = _smoke_flag(state, overrides, served)
         if state.get("brief"):
             brief = brief_from_dict({**state["brief"], **overrides})
         else:
-            brief, notes = _brief_from_request(
+            brief, read_notes = _brief_from_request(
                 str(state.get("request") or ""), overrides, model, events
             )
+            notes += read_notes
         # Fail fast on a bad hardware spec, before any agent spends a turn on it.
         parse_hardware(brief.hardware, brief.interconnect)
         name = brief.model if isinstance(brief.model, str) else "custom model"
@@ -183,6 +193,48 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
         }
 
     return intake
+
+
+def _check_served_input(state: Mapping[str, Any]) -> None:
+    """Refuse a served input past its bounds (one line naming the field), before any work."""
+    from tools.intake.brief import MAX_REQUEST_CHARS
+
+    brief = state.get("brief")
+    texts = {
+        "request": state.get("request"),
+        "brief.goal": brief.get("goal") if isinstance(brief, Mapping) else None,
+    }
+    for field, text in texts.items():
+        if isinstance(text, str) and len(text) > MAX_REQUEST_CHARS:
+            raise InputError(
+                field,
+                f"is {len(text):,} characters; the server takes at most {MAX_REQUEST_CHARS:,}",
+            )
+    size = len(json.dumps({k: state.get(k) for k in _INPUT_KEYS}, default=str).encode())
+    if size > MAX_SERVED_INPUT_BYTES:
+        raise InputError(
+            "input",
+            f"is {size:,} bytes as JSON; the server takes at most {MAX_SERVED_INPUT_BYTES:,}",
+        )
+
+
+def _smoke_flag(state: Mapping[str, Any], overrides: dict[str, Any], served: bool) -> list[str]:
+    """Put the input's ``smoke`` flag into ``overrides``; served, no smoke run unless asked.
+
+    The served graph runs a smoke test only when the input says ``smoke: true`` (the flag,
+    ``overrides`` or the brief's own key): a client's free-text request does not start a
+    training run by default. Returns the note that says so, when it applies.
+    """
+    if isinstance(state.get("smoke"), bool):
+        overrides["smoke"] = state["smoke"]
+    brief = state.get("brief")
+    asked = "smoke" in overrides or (
+        isinstance(brief, Mapping) and isinstance(brief.get("smoke"), bool)
+    )
+    if not served or asked:
+        return []
+    overrides["smoke"] = False
+    return [SERVED_NO_SMOKE]
 
 
 def _brief_from_request(

@@ -1,8 +1,9 @@
 """The tool-calling loop every role runs, and the messages that open a role's turn.
 
 Mistakes the model makes (unknown tool, bad arguments, a tool that failed on its input, a
-reply whose tool call cannot be parsed) go back to it as a message saying what to do next;
-the loop is bounded. A provider that fails (timeout, HTTP error, unreadable reply) ends the
+reply whose tool call cannot be parsed, more tool calls in one reply than
+``MAX_TOOL_CALLS_PER_REPLY``) go back to it as a message saying what to do next; the loop is
+bounded in turns and in tool calls per turn. A provider that fails (timeout, HTTP error, unreadable reply) ends the
 run with one ``TrainwrightError`` from ``agents.chat_models.provider_error``.
 """
 
@@ -22,6 +23,11 @@ from prompts import load_prompts
 from tools.core.errors import InputError, TrainwrightError
 from tools.core.outputs import OutputRefused
 from tools.core.untrusted import MAX_LLM_TEXT, cap_text
+
+# The most tool calls of one reply that run (valid and malformed ones together); a role has
+# at most a handful of tools, so more in one reply is a runaway model. The rest are not run,
+# not kept in the conversation, and the model is told so.
+MAX_TOOL_CALLS_PER_REPLY = 8
 
 
 def role_messages(
@@ -86,10 +92,13 @@ def run_tool_loop(
         # The reply enters the conversation (and the notes the state keeps) capped in size.
         if isinstance(reply.content, str) and len(reply.content) > MAX_LLM_TEXT:
             reply.content = cap_text(reply.content)
+        refused = _cap_tool_calls(reply)
         messages.append(reply)
         bad_calls = list(reply.invalid_tool_calls or [])
         if not reply.tool_calls and not bad_calls:
             break
+        if refused and on_event:
+            on_event(refused)
         for call in reply.tool_calls:
             name = call["name"]
             args = call.get("args") or {}
@@ -115,7 +124,30 @@ def run_tool_loop(
                     name=bad.get("name") or "invalid",
                 )
             )
+        if refused:
+            messages.append(HumanMessage(f"Error: {refused}."))
     return messages
+
+
+def _cap_tool_calls(reply: AIMessage) -> str | None:
+    """Keep the first ``MAX_TOOL_CALLS_PER_REPLY`` calls of ``reply``; what was refused, or None.
+
+    The calls kept stay in the message (each gets its tool result, as the protocol wants);
+    the rest are dropped from it, raw copies included, so they are neither run nor stored.
+    """
+    calls, bad = list(reply.tool_calls or []), list(reply.invalid_tool_calls or [])
+    total = len(calls) + len(bad)
+    if total <= MAX_TOOL_CALLS_PER_REPLY:
+        return None
+    reply.tool_calls = calls[:MAX_TOOL_CALLS_PER_REPLY]
+    reply.invalid_tool_calls = bad[: MAX_TOOL_CALLS_PER_REPLY - len(reply.tool_calls)]
+    reply.additional_kwargs.pop("tool_calls", None)
+    return (
+        f"that reply made {total:,} tool calls; at most {MAX_TOOL_CALLS_PER_REPLY} run per "
+        f"reply, so the first {MAX_TOOL_CALLS_PER_REPLY} ran and the other "
+        f"{total - MAX_TOOL_CALLS_PER_REPLY:,} were not run. Make at most "
+        f"{MAX_TOOL_CALLS_PER_REPLY} tool calls per reply"
+    )
 
 
 def _unreadable_reply(exc: ValidationError) -> str:

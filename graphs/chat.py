@@ -3,7 +3,8 @@
 A message is a planning request; a follow-up ("what if I only had 4 GPUs?") re-plans with the
 last brief, changed by what the follow-up says (``tools.intake.brief.follow_up_fields``). Every
 plan runs on one checkpointed thread (LangGraph SqliteSaver) through graphs/run.py, so
-``/resume ID`` picks a chat up again. What the terminal shows and how lines are read is
+``/resume ID`` picks a chat up again. A message is always a new request (or a follow-up to the
+last finished plan), even after Ctrl-C stopped a plan; ``/resume`` is the way back to that one. What the terminal shows and how lines are read is
 graphs/terminal.py.
 """
 
@@ -50,6 +51,7 @@ Multi-line input: end a line with '\\' (or press Esc then Enter on a terminal).
   /config        the DeepSpeed JSON of the last plan
   /save DIR      copy the last plan's report, plan.json, DeepSpeed config and launch files to DIR
   /threads       the chat threads in the checkpoint database
+  /resume        continue the plan Ctrl-C stopped (a new message starts a new request instead)
   /resume ID     continue thread ID (its brief and plan become the current ones)
   /llm SPEC      switch the chat model: offline, or provider:model (e.g. openai:gpt-4o-mini)
   /quit          leave (Ctrl-D too); Ctrl-C stops a running plan or smoke run"""
@@ -88,6 +90,8 @@ class ChatSession:
         self.brief: dict[str, Any] | None = None
         self.plan: dict[str, Any] | None = None
         self.graph: Any = None
+        # The checkpoint where Ctrl-C stopped a plan of this thread: what ``/resume`` continues.
+        self._stopped: str | None = None
         self._saver: Any = None
         self._model: Any = None
         self._read: Callable[[str], str | None] = stdin_reader()
@@ -162,7 +166,9 @@ class ChatSession:
             run_input = {"request": None, "brief": merged}
         else:
             run_input = {"request": text, "brief": None}
-        self._plan({**run_input, "overrides": self.overrides, "out_dir": str(self._out_dir())})
+        inputs = {**run_input, "overrides": self.overrides, "out_dir": str(self._out_dir())}
+        # Fresh: a plan Ctrl-C stopped (or a question left unanswered) is not carried on here.
+        self._plan(inputs, fresh=True)
 
     def _out_dir(self) -> Path:
         """A fresh directory per plan of this thread, so a follow-up keeps the earlier report."""
@@ -172,8 +178,14 @@ class ChatSession:
             n += 1
         return base / f"plan-{n}"
 
-    def _plan(self, run_input: Any) -> None:
-        """Run the graph on this thread, asking intake's questions, and show the result."""
+    def _plan(
+        self, run_input: Any, *, fresh: bool = False, checkpoint_id: str | None = None
+    ) -> None:
+        """Run the graph on this thread, asking intake's questions, and show the result.
+
+        ``fresh`` starts ``run_input`` as a new run whatever the thread left unfinished;
+        ``checkpoint_id`` carries on from that checkpoint (``/resume`` after Ctrl-C).
+        """
         from graphs.run import run_plan
         from tools.smoke import clear_stop
 
@@ -182,14 +194,27 @@ class ChatSession:
         # plan is over, so this one may run its own.
         clear_stop()
         try:
-            result = run_plan(self.graph, run_input, self.thread, watcher, in_thread=True)
+            result = run_plan(
+                self.graph,
+                run_input,
+                self.thread,
+                watcher,
+                in_thread=True,
+                fresh=fresh,
+                checkpoint_id=checkpoint_id,
+            )
         except KeyboardInterrupt:
+            snapshot = self.graph.get_state(thread_config(self.thread))
+            if snapshot.next:
+                self._stopped = snapshot.config["configurable"].get("checkpoint_id")
             self.say(
-                f"cancelled; any smoke run was stopped. /resume {self.thread} continues this "
-                "plan, a new message starts another",
+                "cancelled; any smoke run was stopped. /resume continues this plan; a new "
+                "message is a new request (or a follow-up to the last finished plan)",
                 "yellow",
             )
             return
+        if checkpoint_id is not None:
+            self._stopped = None
         if result.question is not None:
             self.say("no answer; the request is dropped", "yellow")
             return
@@ -312,12 +337,23 @@ class ChatSession:
         return True
 
     def cmd_resume(self, arg: str) -> bool:
-        """/resume ID: switch to thread ID."""
+        """/resume: continue the plan Ctrl-C stopped; /resume ID: switch to thread ID."""
+        if not arg or arg == self.thread:
+            if self._stopped is not None:
+                self._plan(None, checkpoint_id=self._stopped)
+            elif self.graph.get_state(thread_config(self.thread)).next:
+                self._plan(None)  # a run left unfinished on this thread (e.g. the chat was killed)
+            else:
+                self.say(
+                    f"nothing to resume on thread {self.thread}: no plan was stopped "
+                    "(/resume ID continues another thread; /threads lists them)"
+                )
+            return True
         if not THREAD_RE.fullmatch(arg):
             raise InputError("/resume", "give a thread id (see /threads)")
         if arg not in list_threads(self.settings.checkpoint_db):
             raise InputError("/resume", f"no thread {arg!r} in the checkpoint database")
-        self.thread, self.brief, self.plan = arg, None, None
+        self.thread, self.brief, self.plan, self._stopped = arg, None, None, None
         self._load_thread()
         return True
 

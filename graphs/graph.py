@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -24,6 +25,7 @@ def build_graph(
     chat_model: BaseChatModel | None = None,
     checkpointer: Any | None = None,
     settings: Settings | None = None,
+    wrap: Callable[[str, Any], Any] | None = None,
 ) -> Any:
     """Compile the planning graph; pass a checkpointer (e.g. SqliteSaver) to resume by thread id.
 
@@ -32,16 +34,21 @@ def build_graph(
     value is ``{"field", "question", "problem"}``; resume it with ``Command(resume=answer)``,
     which needs the checkpointer. Stream with ``stream_mode=["updates", "custom"]`` to see
     each node finish and each tool call as it happens (events: agents/events.py ``Events``).
-    graphs/run.py runs it the way the CLI, chat, batch and adapters do.
+    graphs/run.py runs it the way the CLI, chat, batch and adapters do. ``wrap(name, node)``,
+    if given, turns each node into what is added (the server's: graphs/cancel.py).
     """
     settings = settings or Settings.load()
     model = chat_model or load_chat_model(settings)
     builder = StateGraph(PlanState, input_schema=PlanInput)
-    builder.add_node("intake", make_intake(settings, model))
-    builder.add_node("researcher", make_role(RESEARCHER, model, settings))
-    builder.add_node("engineer", make_role(ENGINEER, model, settings))
-    builder.add_node("reviewer", make_role(REVIEWER, model, settings))
-    builder.add_node("reporter", make_reporter(settings))
+    nodes = {
+        "intake": make_intake(settings, model),
+        "researcher": make_role(RESEARCHER, model, settings),
+        "engineer": make_role(ENGINEER, model, settings),
+        "reviewer": make_role(REVIEWER, model, settings),
+        "reporter": make_reporter(settings),
+    }
+    for name, node in nodes.items():
+        builder.add_node(name, wrap(name, node) if wrap else node)
     builder.add_edge(START, "intake")
     builder.add_edge("intake", "researcher")
     builder.add_edge("researcher", "engineer")

@@ -110,22 +110,31 @@ def run_plan(
     reuse: Callable[[dict[str, Any]], bool] | None = None,
     in_thread: bool = False,
     wait: bool = False,
+    fresh: bool = False,
+    checkpoint_id: str | None = None,
 ) -> RunResult:
     """Run the planning graph on ``thread_id`` until it finishes or a question stays open.
 
     An unfinished run on the thread carries on from its last checkpoint (``inputs`` unused);
-    a question it was paused at is asked first. With ``reuse``, a finished plan on the thread
-    that ``reuse(plan)`` accepts is returned without running. ``in_thread`` streams from a
-    worker thread, so Ctrl-C in the caller's thread lands within a fraction of a second and
-    stops the nodes and any smoke run they started (``stop_running_nodes``).
+    a question it was paused at is asked first. With ``fresh`` the unfinished run is left
+    behind instead (it stays in the thread's history) and ``inputs`` start a new one.
+    ``checkpoint_id`` carries on from that checkpoint of the thread rather than its last
+    (the run a chat's Ctrl-C stopped, after another plan ran on the thread). With ``reuse``, a
+    finished plan on the thread that ``reuse(plan)`` accepts is returned without running.
+    ``in_thread`` streams from a worker thread, so Ctrl-C in the caller's thread lands within
+    a fraction of a second and stops the nodes and any smoke run they started
+    (``stop_running_nodes``).
 
     One run per thread: with a SQLite checkpointer the thread is locked for the whole run
     (``thread_lock``); a thread another run holds is an InputError, or, with ``wait``, waited
     for.
     """
     on_wait = getattr(watcher, "waiting", None)
+    start = thread_config(thread_id)
+    if checkpoint_id is not None:
+        start["configurable"]["checkpoint_id"] = checkpoint_id
     with thread_lock(checkpoint_file(graph), thread_id, wait=wait, on_wait=on_wait):
-        return _run_locked(graph, inputs, thread_id, watcher, reuse, in_thread)
+        return _run_locked(graph, inputs, thread_id, watcher, reuse, in_thread, fresh, start)
 
 
 def checkpoint_file(graph: Any) -> Path | None:
@@ -218,11 +227,13 @@ def _run_locked(
     watcher: RunWatcher | None,
     reuse: Callable[[dict[str, Any]], bool] | None,
     in_thread: bool,
+    fresh: bool,
+    start: dict[str, Any],
 ) -> RunResult:
     watcher = watcher if watcher is not None else Watcher()
     config = thread_config(thread_id)
-    snapshot = graph.get_state(config)
-    resumed: tuple[str, ...] = tuple(snapshot.next)
+    snapshot = graph.get_state(start)
+    resumed: tuple[str, ...] = () if fresh else tuple(snapshot.next)
     plan = (snapshot.values or {}).get("plan")
     if not resumed and reuse is not None and plan and reuse(dict(plan)):
         return RunResult(dict(snapshot.values))
@@ -239,7 +250,7 @@ def _run_locked(
                 return RunResult(dict(snapshot.values), question, resumed)
             run_input = Command(resume=answer)
         with watcher.segment():
-            for mode, chunk in _stream(graph, run_input, config, in_thread):
+            for mode, chunk in _stream(graph, run_input, start, in_thread):
                 if mode == "custom" and isinstance(chunk, dict):
                     watcher.event(chunk)
                 elif mode == "updates" and isinstance(chunk, dict):
@@ -248,6 +259,7 @@ def _run_locked(
                         # the error follows from the stream.
                         if not node.startswith("__") and update is not None:
                             watcher.node_done(node)
+        start = config  # from here on, the thread's newest checkpoint
         snapshot = graph.get_state(config)
         pending = snapshot.interrupts
         if not pending:

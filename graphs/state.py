@@ -20,13 +20,16 @@ class PlanInput(TypedDict, total=False):
     """What a caller gives the graph.
 
     A free-text request or a brief (the other None), the fields the caller fixed (CLI flags
-    such as --hardware, which win over what intake reads or is told), and where files go.
+    such as --hardware, which win over what intake reads or is told), where files go, and
+    whether to run a smoke test (``smoke``: a flag like ``overrides``' own; the served graph
+    runs one only when the input asks, agents/intake.py).
     """
 
     request: str | None
     brief: dict[str, Any] | None
     overrides: dict[str, Any] | None
     out_dir: str | None
+    smoke: bool | None
 
 
 class PlanState(PlanInput, total=False):

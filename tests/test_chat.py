@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import select
@@ -12,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from graphs.chat import HELP
 from graphs.run import list_threads
 from tools.artifacts.save import save_plan
 from tools.core.errors import InputError
+from tools.core.settings import Settings
 from tools.intake.brief import follow_up_fields
 from tools.research.model_catalog import list_models
 
@@ -172,3 +175,47 @@ def test_save_writes_only_under_the_directory(tmp_path: Path) -> None:
 
 def test_list_threads_without_a_database(tmp_path: Path) -> None:
     assert list_threads(tmp_path / "none.sqlite") == []
+
+
+def test_after_ctrl_c_a_message_is_a_new_request_and_resume_goes_back(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C in the first plan's engineer; the next message plans itself; /resume the first."""
+    import agents.roles
+    from graphs.chat import ChatSession
+
+    started = {"roles": 0}
+    warm_up = agents.roles.warm_up
+
+    def ctrl_c_in_the_first_engineer() -> None:
+        started["roles"] += 1
+        if started["roles"] == 2:  # researcher, then engineer of the first request
+            raise KeyboardInterrupt
+        warm_up()
+
+    monkeypatch.setattr(agents.roles, "warm_up", ctrl_c_in_the_first_engineer)
+    out = io.StringIO()
+    session = ChatSession(settings, thread="c1", smoke=False, out=out, err=io.StringIO())
+    lines = iter(
+        [
+            "fine-tune llama-3-8b on 8 A100s",
+            "pretrain gpt2 on 1x8xA100-80GB with seq len 1024",
+            "/resume",
+            "/resume",
+            "/quit",
+        ]
+    )
+    session._read = lambda prompt: next(lines, None)
+    assert session.run() == 0
+    said = out.getvalue().splitlines()
+    plans = [line for line in said if line.startswith("plan: ")]
+    assert plans[0].startswith("plan: gpt2 on 1x8xA100-80GB"), said  # the new request's own
+    assert plans[1].startswith("plan: llama-3-8b on 1x8xA100-80GB"), said  # the stopped one
+    assert len(plans) == 2, said
+    resumed = [i for i, line in enumerate(said) if line.startswith("resuming thread c1 at")]
+    assert len(resumed) == 1 and said[resumed[0]] == "resuming thread c1 at engineer", said
+    assert said.index(plans[0]) < resumed[0] < said.index(plans[1])
+    assert "nothing to resume on thread c1: no plan was stopped" in said[-1], said
+    assert sum(line.startswith("cancelled;") for line in said) == 1, said
+    assert "/resume continues this plan; a new message is a new request" in out.getvalue()
+    assert "/resume        continue the plan Ctrl-C stopped" in HELP

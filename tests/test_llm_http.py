@@ -8,6 +8,7 @@ offline plan's, or in one clear error, through the graph API and through the CLI
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -541,3 +542,167 @@ def test_dead_server_at_intake_is_the_same_one_clear_error(
     # Intake asked (a try and one retry) and the run ended there: no role was started.
     assert len(_FakeOpenAI.requests) == 2
     assert all(r["body"].get("tool_choice") for r in _FakeOpenAI.requests)
+
+
+# ---- bounds on one reply: its bytes, its tool calls ---------------------------------------------
+
+# What the endless server sends at full speed before it slows to a drip: well past the bound,
+# so a client without one would hold all of it (and then wait for the deadline).
+ENDLESS_FAST_BYTES = 64 * 2**20
+ENDLESS_CHUNK = 60 * 1024
+# The bounds SECURITY.md states: bytes of one LLM reply, tool calls of one reply that run.
+REPLY_BOUND_BYTES = 8 * 2**20
+TOOL_CALLS_BOUND = 8
+
+
+class _Endless(_FakeOpenAI):
+    """A reply that never ends: 64 MiB at once, then one byte every 0.5 s until the client leaves.
+
+    A plain request gets a JSON body that never closes its string; a streamed one (``stream``
+    true) gets server-sent events, each a chunk of content, forever.
+    """
+
+    sent = 0
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.requests.append({"path": self.path, "body": body})
+        streamed = bool(body.get("stream"))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
+        if not streamed:
+            self.send_header("Content-Length", str(10**12))
+        self.end_headers()
+        if streamed:
+            delta = {"role": "assistant", "content": "x" * ENDLESS_CHUNK}
+            event = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "f",
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}  # fmt: skip
+            chunk, drip = b"data: " + json.dumps(event).encode() + b"\n\n", b"\n"
+        else:
+            head = b'{"id": "c", "object": "chat.completion", "choices": [{"index": 0, '
+            self._write(head + b'"message": {"role": "assistant", "content": "')
+            chunk, drip = b"x" * ENDLESS_CHUNK, b"x"
+        with contextlib.suppress(OSError):
+            while type(self).sent < ENDLESS_FAST_BYTES:
+                self._write(chunk)
+            while not self.release.wait(0.5):
+                self._write(drip)
+
+    def _write(self, data: bytes) -> None:
+        self.wfile.write(data)
+        self.wfile.flush()
+        type(self).sent += len(data)
+
+
+def _echo_tool(ran: list[dict[str, Any]]) -> Any:
+    from langchain_core.tools import tool
+
+    @tool
+    def echo(text: str) -> str:
+        """Say ``text`` back."""
+        ran.append({"text": text})
+        return text
+
+    return echo
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_a_reply_that_never_ends_stops_at_the_byte_bound_in_bounded_memory(
+    streamed: bool,
+) -> None:
+    import tracemalloc
+
+    from langchain_core.messages import HumanMessage
+
+    from agents.loop import run_tool_loop
+
+    _Endless.sent = 0
+    served = _serve("endless", _Endless)
+    url = next(served)
+    try:
+        # The deadline is only a hang guard here: the bound must end the read long before it.
+        model = load_chat_model("openai:fake", base_url=url, timeout_s=30, max_retries=1)
+        model.streaming = streamed  # type: ignore[attr-defined]
+        tracemalloc.start()
+        try:
+            with pytest.raises(ProviderError) as info:
+                run_tool_loop(model, [_echo_tool([])], [HumanMessage("hi")])
+            _, peak_bytes = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    finally:
+        served.close()
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("LLM request failed (openai-chat): the reply from ")
+    assert f"{url}/chat/completions" in message and "the bound of 8 MiB on one LLM reply" in message
+    assert len(_Endless.requests) == 1  # not retried: the same server would send the same
+    assert peak_bytes < 4 * REPLY_BOUND_BYTES, peak_bytes
+
+
+def test_tool_calls_past_the_bound_are_not_run_and_the_model_is_told(
+    fake_server: str,
+) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from agents.loop import run_tool_loop
+
+    calls = [_tool_call(f"c{i}", "echo", json.dumps({"text": str(i)})) for i in range(10_000)]
+
+    class _Many(_FakeOpenAI):
+        def _message(self, body: dict[str, Any]) -> dict[str, Any]:
+            if len(self.requests) == 1:
+                return {"role": "assistant", "content": None, "tool_calls": calls}
+            return {"role": "assistant", "content": "done"}
+
+    served = _serve("tools", _Many)
+    url = next(served)
+    ran: list[dict[str, Any]] = []
+    events: list[str] = []
+    try:
+        model = load_chat_model("openai:fake", base_url=url, timeout_s=30)
+        messages = run_tool_loop(
+            model, [_echo_tool(ran)], [HumanMessage("go")], on_event=events.append
+        )
+    finally:
+        served.close()
+    assert ran == [{"text": str(i)} for i in range(TOOL_CALLS_BOUND)]
+    # The conversation keeps the calls that ran (each with its result), not the 9,992 others.
+    first = messages[1]
+    assert isinstance(first, AIMessage) and len(first.tool_calls) == 8
+    assert "tool_calls" not in first.additional_kwargs
+    said = "that reply made 10,000 tool calls; at most 8 run per reply"
+    assert any(said in e for e in events), events
+    second = _Many.requests[1]["body"]["messages"]
+    assert sum(m["role"] == "tool" for m in second) == 8
+    assert len(second[1]["tool_calls"]) == 8
+    assert said in second[-1]["content"] and "other 9,992 were not run" in second[-1]["content"]
+    assert messages[-1].content == "done"
+
+
+def test_a_compressed_reply_is_bounded_once_decompressed() -> None:
+    import gzip
+
+    from agents.deadline import ReplyTooLarge, deadline_client
+
+    bomb = gzip.compress(b"0" * (64 * 2**20))  # 64 MiB of zeros in about 64 KiB
+
+    class _Bomb(_FakeOpenAI):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(bomb)))
+            self.end_headers()
+            self.wfile.write(bomb)
+
+    served = _serve("tools", _Bomb)
+    url = next(served)
+    try:
+        with deadline_client(30.0) as client, pytest.raises(ReplyTooLarge) as info:
+            client.post(f"{url}/chat/completions", json={})
+    finally:
+        served.close()
+    assert len(bomb) < REPLY_BOUND_BYTES
+    assert "passed, once decompressed, the bound of 8 MiB on one LLM reply" in str(info.value)

@@ -54,11 +54,14 @@ LLM_TIMEOUT_MAX_S = 3_600.0
 MAX_REVIEW_ROUNDS = 20
 MAX_MEMORY_CAP = 2**50  # 1 PiB, more than any machine holds
 # name -> (type, least, most) of the numbers Settings.load reads from TRAINWRIGHT_<NAME>.
+# Concurrent node slots of the served graph (graphs/cancel.py).
+SERVE_MAX_ACTIVE_MAX = 64
 ENV_NUMBERS: dict[str, tuple[type, float, float]] = {
     "smoke_steps": (int, SMOKE_STEPS_MIN, SMOKE_STEPS_MAX),
     "smoke_timeout_s": (float, 0.0, SMOKE_TIMEOUT_MAX_S),
     "max_review_rounds": (int, 1, MAX_REVIEW_ROUNDS),
     "llm_timeout_s": (float, 0.0, LLM_TIMEOUT_MAX_S),
+    "serve_max_active": (int, 1, SERVE_MAX_ACTIVE_MAX),
 }
 
 
@@ -114,6 +117,16 @@ def disable_telemetry() -> None:
         os.environ.setdefault(key, value)
 
 
+def serve_home() -> Path:
+    """The served graph's home when TRAINWRIGHT_HOME is unset: ``<user cache>/trainwright/serve``.
+
+    The user cache is ``$XDG_CACHE_HOME``, else ``~/.cache``.
+    """
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"  # XDG: only absolute
+    return base / "trainwright" / "serve"
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything configurable about a run; tools receive it, the model never sees it."""
@@ -143,9 +156,16 @@ class Settings:
     # their folder is then a name inside this root, and one resolving outside it is refused.
     # None (the CLI, the adapters): any path the caller names. See ``served``.
     serve_root: Path | None = None
+    # Served only: how many graph nodes of served runs may work at once in the server
+    # (TRAINWRIGHT_SERVE_MAX_ACTIVE); the others wait for a slot (graphs/cancel.py).
+    serve_max_active: int = 2
 
     def __post_init__(self) -> None:
-        """Reject a malformed ``smoke_inject`` here, not deep inside a smoke run."""
+        """Reject a malformed ``smoke_inject`` or slot count here, not deep inside a run."""
+        if self.serve_max_active < 1:
+            raise InputError(
+                "TRAINWRIGHT_SERVE_MAX_ACTIVE", f"must be at least 1, got {self.serve_max_active}"
+            )
         if self.smoke_inject is not None:
             kind, _, when = self.smoke_inject.partition(":")
             if kind not in SMOKE_FAULTS or (when and when not in SMOKE_INJECT_WHEN):
@@ -178,9 +198,20 @@ class Settings:
         return self.home / "checkpoints.sqlite"
 
     def served(self) -> Settings:
-        """These settings for serving: ``serve_root`` from TRAINWRIGHT_SERVE_ROOT, else ``out_dir``."""
-        root = os.environ.get("TRAINWRIGHT_SERVE_ROOT") or self.serve_root or self.out_dir
-        return replace(self, serve_root=Path(root))
+        """These settings for serving (the LangGraph server), whose files stay out of its cwd.
+
+        ``home``: TRAINWRIGHT_HOME, else ``serve_home()`` (a user cache folder), never the
+        working folder (``langgraph dev`` watches it and reloads on a new file there).
+        ``serve_root``: TRAINWRIGHT_SERVE_ROOT, else TRAINWRIGHT_OUT, else ``<home>/out``.
+        """
+        env = os.environ
+        home = self.home if env.get("TRAINWRIGHT_HOME") else serve_home()
+        root = (
+            env.get("TRAINWRIGHT_SERVE_ROOT")
+            or self.serve_root
+            or (self.out_dir if env.get("TRAINWRIGHT_OUT") else home / "out")
+        )
+        return replace(self, home=home, serve_root=Path(root))
 
     def with_(self, **changes: Any) -> Settings:
         """Return a copy with ``changes`` applied (explicit arguments win)."""

@@ -20,6 +20,7 @@ from tools.smoke.supervise import (
     stop_all_runs,
     stop_on_sigterm,
     stop_requested,
+    stop_runs_in_thread,
     stop_runs_on_interrupt,
 )
 from tools.smoke.verdict import step_times_s
@@ -48,6 +49,7 @@ __all__ = [
     "stop_all_runs",
     "stop_on_sigterm",
     "stop_requested",
+    "stop_runs_in_thread",
     "stop_runs_on_interrupt",
     "with_prediction",
 ]

@@ -105,11 +105,15 @@ class _Outcome:
 
 
 class _ActiveRun:
-    """A supervised run in progress: ``stop`` asks it to end, ``done`` says it has."""
+    """A supervised run in progress: ``stop`` asks it to end, ``done`` says it has.
+
+    ``thread`` is the thread supervising it (``stop_runs_in_thread``).
+    """
 
     def __init__(self) -> None:
         self.stop = threading.Event()
         self.done = threading.Event()
+        self.thread = threading.get_ident()
 
 
 _ACTIVE: set[_ActiveRun] = set()
@@ -550,6 +554,20 @@ def stop_all_runs(wait_s: float = KILL_GRACE_S + 5.0) -> int:
     deadline = time.monotonic() + wait_s
     for run in runs:
         run.done.wait(max(0.0, deadline - time.monotonic()))
+    return len(runs)
+
+
+def stop_runs_in_thread(thread: int) -> int:
+    """Ask the smoke runs the thread ``thread`` supervises to stop; how many there were.
+
+    For one piece of work cancelled among others (a served run's node, graphs/cancel.py):
+    each such run kills its process groups and raises KeyboardInterrupt in its own thread;
+    runs of other threads go on. Does not wait.
+    """
+    with _ACTIVE_LOCK:
+        runs = [run for run in _ACTIVE if run.thread == thread]
+    for run in runs:
+        run.stop.set()
     return len(runs)
 
 
