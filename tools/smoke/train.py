@@ -43,17 +43,18 @@ steps (DeepSpeed's own checkpoint format in DeepSpeed mode, ``torch.distributed.
 otherwise) into ``DIR/stepN``; once every rank has saved, ``stepN/manifest.json`` (each file's
 size and SHA-256) marks it complete and ``latest`` names it. Of the checkpoints this job saved
 (``DIR/saved.json``) the newest ``--keep-checkpoints`` are kept; nothing else in ``DIR`` is
-deleted. A run started again with the same directory resumes, data position and schedule
-included, from the checkpoint ``latest`` names when it verifies and loads, else from the newest
-one that does, saying so; a checkpoint whose files do not match its manifest is never loaded.
-Rank 0 holds ``DIR/job.lock`` for the whole run: a second job on the directory is refused (exit
-2) naming the holder, and a lock whose holder died is taken over. Each rank ends when the
-process that started it is gone (the launcher, or ``launch.sh`` through ``$TRAINWRIGHT_JOB_PID``),
-even after SIGKILL. With a
-checkpoint directory, SIGTERM (SLURM's preemption signal) ends the run after the current step
-with a final checkpoint and exit code 0 (within the launcher's grace period: 30 s). Without DeepSpeed the
-schedule is ``--lr-schedule constant|linear|cosine`` with ``--warmup-steps``. Rank 0 prints loss,
-learning rate, tokens/s and memory every ``--log-every`` steps and appends the same to
+deleted but the job's own unfinished saves, and a complete checkpoint in the way of a save is
+moved aside (``stepN.replaced``). A run started again with the same directory resumes, data
+position and schedule included, from the checkpoint ``latest`` names when it verifies and
+loads, else from the newest one that does, saying so; a checkpoint whose files do not match its
+manifest is never loaded. Rank 0 holds ``DIR/job.lock`` for the whole run: a second job on the
+directory is refused (exit 2) naming the holder, and a lock whose holder died is taken over.
+Each rank ends when the process that started it is gone (its launcher, or ``launch.sh`` through
+``$TRAINWRIGHT_JOB_PID``), even after SIGKILL. With a checkpoint directory, SIGTERM (SLURM's
+preemption signal) ends the run after the current step with a final checkpoint and exit code 0
+(within the launcher's grace period: 30 s). Without DeepSpeed the schedule is
+``--lr-schedule constant|linear|cosine`` with ``--warmup-steps``. Rank 0 prints loss, learning
+rate, tokens/s and memory every ``--log-every`` steps and appends the same to
 ``metrics-dir/metrics.jsonl`` (and to TensorBoard with ``--tensorboard DIR``, W&B with
 ``--wandb PROJECT``).
 
