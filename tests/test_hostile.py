@@ -24,7 +24,7 @@ from tools.artifacts.cluster import deepspeed_no_ssh_command
 from tools.artifacts.deepspeed_config import emit_deepspeed_config
 from tools.artifacts.launch import emit_launch, job_command
 from tools.artifacts.save import save_plan
-from tools.artifacts.scripts import Shell, shell_join
+from tools.artifacts.scripts import Shell, shell_join, shell_quote
 from tools.core.errors import InputError
 from tools.core.settings import Settings
 from tools.intake.brief import brief_from_dict
@@ -188,22 +188,26 @@ def test_launch_files_quote_every_value_and_run_nothing_else(
     scripts = sorted(p for p in out.iterdir() if p.suffix in (".sh", ".sbatch"))
     assert {"launch.sh", "train.sbatch"} <= {p.name for p in scripts}
 
+    # The weights are the folder itself, ";" and all.
+    assert spec.command[spec.command.index("--model-path") + 1] == str(folder)
+    weights_line = f'[[ -n "${{MODEL_PATH:-}}" ]] || MODEL_PATH={shell_quote(str(folder))}'
     for script in scripts:
         text = script.read_text()
         # Every line is a comment, a fixed line of ours, or a quoted command: the hostile goal
-        # stays inside a comment.
+        # stays inside a comment, the folder inside the single quotes of $MODEL_PATH's default.
         for line in text.splitlines():
             if CANARY in line:
                 # (the SLURM job name keeps only [A-Za-z0-9_.-] of the model's name)
-                assert line.startswith("#"), (script.name, line)
+                assert line.startswith("#") or line == weights_line, (script.name, line)
 
-    # launch.sh's command line is the plan's with the weights' path as the default of
-    # $MODEL_PATH (escaped for double quotes) and $DATA and "$@" passed on; bash running it
+    # launch.sh's command line is the plan's with "$MODEL_PATH" for the weights (the line
+    # above sets it to the folder when unset) and $DATA and "$@" passed on; bash running it
     # with neither set (below) gives back the intended argv.
-    last = (out / "launch.sh").read_text().rstrip("\n").splitlines()[-1]
+    script_text = (out / "launch.sh").read_text()
+    last = script_text.rstrip("\n").splitlines()[-1]
     assert last == shell_join([*job_command(spec.command), Shell('"$@"')])
-    # The review reads the line the same way.
-    assert _runs(last, spec.command)
+    # The review reads the script the same way.
+    assert _runs(script_text, spec.command)
 
     env = _fake_path(tmp_path)
     cwd = tmp_path / "cwd"

@@ -285,9 +285,11 @@ def test_deepspeed_multi_node_writes_a_no_ssh_script_per_node(tmp_path: Path) ->
         script = tmp_path / f"launch_node{rank}.sh"
         assert os.access(script, os.X_OK)
         # As bash runs it with MODEL_PATH and DATA unset: the plan's weights, no --data.
-        line = script.read_text().splitlines()[-1]
-        line = line.replace('${DATA:+--data} ${DATA:+"$DATA"}', "")
-        argv = shlex.split(re.sub(r'"\$\{MODEL_PATH:-([^}]*)\}"', r"\1", line))
+        lines = script.read_text().splitlines()
+        default = next(ln for ln in lines if ln.startswith('[[ -n "${MODEL_PATH:-}" ]]'))
+        line = lines[-1].replace('${DATA:+--data} ${DATA:+"$DATA"}', "")
+        weights = shlex.split(default.split("MODEL_PATH=", 1)[1])[0]
+        argv = [weights if arg == "$MODEL_PATH" else arg for arg in shlex.split(line)]
         assert argv[0] == "deepspeed"
         # The installed DeepSpeed launcher's own argparse accepts every flag.
         args = deepspeed_args(argv[1:])

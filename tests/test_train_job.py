@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,9 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return save_model(root / "model"), write_dataset(root / "train.jsonl")
 
 
-def _emit(out: Path, model_dir: Path, framework: FrameworkChoice, task: str) -> ModelSpec:
+def _emit(
+    out: Path, model_dir: Path, framework: FrameworkChoice, task: str, steps: int = STEPS
+) -> ModelSpec:
     """The plan's launch files for the saved model on 2 CPU ranks."""
     spec = lookup_model(str(model_dir), SEQ)
     brief = TrainingBrief(
@@ -90,7 +93,7 @@ def _emit(out: Path, model_dir: Path, framework: FrameworkChoice, task: str) -> 
     )
     hardware = HardwareSpec(source="described", nodes=1, gpus_per_node=RANKS)
     config = ZERO3 if framework is DEEPSPEED else None
-    emit_launch(out, brief, hardware, spec, framework, config, steps=STEPS)
+    emit_launch(out, brief, hardware, spec, framework, config, steps=steps)
     return spec
 
 
@@ -302,3 +305,179 @@ def test_sigterm_saves_the_step_it_stopped_at_and_the_rerun_resumes_there(
     after = _run_to_end(_launch(out, data, ["--lr", str(LR), "--save-every", "100"]))
     assert f"resumed from checkpoints/step{step} at step {step}" in after
     assert sorted(_losses(after)) == list(range(step + 1, STEPS + 1))
+
+
+# ---- the job owns its folder while it runs, and no longer than its launch script --------------
+
+
+def _ranks(out: Path) -> list[int]:
+    """The live train.py ranks running in ``out`` (``python -u train.py ...``, not a launcher)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{name}/cwd") != str(out):
+                continue
+            args = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if args[1:3] == [b"-u", b"train.py"] and state not in ("Z", "X"):
+            found.append(int(name))
+    return found
+
+
+def _read_until(proc: subprocess.Popen[str], prefix: str) -> list[str]:
+    """The run's output up to its first line starting with ``prefix`` (the run goes on)."""
+    timer = threading.Timer(_TIMEOUT_S, _kill_group, args=(proc,))
+    timer.start()
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith(prefix):
+                return lines
+    finally:
+        timer.cancel()
+    raise AssertionError("\n".join(lines[-40:]))
+
+
+def _gone(out: Path) -> list[int]:
+    """Wait (at most a minute, a hang guard) for the ranks in ``out`` to end; those left."""
+    deadline = time.monotonic() + 60
+    while (left := _ranks(out)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def _output(proc: subprocess.Popen[str]) -> str:
+    try:
+        output, _ = proc.communicate(timeout=_TIMEOUT_S)
+    finally:
+        _kill_group(proc)
+    return output
+
+
+def test_ranks_end_with_launch_sh_and_a_second_job_on_the_folder_is_refused(
+    tmp_path: Path, saved: tuple[Path, Path]
+) -> None:
+    model_dir, data = saved
+    out = tmp_path / "ddp"
+    _emit(out, model_dir, DDP, "finetune")
+    first = _launch(out, data, ["--lr", str(LR), "--steps", "100000"])
+    try:
+        _read_until(first, "step 4/")  # step 3's checkpoint is saved
+        ranks = _ranks(out)
+        assert len(ranks) == RANKS
+        holder = json.loads((out / "checkpoints" / "job.lock").read_text())
+        assert holder["pid"] in ranks and holder["host"] == socket.gethostname()
+
+        # As the README says to resume: the same command again, while the first one runs.
+        second = _launch(out, data, ["--lr", str(LR), "--steps", "100000"])
+        output = _output(second)
+        assert second.returncode != 0, output[-3000:]
+        refused = [ln for ln in output.splitlines() if ln.startswith("train.py: error:")]
+        assert refused == [
+            "train.py: error: --checkpoint-dir checkpoints is in use by another job "
+            f"(pid {holder['pid']} on {holder['host']}, since {holder['since']}, lock "
+            "checkpoints/job.lock); wait for it to end or use another folder"
+        ], output[-3000:]
+        assert "step 1/" not in output and "resumed from" not in output
+        assert sorted(_ranks(out)) == sorted(ranks)  # the first job runs on
+
+        # SIGKILL to launch.sh's process group: the ranks (in sessions of their own) end too.
+        os.killpg(first.pid, signal.SIGKILL)
+        assert _gone(out) == []
+    finally:
+        _kill_group(first)
+        first.wait(timeout=30)
+    latest = int((out / "checkpoints" / "latest").read_text().removeprefix("step"))
+    # The next job gets the folder and resumes. (Whether it takes over a dead holder's lock,
+    # saying so, depends on how rank 0 ended: by its watch, or by an error once rank 1 had;
+    # tests/test_job_guards.py shows the takeover.)
+    lines = _run_to_end(_launch(out, data, ["--lr", str(LR), "--steps", str(latest + 2)]))
+    took = [line for line in lines if "taking over the lock" in line]
+    assert all(f"of pid {holder['pid']} on {holder['host']}" in line for line in took), took
+    assert f"resumed from checkpoints/step{latest} at step {latest}" in lines
+
+
+def test_ranks_end_with_the_sbatch_script(tmp_path: Path, saved: tuple[Path, Path]) -> None:
+    model_dir, data = saved
+    out = tmp_path / "ddp"
+    _emit(out, model_dir, DDP, "finetune", steps=100_000)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # One node: srun runs its command here, scontrol names this host.
+    (bin_dir / "srun").write_text('#!/usr/bin/env bash\nshift\nexec "$@"\n')
+    (bin_dir / "scontrol").write_text("#!/usr/bin/env bash\necho localhost\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = _env(data)
+    env |= {"PATH": f"{bin_dir}:{env['PATH']}", "SLURM_SUBMIT_DIR": str(out)}
+    env |= {"SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": "1"}
+    proc = subprocess.Popen(
+        ["bash", str(out / "train.sbatch")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _read_until(proc, "step 10/")
+        assert len(_ranks(out)) == RANKS
+        os.killpg(proc.pid, signal.SIGKILL)
+        assert _gone(out) == []
+    finally:
+        _kill_group(proc)
+        proc.wait(timeout=30)
+
+
+# ---- bad data and damaged checkpoints on 2 ranks -------------------------------------------------
+
+
+def test_empty_data_stops_both_ranks_with_one_line(
+    tmp_path: Path, saved: tuple[Path, Path]
+) -> None:
+    model_dir, _ = saved
+    out = tmp_path / "ddp"
+    _emit(out, model_dir, DDP, "finetune")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    proc = _launch(out, empty, ["--lr", str(LR)])
+    output = _output(proc)
+    assert proc.returncode != 0, output[-3000:]
+    errors = [ln for ln in output.splitlines() if ln.startswith("train.py: error:")]
+    assert errors == [
+        f"train.py: error: --data {empty}: no text in it (empty, or every 'text' is empty)"
+    ]
+    # Each rank exits by itself with exit code 2: no traceback of train.py's, no rank killed.
+    assert 'train.py", line' not in output and "IndexError" not in output
+    assert "step 1/" not in output and not (out / "metrics").exists()
+    assert _ranks(out) == []
+
+
+def test_a_truncated_shard_is_never_loaded_by_any_rank(
+    tmp_path: Path, saved: tuple[Path, Path]
+) -> None:
+    model_dir, data = saved
+    out = tmp_path / "ddp"
+    _emit(out, model_dir, DDP, "finetune")
+    before = _losses(_run_to_end(_launch(out, data, ["--lr", str(LR), "--steps", "6"])))
+    shard = out / "checkpoints" / "step6" / "__1_0.distcp"  # rank 1's shard
+    shard.write_bytes(shard.read_bytes()[:100])
+    after_lines = _run_to_end(_launch(out, data, ["--lr", str(LR), "--steps", "8"]))
+    assert 'train.py", line' not in "\n".join(after_lines)
+    note = [ln for ln in after_lines if "is incomplete or corrupt" in ln]
+    assert len(note) == 1, "\n".join(after_lines[-40:])
+    assert note[0].startswith(
+        "checkpoints/step6 is incomplete or corrupt (__1_0.distcp has 100 bytes"
+    ) and note[0].endswith("resuming from checkpoints/step3, the newest complete checkpoint")
+    assert "resumed from checkpoints/step3 at step 3" in after_lines
+    after = _losses(after_lines)
+    # Step 4's loss is step 3's weights on the next batches: both ranks loaded step 3 whole.
+    # (Later steps differ: the cosine schedule spans --steps, 6 then 8.)
+    assert after[4] == pytest.approx(before[4], abs=1e-4), (before, after)

@@ -80,9 +80,13 @@ def hostfile(hardware: HardwareSpec, gpus: int) -> str:
 
 
 def node_scripts(
-    title: str, hardware: HardwareSpec, gpus: int, script_args: list[str]
+    title: str,
+    hardware: HardwareSpec,
+    gpus: int,
+    script_args: list[str],
+    preamble: Sequence[str] = (),
 ) -> dict[str, str]:
-    """``launch_node{R}.sh`` for every node R: the DeepSpeed launch without ssh."""
+    """``launch_node{R}.sh`` for every node R: the DeepSpeed launch without ssh, after ``preamble``."""
     names = hosts(hardware)
     scripts = {}
     for rank in range(hardware.nodes):
@@ -93,7 +97,7 @@ def node_scripts(
         command = deepspeed_no_ssh_command(
             hardware.nodes, gpus, rank, "node0", "hostfile", script_args
         )
-        scripts[f"launch_node{rank}.sh"] = launch_script([title, how], command)
+        scripts[f"launch_node{rank}.sh"] = launch_script([title, how], command, preamble)
     return scripts
 
 

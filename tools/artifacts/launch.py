@@ -45,7 +45,7 @@ from typing import Any
 from tools.artifacts import cluster, guides, megatron, torchtitan
 from tools.artifacts.cluster import MASTER_PORT
 from tools.artifacts.deepspeed_config import hf_trainer_config, task_recipe
-from tools.artifacts.scripts import Shell, comment_text
+from tools.artifacts.scripts import Shell, comment_text, shell_quote
 from tools.core.errors import ToolFailure
 from tools.core.outputs import check_files, copy_file, listed, remove_file, write_file
 from tools.core.schemas import (
@@ -73,6 +73,11 @@ TRAIN_PY_MODES = {"pytorch_fsdp": "fsdp"}
 # The environment variables launch.sh reads: the weights (a default from the plan) and the data.
 MODEL_PATH_ENV = "MODEL_PATH"
 DATA_ENV = "DATA"
+# A script that runs train.py exports its pid and host (tools/smoke/train.py JOB_ENV): the
+# ranks stop when it is gone, however it ended (SIGKILL of its process group included). The
+# host from uname -n (gethostname, as train.py reads it): $HOSTNAME may be inherited from
+# another machine (sbatch passes the submitting shell's environment on).
+JOB_PID_LINE = 'export TRAINWRIGHT_JOB_PID="$$@$(uname -n)"'
 _JOB_COMMENT = (
     f"# Set {DATA_ENV} to your dataset (a .jsonl or .txt file or folder, or a datasets folder "
     f"saved with save_to_disk); {MODEL_PATH_ENV} overrides where the weights load from. "
@@ -186,9 +191,10 @@ def emit_launch(
     texts |= launch.files
     job_script = "train.py" in launch.files
     script_command = job_command(launch.command) if job_script else launch.command
+    preamble = [*job_preamble(launch.command), *launch.preamble] if job_script else launch.preamble
     if launch.sbatch:
         texts["train.sbatch"] = cluster.sbatch(
-            brief, hardware, model, job.gpus, script_command, launch.preamble
+            brief, hardware, model, job.gpus, script_command, preamble
         )
     if launch.accelerate:
         texts["accelerate_config.yaml"] = cluster.accelerate_config(
@@ -201,7 +207,7 @@ def emit_launch(
             comments.append(_NO_QLORA_COMMENT)
         # Arguments to launch.sh go to train.py after the plan's (the last one wins).
         script_command = [*script_command, Shell('"$@"')]
-    texts["launch.sh"] = cluster.launch_script(comments, script_command, launch.preamble)
+    texts["launch.sh"] = cluster.launch_script(comments, script_command, preamble)
     # All or nothing: a file of the user's among them stops the launch before any is written.
     check_files(out_dir, texts)
     files = _write(out_dir, texts)
@@ -266,7 +272,9 @@ def _deepspeed(job: LaunchInputs) -> Launch:
     how_to_run = "# Run from this directory on the first node; edit hostfile with your node names."
     if hardware.nodes > 1:
         files["hostfile"] = cluster.hostfile(hardware, gpus)
-        files |= cluster.node_scripts(job.title, hardware, gpus, job_command(script_args))
+        files |= cluster.node_scripts(
+            job.title, hardware, gpus, job_command(script_args), job_preamble(script_args)
+        )
         command += ["--hostfile", "hostfile", "--num_nodes", str(hardware.nodes)]
         how_to_run += " Without passwordless ssh, run launch_node{R}.sh on node R instead."
     # The config's batch arithmetic is for hardware.world_size ranks; launch that many.
@@ -447,15 +455,31 @@ def _model_args(job: LaunchInputs) -> list[str]:
 def job_command(command: list[str]) -> list[str]:
     """The plan's train.py command as the scripts run it: ``$MODEL_PATH`` and ``$DATA`` read.
 
-    The plan's command names the weights it was planned with and no dataset; the scripts let
-    ``$MODEL_PATH`` override the weights and pass ``--data "$DATA"`` when it is set (unset,
-    train.py says so and trains on synthetic patterns).
+    The plan's command names the weights it was planned with and no dataset; the scripts pass
+    ``--model-path "$MODEL_PATH"`` (``job_preamble`` sets it to the plan's weights when unset)
+    and ``--data "$DATA"`` when it is set (unset, train.py says so and trains on synthetic
+    patterns).
     """
     shell: list[str] = []
     for i, arg in enumerate(command):
         after_flag = i > 0 and command[i - 1] == "--model-path"
-        shell.append(Shell(_env_default(MODEL_PATH_ENV, arg)) if after_flag else arg)
+        shell.append(Shell(f'"${MODEL_PATH_ENV}"') if after_flag else arg)
     return [*shell, Shell(f"${{{DATA_ENV}:+--data}}"), Shell(f'${{{DATA_ENV}:+"${DATA_ENV}"}}')]
+
+
+def job_preamble(command: list[str]) -> list[str]:
+    """The lines before a train.py command: the pid the ranks watch, and the weights.
+
+    ``$MODEL_PATH`` keeps a value from the environment, else gets the plan's weights, quoted
+    on a line of its own (``shell_quote``: any character survives, a newline included), and is
+    exported for the ``bash -c`` that a multi-node SLURM job runs on each node.
+    """
+    lines = [JOB_PID_LINE]
+    if "--model-path" in command:
+        weights = command[command.index("--model-path") + 1]
+        name = MODEL_PATH_ENV
+        lines += [f'[[ -n "${{{name}:-}}" ]] || {name}={shell_quote(weights)}', f"export {name}"]
+    return lines
 
 
 def _lora_args(brief: TrainingBrief) -> list[str]:
@@ -468,12 +492,6 @@ def _lora_args(brief: TrainingBrief) -> list[str]:
     if recipe is not None and recipe.qlora:
         args.append("--qlora")
     return args
-
-
-def _env_default(name: str, default: str) -> str:
-    """``"${NAME:-default}"`` for a script, the default escaped for double quotes."""
-    escaped = "".join("\\" + c if c in '"$`\\' else c for c in default)
-    return f'"${{{name}:-{escaped}}}"'
 
 
 def _json(value: Any) -> str:

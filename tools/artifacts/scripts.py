@@ -23,7 +23,27 @@ class Shell(str):
 
 def shell_join(argv: list[str]) -> str:
     """Quote an argument list for a script; ``Shell`` arguments go in verbatim."""
-    return " ".join(arg if isinstance(arg, Shell) else shlex.quote(arg) for arg in argv)
+    return " ".join(arg if isinstance(arg, Shell) else shell_quote(arg) for arg in argv)
+
+
+def shell_quote(arg: str) -> str:
+    r"""``arg`` as one word that bash reads back exactly, whatever it holds, on one line.
+
+    ``shlex.quote``, except that text with a control character (a newline, a tab, ...) is
+    written in bash's ``$'...'`` form with each such character as ``\xHH`` bytes, so a
+    command never spans lines.
+    """
+    if all(c.isprintable() for c in arg):
+        return shlex.quote(arg)
+    out = []
+    for c in arg:
+        if c in "\\'":
+            out.append("\\" + c)
+        elif c.isprintable():
+            out.append(c)
+        else:
+            out.append("".join(f"\\x{b:02x}" for b in c.encode("utf-8", "surrogateescape")))
+    return "$'" + "".join(out) + "'"
 
 
 def comment_text(text: str) -> str:

@@ -240,7 +240,9 @@ def weights_location(model: ModelSpec) -> str | None:
         return str(repo) if repo else None
     prefix = "config file "
     if model.source.startswith(prefix):
-        path = Path(model.source[len(prefix) :].split(";", 1)[0])
+        # "config file PATH; parameters counted by ..." (_spec_from_config): split at the last
+        # such "; ", so a folder's own ";" stays in PATH.
+        path = Path(model.source[len(prefix) :].rsplit("; parameters counted by ", 1)[0])
         return str(path.parent)
     return None
 

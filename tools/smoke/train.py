@@ -32,17 +32,29 @@ Data: ``--data PATH`` is a JSON-lines file (``--text-field``, default ``text``),
 folder of them, or a ``datasets`` folder saved with ``save_to_disk``. It is tokenized with
 ``--tokenizer`` (default: ``--model-path``), documents joined with the EOS token and packed into
 ``--seq-len`` blocks, shuffled with ``--seed`` each epoch and dealt to the data-parallel ranks in
-turn. Without ``--data`` the run draws synthetic repeated-pattern sequences (the smoke test).
+turn. Every rank reads and checks it before the model is built: an empty, unreadable or
+non-UTF-8 file or a line that is not JSON stops every rank with one line naming the file (exit
+2). A long document is tokenized in pieces of at most 64 Ki characters, never whole. Without
+``--data`` the run draws synthetic repeated-pattern sequences (the smoke test).
 
 A step is one optimizer step (the config's gradient accumulation, or ``--grad-accum``, of
 ``--micro-batch`` sequences per rank each). ``--checkpoint-dir DIR --save-every N`` saves every N
 steps (DeepSpeed's own checkpoint format in DeepSpeed mode, ``torch.distributed.checkpoint``
-otherwise, keeping the newest ``--keep-checkpoints``); a run started again with the same
-directory resumes from its latest checkpoint, data position and schedule included. With a
-checkpoint directory, SIGTERM (SLURM's preemption signal) ends the run after the current step
-with a final checkpoint and exit code 0 (within the launcher's grace period: 30 s). Without DeepSpeed the
-schedule is ``--lr-schedule constant|linear|cosine`` with ``--warmup-steps``. Rank 0 prints loss,
-learning rate, tokens/s and memory every ``--log-every`` steps and appends the same to
+otherwise) into ``DIR/stepN``; once every rank has saved, ``stepN/manifest.json`` (each file's
+size and SHA-256) marks it complete and ``latest`` names it. Of the checkpoints this job saved
+(``DIR/saved.json``) the newest ``--keep-checkpoints`` are kept; nothing else in ``DIR`` is
+deleted but the job's own unfinished saves, and a complete checkpoint in the way of a save is
+moved aside (``stepN.replaced``). A run started again with the same directory resumes, data
+position and schedule included, from the checkpoint ``latest`` names when it verifies and
+loads, else from the newest one that does, saying so; a checkpoint whose files do not match its
+manifest is never loaded. Rank 0 holds ``DIR/job.lock`` for the whole run: a second job on the
+directory is refused (exit 2) naming the holder, and a lock whose holder died is taken over.
+Each rank ends when the process that started it is gone (its launcher, or ``launch.sh`` through
+``$TRAINWRIGHT_JOB_PID``), even after SIGKILL. With a checkpoint directory, SIGTERM (SLURM's
+preemption signal) ends the run after the current step with a final checkpoint and exit code 0
+(within the launcher's grace period: 30 s). Without DeepSpeed the schedule is
+``--lr-schedule constant|linear|cosine`` with ``--warmup-steps``. Rank 0 prints loss, learning
+rate, tokens/s and memory every ``--log-every`` steps and appends the same to
 ``metrics-dir/metrics.jsonl`` (and to TensorBoard with ``--tensorboard DIR``, W&B with
 ``--wandb PROJECT``).
 
@@ -62,15 +74,21 @@ over gloo, in fp32.
 from __future__ import annotations
 
 import argparse
+import array
 import contextlib
+import hashlib
 import json
 import math
 import os
+import re
 import resource
 import shutil
 import signal
+import socket
 import sys
+import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,12 +115,25 @@ _OOM_BATCH_FACTOR = 16
 # The alloc injection: a block of this size every interval (~1 GiB/s), written so it is resident.
 _ALLOC_BLOCK_BYTES = 64 << 20
 _ALLOC_INTERVAL_S = 0.05
-# Checkpoints: one folder per saved step, and a file naming the newest complete one (written
-# last, so a run killed while saving resumes from the one before).
+# Checkpoints: one folder per saved step (exactly ``stepN``: the only names the job resumes from
+# or removes); in it, once every rank has saved, a manifest of its files (sizes, SHA-256) that
+# marks it complete; then ``latest`` names it. ``saved.json`` records the folders this job
+# saved (the only ones rotation deletes); ``job.lock`` keeps a second job out of the folder.
 _STEP_DIR = "step{step}"
+_STEP_NAME = re.compile(r"step([0-9]+)")
 LATEST = "latest"
+MANIFEST = "manifest.json"
+RECORD = "saved.json"
+LOCK = "job.lock"
 _TRAINER_STATE = "trainer_state.json"
+_HASH_BLOCK_BYTES = 1 << 20
 _DATA_SUFFIXES = (".jsonl", ".json", ".txt")
+# Text is handed to the tokenizer in pieces of at most this many characters (cut at a space
+# where there is one): a 200 MB line tokenized whole takes many GB in a fast tokenizer.
+_PIECE_CHARS = 1 << 16
+# Documents (or pieces of one long document) per tokenizer call.
+_ENCODE_BATCH = 256
+_PIECES_PER_CALL = 16
 INIT_KINDS = ("random", "pretrained")
 SCHEDULES = ("constant", "linear", "cosine")
 FSDP_SHARDING = ("full", "grad-op", "hybrid")
@@ -111,7 +142,14 @@ EXIT_USAGE = 2
 
 
 class UsageError(Exception):
-    """A bad argument or input: one line, exit code 2."""
+    """A bad argument or input: one line, exit code 2.
+
+    ``shown`` False: another rank prints the line (every rank stops, one says why).
+    """
+
+    def __init__(self, message: str, *, shown: bool = True) -> None:
+        super().__init__(message)
+        self.shown = shown
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -399,68 +437,176 @@ def _numel(param: torch.nn.Parameter) -> int:
 
 
 def read_texts(path: Path, text_field: str) -> list[str]:
-    """Every document under ``path``: JSON lines, text files, or a saved ``datasets`` folder."""
+    """Every document under ``path``: JSON lines, text files, or a saved ``datasets`` folder.
+
+    A problem (no such file, not UTF-8, a line that is not JSON, nothing in it) is a UsageError
+    naming the file (and line).
+    """
     if not path.exists():
         raise UsageError(f"--data {path}: no such file or folder")
     if path.is_dir() and (path / "state.json").exists() and (path / "dataset_info.json").exists():
-        try:
-            import datasets
-        except ImportError as exc:
-            raise UsageError(f"--data {path} is a datasets folder: pip install datasets") from exc
-        table = datasets.load_from_disk(str(path))
-        if isinstance(table, datasets.DatasetDict):
-            table = table["train"] if "train" in table else next(iter(table.values()))
-        if text_field not in table.column_names:
-            raise UsageError(
-                f"--data {path}: no column {text_field!r} (columns {table.column_names}); "
-                "set --text-field"
-            )
-        return [str(text) for text in table[text_field]]
-    files = (
-        sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _DATA_SUFFIXES)
-        if path.is_dir()
-        else [path]
-    )
-    if not files:
-        raise UsageError(f"--data {path}: no {'/'.join(_DATA_SUFFIXES)} files in it")
-    texts: list[str] = []
-    for file in files:
-        if file.suffix in (".jsonl", ".json"):
-            texts += _json_lines(file, text_field)
-        else:
-            texts.append(file.read_text(encoding="utf-8"))
-    return [text for text in texts if text]
+        texts = _dataset_texts(path, text_field)
+    else:
+        files = (
+            sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _DATA_SUFFIXES)
+            if path.is_dir()
+            else [path]
+        )
+        if not files:
+            raise UsageError(f"--data {path}: no {'/'.join(_DATA_SUFFIXES)} files in it")
+        texts = []
+        for file in files:
+            if file.suffix in (".jsonl", ".json"):
+                texts += _json_lines(file, text_field)
+            else:
+                texts.append(_decoded(_read_bytes(file), f"--data {file}"))
+    texts = [text for text in texts if text]
+    if not texts:
+        raise UsageError(f"--data {path}: no text in it (empty, or every {text_field!r} is empty)")
+    return texts
+
+
+def _dataset_texts(path: Path, text_field: str) -> list[str]:
+    try:
+        import datasets
+    except ImportError as exc:
+        raise UsageError(f"--data {path} is a datasets folder: pip install datasets") from exc
+    table = datasets.load_from_disk(str(path))
+    if isinstance(table, datasets.DatasetDict):
+        table = table["train"] if "train" in table else next(iter(table.values()))
+    if text_field not in table.column_names:
+        raise UsageError(
+            f"--data {path}: no column {text_field!r} (columns {table.column_names}); "
+            "set --text-field"
+        )
+    return [str(text) for text in table[text_field]]
+
+
+def _read_bytes(file: Path) -> bytes:
+    try:
+        return file.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--data {file}: cannot read it ({exc.strerror or exc})") from exc
+
+
+def _decoded(raw: bytes, where: str) -> str:
+    """``raw`` as UTF-8 text, or a UsageError saying where it is not."""
+    if b"\0" in raw:
+        raise UsageError(f"{where}: binary data (a NUL byte at byte {raw.index(0) + 1}), not text")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1}); "
+            "convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from exc
 
 
 def _json_lines(file: Path, text_field: str) -> list[str]:
     texts = []
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"--data {file}:{number}: not JSON ({exc.msg})") from exc
-        if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
-            raise UsageError(
-                f"--data {file}:{number}: no string field {text_field!r}; set --text-field"
-            )
-        texts.append(record[text_field])
+    try:
+        with open(file, "rb") as fh:
+            # Lines end at \n only: JSON strings may hold U+2028 and other line separators.
+            for number, raw in enumerate(fh, start=1):
+                if number == 1:
+                    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
+                line = _decoded(raw, f"--data {file}:{number}")
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise UsageError(f"--data {file}:{number}: not JSON ({exc.msg})") from exc
+                if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+                    raise UsageError(
+                        f"--data {file}:{number}: no string field {text_field!r}; set --text-field"
+                    )
+                texts.append(record[text_field])
+    except OSError as exc:
+        raise UsageError(f"--data {file}: cannot read it ({exc.strerror or exc})") from exc
     return texts
 
 
-def pack_tokens(token_lists: list[list[int]], eos: int | None, seq_len: int) -> torch.Tensor:
+def split_text(text: str, limit: int = _PIECE_CHARS) -> list[str]:
+    """``text`` in pieces of at most ``limit`` characters.
+
+    Each piece ends before a space or newline in its second half where there is one, so a
+    word is rarely cut.
+    """
+    pieces = []
+    start = 0
+    while len(text) - start > limit:
+        end = start + limit
+        cut = max(
+            text.rfind(" ", start + limit // 2, end), text.rfind("\n", start + limit // 2, end)
+        )
+        if cut > start:
+            end = cut
+        pieces.append(text[start:end])
+        start = end
+    pieces.append(text[start:])
+    return pieces
+
+
+def special_ends(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """The special tokens the tokenizer puts before and after a text (BOS, ...)."""
+    plain = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
+    for i in range(len(full) - len(plain) + 1):
+        if full[i : i + len(plain)] == plain:
+            return full[:i], full[i + len(plain) :]
+    return [], []
+
+
+def encode_texts(tokenizer: Any, texts: Iterable[str]) -> Iterator[list[int] | array.array]:
+    """Each document's token ids, special tokens included, in order.
+
+    A document longer than ``_PIECE_CHARS`` characters is tokenized in pieces (``split_text``)
+    and its ids joined between the tokenizer's special tokens: the tokenizer never sees more
+    than ``_PIECE_CHARS`` characters of one text at once.
+    """
+    prefix, suffix = special_ends(tokenizer)
+    batch: list[str] = []
+    for text in texts:
+        if len(text) <= _PIECE_CHARS:
+            batch.append(text)
+            if len(batch) == _ENCODE_BATCH:
+                yield from tokenizer(batch, add_special_tokens=True)["input_ids"]
+                batch = []
+            continue
+        if batch:
+            yield from tokenizer(batch, add_special_tokens=True)["input_ids"]
+            batch = []
+        ids = array.array("q", prefix)
+        pieces = split_text(text)
+        for first in range(0, len(pieces), _PIECES_PER_CALL):
+            chunk = pieces[first : first + _PIECES_PER_CALL]
+            for piece_ids in tokenizer(chunk, add_special_tokens=False)["input_ids"]:
+                ids.extend(piece_ids)
+        ids.extend(suffix)
+        yield ids
+    if batch:
+        yield from tokenizer(batch, add_special_tokens=True)["input_ids"]
+
+
+def pack_tokens(
+    token_lists: Iterable[list[int] | array.array], eos: int | None, seq_len: int
+) -> torch.Tensor:
     """Join the documents (EOS after each) and cut the stream into ``[blocks, seq_len]``.
 
     The tail shorter than a block is dropped, as packed pretraining and fine-tuning recipes do.
+    The stream is kept as 8-byte integers, not a list of Python ints (a tenth of the memory).
     """
-    stream: list[int] = []
+    stream = array.array("q")
     for ids in token_lists:
-        stream += ids
+        stream.extend(ids)
         if eos is not None:
             stream.append(eos)
     blocks = len(stream) // seq_len
-    return torch.tensor(stream[: blocks * seq_len], dtype=torch.long).view(blocks, seq_len)
+    if blocks == 0:
+        return torch.empty((0, seq_len), dtype=torch.long)
+    flat = torch.frombuffer(stream, dtype=torch.long, count=blocks * seq_len)
+    return flat.clone().view(blocks, seq_len)
 
 
 class TokenData:
@@ -512,8 +658,12 @@ def load_token_data(args: argparse.Namespace, rank: int, ranks: int) -> tuple[To
     except (OSError, ValueError) as exc:
         raise UsageError(f"--tokenizer {name}: cannot load a tokenizer ({exc})") from exc
     texts = read_texts(args.data, args.text_field)
-    encoded = tokenizer(texts, add_special_tokens=True)["input_ids"]
-    blocks = pack_tokens(encoded, tokenizer.eos_token_id, args.seq_len)
+    blocks = pack_tokens(encode_texts(tokenizer, texts), tokenizer.eos_token_id, args.seq_len)
+    if blocks.shape[0] // ranks < args.micro_batch:
+        raise UsageError(
+            f"--data {args.data}: {blocks.shape[0]} blocks of {args.seq_len} tokens, fewer than "
+            f"{args.micro_batch} per data-parallel rank ({ranks} ranks); add data or lower --seq-len"
+        )
     return TokenData(blocks, args.micro_batch, args.seed, rank, ranks), int(blocks.numel())
 
 
@@ -802,11 +952,16 @@ def tee_rank_log(log_dir: Path) -> None:
 
 
 # ---- supervision: a run must not outlive the process that started it --------------------------
-# The smoke runner (tools/smoke/runner.py) puts its own pid here. It starts each launcher in a new
-# session so it can stop the run with one killpg; if the runner itself dies by SIGKILL, nothing
-# would stop the ranks, so each rank watches the runner and ends its process group when it goes.
+# Launchers put ranks in sessions of their own (torchrun does), so killing the group of the
+# script that started them does not reach them. Each rank watches the processes it was started
+# under and ends its own process group when one goes (SIGKILL included): the smoke runner
+# (tools/smoke/runner.py puts its pid in SUPERVISOR_ENV), the job's launch.sh or train.sbatch
+# (which export ``JOB_ENV=PID@HOST``: only ranks on that host watch it), and the launcher that
+# is this rank's parent (torchrun, DeepSpeed's launch.py) when a launcher started it.
 SUPERVISOR_ENV = "TRAINWRIGHT_SMOKE_SUPERVISOR_PID"
+JOB_ENV = "TRAINWRIGHT_JOB_PID"
 _SUPERVISOR_POLL_S = 0.5
+_SAY_S = 0.2  # how long a rank that is ending waits for its last line to go out
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -827,32 +982,173 @@ def _start_ticks(pid: int) -> str | None:
     return None if fields[0] in ("Z", "X") else fields[19]
 
 
-def watch_supervisor() -> None:
-    """If ``$TRAINWRIGHT_SMOKE_SUPERVISOR_PID`` is set, end this process group when that process dies."""
-    import signal
-    import threading
-
+def watched_processes() -> list[tuple[int, str]]:
+    """(pid, what it is) of each process this rank must not outlive."""
+    found = []
     value = os.environ.get(SUPERVISOR_ENV, "")
-    if not value.isdigit():
+    if value.isdigit():
+        found.append((int(value), "supervising process"))
+    pid, _, host = os.environ.get(JOB_ENV, "").partition("@")
+    if pid.isdigit() and host == socket.gethostname():
+        found.append((int(pid), "launch script"))
+    parent = os.getppid()
+    if dist_env_present() and parent > 1:
+        found.append((parent, "launcher"))
+    return found
+
+
+def watch_supervisor() -> None:
+    """End this process group when a process of ``watched_processes`` dies (checked every second)."""
+    # Comparing start times guards against a pid being reused by another process.
+    watched = [(pid, what, _start_ticks(pid)) for pid, what in watched_processes()]
+    if not watched:
         return
-    pid = int(value)
-    # Comparing start times guards against the pid being reused by another process.
-    started = _start_ticks(pid)
 
     def watch() -> None:
         while True:
-            if started is None or _start_ticks(pid) != started:
-                print(
-                    f"smoke_train: supervising process {pid} is gone; stopping the run",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                with contextlib.suppress(OSError):
-                    os.killpg(os.getpgid(0), signal.SIGKILL)
-                os._exit(137)
+            for pid, what, started in watched:
+                if started is None or _start_ticks(pid) != started:
+                    # Said from another thread: with nobody reading the output any more, a
+                    # full pipe would block the print, and the rank would never end.
+                    line = f"train.py: the {what} (pid {pid}) is gone; stopping the run"
+                    threading.Thread(target=_print_err, args=(line,), daemon=True).start()
+                    time.sleep(_SAY_S)
+                    with contextlib.suppress(OSError):
+                        os.killpg(os.getpgid(0), signal.SIGKILL)
+                    os._exit(137)
             time.sleep(_SUPERVISOR_POLL_S)
 
     threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+
+
+def _print_err(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
+# ---- one job per checkpoint folder --------------------------------------------------------------
+
+
+class JobLock:
+    """Rank 0 holds ``DIR/job.lock`` for the whole run: an flock, and a line saying who holds it.
+
+    A second job on the folder is refused, naming the holder. The kernel drops the flock when
+    its process dies however it dies; the file then still names the dead holder, whose lock the
+    next job takes over, saying so. Where the filesystem has no flock (some network mounts) the
+    holder's pid decides on its own host; another host's holder is taken to be alive.
+    """
+
+    fd: int | None = None
+
+    @classmethod
+    def take(cls, root: Path) -> None:
+        """Hold the lock of ``root``, or raise UsageError naming the job that holds it."""
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--checkpoint-dir {root}: cannot create it ({exc.strerror})") from exc
+        path = root / LOCK
+        for _ in range(5):
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise UsageError(
+                    f"--checkpoint-dir {root}: cannot open {path} ({exc.strerror})"
+                ) from exc
+            locked = _flock(fd)
+            try:
+                same = locked is not True or os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # replaced or removed while we locked it: try the new one
+                os.close(fd)
+                continue
+            holder = _read_holder(fd)
+            if locked is False or (holder and _holder_alive(holder, flock_works=locked is True)):
+                os.close(fd)
+                hint = "" if locked is False else f"; if that job is gone, delete {path}"
+                raise UsageError(
+                    f"--checkpoint-dir {root} is in use by another job ({_holder_text(holder)}, "
+                    f"lock {path}); wait for it to end or use another folder{hint}"
+                )
+            if holder:
+                print(
+                    f"{path}: taking over the lock of {_holder_text(holder)}, which is gone",
+                    flush=True,
+                )
+            _write_holder(fd)
+            cls.fd = fd
+            return
+        raise UsageError(
+            f"--checkpoint-dir {root}: {path} keeps changing; is another job starting?"
+        )
+
+    @classmethod
+    def release(cls) -> None:
+        """Empty the file (no holder) and drop the flock; a no-op where not held."""
+        if cls.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(cls.fd, 0)
+        with contextlib.suppress(OSError):
+            os.close(cls.fd)
+        cls.fd = None
+
+
+def _flock(fd: int) -> bool | None:
+    """True: locked; False: another process holds it; None: the filesystem has no flock."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None
+    return True
+
+
+def _read_holder(fd: int) -> dict[str, Any]:
+    try:
+        text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+        holder = json.loads(text) if text.strip() else {}
+    except (OSError, ValueError):
+        return {"unreadable": True}
+    return holder if isinstance(holder, dict) else {"unreadable": True}
+
+
+def _write_holder(fd: int) -> None:
+    pid = os.getpid()
+    holder = {
+        "pid": pid,
+        "host": socket.gethostname(),
+        "start": _start_ticks(pid),
+        "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    data = (json.dumps(holder) + "\n").encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+    with contextlib.suppress(OSError):
+        os.fsync(fd)
+
+
+def _holder_alive(holder: dict[str, Any], *, flock_works: bool) -> bool:
+    """Whether the process the lock file names may still run (the flock being free)."""
+    pid = holder.get("pid")
+    if holder.get("host") != socket.gethostname():
+        # Where flock works it is the answer (network filesystems pass it between hosts).
+        return not flock_works
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    started = _start_ticks(pid)
+    return started is not None and started == holder.get("start")
+
+
+def _holder_text(holder: dict[str, Any]) -> str:
+    if not holder or "pid" not in holder:
+        return "holder unknown"
+    since = f", since {holder['since']}" if holder.get("since") else ""
+    return f"pid {holder['pid']} on {holder.get('host', '?')}{since}"
 
 
 # ---- the three modes: each builds the model its way and gives the loop one Job ---------------
@@ -922,10 +1218,14 @@ class DeepSpeedJob(Job):
         return float(self.engine.optimizer.param_groups[0]["lr"])
 
     def save(self, root: Path, tag: str, state: dict[str, Any]) -> None:
-        """DeepSpeed's own checkpoint format (it writes ``latest`` itself)."""
+        """DeepSpeed's own checkpoint format (``latest`` is ours: written once it is complete)."""
         # LoRA: the frozen base comes from --model-path again; only the adapters are saved.
         self.engine.save_checkpoint(
-            str(root), tag=tag, client_state=state, exclude_frozen_parameters=self.lora
+            str(root),
+            tag=tag,
+            client_state=state,
+            save_latest=False,
+            exclude_frozen_parameters=self.lora,
         )
 
     def load(self, root: Path, tag: str) -> dict[str, Any]:
@@ -1116,8 +1416,13 @@ def main(argv: list[str] | None = None) -> int:
             return run_fsdp(args)
         return run_ddp(args)
     except UsageError as exc:
-        print(f"train.py: error: {exc}", file=sys.stderr, flush=True)
+        if exc.shown:
+            print(f"train.py: error: {exc}", file=sys.stderr, flush=True)
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
         return EXIT_USAGE
+    finally:
+        JobLock.release()
 
 
 def run_deepspeed(args: argparse.Namespace) -> int:
@@ -1138,6 +1443,8 @@ def run_deepspeed(args: argparse.Namespace) -> int:
     skip_shm_comm_build()
     # The process group first, so that its buffers are in the CPU baseline, not the model's.
     deepspeed.init_distributed()
+    tensor_parallel = int((ds_config.get("tensor_parallel") or {}).get("autotp_size") or 1)
+    data = preflight(args, tensor_parallel)
 
     # Same seed on every rank: the replicas must start identical for data parallelism.
     torch.manual_seed(args.seed)
@@ -1171,6 +1478,7 @@ def run_deepspeed(args: argparse.Namespace) -> int:
     code = train_loop(
         args,
         DeepSpeedJob(engine, model, bool(args.lora_rank)),
+        data,
         baseline_bytes=baseline_bytes,
         extra={
             "mode": "deepspeed",
@@ -1178,7 +1486,7 @@ def run_deepspeed(args: argparse.Namespace) -> int:
             "construction": "zero.Init" if zero3 else "full",
             "zero_stage": int((ds_config.get("zero_optimization") or {}).get("stage", 0)),
         },
-        tensor_parallel=int((ds_config.get("tensor_parallel") or {}).get("autotp_size") or 1),
+        tensor_parallel=tensor_parallel,
     )
     if code == 0 and torch.distributed.is_initialized():
         torch.distributed.barrier()
@@ -1220,6 +1528,7 @@ def run_ddp(args: argparse.Namespace) -> int:
         # env:// reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets them.
         torch.distributed.init_process_group(backend="nccl" if on_cuda else "gloo")
     try:
+        data = preflight(args)
         model_config = model_config_dict(args)
         # Same seed on every rank: the replicas must start identical (DDP also broadcasts
         # rank 0's weights when it wraps the model).
@@ -1242,6 +1551,7 @@ def run_ddp(args: argparse.Namespace) -> int:
         code = train_loop(
             args,
             TorchJob(args, model, train_model, device, amp_dtype),
+            data,
             baseline_bytes=baseline_bytes,
             extra={
                 "mode": "ddp",
@@ -1285,6 +1595,7 @@ def run_fsdp(args: argparse.Namespace) -> int:
         torch.cuda.set_device(device)
     torch.distributed.init_process_group(backend="nccl" if on_cuda else "gloo")
     try:
+        data = preflight(args)
         if args.qlora:
             raise UsageError(
                 "--qlora runs in the DDP mode (bitsandbytes' 4-bit layers); drop --fsdp"
@@ -1312,6 +1623,7 @@ def run_fsdp(args: argparse.Namespace) -> int:
         code = train_loop(
             args,
             TorchJob(args, model, model, device, amp_dtype),
+            data,
             baseline_bytes=baseline_bytes,
             extra={
                 "mode": "fsdp",
@@ -1412,36 +1724,382 @@ class StopRequest:
         signal.signal(signal.SIGTERM, handler)
 
 
-def latest_checkpoint(root: Path | None) -> str | None:
-    """The tag of the newest complete checkpoint under ``root`` (its ``latest`` file), or None."""
-    if root is None or not (root / LATEST).is_file():
+# ---- ranks agreeing: every rank stops, or none ------------------------------------------------
+
+
+def _gather(value: Any) -> list[Any]:
+    """Every rank's ``value`` in rank order (this rank's alone outside a process group)."""
+    if not torch.distributed.is_initialized():
+        return [value]
+    values: list[Any] = [None] * _world()
+    torch.distributed.all_gather_object(values, value)
+    return values
+
+
+def _from_rank0(value: Any) -> Any:
+    """Rank 0's ``value``, on every rank."""
+    if not torch.distributed.is_initialized():
+        return value
+    box = [value]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _barrier() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+
+
+def _say(text: str) -> None:
+    """One line from rank 0."""
+    if _rank() == 0:
+        print(text, flush=True)
+
+
+def agree(problem: str | None) -> None:
+    """Stop every rank when any rank found ``problem`` (``stop_every_rank``)."""
+    for rank, found in enumerate(_gather(problem)):
+        if found:
+            stop_every_rank(found if rank == 0 else f"rank {rank}: {found}")
+
+
+def stop_every_rank(problem: str) -> None:
+    """Raise the UsageError every rank raises for the same ``problem``, rank 0 printing it first.
+
+    Every rank waits until the line is out, and ignores SIGTERM from here on: a launcher
+    stops the other ranks when the first one exits, and they are ending with exit code 2.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if _rank() == 0:
+        print(f"train.py: error: {problem}", file=sys.stderr, flush=True)
+    _barrier()
+    raise UsageError(problem, shown=False)
+
+
+def preflight(args: argparse.Namespace, tensor_parallel: int = 1) -> TokenData | None:
+    """Before any model is built: take the checkpoint folder (rank 0), read the data (every rank).
+
+    A problem on any rank stops all of them with one line (exit 2), so that no rank waits for
+    the others in a collective and no rank of a refused job (another node's included) trains.
+    Returns this rank's data (None without ``--data``).
+    """
+    if args.checkpoint_dir is None and args.data is None:
         return None
-    tag = (root / LATEST).read_text().strip()
-    return tag if tag and (root / tag).is_dir() else None
+    rank, world = _rank(), _world()
+    problem = None
+    if rank == 0 and args.checkpoint_dir is not None:
+        try:
+            JobLock.take(args.checkpoint_dir)
+        except UsageError as exc:
+            problem = str(exc)
+    agree(problem)
+    if args.data is None:
+        return None
+    data = None
+    try:
+        data = load_token_data(args, rank // tensor_parallel, max(1, world // tensor_parallel))[0]
+    except UsageError as exc:
+        problem = str(exc)
+    agree(problem)
+    return data
+
+
+# ---- checkpoints: complete once their manifest is written, resumed only when they verify -------
+
+
+def _step_of(tag: str) -> int | None:
+    """N of a folder named exactly ``stepN``; None for any other name."""
+    match = _STEP_NAME.fullmatch(tag)
+    return int(match[1]) if match else None
+
+
+def checkpoint_files(folder: Path) -> list[str]:
+    """Every file under ``folder`` but its manifest, as sorted relative paths."""
+    names = []
+    for path in folder.rglob("*"):
+        name = path.relative_to(folder).as_posix()
+        if path.is_file() and not path.is_symlink() and name != MANIFEST:
+            names.append(name)
+    return sorted(names)
+
+
+def _file_entry(path: Path) -> dict[str, Any]:
+    """A file's size and SHA-256."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as fh:
+        while block := fh.read(_HASH_BLOCK_BYTES):
+            digest.update(block)
+            size += len(block)
+    return {"bytes": size, "sha256": digest.hexdigest()}
+
+
+def write_manifest(root: Path, tag: str, step: int) -> None:
+    """Mark ``root/tag`` complete: every file's size and SHA-256, in ``manifest.json``.
+
+    Every rank hashes a share of the files (rank 0 lists them); rank 0 writes the manifest.
+    """
+    folder = root / tag
+    names = _from_rank0(checkpoint_files(folder) if _rank() == 0 else None)
+    parts = _gather({name: _file_entry(folder / name) for name in names[_rank() :: _world()]})
+    if _rank() == 0:
+        files = {name: entry for part in parts for name, entry in part.items()}
+        write_json_atomic(folder / MANIFEST, {"step": step, "files": dict(sorted(files.items()))})
+
+
+def _read_manifest(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The manifest's files, or why there is no usable manifest."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return None, f"no {MANIFEST}: a save cut short, or an older train.py's"
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None, f"{MANIFEST} is unreadable"
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if (
+        not isinstance(files, dict)
+        or not files
+        or not all(_entry_ok(*item) for item in files.items())
+    ):
+        return None, f"{MANIFEST} is not a checkpoint manifest"
+    return files, None
+
+
+def _entry_ok(name: Any, entry: Any) -> bool:
+    return (
+        isinstance(name, str)
+        and not name.startswith("/")
+        and ".." not in name.split("/")
+        and isinstance(entry, dict)
+        and isinstance(entry.get("bytes"), int)
+        and isinstance(entry.get("sha256"), str)
+    )
+
+
+def _file_problem(folder: Path, name: str, entry: dict[str, Any]) -> str | None:
+    try:
+        size = (folder / name).stat().st_size
+    except OSError:
+        return f"{name} is missing"
+    if size != entry["bytes"]:
+        return f"{name} has {size:,} bytes, not the {entry['bytes']:,} saved"
+    try:
+        if _file_entry(folder / name)["sha256"] != entry["sha256"]:
+            return f"{name} changed after it was saved (SHA-256)"
+    except OSError as exc:
+        return f"{name} cannot be read ({exc.strerror})"
+    return None
+
+
+def checkpoint_problem(root: Path, tag: str) -> str | None:
+    """Why ``root/tag`` is not a complete checkpoint, or None; every rank checks a share."""
+    files, problem = _from_rank0(_read_manifest(root / tag) if _rank() == 0 else None)
+    if problem is not None:
+        return str(problem)
+    names = sorted(files)
+    for name in names[_rank() :: _world()]:
+        problem = _file_problem(root / tag, name, files[name])
+        if problem:
+            break
+    found = [p for p in _gather(problem) if p]
+    return found[0] if found else None
+
+
+def checkpoint_candidates(root: Path) -> tuple[list[str], list[str]]:
+    """The checkpoints to try in order, and what is wrong with ``latest`` (if anything).
+
+    First the ``stepN`` folder ``latest`` names, then every other ``stepN`` folder with a
+    manifest, newest first. ``latest`` naming anything but a ``stepN`` folder of ``root``
+    (``../other``, an absolute path, a missing step) is not followed.
+    """
+    if not root.is_dir():
+        return [], []
+    complete = sorted(
+        (
+            p.name
+            for p in root.iterdir()
+            if _step_of(p.name) is not None and _real_dir(p) and (p / MANIFEST).is_file()
+        ),
+        key=lambda name: _step_of(name) or 0,
+        reverse=True,
+    )
+    latest, named, notes = root / LATEST, None, []
+    if latest.is_file():
+        try:
+            text = latest.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            text = "(unreadable)"
+        if _step_of(text) is None:
+            notes.append(f"{latest} names {text!r}, not a step folder of {root}")
+        elif not _real_dir(root / text):
+            notes.append(f"{latest} names {text}, which is missing")
+        else:
+            named = text
+    elif latest.exists() or latest.is_symlink():
+        notes.append(f"{latest} is not a file")
+    elif complete:
+        notes.append(f"{latest} is missing")
+    return ([named] if named else []) + [tag for tag in complete if tag != named], notes
+
+
+def _real_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def resume(job: Job, root: Path) -> tuple[str | None, dict[str, Any]]:
+    """Load the checkpoint to continue from; returns its tag and state (None, {}: none).
+
+    ``latest``'s when it is complete (its manifest verifies) and loads, else the newest
+    complete one that loads, saying in one line why. A checkpoint that does not verify is never
+    loaded: this job's own is moved aside (``stepN.corrupt``; an unfinished save is removed).
+    When complete checkpoints exist and none of them loads, the job stops (exit 2): a
+    half-loaded model must not train, nor save over them.
+    """
+    record = read_record(root) if _rank() == 0 and root.is_dir() else None
+    candidates, notes = _from_rank0(checkpoint_candidates(root) if _rank() == 0 else None)
+    load_failed = False
+    for tag in candidates:
+        problem = checkpoint_problem(root, tag)
+        if problem:
+            notes.append(f"{root / tag} is incomplete or corrupt ({problem})")
+            if record is not None:
+                notes[-1] += _dispose(root, tag, record)
+            continue
+        failure = None
+        try:
+            state = job.load(root, tag)
+        except Exception as exc:  # on any rank: every rank falls back together
+            failure = _one_line(exc)
+        failures = [f for f in _gather(failure) if f]
+        if failures:
+            load_failed = True
+            notes.append(f"{root / tag} did not load ({failures[0]})")
+            continue
+        if notes:
+            _say(f"{'; '.join(notes)}; resuming from {root / tag}, the newest complete checkpoint")
+        return tag, state
+    if load_failed:
+        stop_every_rank(
+            f"--checkpoint-dir {root}: no checkpoint loads ({'; '.join(notes)}); move them "
+            "elsewhere to start afresh"
+        )
+    if notes:
+        _say(f"{'; '.join(notes)}; no complete checkpoint in {root}, so starting from step 1")
+    return None, {}
+
+
+def read_record(root: Path) -> dict[str, Any]:
+    """``saved.json``: the ``stepN`` folders this job saved (oldest first) and the one it is saving."""
+    path = root / RECORD
+    record: dict[str, Any] = {"saved": [], "saving": None}
+    if not path.exists():
+        return record
+    try:
+        found = json.loads(path.read_text())
+        saved = [tag for tag in found["saved"] if _step_of(tag) is not None]
+        saving = found.get("saving")
+        record = {"saved": saved, "saving": saving if _step_of(saving or "") is not None else None}
+    except (OSError, ValueError, TypeError, KeyError):
+        print(f"{path} is unreadable: starting a new record of saved checkpoints", flush=True)
+    return record
+
+
+def _unfinished(root: Path, tag: str, record: dict[str, Any]) -> bool:
+    """Whether ``root/tag`` is a save of this job cut short (recorded as saving, no manifest)."""
+    return (
+        tag == record["saving"] and _real_dir(root / tag) and not (root / tag / MANIFEST).exists()
+    )
+
+
+def _set_aside(root: Path, tag: str, record: dict[str, Any], suffix: str) -> Path:
+    """Rename ``root/tag`` to a free ``tag.suffix[-N]`` and drop it from the record."""
+    aside, n = root / f"{tag}.{suffix}", 1
+    while aside.exists() or aside.is_symlink():
+        n += 1
+        aside = root / f"{tag}.{suffix}-{n}"
+    os.rename(root / tag, aside)
+    record["saved"] = [t for t in record["saved"] if t != tag]
+    if record["saving"] == tag:
+        record["saving"] = None
+    return aside
+
+
+def _dispose(root: Path, tag: str, record: dict[str, Any]) -> str:
+    """Out of the way with a checkpoint of this job that failed to verify; what was done."""
+    if _unfinished(root, tag, record):
+        shutil.rmtree(root / tag)
+        record["saving"] = None
+        write_json_atomic(root / RECORD, record)
+        return ": removed it, a save of this job that did not finish"
+    if tag not in record["saved"]:
+        return ""  # not this job's: left where it is
+    aside = _set_aside(root, tag, record, "corrupt")
+    write_json_atomic(root / RECORD, record)
+    return f": moved it to {aside}"
+
+
+def _make_way(root: Path, tag: str, record: dict[str, Any]) -> None:
+    """Clear the way to save ``root/tag``, never overwriting a checkpoint.
+
+    An unfinished save of this job there is removed; anything else (a checkpoint an earlier
+    run completed, something this job did not save) is moved aside, saying so.
+    """
+    folder = root / tag
+    if not (folder.exists() or folder.is_symlink()):
+        return
+    if _unfinished(root, tag, record):
+        shutil.rmtree(folder)
+        print(f"removed {folder}: a save of this job that did not finish", flush=True)
+        return
+    ours = tag in record["saved"]
+    aside = _set_aside(root, tag, record, "replaced")
+    what = "a checkpoint an earlier run saved" if ours else "not a checkpoint this job saved"
+    print(f"{folder} exists ({what}): moved it to {aside} to save this run's {tag}", flush=True)
+
+
+def _rotate(root: Path, record: dict[str, Any], keep: int, current: str) -> None:
+    """Delete this job's recorded checkpoints beyond the newest ``keep`` (never ``current``)."""
+    saved = [tag for tag in record["saved"] if _real_dir(root / tag)]
+    for tag in sorted(saved, key=lambda name: _step_of(name) or 0)[:-keep]:
+        if tag != current:
+            shutil.rmtree(root / tag, ignore_errors=True)
+            saved.remove(tag)
+    record["saved"] = saved
 
 
 def save_checkpoint(job: Job, root: Path, step: int, position: int, keep: int) -> None:
-    """Save step ``step``, then point ``latest`` at it and drop the oldest beyond ``keep``."""
+    """Save ``root/stepN``; once every rank has, its manifest, ``latest`` and the record.
+
+    Rotation then deletes this job's own recorded checkpoints beyond the newest ``keep`` and
+    nothing else (a ``step6_good`` copy, a ``steps-notes/`` folder stay).
+    """
     tag = _STEP_DIR.format(step=step)
     started = time.perf_counter()
-    job.save(root, tag, {"step": step, "data_position": position})
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
+    record: dict[str, Any] = {}
     if _rank() == 0:
-        # DeepSpeed writes its own ``latest`` (the same one-line tag); this makes it so for
-        # both formats, and only once every rank has written its part.
+        record = read_record(root)
+        _make_way(root, tag, record)
+        record["saving"] = tag
+        write_json_atomic(root / RECORD, record)
+    _barrier()
+    job.save(root, tag, {"step": step, "data_position": position})
+    _barrier()
+    write_manifest(root, tag, step)
+    if _rank() == 0:
         tmp = root / f".{LATEST}.tmp"
         tmp.write_text(tag)
         os.replace(tmp, root / LATEST)
-        saved = sorted(
-            (p for p in root.iterdir() if p.is_dir() and p.name.startswith("step")),
-            key=lambda p: int(p.name[4:]) if p.name[4:].isdigit() else -1,
-        )
-        for old in saved[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        record["saved"] = [t for t in record["saved"] if t != tag] + [tag]
+        record["saving"] = None
+        _rotate(root, record, keep, tag)
+        write_json_atomic(root / RECORD, record)
         print(f"checkpoint {root / tag} saved in {time.perf_counter() - started:.1f}s", flush=True)
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
+    _barrier()
 
 
 class MetricLog:
@@ -1499,6 +2157,7 @@ def _plain(values: dict[str, Any]) -> dict[str, Any]:
 def train_loop(
     args: argparse.Namespace,
     job: Job,
+    token_data: TokenData | None,
     *,
     baseline_bytes: int,
     extra: dict[str, Any],
@@ -1527,8 +2186,8 @@ def train_loop(
     vocab_size = int(getattr(model, "config").vocab_size)  # noqa: B009 - any HF model, peft's too
     data_info: dict[str, Any] = {"data": "synthetic"}
     data: TokenData | PatternData
-    if args.data is not None:
-        data, tokens = load_token_data(args, data_rank, data_ranks)
+    if token_data is not None:  # read and checked by preflight, before the model was built
+        data, tokens = token_data, int(token_data.blocks.numel())
         data_info = {"data": str(args.data), "data_tokens": tokens}
         if rank == 0:
             print(
@@ -1541,9 +2200,8 @@ def train_loop(
         if rank == 0:
             print("data: synthetic repeated-pattern sequences (no --data given)", flush=True)
     start_step = 0
-    tag = latest_checkpoint(args.checkpoint_dir)
+    tag, state = resume(job, args.checkpoint_dir) if args.checkpoint_dir else (None, {})
     if tag is not None:
-        state = job.load(args.checkpoint_dir, tag)
         start_step = int(state.get("step", 0))
         data.skip(int(state.get("data_position", start_step * job.grad_accum)))
         if rank == 0:
