@@ -34,7 +34,7 @@ run: $(STAMP)
 	$(PY) app.py plan --brief examples/briefs/local-smoke.yaml --out out/local-smoke --json out/local-smoke/plan.json
 
 test: $(STAMP) $(TF_STAMP) browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 # Benchmarks (bench/run.py): both write bench/RESULTS.md and bench/results.json. bench-quick
 # runs fewer cases and repeats (under 5 minutes on a quiet 2-core machine); bench runs more of
