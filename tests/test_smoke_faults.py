@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -92,7 +93,7 @@ def test_cli_zero1_run_passes_and_writes_the_contract_json(tmp_path: Path) -> No
         ("crash", "crash:", "injected crash on rank 1 at step 3"),
         ("oom", "oom:", "can't allocate memory"),
         ("nan", "nan:", "non-finite loss"),
-        ("hang", "timeout:", "last: step 2/"),
+        ("hang", "timeout:", "last: step "),
     ],
 )
 def test_injected_fault_gives_its_reason_and_leaves_no_process(
@@ -112,6 +113,11 @@ def test_injected_fault_gives_its_reason_and_leaves_no_process(
     assert result.inject == inject
     assert result.reason.startswith(prefix), result.reason
     assert detail in result.reason, result.reason
+    if inject == "hang":
+        # The reason quotes the last step the run reached: one before the hang at step 3 (on a
+        # loaded machine the 40 s may end before it gets there, never after).
+        last = re.search(r"last: step (\d+)/30", result.reason)
+        assert last is not None and 1 <= int(last.group(1)) <= 2, result.reason
     assert_nothing_left(result)
     if inject == "crash":
         # The failing rank is named, not the peer that lost its connection to it.

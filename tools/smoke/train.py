@@ -1010,7 +1010,7 @@ def watch_supervisor() -> None:
                 if started is None or _start_ticks(pid) != started:
                     # Said from another thread: with nobody reading the output any more, a
                     # full pipe would block the print, and the rank would never end.
-                    line = f"train.py: the {what} (pid {pid}) is gone; stopping the run"
+                    line = f"train.py: {what} {pid} is gone; stopping the run"
                     threading.Thread(target=_print_err, args=(line,), daemon=True).start()
                     time.sleep(_SAY_S)
                     with contextlib.suppress(OSError):
