@@ -217,10 +217,8 @@ def _replicated(
     fastest DDP setup and says how much faster the search's pick would be on DeepSpeed.
     """
     from tools.planning import search_strategy
-    from tools.planning.explain import label as setup_label
 
-    row = fastest.chosen_row
-    label = setup_label(row) if row is not None else fastest.chosen
+    label = fastest.chosen_label
     if not replicas_fit(fastest) or (
         fastest.chosen == "ddp" and fastest.tensor_parallel * fastest.pipeline_parallel == 1
     ):

@@ -296,15 +296,15 @@ def test_recompute_is_searched_and_chosen_when_none_does_not_fit() -> None:
 def test_selective_recompute_only_where_the_launcher_runs_it() -> None:
     """Hugging Face gradient checkpointing re-runs whole layers: data-parallel and AutoTP plans
     get none or full; pipeline plans (torchtitan, Megatron) may get selective; a pin is kept."""
-    from types import SimpleNamespace
 
-    from tools.planning.search import _Layout, _policies_for
+    from tools.core.setup import Setup
+    from tools.planning.search import recompute_policies
 
-    every = SimpleNamespace(policies=list(RECOMPUTE_POLICIES))
-    assert _policies_for(every, _Layout()) == ["none", "full"]
-    assert _policies_for(every, _Layout(tp=4)) == ["none", "full"]
-    assert _policies_for(every, _Layout(pp=2)) == list(RECOMPUTE_POLICIES)
-    assert _policies_for(SimpleNamespace(policies=["selective"]), _Layout()) == ["selective"]
+    every = list(RECOMPUTE_POLICIES)
+    assert recompute_policies(every, Setup()) == ["none", "full"]
+    assert recompute_policies(every, Setup(tp=4)) == ["none", "full"]
+    assert recompute_policies(every, Setup(pp=2)) == every
+    assert recompute_policies(["selective"], Setup()) == ["selective"]
     plan, _ = _plan("llama-3-8b", "1x8xH100-80GB", 8192, 64, "pretrain")
     for c in plan.candidates:
         if c.pipeline_parallel == 1:

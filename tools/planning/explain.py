@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from tools.core.schemas import HardwareSpec, ModelSpec, StrategyEstimate, TrainingBrief
-from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, setup_label
+from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES
 from tools.planning.memory import (
     CPU_RAM_HEADROOM,
     CUDA_CONTEXT_BYTES,
@@ -26,14 +26,6 @@ MEGATRON_NOTE = (
     "DeepSpeed checks against Megatron's data-parallel group (its mpu); the parallel degrees "
     "are Megatron arguments (--tensor-model-parallel-size, --pipeline-model-parallel-size)"
 )
-
-
-def label(est: StrategyEstimate) -> str:
-    """The setup label of an estimate row (its family: strategy, tensor, pipeline, context)."""
-    cp = est.context_parallel
-    return setup_label(est.name, est.tensor_parallel, est.pipeline_parallel) + (
-        f"+cp{cp}" if cp > 1 else ""
-    )
 
 
 def _gb(value: float) -> str:

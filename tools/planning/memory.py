@@ -696,6 +696,8 @@ def estimate_strategy(
         tensor_parallel=tp,
         pipeline_parallel=pp,
         context_parallel=cp,
+        data_parallel=world,
+        gradient_accumulation_steps=max(1, micro_batches or 1),
         checkpointing=_recompute_label(recipe),
         activation_checkpointing=recipe.checkpointing != "none",
     )
