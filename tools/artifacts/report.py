@@ -13,7 +13,6 @@ from tools.artifacts.text import CANDIDATE_HEADER, candidate_rows
 from tools.core.errors import printable
 from tools.core.outputs import check_files, write_file
 from tools.core.schemas import MemoryPlan, ReportPaths, ScalingRow, TrainingPlan
-from tools.core.strategies import setup_label
 from tools.planning.memory import GB
 from tools.review import memory_comparison
 
@@ -213,7 +212,7 @@ def _memory_section(plan: TrainingPlan) -> list[str]:
     for s in mem.strategies:
         t = s.per_gpu_bytes
         mark = " (chosen)" if mem.is_chosen(s) else ""
-        name = setup_label(s.name, s.tensor_parallel, s.pipeline_parallel)
+        name = s.label
         lines.append(
             f"| {name}{mark} | {_gb(t.params)} | {_gb(t.gradients)} | {_gb(t.optimizer)} | "
             f"{_gb(t.activations)} | {_gb(t.buffers)} | {_gb(t.total)} | {_gb(s.cpu_bytes_per_node)} | "

@@ -12,7 +12,6 @@ from tools.artifacts.budget import budget_line
 from tools.artifacts.inference_report import inference_line
 from tools.core.errors import printable
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, SmokeResult, TrainingBrief
-from tools.core.strategies import setup_label
 from tools.planning.alternatives import fit_line
 from tools.research.hardware import PACKAGES
 from tools.review import memory_comparison
@@ -175,7 +174,7 @@ def estimate_lines(
     for s in memory.strategies:
         t = s.per_gpu_bytes
         mark = "*" if memory.is_chosen(s) else " "
-        name = setup_label(s.name, s.tensor_parallel, s.pipeline_parallel)
+        name = s.label
         terms = "".join(
             f"{v / 1e9:8.2f}"
             for v in (t.params, t.gradients, t.optimizer, t.activations, t.buffers)
@@ -224,7 +223,7 @@ def candidate_rows(memory: MemoryPlan) -> list[tuple[str, list[str]]]:
         margin = f"-{1 - c.tokens_per_s / best:.1%}" if best and c.tokens_per_s and rows else "best"
         rows.append(
             (
-                setup_label(c.strategy, c.tensor_parallel, c.pipeline_parallel),
+                c.label,
                 [
                     str(c.tensor_parallel),
                     str(c.pipeline_parallel),
