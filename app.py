@@ -631,9 +631,8 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
 
 def _check_smoke_args(args: argparse.Namespace) -> int | None:
     """One line and exit 2 for a bad smoke flag; the memory cap in bytes (None: default)."""
-    from tools.core.settings import parse_memory_cap
+    from tools.core.settings import SMOKE_FAULTS, parse_memory_cap
     from tools.core.strategies import check_strategy
-    from tools.smoke import INJECT_KINDS
 
     ranks = (args.tp or 1) * (args.pp or 1) * (args.dp or 1)
     if ranks > SMOKE_LOCAL_RANKS_MAX:
@@ -663,8 +662,8 @@ def _check_smoke_args(args: argparse.Namespace) -> int | None:
         raise InputError(
             "--recompute", "is for ddp and fsdp; a DeepSpeed run recomputes as its config says"
         )
-    if args.inject is not None and args.inject not in INJECT_KINDS:
-        raise InputError("--inject", f"must be one of {', '.join(INJECT_KINDS)}")
+    if args.inject is not None and args.inject not in SMOKE_FAULTS:
+        raise InputError("--inject", f"must be one of {', '.join(SMOKE_FAULTS)}")
     check_output_path(args.run_dir, "--run-dir", "dir")
     check_output_path(args.json_path, "--json", "file")
     return None if args.memory_cap is None else parse_memory_cap(args.memory_cap)
@@ -675,43 +674,35 @@ def _smoke_strategy(args: argparse.Namespace) -> str:
     return "ddp" if args.framework == "horovod" else args.strategy
 
 
-def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
-    """Run one smoke test; exit 0 when it passed, 1 when it failed, 2 on bad input."""
-    from tools.artifacts.deepspeed_config import smoke_ds_config
-    from tools.artifacts.text import smoke_lines
-    from tools.research.hardware import profile_local
-    from tools.research.model_catalog import lookup_model
-    from tools.smoke import run_smoke_test, stop_on_sigterm
+def smoke_spec(
+    args: argparse.Namespace, settings: Settings, model: Any, memory_cap: int | None
+) -> Any:
+    """The ``SmokeSpec`` the smoke flags describe (tools/smoke/spec.py), flags already checked."""
+    from tools.smoke import DeepSpeedRun, LayoutRun, SmokeSpec, TensorFlowRun, TorchrunRun
 
-    memory_cap = _check_smoke_args(args)
-    # A SIGTERM to the CLI then stops the run's process groups too (finally blocks run).
-    stop_on_sigterm()
-    model = lookup_model(args.model, args.seq_len or 1024)
+    common: dict[str, Any] = {
+        "steps": args.steps,
+        "run_dir": args.run_dir,
+        "inject": args.inject,
+        "inject_step": args.inject_step,
+        "timeout_s": args.timeout,
+        "memory_cap": memory_cap,
+        "force": args.force,
+    }
     if args.framework == "tensorflow":
-        from tools.smoke.tf_runner import run_tf_smoke
-
-        result = run_tf_smoke(
-            model,
-            settings,
-            steps=args.steps,
-            run_dir=args.run_dir,
-            on_progress=_emit,
-            inject=args.inject,
-            inject_step=args.inject_step,
-            timeout_s=args.timeout,
-            memory_cap=memory_cap,
-            force=args.force,
-        )
-        _write_json(args.json_path, result.model_dump(mode="json"))
-        print(smoke_lines(result))
-        return 0 if result.status == "passed" else 1
-    layout = None
-    if args.tp is not None or args.pp is not None:
-        layout = (args.tp or 1, args.pp or 1, args.dp or 1)
+        return SmokeSpec(mode=TensorFlowRun(), **common)
     strategy = _smoke_strategy(args)
-    torchrun = strategy in ("ddp", "fsdp") or layout is not None
-    config = None
-    if not torchrun:
+    if args.tp is not None or args.pp is not None:
+        # The layout's data-parallel part: ZeRO-1 over dp > 1, else none.
+        mode: Any = LayoutRun.of(args.tp or 1, args.pp or 1, args.dp or 1, args.pp_schedule)
+        strategy = mode.setup.strategy
+    elif strategy in ("ddp", "fsdp"):
+        fsdp: Any = (args.fsdp_sharding or "full") if strategy == "fsdp" else None
+        mode = TorchrunRun(fsdp=fsdp, recompute=args.recompute)
+    else:
+        from tools.artifacts.deepspeed_config import smoke_ds_config
+        from tools.research.hardware import profile_local
+
         config = smoke_ds_config(
             model,
             strategy,
@@ -720,28 +711,30 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
             micro_batch_size=args.micro_batch,
             gpu=profile_local().gpu,
         )
-    result = run_smoke_test(
-        model,
-        config,
-        settings,
-        steps=args.steps,
+        mode = DeepSpeedRun(config) if config is not None else TorchrunRun()
+    return SmokeSpec(
+        mode=mode,
         micro_batch_size=args.micro_batch,
         seq_len=args.seq_len,
         world_size=args.world_size,
-        # A layout run's data-parallel part: ZeRO-1 over dp > 1, else none.
-        strategy=strategy if layout is None else ("zero1" if layout[2] > 1 else "ddp"),
-        run_dir=args.run_dir,
-        on_progress=_emit,
+        strategy=strategy,
         nodes=args.nodes,
-        inject=args.inject,
-        inject_step=args.inject_step,
-        timeout_s=args.timeout,
-        memory_cap=memory_cap,
-        force=args.force,
-        fsdp=(args.fsdp_sharding or "full") if strategy == "fsdp" else None,
-        activation_checkpointing=args.recompute if torchrun else None,
-        layout=layout,
-        pp_schedule=args.pp_schedule,
+        **common,
+    )
+
+
+def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
+    """Run one smoke test; exit 0 when it passed, 1 when it failed, 2 on bad input."""
+    from tools.artifacts.text import smoke_lines
+    from tools.research.model_catalog import lookup_model
+    from tools.smoke import run_smoke_test, stop_on_sigterm
+
+    memory_cap = _check_smoke_args(args)
+    # A SIGTERM to the CLI then stops the run's process groups too (finally blocks run).
+    stop_on_sigterm()
+    model = lookup_model(args.model, args.seq_len or 1024)
+    result = run_smoke_test(
+        model, smoke_spec(args, settings, model, memory_cap), settings, on_progress=_emit
     )
     if args.framework == "horovod":
         from tools.smoke.policy import horovod_note

@@ -36,6 +36,7 @@ from tools.smoke.policy import (
     smoke_layout,
     with_horovod_note,
 )
+from tools.smoke.spec import SmokeMode
 
 # ---- argument schemas: what the model reads --------------------------------------------------
 
@@ -435,13 +436,14 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
 
 def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
     """Run (or skip) the smoke test for the workspace's plan and attach the predicted peak memory."""
+    from tools.smoke import SmokeSpec, TensorFlowRun, run_smoke_test
+
     skipped = skip_reason(ws.brief, ws.framework)
     if skipped is not None:
         return SmokeResult(status="skipped", reason=skipped)
     model = need(ws.model, "the model", "lookup_model")
     tensorflow = runs_tensorflow(ws.framework)
     memory = None if tensorflow else need(ws.memory, "the memory plan", "plan_parallelism")
-    config, torch_args = (None, {}) if memory is None else _torch_smoke_args(ws, model, memory)
     # Testing aid (Settings.smoke_inject): a real fault in the plan's first run, or in every run.
     inject = ws.settings.smoke_fault(first_run=ws.first_round and ws.smoke_runs == 0)
     ws.smoke_runs += 1
@@ -451,56 +453,44 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
         + (f", injecting {inject} (smoke_inject)" if inject else "")
     )
     if memory is None:
-        from tools.smoke.tf_runner import run_tf_smoke
-
-        result = run_tf_smoke(
-            model, ws.settings, steps=steps, on_progress=ws.progress, inject=inject
-        )
+        spec = SmokeSpec(mode=TensorFlowRun(), steps=steps, inject=inject)
     else:
-        from tools.smoke import run_smoke_test as _run
-
-        result = _run(
-            model,
-            config,
-            ws.settings,
+        spec = SmokeSpec(
+            mode=_torch_smoke_mode(ws, model, memory),
             steps=steps,
             micro_batch_size=1,
             strategy=memory.chosen,
-            on_progress=ws.progress,
             task=ws.brief.task,
             inject=inject,
-            **torch_args,
         )
+    result = run_smoke_test(model, spec, ws.settings, on_progress=ws.progress)
     return with_horovod_note(result, ws.framework)
 
 
-def _torch_smoke_args(
-    ws: Workspace, model: ModelSpec, memory: MemoryPlan
-) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """The plan's PyTorch smoke run: its DeepSpeed config (None: torchrun), other arguments.
-
-    The others are ``run_smoke_test``'s FSDP2, tp/pp layout, recompute and schedule arguments.
-    """
+def _torch_smoke_mode(ws: Workspace, model: ModelSpec, memory: MemoryPlan) -> SmokeMode:
+    """How the plan's PyTorch smoke run runs: the layout stand-in, FSDP2, DeepSpeed or DDP."""
     from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
+    from tools.smoke import DeepSpeedRun, TorchrunRun
 
     hardware = need(ws.hardware, "the hardware", "profile_hardware")
-    config = ws.deepspeed_config
     # Tensor/pipeline parallelism: the torch-native stand-in runs the plan's layout, scaled.
     layout = smoke_layout(memory, model)
-    fsdp, offload = fsdp_smoke(ws.framework, memory.chosen, hardware.nodes)
     if layout is not None:
-        config, fsdp, offload = None, None, False
-    elif config is None and runs_deepspeed(ws.framework):
+        return layout
+    fsdp, offload = fsdp_smoke(ws.framework, memory.chosen, hardware.nodes)
+    config = ws.deepspeed_config
+    if fsdp is None and config is None and runs_deepspeed(ws.framework):
         config = _emit(memory, model, hardware, ws.brief)
-    # config None: a plain PyTorch DDP plan, smoke-tested with torchrun and no DeepSpeed.
-    return config, {
-        "fsdp": fsdp,
-        "fsdp_offload": offload,
-        # torchrun runs: the plan's recompute policy and its launch command's schedule.
-        "activation_checkpointing": memory.activation_checkpointing,
-        "plan_command": ws.launch.command if ws.launch is not None else None,
-        "layout": layout,
-    }
+    if fsdp is None and config is not None:
+        return DeepSpeedRun(config)
+    # A plain PyTorch DDP or FSDP plan: torchrun, with the plan's recompute policy and its
+    # launch command's learning-rate schedule.
+    return TorchrunRun(
+        fsdp=fsdp,  # type: ignore[arg-type]
+        offload=offload,
+        recompute=memory.activation_checkpointing,
+        plan_command=tuple(ws.launch.command) if ws.launch is not None else None,
+    )
 
 
 # ---- reviewer --------------------------------------------------------------------------------

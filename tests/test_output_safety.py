@@ -615,6 +615,7 @@ def test_a_smoke_rerun_after_a_kill_keeps_what_the_user_edited(
 
     import tools.core.outputs as outputs
     import tools.smoke.runner as runner
+    from tools.smoke import SmokeSpec
 
     monkeypatch.setattr(outputs, "RESERVED_GRACE_S", 0.2, raising=False)
     settings = Settings(home=tmp_path / "home", out_dir=tmp_path / "out")
@@ -634,18 +635,18 @@ def test_a_smoke_rerun_after_a_kill_keeps_what_the_user_edited(
             keep_alive()
         raise Killed
 
-    monkeypatch.setattr(runner, "_launch_and_wait", killed)
+    monkeypatch.setattr(runner, "launch_and_wait", killed)
     monkeypatch.setattr(runner, "record", lambda *args: None)
     for _ in range(2):  # the second run replaces what the killed first one wrote
         with pytest.raises(Killed):
-            runner.run_smoke_test(GPT2, None, settings, run_dir=run_dir, steps=3)
+            runner.run_smoke_test(GPT2, SmokeSpec(run_dir=run_dir, steps=3), settings)
     assert len(launched) == 2
     time.sleep(0.5)
     (run_dir / "smoke.log").write_text("my notes on the killed run\n")
     (run_dir / "result.json").write_text('{"status": "mine"}\n')
     before = snapshot(run_dir)
     with pytest.raises(OutputRefused) as info:
-        runner.run_smoke_test(GPT2, None, settings, run_dir=run_dir, steps=3)
+        runner.run_smoke_test(GPT2, SmokeSpec(run_dir=run_dir, steps=3), settings)
     assert "result.json" in str(info.value) or "smoke.log" in str(info.value)
     assert len(launched) == 2
     assert snapshot(run_dir) == before

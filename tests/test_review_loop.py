@@ -21,7 +21,7 @@ from graphs import build_graph
 from tools.artifacts.deepspeed_config import emit_deepspeed_config
 from tools.core.errors import InputError
 from tools.core.schemas import Finding, FrameworkChoice, MemoryPlan, Review, SmokeResult
-from tools.core.settings import SMOKE_FAULTS, Settings
+from tools.core.settings import Settings
 from tools.core.strategies import STRATEGY_ORDER
 from tools.intake.brief import brief_from_dict
 from tools.planning import search_strategy
@@ -37,7 +37,7 @@ from tools.review.config_keys import (
 from tools.review.rounds import decide, round_findings, setup_of
 
 LLAMA_8B = {**LLAMA_8B_BRIEF, "smoke": True}
-OOM = SmokeResult(status="failed", reason="oom: out of memory on rank(s) [0, 1]: RuntimeError")
+OOM = SmokeResult(status="failed").failed("oom", "out of memory on rank(s) [0, 1]: RuntimeError")
 DEEPSPEED = FrameworkChoice(primary="deepspeed", stack=["deepspeed"], rationale="test")
 
 
@@ -237,7 +237,12 @@ def test_rounds_record_what_failed_and_what_changed(llama: dict[str, Any]) -> No
 
 def test_rejection_states_its_reasons() -> None:
     errors = [
-        Finding(severity="error", check="smoke_verdict", message="smoke run failed: oom: x"),
+        Finding(
+            severity="error",
+            check="smoke_verdict",
+            message="smoke run failed: oom: x",
+            failure_kind="oom",
+        ),
         Finding(severity="error", check="batch_arithmetic", message="8 != 64"),
     ]
     assert decide(errors, 1, 2).verdict == "changes_requested"
@@ -254,9 +259,6 @@ def test_rejection_states_its_reasons() -> None:
 
 
 def test_smoke_inject_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tools.smoke import INJECT_KINDS
-
-    assert SMOKE_FAULTS == INJECT_KINDS
     assert Settings.load().smoke_inject is None
     monkeypatch.setenv("TRAINWRIGHT_SMOKE_INJECT", "oom")
     once = Settings.load()

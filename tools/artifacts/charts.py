@@ -39,10 +39,7 @@ def _png(fig: Any) -> bytes:
 
 def _setup_names(plan: TrainingPlan) -> list[str]:
     assert plan.memory is not None
-    return [
-        s.label + (" *" if plan.memory.is_chosen(s) else "")
-        for s in plan.memory.strategies
-    ]
+    return [s.label + (" *" if plan.memory.is_chosen(s) else "") for s in plan.memory.strategies]
 
 
 # A memory axis is cut (not log-scaled: stacked terms stay proportional) when the setups'

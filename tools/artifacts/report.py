@@ -13,6 +13,7 @@ from tools.artifacts.text import CANDIDATE_HEADER, candidate_rows
 from tools.core.errors import printable
 from tools.core.outputs import check_files, write_file
 from tools.core.schemas import MemoryPlan, ReportPaths, ScalingRow, TrainingPlan
+from tools.core.smoke_types import RunMode
 from tools.planning.memory import GB
 from tools.review import memory_comparison
 
@@ -368,7 +369,7 @@ def _smoke_section(plan: TrainingPlan) -> list[str]:
         "",
         f"- Status: **{smoke.status}**{': ' + md_text(smoke.reason) if smoke.reason else ''}",
         f"- Ranks: {smoke.world_size} on {smoke.device}; steps {smoke.steps}; "
-        f"strategy {_smoke_strategy(smoke.strategy, plan.memory, smoke.mode)}",
+        f"strategy {_smoke_strategy(smoke.strategy, plan.memory, smoke.run_mode)}",
         f"- Scaled model: {md_code(json.dumps(smoke.model_shape)) if smoke.model_shape else '-'}",
         f"- Loss: {', '.join(f'{x:.3f}' for x in smoke.losses)}",
         f"- Median step time: {smoke.step_time_s:.3f} s; {smoke.tokens_per_s:.0f} tokens/s"
@@ -469,12 +470,15 @@ def plan_json(plan: TrainingPlan) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def _smoke_strategy(ran: str | None, memory: MemoryPlan | None, mode: str | None = None) -> str:
+def _smoke_strategy(ran: str | None, memory: MemoryPlan | None, mode: RunMode | None) -> str:
     """What the smoke run ran, said so that it cannot be read as another choice."""
     if not ran:
         return "-"
-    if mode and mode.startswith("native-3d") and memory is not None:
-        return f"{memory.chosen_label}, as the torch-native stand-in {mode} (scaled to CPU ranks)"
+    if mode is not None and mode.launcher == "layout" and memory is not None:
+        return (
+            f"{memory.chosen_label}, as the torch-native stand-in {mode.text()} "
+            "(scaled to CPU ranks)"
+        )
     if memory is not None and ran == memory.chosen and memory.chosen_label != ran:
         return f"{memory.chosen_label}, its ZeRO part only (the smoke run is data parallel)"
     return ran

@@ -143,10 +143,10 @@ def summary_paragraph(summary: dict[str, Any]) -> str:
 
 def smoke_lines(result: SmokeResult) -> str:
     """A short human summary of a smoke run."""
-    how = result.strategy
-    if result.mode and result.mode.startswith(("fsdp", "native-3d", "tensorflow")):
+    how, mode = result.strategy, result.run_mode
+    if mode is not None and mode.launcher in ("fsdp", "layout", "tensorflow"):
         alone = result.strategy in ("fsdp", "multi_worker_mirrored")
-        how = result.mode if alone else f"{how}, as {result.mode}"
+        how = mode.text() if alone else f"{how}, as {mode.text()}"
     lines = [f"smoke test: {result.status} ({how}, {result.world_size} {result.device} rank(s))"]
     lines.append(f"  {result.reason.splitlines()[0] if result.reason else ''}")
     if result.step_time_s:

@@ -21,6 +21,7 @@ from pydantic import (
 
 from tools.core.inference_types import InferencePlan, ServingEngine, WeightDtype
 from tools.core.setup import Setup
+from tools.core.smoke_types import FailureKind, SmokeResult
 from tools.core.strategies import Recompute, StrategyName
 
 Task = Literal["pretrain", "finetune", "lora", "inference", "agent-app"]
@@ -536,49 +537,6 @@ class LaunchSpec(BaseModel):
     files: dict[str, str] = Field(default_factory=dict)
 
 
-class SmokeResult(BaseModel):
-    """What a real short training run showed."""
-
-    status: Literal["passed", "failed", "skipped"]
-    reason: str = ""
-    device: str = "cpu"
-    world_size: int = 0
-    steps: int = 0
-    losses: list[float] = Field(default_factory=list)
-    step_time_s: float | None = None
-    tokens_per_s: float | None = None
-    peak_memory_bytes: int | None = None
-    # CPU runs: RSS before the model was built (runtime libraries); 0 on GPU, where the
-    # peak counts tensors only.
-    baseline_memory_bytes: int = 0
-    predicted_peak_memory_bytes: int | None = None
-    run_dir: str | None = None
-    wall_time_s: float | None = None
-    model_shape: dict[str, Any] | None = None
-    strategy: str | None = None
-    # The GPU torch reported ("cpu" on CPU ranks), and on a GPU the driver's (NVML) view of the
-    # process's memory, which includes the CUDA context and the allocator's cache.
-    device_name: str | None = None
-    process_gpu_memory_bytes: int | None = None
-    # measured / predicted - 1, for the shape that ran (tools/smoke/predict.py with_prediction).
-    memory_gap: float | None = None
-    # Model FLOPs utilisation of a GPU run (6N + 12·L·h·s per token over the catalog's peak).
-    mfu: float | None = None
-    nodes: int = 1
-    # The fault a test injected on purpose (oom, nan, hang, crash), if any.
-    inject: str | None = None
-    # How it ran: deepspeed, ddp (torchrun), or fsdp:<sharding>[+offload] (train.py's FSDP2
-    # mode under torchrun; sharding full, grad-op or hybrid).
-    mode: str | None = None
-
-    @property
-    def measured_memory_bytes(self) -> int | None:
-        """Peak memory the run itself added: GPU tensors, or CPU RSS above the baseline."""
-        if not self.peak_memory_bytes:
-            return None
-        return max(0, self.peak_memory_bytes - self.baseline_memory_bytes)
-
-
 class Finding(BaseModel):
     """One reviewer finding."""
 
@@ -589,6 +547,8 @@ class Finding(BaseModel):
     # The cheapest change the fix names, as plan_parallelism arguments (e.g. {"min_strategy":
     # "zero2"}), for the engineer to act on without reading the prose back.
     suggested_args: dict[str, Any] | None = None
+    # A failed smoke run's kind (SmokeResult.failure_kind), on its smoke_verdict finding.
+    failure_kind: FailureKind | None = None
 
 
 class Review(BaseModel):

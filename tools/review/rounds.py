@@ -42,8 +42,7 @@ def decide(
 def failure_label(finding: Finding) -> str:
     """A short name for an error finding: its check, and for a failed smoke run its kind."""
     if finding.check == "smoke_verdict":
-        kind = finding.message.removeprefix("smoke run failed:").split(":", 1)[0].strip()
-        return f"smoke {kind}" if kind else "smoke run"
+        return f"smoke {finding.failure_kind}" if finding.failure_kind else "smoke run"
     return finding.check or finding.message
 
 
