@@ -101,7 +101,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
             check_count(flag, value, int(least), int(most))
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per command (tests/test_cli_flags.py freezes the flags)."""
     p = _Parser(
         prog="trainwright", description="Plan, configure and smoke-test distributed training."
     )
@@ -472,164 +473,30 @@ def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-# The search's field names, as ``estimate`` spells them on the command line.
-ESTIMATE_FLAGS = {
-    "tensor_parallel": "--tp",
-    "pipeline_parallel": "--pp",
-    "micro_batch_size": "--micro-batch",
-    "strategy": "--strategy",
-    "strategies": "--strategy",
-    "checkpointing": "--checkpointing",
-    "global_batch_size": "--global-batch",
-    "framework": "--framework",
-    "precision": "--precision",
-    "optimizer": "--optimizer",
-    "grad_accum": "--grad-accum",
-    "lora_rank": "--lora-rank",
-    "qlora": "--qlora",
-    "cp": "--cp",
-    "context_parallel": "--cp",
-}
+def estimate_request(args: argparse.Namespace) -> Any:
+    """The ``EstimateRequest`` the estimate flags describe (one field per flag)."""
+    from tools.planning.estimate import EstimateRequest
 
-RECIPE_FLAGS = ("framework", "optimizer", "grad_accum", "lora_rank", "qlora", "cp")
-
-
-def _estimate_recipe(args: argparse.Namespace) -> Any:
-    """The recipe the estimate flags name (None when they name none: DeepSpeed's default)."""
-    from tools.planning.recipe import PRECISIONS, Recipe, resolve_recipe
-
-    if args.precision is not None and args.precision not in PRECISIONS:
-        raise InputError(
-            "--precision", f"unknown precision {args.precision!r}; use {' | '.join(PRECISIONS)}"
-        )
-    named = [f for f in RECIPE_FLAGS if getattr(args, f, None) is not None]
-    named = [f for f in named if getattr(args, f) is not False]  # store_true flags left off
-    special = args.precision in ("pure-bf16", "fp8")
-    selective_op = args.checkpointing == "selective-op"
-    if not (named or special or selective_op or args.activation_offload):
-        return None
-    recipe = Recipe(
-        framework=args.framework or "deepspeed",
-        precision=args.precision if args.precision not in (None, "auto") else "bf16",
-        optimizer=args.optimizer or "adamw",
-        checkpointing="selective-op" if selective_op else None,
-        lora_rank=args.lora_rank,
-        qlora=bool(args.qlora),
-        activation_offload=bool(args.activation_offload),
-    )
-    try:
-        return resolve_recipe(recipe)
-    except InputError as exc:
-        raise InputError(ESTIMATE_FLAGS.get(exc.field, exc.field), exc.message) from None
-
-
-def _micro_for_grad_accum(
-    args: argparse.Namespace, brief: Any, world: int, defaulted: bool = False
-) -> int | None:
-    """The micro-batch that ``--grad-accum N`` implies for the pinned (or data-only) layout.
-
-    ``defaulted``: the global batch is the planner's default (no ``--global-batch``).
-    """
-    if args.grad_accum is None:
-        return args.micro_batch
-    split = (args.tp or 1) * (args.pp or 1) * (args.cp or 1)
-    dp = max(1, world // split)
-    per_rank = brief.batch // dp if brief.batch % dp == 0 else 0
-    if not per_rank or per_rank % args.grad_accum:
-        raise InputError(
-            "--grad-accum",
-            f"{args.grad_accum} must divide the {brief.batch // dp if dp else 0} sequences per "
-            f"data-parallel rank ({brief.batch} over {dp} ranks"
-            + ("; the default global batch: set --global-batch" if defaulted else "")
-            + ")",
-        )
-    micro = per_rank // args.grad_accum
-    if args.micro_batch is not None and args.micro_batch != micro:
-        raise InputError(
-            "--grad-accum",
-            f"with --micro-batch {args.micro_batch} it would be {per_rank // args.micro_batch}",
-        )
-    return micro
+    return EstimateRequest(**{name: getattr(args, name) for name in EstimateRequest.model_fields})
 
 
 def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     """Print every strategy's memory per GPU, term by term, and the choice."""
     from tools.artifacts.text import estimate_lines
-    from tools.core.strategies import check_recompute, check_strategy
-    from tools.intake.brief import brief_from_dict, load_brief
-    from tools.intake.hardware_text import network_fields
-    from tools.planning import search_strategy
-    from tools.research.hardware import hardware_for_brief
-    from tools.research.model_catalog import lookup_model
+    from tools.planning.estimate import estimate
 
-    if (args.brief is None) == (args.model is None):
-        raise InputError("estimate", "give either --brief FILE or --model M")
+    request = estimate_request(args)
+    request.check_source()
     check_output_path(args.json_path, "--json", "file")
-    data = load_brief(args.brief).model_dump(mode="json") if args.brief else {"model": args.model}
-    recipe = _estimate_recipe(args)
-    flags = {
-        "hardware": args.hardware,
-        "task": "lora" if recipe is not None and recipe.lora_rank else args.task,
-        "seq_len": args.seq_len,
-        "global_batch_size": args.global_batch,
-        # pure-bf16 and fp8 compute in bf16; the recipe carries the difference.
-        "precision": "bf16" if args.precision in ("pure-bf16", "fp8") else args.precision,
-    }
-    data.update({k: v for k, v in flags.items() if v is not None})
-    brief = brief_from_dict(data)
-    if args.interconnect is not None:
-        # The brief's network fields; a rate per GPU needs the node's GPU count.
-        data.update(network_fields(args.interconnect, hardware_for_brief(brief).gpus_per_node))
-        brief = brief_from_dict(data)
-    if brief.model is None:
-        raise InputError(
-            "brief.model", "an agent-app brief trains nothing, so there is no memory to estimate"
-        )
-    if args.strategy is not None:
-        check_strategy(args.strategy, "--strategy")
-    recompute = "selective" if args.checkpointing == "selective-op" else args.checkpointing
-    if recompute is not None:
-        check_recompute(recompute, "--checkpointing")
-    hw = hardware_for_brief(brief)
-    model = lookup_model(brief.model, brief.seq_len)
-    batch_note = None
-    if args.grad_accum is not None and brief.global_batch_size is None:
-        # --grad-accum sets the micro-batch from the global batch: without --global-batch, the
-        # planner's default (tools/planning/batch.py), said so in the output and the JSON.
-        from tools.planning.batch import resolve_batch
-
-        brief, batch_note = resolve_batch(brief, model, hw)
-    micro = _micro_for_grad_accum(args, brief, hw.world_size, defaulted=batch_note is not None)
-    try:
-        memory = search_strategy(
-            model,
-            hw,
-            brief,
-            micro_batch_size=micro,
-            strategies=[args.strategy] if args.strategy else None,
-            tensor_parallel=args.tp,
-            pipeline_parallel=args.pp,
-            recompute=recompute,
-            context_parallel=args.cp,
-            recipe=recipe,
-        )
-    except InputError as exc:
-        # The search names its own fields; on this command line they are flags.
-        flag = ESTIMATE_FLAGS.get(exc.field)
-        if flag == "--micro-batch" and args.micro_batch is None and args.grad_accum is not None:
-            flag = "--grad-accum"
-        elif flag is None or (flag == "--micro-batch" and args.micro_batch is None):
-            raise
-        raise InputError(flag, exc.message) from None
-    if batch_note is not None:
-        memory.assumptions.insert(0, batch_note)
-    _write_json(args.json_path, memory.model_dump(mode="json"))
-    lines = estimate_lines(model, hw, brief, memory)
-    print("\n".join([*lines, *([f"  assumed: {batch_note}"] if batch_note else [])]))
+    found = estimate(request)
+    _write_json(args.json_path, found.memory.model_dump(mode="json"))
+    lines = estimate_lines(found.model, found.hardware, found.brief, found.memory)
+    note = found.batch_note
+    print("\n".join([*lines, *([f"  assumed: {note}"] if note else [])]))
     return 0
 
 
-def _check_smoke_args(args: argparse.Namespace) -> int | None:
+def check_smoke_args(args: argparse.Namespace) -> int | None:
     """One line and exit 2 for a bad smoke flag; the memory cap in bytes (None: default)."""
     from tools.core.settings import SMOKE_FAULTS, parse_memory_cap
     from tools.core.strategies import check_strategy
@@ -729,7 +596,7 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
     from tools.research.model_catalog import lookup_model
     from tools.smoke import run_smoke_test, stop_on_sigterm
 
-    memory_cap = _check_smoke_args(args)
+    memory_cap = check_smoke_args(args)
     # A SIGTERM to the CLI then stops the run's process groups too (finally blocks run).
     stop_on_sigterm()
     model = lookup_model(args.model, args.seq_len or 1024)
@@ -857,7 +724,7 @@ def _quiet_broken_pipe() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``python app.py`` and the ``trainwright`` console script."""
-    args = _build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     disable_telemetry()
     debug = os.environ.get("TRAINWRIGHT_DEBUG") == "1"
     stopper = _Stopper()

@@ -148,7 +148,7 @@ RESEARCHER = RoleSpec(
         ),
         Fallback("select_framework", lambda ws: ws.framework is None),
     ),
-    products=("hardware", "model", "framework"),
+    products=("hardware", "model", "framework", "searched"),
 )
 
 

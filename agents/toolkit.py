@@ -14,7 +14,7 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-from agents.workspace import Workspace, need
+from agents.workspace import SearchRecord, Workspace, need, search_inputs
 from tools.core.errors import InputError, shown
 from tools.core.schemas import (
     HardwareSpec,
@@ -24,10 +24,9 @@ from tools.core.schemas import (
     ModelSpec,
     SmokeResult,
     StrategyName,
-    TrainingBrief,
 )
 from tools.core.strategies import STRATEGY_ORDER
-from tools.research.framework import DEEPSPEED_FRAMEWORKS, REPLICATING_FRAMEWORKS, replicas_fit
+from tools.research.framework import DEEPSPEED_FRAMEWORKS, REPLICATING_FRAMEWORKS
 from tools.smoke.policy import (
     fsdp_smoke,
     runs_deepspeed,
@@ -203,47 +202,6 @@ def brief_model(ws: Workspace, model: str | ModelParams | ModelShape, seq_len: i
         raise
 
 
-def _replicated(
-    fastest: MemoryPlan,
-    framework: str,
-    model: ModelSpec,
-    hw: HardwareSpec,
-    brief: TrainingBrief,
-    micro_batch_size: int | None,
-) -> MemoryPlan:
-    """The plan a replicating framework runs: DDP, with what the fastest setup would gain.
-
-    PyTorch DDP, Horovod and TensorFlow's mirrored strategies keep a full replica per GPU and
-    implement no ZeRO stage or tensor/pipeline split, so when replicas fit, the plan is the
-    fastest DDP setup and says how much faster the search's pick would be on DeepSpeed.
-    """
-    from tools.planning import search_strategy
-
-    label = fastest.chosen_label
-    if not replicas_fit(fastest) or (
-        fastest.chosen == "ddp" and fastest.tensor_parallel * fastest.pipeline_parallel == 1
-    ):
-        return fastest
-    plan = search_strategy(
-        model,
-        hw,
-        brief,
-        micro_batch_size=micro_batch_size,
-        strategies=["ddp"],
-        tensor_parallel=1,
-        pipeline_parallel=1,
-    )
-    ours, best = plan.speed, fastest.speed
-    if ours and best and ours.tokens_per_s and best.tokens_per_s:
-        gain = best.tokens_per_s / ours.tokens_per_s - 1
-        plan.assumptions.insert(
-            0,
-            f"{framework} replicates the model on every GPU, so the plan runs DDP; the fastest "
-            f"setup searched ({label}, on DeepSpeed) is predicted {gain:.0%} faster",
-        )
-    return plan
-
-
 def _dump(obj: BaseModel | dict[str, Any], **exclude: Any) -> str:
     data = (
         obj.model_dump(mode="json", exclude=exclude or None) if isinstance(obj, BaseModel) else obj
@@ -289,8 +247,12 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
             ws.framework = serving_framework(ws.brief)
         else:
             model = need(ws.model, "the model", "lookup_model")
-            # The same search the engineer runs: the framework is chosen for the setup the plan uses.
-            ws.framework = _select(ws.brief, hw, model, search_strategy(model, hw, ws.brief))
+            # The search the engineer reuses: the framework is chosen for the setup the plan uses.
+            searched = search_strategy(model, hw, ws.brief)
+            ws.searched = SearchRecord(
+                inputs=search_inputs(ws.brief, hw, model), plan=searched, speed=searched.speed
+            )
+            ws.framework = _select(ws.brief, hw, model, searched)
         if ws.framework.primary != "torchtitan" and (note := torchtitan_note(ws.brief.goal)):
             ws.framework.rationale += f" {note}."
         ws.progress(f"framework: {ws.framework.primary}")
@@ -333,7 +295,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
     from tools.artifacts.deepspeed_config import planned_total_steps
     from tools.artifacts.ds_validate import validate_deepspeed_config
     from tools.artifacts.launch import emit_launch as _emit_launch
-    from tools.planning import data_parallel_size, search_strategy
+    from tools.planning import SearchOptions, data_parallel_size, search_strategy
     from tools.research.framework import follow_setup
 
     def plan_parallelism(
@@ -347,17 +309,18 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         strategies: list[str] | None = (
             list(STRATEGY_ORDER[STRATEGY_ORDER.index(min_strategy) :]) if min_strategy else None
         )
-        ws.memory = search_strategy(
-            model,
-            hw,
-            ws.brief,
+        fw = ws.framework
+        options = SearchOptions(
             micro_batch_size=micro_batch_size,
             activation_checkpointing=activation_checkpointing,
             strategies=strategies,
+            replicating=fw.primary if fw and fw.primary in REPLICATING_FRAMEWORKS else None,
         )
-        fw = ws.framework
-        if fw is not None and fw.primary in REPLICATING_FRAMEWORKS and strategies is None:
-            ws.memory = _replicated(ws.memory, fw.primary, model, hw, ws.brief, micro_batch_size)
+        # The researcher's search, when it was for this brief, hardware and model: not rerun.
+        reuse = ws.searched.reused() if ws.searched is not None else None
+        if ws.searched is not None and ws.searched.inputs != search_inputs(ws.brief, hw, model):
+            reuse = None
+        ws.memory = search_strategy(model, hw, ws.brief, options, searched=reuse)
         if ws.batch_note and ws.batch_note not in ws.memory.assumptions:
             ws.memory.assumptions.insert(0, ws.batch_note)
         ws.deepspeed_config = None

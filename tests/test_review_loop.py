@@ -24,7 +24,7 @@ from tools.core.schemas import Finding, FrameworkChoice, MemoryPlan, Review, Smo
 from tools.core.settings import Settings
 from tools.core.strategies import STRATEGY_ORDER
 from tools.intake.brief import brief_from_dict
-from tools.planning import search_strategy
+from tools.planning import SearchOptions, search_strategy
 from tools.research.framework import select_framework
 from tools.research.hardware import parse_hardware
 from tools.research.model_catalog import lookup_model
@@ -51,7 +51,10 @@ def llama() -> dict[str, Any]:
     hardware = parse_hardware(brief.hardware)
     model = lookup_model("llama-3-8b", brief.seq_len)
     framework = select_framework(
-        brief, hardware, model, search_strategy(model, hardware, brief, objective="memory")
+        brief,
+        hardware,
+        model,
+        search_strategy(model, hardware, brief, SearchOptions(objective="memory")),
     )
     memory = search_strategy(model, hardware, brief).model_copy(
         update={

@@ -7,6 +7,7 @@ import pytest
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES
 from tools.intake.brief import brief_from_dict
 from tools.planning import (
+    SearchOptions,
     capacity_bytes,
     estimate_speed,
     estimate_strategy,
@@ -79,9 +80,11 @@ def test_forced_choices_are_respected() -> None:
         lookup_model("llama-3-8b", 4096),
         parse_hardware("1x8xA100-80GB"),
         brief,
-        micro_batch_size=1,
-        activation_checkpointing=True,
-        strategies=["zero3", "zero3_offload_all"],
+        SearchOptions(
+            micro_batch_size=1,
+            activation_checkpointing=True,
+            strategies=["zero3", "zero3_offload_all"],
+        ),
     )
     assert (
         forced.chosen == "zero3"

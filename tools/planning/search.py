@@ -26,7 +26,6 @@ wins, with the largest micro-batch it allows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
 
 from tools.core.errors import InputError
 from tools.core.schemas import (
@@ -56,14 +55,16 @@ from tools.core.strategies import (
 from tools.planning import alternatives, explain
 from tools.planning.batch import resolve_batch
 from tools.planning.memory import GB, capacity_bytes, estimate_strategy
+from tools.planning.options import Objective, SearchOptions
 from tools.planning.parallel import TENSOR_PARALLEL_CANDIDATES, check_model_parallel
 from tools.planning.recipe import Recipe, recipe_from_brief, resolve_recipe
 from tools.planning.scale_out import MAX_NODES_SUGGESTED, TRAINING_TASKS, smallest_fitting
 from tools.planning.speed import estimate_speed
 from tools.planning.states import resolve_precision
-from tools.research.framework import torchtitan_flavor
+from tools.research.framework import replicas_fit, torchtitan_flavor
 
-Objective = Literal["speed", "memory"]
+# Nothing pinned: the search over the whole space.
+ALL = SearchOptions()
 # The memory-only choice tries these micro-batches, largest first.
 MICRO_BATCH_CANDIDATES = (8, 4, 2, 1)
 # The speed search tries every divisor of the per-rank batch up to this many sequences
@@ -242,16 +243,9 @@ def search_strategy(
     model: ModelSpec,
     hardware: HardwareSpec,
     brief: TrainingBrief,
+    options: SearchOptions = ALL,
     *,
-    micro_batch_size: int | None = None,
-    activation_checkpointing: bool | None = None,
-    strategies: list[str] | None = None,
-    objective: Objective = "speed",
-    tensor_parallel: int | None = None,
-    pipeline_parallel: int | None = None,
-    recompute: str | None = None,
-    context_parallel: int | None = None,
-    recipe: Recipe | None = None,
+    searched: MemoryPlan | None = None,
 ) -> MemoryPlan:
     """Choose the fastest setup that fits: strategy, t x p x c, micro-batch and recompute.
 
@@ -259,52 +253,73 @@ def search_strategy(
         model: The architecture, with exact sizes.
         hardware: The target machine or cluster.
         brief: The training brief (task, seq_len, global_batch_size, precision, pins).
-        micro_batch_size: Only consider this micro-batch.
-        activation_checkpointing: Only consider full recompute (True) or none (False).
-        strategies: Only consider these strategies.
-        objective: ``speed`` (the fastest setup that fits with headroom) or ``memory`` (the
-            simplest data-parallel strategy that fits, ignoring speed).
-        tensor_parallel: Only consider this tensor-parallel degree.
-        pipeline_parallel: Only consider this pipeline-parallel degree.
-        recompute: Only consider this recompute policy (none, selective, full).
-        context_parallel: Only consider this context-parallel degree.
-        recipe: The framework recipe memory is priced for (precision, optimizer, recompute
-            flavour, loss, LoRA/QLoRA, offload); None prices DeepSpeed with the brief's
-            precision.
+        options: What the search may consider (tools/planning/options.py): pinned degrees,
+            micro-batch, recompute and strategies, the objective, the recipe memory is priced
+            for, and whether the plan's framework replicates the model (then the plan is the
+            fastest DDP setup, when replicas fit, with what the fastest setup would gain).
+        searched: This search's result without options for the same brief, hardware and
+            model, when the caller already holds it (the researcher's): reused, not searched
+            again.
 
     Returns:
         The memory plan: one row per data-parallel strategy and one per strategy with model
-        parallelism (its fastest fitting setup, else its smallest); the choice with its degrees;
-        ``setup`` (the chosen setup) and ``candidates`` (the best setups first, then the best of
-        every other family); ``why_not`` for every family that lost, keyed by its label; and,
-        with a GPU, the chosen setup's ``speed`` estimate.
+        parallelism (its fastest fitting setup, else its smallest), each with a unique label;
+        the choice with its degrees; ``setup`` (the chosen setup) and ``candidates`` (the best
+        setups first, then the best of every other family); ``why_not`` for every family that
+        lost, keyed by its row's label; and, with a GPU, the chosen setup's ``speed`` estimate.
     """
+    plain = options.but(replicating=None)
+    if searched is not None and plain.searches_everything:
+        fastest = searched.model_copy(deep=True)
+    else:
+        fastest = run_search(model, hardware, brief, plain)
+    if options.replicating is not None and options.strategies is None:
+        return _replicated(fastest, options.replicating, model, hardware, brief, plain)
+    return fastest
+
+
+def run_search(
+    model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief, options: SearchOptions
+) -> MemoryPlan:
+    """One search over the space ``options`` leave open (the request's pins kept)."""
     brief, batch_note = resolve_batch(brief, model, hardware)
-    if recipe is None:
-        recipe = recipe_from_brief(brief)
-    options: dict[str, Any] = {
-        "micro_batch_size": micro_batch_size,
-        "activation_checkpointing": activation_checkpointing,
-        "tensor_parallel": tensor_parallel,
-        "pipeline_parallel": pipeline_parallel,
-        "recompute": recompute,
-        "context_parallel": context_parallel,
-        "recipe": recipe,
-    }
+    options = options.but(recipe=options.recipe or recipe_from_brief(brief))
     if brief.pins.stated():
-        return pinned_search(
-            model,
-            hardware,
-            brief,
-            batch_note,
-            strategies=strategies,
-            objective=objective,
-            **options,
-        )
-    space = _space(model, hardware, brief, strategies=strategies, **options)
+        return pinned_search(model, hardware, brief, batch_note, options)
+    space = _space(model, hardware, brief, options)
     if batch_note:
         space.notes.append(batch_note)
-    return _search(space, objective)
+    return _search(space, options.objective)
+
+
+def _replicated(
+    fastest: MemoryPlan,
+    framework: str,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    brief: TrainingBrief,
+    options: SearchOptions,
+) -> MemoryPlan:
+    """The plan a replicating framework runs: DDP, with what the fastest setup would gain.
+
+    PyTorch DDP, Horovod and TensorFlow's mirrored strategies keep a full replica per GPU and
+    implement no ZeRO stage or tensor/pipeline split, so when replicas fit, the plan is the
+    fastest DDP setup and says how much faster the search's pick would be on DeepSpeed.
+    """
+    if not replicas_fit(fastest) or fastest.chosen_setup.family() == Setup("ddp"):
+        return fastest
+    ddp = options.but(strategies=["ddp"], tensor_parallel=1, pipeline_parallel=1)
+    plan = run_search(model, hardware, brief, ddp)
+    ours, best = plan.speed, fastest.speed
+    if ours and best and ours.tokens_per_s and best.tokens_per_s:
+        gain = best.tokens_per_s / ours.tokens_per_s - 1
+        plan.assumptions.insert(
+            0,
+            f"{framework} replicates the model on every GPU, so the plan runs DDP; the fastest "
+            f"setup searched ({fastest.chosen_label}, on DeepSpeed) is predicted {gain:.0%} "
+            "faster",
+        )
+    return plan
 
 
 def _search(space: _Space, objective: Objective) -> MemoryPlan:
@@ -320,8 +335,8 @@ def pinned_search(
     model: ModelSpec,
     hardware: HardwareSpec,
     brief: TrainingBrief,
-    batch_note: str | None = None,
-    **options: Any,
+    batch_note: str | None,
+    options: SearchOptions,
 ) -> MemoryPlan:
     """The search restricted to the request's pins; when nothing fits them, the unpinned plan.
 
@@ -333,26 +348,24 @@ def pinned_search(
     """
     pins = brief.pins
     wanted = " + ".join(pins.stated())
-    objective = options.pop("objective", "speed")
+    objective = options.objective
     unpinned = brief.model_copy(update={"pins": type(pins)()})
-    names: list[str] = [
-        check_strategy(s) for s in options.pop("strategies", None) or STRATEGY_ORDER
-    ]
+    names: list[str] = [check_strategy(s) for s in options.strategies or STRATEGY_ORDER]
     kept = [
         n
         for n in names
         if (pins.zero_stage is None or ZERO_STAGE[n] == pins.zero_stage)
         and (pins.offload is None or (n in OFFLOAD_STRATEGIES) == pins.offload)
     ]
-    tp = options.get("tensor_parallel") or pins.tensor_parallel
-    pp = options.get("pipeline_parallel") or pins.pipeline_parallel
-    pinned_options = {**options, "tensor_parallel": tp, "pipeline_parallel": pp}
+    tp = options.tensor_parallel or pins.tensor_parallel
+    pp = options.pipeline_parallel or pins.pipeline_parallel
     plan: MemoryPlan | None = None
     why = "no strategy has all of these"
     fits = False
     if kept:
         try:
-            space = _space(model, hardware, unpinned, strategies=kept, **pinned_options)
+            pinned = options.but(strategies=kept, tensor_parallel=tp, pipeline_parallel=pp)
+            space = _space(model, hardware, unpinned, pinned)
             if batch_note:
                 space.notes.append(batch_note)
             plan = _search(space, objective)
@@ -371,9 +384,7 @@ def pinned_search(
         return plan.model_copy(
             update={"assumptions": [f"pinned by the request: {wanted}", *plan.assumptions]}
         )
-    fallback = search_strategy(
-        model, hardware, unpinned, strategies=names, objective=objective, **options
-    )
+    fallback = run_search(model, hardware, unpinned, options.but(strategies=names))
     row = fallback.chosen_row
     if row is not None and row.fits:
         note = (
@@ -480,19 +491,11 @@ def check_pins(
 
 
 def _space(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    brief: TrainingBrief,
-    micro_batch_size: int | None = None,
-    activation_checkpointing: bool | None = None,
-    strategies: list[str] | None = None,
-    tensor_parallel: int | None = None,
-    pipeline_parallel: int | None = None,
-    recompute: str | None = None,
-    context_parallel: int | None = None,
-    recipe: Recipe | None = None,
+    model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief, options: SearchOptions
 ) -> _Space:
     """Check the batch arithmetic and the asked-for options; the space the search covers."""
+    strategies, micro_batch_size = options.strategies, options.micro_batch_size
+    tensor_parallel, pipeline_parallel = options.tensor_parallel, options.pipeline_parallel
     names = [check_strategy(s) for s in strategies] if strategies else list(STRATEGY_ORDER)
     names = sorted(set(names), key=STRATEGY_ORDER.index)
     notes: list[str] = []
@@ -508,10 +511,10 @@ def _space(
     )
     if micro_batch_size is not None and micro_batch_size < 1:
         raise InputError("micro_batch_size", "must be at least 1")
-    if recompute is not None:
-        policies: list[Recompute] = [check_recompute(recompute)]
-    elif activation_checkpointing is not None:
-        policies = ["full" if activation_checkpointing else "none"]
+    if options.recompute is not None:
+        policies: list[Recompute] = [check_recompute(options.recompute)]
+    elif options.activation_checkpointing is not None:
+        policies = ["full" if options.activation_checkpointing else "none"]
     else:
         policies = list(RECOMPUTE_POLICIES)
     ckpts = sorted({p != "none" for p in policies})
@@ -520,9 +523,9 @@ def _space(
         model, hardware, brief, precision, names, micro_batch_size, ckpts, notes, policies
     )
     space.pinned = (tensor_parallel, pipeline_parallel)
-    space.cp_pin = context_parallel
-    if recipe is not None:
-        space.recipe = resolve_recipe(recipe)
+    space.cp_pin = options.context_parallel
+    if options.recipe is not None:
+        space.recipe = resolve_recipe(options.recipe)
         space.notes.append(f"memory priced for: {space.recipe.describe()}")
         space.notes.extend(f"assumed {a}" for a in space.recipe.assumed)
     space.layouts = _layouts(space)
