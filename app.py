@@ -347,7 +347,7 @@ def _emit(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _write_json(path: Path | None, data: Any) -> None:
+def write_json(path: Path | None, data: Any) -> None:
     """Write ``data`` to what the user named (a device, FIFO or symlink is written through).
 
     Into a folder of ours (``--json out/x/plan.json``) it goes through the folder's manifest,
@@ -438,7 +438,7 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     plan = result.plan
     if not plan:
         raise TrainwrightError("the graph finished without a plan")
-    _write_json(args.json_path, plan)
+    write_json(args.json_path, plan)
     from tools.artifacts.text import summary_lines
 
     print("\n".join(summary_lines(plan, headline="framework")))
@@ -466,7 +466,7 @@ def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
     else:
         profile = {"hardware": parse_hardware(args.hardware).model_dump(mode="json")}
     if args.json_path:
-        _write_json(args.json_path, profile)
+        write_json(args.json_path, profile)
         print(json.dumps(profile, indent=2))
     else:
         print(profile_text(profile))
@@ -489,7 +489,7 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     request.check_source()
     check_output_path(args.json_path, "--json", "file")
     found = estimate(request)
-    _write_json(args.json_path, found.memory.model_dump(mode="json"))
+    write_json(args.json_path, found.memory.model_dump(mode="json"))
     lines = estimate_lines(found.model, found.hardware, found.brief, found.memory)
     note = found.batch_note
     print("\n".join([*lines, *([f"  assumed: {note}"] if note else [])]))
@@ -607,7 +607,7 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
         from tools.smoke.policy import horovod_note
 
         result = result.model_copy(update={"reason": f"{result.reason}; {horovod_note(False)}"})
-    _write_json(args.json_path, result.model_dump(mode="json"))
+    write_json(args.json_path, result.model_dump(mode="json"))
     print(smoke_lines(result))
     return 0 if result.status == "passed" else 1
 

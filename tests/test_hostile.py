@@ -33,7 +33,7 @@ from tools.planning import SearchOptions, search_strategy
 from tools.research.framework import select_framework
 from tools.research.hardware import parse_hardware
 from tools.research.model_catalog import lookup_model
-from tools.review.checks import _runs
+from tools.review.checks import runs_command
 
 CANARY = "pwned"
 # Each tries to run `touch pwned` in the working directory if any shell ever evaluates it.
@@ -211,7 +211,7 @@ def test_launch_files_quote_every_value_and_run_nothing_else(
     last = script_text.rstrip("\n").splitlines()[-1]
     assert last == shell_join([*job_command(spec.command), Shell('"$@"')])
     # The review reads the script the same way.
-    assert _runs(script_text, spec.command)
+    assert runs_command(script_text, spec.command)
 
     env = _fake_path(tmp_path)
     cwd = tmp_path / "cwd"

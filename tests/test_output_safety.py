@@ -175,7 +175,7 @@ def test_out_empty_string_is_refused(tmp_path: Path) -> None:
 
 
 def test_two_config_json_models_get_different_default_folders(tmp_path: Path) -> None:
-    from agents.intake import _default_out_dir
+    from agents.intake import default_out_dir
     from tools.intake.brief import brief_from_dict
 
     settings = Settings(out_dir=tmp_path / "out")
@@ -187,17 +187,17 @@ def test_two_config_json_models_get_different_default_folders(tmp_path: Path) ->
         b = brief_from_dict(
             {"model": str(tmp_path / name / "config.json"), "hardware": "1x8xA100-80GB"}
         )
-        folders.append(_default_out_dir(b, settings))
+        folders.append(default_out_dir(b, settings))
     assert folders[0] != folders[1]
     assert folders[0].name.startswith("a-") and folders[1].name.startswith("b-")  # readable
     again = brief_from_dict(
         {"model": str(tmp_path / "a" / "config.json"), "hardware": "1x8xA100-80GB"}
     )
-    assert _default_out_dir(again, settings) == folders[0]  # same request, same folder
+    assert default_out_dir(again, settings) == folders[0]  # same request, same folder
     other = brief_from_dict({"model": "llama-3-8b", "hardware": "1x8xA100-80GB"})
     bigger = brief_from_dict({"model": "llama-3-8b", "hardware": "2x8xA100-80GB"})
-    assert _default_out_dir(other, settings) != _default_out_dir(bigger, settings)
-    assert _default_out_dir(other, settings).name.startswith("llama-3-8b-")
+    assert default_out_dir(other, settings) != default_out_dir(bigger, settings)
+    assert default_out_dir(other, settings).name.startswith("llama-3-8b-")
 
 
 # The manifest itself.
@@ -659,7 +659,7 @@ def test_a_symlinked_subfolder_of_an_output_folder_is_never_written_through(
     tmp_path: Path,
 ) -> None:
     import tools.core.outputs as outputs
-    from app import _write_json
+    from app import write_json
 
     rep = tmp_path / "rep"
     claim(rep, create=True, force_flag=None)  # a report folder
@@ -676,14 +676,14 @@ def test_a_symlinked_subfolder_of_an_output_folder_is_never_written_through(
         lambda: remove_file(rep / "a", "report.md"),
         lambda: outputs.subfolder(rep, "a"),
         lambda: write_file(rep / "a" / "deeper", "report.md", "# plan\n"),
-        lambda: _write_json(rep / "a" / "plan.json", {"x": 1}),
+        lambda: write_json(rep / "a" / "plan.json", {"x": 1}),
     ):
         with pytest.raises(OutputRefused):
             call()
     # A link to a file inside our folder is not written through either, --json included.
     (rep / "latest.json").symlink_to(outside / "latest.json")
     with pytest.raises(OutputRefused):
-        _write_json(rep / "latest.json", {"x": 1})
+        write_json(rep / "latest.json", {"x": 1})
     assert list(outside.iterdir()) == []
 
 

@@ -14,7 +14,7 @@ from tools.core.errors import printable
 from tools.core.outputs import check_files, write_file
 from tools.core.schemas import MemoryPlan, ReportPaths, ScalingRow, TrainingPlan
 from tools.core.smoke_types import RunMode
-from tools.planning.memory import GB
+from tools.core.units import gb_text
 from tools.review import memory_comparison
 
 # ---- text from briefs, files, tools and LLMs, made inert ---------------------------------------
@@ -62,10 +62,6 @@ def md_code(value: object) -> str:
 def _no_controls(text: str) -> str:
     """A whole report without control characters or escapes (newlines kept): the safety net."""
     return "\n".join(line if line.isprintable() else one_line(line) for line in text.split("\n"))
-
-
-def _gb(n: int | float | None) -> str:
-    return "-" if n is None else f"{n / GB:.2f}"
 
 
 def render_markdown(plan: TrainingPlan) -> str:
@@ -214,11 +210,9 @@ def _memory_section(plan: TrainingPlan) -> list[str]:
         t = s.per_gpu_bytes
         mark = " (chosen)" if mem.is_chosen(s) else ""
         name = s.label
-        lines.append(
-            f"| {name}{mark} | {_gb(t.params)} | {_gb(t.gradients)} | {_gb(t.optimizer)} | "
-            f"{_gb(t.activations)} | {_gb(t.buffers)} | {_gb(t.total)} | {_gb(s.cpu_bytes_per_node)} | "
-            f"{'yes' if s.fits else 'no'} |"
-        )
+        terms = (t.params, t.gradients, t.optimizer, t.activations, t.buffers, t.total)
+        cells = [gb_text(n, 2, unit=False) for n in (*terms, s.cpu_bytes_per_node)]
+        lines.append(f"| {name}{mark} | " + " | ".join(cells) + f" | {'yes' if s.fits else 'no'} |")
     candidates = candidate_rows(mem)
     if len(candidates) > 1:
         lines += [

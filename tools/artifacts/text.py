@@ -12,6 +12,7 @@ from tools.artifacts.budget import budget_line
 from tools.artifacts.inference_report import inference_line
 from tools.core.errors import printable
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, SmokeResult, TrainingBrief
+from tools.core.units import GB, gb_text
 from tools.planning.alternatives import fit_line
 from tools.research.hardware import PACKAGES
 from tools.review import memory_comparison
@@ -277,7 +278,7 @@ def profile_text(profile: dict[str, Any]) -> str:
             f"cpu: {cpu['model'] or 'unknown model'}; {cpu['physical_cores'] or '?'} physical / "
             f"{cpu['logical_cores'] or '?'} logical cores ({cpu['usable_cores']} usable)",
             f"ram: {ram['total_gb']} GB total, {ram['available_gb']} GB available",
-            f"disk: {_gb(disk['free_gb'])} free of {_gb(disk['total_gb'])} at {disk['path']}",
+            f"disk: {_in_gb(disk['free_gb'])} free of {_in_gb(disk['total_gb'])} at {disk['path']}",
         ]
         lines.append(f"gpus: {profile['gpu_summary']}")
         for device in profile["gpus"]:
@@ -315,10 +316,6 @@ def profile_text(profile: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _gb(value: float | None) -> str:
-    return f"{value} GB" if value is not None else "?"
-
-
 def _topology_line(topology: dict[str, Any] | None) -> str:
     if topology is None:
         return "unknown (no nvidia-smi topo -m)"
@@ -347,3 +344,8 @@ def event_text(chunk: dict[str, Any]) -> str:
     """The text of one node event, as the CLI and the chat show it after ``[agent] ``."""
     fmt = _EVENT_TEXT.get(str(chunk.get("kind")), "{text}")
     return fmt.format(text=chunk.get("text", ""))
+
+
+def _in_gb(value: float | None) -> str:
+    """A profile's figure that is already in GB (one decimal), as a line shows it."""
+    return gb_text(value * GB if value is not None else None, missing="?")

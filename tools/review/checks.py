@@ -215,7 +215,7 @@ def check_launch(
     script = launch.files.get("launch.sh")
     if script is None:
         problems.append("no launch.sh was written")
-    elif not _runs(_read_text(script), command):
+    elif not runs_command(_read_text(script), command):
         problems.append("launch.sh does not run the plan's launch command")
     if problems:
         return [_error("launch_agrees", "; ".join(problems), fix)]
@@ -411,7 +411,7 @@ def check_memory(memory: MemoryPlan | None, framework: FrameworkChoice) -> list[
     ]
 
 
-def _runs(script: str, command: list[str]) -> bool:
+def runs_command(script: str, command: list[str]) -> bool:
     """Whether a line of the script is the command, as the shell splits it.
 
     An argument written as shell text (``"$MEGATRON_DIR/pretrain_gpt.py"``,

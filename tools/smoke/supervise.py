@@ -75,7 +75,7 @@ _RLIMIT_SHIM = (
     "if n: resource.setrlimit(resource.RLIMIT_AS, (n, n))\n"
     "os.execv(sys.argv[3], sys.argv[3:])"
 )
-_PROGRESS = re.compile(r"^step \d+/\d+ ")
+PROGRESS_LINE = re.compile(r"^step \d+/\d+ ")
 
 
 class Outcome:
@@ -701,7 +701,7 @@ def _pump_log(
     *lines, pending = (pending + chunk).split(b"\n")
     for raw in lines:
         line = raw.decode("utf-8", "replace").strip()
-        if _PROGRESS.match(line):
+        if PROGRESS_LINE.match(line):
             outcome.last_progress = line
             if on_progress is not None:
                 on_progress(line)
