@@ -59,14 +59,39 @@ def test_each_command_has_exactly_its_flags() -> None:
 
 
 def test_estimate_flags_are_the_request_fields_one_for_one() -> None:
+    """Each estimate flag is a field of EstimateRequest, spelled ``--`` + the field with dashes.
+
+    A flag added without a field, or a field without a flag, fails here.
+    """
     sub = _commands()["estimate"]
-    dests = {a.dest for a in sub._actions if a.option_strings and a.dest != "help"}
-    assert dests - {"json_path"} == set(EstimateRequest.model_fields)
+    actions = [a for a in sub._actions if a.option_strings and a.dest not in ("help", "json_path")]
+    assert {a.dest for a in actions} == set(EstimateRequest.model_fields)
+    for action in actions:
+        assert action.option_strings == ["--" + action.dest.replace("_", "-")], action.dest
     args = app.build_parser().parse_args(
         ["estimate", "--model", "llama-3-8b", "--tp", "2", "--seq-len", "4096", "--qlora"]
     )
     request = app.estimate_request(args)
     assert request == EstimateRequest(model="llama-3-8b", tp=2, seq_len=4096, qlora=True)
+
+
+def test_every_estimate_flag_reaches_its_request_field() -> None:
+    """Each flag given alone sets its field and only its field (none is dropped or renamed)."""
+    sub = _commands()["estimate"]
+    for action in sub._actions:
+        if not action.option_strings or action.dest in ("help", "json_path"):
+            continue
+        flag = action.option_strings[0]
+        if action.nargs == 0:
+            argv, expected = [flag], True
+        elif action.type is int:
+            argv, expected = [flag, "3"], 3
+        else:
+            argv, expected = [flag, "x.yaml"], "x.yaml"
+        request = app.estimate_request(app.build_parser().parse_args(["estimate", *argv]))
+        given = request.model_dump(exclude_defaults=True)
+        got = given.get(action.dest)
+        assert list(given) == [action.dest] and str(got) == str(expected), (flag, given)
 
 
 def _spec(*flags: str) -> SmokeSpec:
