@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 from tools.core.settings import SMOKE_FAULTS
@@ -114,6 +115,25 @@ def _dotted(node: ast.expr, names: dict[str, str]) -> str | None:
     return None
 
 
+def _named_by_call(node: ast.Call, names: dict[str, str], module: str) -> list[str]:
+    """Private names a call reaches by string: ``getattr(m, "_x")``, ``monkeypatch.setattr``
+    with a module and a name or with one dotted string (``"tools.a._x"``)."""
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if called not in ("getattr", "setattr", "delattr", "hasattr") or not node.args:
+        return []
+    first, rest = node.args[0], node.args[1:]
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        target, _, name = first.value.rpartition(".")  # monkeypatch.setattr("a.b._x", value)
+    elif rest and isinstance(rest[0], ast.Constant) and isinstance(rest[0].value, str):
+        target, name = _dotted(first, names) or "", rest[0].value
+    else:
+        return []
+    if target in MODULES and target != module and _private(name):
+        return [f"{target}.{name}"]
+    return []
+
+
 def _private_uses(path: Path) -> list[tuple[int, str]]:
     """(line, module.name) for every private name of another module of ours that ``path`` uses."""
     module = _module_name(path)
@@ -130,13 +150,8 @@ def _private_uses(path: Path) -> list[tuple[int, str]]:
             target = _dotted(node.value, names)
             if target is not None and target != module:
                 found.append((node.lineno, f"{target}.{node.attr}"))
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "setattr":
-            # monkeypatch.setattr(module, "_name", ...)
-            if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
-                target = _dotted(node.args[0], names)
-                name = str(node.args[1].value)
-                if target is not None and _private(name):
-                    found.append((node.lineno, f"{target}.{name}"))
+        elif isinstance(node, ast.Call):
+            found += [(node.lineno, name) for name in _named_by_call(node, names, module)]
     return found
 
 
@@ -155,28 +170,53 @@ def test_tests_use_private_names_only_where_listed() -> None:
     assert set(TEST_PRIVATES) - used == set(), "listed but no longer used: drop it from the list"
 
 
-def test_a_setup_is_spelled_by_setup_label_only() -> None:
-    """No other module writes ``+tp``/``+pp``/``+vpp``/``+cp``/``+ep`` followed by a degree.
+# A degree written after its axis name (``+tp8``, ``tp2xpp2``, ``:cp4``): a setup being spelled.
+_AXIS_BEFORE_DEGREE = re.compile(r"(?:^|[^A-Za-z])(?:tp|pp|vpp|cp|ep|dp)$")
+# Not setups, or not Setup.label's to spell: the inference plan's serving degrees (``tp2+pp2``,
+# the why_not keys of its own contract), and the smoke result's ``mode`` string, which keeps
+# the spelling earlier plans carry (``native-3d:tp2xpp2xdp1``; readers use ``run_mode``).
+SPELLING_ALLOWED = {
+    "tools/core/setup.py": "Setup.label itself",
+    "tools/planning/inference.py": "serving degrees, the inference contract's keys",
+    "tools/core/smoke_types.py": "RunMode.text: the contract's legacy mode string",
+}
 
-    Not setups: the inference plan's serving degrees (``tp2+pp2``, the why_not keys of its own
-    contract, tools/planning/inference.py).
-    """
-    allowed = {"tools/core/setup.py", "tools/planning/inference.py"}
+
+def _spellings(tree: ast.Module) -> list[int]:
+    """Lines of f-strings that write an axis name followed by a degree."""
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.JoinedStr):
+            continue
+        for piece, after in zip(node.values, node.values[1:], strict=False):
+            text = str(piece.value) if isinstance(piece, ast.Constant) else ""
+            if isinstance(after, ast.FormattedValue) and _AXIS_BEFORE_DEGREE.search(text):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_a_setup_is_spelled_by_setup_label_only() -> None:
+    """No other module writes ``tp``/``pp``/``vpp``/``cp``/``ep``/``dp`` followed by a degree."""
     spelled = []
     for path in _files(("app", *PRODUCT)):
         rel = str(path.relative_to(ROOT))
-        if rel in allowed or _standalone(path):
+        if rel in SPELLING_ALLOWED or _standalone(path):
             continue
-        for node in ast.walk(_tree(path)):
-            if not isinstance(node, ast.JoinedStr):
-                continue
-            for piece, after in zip(node.values, node.values[1:], strict=False):
-                text = piece.value if isinstance(piece, ast.Constant) else ""
-                if isinstance(after, ast.FormattedValue) and str(text).endswith(
-                    ("+tp", "+pp", "+vpp", "+cp", "+ep")
-                ):
-                    spelled.append(f"{rel}:{node.lineno}")
+        spelled += [f"{rel}:{line}" for line in _spellings(_tree(path))]
     assert spelled == [], "setups spelled outside Setup.label():\n" + "\n".join(spelled)
+
+
+def test_the_spelling_check_sees_the_ways_a_setup_was_spelled() -> None:
+    """The check fires on the spellings that drifted before (a label without ``+cp``, a tuple)."""
+    for source in (
+        'f"{name}+tp{tp}"',
+        'f"{s}+tp{t}+pp{p}" + (f"+cp{c}" if c > 1 else "")',
+        'f"native-3d:tp{tp}xpp{pp}xdp{dp}"',
+        'f"tp{t}"',
+    ):
+        assert _spellings(ast.parse(source)), source
+    for prose in ('f"step {n}"', 'f"tensor parallel {tp} x pipeline {pp}"', 'f"setup {x}"'):
+        assert not _spellings(ast.parse(prose)), prose
 
 
 def _tuple_of_strings(node: ast.AST) -> set[str] | None:
