@@ -101,7 +101,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
             check_count(flag, value, int(least), int(most))
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per command (tests/test_cli_flags.py freezes the flags)."""
     p = _Parser(
         prog="trainwright", description="Plan, configure and smoke-test distributed training."
     )
@@ -346,7 +347,7 @@ def _emit(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _write_json(path: Path | None, data: Any) -> None:
+def write_json(path: Path | None, data: Any) -> None:
     """Write ``data`` to what the user named (a device, FIFO or symlink is written through).
 
     Into a folder of ours (``--json out/x/plan.json``) it goes through the folder's manifest,
@@ -437,7 +438,7 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     plan = result.plan
     if not plan:
         raise TrainwrightError("the graph finished without a plan")
-    _write_json(args.json_path, plan)
+    write_json(args.json_path, plan)
     from tools.artifacts.text import summary_lines
 
     print("\n".join(summary_lines(plan, headline="framework")))
@@ -465,175 +466,40 @@ def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
     else:
         profile = {"hardware": parse_hardware(args.hardware).model_dump(mode="json")}
     if args.json_path:
-        _write_json(args.json_path, profile)
+        write_json(args.json_path, profile)
         print(json.dumps(profile, indent=2))
     else:
         print(profile_text(profile))
     return 0
 
 
-# The search's field names, as ``estimate`` spells them on the command line.
-ESTIMATE_FLAGS = {
-    "tensor_parallel": "--tp",
-    "pipeline_parallel": "--pp",
-    "micro_batch_size": "--micro-batch",
-    "strategy": "--strategy",
-    "strategies": "--strategy",
-    "checkpointing": "--checkpointing",
-    "global_batch_size": "--global-batch",
-    "framework": "--framework",
-    "precision": "--precision",
-    "optimizer": "--optimizer",
-    "grad_accum": "--grad-accum",
-    "lora_rank": "--lora-rank",
-    "qlora": "--qlora",
-    "cp": "--cp",
-    "context_parallel": "--cp",
-}
+def estimate_request(args: argparse.Namespace) -> Any:
+    """The ``EstimateRequest`` the estimate flags describe (one field per flag)."""
+    from tools.planning.estimate import EstimateRequest
 
-RECIPE_FLAGS = ("framework", "optimizer", "grad_accum", "lora_rank", "qlora", "cp")
-
-
-def _estimate_recipe(args: argparse.Namespace) -> Any:
-    """The recipe the estimate flags name (None when they name none: DeepSpeed's default)."""
-    from tools.planning.recipe import PRECISIONS, Recipe, resolve_recipe
-
-    if args.precision is not None and args.precision not in PRECISIONS:
-        raise InputError(
-            "--precision", f"unknown precision {args.precision!r}; use {' | '.join(PRECISIONS)}"
-        )
-    named = [f for f in RECIPE_FLAGS if getattr(args, f, None) is not None]
-    named = [f for f in named if getattr(args, f) is not False]  # store_true flags left off
-    special = args.precision in ("pure-bf16", "fp8")
-    selective_op = args.checkpointing == "selective-op"
-    if not (named or special or selective_op or args.activation_offload):
-        return None
-    recipe = Recipe(
-        framework=args.framework or "deepspeed",
-        precision=args.precision if args.precision not in (None, "auto") else "bf16",
-        optimizer=args.optimizer or "adamw",
-        checkpointing="selective-op" if selective_op else None,
-        lora_rank=args.lora_rank,
-        qlora=bool(args.qlora),
-        activation_offload=bool(args.activation_offload),
-    )
-    try:
-        return resolve_recipe(recipe)
-    except InputError as exc:
-        raise InputError(ESTIMATE_FLAGS.get(exc.field, exc.field), exc.message) from None
-
-
-def _micro_for_grad_accum(
-    args: argparse.Namespace, brief: Any, world: int, defaulted: bool = False
-) -> int | None:
-    """The micro-batch that ``--grad-accum N`` implies for the pinned (or data-only) layout.
-
-    ``defaulted``: the global batch is the planner's default (no ``--global-batch``).
-    """
-    if args.grad_accum is None:
-        return args.micro_batch
-    split = (args.tp or 1) * (args.pp or 1) * (args.cp or 1)
-    dp = max(1, world // split)
-    per_rank = brief.batch // dp if brief.batch % dp == 0 else 0
-    if not per_rank or per_rank % args.grad_accum:
-        raise InputError(
-            "--grad-accum",
-            f"{args.grad_accum} must divide the {brief.batch // dp if dp else 0} sequences per "
-            f"data-parallel rank ({brief.batch} over {dp} ranks"
-            + ("; the default global batch: set --global-batch" if defaulted else "")
-            + ")",
-        )
-    micro = per_rank // args.grad_accum
-    if args.micro_batch is not None and args.micro_batch != micro:
-        raise InputError(
-            "--grad-accum",
-            f"with --micro-batch {args.micro_batch} it would be {per_rank // args.micro_batch}",
-        )
-    return micro
+    return EstimateRequest(**{name: getattr(args, name) for name in EstimateRequest.model_fields})
 
 
 def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     """Print every strategy's memory per GPU, term by term, and the choice."""
     from tools.artifacts.text import estimate_lines
-    from tools.core.strategies import check_recompute, check_strategy
-    from tools.intake.brief import brief_from_dict, load_brief
-    from tools.intake.hardware_text import network_fields
-    from tools.planning import search_strategy
-    from tools.research.hardware import hardware_for_brief
-    from tools.research.model_catalog import lookup_model
+    from tools.planning.estimate import estimate
 
-    if (args.brief is None) == (args.model is None):
-        raise InputError("estimate", "give either --brief FILE or --model M")
+    request = estimate_request(args)
+    request.check_source()
     check_output_path(args.json_path, "--json", "file")
-    data = load_brief(args.brief).model_dump(mode="json") if args.brief else {"model": args.model}
-    recipe = _estimate_recipe(args)
-    flags = {
-        "hardware": args.hardware,
-        "task": "lora" if recipe is not None and recipe.lora_rank else args.task,
-        "seq_len": args.seq_len,
-        "global_batch_size": args.global_batch,
-        # pure-bf16 and fp8 compute in bf16; the recipe carries the difference.
-        "precision": "bf16" if args.precision in ("pure-bf16", "fp8") else args.precision,
-    }
-    data.update({k: v for k, v in flags.items() if v is not None})
-    brief = brief_from_dict(data)
-    if args.interconnect is not None:
-        # The brief's network fields; a rate per GPU needs the node's GPU count.
-        data.update(network_fields(args.interconnect, hardware_for_brief(brief).gpus_per_node))
-        brief = brief_from_dict(data)
-    if brief.model is None:
-        raise InputError(
-            "brief.model", "an agent-app brief trains nothing, so there is no memory to estimate"
-        )
-    if args.strategy is not None:
-        check_strategy(args.strategy, "--strategy")
-    recompute = "selective" if args.checkpointing == "selective-op" else args.checkpointing
-    if recompute is not None:
-        check_recompute(recompute, "--checkpointing")
-    hw = hardware_for_brief(brief)
-    model = lookup_model(brief.model, brief.seq_len)
-    batch_note = None
-    if args.grad_accum is not None and brief.global_batch_size is None:
-        # --grad-accum sets the micro-batch from the global batch: without --global-batch, the
-        # planner's default (tools/planning/batch.py), said so in the output and the JSON.
-        from tools.planning.batch import resolve_batch
-
-        brief, batch_note = resolve_batch(brief, model, hw)
-    micro = _micro_for_grad_accum(args, brief, hw.world_size, defaulted=batch_note is not None)
-    try:
-        memory = search_strategy(
-            model,
-            hw,
-            brief,
-            micro_batch_size=micro,
-            strategies=[args.strategy] if args.strategy else None,
-            tensor_parallel=args.tp,
-            pipeline_parallel=args.pp,
-            recompute=recompute,
-            context_parallel=args.cp,
-            recipe=recipe,
-        )
-    except InputError as exc:
-        # The search names its own fields; on this command line they are flags.
-        flag = ESTIMATE_FLAGS.get(exc.field)
-        if flag == "--micro-batch" and args.micro_batch is None and args.grad_accum is not None:
-            flag = "--grad-accum"
-        elif flag is None or (flag == "--micro-batch" and args.micro_batch is None):
-            raise
-        raise InputError(flag, exc.message) from None
-    if batch_note is not None:
-        memory.assumptions.insert(0, batch_note)
-    _write_json(args.json_path, memory.model_dump(mode="json"))
-    lines = estimate_lines(model, hw, brief, memory)
-    print("\n".join([*lines, *([f"  assumed: {batch_note}"] if batch_note else [])]))
+    found = estimate(request)
+    write_json(args.json_path, found.memory.model_dump(mode="json"))
+    lines = estimate_lines(found.model, found.hardware, found.brief, found.memory)
+    note = found.batch_note
+    print("\n".join([*lines, *([f"  assumed: {note}"] if note else [])]))
     return 0
 
 
-def _check_smoke_args(args: argparse.Namespace) -> int | None:
+def check_smoke_args(args: argparse.Namespace) -> int | None:
     """One line and exit 2 for a bad smoke flag; the memory cap in bytes (None: default)."""
-    from tools.core.settings import parse_memory_cap
+    from tools.core.settings import SMOKE_FAULTS, parse_memory_cap
     from tools.core.strategies import check_strategy
-    from tools.smoke import INJECT_KINDS
 
     ranks = (args.tp or 1) * (args.pp or 1) * (args.dp or 1)
     if ranks > SMOKE_LOCAL_RANKS_MAX:
@@ -663,8 +529,8 @@ def _check_smoke_args(args: argparse.Namespace) -> int | None:
         raise InputError(
             "--recompute", "is for ddp and fsdp; a DeepSpeed run recomputes as its config says"
         )
-    if args.inject is not None and args.inject not in INJECT_KINDS:
-        raise InputError("--inject", f"must be one of {', '.join(INJECT_KINDS)}")
+    if args.inject is not None and args.inject not in SMOKE_FAULTS:
+        raise InputError("--inject", f"must be one of {', '.join(SMOKE_FAULTS)}")
     check_output_path(args.run_dir, "--run-dir", "dir")
     check_output_path(args.json_path, "--json", "file")
     return None if args.memory_cap is None else parse_memory_cap(args.memory_cap)
@@ -675,43 +541,35 @@ def _smoke_strategy(args: argparse.Namespace) -> str:
     return "ddp" if args.framework == "horovod" else args.strategy
 
 
-def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
-    """Run one smoke test; exit 0 when it passed, 1 when it failed, 2 on bad input."""
-    from tools.artifacts.deepspeed_config import smoke_ds_config
-    from tools.artifacts.text import smoke_lines
-    from tools.research.hardware import profile_local
-    from tools.research.model_catalog import lookup_model
-    from tools.smoke import run_smoke_test, stop_on_sigterm
+def smoke_spec(
+    args: argparse.Namespace, settings: Settings, model: Any, memory_cap: int | None
+) -> Any:
+    """The ``SmokeSpec`` the smoke flags describe (tools/smoke/spec.py), flags already checked."""
+    from tools.smoke import DeepSpeedRun, LayoutRun, SmokeSpec, TensorFlowRun, TorchrunRun
 
-    memory_cap = _check_smoke_args(args)
-    # A SIGTERM to the CLI then stops the run's process groups too (finally blocks run).
-    stop_on_sigterm()
-    model = lookup_model(args.model, args.seq_len or 1024)
+    common: dict[str, Any] = {
+        "steps": args.steps,
+        "run_dir": args.run_dir,
+        "inject": args.inject,
+        "inject_step": args.inject_step,
+        "timeout_s": args.timeout,
+        "memory_cap": memory_cap,
+        "force": args.force,
+    }
     if args.framework == "tensorflow":
-        from tools.smoke.tf_runner import run_tf_smoke
-
-        result = run_tf_smoke(
-            model,
-            settings,
-            steps=args.steps,
-            run_dir=args.run_dir,
-            on_progress=_emit,
-            inject=args.inject,
-            inject_step=args.inject_step,
-            timeout_s=args.timeout,
-            memory_cap=memory_cap,
-            force=args.force,
-        )
-        _write_json(args.json_path, result.model_dump(mode="json"))
-        print(smoke_lines(result))
-        return 0 if result.status == "passed" else 1
-    layout = None
-    if args.tp is not None or args.pp is not None:
-        layout = (args.tp or 1, args.pp or 1, args.dp or 1)
+        return SmokeSpec(mode=TensorFlowRun(), **common)
     strategy = _smoke_strategy(args)
-    torchrun = strategy in ("ddp", "fsdp") or layout is not None
-    config = None
-    if not torchrun:
+    if args.tp is not None or args.pp is not None:
+        # The layout's data-parallel part: ZeRO-1 over dp > 1, else none.
+        mode: Any = LayoutRun.of(args.tp or 1, args.pp or 1, args.dp or 1, args.pp_schedule)
+        strategy = mode.setup.strategy
+    elif strategy in ("ddp", "fsdp"):
+        fsdp: Any = (args.fsdp_sharding or "full") if strategy == "fsdp" else None
+        mode = TorchrunRun(fsdp=fsdp, recompute=args.recompute)
+    else:
+        from tools.artifacts.deepspeed_config import smoke_ds_config
+        from tools.research.hardware import profile_local
+
         config = smoke_ds_config(
             model,
             strategy,
@@ -720,34 +578,36 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
             micro_batch_size=args.micro_batch,
             gpu=profile_local().gpu,
         )
-    result = run_smoke_test(
-        model,
-        config,
-        settings,
-        steps=args.steps,
+        mode = DeepSpeedRun(config) if config is not None else TorchrunRun()
+    return SmokeSpec(
+        mode=mode,
         micro_batch_size=args.micro_batch,
         seq_len=args.seq_len,
         world_size=args.world_size,
-        # A layout run's data-parallel part: ZeRO-1 over dp > 1, else none.
-        strategy=strategy if layout is None else ("zero1" if layout[2] > 1 else "ddp"),
-        run_dir=args.run_dir,
-        on_progress=_emit,
+        strategy=strategy,
         nodes=args.nodes,
-        inject=args.inject,
-        inject_step=args.inject_step,
-        timeout_s=args.timeout,
-        memory_cap=memory_cap,
-        force=args.force,
-        fsdp=(args.fsdp_sharding or "full") if strategy == "fsdp" else None,
-        activation_checkpointing=args.recompute if torchrun else None,
-        layout=layout,
-        pp_schedule=args.pp_schedule,
+        **common,
+    )
+
+
+def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
+    """Run one smoke test; exit 0 when it passed, 1 when it failed, 2 on bad input."""
+    from tools.artifacts.text import smoke_lines
+    from tools.research.model_catalog import lookup_model
+    from tools.smoke import run_smoke_test, stop_on_sigterm
+
+    memory_cap = check_smoke_args(args)
+    # A SIGTERM to the CLI then stops the run's process groups too (finally blocks run).
+    stop_on_sigterm()
+    model = lookup_model(args.model, args.seq_len or 1024)
+    result = run_smoke_test(
+        model, smoke_spec(args, settings, model, memory_cap), settings, on_progress=_emit
     )
     if args.framework == "horovod":
         from tools.smoke.policy import horovod_note
 
         result = result.model_copy(update={"reason": f"{result.reason}; {horovod_note(False)}"})
-    _write_json(args.json_path, result.model_dump(mode="json"))
+    write_json(args.json_path, result.model_dump(mode="json"))
     print(smoke_lines(result))
     return 0 if result.status == "passed" else 1
 
@@ -864,7 +724,7 @@ def _quiet_broken_pipe() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``python app.py`` and the ``trainwright`` console script."""
-    args = _build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     disable_telemetry()
     debug = os.environ.get("TRAINWRIGHT_DEBUG") == "1"
     stopper = _Stopper()

@@ -45,7 +45,7 @@ _INPUT_KEYS = ("request", "brief", "overrides", "out_dir", "smoke")
 SERVED_NO_SMOKE = "server: no smoke run; the input did not ask for one (set smoke: true)"
 
 
-def _default_out_dir(brief: TrainingBrief, settings: Settings) -> Path:
+def default_out_dir(brief: TrainingBrief, settings: Settings) -> Path:
     """out/<model name>-<digest>, or out/<task>-<digest> for an agent application.
 
     The digest (8 hex of the brief's SHA-256, with a model file's absolute path) makes the
@@ -74,7 +74,7 @@ def _out_dir(state: Mapping[str, Any], brief: TrainingBrief, settings: Settings)
     """
     chosen = state.get("out_dir")
     if not chosen:
-        return str(_default_out_dir(brief, settings))
+        return str(default_out_dir(brief, settings))
     if settings.serve_root is not None:
         return str(confined(settings.serve_root, str(chosen)))
     return str(chosen)

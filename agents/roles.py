@@ -148,7 +148,7 @@ RESEARCHER = RoleSpec(
         ),
         Fallback("select_framework", lambda ws: ws.framework is None),
     ),
-    products=("hardware", "model", "framework"),
+    products=("hardware", "model", "framework", "searched"),
 )
 
 
@@ -222,8 +222,8 @@ def _inference_round(ws: Workspace) -> dict[str, Any]:
 def _engineer_finish(ws: Workspace) -> None:
     if ws.smoke is None and ws.smoke_runs:
         # The round's one smoke run was started and did not finish with a result: no second.
-        ws.smoke = SmokeResult(
-            status="failed", reason="launcher_error: the smoke run of this round did not finish"
+        ws.smoke = SmokeResult(status="failed").failed(
+            "launcher_error", "the smoke run of this round did not finish"
         )
     if ws.smoke is None:
         if ws.brief.smoke:

@@ -14,7 +14,7 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-from agents.workspace import Workspace, need
+from agents.workspace import SearchRecord, Workspace, need, search_inputs
 from tools.core.errors import InputError, shown
 from tools.core.schemas import (
     HardwareSpec,
@@ -24,10 +24,9 @@ from tools.core.schemas import (
     ModelSpec,
     SmokeResult,
     StrategyName,
-    TrainingBrief,
 )
 from tools.core.strategies import STRATEGY_ORDER
-from tools.research.framework import DEEPSPEED_FRAMEWORKS, REPLICATING_FRAMEWORKS, replicas_fit
+from tools.research.framework import DEEPSPEED_FRAMEWORKS, REPLICATING_FRAMEWORKS
 from tools.smoke.policy import (
     fsdp_smoke,
     runs_deepspeed,
@@ -36,6 +35,7 @@ from tools.smoke.policy import (
     smoke_layout,
     with_horovod_note,
 )
+from tools.smoke.spec import SmokeMode
 
 # ---- argument schemas: what the model reads --------------------------------------------------
 
@@ -202,49 +202,6 @@ def brief_model(ws: Workspace, model: str | ModelParams | ModelShape, seq_len: i
         raise
 
 
-def _replicated(
-    fastest: MemoryPlan,
-    framework: str,
-    model: ModelSpec,
-    hw: HardwareSpec,
-    brief: TrainingBrief,
-    micro_batch_size: int | None,
-) -> MemoryPlan:
-    """The plan a replicating framework runs: DDP, with what the fastest setup would gain.
-
-    PyTorch DDP, Horovod and TensorFlow's mirrored strategies keep a full replica per GPU and
-    implement no ZeRO stage or tensor/pipeline split, so when replicas fit, the plan is the
-    fastest DDP setup and says how much faster the search's pick would be on DeepSpeed.
-    """
-    from tools.planning import search_strategy
-    from tools.planning.explain import label as setup_label
-
-    row = fastest.chosen_row
-    label = setup_label(row) if row is not None else fastest.chosen
-    if not replicas_fit(fastest) or (
-        fastest.chosen == "ddp" and fastest.tensor_parallel * fastest.pipeline_parallel == 1
-    ):
-        return fastest
-    plan = search_strategy(
-        model,
-        hw,
-        brief,
-        micro_batch_size=micro_batch_size,
-        strategies=["ddp"],
-        tensor_parallel=1,
-        pipeline_parallel=1,
-    )
-    ours, best = plan.speed, fastest.speed
-    if ours and best and ours.tokens_per_s and best.tokens_per_s:
-        gain = best.tokens_per_s / ours.tokens_per_s - 1
-        plan.assumptions.insert(
-            0,
-            f"{framework} replicates the model on every GPU, so the plan runs DDP; the fastest "
-            f"setup searched ({label}, on DeepSpeed) is predicted {gain:.0%} faster",
-        )
-    return plan
-
-
 def _dump(obj: BaseModel | dict[str, Any], **exclude: Any) -> str:
     data = (
         obj.model_dump(mode="json", exclude=exclude or None) if isinstance(obj, BaseModel) else obj
@@ -290,8 +247,12 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
             ws.framework = serving_framework(ws.brief)
         else:
             model = need(ws.model, "the model", "lookup_model")
-            # The same search the engineer runs: the framework is chosen for the setup the plan uses.
-            ws.framework = _select(ws.brief, hw, model, search_strategy(model, hw, ws.brief))
+            # The search the engineer reuses: the framework is chosen for the setup the plan uses.
+            searched = search_strategy(model, hw, ws.brief)
+            ws.searched = SearchRecord(
+                inputs=search_inputs(ws.brief, hw, model), plan=searched, speed=searched.speed
+            )
+            ws.framework = _select(ws.brief, hw, model, searched)
         if ws.framework.primary != "torchtitan" and (note := torchtitan_note(ws.brief.goal)):
             ws.framework.rationale += f" {note}."
         ws.progress(f"framework: {ws.framework.primary}")
@@ -334,7 +295,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
     from tools.artifacts.deepspeed_config import planned_total_steps
     from tools.artifacts.ds_validate import validate_deepspeed_config
     from tools.artifacts.launch import emit_launch as _emit_launch
-    from tools.planning import data_parallel_size, search_strategy
+    from tools.planning import SearchOptions, data_parallel_size, search_strategy
     from tools.research.framework import follow_setup
 
     def plan_parallelism(
@@ -348,17 +309,18 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         strategies: list[str] | None = (
             list(STRATEGY_ORDER[STRATEGY_ORDER.index(min_strategy) :]) if min_strategy else None
         )
-        ws.memory = search_strategy(
-            model,
-            hw,
-            ws.brief,
+        fw = ws.framework
+        options = SearchOptions(
             micro_batch_size=micro_batch_size,
             activation_checkpointing=activation_checkpointing,
             strategies=strategies,
+            replicating=fw.primary if fw and fw.primary in REPLICATING_FRAMEWORKS else None,
         )
-        fw = ws.framework
-        if fw is not None and fw.primary in REPLICATING_FRAMEWORKS and strategies is None:
-            ws.memory = _replicated(ws.memory, fw.primary, model, hw, ws.brief, micro_batch_size)
+        # The researcher's search, when it was for this brief, hardware and model: not rerun.
+        reuse = ws.searched.reused() if ws.searched is not None else None
+        if ws.searched is not None and ws.searched.inputs != search_inputs(ws.brief, hw, model):
+            reuse = None
+        ws.memory = search_strategy(model, hw, ws.brief, options, searched=reuse)
         if ws.batch_note and ws.batch_note not in ws.memory.assumptions:
             ws.memory.assumptions.insert(0, ws.batch_note)
         ws.deepspeed_config = None
@@ -437,13 +399,14 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
 
 def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
     """Run (or skip) the smoke test for the workspace's plan and attach the predicted peak memory."""
+    from tools.smoke import SmokeSpec, TensorFlowRun, run_smoke_test
+
     skipped = skip_reason(ws.brief, ws.framework)
     if skipped is not None:
         return SmokeResult(status="skipped", reason=skipped)
     model = need(ws.model, "the model", "lookup_model")
     tensorflow = runs_tensorflow(ws.framework)
     memory = None if tensorflow else need(ws.memory, "the memory plan", "plan_parallelism")
-    config, torch_args = (None, {}) if memory is None else _torch_smoke_args(ws, model, memory)
     # Testing aid (Settings.smoke_inject): a real fault in the plan's first run, or in every run.
     inject = ws.settings.smoke_fault(first_run=ws.first_round and ws.smoke_runs == 0)
     ws.smoke_runs += 1
@@ -453,56 +416,44 @@ def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
         + (f", injecting {inject} (smoke_inject)" if inject else "")
     )
     if memory is None:
-        from tools.smoke.tf_runner import run_tf_smoke
-
-        result = run_tf_smoke(
-            model, ws.settings, steps=steps, on_progress=ws.progress, inject=inject
-        )
+        spec = SmokeSpec(mode=TensorFlowRun(), steps=steps, inject=inject)
     else:
-        from tools.smoke import run_smoke_test as _run
-
-        result = _run(
-            model,
-            config,
-            ws.settings,
+        spec = SmokeSpec(
+            mode=_torch_smoke_mode(ws, model, memory),
             steps=steps,
             micro_batch_size=1,
             strategy=memory.chosen,
-            on_progress=ws.progress,
             task=ws.brief.task,
             inject=inject,
-            **torch_args,
         )
+    result = run_smoke_test(model, spec, ws.settings, on_progress=ws.progress)
     return with_horovod_note(result, ws.framework)
 
 
-def _torch_smoke_args(
-    ws: Workspace, model: ModelSpec, memory: MemoryPlan
-) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """The plan's PyTorch smoke run: its DeepSpeed config (None: torchrun), other arguments.
-
-    The others are ``run_smoke_test``'s FSDP2, tp/pp layout, recompute and schedule arguments.
-    """
+def _torch_smoke_mode(ws: Workspace, model: ModelSpec, memory: MemoryPlan) -> SmokeMode:
+    """How the plan's PyTorch smoke run runs: the layout stand-in, FSDP2, DeepSpeed or DDP."""
     from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
+    from tools.smoke import DeepSpeedRun, TorchrunRun
 
     hardware = need(ws.hardware, "the hardware", "profile_hardware")
-    config = ws.deepspeed_config
     # Tensor/pipeline parallelism: the torch-native stand-in runs the plan's layout, scaled.
     layout = smoke_layout(memory, model)
-    fsdp, offload = fsdp_smoke(ws.framework, memory.chosen, hardware.nodes)
     if layout is not None:
-        config, fsdp, offload = None, None, False
-    elif config is None and runs_deepspeed(ws.framework):
+        return layout
+    fsdp, offload = fsdp_smoke(ws.framework, memory.chosen, hardware.nodes)
+    config = ws.deepspeed_config
+    if fsdp is None and config is None and runs_deepspeed(ws.framework):
         config = _emit(memory, model, hardware, ws.brief)
-    # config None: a plain PyTorch DDP plan, smoke-tested with torchrun and no DeepSpeed.
-    return config, {
-        "fsdp": fsdp,
-        "fsdp_offload": offload,
-        # torchrun runs: the plan's recompute policy and its launch command's schedule.
-        "activation_checkpointing": memory.activation_checkpointing,
-        "plan_command": ws.launch.command if ws.launch is not None else None,
-        "layout": layout,
-    }
+    if fsdp is None and config is not None:
+        return DeepSpeedRun(config)
+    # A plain PyTorch DDP or FSDP plan: torchrun, with the plan's recompute policy and its
+    # launch command's learning-rate schedule.
+    return TorchrunRun(
+        fsdp=fsdp,  # type: ignore[arg-type]
+        offload=offload,
+        recompute=memory.activation_checkpointing,
+        plan_command=tuple(ws.launch.command) if ws.launch is not None else None,
+    )
 
 
 # ---- reviewer --------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,31 @@ from tools.core.schemas import (
 )
 from tools.core.settings import Settings
 from tools.intake.brief import brief_from_dict
+
+
+class SearchRecord(BaseModel):
+    """The researcher's strategy search and what it was run for (``search_inputs``).
+
+    The engineer's plan_parallelism reuses it when the brief, hardware and model are the same,
+    rather than running the same search again.
+    """
+
+    inputs: str
+    plan: MemoryPlan
+    # The chosen setup's speed estimate, which the plan carries but does not dump.
+    speed: SpeedEstimate | None = None
+
+    def reused(self) -> MemoryPlan:
+        """The recorded plan, its speed estimate attached again."""
+        return self.plan.model_copy(update={"speed": self.speed})
+
+
+def search_inputs(brief: TrainingBrief, hardware: HardwareSpec, model: ModelSpec) -> str:
+    """A digest of what a search depends on: the brief, the hardware and the model."""
+    h = hashlib.sha256()
+    for part in (brief, hardware, model):
+        h.update(part.model_dump_json().encode())
+    return h.hexdigest()
 
 
 @dataclass
@@ -55,6 +81,8 @@ class Workspace:
     smoke_runs: int = 0
     # Why the global batch is what it is, when the planner chose it (tools/planning/batch.py).
     batch_note: str | None = None
+    # The researcher's search (for the framework choice), which the engineer reuses.
+    searched: SearchRecord | None = None
 
     def __post_init__(self) -> None:
         """Remember the review the workspace was built with."""
@@ -90,6 +118,7 @@ PRODUCTS: dict[str, type[BaseModel]] = {
     "smoke_test": SmokeResult,
     "review": Review,
     "inference": InferencePlan,
+    "searched": SearchRecord,
 }
 
 
@@ -116,6 +145,7 @@ def from_state(
         smoke=typed("smoke_test"),
         review=typed("review"),
         inference=typed("inference"),
+        searched=typed("searched"),
         round_no=int(state.get("review_round", 0)) or 1,
         on_progress=on_progress,
     )

@@ -71,7 +71,7 @@ def main() -> int:
     from tools.core.settings import Settings, disable_telemetry
     from tools.research.hardware import profile_local
     from tools.research.model_catalog import lookup_model
-    from tools.smoke import run_smoke_test, stop_on_sigterm
+    from tools.smoke import DeepSpeedRun, SmokeSpec, TorchrunRun, run_smoke_test, stop_on_sigterm
 
     disable_telemetry()
     stop_on_sigterm()
@@ -117,19 +117,19 @@ def main() -> int:
             activation_checkpointing=ckpt,
         )
         case_start = time.monotonic()
-        result = run_smoke_test(
-            model,
-            config,
-            settings,
+        spec = SmokeSpec(
+            mode=DeepSpeedRun(config) if config is not None else TorchrunRun(),  # ddp: torchrun
             steps=args.steps,
             micro_batch_size=micro,
             seq_len=seq,
             world_size=1,
             strategy=strategy,
             run_dir=run_root / label.replace(" ", "-"),
-            on_progress=lambda line: print("  " + line, flush=True),
             timeout_s=min(CASE_TIMEOUT_S, left),
             attn_implementation=attn,
+        )
+        result = run_smoke_test(
+            model, spec, settings, on_progress=lambda line: print("  " + line, flush=True)
         )
         case: dict[str, Any] = {
             "label": label,

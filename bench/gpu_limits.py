@@ -37,7 +37,7 @@ sys.path.insert(0, {root!r})
 from pathlib import Path
 from tools.research.model_catalog import lookup_model
 from tools.core.settings import Settings, disable_telemetry
-from tools.smoke import run_smoke_test, stop_runs_on_interrupt
+from tools.smoke import DeepSpeedRun, SmokeSpec, run_smoke_test, stop_runs_on_interrupt
 from tools.artifacts.deepspeed_config import smoke_ds_config
 from tools.research.hardware import profile_local
 disable_telemetry()
@@ -46,9 +46,10 @@ model = lookup_model("gpt2-medium", 1024)
 gpu = profile_local().gpu
 config = smoke_ds_config(model, "zero2", world_size=1, micro_batch_size=8, gpu=gpu)
 try:
-    r = run_smoke_test(model, config, Settings.load(), steps=400, micro_batch_size=8,
-                       seq_len=1024, world_size=1, strategy="zero2", run_dir=Path({run_dir!r}),
-                       on_progress=lambda line: print(line, flush=True), timeout_s=240)
+    spec = SmokeSpec(mode=DeepSpeedRun(config), steps=400, micro_batch_size=8, seq_len=1024,
+                     world_size=1, strategy="zero2", run_dir=Path({run_dir!r}), timeout_s=240)
+    r = run_smoke_test(model, spec, Settings.load(),
+                       on_progress=lambda line: print(line, flush=True))
     print("RESULT", r.status, r.reason, flush=True)
 except KeyboardInterrupt:
     print("INTERRUPTED", flush=True)
@@ -99,7 +100,7 @@ def main() -> int:
     from tools.core.settings import Settings, disable_telemetry
     from tools.research.hardware import profile_local
     from tools.research.model_catalog import lookup_model
-    from tools.smoke import default_memory_cap, run_smoke_test
+    from tools.smoke import DeepSpeedRun, SmokeSpec, default_memory_cap, run_smoke_test
 
     disable_telemetry()
     if not torch.cuda.is_available():
@@ -128,19 +129,19 @@ def main() -> int:
         print(f"== {label}", flush=True)
         run_dir = runs / label.replace(" ", "-")
         start = time.monotonic()
-        result = run_smoke_test(
-            model,
-            config,
-            settings,
+        spec = SmokeSpec(
+            mode=DeepSpeedRun(config),
             steps=30,
             micro_batch_size=8,
             seq_len=1024,
             world_size=1,
             strategy="zero2",
             run_dir=run_dir,
-            on_progress=lambda line: print("  " + line, flush=True),
             timeout_s=150,
             **extra,
+        )
+        result = run_smoke_test(
+            model, spec, settings, on_progress=lambda line: print("  " + line, flush=True)
         )
         wall = time.monotonic() - start
         time.sleep(1.0)

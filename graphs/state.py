@@ -45,6 +45,8 @@ class PlanState(PlanInput, total=False):
     smoke_test: dict[str, Any] | None
     review: dict[str, Any] | None
     inference: dict[str, Any] | None
+    # The researcher's strategy search, which the engineer reuses (agents/workspace.py).
+    searched: dict[str, Any] | None
     review_round: int
     plan: dict[str, Any] | None
     narrative: Annotated[dict[str, str], merge_dicts]

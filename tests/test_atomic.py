@@ -214,7 +214,7 @@ def _users_temps(folder: Path) -> dict[str, bytes]:
     name) and ``.notes.abcdef-999999.deadbeef.tmp`` (our own pattern, another host's tag),
     plus one with this host's tag and a pid that is gone.
     """
-    from tools.core.files import _HOST
+    from tools.core.files import HOST_TAG
 
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -226,8 +226,8 @@ def _users_temps(folder: Path) -> dict[str, bytes]:
         ".plan.json.abcd1234.tmp",
         ".est.json.k3j_9zq1.tmp",
         ".notes.abcdef-999999.deadbeef.tmp",
-        f".plan.json.{_HOST}-{int(dead.stdout)}.0123abcd.tmp",
-        f".report.md.{_HOST}-{int(dead.stdout)}.89abcdef.tmp",
+        f".plan.json.{HOST_TAG}-{int(dead.stdout)}.0123abcd.tmp",
+        f".report.md.{HOST_TAG}-{int(dead.stdout)}.89abcdef.tmp",
     ]
     folder.mkdir(parents=True, exist_ok=True)
     two_hours_ago = time.time() - 2 * 3600

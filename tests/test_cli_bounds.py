@@ -47,7 +47,7 @@ def _no_run_starts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def _number_options() -> set[tuple[str, str, type]]:
     """(command, --flag, int or float) for every option of every command that takes a number."""
-    parser = app._build_parser()
+    parser = app.build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     found = set()
     for command, sub in commands.choices.items():

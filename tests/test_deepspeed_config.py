@@ -18,7 +18,7 @@ from tools.artifacts.ds_validate import validate_deepspeed_config
 from tools.core.errors import ToolFailure
 from tools.core.schemas import HardwareSpec, MemoryPlan, TrainingBrief
 from tools.core.strategies import STRATEGY_ORDER
-from tools.planning import data_parallel_size, search_strategy
+from tools.planning import SearchOptions, data_parallel_size, search_strategy
 
 EIGHT_A100 = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=A100)
 BRIEF = TrainingBrief(
@@ -32,7 +32,7 @@ BRIEF = TrainingBrief(
 
 @pytest.fixture(scope="module")
 def llama_plan() -> MemoryPlan:
-    return search_strategy(LLAMA3_8B, EIGHT_A100, BRIEF, objective="memory")
+    return search_strategy(LLAMA3_8B, EIGHT_A100, BRIEF, SearchOptions(objective="memory"))
 
 
 def walk(value, path=()):
@@ -169,7 +169,7 @@ def test_scheduler_checked(llama_plan: MemoryPlan) -> None:
 def test_fp16_with_dynamic_loss_scaling_on_v100() -> None:
     hardware = HardwareSpec(source="described", nodes=2, gpus_per_node=4, gpu=V100)
     brief = BRIEF.model_copy(update={"precision": "auto", "seq_len": 1024})
-    plan = search_strategy(GPT2, hardware, brief, objective="memory")
+    plan = search_strategy(GPT2, hardware, brief, SearchOptions(objective="memory"))
     config = emit_deepspeed_config(plan, GPT2, hardware, brief)
     assert config["fp16"]["enabled"] and config["fp16"]["loss_scale"] == 0
     assert "bf16" not in config
@@ -178,7 +178,7 @@ def test_fp16_with_dynamic_loss_scaling_on_v100() -> None:
 
 def test_gpt2_cpu_config() -> None:
     brief = TrainingBrief(model="gpt2", seq_len=1024, global_batch_size=32, task="pretrain")
-    plan = search_strategy(GPT2, CPU_BOX, brief, objective="memory")
+    plan = search_strategy(GPT2, CPU_BOX, brief, SearchOptions(objective="memory"))
     config = emit_deepspeed_config(plan, GPT2, CPU_BOX, brief)
     assert "bf16" not in config and "fp16" not in config
     assert config["optimizer"]["params"]["torch_adam"] is True
@@ -189,7 +189,7 @@ def test_gpt2_cpu_config() -> None:
 
 def test_inference_config_has_no_optimizer() -> None:
     brief = BRIEF.model_copy(update={"task": "inference"})
-    plan = search_strategy(LLAMA3_8B, EIGHT_A100, brief, objective="memory")
+    plan = search_strategy(LLAMA3_8B, EIGHT_A100, brief, SearchOptions(objective="memory"))
     config = emit_deepspeed_config(plan, LLAMA3_8B, EIGHT_A100, brief)
     assert "optimizer" not in config and "scheduler" not in config
     validate_deepspeed_config(config, 8)
@@ -277,7 +277,10 @@ def test_hf_flavour_fp16_keeps_loss_scaling() -> None:
     hardware = HardwareSpec(source="described", nodes=2, gpus_per_node=4, gpu=V100)
     brief = BRIEF.model_copy(update={"precision": "auto", "seq_len": 1024})
     strict = emit_deepspeed_config(
-        search_strategy(GPT2, hardware, brief, objective="memory"), GPT2, hardware, brief
+        search_strategy(GPT2, hardware, brief, SearchOptions(objective="memory")),
+        GPT2,
+        hardware,
+        brief,
     )
     flavour = hf_trainer_config(strict)
     assert flavour["fp16"] == dict(strict["fp16"], enabled="auto")
@@ -288,7 +291,10 @@ def test_hf_flavour_fp16_keeps_loss_scaling() -> None:
 def test_hf_flavour_without_optimizer_or_half_precision() -> None:
     brief = TrainingBrief(model="gpt2", seq_len=1024, global_batch_size=32, task="inference")
     strict = emit_deepspeed_config(
-        search_strategy(GPT2, CPU_BOX, brief, objective="memory"), GPT2, CPU_BOX, brief
+        search_strategy(GPT2, CPU_BOX, brief, SearchOptions(objective="memory")),
+        GPT2,
+        CPU_BOX,
+        brief,
     )
     flavour = hf_trainer_config(strict)
     # Absent sections are not invented: the Trainer only fills keys that are there.
@@ -359,7 +365,7 @@ def test_tensor_pipeline_plan_counts_data_parallel_ranks() -> None:
     hw = parse_hardware("4x8xH100-80GB")
     model = lookup_model("llama-3-70b", 16384)
     # Context parallelism runs on torchtitan, not DeepSpeed: this checks the DeepSpeed split.
-    plan = search_strategy(model, hw, brief, pipeline_parallel=2, context_parallel=1)
+    plan = search_strategy(model, hw, brief, SearchOptions(pipeline_parallel=2, context_parallel=1))
     tp, pp = plan.tensor_parallel, plan.pipeline_parallel
     assert tp * pp > 1
     dp = data_parallel_size(hw, tp, pp)

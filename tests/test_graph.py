@@ -33,6 +33,9 @@ def test_offline_graph_plans_llama_8b_on_8_a100(settings: Settings, tmp_path: Pa
     assert "Read: knowledge/cards/" in plan["narrative"]["researcher"]
     names = {s["name"] for s in plan["memory"]["strategies"]}
     assert {"ddp", "zero1", "zero2", "zero3"} <= names
+    # plan.json's rows are told apart by label (names repeat: zero1 and zero1+tp2).
+    labels = [s["label"] for s in plan["memory"]["strategies"]]
+    assert len(labels) == len(set(labels)) and len(labels) > len(names), labels
     cfg = plan["deepspeed_config"]
     assert cfg["train_batch_size"] == 64
     assert cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * 8 == 64

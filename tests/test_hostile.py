@@ -29,11 +29,11 @@ from tools.core.errors import InputError
 from tools.core.settings import Settings
 from tools.intake.brief import brief_from_dict
 from tools.intake.brief_files import find_briefs
-from tools.planning import search_strategy
+from tools.planning import SearchOptions, search_strategy
 from tools.research.framework import select_framework
 from tools.research.hardware import parse_hardware
 from tools.research.model_catalog import lookup_model
-from tools.review.checks import _runs
+from tools.review.checks import runs_command
 
 CANARY = "pwned"
 # Each tries to run `touch pwned` in the working directory if any shell ever evaluates it.
@@ -178,8 +178,12 @@ def test_launch_files_quote_every_value_and_run_nothing_else(
     hw = parse_hardware(brief.hardware, brief.interconnect)
     model = lookup_model(brief.model, brief.seq_len)
     # Data parallel: these are the DeepSpeed/torchrun launch files (train.py on every rank).
-    memory = search_strategy(model, hw, brief, tensor_parallel=1, pipeline_parallel=1)
-    fw = select_framework(brief, hw, model, search_strategy(model, hw, brief, objective="memory"))
+    memory = search_strategy(
+        model, hw, brief, SearchOptions(tensor_parallel=1, pipeline_parallel=1)
+    )
+    fw = select_framework(
+        brief, hw, model, search_strategy(model, hw, brief, SearchOptions(objective="memory"))
+    )
     config: dict[str, Any] | None = emit_deepspeed_config(memory, model, hw, brief)
     if framework == "ddp":
         fw, config = fw.model_copy(update={"primary": "pytorch_ddp"}), None
@@ -207,7 +211,7 @@ def test_launch_files_quote_every_value_and_run_nothing_else(
     last = script_text.rstrip("\n").splitlines()[-1]
     assert last == shell_join([*job_command(spec.command), Shell('"$@"')])
     # The review reads the script the same way.
-    assert _runs(script_text, spec.command)
+    assert runs_command(script_text, spec.command)
 
     env = _fake_path(tmp_path)
     cwd = tmp_path / "cwd"

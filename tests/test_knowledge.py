@@ -19,8 +19,8 @@ from knowledge.index import (
     KnowledgeIndex,
     MiniLMEmbeddingFunction,
     Passage,
-    _sentence_model,
     load_passages,
+    sentence_model,
     slug,
 )
 from tools.core.settings import Settings
@@ -127,7 +127,7 @@ def knowledge_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         mp.setattr(socket.socket, "connect", refuse)
         mp.setattr(socket, "create_connection", refuse)
         start = time.perf_counter()
-        _sentence_model("cpu")  # a no-op if an earlier test loaded it
+        sentence_model("cpu")  # a no-op if an earlier test loaded it
         loaded = time.perf_counter()
         index = KnowledgeIndex(home / "knowledge")
         assert index.ensure() is True
@@ -198,7 +198,7 @@ def test_one_passage_per_section_plus_the_intro() -> None:
 
 
 def test_no_passage_is_truncated_by_the_embedding_model() -> None:
-    model = _sentence_model("cpu")
+    model = sentence_model("cpu")
     assert model.truncated("word " * 300)  # the check can fire
     for p in load_passages():
         assert not model.truncated(p.text), (p.card, p.section)
@@ -212,7 +212,7 @@ def test_plain_torch_minilm_gives_sentence_transformers_vectors() -> None:
 
     texts = [p.text for p in load_passages()] + [q for q, _ in QUESTIONS]
     texts += ["", "x", "word " * 400, "Ünïcödé 日本語 🤖 text", "ZeRO-3 + offload?"]
-    ours = _sentence_model("cpu").encode(texts)
+    ours = sentence_model("cpu").encode(texts)
     reference = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
     theirs = reference.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
     assert ours.shape == theirs.shape == (len(texts), 384)

@@ -21,7 +21,7 @@ from specs import GPT2_TINY
 from tools.artifacts.launch import emit_launch
 from tools.core.schemas import FrameworkChoice, HardwareSpec, TrainingBrief
 from tools.research.model_catalog import lookup_model
-from tools.review.checks import _runs
+from tools.review.checks import runs_command
 
 HOSTILE_FOLDERS = [
     "m}odel",
@@ -116,7 +116,7 @@ def test_any_model_folder_name_reaches_the_launcher_exactly(
     spec = emit_launch(out, brief, hw, model, FRAMEWORKS[framework], config, steps=10)
     assert spec.command[spec.command.index("--model-path") + 1] == str(folder)
     scripts = [out / "launch.sh", out / "train.sbatch", *sorted(out.glob("launch_node*.sh"))]
-    assert _runs((out / "launch.sh").read_text(), spec.command)  # the review reads it so too
+    assert runs_command((out / "launch.sh").read_text(), spec.command)  # the review reads it so too
     env = _stand_ins(tmp_path)
     host = socket.gethostname()
     for script in scripts:

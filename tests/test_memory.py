@@ -14,6 +14,7 @@ from tools.core.errors import InputError
 from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, TrainingBrief
 from tools.core.strategies import STRATEGY_ORDER
 from tools.planning import (
+    SearchOptions,
     activation_bytes,
     data_parallel_size,
     estimate_strategy,
@@ -54,7 +55,7 @@ def states_sum(est_bytes) -> int:
 
 
 def test_llama3_8b_on_8xa100_plan() -> None:
-    plan = search_strategy(LLAMA3_8B, gpus(1, 8), llama_brief(), objective="memory")
+    plan = search_strategy(LLAMA3_8B, gpus(1, 8), llama_brief(), SearchOptions(objective="memory"))
     by_name = {s.name: s for s in plan.strategies}
 
     assert {"ddp", "zero1", "zero2", "zero3"} <= set(by_name)
@@ -95,7 +96,7 @@ def test_llama3_8b_on_8xa100_plan() -> None:
 
 
 def test_choice_prefers_simplest_fitting_strategy() -> None:
-    plan = search_strategy(LLAMA3_8B, gpus(1, 8), llama_brief(), objective="memory")
+    plan = search_strategy(LLAMA3_8B, gpus(1, 8), llama_brief(), SearchOptions(objective="memory"))
     order = [s.name for s in plan.strategies]
     earlier = order[: order.index(plan.chosen)]
     fitting_earlier = [s for s in plan.strategies if s.name in earlier and s.fits]
@@ -104,7 +105,9 @@ def test_choice_prefers_simplest_fitting_strategy() -> None:
 
 def test_checkpointing_tried_only_when_nothing_fits_without_it() -> None:
     # A short sequence fits without recomputation, so the plan must not turn it on.
-    plan = search_strategy(LLAMA3_8B, gpus(1, 8), llama_brief(seq_len=512), objective="memory")
+    plan = search_strategy(
+        LLAMA3_8B, gpus(1, 8), llama_brief(seq_len=512), SearchOptions(objective="memory")
+    )
     assert not plan.activation_checkpointing
     assert plan.chosen != "ddp"
 
@@ -114,15 +117,16 @@ def test_forced_micro_batch_and_checkpointing_are_honoured() -> None:
         LLAMA3_8B,
         gpus(1, 8),
         llama_brief(),
-        micro_batch_size=1,
-        activation_checkpointing=True,
-        objective="memory",
+        SearchOptions(micro_batch_size=1, activation_checkpointing=True, objective="memory"),
     )
     assert plan.micro_batch_size == 1 and plan.gradient_accumulation_steps == 8
     assert plan.activation_checkpointing
     with pytest.raises(InputError) as err:
         search_strategy(
-            LLAMA3_8B, gpus(1, 8), llama_brief(), micro_batch_size=3, objective="memory"
+            LLAMA3_8B,
+            gpus(1, 8),
+            llama_brief(),
+            SearchOptions(micro_batch_size=3, objective="memory"),
         )
     assert err.value.field == "micro_batch_size"
 
@@ -130,7 +134,10 @@ def test_forced_micro_batch_and_checkpointing_are_honoured() -> None:
 def test_global_batch_not_multiple_of_world_size_is_an_input_error() -> None:
     with pytest.raises(InputError) as err:
         search_strategy(
-            LLAMA3_8B, gpus(1, 8), llama_brief(global_batch_size=60), objective="memory"
+            LLAMA3_8B,
+            gpus(1, 8),
+            llama_brief(global_batch_size=60),
+            SearchOptions(objective="memory"),
         )
     assert err.value.field == "global_batch_size"
     assert "multiple" in err.value.message and "8" in err.value.message
@@ -141,7 +148,9 @@ def test_nothing_fits_picks_smallest_and_says_so() -> None:
     tiny_gpu = GPUSpec(name="RTX4090", memory_gb=24, bf16_tflops=165)
     # With node RAM known, offloading 400B parameters' states (~12 TB) does not fit either.
     box = gpus(1, 1, tiny_gpu).model_copy(update={"ram_gb": 128})
-    plan = search_strategy(huge, box, llama_brief(global_batch_size=8), objective="memory")
+    plan = search_strategy(
+        huge, box, llama_brief(global_batch_size=8), SearchOptions(objective="memory")
+    )
     smallest = min(plan.strategies, key=lambda s: s.per_gpu_bytes.total)
     assert plan.chosen == smallest.name
     assert not any(s.fits for s in plan.strategies)
@@ -150,12 +159,18 @@ def test_nothing_fits_picks_smallest_and_says_so() -> None:
 
 def test_strategy_subset_and_unknown_strategy() -> None:
     plan = search_strategy(
-        LLAMA3_8B, gpus(1, 8), llama_brief(), strategies=["zero3", "zero2"], objective="memory"
+        LLAMA3_8B,
+        gpus(1, 8),
+        llama_brief(),
+        SearchOptions(strategies=["zero3", "zero2"], objective="memory"),
     )
     assert [s.name for s in plan.strategies] == ["zero2", "zero3"]
     with pytest.raises(InputError):
         search_strategy(
-            LLAMA3_8B, gpus(1, 8), llama_brief(), strategies=["zero4"], objective="memory"
+            LLAMA3_8B,
+            gpus(1, 8),
+            llama_brief(),
+            SearchOptions(strategies=["zero4"], objective="memory"),
         )
 
 
@@ -380,7 +395,7 @@ def test_zero3_agrees_with_deepspeed_estimator(
 
 def test_gpt2_on_cpu_only_machine() -> None:
     brief = TrainingBrief(model="gpt2", seq_len=1024, global_batch_size=32, hardware="local")
-    plan = search_strategy(GPT2, CPU_BOX, brief, objective="memory")
+    plan = search_strategy(GPT2, CPU_BOX, brief, SearchOptions(objective="memory"))
     chosen = next(s for s in plan.strategies if s.name == plan.chosen)
     assert chosen.fits
     assert plan.capacity_bytes == 24 * GB
@@ -400,7 +415,7 @@ def test_offload_on_cpu_only_machine_is_an_input_error() -> None:
 def test_plan_is_fast_and_imports_no_torch() -> None:
     start = time.perf_counter()
     for _ in range(20):
-        search_strategy(LLAMA3_8B, gpus(1, 8), llama_brief(), objective="memory")
+        search_strategy(LLAMA3_8B, gpus(1, 8), llama_brief(), SearchOptions(objective="memory"))
     assert (time.perf_counter() - start) / 20 < 0.05
     code = "import sys, tools.planning.memory; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
@@ -564,5 +579,5 @@ def test_offload_without_known_ram_checks_a_stated_assumption() -> None:
     # Eight H100s: assumed 1280 GB, which holds 8B's offloaded states.
     h100s = gpus(1, 8, GPUSpec(name="H100-80GB", memory_gb=80, bf16_tflops=989))
     assert estimate_strategy(LLAMA3_8B, h100s, "zero3_offload_all", **short).fits
-    plan = search_strategy(LLAMA3_8B, h100s, llama_brief(), objective="memory")
+    plan = search_strategy(LLAMA3_8B, h100s, llama_brief(), SearchOptions(objective="memory"))
     assert any("node RAM not given: assumed 1280 GB" in a for a in plan.assumptions)

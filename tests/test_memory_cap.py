@@ -23,8 +23,8 @@ from tools.smoke.supervise import (
     _RLIMIT_SHIM,
     ADDRESS_SPACE_ALLOWANCE,
     ARENA_BYTES,
+    Outcome,
     _close_cgroup,
-    _Outcome,
     _RunMemory,
     default_memory_cap,
     group_alive,
@@ -80,7 +80,7 @@ def test_a_run_cgroup_gets_the_cap_as_memory_max(tmp_path: Path) -> None:
     # (cgroupfs removes its own files; here the test does).
     (group / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\n")
     (group / "memory.peak").write_text(str(3 * GiB + 4096))
-    outcome = _Outcome()
+    outcome = Outcome()
     for f in group.iterdir():
         if f.name not in ("memory.events", "memory.peak"):
             f.unlink()
@@ -120,7 +120,7 @@ def test_the_watchdog_reads_only_the_runs_processes(tmp_path: Path) -> None:
     )
     try:
         watch = _RunMemory([leader.pid])
-        outcome = _Outcome()
+        outcome = Outcome()
         held = 0
         for _ in range(100):  # until the bytearray is resident (a few tenths of a second)
             held = watch.sample(outcome)

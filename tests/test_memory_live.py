@@ -59,7 +59,7 @@ from typing import Any
 
 import pytest
 
-from tools.artifacts.deepspeed_config import _zero_section
+from tools.artifacts.deepspeed_config import zero_section
 from tools.core.schemas import HardwareSpec, ModelSpec
 from tools.core.settings import TELEMETRY_OFF
 from tools.planning import estimate_strategy, model_state_bytes, resolve_precision
@@ -108,7 +108,7 @@ def _run_probe(spec: ModelSpec, strategy: str, run_dir: Path) -> list[dict[str, 
         "train_batch_size": RANKS,
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
-        "zero_optimization": _zero_section(SimpleNamespace(chosen=strategy), spec),  # type: ignore[arg-type]
+        "zero_optimization": zero_section(SimpleNamespace(chosen=strategy), spec),  # type: ignore[arg-type]
         "optimizer": {"type": "AdamW", "params": {"weight_decay": 0.0}},
     }
     ds_config, _ = adapt_ds_config(config, device="cpu", ranks=RANKS, micro_batch_size=1)

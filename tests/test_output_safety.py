@@ -175,7 +175,7 @@ def test_out_empty_string_is_refused(tmp_path: Path) -> None:
 
 
 def test_two_config_json_models_get_different_default_folders(tmp_path: Path) -> None:
-    from agents.intake import _default_out_dir
+    from agents.intake import default_out_dir
     from tools.intake.brief import brief_from_dict
 
     settings = Settings(out_dir=tmp_path / "out")
@@ -187,17 +187,17 @@ def test_two_config_json_models_get_different_default_folders(tmp_path: Path) ->
         b = brief_from_dict(
             {"model": str(tmp_path / name / "config.json"), "hardware": "1x8xA100-80GB"}
         )
-        folders.append(_default_out_dir(b, settings))
+        folders.append(default_out_dir(b, settings))
     assert folders[0] != folders[1]
     assert folders[0].name.startswith("a-") and folders[1].name.startswith("b-")  # readable
     again = brief_from_dict(
         {"model": str(tmp_path / "a" / "config.json"), "hardware": "1x8xA100-80GB"}
     )
-    assert _default_out_dir(again, settings) == folders[0]  # same request, same folder
+    assert default_out_dir(again, settings) == folders[0]  # same request, same folder
     other = brief_from_dict({"model": "llama-3-8b", "hardware": "1x8xA100-80GB"})
     bigger = brief_from_dict({"model": "llama-3-8b", "hardware": "2x8xA100-80GB"})
-    assert _default_out_dir(other, settings) != _default_out_dir(bigger, settings)
-    assert _default_out_dir(other, settings).name.startswith("llama-3-8b-")
+    assert default_out_dir(other, settings) != default_out_dir(bigger, settings)
+    assert default_out_dir(other, settings).name.startswith("llama-3-8b-")
 
 
 # The manifest itself.
@@ -615,6 +615,7 @@ def test_a_smoke_rerun_after_a_kill_keeps_what_the_user_edited(
 
     import tools.core.outputs as outputs
     import tools.smoke.runner as runner
+    from tools.smoke import SmokeSpec
 
     monkeypatch.setattr(outputs, "RESERVED_GRACE_S", 0.2, raising=False)
     settings = Settings(home=tmp_path / "home", out_dir=tmp_path / "out")
@@ -634,18 +635,18 @@ def test_a_smoke_rerun_after_a_kill_keeps_what_the_user_edited(
             keep_alive()
         raise Killed
 
-    monkeypatch.setattr(runner, "_launch_and_wait", killed)
+    monkeypatch.setattr(runner, "launch_and_wait", killed)
     monkeypatch.setattr(runner, "record", lambda *args: None)
     for _ in range(2):  # the second run replaces what the killed first one wrote
         with pytest.raises(Killed):
-            runner.run_smoke_test(GPT2, None, settings, run_dir=run_dir, steps=3)
+            runner.run_smoke_test(GPT2, SmokeSpec(run_dir=run_dir, steps=3), settings)
     assert len(launched) == 2
     time.sleep(0.5)
     (run_dir / "smoke.log").write_text("my notes on the killed run\n")
     (run_dir / "result.json").write_text('{"status": "mine"}\n')
     before = snapshot(run_dir)
     with pytest.raises(OutputRefused) as info:
-        runner.run_smoke_test(GPT2, None, settings, run_dir=run_dir, steps=3)
+        runner.run_smoke_test(GPT2, SmokeSpec(run_dir=run_dir, steps=3), settings)
     assert "result.json" in str(info.value) or "smoke.log" in str(info.value)
     assert len(launched) == 2
     assert snapshot(run_dir) == before
@@ -658,7 +659,7 @@ def test_a_symlinked_subfolder_of_an_output_folder_is_never_written_through(
     tmp_path: Path,
 ) -> None:
     import tools.core.outputs as outputs
-    from app import _write_json
+    from app import write_json
 
     rep = tmp_path / "rep"
     claim(rep, create=True, force_flag=None)  # a report folder
@@ -675,14 +676,14 @@ def test_a_symlinked_subfolder_of_an_output_folder_is_never_written_through(
         lambda: remove_file(rep / "a", "report.md"),
         lambda: outputs.subfolder(rep, "a"),
         lambda: write_file(rep / "a" / "deeper", "report.md", "# plan\n"),
-        lambda: _write_json(rep / "a" / "plan.json", {"x": 1}),
+        lambda: write_json(rep / "a" / "plan.json", {"x": 1}),
     ):
         with pytest.raises(OutputRefused):
             call()
     # A link to a file inside our folder is not written through either, --json included.
     (rep / "latest.json").symlink_to(outside / "latest.json")
     with pytest.raises(OutputRefused):
-        _write_json(rep / "latest.json", {"x": 1})
+        write_json(rep / "latest.json", {"x": 1})
     assert list(outside.iterdir()) == []
 
 

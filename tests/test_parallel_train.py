@@ -24,7 +24,7 @@ import pytest
 
 from tools.smoke import parallel_train as pt
 from tools.smoke.commands import free_port
-from tools.smoke.supervise import _PROGRESS
+from tools.smoke.supervise import PROGRESS_LINE
 
 SCRIPT = Path(pt.__file__)
 CONFIG = {
@@ -191,7 +191,7 @@ def test_layout_matches_reference(
     print(f"{name}: max relative loss difference {max(diffs):.2e}")
     assert max(diffs) < LOSS_RTOL, (ranks[0]["losses"], reference)
     assert reference[-1] < reference[0]  # the model learns
-    progress = [line for line in log.splitlines() if _PROGRESS.match(line)]
+    progress = [line for line in log.splitlines() if PROGRESS_LINE.match(line)]
     assert len(progress) == STEPS and "tokens/s" in progress[-1] and "GiB" in progress[-1]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from tools.core.schemas import FrameworkChoice
 from tools.intake.brief import brief_from_dict
-from tools.planning import search_strategy
+from tools.planning import SearchOptions, search_strategy
 from tools.planning.alternatives import fit_line, qlora_base_saving
 from tools.planning.states import lora_adapter_params
 from tools.research.hardware import parse_hardware
@@ -170,9 +170,7 @@ def test_comm_bound_plan_gets_a_low_efficiency_warning_and_a_healthy_one_does_no
         lookup_model("llama-3-8b", 2048),
         hw,
         brief,
-        strategies=["zero3"],
-        tensor_parallel=1,
-        pipeline_parallel=1,
+        SearchOptions(strategies=["zero3"], tensor_parallel=1, pipeline_parallel=1),
     )
     findings = check_efficiency(bad, hw)
     assert len(findings) == 1

@@ -21,10 +21,10 @@ from graphs import build_graph
 from tools.artifacts.deepspeed_config import emit_deepspeed_config
 from tools.core.errors import InputError
 from tools.core.schemas import Finding, FrameworkChoice, MemoryPlan, Review, SmokeResult
-from tools.core.settings import SMOKE_FAULTS, Settings
+from tools.core.settings import Settings
 from tools.core.strategies import STRATEGY_ORDER
 from tools.intake.brief import brief_from_dict
-from tools.planning import search_strategy
+from tools.planning import SearchOptions, search_strategy
 from tools.research.framework import select_framework
 from tools.research.hardware import parse_hardware
 from tools.research.model_catalog import lookup_model
@@ -37,7 +37,7 @@ from tools.review.config_keys import (
 from tools.review.rounds import decide, round_findings, setup_of
 
 LLAMA_8B = {**LLAMA_8B_BRIEF, "smoke": True}
-OOM = SmokeResult(status="failed", reason="oom: out of memory on rank(s) [0, 1]: RuntimeError")
+OOM = SmokeResult(status="failed").failed("oom", "out of memory on rank(s) [0, 1]: RuntimeError")
 DEEPSPEED = FrameworkChoice(primary="deepspeed", stack=["deepspeed"], rationale="test")
 
 
@@ -51,7 +51,10 @@ def llama() -> dict[str, Any]:
     hardware = parse_hardware(brief.hardware)
     model = lookup_model("llama-3-8b", brief.seq_len)
     framework = select_framework(
-        brief, hardware, model, search_strategy(model, hardware, brief, objective="memory")
+        brief,
+        hardware,
+        model,
+        search_strategy(model, hardware, brief, SearchOptions(objective="memory")),
     )
     memory = search_strategy(model, hardware, brief).model_copy(
         update={
@@ -92,12 +95,10 @@ def test_key_sets_are_what_the_installed_deepspeed_reads() -> None:
     """Re-record the top-level keys DeepSpeedConfig looks up; a DeepSpeed upgrade shows here."""
     from deepspeed.runtime import config as config_module
 
-    from tools.artifacts.ds_validate import _as_rank_zero, _DataParallelGroup, _RecordingDict
+    from tools.artifacts.ds_validate import parse_recording
 
-    recording = _RecordingDict({"train_batch_size": 1})
-    with _as_rank_zero(config_module, 1):
-        config_module.DeepSpeedConfig(recording, mpu=_DataParallelGroup(1))
-    read = {key for key in recording.read if isinstance(key, str)}
+    _, recorded = parse_recording({"train_batch_size": 1}, 1)
+    read = {key for key in recorded if isinstance(key, str)}
     # sequence_parallel_size is read only when DeepSpeedConfig gets no mpu.
     assert read == (DEEPSPEED_TOP_LEVEL_KEYS | DEEPSPEED_REMOVED_KEYS) - {"sequence_parallel_size"}
     assert set(config_module._REMOVED_TOP_LEVEL_CONFIG_KEYS) == DEEPSPEED_REMOVED_KEYS
@@ -237,7 +238,12 @@ def test_rounds_record_what_failed_and_what_changed(llama: dict[str, Any]) -> No
 
 def test_rejection_states_its_reasons() -> None:
     errors = [
-        Finding(severity="error", check="smoke_verdict", message="smoke run failed: oom: x"),
+        Finding(
+            severity="error",
+            check="smoke_verdict",
+            message="smoke run failed: oom: x",
+            failure_kind="oom",
+        ),
         Finding(severity="error", check="batch_arithmetic", message="8 != 64"),
     ]
     assert decide(errors, 1, 2).verdict == "changes_requested"
@@ -254,9 +260,6 @@ def test_rejection_states_its_reasons() -> None:
 
 
 def test_smoke_inject_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tools.smoke import INJECT_KINDS
-
-    assert SMOKE_FAULTS == INJECT_KINDS
     assert Settings.load().smoke_inject is None
     monkeypatch.setenv("TRAINWRIGHT_SMOKE_INJECT", "oom")
     once = Settings.load()

@@ -17,7 +17,7 @@ from tools.core.errors import InputError
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, RECOMPUTE_POLICIES
 from tools.intake.brief import brief_from_dict
 from tools.intake.hardware_text import network_fields
-from tools.planning import capacity_bytes, estimate_strategy, search_strategy
+from tools.planning import SearchOptions, capacity_bytes, estimate_strategy, search_strategy
 from tools.research.hardware import hardware_for_brief, parse_hardware
 from tools.research.model_catalog import lookup_model
 
@@ -87,7 +87,7 @@ def _brief(model: str, hardware: str, seq: int, batch: int, task: str = "pretrai
 def _plan(model: str, hardware: str, seq: int, batch: int, task: str = "pretrain", **pins):
     brief = _brief(model, hardware, seq, batch, task)
     hw = parse_hardware(hardware)
-    return search_strategy(lookup_model(model, seq), hw, brief, **pins), hw
+    return search_strategy(lookup_model(model, seq), hw, brief, SearchOptions(**pins)), hw
 
 
 def test_estimate_json_keeps_its_keys_and_gains_setup_and_ranked_candidates(
@@ -250,12 +250,12 @@ def test_bad_pins_in_the_library_name_their_field() -> None:
     ]
     for pins, fld in cases:
         with pytest.raises(InputError) as err:
-            search_strategy(model, hw, brief, **pins)
+            search_strategy(model, hw, brief, SearchOptions(**pins))
         assert err.value.field == fld, (pins, err.value)
     # 20 sequences do not split over the 8 data-parallel ranks of TP 2 on 16 GPUs.
     odd = _brief("llama-3-8b", "2x8xH100-80GB", 2048, 20)
     with pytest.raises(InputError) as err:
-        search_strategy(model, hw, odd, tensor_parallel=2)
+        search_strategy(model, hw, odd, SearchOptions(tensor_parallel=2))
     assert err.value.field == "global_batch_size" and "data-parallel degree 8" in err.value.message
 
 
@@ -296,15 +296,15 @@ def test_recompute_is_searched_and_chosen_when_none_does_not_fit() -> None:
 def test_selective_recompute_only_where_the_launcher_runs_it() -> None:
     """Hugging Face gradient checkpointing re-runs whole layers: data-parallel and AutoTP plans
     get none or full; pipeline plans (torchtitan, Megatron) may get selective; a pin is kept."""
-    from types import SimpleNamespace
 
-    from tools.planning.search import _Layout, _policies_for
+    from tools.core.setup import Setup
+    from tools.planning.search import recompute_policies
 
-    every = SimpleNamespace(policies=list(RECOMPUTE_POLICIES))
-    assert _policies_for(every, _Layout()) == ["none", "full"]
-    assert _policies_for(every, _Layout(tp=4)) == ["none", "full"]
-    assert _policies_for(every, _Layout(pp=2)) == list(RECOMPUTE_POLICIES)
-    assert _policies_for(SimpleNamespace(policies=["selective"]), _Layout()) == ["selective"]
+    every = list(RECOMPUTE_POLICIES)
+    assert recompute_policies(every, Setup()) == ["none", "full"]
+    assert recompute_policies(every, Setup(tp=4)) == ["none", "full"]
+    assert recompute_policies(every, Setup(pp=2)) == every
+    assert recompute_policies(["selective"], Setup()) == ["selective"]
     plan, _ = _plan("llama-3-8b", "1x8xH100-80GB", 8192, 64, "pretrain")
     for c in plan.candidates:
         if c.pipeline_parallel == 1:
@@ -312,8 +312,7 @@ def test_selective_recompute_only_where_the_launcher_runs_it() -> None:
     brief = _brief("llama-3-8b", "1x8xH100-80GB", 8192, 64, "pretrain")
     hw = parse_hardware("1x8xH100-80GB")
     pinned = search_strategy(
-        lookup_model("llama-3-8b", 8192), hw, brief, recompute="selective",
-        tensor_parallel=1, pipeline_parallel=1,
+        lookup_model("llama-3-8b", 8192), hw, brief, SearchOptions(recompute="selective", tensor_parallel=1, pipeline_parallel=1),
     )  # fmt: skip
     assert pinned.setup is not None and pinned.setup.checkpointing == "selective"
 
@@ -363,8 +362,7 @@ def test_context_parallel_only_where_torchtitan_runs_it() -> None:
     brief = _brief("llama-3-8b", "1x8xH100-80GB", 65536, 8, "pretrain")
     hw = parse_hardware("1x8xH100-80GB")
     model = lookup_model("llama-3-8b", 65536)
-    cp = search_strategy(model, hw, brief, context_parallel=2, tensor_parallel=1,
-                         pipeline_parallel=1)  # fmt: skip
+    cp = search_strategy(model, hw, brief, SearchOptions(context_parallel=2, tensor_parallel=1, pipeline_parallel=1))  # fmt: skip
     assert cp.setup is not None and cp.setup.context_parallel == 2 and cp.context_parallel == 2
     assert cp.setup.data_parallel == 4
     assert setup_framework(model, cp) == "torchtitan"

@@ -18,6 +18,9 @@ from tools.core.schemas import SmokeResult
 from tools.core.settings import Settings
 from tools.core.strategies import strategy_of
 from tools.smoke import (
+    DeepSpeedRun,
+    SmokeSpec,
+    TorchrunRun,
     adapt_ds_config,
     group_alive,
     llama_config_from_shape,
@@ -25,8 +28,8 @@ from tools.smoke import (
     scale_model_config,
 )
 from tools.smoke.scale import CPU_BUDGET
-from tools.smoke.supervise import _Outcome
-from tools.smoke.verdict import _verdict
+from tools.smoke.supervise import Outcome
+from tools.smoke.verdict import run_verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,9 +116,8 @@ def assert_learned(
 @pytest.mark.parametrize("hf_config", [GPT2_TINY, LLAMA_TINY], ids=["gpt2", "llama"])
 def test_zero2_run_on_two_cpu_ranks_learns(hf_config: dict[str, Any], settings: Settings) -> None:
     lines: list[str] = []
-    result = run_smoke_test(
-        tiny_spec(hf_config), plan_ds_config(2), settings, steps=30, on_progress=lines.append
-    )
+    spec = SmokeSpec(mode=DeepSpeedRun(plan_ds_config(2)), steps=30)
+    result = run_smoke_test(tiny_spec(hf_config), spec, settings, on_progress=lines.append)
     assert_learned(result, settings)
     assert result.strategy == "zero2"
     assert result.model_shape is not None
@@ -127,18 +129,18 @@ def test_zero2_run_on_two_cpu_ranks_learns(hf_config: dict[str, Any], settings: 
 
 @pytest.mark.slow
 def test_zero3_run_on_two_cpu_ranks_learns(settings: Settings) -> None:
-    result = run_smoke_test(tiny_spec(LLAMA_TINY), plan_ds_config(3), settings, steps=30)
+    spec = SmokeSpec(mode=DeepSpeedRun(plan_ds_config(3)), steps=30)
+    result = run_smoke_test(tiny_spec(LLAMA_TINY), spec, settings)
     assert_learned(result, settings)
     assert result.strategy == "zero3"
 
 
 @pytest.mark.slow
 def test_ddp_run_on_two_cpu_ranks_learns(settings: Settings) -> None:
-    """A plan without DeepSpeed (ds_config None) runs plain PyTorch DDP under torchrun."""
+    """A plan without DeepSpeed (a TorchrunRun) runs plain PyTorch DDP under torchrun."""
     lines: list[str] = []
-    result = run_smoke_test(
-        tiny_spec(LLAMA_TINY), None, settings, steps=30, on_progress=lines.append
-    )
+    spec = SmokeSpec(mode=TorchrunRun(), steps=30)
+    result = run_smoke_test(tiny_spec(LLAMA_TINY), spec, settings, on_progress=lines.append)
     assert_learned(result, settings, deepspeed=False)
     assert result.strategy == "ddp"
     assert "plain PyTorch DDP" in result.reason
@@ -160,12 +162,11 @@ def test_interrupt_stops_the_whole_group(settings: Settings, ds: bool) -> None:
 
     run_dir = settings.runs_dir / "interrupted"
     with pytest.raises(KeyboardInterrupt):
+        mode = DeepSpeedRun(plan_ds_config(2)) if ds else TorchrunRun()
         run_smoke_test(
             tiny_spec(GPT2_TINY),
-            plan_ds_config(2) if ds else None,
+            SmokeSpec(mode=mode, steps=1_000_000, run_dir=run_dir),
             settings,
-            steps=1_000_000,
-            run_dir=run_dir,
             on_progress=interrupt,
         )
     launch = json.loads((run_dir / "launch.json").read_text())
@@ -177,13 +178,12 @@ def test_timeout_fails_and_leaves_no_process(settings: Settings) -> None:
     lines: list[str] = []
     result = run_smoke_test(
         tiny_spec(GPT2_TINY),
-        plan_ds_config(2),
+        SmokeSpec(mode=DeepSpeedRun(plan_ds_config(2)), steps=1_000_000),
         # Long enough for the first steps on a loaded 2-core machine (over 15 s there).
         settings.with_(smoke_timeout_s=45.0),
-        steps=1_000_000,
         on_progress=lines.append,
     )
-    assert result.status == "failed"
+    assert result.status == "failed" and result.failure_kind == "timeout"
     assert result.reason.startswith("timeout"), result.reason
     run_dir = Path(result.run_dir or "")
     launch = json.loads((run_dir / "launch.json").read_text())
@@ -205,10 +205,9 @@ def test_timeout_fails_and_leaves_no_process(settings: Settings) -> None:
 
 @pytest.mark.slow
 def test_invalid_config_is_a_crash_with_the_error(settings: Settings) -> None:
-    result = run_smoke_test(
-        tiny_spec(GPT2_TINY), {"zero_optimization": {"stage": 7}}, settings, steps=5
-    )
-    assert result.status == "failed"
+    spec = SmokeSpec(mode=DeepSpeedRun({"zero_optimization": {"stage": 7}}), steps=5)
+    result = run_smoke_test(tiny_spec(GPT2_TINY), spec, settings)
+    assert result.status == "failed" and result.failure_kind == "crash"
     assert result.reason.startswith("crash: exit code"), result.reason
     assert "DeepSpeedZeroConfig" in result.reason
 
@@ -216,8 +215,9 @@ def test_invalid_config_is_a_crash_with_the_error(settings: Settings) -> None:
 @pytest.mark.slow
 def test_exploding_weights_are_reported_as_nan(settings: Settings) -> None:
     exploding = {**GPT2_TINY, "initializer_range": 1e30}
-    result = run_smoke_test(tiny_spec(exploding), plan_ds_config(2), settings, steps=10)
-    assert result.status == "failed"
+    spec = SmokeSpec(mode=DeepSpeedRun(plan_ds_config(2)), steps=10)
+    result = run_smoke_test(tiny_spec(exploding), spec, settings)
+    assert result.status == "failed" and result.failure_kind == "nan"
     assert result.reason.startswith("nan"), result.reason
 
 
@@ -238,19 +238,21 @@ smoke_train.py FAILED
 
 def test_torchrun_crash_names_the_rank_error(tmp_path: Path) -> None:
     base = SmokeResult(status="failed", world_size=2, steps=5, strategy="ddp")
-    outcome = _Outcome()
+    outcome = Outcome()
     outcome.returncode = 1
     outcome.log_text = TORCHRUN_CRASH_LOG
-    result = _verdict(base, outcome, tmp_path, 2, 5, [])
+    result = run_verdict(base, outcome, tmp_path, 2, 5, [])
+    assert result.failure_kind == "crash"
     assert result.reason.startswith("crash: exit code 1: ValueError: boom on rank 1"), result.reason
 
 
 def test_torchrun_argument_error_is_a_launcher_error(tmp_path: Path) -> None:
     base = SmokeResult(status="failed", world_size=2, steps=5, strategy="ddp")
-    outcome = _Outcome()
+    outcome = Outcome()
     outcome.returncode = 2
     outcome.log_text = "run.py: error: unrecognized arguments: --bogus\n"
-    result = _verdict(base, outcome, tmp_path, 2, 5, [])
+    result = run_verdict(base, outcome, tmp_path, 2, 5, [])
+    assert result.failure_kind == "launcher_error"
     assert result.reason.startswith("launcher_error: launcher exited 2"), result.reason
 
 
@@ -326,21 +328,21 @@ def test_scale_model_config_falls_back_to_llama_for_unknown_family() -> None:
 
 
 def test_scaled_config_cache_returns_what_scaling_returns(tmp_path: Path) -> None:
-    from tools.smoke.scale import _scale_model_config_cached
+    from tools.smoke.scale import scale_model_config_cached
 
     direct = json.loads(json.dumps(scale_model_config(LLAMA3_8B, seq_len=64)))
     kwargs: dict[str, Any] = {"seq_len": 64, "device": "cpu", "full_size": False}
-    first = _scale_model_config_cached(LLAMA3_8B, cache_dir=tmp_path, **kwargs)
+    first = scale_model_config_cached(LLAMA3_8B, cache_dir=tmp_path, **kwargs)
     entries = list(tmp_path.glob("*.json"))
     assert len(entries) == 1
-    second = _scale_model_config_cached(LLAMA3_8B, cache_dir=tmp_path, **kwargs)
+    second = scale_model_config_cached(LLAMA3_8B, cache_dir=tmp_path, **kwargs)
     assert list(first) == list(second) == direct
     # Another input is another entry, never the cached one.
-    other = _scale_model_config_cached(LLAMA_TINY, cache_dir=tmp_path, **kwargs)
+    other = scale_model_config_cached(LLAMA_TINY, cache_dir=tmp_path, **kwargs)
     assert len(list(tmp_path.glob("*.json"))) == 2 and other != first
     # A damaged entry is recomputed, not trusted.
     entries[0].write_text("{not json")
-    assert list(_scale_model_config_cached(LLAMA3_8B, cache_dir=tmp_path, **kwargs)) == direct
+    assert list(scale_model_config_cached(LLAMA3_8B, cache_dir=tmp_path, **kwargs)) == direct
 
 
 def test_torch_may_see_gpus_agrees_with_the_torch_build() -> None:
@@ -365,6 +367,8 @@ def test_relative_home_still_finds_the_script(
     """Settings default to a relative home (.trainwright); the launcher must still find its files."""
     monkeypatch.chdir(tmp_path)
     rel = Settings(home=Path("rel-home"), out_dir=Path("out"), smoke_steps=12)
-    result = run_smoke_test(tiny_spec(GPT2_TINY), plan_ds_config(1), rel)
+    result = run_smoke_test(
+        tiny_spec(GPT2_TINY), SmokeSpec(mode=DeepSpeedRun(plan_ds_config(1))), rel
+    )
     assert result.status == "passed", result.reason
     assert Path(result.run_dir).is_absolute()

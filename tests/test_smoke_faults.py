@@ -23,6 +23,9 @@ from tools.core.schemas import FrameworkChoice, HardwareSpec, SmokeResult, Train
 from tools.core.settings import Settings
 from tools.review.checks import MAX_MEMORY_GAP, check_plan
 from tools.smoke import (
+    DeepSpeedRun,
+    SmokeSpec,
+    TorchrunRun,
     format_bytes,
     group_alive,
     predict_peak_bytes,
@@ -100,17 +103,14 @@ def test_injected_fault_gives_its_reason_and_leaves_no_process(
     settings: Settings, inject: str, prefix: str, detail: str
 ) -> None:
     limit = 40.0 if inject == "hang" else settings.smoke_timeout_s
-    result = run_smoke_test(
-        tiny_spec(GPT2_TINY),
-        smoke_ds_config(tiny_spec(GPT2_TINY), "zero2", world_size=2),
-        settings,
-        steps=30,
-        inject=inject,
-        inject_step=3,
-        timeout_s=limit,
+    config = smoke_ds_config(tiny_spec(GPT2_TINY), "zero2", world_size=2)
+    spec = SmokeSpec(
+        mode=DeepSpeedRun(config), steps=30, inject=inject, inject_step=3, timeout_s=limit
     )
+    result = run_smoke_test(tiny_spec(GPT2_TINY), spec, settings)
     assert result.status == "failed"
     assert result.inject == inject
+    assert result.failure_kind == prefix.rstrip(":"), result.reason
     assert result.reason.startswith(prefix), result.reason
     assert detail in result.reason, result.reason
     if inject == "hang":
@@ -130,13 +130,9 @@ def test_two_node_run_passes_through_the_multi_node_launch(
     settings: Settings, strategy: str
 ) -> None:
     model = tiny_spec(GPT2_TINY)
-    result = run_smoke_test(
-        model,
-        smoke_ds_config(model, strategy, world_size=2, nodes=2),
-        settings,
-        steps=30,
-        nodes=2,
-    )
+    config = smoke_ds_config(model, strategy, world_size=2, nodes=2)
+    mode = DeepSpeedRun(config) if config is not None else TorchrunRun()
+    result = run_smoke_test(model, SmokeSpec(mode=mode, steps=30, nodes=2), settings)
     assert result.status == "passed", result.reason
     assert result.nodes == 2 and result.world_size == 2
     run_dir = Path(result.run_dir or "")
@@ -196,16 +192,12 @@ def test_memory_cap_stops_a_leaking_rank_with_oom(settings: Settings) -> None:
     # launchers) is ~1.5 GiB resident, so a 3 GiB cap is crossed only by the leak. (A higher
     # cap does not help: the leaking rank's address-space share then stops it first.)
     cap = 3 * 2**30
-    result = run_smoke_test(
-        tiny_spec(GPT2_TINY),
-        smoke_ds_config(tiny_spec(GPT2_TINY), "zero2", world_size=2),
-        settings,
-        steps=30,
-        inject="alloc",
-        inject_step=3,
-        memory_cap=cap,
+    config = smoke_ds_config(tiny_spec(GPT2_TINY), "zero2", world_size=2)
+    spec = SmokeSpec(
+        mode=DeepSpeedRun(config), steps=30, inject="alloc", inject_step=3, memory_cap=cap
     )
-    assert result.status == "failed"
+    result = run_smoke_test(tiny_spec(GPT2_TINY), spec, settings)
+    assert result.status == "failed" and result.failure_kind == "oom"
     first = result.reason.splitlines()[0]
     assert first.startswith(f"oom: memory cap {format_bytes(cap)} exceeded"), result.reason
     run_dir = Path(result.run_dir or "")
@@ -452,7 +444,7 @@ def test_review_flags_a_memory_gap_above_15_percent(factor: float, severity: str
 
 
 def test_review_gives_the_oom_fix_after_an_oom() -> None:
-    smoke = SmokeResult(status="failed", reason="oom: out of memory on rank(s) [0]: ...")
+    smoke = SmokeResult(status="failed").failed("oom", "out of memory on rank(s) [0]: ...")
     brief = TrainingBrief(model="gpt2", hardware="local", global_batch_size=2, seq_len=64)
     hardware = HardwareSpec(source="local", nodes=1, gpus_per_node=0)
     framework = FrameworkChoice(primary="deepspeed", stack=["deepspeed"], rationale="test")

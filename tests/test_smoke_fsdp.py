@@ -14,7 +14,8 @@ from test_smoke_faults import assert_nothing_left
 
 from tools.core.errors import InputError
 from tools.core.settings import Settings
-from tools.smoke import run_smoke_test
+from tools.core.smoke_types import RunMode
+from tools.smoke import SmokeSpec, TorchrunRun, run_smoke_test
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,11 +26,11 @@ def _rank_metrics(run_dir: str | None, rank: int) -> dict:
 
 @pytest.mark.slow
 def test_fsdp_full_sharding_learns_and_each_rank_holds_half(settings: Settings) -> None:
-    result = run_smoke_test(
-        tiny_spec(LLAMA_TINY), None, settings, steps=30, strategy="fsdp", fsdp="full"
-    )
+    spec = SmokeSpec(mode=TorchrunRun(fsdp="full"), steps=30, strategy="fsdp")
+    result = run_smoke_test(tiny_spec(LLAMA_TINY), spec, settings)
     assert_learned(result, settings, deepspeed=False, mode="fsdp")
     assert result.mode == "fsdp:full"
+    assert result.run_mode == RunMode(launcher="fsdp", fsdp_sharding="full")
     assert "FSDP2 (fully_shard, full sharding) under torchrun" in result.reason
     cmd = json.loads((Path(result.run_dir or "") / "launch.json").read_text())["commands"][0]
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
@@ -44,9 +45,8 @@ def test_fsdp_full_sharding_learns_and_each_rank_holds_half(settings: Settings) 
 @pytest.mark.slow
 def test_fsdp_hybrid_over_two_nodes_replicates_across_them(settings: Settings) -> None:
     """Hybrid sharding shards within a node: 2 nodes of 1 rank each hold the whole model."""
-    result = run_smoke_test(
-        tiny_spec(LLAMA_TINY), None, settings, steps=30, strategy="fsdp", fsdp="hybrid", nodes=2
-    )
+    spec = SmokeSpec(mode=TorchrunRun(fsdp="hybrid"), steps=30, strategy="fsdp", nodes=2)
+    result = run_smoke_test(tiny_spec(LLAMA_TINY), spec, settings)
     assert_learned(result, settings, deepspeed=False, mode="fsdp")
     assert result.mode == "fsdp:hybrid"
     for rank in (0, 1):
@@ -62,26 +62,21 @@ def test_fsdp_hybrid_over_two_nodes_replicates_across_them(settings: Settings) -
 def test_fsdp_faults_give_their_verdict_and_leave_nothing(
     settings: Settings, inject: str, verdict: str
 ) -> None:
-    result = run_smoke_test(
-        tiny_spec(GPT2_TINY),
-        None,
-        settings,
-        steps=30,
-        strategy="fsdp",
-        fsdp="full",
-        inject=inject,
-        inject_step=3,
+    spec = SmokeSpec(
+        mode=TorchrunRun(fsdp="full"), steps=30, strategy="fsdp", inject=inject, inject_step=3
     )
-    assert result.status == "failed"
+    result = run_smoke_test(tiny_spec(GPT2_TINY), spec, settings)
+    assert result.status == "failed" and result.failure_kind == verdict.rstrip(":")
     assert result.reason.startswith(verdict), result.reason
     assert_nothing_left(result)
 
 
-def test_fsdp_with_a_deepspeed_config_or_unknown_sharding_is_refused(settings: Settings) -> None:
+def test_an_unknown_sharding_or_offload_without_fsdp_is_refused() -> None:
+    # A DeepSpeed config and an FSDP sharding cannot meet: a spec has one mode.
     with pytest.raises(InputError, match="fsdp"):
-        run_smoke_test(tiny_spec(GPT2_TINY), {"zero_optimization": {}}, settings, fsdp="full")
+        TorchrunRun(fsdp="sideways")  # type: ignore[arg-type]
     with pytest.raises(InputError, match="fsdp"):
-        run_smoke_test(tiny_spec(GPT2_TINY), None, settings, fsdp="sideways")
+        TorchrunRun(offload=True)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from test_smoke_faults import assert_nothing_left
 
 from tools.core.errors import InputError
 from tools.core.settings import Settings
-from tools.smoke import run_smoke_test
+from tools.smoke import LayoutRun, SmokeSpec, run_smoke_test
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,34 +60,27 @@ def test_layout_faults_give_their_verdict_and_leave_nothing(
     settings: Settings, inject: str, verdict: str
 ) -> None:
     cap = 3 * 2**30 if inject == "alloc" else None  # the leak is the cap's to stop
-    result = run_smoke_test(
-        tiny_spec(LLAMA_TINY),
-        None,
-        settings,
-        steps=20,
-        layout=(2, 1, 1),
-        inject=inject,
-        memory_cap=cap,
-    )
-    assert result.status == "failed"
+    spec = SmokeSpec(mode=LayoutRun.of(2, 1, 1), steps=20, inject=inject, memory_cap=cap)
+    result = run_smoke_test(tiny_spec(LLAMA_TINY), spec, settings)
+    assert result.status == "failed" and result.failure_kind == verdict.rstrip(":")
+    assert result.run_mode is not None and result.run_mode.setup.label() == "ddp+tp2"
     assert result.reason.startswith(verdict), result.reason
     assert_nothing_left(result)
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "field"),
+    ("build", "field"),
     [
-        ({"layout": (2, 1, 1), "inject": "nope"}, "inject"),
-        ({"layout": (2, 1, 1), "pp_schedule": "zigzag"}, "pp_schedule"),
-        ({"layout": (0, 1, 1)}, "layout"),
-        ({"layout": (2, 1, 1), "nodes": 2}, "nodes"),
+        (lambda: SmokeSpec(mode=LayoutRun.of(2, 1, 1), inject="nope"), "inject"),
+        (lambda: LayoutRun.of(2, 1, 1, "zigzag"), "pp_schedule"),  # type: ignore[arg-type]
+        (lambda: LayoutRun.of(0, 1, 1), "layout"),
+        (lambda: LayoutRun.of(8, 8, 2), "layout"),
+        (lambda: SmokeSpec(mode=LayoutRun.of(2, 1, 1), nodes=2), "nodes"),
     ],
 )
-def test_layouts_the_stand_in_cannot_run_are_refused(
-    settings: Settings, kwargs: dict, field: str
-) -> None:
+def test_layouts_the_stand_in_cannot_run_are_refused(build: object, field: str) -> None:
     with pytest.raises(InputError) as err:
-        run_smoke_test(tiny_spec(LLAMA_TINY), None, settings, **kwargs)
+        build()  # type: ignore[operator]
     assert err.value.field == field
 
 

@@ -20,7 +20,7 @@ from specs import GPT2_TINY, tiny_spec
 
 from tools.core.errors import InputError
 from tools.core.settings import Settings
-from tools.smoke import run_smoke_test
+from tools.smoke import SmokeSpec, run_smoke_test
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,16 +55,8 @@ def test_a_run_dir_whose_paths_lead_elsewhere_is_refused_before_launching(
     name, kind = IN_THE_WAY[case]
     run_dir, outside = _run_dir_with(tmp_path, name, kind)
     with pytest.raises(InputError) as err:
-        run_smoke_test(
-            tiny_spec(GPT2_TINY),
-            None,
-            settings,
-            steps=2,
-            run_dir=run_dir,
-            force=True,
-            timeout_s=120,
-            memory_cap=0,
-        )
+        spec = SmokeSpec(steps=2, run_dir=run_dir, force=True, timeout_s=120, memory_cap=0)
+        run_smoke_test(tiny_spec(GPT2_TINY), spec, settings)
     assert err.value.field == "--run-dir"
     assert str(run_dir / name) in str(err.value), str(err.value)
     assert not (run_dir / "launch.json").exists()  # nothing was started
@@ -97,9 +89,8 @@ def test_the_ranks_temporary_folder_is_made_for_the_run_and_removed_after(
     tmp_path: Path, settings: Settings
 ) -> None:
     run_dir = tmp_path / "run"
-    result = run_smoke_test(
-        tiny_spec(GPT2_TINY), None, settings, steps=2, run_dir=run_dir, memory_cap=0
-    )
+    spec = SmokeSpec(steps=2, run_dir=run_dir, memory_cap=0)
+    result = run_smoke_test(tiny_spec(GPT2_TINY), spec, settings)
     assert result.status == "passed", result.reason
     assert (run_dir / "tmp").is_dir() and not (run_dir / "tmp").is_symlink()
     assert list((run_dir / "tmp").iterdir()) == []  # this run's own folder went with it

@@ -11,7 +11,7 @@ from specs import GPT2_TINY, tiny_spec
 from test_smoke import plan_ds_config
 
 from tools.core.settings import Settings
-from tools.smoke import run_smoke_test
+from tools.smoke import DeepSpeedRun, SmokeSpec, TorchrunRun, run_smoke_test
 from tools.smoke.ds_adapt import adapt_ds_config
 from tools.smoke.schedule import plan_torchrun_schedule, scale_ds_scheduler, scaled_warmup
 
@@ -103,7 +103,8 @@ def test_deepspeed_smoke_runs_the_plans_warmup_decay(settings: Settings) -> None
         "type": "WarmupDecayLR",
         "params": {"warmup_max_lr": 2e-5, "warmup_num_steps": 500, "total_num_steps": 5000},
     }
-    result = run_smoke_test(tiny_spec(GPT2_TINY), config, settings, steps=STEPS)
+    spec = SmokeSpec(mode=DeepSpeedRun(config), steps=STEPS)
+    result = run_smoke_test(tiny_spec(GPT2_TINY), spec, settings)
     assert result.status == "passed", result.reason
     assert "plan's scheduler WarmupDecayLR: warmup 500 -> 3 steps" in result.reason
     ran = json.loads((Path(result.run_dir or "") / "ds_config.json").read_text())
@@ -117,8 +118,9 @@ def test_a_broken_scheduler_section_fails_the_smoke_run(settings: Settings) -> N
     config = plan_ds_config(2)
     config["scheduler"] = {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10}}
     # WarmupDecayLR needs total_num_steps: DeepSpeed refuses it when the engine starts.
-    result = run_smoke_test(tiny_spec(GPT2_TINY), config, settings, steps=STEPS)
-    assert result.status == "failed"
+    spec = SmokeSpec(mode=DeepSpeedRun(config), steps=STEPS)
+    result = run_smoke_test(tiny_spec(GPT2_TINY), spec, settings)
+    assert result.status == "failed" and result.failure_kind == "crash"
     assert result.reason.startswith("crash"), result.reason
     assert "total_num_steps" in result.reason, result.reason
 
@@ -127,7 +129,8 @@ def test_a_broken_scheduler_section_fails_the_smoke_run(settings: Settings) -> N
 def test_torchrun_smoke_runs_the_plans_cosine_schedule(settings: Settings) -> None:
     command = ["torchrun", "train.py", "--steps", "2000", "--lr-schedule", "cosine"]
     command += ["--warmup-steps", "200"]
-    result = run_smoke_test(tiny_spec(GPT2_TINY), None, settings, steps=STEPS, plan_command=command)
+    spec = SmokeSpec(mode=TorchrunRun(plan_command=tuple(command)), steps=STEPS)
+    result = run_smoke_test(tiny_spec(GPT2_TINY), spec, settings)
     assert result.status == "passed", result.reason
     assert "plan's schedule cosine: warmup 200 -> 3 steps" in result.reason
     lrs = _lrs(result.run_dir)

@@ -7,13 +7,13 @@ import pytest
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES
 from tools.intake.brief import brief_from_dict
 from tools.planning import (
+    SearchOptions,
     capacity_bytes,
     estimate_speed,
     estimate_strategy,
     model_parallel_setups,
     search_strategy,
 )
-from tools.planning.explain import label as explain_label
 from tools.research.hardware import parse_hardware
 from tools.research.model_catalog import lookup_model
 
@@ -34,7 +34,7 @@ def _search(model: str, hardware: str, seq_len: int, batch: int, task: str = "fi
 
 def test_llama_8b_on_8_a100_picks_the_fastest_fitting_setup() -> None:
     plan, hw = _search("llama-3-8b", "1x8xA100-80GB", 4096, 64)
-    rows = {explain_label(s): s for s in plan.strategies}
+    rows = {s.label: s for s in plan.strategies}
     chosen = plan.chosen_row
     assert chosen is not None and plan.setup is not None
     cap = capacity_bytes(hw)
@@ -80,9 +80,11 @@ def test_forced_choices_are_respected() -> None:
         lookup_model("llama-3-8b", 4096),
         parse_hardware("1x8xA100-80GB"),
         brief,
-        micro_batch_size=1,
-        activation_checkpointing=True,
-        strategies=["zero3", "zero3_offload_all"],
+        SearchOptions(
+            micro_batch_size=1,
+            activation_checkpointing=True,
+            strategies=["zero3", "zero3_offload_all"],
+        ),
     )
     assert (
         forced.chosen == "zero3"
@@ -143,7 +145,7 @@ def test_70b_pretraining_on_32_h100_needs_tensor_and_pipeline_parallelism() -> N
     assert plan.micro_batch_size * plan.gradient_accumulation_steps * dp == 512
 
     cap = capacity_bytes(hw)
-    rows = {explain_label(s): s for s in plan.strategies}
+    rows = {s.label: s for s in plan.strategies}
     chosen = _chosen_row(plan)
     assert chosen.fits and chosen.per_gpu_bytes.total <= (1 - MIN_HEADROOM) * cap
     # Even ZeRO-3 without offload does not fit; offload would, but is predicted slower.
@@ -152,7 +154,7 @@ def test_70b_pretraining_on_32_h100_needs_tensor_and_pipeline_parallelism() -> N
     assert rows["zero3_offload_optimizer"].fits
     assert "slower" in plan.why_not["zero3_offload_optimizer"]
     # Every other row says why it lost, keyed by its label.
-    assert set(rows) - {explain_label(chosen)} <= set(plan.why_not)
+    assert set(rows) - {chosen.label} <= set(plan.why_not)
     assert any("Megatron-DeepSpeed" in a for a in plan.assumptions)
 
     # The row's numbers are the memory and speed models' for exactly this setup.

@@ -1,7 +1,7 @@
 """TensorFlow MultiWorkerMirroredStrategy smoke runs: 2 CPU workers on localhost, supervised.
 
 The workers run tools/smoke/tf_train.py in ``.venv-tf`` (``make tf-venv``; ``make test`` builds
-it), started by tools/smoke/supervise.py ``_launch_and_wait`` from tools/smoke/tf_launch.py's
+it), started by tools/smoke/supervise.py ``launch_and_wait`` from tools/smoke/tf_launch.py's
 commands. Without ``.venv-tf`` the tests skip locally and fail under CI=true, where it is built.
 Loss thresholds come from measured runs (20 steps, 2 workers, the default learning rates;
 each worker's first loss, then the mean of its last 3): image 1.40 -> 0.10-0.12, text
@@ -20,7 +20,7 @@ import pytest
 
 from tests.procs import wait_none_left
 from tools.smoke import free_port
-from tools.smoke.supervise import _launch_and_wait
+from tools.smoke.supervise import launch_and_wait
 from tools.smoke.tf_launch import TF_PYTHON, base_env, supervised_commands, worker_commands
 
 WORKERS = 2
@@ -43,7 +43,7 @@ def _run(run_dir: Path, train_args: list[str]) -> tuple[Any, list[dict[str, Any]
     run_dir.mkdir(parents=True)
     ports = [free_port() for _ in range(WORKERS)]
     commands = supervised_commands(WORKERS, ports, run_dir, train_args)
-    outcome = _launch_and_wait(commands, base_env(), run_dir, TIMEOUT_S, None)
+    outcome = launch_and_wait(commands, base_env(), run_dir, TIMEOUT_S, None)
     assert not wait_none_left(run_dir), "worker processes outlived the run"
     ranks = []
     for rank in range(WORKERS):

@@ -13,7 +13,6 @@ import threading
 from typing import Any
 
 from tools.core.schemas import SmokeResult, StrategyEstimate, TrainingPlan
-from tools.core.strategies import setup_label
 from tools.planning.memory import GB
 from tools.smoke import step_times_s as run_step_times_s
 
@@ -40,11 +39,7 @@ def _png(fig: Any) -> bytes:
 
 def _setup_names(plan: TrainingPlan) -> list[str]:
     assert plan.memory is not None
-    return [
-        setup_label(s.name, s.tensor_parallel, s.pipeline_parallel)
-        + (" *" if plan.memory.is_chosen(s) else "")
-        for s in plan.memory.strategies
-    ]
+    return [s.label + (" *" if plan.memory.is_chosen(s) else "") for s in plan.memory.strategies]
 
 
 # A memory axis is cut (not log-scaled: stacked terms stay proportional) when the setups'

@@ -84,7 +84,8 @@ HF_AUTO_KEYS: tuple[str, ...] = (
 _HF_ZERO3_KEYS = frozenset(key for key in HF_AUTO_KEYS if key.startswith("zero_optimization."))
 
 
-def _zero_section(plan: MemoryPlan, model: ModelSpec) -> dict[str, Any]:
+def zero_section(plan: MemoryPlan, model: ModelSpec) -> dict[str, Any]:
+    """The ``zero_optimization`` section of the plan's chosen strategy for ``model``."""
     stage = ZERO_STAGE[plan.chosen]
     if stage == 0:
         return {"stage": 0}
@@ -207,7 +208,7 @@ def emit_deepspeed_config(
             "hysteresis": 2,
             "min_loss_scale": 1,
         }
-    config["zero_optimization"] = _zero_section(plan, model)
+    config["zero_optimization"] = zero_section(plan, model)
     if autotp and tp > 1:
         # DeepSpeed's AutoTP training section (deepspeed/runtime/tensor_parallel/config.py
         # TPTrainingConfig.autotp_size): deepspeed.initialize shards the model's linear layers

@@ -134,6 +134,21 @@ def _check_scheduler(config: dict[str, Any]) -> None:
         ) from exc
 
 
+def parse_recording(config: dict[str, Any], world_size: int) -> tuple[Any, set[Any]]:
+    """DeepSpeed's own DeepSpeedConfig of ``config`` at ``world_size`` ranks, and the keys it read.
+
+    Parsed as rank zero of a data-parallel group of ``world_size`` (no process group needed);
+    DeepSpeed's exceptions pass through.
+    """
+    import_deepspeed_quietly()
+    from deepspeed.runtime import config as config_module
+
+    recording = _RecordingDict(config)
+    with _as_rank_zero(config_module, world_size):
+        parsed = config_module.DeepSpeedConfig(recording, mpu=_DataParallelGroup(world_size))
+    return parsed, set(recording.read)
+
+
 def validate_deepspeed_config(config: dict[str, Any], world_size: int) -> None:
     """Validate ``config`` with DeepSpeed's own DeepSpeedConfig at ``world_size`` ranks.
 
@@ -160,10 +175,8 @@ def validate_deepspeed_config(config: dict[str, Any], world_size: int) -> None:
     import_deepspeed_quietly()
     from deepspeed.runtime import config as config_module
 
-    recording = _RecordingDict(config)
     try:
-        with _as_rank_zero(config_module, world_size):
-            parsed = config_module.DeepSpeedConfig(recording, mpu=_DataParallelGroup(world_size))
+        parsed, read = parse_recording(config, world_size)
     except (
         AssertionError,
         ValueError,
@@ -177,7 +190,7 @@ def validate_deepspeed_config(config: dict[str, Any], world_size: int) -> None:
         raise ConfigError(
             f"DeepSpeed parsed the config at world size {parsed.world_size}, not {world_size}"
         )
-    unknown = sorted(str(key) for key in config if key not in recording.read)
+    unknown = sorted(str(key) for key in config if key not in read)
     if unknown:
         raise ConfigError(
             f"DeepSpeed does not read {', '.join(unknown)} and would ignore it",

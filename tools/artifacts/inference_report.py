@@ -5,12 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from tools.core.inference_types import InferencePlan
+from tools.core.units import GB, gb_text
 from tools.planning.inference import ENGINE_NAMES
-from tools.planning.memory import GB
-
-
-def _gb(n: float) -> str:
-    return f"{n / GB:.1f} GB"
 
 
 def inference_section(plan: InferencePlan, md_text: Any, one_line: Any) -> list[str]:
@@ -27,7 +23,7 @@ def inference_section(plan: InferencePlan, md_text: Any, one_line: Any) -> list[
         "| per GPU | GB |",
         "|---|---:|",
         f"| weights ({plan.weight_dtype}, {plan.weight_bytes_per_param:g} bytes/param; "
-        f"{_gb(plan.weights_bytes)} in all) | {plan.weights_bytes_per_gpu / GB:.2f} |",
+        f"{gb_text(plan.weights_bytes)} in all) | {plan.weights_bytes_per_gpu / GB:.2f} |",
         f"| KV cache ({plan.concurrency} x {plan.context_len} tokens x "
         f"{plan.kv_bytes_per_token_per_gpu:,} bytes/token) | {plan.kv_cache_bytes_per_gpu / GB:.2f} |",
         f"| activations and workspace | {plan.activation_bytes_per_gpu / GB:.2f} |",
@@ -37,7 +33,7 @@ def inference_section(plan: InferencePlan, md_text: Any, one_line: Any) -> list[
         "",
         f"- KV-cache budget: {plan.kv_bytes_per_token:,} bytes per token for the whole model "
         "(2 x layers x kv_heads x head_dim x 2 bytes), "
-        f"{_gb(plan.kv_cache_bytes)} for {plan.concurrency} sequences of {plan.context_len} tokens"
+        f"{gb_text(plan.kv_cache_bytes)} for {plan.concurrency} sequences of {plan.context_len} tokens"
         if plan.decoder
         else "- KV cache: none (an encoder has no autoregressive decode)",
         f"- Max concurrency at {plan.context_len} tokens: {plan.max_concurrency} sequences",

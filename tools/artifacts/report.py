@@ -13,8 +13,8 @@ from tools.artifacts.text import CANDIDATE_HEADER, candidate_rows
 from tools.core.errors import printable
 from tools.core.outputs import check_files, write_file
 from tools.core.schemas import MemoryPlan, ReportPaths, ScalingRow, TrainingPlan
-from tools.core.strategies import setup_label
-from tools.planning.memory import GB
+from tools.core.smoke_types import RunMode
+from tools.core.units import gb_text
 from tools.review import memory_comparison
 
 # ---- text from briefs, files, tools and LLMs, made inert ---------------------------------------
@@ -62,10 +62,6 @@ def md_code(value: object) -> str:
 def _no_controls(text: str) -> str:
     """A whole report without control characters or escapes (newlines kept): the safety net."""
     return "\n".join(line if line.isprintable() else one_line(line) for line in text.split("\n"))
-
-
-def _gb(n: int | float | None) -> str:
-    return "-" if n is None else f"{n / GB:.2f}"
 
 
 def render_markdown(plan: TrainingPlan) -> str:
@@ -213,12 +209,10 @@ def _memory_section(plan: TrainingPlan) -> list[str]:
     for s in mem.strategies:
         t = s.per_gpu_bytes
         mark = " (chosen)" if mem.is_chosen(s) else ""
-        name = setup_label(s.name, s.tensor_parallel, s.pipeline_parallel)
-        lines.append(
-            f"| {name}{mark} | {_gb(t.params)} | {_gb(t.gradients)} | {_gb(t.optimizer)} | "
-            f"{_gb(t.activations)} | {_gb(t.buffers)} | {_gb(t.total)} | {_gb(s.cpu_bytes_per_node)} | "
-            f"{'yes' if s.fits else 'no'} |"
-        )
+        name = s.label
+        terms = (t.params, t.gradients, t.optimizer, t.activations, t.buffers, t.total)
+        cells = [gb_text(n, 2, unit=False) for n in (*terms, s.cpu_bytes_per_node)]
+        lines.append(f"| {name}{mark} | " + " | ".join(cells) + f" | {'yes' if s.fits else 'no'} |")
     candidates = candidate_rows(mem)
     if len(candidates) > 1:
         lines += [
@@ -369,7 +363,7 @@ def _smoke_section(plan: TrainingPlan) -> list[str]:
         "",
         f"- Status: **{smoke.status}**{': ' + md_text(smoke.reason) if smoke.reason else ''}",
         f"- Ranks: {smoke.world_size} on {smoke.device}; steps {smoke.steps}; "
-        f"strategy {_smoke_strategy(smoke.strategy, plan.memory, smoke.mode)}",
+        f"strategy {_smoke_strategy(smoke.strategy, plan.memory, smoke.run_mode)}",
         f"- Scaled model: {md_code(json.dumps(smoke.model_shape)) if smoke.model_shape else '-'}",
         f"- Loss: {', '.join(f'{x:.3f}' for x in smoke.losses)}",
         f"- Median step time: {smoke.step_time_s:.3f} s; {smoke.tokens_per_s:.0f} tokens/s"
@@ -470,12 +464,15 @@ def plan_json(plan: TrainingPlan) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def _smoke_strategy(ran: str | None, memory: MemoryPlan | None, mode: str | None = None) -> str:
+def _smoke_strategy(ran: str | None, memory: MemoryPlan | None, mode: RunMode | None) -> str:
     """What the smoke run ran, said so that it cannot be read as another choice."""
     if not ran:
         return "-"
-    if mode and mode.startswith("native-3d") and memory is not None:
-        return f"{memory.chosen_label}, as the torch-native stand-in {mode} (scaled to CPU ranks)"
+    if mode is not None and mode.launcher == "layout" and memory is not None:
+        return (
+            f"{memory.chosen_label}, as the torch-native stand-in {mode.text()} "
+            "(scaled to CPU ranks)"
+        )
     if memory is not None and ran == memory.chosen and memory.chosen_label != ran:
         return f"{memory.chosen_label}, its ZeRO part only (the smoke run is data parallel)"
     return ran

@@ -12,7 +12,7 @@ from tools.artifacts.budget import budget_line
 from tools.artifacts.inference_report import inference_line
 from tools.core.errors import printable
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, SmokeResult, TrainingBrief
-from tools.core.strategies import setup_label
+from tools.core.units import GB, gb_text
 from tools.planning.alternatives import fit_line
 from tools.research.hardware import PACKAGES
 from tools.review import memory_comparison
@@ -144,10 +144,10 @@ def summary_paragraph(summary: dict[str, Any]) -> str:
 
 def smoke_lines(result: SmokeResult) -> str:
     """A short human summary of a smoke run."""
-    how = result.strategy
-    if result.mode and result.mode.startswith(("fsdp", "native-3d", "tensorflow")):
+    how, mode = result.strategy, result.run_mode
+    if mode is not None and mode.launcher in ("fsdp", "layout", "tensorflow"):
         alone = result.strategy in ("fsdp", "multi_worker_mirrored")
-        how = result.mode if alone else f"{how}, as {result.mode}"
+        how = mode.text() if alone else f"{how}, as {mode.text()}"
     lines = [f"smoke test: {result.status} ({how}, {result.world_size} {result.device} rank(s))"]
     lines.append(f"  {result.reason.splitlines()[0] if result.reason else ''}")
     if result.step_time_s:
@@ -175,7 +175,7 @@ def estimate_lines(
     for s in memory.strategies:
         t = s.per_gpu_bytes
         mark = "*" if memory.is_chosen(s) else " "
-        name = setup_label(s.name, s.tensor_parallel, s.pipeline_parallel)
+        name = s.label
         terms = "".join(
             f"{v / 1e9:8.2f}"
             for v in (t.params, t.gradients, t.optimizer, t.activations, t.buffers)
@@ -224,7 +224,7 @@ def candidate_rows(memory: MemoryPlan) -> list[tuple[str, list[str]]]:
         margin = f"-{1 - c.tokens_per_s / best:.1%}" if best and c.tokens_per_s and rows else "best"
         rows.append(
             (
-                setup_label(c.strategy, c.tensor_parallel, c.pipeline_parallel),
+                c.label,
                 [
                     str(c.tensor_parallel),
                     str(c.pipeline_parallel),
@@ -278,7 +278,7 @@ def profile_text(profile: dict[str, Any]) -> str:
             f"cpu: {cpu['model'] or 'unknown model'}; {cpu['physical_cores'] or '?'} physical / "
             f"{cpu['logical_cores'] or '?'} logical cores ({cpu['usable_cores']} usable)",
             f"ram: {ram['total_gb']} GB total, {ram['available_gb']} GB available",
-            f"disk: {_gb(disk['free_gb'])} free of {_gb(disk['total_gb'])} at {disk['path']}",
+            f"disk: {_in_gb(disk['free_gb'])} free of {_in_gb(disk['total_gb'])} at {disk['path']}",
         ]
         lines.append(f"gpus: {profile['gpu_summary']}")
         for device in profile["gpus"]:
@@ -316,10 +316,6 @@ def profile_text(profile: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _gb(value: float | None) -> str:
-    return f"{value} GB" if value is not None else "?"
-
-
 def _topology_line(topology: dict[str, Any] | None) -> str:
     if topology is None:
         return "unknown (no nvidia-smi topo -m)"
@@ -348,3 +344,8 @@ def event_text(chunk: dict[str, Any]) -> str:
     """The text of one node event, as the CLI and the chat show it after ``[agent] ``."""
     fmt = _EVENT_TEXT.get(str(chunk.get("kind")), "{text}")
     return fmt.format(text=chunk.get("text", ""))
+
+
+def _in_gb(value: float | None) -> str:
+    """A profile's figure that is already in GB (one decimal), as a line shows it."""
+    return gb_text(value * GB if value is not None else None, missing="?")

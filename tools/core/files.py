@@ -33,7 +33,7 @@ TEMP_RE = re.compile(r"^\..+\.[0-9a-f]{6}-\d+\.[0-9a-f]{8}\.tmp$")
 # Longest target-name part kept in a temporary name (NAME_MAX is 255 bytes on Linux).
 _NAME_BUDGET = 200
 
-_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+HOST_TAG = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
 
 
 def temp_path(path: Path) -> Path:
@@ -41,7 +41,7 @@ def temp_path(path: Path) -> Path:
     name = path.name
     while len(name.encode()) > _NAME_BUDGET:
         name = name[:-1]
-    return path.with_name(f".{name}.{_HOST}-{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    return path.with_name(f".{name}.{HOST_TAG}-{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
 def write_atomic_bytes(

@@ -9,10 +9,20 @@ from __future__ import annotations
 import warnings
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    computed_field,
+    field_validator,
+    model_validator,
+)
 
 from tools.core.inference_types import InferencePlan, ServingEngine, WeightDtype
-from tools.core.strategies import Recompute, StrategyName, setup_label
+from tools.core.setup import Setup
+from tools.core.smoke_types import FailureKind, SmokeResult
+from tools.core.strategies import Recompute, StrategyName
 
 Task = Literal["pretrain", "finetune", "lora", "inference", "agent-app"]
 Precision = Literal["bf16", "fp16", "fp32", "auto"]
@@ -317,6 +327,31 @@ class StrategyEstimate(BaseModel):
     checkpointing: Recompute = "none"
     virtual_stages: int = Field(default=1, ge=1)
     context_parallel: int = Field(default=1, ge=1)
+    # The data-parallel degree (world / (t x p x c)) and the micro-batches per optimizer step
+    # the estimate was made for.
+    data_parallel: int = Field(default=1, ge=1)
+    gradient_accumulation_steps: int = Field(default=1, ge=1)
+
+    @property
+    def setup(self) -> Setup:
+        """The setup this row estimates."""
+        return Setup(
+            self.name,
+            tp=self.tensor_parallel,
+            pp=self.pipeline_parallel,
+            vpp=self.virtual_stages,
+            cp=self.context_parallel,
+            dp=self.data_parallel,
+            micro_batch=self.micro_batch_size,
+            accumulation=self.gradient_accumulation_steps,
+            recompute=self.checkpointing,
+        )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def label(self) -> str:
+        """The row's setup as ``Setup.label`` spells it; unique among a plan's rows."""
+        return self.setup.label()
 
 
 class SetupCandidate(BaseModel):
@@ -344,6 +379,29 @@ class SetupCandidate(BaseModel):
     # Tokens per second of the whole cluster.
     tokens_per_s: float | None = None
     mfu: float | None = None
+
+    @property
+    def setup(self) -> Setup:
+        """This candidate as a ``Setup``."""
+        return Setup(
+            self.strategy,
+            tp=self.tensor_parallel,
+            pp=self.pipeline_parallel,
+            vpp=self.virtual_stages,
+            cp=self.context_parallel,
+            dp=self.data_parallel,
+            micro_batch=self.micro_batch_size,
+            accumulation=self.gradient_accumulation_steps,
+            recompute=self.checkpointing,
+        )
+
+    @property
+    def label(self) -> str:
+        """The candidate's setup as ``Setup.label`` spells it.
+
+        A property, not a key: the estimate contract's candidate keys are fixed.
+        """
+        return self.setup.label()
 
 
 class SpeedEstimate(BaseModel):
@@ -418,8 +476,8 @@ class MemoryPlan(BaseModel):
     binding: str | None = None
     fit_options: list[FitOption] = Field(default_factory=list)
     # The chosen setup's tensor- and pipeline-parallel degrees (1 and 1: data parallel only).
-    # Rows in ``strategies`` with the same name are told apart by their own two degrees; the
-    # chosen setup is the first row named ``chosen``.
+    # Rows in ``strategies`` with the same name are told apart by their ``label``; the chosen
+    # setup is the row whose label is ``chosen_label``.
     tensor_parallel: int = Field(default=1, ge=1)
     pipeline_parallel: int = Field(default=1, ge=1)
     # The chosen (or pinned) setup, and, when the search ran, the best setups first (bounded).
@@ -434,13 +492,32 @@ class MemoryPlan(BaseModel):
         """The chosen setup's context-parallel degree (1 without a setup)."""
         return self.setup.context_parallel if self.setup is not None else 1
 
-    def is_chosen(self, row: StrategyEstimate) -> bool:
-        """Whether ``row`` is the chosen setup: its name and both model-parallel degrees."""
-        return (row.name, row.tensor_parallel, row.pipeline_parallel) == (
+    @property
+    def chosen_setup(self) -> Setup:
+        """The chosen setup: the plan's own fields, and what only ``setup`` records.
+
+        Virtual stages, context and data parallel and the recompute policy come from ``setup``
+        when the search recorded it.
+        """
+        extra = self.setup
+        recompute: Recompute = "full" if self.activation_checkpointing else "none"
+        if extra is not None and (extra.checkpointing != "none") == self.activation_checkpointing:
+            recompute = extra.checkpointing
+        return Setup(
             self.chosen,
-            self.tensor_parallel,
-            self.pipeline_parallel,
+            tp=self.tensor_parallel,
+            pp=self.pipeline_parallel,
+            vpp=extra.virtual_stages if extra is not None else 1,
+            cp=extra.context_parallel if extra is not None else 1,
+            dp=extra.data_parallel if extra is not None else 1,
+            micro_batch=self.micro_batch_size,
+            accumulation=self.gradient_accumulation_steps,
+            recompute=recompute,
         )
+
+    def is_chosen(self, row: StrategyEstimate) -> bool:
+        """Whether ``row`` is the chosen setup (its label is the chosen one's)."""
+        return row.label == self.chosen_label
 
     @property
     def chosen_row(self) -> StrategyEstimate | None:
@@ -449,8 +526,8 @@ class MemoryPlan(BaseModel):
 
     @property
     def chosen_label(self) -> str:
-        """The chosen setup's name, e.g. ``zero1`` or ``zero1+tp8+pp4``."""
-        return setup_label(self.chosen, self.tensor_parallel, self.pipeline_parallel)
+        """The chosen setup's label, e.g. ``zero1`` or ``zero1+tp8+pp4``."""
+        return self.chosen_setup.label()
 
 
 class LaunchSpec(BaseModel):
@@ -458,49 +535,6 @@ class LaunchSpec(BaseModel):
 
     command: list[str]
     files: dict[str, str] = Field(default_factory=dict)
-
-
-class SmokeResult(BaseModel):
-    """What a real short training run showed."""
-
-    status: Literal["passed", "failed", "skipped"]
-    reason: str = ""
-    device: str = "cpu"
-    world_size: int = 0
-    steps: int = 0
-    losses: list[float] = Field(default_factory=list)
-    step_time_s: float | None = None
-    tokens_per_s: float | None = None
-    peak_memory_bytes: int | None = None
-    # CPU runs: RSS before the model was built (runtime libraries); 0 on GPU, where the
-    # peak counts tensors only.
-    baseline_memory_bytes: int = 0
-    predicted_peak_memory_bytes: int | None = None
-    run_dir: str | None = None
-    wall_time_s: float | None = None
-    model_shape: dict[str, Any] | None = None
-    strategy: str | None = None
-    # The GPU torch reported ("cpu" on CPU ranks), and on a GPU the driver's (NVML) view of the
-    # process's memory, which includes the CUDA context and the allocator's cache.
-    device_name: str | None = None
-    process_gpu_memory_bytes: int | None = None
-    # measured / predicted - 1, for the shape that ran (tools/smoke/predict.py with_prediction).
-    memory_gap: float | None = None
-    # Model FLOPs utilisation of a GPU run (6N + 12·L·h·s per token over the catalog's peak).
-    mfu: float | None = None
-    nodes: int = 1
-    # The fault a test injected on purpose (oom, nan, hang, crash), if any.
-    inject: str | None = None
-    # How it ran: deepspeed, ddp (torchrun), or fsdp:<sharding>[+offload] (train.py's FSDP2
-    # mode under torchrun; sharding full, grad-op or hybrid).
-    mode: str | None = None
-
-    @property
-    def measured_memory_bytes(self) -> int | None:
-        """Peak memory the run itself added: GPU tensors, or CPU RSS above the baseline."""
-        if not self.peak_memory_bytes:
-            return None
-        return max(0, self.peak_memory_bytes - self.baseline_memory_bytes)
 
 
 class Finding(BaseModel):
@@ -513,6 +547,8 @@ class Finding(BaseModel):
     # The cheapest change the fix names, as plan_parallelism arguments (e.g. {"min_strategy":
     # "zero2"}), for the engineer to act on without reading the prose back.
     suggested_args: dict[str, Any] | None = None
+    # A failed smoke run's kind (SmokeResult.failure_kind), on its smoke_verdict finding.
+    failure_kind: FailureKind | None = None
 
 
 class Review(BaseModel):

@@ -1,4 +1,4 @@
-"""The strategy vocabulary, defined once: names, their order, ZeRO stages, labels, headroom.
+"""The strategy vocabulary, defined once: names, their order, ZeRO stages, headroom.
 
 Every other module (planner, config emitter, smoke runner, reviewer, report) speaks these
 names; the plan JSON's memory.strategies use the same seven.
@@ -79,15 +79,6 @@ def check_strategy(strategy: str, field: str = "strategy") -> StrategyName:
             field, f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGY_ORDER)}"
         )
     return strategy  # type: ignore[return-value]
-
-
-def setup_label(strategy: str, tensor_parallel: int = 1, pipeline_parallel: int = 1) -> str:
-    """A setup's name: ``zero1``, ``zero3+tp8``, ``zero1+tp8+pp4``."""
-    return (
-        strategy
-        + (f"+tp{tensor_parallel}" if tensor_parallel > 1 else "")
-        + (f"+pp{pipeline_parallel}" if pipeline_parallel > 1 else "")
-    )
 
 
 def base_strategy(strategy: str) -> str:

@@ -5,6 +5,7 @@ Estimates are arithmetic on the model and hardware; search.py is the only place 
 
 from tools.planning.activations import activation_bytes
 from tools.planning.memory import capacity_bytes, estimate_strategy, node_ram_bytes
+from tools.planning.options import SearchOptions
 from tools.planning.parallel import (
     check_model_parallel,
     data_parallel_size,
@@ -24,6 +25,7 @@ from tools.planning.states import (
 
 __all__ = [
     "ModelStates",
+    "SearchOptions",
     "ZeroSettings",
     "activation_bytes",
     "capacity_bytes",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from tools.core.schemas import FitOption, HardwareSpec, ModelSpec, StrategyEstimate, TrainingBrief
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, STRATEGY_ORDER, StrategyName
+from tools.core.units import gb_text
 from tools.planning.footprint import NF4_BYTES
 from tools.planning.memory import (
     CPU_RAM_HEADROOM,
@@ -50,10 +51,6 @@ def _limit(hardware: HardwareSpec) -> float:
     return (1 - MIN_HEADROOM) * (capacity_bytes(hardware) or 0)
 
 
-def _gb(value: float) -> str:
-    return f"{value / GB:.1f} GB"
-
-
 def binding(rows: list[StrategyEstimate], hardware: HardwareSpec) -> str:
     """What binds when no row fits: GPU memory, host RAM for offload, or both, with numbers."""
     limit = _limit(hardware)
@@ -66,7 +63,7 @@ def binding(rows: list[StrategyEstimate], hardware: HardwareSpec) -> str:
     offload = [r for r in rows if r.name in OFFLOAD_STRATEGIES]
     best_plain = min((r.per_gpu_bytes.total for r in plain), default=None)
     gpu_text = (
-        f"without offload {_gb(best_plain)}/GPU at best, over {1 - MIN_HEADROOM:.0%} of {cap:g} GB"
+        f"without offload {gb_text(best_plain)}/GPU at best, over {1 - MIN_HEADROOM:.0%} of {cap:g} GB"
         if best_plain is not None
         else f"over {1 - MIN_HEADROOM:.0%} of {cap:g} GB per GPU"
     )
@@ -74,8 +71,8 @@ def binding(rows: list[StrategyEstimate], hardware: HardwareSpec) -> str:
     if on_gpu:
         lean = min(on_gpu, key=lambda r: r.cpu_bytes_per_node)
         return (
-            f"host RAM for offload ({lean.name} fits the GPU at {_gb(lean.per_gpu_bytes.total)} "
-            f"but needs {_gb(lean.cpu_bytes_per_node)} host RAM/node, over "
+            f"host RAM for offload ({lean.name} fits the GPU at {gb_text(lean.per_gpu_bytes.total)} "
+            f"but needs {gb_text(lean.cpu_bytes_per_node)} host RAM/node, over "
             f"{1 - CPU_RAM_HEADROOM:.0%} of {ram_text}); {gpu_text}"
         )
     ram_short = [r for r in offload if r.cpu_bytes_per_node > (1 - CPU_RAM_HEADROOM) * ram]
@@ -83,12 +80,12 @@ def binding(rows: list[StrategyEstimate], hardware: HardwareSpec) -> str:
         lean = min(offload, key=lambda r: r.per_gpu_bytes.total)
         return (
             f"GPU memory and host RAM for offload ({gpu_text}; even {lean.name} needs "
-            f"{_gb(lean.per_gpu_bytes.total)}/GPU and {_gb(lean.cpu_bytes_per_node)} host "
+            f"{gb_text(lean.per_gpu_bytes.total)}/GPU and {gb_text(lean.cpu_bytes_per_node)} host "
             f"RAM/node, {ram_text})"
         )
     lean_offload = min((r.per_gpu_bytes.total for r in offload), default=None)
     return f"GPU memory ({gpu_text}" + (
-        f"; with offload {_gb(lean_offload)}/GPU)" if lean_offload is not None else ")"
+        f"; with offload {gb_text(lean_offload)}/GPU)" if lean_offload is not None else ")"
     )
 
 

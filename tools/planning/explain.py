@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from tools.core.schemas import HardwareSpec, ModelSpec, StrategyEstimate, TrainingBrief
-from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, setup_label
+from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES
+from tools.core.units import gb_text
 from tools.planning.memory import (
     CPU_RAM_HEADROOM,
     CUDA_CONTEXT_BYTES,
@@ -26,18 +27,6 @@ MEGATRON_NOTE = (
     "DeepSpeed checks against Megatron's data-parallel group (its mpu); the parallel degrees "
     "are Megatron arguments (--tensor-model-parallel-size, --pipeline-model-parallel-size)"
 )
-
-
-def label(est: StrategyEstimate) -> str:
-    """The setup label of an estimate row (its family: strategy, tensor, pipeline, context)."""
-    cp = est.context_parallel
-    return setup_label(est.name, est.tensor_parallel, est.pipeline_parallel) + (
-        f"+cp{cp}" if cp > 1 else ""
-    )
-
-
-def _gb(value: float) -> str:
-    return f"{value / 1e9:.1f} GB"
 
 
 def node_ram_text(hardware: HardwareSpec) -> str:
@@ -153,12 +142,12 @@ def over(
     """Why a row does not fit, when nothing does (every reason says "over 90%")."""
     if cpu_short(est, limit):
         return (
-            f"offload needs {_gb(est.cpu_bytes_per_node)} of CPU RAM per node, over "
+            f"offload needs {gb_text(est.cpu_bytes_per_node)} of CPU RAM per node, over "
             f"{1 - MIN_HEADROOM:.0%} of {node_ram}"
         )
     where = f" (smallest at tensor {est.tensor_parallel} x pipeline {est.pipeline_parallel})"
     return (
-        f"needs {_gb(est.per_gpu_bytes.total)} at best, over {1 - MIN_HEADROOM:.0%} of "
+        f"needs {gb_text(est.per_gpu_bytes.total)} at best, over {1 - MIN_HEADROOM:.0%} of "
         f"{capacity / 1e9:.0f} GB" + (where if split else "")
     )
 
@@ -169,13 +158,13 @@ def no_fit(
     """Why a row lost by not fitting, when something else does."""
     if cpu_short(est, limit):
         return (
-            f"does not fit in CPU RAM: offload needs {_gb(est.cpu_bytes_per_node)} per node, "
+            f"does not fit in CPU RAM: offload needs {gb_text(est.cpu_bytes_per_node)} per node, "
             f"over {1 - MIN_HEADROOM:.0%} of {node_ram}"
         )
     what = "any tensor/pipeline split or micro-batch" if split else "any micro-batch"
     return (
         f"does not fit with {MIN_HEADROOM:.0%} headroom at {what} (smallest "
-        f"{_gb(est.per_gpu_bytes.total)} of {capacity / 1e9:.0f} GB)"
+        f"{gb_text(est.per_gpu_bytes.total)} of {capacity / 1e9:.0f} GB)"
     )
 
 

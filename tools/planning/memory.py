@@ -17,6 +17,7 @@ import math
 from tools.core.errors import InputError
 from tools.core.schemas import HardwareSpec, MemoryBreakdown, ModelSpec, StrategyEstimate, Task
 from tools.core.strategies import OFFLOAD_STRATEGIES, Recompute, StrategyName, check_strategy
+from tools.core.units import GB
 from tools.planning.activations import activation_bytes, is_encoder_decoder
 from tools.planning.footprint import (
     NF4_BYTES,
@@ -45,9 +46,7 @@ from tools.planning.states import (
     zero_settings,
 )
 
-# Vendors quote GPU memory in decimal GB ("80GB"); 80e9 bytes is ~7% under the 80 GiB an
-# A100-80GB has, which leaves room for what the driver and ECC reserve.
-GB = 1_000_000_000
+# GB (decimal, as vendors quote GPU memory) is tools/core/units.py's, re-exported here.
 
 # PyTorch + CUDA 12 context with cuBLAS/NCCL workspaces: measured 0.5-1 GB; we take the middle.
 CUDA_CONTEXT_BYTES = 750_000_000
@@ -696,6 +695,8 @@ def estimate_strategy(
         tensor_parallel=tp,
         pipeline_parallel=pp,
         context_parallel=cp,
+        data_parallel=world,
+        gradient_accumulation_steps=max(1, micro_batches or 1),
         checkpointing=_recompute_label(recipe),
         activation_checkpointing=recipe.checkpointing != "none",
     )

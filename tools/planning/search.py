@@ -26,7 +26,6 @@ wins, with the largest micro-batch it allows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
 
 from tools.core.errors import InputError
 from tools.core.schemas import (
@@ -41,6 +40,7 @@ from tools.core.schemas import (
     StrategyName,
     TrainingBrief,
 )
+from tools.core.setup import Setup
 from tools.core.strategies import (
     MIN_HEADROOM,
     OFFLOAD_STRATEGIES,
@@ -55,14 +55,16 @@ from tools.core.strategies import (
 from tools.planning import alternatives, explain
 from tools.planning.batch import resolve_batch
 from tools.planning.memory import GB, capacity_bytes, estimate_strategy
+from tools.planning.options import Objective, SearchOptions
 from tools.planning.parallel import TENSOR_PARALLEL_CANDIDATES, check_model_parallel
 from tools.planning.recipe import Recipe, recipe_from_brief, resolve_recipe
 from tools.planning.scale_out import MAX_NODES_SUGGESTED, TRAINING_TASKS, smallest_fitting
 from tools.planning.speed import estimate_speed
 from tools.planning.states import resolve_precision
-from tools.research.framework import torchtitan_flavor
+from tools.research.framework import replicas_fit, torchtitan_flavor
 
-Objective = Literal["speed", "memory"]
+# Nothing pinned: the search over the whole space.
+ALL = SearchOptions()
 # The memory-only choice tries these micro-batches, largest first.
 MICRO_BATCH_CANDIDATES = (8, 4, 2, 1)
 # The speed search tries every divisor of the per-rank batch up to this many sequences
@@ -82,20 +84,8 @@ TOP_CANDIDATES = 10
 # Strategies a pipeline takes: DeepSpeed's PipelineEngine refuses ZeRO-2/3
 # (runtime/pipe/engine.py); Megatron's distributed optimizer is ZeRO-1 (parallel.py).
 PIPELINE_STRATEGIES: tuple[StrategyName, ...] = ("ddp", "zero1")
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """The model-parallel degrees of a family: tensor, pipeline and context parallel."""
-
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-
-    @property
-    def split(self) -> int:
-        """GPUs one model replica spans (t x p x c)."""
-        return self.tp * self.pp * self.cp
+# The layout without model parallelism: every GPU holds the whole model.
+DATA_PARALLEL = Setup()
 
 
 @dataclass
@@ -118,17 +108,18 @@ class _Space:
     pinned: tuple[int | None, int | None] = (None, None)
     # The context-parallel degree the caller pinned; None: searched.
     cp_pin: int | None = None
-    layouts: list[_Layout] = field(default_factory=list)
+    # The model-parallel layouts searched (t x p x c, as setups of no strategy of their own).
+    layouts: list[Setup] = field(default_factory=list)
     # The framework recipe memory is priced for (tools/planning/recipe.py); None: DeepSpeed's.
     recipe: Recipe | None = None
 
-    def dp(self, layout: _Layout = _Layout()) -> int:
+    def dp(self, layout: Setup = DATA_PARALLEL) -> int:
         """Data-parallel ranks of ``layout``: world / (t x p x c)."""
         return max(1, self.hardware.world_size // layout.split)
 
-    def per_rank(self, tp: int = 1, pp: int = 1, cp: int = 1) -> int:
+    def per_rank(self, layout: Setup = DATA_PARALLEL) -> int:
         """Sequences per data-parallel rank per optimizer step."""
-        return self.brief.batch // self.dp(_Layout(tp, pp, cp))
+        return self.brief.batch // self.dp(layout)
 
     def micro_options(self, per_rank: int) -> list[int]:
         """The memory-only choice's micro-batches, largest first (or the pinned one)."""
@@ -142,22 +133,20 @@ class _Space:
             return [self.micro] if per_rank % self.micro == 0 else []
         return [m for m in range(1, min(per_rank, MAX_MICRO_BATCH) + 1) if per_rank % m == 0]
 
-    def estimate(
-        self, name: StrategyName, micro: int, ckpt: bool, tp: int = 1, pp: int = 1
-    ) -> StrategyEstimate:
-        """The memory estimate of one data-parallel or t x p setup (full or no recompute)."""
-        return self.estimate_setup(name, micro, "full" if ckpt else "none", _Layout(tp, pp))
+    def estimate(self, name: StrategyName, micro: int, ckpt: bool) -> StrategyEstimate:
+        """The memory estimate of one data-parallel setup (full or no recompute)."""
+        recompute: Recompute = "full" if ckpt else "none"
+        return self.estimate_setup(Setup(name, micro_batch=micro, recompute=recompute))
 
-    def estimate_setup(
-        self, name: StrategyName, micro: int, policy: Recompute, layout: _Layout
-    ) -> StrategyEstimate:
+    def estimate_setup(self, setup: Setup) -> StrategyEstimate:
         """The memory estimate of one setup, recording its recompute policy and layout.
 
         Context parallelism splits every sequence over c GPUs, so a rank's activations are those
         of seq / c tokens (Megatron-Core context_parallel docs); the model states are sharded by
         ZeRO over the d x c ranks that hold the same weights (Megatron's data-and-context group).
         """
-        steps = self.per_rank(layout.tp, layout.pp, layout.cp) // micro
+        name, micro, policy, layout = setup.strategy, setup.micro_batch, setup.recompute, setup
+        steps = self.per_rank(layout) // micro
         recipe = None
         if self.recipe is not None:
             recipe = replace(
@@ -169,7 +158,7 @@ class _Space:
         est = estimate_strategy(
             self.model,
             self.hardware,
-            name,
+            check_strategy(name),
             task=self.brief.task,
             precision=self.precision,
             micro_batch_size=micro,
@@ -186,6 +175,8 @@ class _Space:
                 "activation_checkpointing": policy != "none",
                 "checkpointing": policy,
                 "context_parallel": layout.cp,
+                "data_parallel": self.dp(layout),
+                "gradient_accumulation_steps": max(1, steps),
             }
         )
 
@@ -197,7 +188,7 @@ class _Space:
             self.hardware,
             est.name,
             micro_batch_size=est.micro_batch_size,
-            gradient_accumulation_steps=self.per_rank(tp, pp, cp) // est.micro_batch_size,
+            gradient_accumulation_steps=self.per_rank(est.setup) // est.micro_batch_size,
             activation_checkpointing=est.activation_checkpointing,
             precision=self.precision,
             seq_len=self.brief.seq_len,
@@ -214,8 +205,8 @@ class _Space:
 
     def candidate(self, row: StrategyEstimate) -> SetupCandidate:
         """``row`` in the contract's form, with its speed estimate's step time and MFU."""
-        layout = _Layout(row.tensor_parallel, row.pipeline_parallel, row.context_parallel)
-        per_rank = self.per_rank(layout.tp, layout.pp, layout.cp)
+        layout = row.setup
+        per_rank = self.per_rank(layout)
         speed = self.speeds.get(id(row))
         t = row.per_gpu_bytes
         return SetupCandidate(
@@ -252,16 +243,9 @@ def search_strategy(
     model: ModelSpec,
     hardware: HardwareSpec,
     brief: TrainingBrief,
+    options: SearchOptions = ALL,
     *,
-    micro_batch_size: int | None = None,
-    activation_checkpointing: bool | None = None,
-    strategies: list[str] | None = None,
-    objective: Objective = "speed",
-    tensor_parallel: int | None = None,
-    pipeline_parallel: int | None = None,
-    recompute: str | None = None,
-    context_parallel: int | None = None,
-    recipe: Recipe | None = None,
+    searched: MemoryPlan | None = None,
 ) -> MemoryPlan:
     """Choose the fastest setup that fits: strategy, t x p x c, micro-batch and recompute.
 
@@ -269,52 +253,73 @@ def search_strategy(
         model: The architecture, with exact sizes.
         hardware: The target machine or cluster.
         brief: The training brief (task, seq_len, global_batch_size, precision, pins).
-        micro_batch_size: Only consider this micro-batch.
-        activation_checkpointing: Only consider full recompute (True) or none (False).
-        strategies: Only consider these strategies.
-        objective: ``speed`` (the fastest setup that fits with headroom) or ``memory`` (the
-            simplest data-parallel strategy that fits, ignoring speed).
-        tensor_parallel: Only consider this tensor-parallel degree.
-        pipeline_parallel: Only consider this pipeline-parallel degree.
-        recompute: Only consider this recompute policy (none, selective, full).
-        context_parallel: Only consider this context-parallel degree.
-        recipe: The framework recipe memory is priced for (precision, optimizer, recompute
-            flavour, loss, LoRA/QLoRA, offload); None prices DeepSpeed with the brief's
-            precision.
+        options: What the search may consider (tools/planning/options.py): pinned degrees,
+            micro-batch, recompute and strategies, the objective, the recipe memory is priced
+            for, and whether the plan's framework replicates the model (then the plan is the
+            fastest DDP setup, when replicas fit, with what the fastest setup would gain).
+        searched: This search's result without options for the same brief, hardware and
+            model, when the caller already holds it (the researcher's): reused, not searched
+            again.
 
     Returns:
         The memory plan: one row per data-parallel strategy and one per strategy with model
-        parallelism (its fastest fitting setup, else its smallest); the choice with its degrees;
-        ``setup`` (the chosen setup) and ``candidates`` (the best setups first, then the best of
-        every other family); ``why_not`` for every family that lost, keyed by its label; and,
-        with a GPU, the chosen setup's ``speed`` estimate.
+        parallelism (its fastest fitting setup, else its smallest), each with a unique label;
+        the choice with its degrees; ``setup`` (the chosen setup) and ``candidates`` (the best
+        setups first, then the best of every other family); ``why_not`` for every family that
+        lost, keyed by its row's label; and, with a GPU, the chosen setup's ``speed`` estimate.
     """
+    plain = options.but(replicating=None)
+    if searched is not None and plain.searches_everything:
+        fastest = searched.model_copy(deep=True)
+    else:
+        fastest = run_search(model, hardware, brief, plain)
+    if options.replicating is not None and options.strategies is None:
+        return _replicated(fastest, options.replicating, model, hardware, brief, plain)
+    return fastest
+
+
+def run_search(
+    model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief, options: SearchOptions
+) -> MemoryPlan:
+    """One search over the space ``options`` leave open (the request's pins kept)."""
     brief, batch_note = resolve_batch(brief, model, hardware)
-    if recipe is None:
-        recipe = recipe_from_brief(brief)
-    options: dict[str, Any] = {
-        "micro_batch_size": micro_batch_size,
-        "activation_checkpointing": activation_checkpointing,
-        "tensor_parallel": tensor_parallel,
-        "pipeline_parallel": pipeline_parallel,
-        "recompute": recompute,
-        "context_parallel": context_parallel,
-        "recipe": recipe,
-    }
+    options = options.but(recipe=options.recipe or recipe_from_brief(brief))
     if brief.pins.stated():
-        return pinned_search(
-            model,
-            hardware,
-            brief,
-            batch_note,
-            strategies=strategies,
-            objective=objective,
-            **options,
-        )
-    space = _space(model, hardware, brief, strategies=strategies, **options)
+        return pinned_search(model, hardware, brief, batch_note, options)
+    space = _space(model, hardware, brief, options)
     if batch_note:
         space.notes.append(batch_note)
-    return _search(space, objective)
+    return _search(space, options.objective)
+
+
+def _replicated(
+    fastest: MemoryPlan,
+    framework: str,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    brief: TrainingBrief,
+    options: SearchOptions,
+) -> MemoryPlan:
+    """The plan a replicating framework runs: DDP, with what the fastest setup would gain.
+
+    PyTorch DDP, Horovod and TensorFlow's mirrored strategies keep a full replica per GPU and
+    implement no ZeRO stage or tensor/pipeline split, so when replicas fit, the plan is the
+    fastest DDP setup and says how much faster the search's pick would be on DeepSpeed.
+    """
+    if not replicas_fit(fastest) or fastest.chosen_setup.family() == Setup("ddp"):
+        return fastest
+    ddp = options.but(strategies=["ddp"], tensor_parallel=1, pipeline_parallel=1)
+    plan = run_search(model, hardware, brief, ddp)
+    ours, best = plan.speed, fastest.speed
+    if ours and best and ours.tokens_per_s and best.tokens_per_s:
+        gain = best.tokens_per_s / ours.tokens_per_s - 1
+        plan.assumptions.insert(
+            0,
+            f"{framework} replicates the model on every GPU, so the plan runs DDP; the fastest "
+            f"setup searched ({fastest.chosen_label}, on DeepSpeed) is predicted {gain:.0%} "
+            "faster",
+        )
+    return plan
 
 
 def _search(space: _Space, objective: Objective) -> MemoryPlan:
@@ -330,8 +335,8 @@ def pinned_search(
     model: ModelSpec,
     hardware: HardwareSpec,
     brief: TrainingBrief,
-    batch_note: str | None = None,
-    **options: Any,
+    batch_note: str | None,
+    options: SearchOptions,
 ) -> MemoryPlan:
     """The search restricted to the request's pins; when nothing fits them, the unpinned plan.
 
@@ -343,26 +348,24 @@ def pinned_search(
     """
     pins = brief.pins
     wanted = " + ".join(pins.stated())
-    objective = options.pop("objective", "speed")
+    objective = options.objective
     unpinned = brief.model_copy(update={"pins": type(pins)()})
-    names: list[str] = [
-        check_strategy(s) for s in options.pop("strategies", None) or STRATEGY_ORDER
-    ]
+    names: list[str] = [check_strategy(s) for s in options.strategies or STRATEGY_ORDER]
     kept = [
         n
         for n in names
         if (pins.zero_stage is None or ZERO_STAGE[n] == pins.zero_stage)
         and (pins.offload is None or (n in OFFLOAD_STRATEGIES) == pins.offload)
     ]
-    tp = options.get("tensor_parallel") or pins.tensor_parallel
-    pp = options.get("pipeline_parallel") or pins.pipeline_parallel
-    pinned_options = {**options, "tensor_parallel": tp, "pipeline_parallel": pp}
+    tp = options.tensor_parallel or pins.tensor_parallel
+    pp = options.pipeline_parallel or pins.pipeline_parallel
     plan: MemoryPlan | None = None
     why = "no strategy has all of these"
     fits = False
     if kept:
         try:
-            space = _space(model, hardware, unpinned, strategies=kept, **pinned_options)
+            pinned = options.but(strategies=kept, tensor_parallel=tp, pipeline_parallel=pp)
+            space = _space(model, hardware, unpinned, pinned)
             if batch_note:
                 space.notes.append(batch_note)
             plan = _search(space, objective)
@@ -381,9 +384,7 @@ def pinned_search(
         return plan.model_copy(
             update={"assumptions": [f"pinned by the request: {wanted}", *plan.assumptions]}
         )
-    fallback = search_strategy(
-        model, hardware, unpinned, strategies=names, objective=objective, **options
-    )
+    fallback = run_search(model, hardware, unpinned, options.but(strategies=names))
     row = fallback.chosen_row
     if row is not None and row.fits:
         note = (
@@ -490,19 +491,11 @@ def check_pins(
 
 
 def _space(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    brief: TrainingBrief,
-    micro_batch_size: int | None = None,
-    activation_checkpointing: bool | None = None,
-    strategies: list[str] | None = None,
-    tensor_parallel: int | None = None,
-    pipeline_parallel: int | None = None,
-    recompute: str | None = None,
-    context_parallel: int | None = None,
-    recipe: Recipe | None = None,
+    model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief, options: SearchOptions
 ) -> _Space:
     """Check the batch arithmetic and the asked-for options; the space the search covers."""
+    strategies, micro_batch_size = options.strategies, options.micro_batch_size
+    tensor_parallel, pipeline_parallel = options.tensor_parallel, options.pipeline_parallel
     names = [check_strategy(s) for s in strategies] if strategies else list(STRATEGY_ORDER)
     names = sorted(set(names), key=STRATEGY_ORDER.index)
     notes: list[str] = []
@@ -518,10 +511,10 @@ def _space(
     )
     if micro_batch_size is not None and micro_batch_size < 1:
         raise InputError("micro_batch_size", "must be at least 1")
-    if recompute is not None:
-        policies: list[Recompute] = [check_recompute(recompute)]
-    elif activation_checkpointing is not None:
-        policies = ["full" if activation_checkpointing else "none"]
+    if options.recompute is not None:
+        policies: list[Recompute] = [check_recompute(options.recompute)]
+    elif options.activation_checkpointing is not None:
+        policies = ["full" if options.activation_checkpointing else "none"]
     else:
         policies = list(RECOMPUTE_POLICIES)
     ckpts = sorted({p != "none" for p in policies})
@@ -530,18 +523,18 @@ def _space(
         model, hardware, brief, precision, names, micro_batch_size, ckpts, notes, policies
     )
     space.pinned = (tensor_parallel, pipeline_parallel)
-    space.cp_pin = context_parallel
-    if recipe is not None:
-        space.recipe = resolve_recipe(recipe)
+    space.cp_pin = options.context_parallel
+    if options.recipe is not None:
+        space.recipe = resolve_recipe(options.recipe)
         space.notes.append(f"memory priced for: {space.recipe.describe()}")
         space.notes.extend(f"assumed {a}" for a in space.recipe.assumed)
     space.layouts = _layouts(space)
     if not space.layouts:
         raise InputError("global_batch_size", _batch_message(brief, hardware))
     if micro_batch_size is not None:
-        runs = [lay for lay in space.layouts if space.micro_range(_per_rank(space, lay))]
+        runs = [lay for lay in space.layouts if space.micro_range(space.per_rank(lay))]
         if not runs:
-            per_rank = _per_rank(space, space.layouts[0])
+            per_rank = space.per_rank(space.layouts[0])
             raise InputError(
                 "micro_batch_size",
                 f"{micro_batch_size} must divide the per-GPU batch of {per_rank} sequences",
@@ -559,11 +552,7 @@ def _recipe_policy(recipe: Recipe, policy: Recompute) -> str:
     return "selective"
 
 
-def _per_rank(space: _Space, layout: _Layout) -> int:
-    return space.per_rank(layout.tp, layout.pp, layout.cp)
-
-
-def _layouts(space: _Space) -> list[_Layout]:
+def _layouts(space: _Space) -> list[Setup]:
     """Every t x p x c the search covers: it factorizes the world and d divides the batch."""
     hw, model, brief = space.hardware, space.model, space.brief
     world = hw.world_size
@@ -599,13 +588,13 @@ def _layouts(space: _Space) -> list[_Layout]:
     for tp in tps:
         for pp in pps:
             for cp in cps:
-                lay = _Layout(tp, pp, cp)
+                lay = Setup(tp=tp, pp=pp, cp=cp)
                 if world % lay.split == 0 and brief.batch % (world // lay.split) == 0:
                     layouts.append(lay)
     return layouts
 
 
-def _names_for(space: _Space, layout: _Layout) -> list[StrategyName]:
+def _names_for(space: _Space, layout: Setup) -> list[StrategyName]:
     """The strategies a layout combines with (offload is data-parallel only, see parallel.py)."""
     if layout.split == 1:
         return space.names
@@ -613,7 +602,7 @@ def _names_for(space: _Space, layout: _Layout) -> list[StrategyName]:
     return [n for n in names if n in PIPELINE_STRATEGIES] if layout.pp > 1 else names
 
 
-def _virtual_stages(space: _Space, layout: _Layout, accumulation: int) -> list[int]:
+def _virtual_stages(space: _Space, layout: Setup, accumulation: int) -> list[int]:
     """The interleaving degrees v a pipeline of ``accumulation`` micro-batches can run."""
     if layout.pp == 1:
         return [1]
@@ -721,8 +710,8 @@ def _headroom(est: StrategyEstimate, limit: float) -> bool:
     return est.fits and est.per_gpu_bytes.total <= limit
 
 
-def _policies_for(space: _Space, layout: _Layout) -> list[Recompute]:
-    """The recompute policies the setup's launcher can run.
+def recompute_policies(searched: list[Recompute], layout: Setup) -> list[Recompute]:
+    """Of the ``searched`` recompute policies, those the setup's launcher can run.
 
     Selective recomputation needs a framework that checkpoints below the layer: the pipeline
     launchers (torchtitan's per-op policy, Megatron's ``--recompute-granularity selective``).
@@ -730,25 +719,27 @@ def _policies_for(space: _Space, layout: _Layout) -> list[Recompute]:
     re-runs whole layers (``gradient_checkpointing_enable``), so they get none or full unless
     the request pins selective.
     """
-    if layout.pp > 1 or space.policies == ["selective"]:
-        return space.policies
-    return [p for p in space.policies if p != "selective"]
+    if layout.pp > 1 or searched == ["selective"]:
+        return searched
+    return [p for p in searched if p != "selective"]
 
 
 def _family(
-    space: _Space, name: StrategyName, layout: _Layout, limit: float
+    space: _Space, name: StrategyName, layout: Setup, limit: float
 ) -> tuple[list[StrategyEstimate], StrategyEstimate | None]:
     """Every fitting setup of one family (with its speed), and the family's smallest setup."""
-    per_rank = _per_rank(space, layout)
+    per_rank = space.per_rank(layout)
     micros = space.micro_range(per_rank)
     fitting: list[StrategyEstimate] = []
     smallest: StrategyEstimate | None = None
     held = 0  # the largest micro-batch a lighter recompute policy already holds
-    for policy in _policies_for(space, layout):
+    for policy in recompute_policies(space.policies, layout):
         for micro in micros:
             if micro <= held:
                 continue
-            est = space.estimate_setup(name, micro, policy, layout)
+            est = space.estimate_setup(
+                layout.but(strategy=name, micro_batch=micro, recompute=policy)
+            )
             if smallest is None or est.per_gpu_bytes.total < smallest.per_gpu_bytes.total:
                 smallest = est
             if not _headroom(est, limit):
@@ -770,7 +761,8 @@ def _fastest_fit(space: _Space) -> MemoryPlan:
     capacity = capacity_bytes(space.hardware) or 0
     limit = (1 - MIN_HEADROOM) * capacity
     found: list[StrategyEstimate] = []
-    smallest: dict[str, StrategyEstimate] = {}
+    # Each family's smallest setup and (below) its best, by the family (strategy x t x p x c).
+    smallest: dict[Setup, StrategyEstimate] = {}
     for layout in space.layouts:
         for name in _names_for(space, layout):
             try:
@@ -780,7 +772,7 @@ def _fastest_fit(space: _Space) -> MemoryPlan:
             rows, small = _family(space, name, layout, limit)
             found += rows
             if small is not None:
-                smallest[explain.label(small)] = small
+                smallest[small.setup.family()] = small
     if not smallest:
         raise InputError(
             "strategy", "no searched strategy runs with the pinned tensor/pipeline degrees"
@@ -790,9 +782,9 @@ def _fastest_fit(space: _Space) -> MemoryPlan:
         win = _pick(found)
         found.remove(win)
         found.insert(0, win)
-    best: dict[str, StrategyEstimate] = {}
+    best: dict[Setup, StrategyEstimate] = {}
     for row in found:
-        best.setdefault(explain.label(row), row)
+        best.setdefault(row.setup.family(), row)
     rows = _rows(space, best, smallest)
     searched = _search_line(space, len(smallest), len(found))
     node_ram = explain.node_ram_text(space.hardware)
@@ -803,19 +795,21 @@ def _fastest_fit(space: _Space) -> MemoryPlan:
 
 
 def _rows(
-    space: _Space, best: dict[str, StrategyEstimate], smallest: dict[str, StrategyEstimate]
+    space: _Space, best: dict[Setup, StrategyEstimate], smallest: dict[Setup, StrategyEstimate]
 ) -> list[StrategyEstimate]:
     """One row per data-parallel strategy, then one per strategy with model parallelism.
 
-    Each row is the fastest fitting setup of its kind, else the smallest.
+    Each row is the fastest fitting setup of its kind, else the smallest; no two rows share a
+    label.
     """
-    plain = [best.get(n) or smallest[n] for n in space.names if n in smallest]
+    families = [Setup(n) for n in space.names]
+    plain = [best.get(f) or smallest[f] for f in families if f in smallest]
     fitting = {id(r) for r in best.values()}
     split: dict[str, StrategyEstimate] = {}
-    for lab, small in smallest.items():
-        if lab in space.names:
+    for fam, small in smallest.items():
+        if not fam.model_parallel:
             continue
-        row, held = best.get(lab), split.get(small.name)
+        row, held = best.get(fam), split.get(small.name)
         if row is not None:
             if held is None or id(held) not in fitting or _rank(row) < _rank(held):
                 split[small.name] = row
@@ -828,20 +822,24 @@ def _rows(
 
 def _why_not(
     win: StrategyEstimate,
-    best: dict[str, StrategyEstimate],
-    smallest: dict[str, StrategyEstimate],
+    best: dict[Setup, StrategyEstimate],
+    smallest: dict[Setup, StrategyEstimate],
     limit: float,
     capacity: int,
     node_ram: str,
 ) -> dict[str, str]:
-    """Why every other family lost: how much slower its best setup is, or by how much it misses."""
-    win_label = explain.label(win)
+    """Why every other family lost: how much slower its best setup is, or by how much it misses.
+
+    Keyed by the label of the family's row: its best setup, else its smallest.
+    """
+    win_label = win.label
     win_speed = win.tokens_per_s or 0.0
     reasons: dict[str, str] = {}
-    for lab, small in smallest.items():
-        if lab == win_label:
+    for fam, small in smallest.items():
+        if fam == win.setup.family():
             continue
-        row = best.get(lab)
+        row = best.get(fam)
+        lab = (row or small).label
         if row is None:
             split = small.tensor_parallel * small.pipeline_parallel * small.context_parallel > 1
             if explain.cpu_short(small, limit):
@@ -891,7 +889,7 @@ def _search_line(space: _Space, families: int, fitting: int) -> str:
 def _nothing_fits(
     space: _Space,
     rows: list[StrategyEstimate],
-    smallest: dict[str, StrategyEstimate],
+    smallest: dict[Setup, StrategyEstimate],
     limit: float,
     capacity: int,
     node_ram: str,
@@ -899,24 +897,24 @@ def _nothing_fits(
 ) -> MemoryPlan:
     """The plan when no setup fits with headroom: the smallest one, what binds, what would fit."""
     why: dict[str, str] = {
-        lab: explain.over(
+        small.label: explain.over(
             small,
             limit,
             capacity,
             node_ram,
             split=small.tensor_parallel * small.pipeline_parallel > 1,
         )
-        for lab, small in smallest.items()
+        for small in smallest.values()
     }
     index = min(range(len(rows)), key=lambda i: rows[i].per_gpu_bytes.total)
     chosen = rows[index] = space.with_speed(rows[index])
     bigger = smallest_fitting(space.model, space.hardware, space.brief)
     tp, pp = chosen.tensor_parallel, chosen.pipeline_parallel
-    per_rank = _per_rank(space, _Layout(tp, pp, chosen.context_parallel))
+    per_rank = space.per_rank(chosen.setup)
     notes = [
         explain.nothing_fits_note(bigger, MAX_NODES_SUGGESTED),
         searched,
-        f"nothing fits: {explain.label(chosen)} has the smallest footprint "
+        f"nothing fits: {chosen.label} has the smallest footprint "
         f"({chosen.per_gpu_bytes.total / GB:.1f} GB per device); it does not fit either",
         *_assumptions(space, chosen),
     ]
@@ -936,7 +934,7 @@ def _nothing_fits(
         fit_options=alternatives.fit_options(space.model, space.hardware, space.brief),
         speed=space.speeds[id(chosen)],
     )
-    return _finish(space, plan, [])
+    return _finish(space, plan, [], chosen)
 
 
 def _assumptions(space: _Space, win: StrategyEstimate) -> list[str]:
@@ -954,11 +952,11 @@ def _assumptions(space: _Space, win: StrategyEstimate) -> list[str]:
         )
         if not a.startswith("data-parallel world size")
     ]
-    lay = _Layout(win.tensor_parallel, win.pipeline_parallel, win.context_parallel)
+    lay = win.setup
     dp = space.dp(lay)
     lines.append(
         explain.batch_line(
-            space.brief, win.micro_batch_size, _per_rank(space, lay), dp, lay.tp, lay.pp
+            space.brief, win.micro_batch_size, space.per_rank(lay), dp, lay.tp, lay.pp
         )
     )
     if lay.cp > 1:
@@ -991,22 +989,22 @@ def _chosen_plan(
     why_not: dict[str, str],
     searched: str,
     found: list[StrategyEstimate],
-    best: dict[str, StrategyEstimate],
+    best: dict[Setup, StrategyEstimate],
 ) -> MemoryPlan:
     """The plan for the winning setup: its rows, batch split, assumptions, speed, candidates."""
     tp, pp = win.tensor_parallel, win.pipeline_parallel
-    lay = _Layout(tp, pp, win.context_parallel)
+    lay = win.setup
     dp = space.dp(lay)
-    per_rank = _per_rank(space, lay)
+    per_rank = space.per_rank(lay)
     # The chosen setup goes first among the rows of its name, where a reader that looks the
     # choice up by name alone finds it.
-    rows = [r for r in rows if not (r.name == win.name and explain.label(r) == explain.label(win))]
+    rows = [r for r in rows if r.setup.family() != lay.family()]
     names = list(space.names)
     rows.insert(names.index(win.name) if win.name in names else len(names), win)
     assumptions = [*space.notes, searched]
     if tp * pp * lay.cp > 1:
         assumptions.append(
-            f"{explain.label(win)} (tensor {tp} x pipeline {pp} x data {dp}"
+            f"{win.label} (tensor {tp} x pipeline {pp} x data {dp}"
             + (f" x context {lay.cp}" if lay.cp > 1 else "")
             + ") is the fastest setup that fits"
         )

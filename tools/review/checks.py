@@ -32,7 +32,7 @@ from tools.review.config_keys import config_key_findings
 LOW_MFU = 0.15
 # Predicted vs measured peak memory of the smoke run: a gap beyond this share is flagged.
 MAX_MEMORY_GAP = 0.15
-# What to change after a failed smoke run, by the reason's kind (tools/smoke/verdict.py verdicts).
+# What to change after a failed smoke run, by its failure_kind (tools/smoke/verdict.py verdicts).
 SMOKE_FIXES = {
     "oom": "raise the ZeRO stage, enable activation checkpointing, halve the micro-batch "
     "(doubling gradient accumulation), or offload the optimizer to CPU",
@@ -215,7 +215,7 @@ def check_launch(
     script = launch.files.get("launch.sh")
     if script is None:
         problems.append("no launch.sh was written")
-    elif not _runs(_read_text(script), command):
+    elif not runs_command(_read_text(script), command):
         problems.append("launch.sh does not run the plan's launch command")
     if problems:
         return [_error("launch_agrees", "; ".join(problems), fix)]
@@ -252,7 +252,8 @@ def check_smoke_setup(smoke: SmokeResult, memory: MemoryPlan | None) -> list[Fin
     """A smoke run made before the plan changed tested another setup: it cannot pass this one."""
     if smoke.status == "skipped" or memory is None or not smoke.strategy:
         return []
-    if smoke.strategy == memory.chosen or (smoke.mode or "").startswith("tensorflow"):
+    tensorflow = smoke.run_mode is not None and smoke.run_mode.launcher == "tensorflow"
+    if smoke.strategy == memory.chosen or tensorflow:
         return []  # TensorFlow's workers replicate: the memory plan's rows are PyTorch's
     return [
         _error(
@@ -410,7 +411,7 @@ def check_memory(memory: MemoryPlan | None, framework: FrameworkChoice) -> list[
     ]
 
 
-def _runs(script: str, command: list[str]) -> bool:
+def runs_command(script: str, command: list[str]) -> bool:
     """Whether a line of the script is the command, as the shell splits it.
 
     An argument written as shell text (``"$MEGATRON_DIR/pretrain_gpt.py"``,
@@ -530,7 +531,7 @@ def check_smoke(
 ) -> list[Finding]:
     """The smoke run's verdict, and its measured memory against the prediction."""
     if smoke.status == "failed":
-        kind = smoke.reason.split(":", 1)[0].strip()
+        kind = smoke.failure_kind or "crash"
         fix, args = (
             memory_fix_and_args(framework, memory)
             if kind == "oom"
@@ -543,6 +544,7 @@ def check_smoke(
                 message=f"smoke run failed: {smoke.reason.splitlines()[0] if smoke.reason else ''}",
                 fix=fix,
                 suggested_args=args,
+                failure_kind=kind,
             )
         ]
     if smoke.status != "passed":
@@ -592,7 +594,7 @@ def _memory_gap(smoke: SmokeResult) -> list[Finding]:
     gap = (smoke.measured_memory_bytes or 0) / smoke.predicted_peak_memory_bytes - 1
     if abs(gap) <= MAX_MEMORY_GAP:
         return [Finding(severity="info", check="predicted_vs_measured", message=message)]
-    if (smoke.mode or "").startswith("native-3d"):
+    if smoke.run_mode is not None and smoke.run_mode.launcher == "layout":
         # The torch-native stand-in is not the planned framework (its own model, and every
         # rank draws the whole model before keeping its share): its gap says nothing of the plan.
         stand_in = f"{message} (torch-native stand-in, not the planned framework's footprint)"

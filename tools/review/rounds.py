@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from tools.core.schemas import Finding, MemoryPlan, Review
-from tools.core.strategies import setup_label
 
 
 def decide(
@@ -43,8 +42,7 @@ def decide(
 def failure_label(finding: Finding) -> str:
     """A short name for an error finding: its check, and for a failed smoke run its kind."""
     if finding.check == "smoke_verdict":
-        kind = finding.message.removeprefix("smoke run failed:").split(":", 1)[0].strip()
-        return f"smoke {kind}" if kind else "smoke run"
+        return f"smoke {finding.failure_kind}" if finding.failure_kind else "smoke run"
     return finding.check or finding.message
 
 
@@ -52,9 +50,7 @@ def setup_of(memory: MemoryPlan | None, config: dict[str, Any] | None) -> dict[s
     """The choices a review round judged, as short strings (compared between rounds)."""
     if memory is None:
         return {}
-    setup = {
-        "strategy": setup_label(memory.chosen, memory.tensor_parallel, memory.pipeline_parallel)
-    }
+    setup = {"strategy": memory.chosen_label}
     if config is not None:
         setup["zero_stage"] = str((config.get("zero_optimization") or {}).get("stage", 0))
     setup["micro_batch"] = str(memory.micro_batch_size)

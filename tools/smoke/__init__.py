@@ -6,8 +6,16 @@ It shows the setup starts, fits and learns; train.py is the standalone script it
 from tools.smoke.commands import free_port, launch_commands
 from tools.smoke.ds_adapt import adapt_ds_config, smoke_lr
 from tools.smoke.predict import predict_peak_bytes, shape_spec, smoke_mfu, with_prediction
-from tools.smoke.runner import INJECT_KINDS, run_smoke_test
+from tools.smoke.runner import run_smoke_test
 from tools.smoke.scale import llama_config_from_shape, scale_model_config
+from tools.smoke.spec import (
+    DeepSpeedRun,
+    LayoutRun,
+    SmokeMode,
+    SmokeSpec,
+    TensorFlowRun,
+    TorchrunRun,
+)
 from tools.smoke.supervise import (
     Terminated,
     clear_stop,
@@ -26,8 +34,13 @@ from tools.smoke.supervise import (
 from tools.smoke.verdict import step_times_s
 
 __all__ = [
-    "INJECT_KINDS",
+    "DeepSpeedRun",
+    "LayoutRun",
+    "SmokeMode",
+    "SmokeSpec",
+    "TensorFlowRun",
     "Terminated",
+    "TorchrunRun",
     "adapt_ds_config",
     "clear_stop",
     "default_memory_cap",

@@ -126,7 +126,8 @@ def _rank_selection(device: str, ranks: int) -> list[str]:
     return ["--num_gpus", str(ranks)]
 
 
-def _child_env(tmp_dir: Path, device: str, ranks: int) -> dict[str, str]:
+def child_env(tmp_dir: Path, device: str, ranks: int) -> dict[str, str]:
+    """The environment of a run's launchers and ranks: telemetry off, ``tmp_dir``, CPU threads."""
     env = dict(os.environ)
     env.update(TELEMETRY_OFF)
     env["TMPDIR"] = str(tmp_dir)

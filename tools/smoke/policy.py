@@ -5,6 +5,7 @@ from __future__ import annotations
 from tools.core.schemas import FrameworkChoice, MemoryPlan, ModelSpec, SmokeResult, TrainingBrief
 from tools.core.strategies import train_py_fsdp
 from tools.research.framework import DEEPSPEED_FRAMEWORKS
+from tools.smoke.spec import LayoutRun
 
 # Frameworks the standalone training script (tools/smoke/train.py) runs: DeepSpeed, DDP, FSDP2.
 SMOKE_TESTABLE = frozenset({*DEEPSPEED_FRAMEWORKS, "pytorch", "pytorch_ddp", "pytorch_fsdp"})
@@ -89,8 +90,8 @@ LAYOUT_FAMILIES = frozenset({"llama", "mistral", "qwen2"})
 _MAX_SPLIT, _MAX_RANKS = 2, 4
 
 
-def smoke_layout(memory: MemoryPlan, model: ModelSpec) -> tuple[int, int, int] | None:
-    """The (tp, pp, dp) a plan with tensor/pipeline parallelism smoke-tests, scaled to CPU ranks.
+def smoke_layout(memory: MemoryPlan, model: ModelSpec) -> LayoutRun | None:
+    """The layout run a plan with tensor/pipeline parallelism smoke-tests, scaled to CPU ranks.
 
     Each degree above 1 becomes 2 (the split, not its width, is what can break), and a ZeRO-1
     plan gets 2 data-parallel ranks where that stays within 4 ranks. None for a data-parallel
@@ -104,4 +105,4 @@ def smoke_layout(memory: MemoryPlan, model: ModelSpec) -> tuple[int, int, int] |
         return None
     tp, pp = min(tp, _MAX_SPLIT), min(pp, _MAX_SPLIT)
     dp = _MAX_SPLIT if memory.chosen == "zero1" and tp * pp * _MAX_SPLIT <= _MAX_RANKS else 1
-    return tp, pp, dp
+    return LayoutRun.of(tp, pp, dp)

@@ -6,11 +6,11 @@ model's prediction for that same shape (tools/planning/memory.py), like for like
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from tools.core.errors import InputError
 from tools.core.schemas import ModelSpec, SmokeResult
+from tools.core.smoke_types import RunMode
 from tools.core.strategies import MIN_HEADROOM, STRATEGY_ORDER, base_strategy
 from tools.planning.states import DEFAULT_LORA_RANK
 
@@ -38,14 +38,7 @@ def shape_spec(shape: dict[str, Any]) -> ModelSpec:
 # train.py's FSDP2 shardings (--fsdp-sharding) and the ZeRO stage each matches in the memory
 # model: full shards parameters, gradients and optimizer states; grad-op keeps the parameters
 # gathered from forward to backward (tools/planning/footprint.py fsdp_states).
-FSDP_SHARDINGS = {"full": "zero3", "grad-op": "zero2", "hybrid": "zero3"}
-# A tensor/pipeline layout run's mode (parallel_train.py, the torch-native stand-in).
-_LAYOUT_MODE = re.compile(r"native-3d:tp(\d+)xpp(\d+)xdp(\d+)")
-
-
-def layout_mode(layout: tuple[int, int, int]) -> str:
-    """The ``mode`` of a run of the (tp, pp, dp) ``layout``, as ``predict_peak_bytes`` reads it."""
-    return "native-3d:tp{}xpp{}xdp{}".format(*layout)
+FSDP_ZERO_STAGE = {"full": "zero3", "grad-op": "zero2", "hybrid": "zero3"}
 
 
 def predict_peak_bytes(
@@ -55,7 +48,7 @@ def predict_peak_bytes(
     ranks: int,
     *,
     task: str = "pretrain",
-    mode: str | None = None,
+    mode: RunMode | None = None,
     nodes: int = 1,
 ) -> int:
     """The planner's prediction of what a smoke run of ``shape`` measures, per rank.
@@ -64,6 +57,7 @@ def predict_peak_bytes(
     peak RSS above the pre-model baseline on CPU, so the prediction is the memory model's total
     for the same shape, ranks, strategy and micro-batch without the two terms neither reading
     contains: the CUDA context and the 10% fragmentation margin (tools/planning/memory.py).
+    ``mode`` (how the run ran) prices an FSDP2 run as FSDP and a layout run as its split.
     """
     from tools.core.schemas import GPUSpec, HardwareSpec
     from tools.planning.memory import estimate_strategy
@@ -72,10 +66,11 @@ def predict_peak_bytes(
     name: str = strategy if strategy in STRATEGY_ORDER else "ddp"
     recipe = None
     sharded_over = max(1, ranks)
-    sharding, _, extra = (mode or "").partition("fsdp:")[2].partition("+")
-    if sharding in FSDP_SHARDINGS:
+    sharding = mode.fsdp_sharding if mode is not None and mode.launcher == "fsdp" else None
+    if sharding is not None:
         # FSDP2: its own master-weight and gather terms; hybrid shards within a node only.
-        name = FSDP_SHARDINGS[sharding] + ("_offload_optimizer" if extra == "offload" else "")
+        offload = mode is not None and mode.offload
+        name = FSDP_ZERO_STAGE[sharding] + ("_offload_optimizer" if offload else "")
         recipe = Recipe(
             framework="fsdp",
             precision="bf16" if device == "cuda" else "fp32",
@@ -85,11 +80,10 @@ def predict_peak_bytes(
         if sharding == "hybrid":
             sharded_over = max(1, ranks // max(1, nodes))
     tp = pp = 1
-    layout = _LAYOUT_MODE.fullmatch(mode or "")
-    if layout is not None:
+    layout = mode is not None and mode.launcher == "layout"
+    if mode is not None and layout:
         # parallel_train.py: Megatron's split over tp x pp, ZeRO-1 over dp > 1.
-        tp, pp = int(layout[1]), int(layout[2])
-        name = "zero1" if int(layout[3]) > 1 else "ddp"
+        tp, pp, name = mode.tensor_parallel, mode.pipeline_parallel, mode.setup.strategy
     # The memory model prices tensor/pipeline splits on GPUs only; a roomy one stands in for
     # the CPU ranks (fp32 tensors either way).
     gpu = GPUSpec(name="local", memory_gb=1e6) if device == "cuda" or layout else None
@@ -126,7 +120,7 @@ def with_prediction(result: SmokeResult, *, task: str = "pretrain") -> SmokeResu
             result.device,
             result.world_size,
             task=task,
-            mode=result.mode,
+            mode=result.run_mode,
             nodes=result.nodes,
         )
     }
@@ -163,7 +157,7 @@ def smoke_mfu(
     return float(tokens_per_s * flops / (gpu.bf16_tflops * 1e12 * max(1, ranks)))
 
 
-def _fits_local_gpu(
+def fits_local_gpu(
     model: ModelSpec,
     strategy: str,
     ranks: int,

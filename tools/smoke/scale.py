@@ -83,7 +83,7 @@ def scale_model_config(
         transformers.logging.set_verbosity(verbosity)
 
 
-def _scale_model_config_cached(
+def scale_model_config_cached(
     hf_config: dict[str, Any], *, seq_len: int, device: str, full_size: bool, cache_dir: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``scale_model_config``, remembered on disk: the same inputs give the same result.
@@ -156,7 +156,7 @@ def _scale_model_config(
             fallback = f"{family} scaled to {params:,} params, over budget; used llama"
             out = None
     except Exception as exc:  # a family that cannot be built or scaled here falls back to llama
-        fallback = f"{family} not buildable here ({_first_line(exc)}); used llama"
+        fallback = f"{family} not buildable here ({first_line(exc)}); used llama"
         out = None
     if orig is None:
         orig = _dims_from_dict(source)
@@ -187,7 +187,8 @@ def _scale_model_config(
     return out, shape
 
 
-def _first_line(exc: BaseException, limit: int = 160) -> str:
+def first_line(exc: BaseException, limit: int = 160) -> str:
+    """The first line of ``exc``'s message (its type's name when empty), at most ``limit`` long."""
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:limit]
 

@@ -75,10 +75,10 @@ _RLIMIT_SHIM = (
     "if n: resource.setrlimit(resource.RLIMIT_AS, (n, n))\n"
     "os.execv(sys.argv[3], sys.argv[3:])"
 )
-_PROGRESS = re.compile(r"^step \d+/\d+ ")
+PROGRESS_LINE = re.compile(r"^step \d+/\d+ ")
 
 
-class _Outcome:
+class Outcome:
     """What happened to the launched process group."""
 
     def __init__(self) -> None:
@@ -123,7 +123,7 @@ _ACTIVE_LOCK = threading.Lock()
 _INTERRUPTED = threading.Event()
 
 
-def _launch_and_wait(
+def launch_and_wait(
     commands: list[list[str]],
     env: dict[str, str],
     run_dir: Path,
@@ -133,7 +133,7 @@ def _launch_and_wait(
     memory_cap: int = 0,
     address_space: int = 0,
     keep_alive: Callable[[], None] | None = None,
-) -> _Outcome:
+) -> Outcome:
     """Start one launcher per node, each in its own process group, and supervise them all.
 
     Node 0 logs to ``smoke.log`` (its progress lines reach ``on_progress``), node R to
@@ -150,7 +150,7 @@ def _launch_and_wait(
     ``keep_alive`` is called every KEEP_RESERVED_S from a thread of its own while the run lives
     (the run dir's reservations, tools/core/outputs.py ``keep_reserved``).
     """
-    outcome = _Outcome()
+    outcome = Outcome()
     outcome.timeout_s = timeout_s
     outcome.address_space = address_space
     env = {**env, SUPERVISOR_ENV: str(os.getpid())}
@@ -274,7 +274,7 @@ def _start_launchers(
     run_dir: Path,
     address_space: int,
     procs: list[subprocess.Popen[bytes]],
-    outcome: _Outcome,
+    outcome: Outcome,
     procs_file: str = "",
 ) -> bool:
     """Start each launcher into ``procs``; False (``outcome.start_error`` set) if one cannot start."""
@@ -312,7 +312,7 @@ def _watch(
     procs: list[subprocess.Popen[bytes]],
     log_path: Path,
     run: _ActiveRun,
-    outcome: _Outcome,
+    outcome: Outcome,
     memory_cap: int,
     on_progress: Callable[[str], None] | None,
 ) -> tuple[int, bytes]:
@@ -369,7 +369,7 @@ class _RunMemory:
         self.last = 0.0
         self.page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
-    def sample(self, outcome: _Outcome) -> int:
+    def sample(self, outcome: Outcome) -> int:
         started = time.monotonic()
         if not os.path.exists("/proc/self/statm"):
             held = group_rss_bytes(self.pgids)
@@ -434,7 +434,7 @@ def _group_pids(pgids: Collection[int]) -> list[int]:
     return pids
 
 
-def _write_memory_record(run_dir: Path, outcome: _Outcome, memory_cap: int) -> None:
+def _write_memory_record(run_dir: Path, outcome: Outcome, memory_cap: int) -> None:
     """``memory.json`` in the run dir: the cap, the peak the watchdog saw, its sampling."""
     with contextlib.suppress(OSError, InputError):  # a refused record leaves the user's file
         _write_record(
@@ -523,7 +523,7 @@ def memory_cgroup(
     return group, str(group)
 
 
-def _close_cgroup(group: Path, outcome: _Outcome, memory_cap: int) -> None:
+def _close_cgroup(group: Path, outcome: Outcome, memory_cap: int) -> None:
     """Count an OOM kill inside the run's cgroup as over the cap, then remove the cgroup."""
     try:
         events = dict(
@@ -688,7 +688,7 @@ def _pump_log(
     log_path: Path,
     offset: int,
     pending: bytes,
-    outcome: _Outcome,
+    outcome: Outcome,
     on_progress: Callable[[str], None] | None,
 ) -> tuple[int, bytes]:
     try:
@@ -701,7 +701,7 @@ def _pump_log(
     *lines, pending = (pending + chunk).split(b"\n")
     for raw in lines:
         line = raw.decode("utf-8", "replace").strip()
-        if _PROGRESS.match(line):
+        if PROGRESS_LINE.match(line):
             outcome.last_progress = line
             if on_progress is not None:
                 on_progress(line)

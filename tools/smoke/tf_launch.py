@@ -3,7 +3,7 @@
 One process per worker, each with its own ``TF_CONFIG`` (the cluster's worker addresses and its
 own index), running tools/smoke/tf_train.py with ``.venv-tf``'s interpreter (TensorFlow lives
 in its own venv: its protobuf and numpy pins clash with the main one's). Nothing here imports
-TensorFlow. The supervisor (tools/smoke/supervise.py ``_launch_and_wait``) gives all of its
+TensorFlow. The supervisor (tools/smoke/supervise.py ``launch_and_wait``) gives all of its
 commands one environment, so ``supervised_commands`` puts each worker's own variables on its
 command line through ``env``.
 """

@@ -12,32 +12,33 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
+from typing import Literal
 
 from tools.core.errors import InputError
 from tools.core.outputs import check_files, keep_reserved, record, reserve
 from tools.core.schemas import ModelSpec, SmokeResult
 from tools.core.settings import Settings
+from tools.core.smoke_types import RunMode
 from tools.smoke.commands import free_port
-from tools.smoke.runner import (
-    _checked_arguments,
-    _child_files,
-    _finish,
-    _make_run_dir,
-    _run_files,
+from tools.smoke.rundir import (
+    check_arguments,
     check_run_paths,
+    child_files,
+    finish_run,
     fresh_tmp_dir,
+    make_run_dir,
+    run_files,
 )
-from tools.smoke.supervise import _launch_and_wait
+from tools.smoke.spec import SmokeSpec, TensorFlowRun
+from tools.smoke.supervise import launch_and_wait
 from tools.smoke.tf_launch import TF_PYTHON, base_env, supervised_commands
-from tools.smoke.verdict import _verdict
+from tools.smoke.verdict import run_verdict
 
 # Model families trained as images (the catalog's vision models).
 IMAGE_FAMILIES = frozenset({"resnet", "vit", "convnext"})
-TF_INJECT_KINDS = ("nan", "crash", "hang", "oom", "alloc")
 
 
-def tf_kind(model: ModelSpec) -> str:
+def tf_kind(model: ModelSpec) -> Literal["image", "text"]:
     """``image`` for a vision model, else ``text``: the Keras model the workers train."""
     family = str((model.hf_config or {}).get("model_type", ""))
     return "image" if family in IMAGE_FAMILIES else "text"
@@ -45,36 +46,30 @@ def tf_kind(model: ModelSpec) -> str:
 
 def run_tf_smoke(
     model: ModelSpec,
+    spec: SmokeSpec,
     settings: Settings,
-    *,
-    steps: int | None = None,
-    workers: int | None = None,
-    run_dir: Path | None = None,
     on_progress: Callable[[str], None] | None = None,
-    inject: str | None = None,
-    inject_step: int = 3,
-    timeout_s: float | None = None,
-    memory_cap: int | None = None,
-    force: bool = False,
 ) -> SmokeResult:
     """Train a small Keras model of ``model``'s kind on CPU workers (MultiWorkerMirrored).
 
-    ``workers`` defaults to the smoke CPU ranks; the result reads as the PyTorch runs' does.
+    ``spec.mode`` is a ``TensorFlowRun`` (its ``workers`` default to the smoke CPU ranks); the
+    micro-batch, sequence, world size and nodes of ``spec`` do not apply. The result reads as
+    the PyTorch runs' does.
     """
-    if inject is not None and inject not in TF_INJECT_KINDS:
-        raise InputError("inject", f"a TensorFlow run injects {', '.join(TF_INJECT_KINDS)}")
-    steps, timeout_s, cap = _checked_arguments(
-        settings, steps, 1, 1, None, inject_step, timeout_s, memory_cap
-    )
+    mode = spec.mode
+    if not isinstance(mode, TensorFlowRun):
+        raise InputError("framework", "run_tf_smoke runs a TensorFlowRun spec")
+    steps, timeout_s, cap = check_arguments(settings, spec)
+    inject, inject_step = spec.inject, spec.inject_step
     if not TF_PYTHON.exists():
         raise InputError(
             "framework", f"TensorFlow runs need {TF_PYTHON}: build it with `make tf-venv`"
         )
     started = time.monotonic()
-    run_dir = _make_run_dir(run_dir, settings, force)
-    ranks = workers or settings.smoke_cpu_ranks
+    run_dir = make_run_dir(spec.run_dir, settings, spec.force)
+    ranks = mode.workers or settings.smoke_cpu_ranks
     # One command per worker: the supervisor names their logs as it names nodes' logs.
-    written = _run_files(ranks, ranks)
+    written = run_files(ranks, ranks)
     check_files(run_dir, written, field="--run-dir")
     check_run_paths(run_dir)
     kind = tf_kind(model)
@@ -86,7 +81,7 @@ def run_tf_smoke(
         run_dir=str(run_dir),
         strategy="multi_worker_mirrored",
         inject=inject,
-        mode=f"tensorflow:{kind}",
+        run_mode=RunMode(launcher="tensorflow", model_kind=kind),
     )
     args = ["--kind", kind, "--steps", str(steps)]
     if inject is not None:
@@ -99,13 +94,13 @@ def run_tf_smoke(
             f"model, {steps} steps"
             + (f", injecting {inject} at step {inject_step}" if inject else "")
         )
-    children = _child_files(written)
+    children = child_files(written)
     reserve(run_dir, children)
     try:
         with fresh_tmp_dir(run_dir) as tmp_dir:
             env = {**base_env(), "TMPDIR": str(tmp_dir)}
             # No address-space limit: TensorFlow reserves far more than it touches.
-            outcome = _launch_and_wait(
+            outcome = launch_and_wait(
                 commands,
                 env,
                 run_dir,
@@ -121,5 +116,5 @@ def run_tf_smoke(
         f"a small Keras {'CNN' if kind == 'image' else 'transformer'} of the brief's kind on "
         "synthetic learnable data, not the planned architecture",
     ]
-    result = _verdict(base, outcome, run_dir / "metrics", ranks, steps, notes)
-    return _finish(result, run_dir, started)
+    result = run_verdict(base, outcome, run_dir / "metrics", ranks, steps, notes)
+    return finish_run(result, run_dir, started)

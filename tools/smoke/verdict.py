@@ -1,8 +1,8 @@
-"""The verdict of a smoke run: passed, or failed with a reason that names the kind of failure.
+"""The verdict of a smoke run: passed, or failed with a kind of failure and a reason.
 
-The reason starts with ``oom``, ``nan``, ``diverged``, ``timeout``, ``crash`` or
-``launcher_error`` (tools/review/checks.py advises by that kind), read from the ranks'
-metrics files and the logs of the launchers and the ranks.
+The kind (``SmokeResult.failure_kind``: ``oom``, ``nan``, ``diverged``, ``timeout``, ``crash``
+or ``launcher_error``; tools/review/checks.py advises by it) is read from the ranks' metrics
+files and the logs of the launchers and the ranks; the reason starts with it and says more.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tools.core.schemas import SmokeResult
-from tools.smoke.supervise import _Outcome, format_bytes
+from tools.core.smoke_types import FailureKind
+from tools.smoke.supervise import Outcome, format_bytes
 
 WARMUP_STEPS = 3
 MIN_LOSS_DROP = 0.10
@@ -63,63 +64,65 @@ def step_times_s(run_dir: Path | str) -> list[float]:
     return [max(times[i] for times in per_rank) for i in range(n)]
 
 
-def _verdict(
+def run_verdict(
     base: SmokeResult,
-    outcome: _Outcome,
+    outcome: Outcome,
     metrics_dir: Path,
     ranks: int,
     steps: int,
     notes: list[str],
 ) -> SmokeResult:
+    """The result of a finished run: its metrics merged into ``base``, and the verdict."""
     if outcome.start_error:
-        return base.model_copy(update={"reason": f"launcher_error: {outcome.start_error}"})
+        return base.failed("launcher_error", outcome.start_error)
     metrics, missing = _read_metrics(metrics_dir, ranks)
     result = _merge(base, metrics) if metrics else base.model_copy()
 
-    def failed(reason: str, with_log: bool = False) -> SmokeResult:
+    def failed(kind: FailureKind, detail: str, with_log: bool = False) -> SmokeResult:
         if with_log:
-            reason = f"{reason}\n{_tail(outcome.log_text)}"
-        return result.model_copy(update={"status": "failed", "reason": reason})
+            detail = f"{detail}\n{_tail(outcome.log_text)}"
+        return result.failed(kind, detail)
 
     if outcome.over_cap is not None:
         cap, held = outcome.over_cap
         where = outcome.last_progress or "before the first step"
         return failed(
-            f"oom: memory cap {format_bytes(cap)} exceeded (the run's processes held "
-            f"{format_bytes(held)}); stopped; last: {where}"
+            "oom",
+            f"memory cap {format_bytes(cap)} exceeded (the run's processes held "
+            f"{format_bytes(held)}); stopped; last: {where}",
         )
     if outcome.timed_out:
         where = outcome.last_progress or "before the first step"
-        return failed(f"timeout: stopped after {outcome.timeout_s:g} s; last: {where}")
+        return failed("timeout", f"stopped after {outcome.timeout_s:g} s; last: {where}")
     oom = _oom_error(base, outcome, metrics)
     if oom:
-        return failed(f"oom: {oom}", with_log=True)
+        return failed("oom", oom, with_log=True)
     nan_ranks = [m["rank"] for m in metrics if not all(map(math.isfinite, m.get("losses", [])))]
     if nan_ranks:
-        return failed(f"nan: non-finite loss on rank(s) {nan_ranks} by step {len(result.losses)}")
+        return failed("nan", f"non-finite loss on rank(s) {nan_ranks} by step {len(result.losses)}")
     if outcome.returncode != 0:
         # Ranks that never spawned point at the launcher (bad arguments, port, no devices).
         if not any(marker in outcome.log_text for marker in _SPAWNED):
-            return failed(f"launcher_error: launcher exited {outcome.returncode}", with_log=True)
+            return failed("launcher_error", f"launcher exited {outcome.returncode}", with_log=True)
         rank, error, tail = _failing_rank(metrics_dir.parent / "logs", outcome.log_text)
         where = f" on rank {rank}" if rank is not None else ""
-        reason = f"crash: exit code {outcome.returncode}{where}" + (f": {error}" if error else "")
-        return result.model_copy(update={"status": "failed", "reason": f"{reason}\n{tail}"})
+        detail = f"exit code {outcome.returncode}{where}" + (f": {error}" if error else "")
+        return result.failed("crash", f"{detail}\n{tail}")
     if missing:
-        return failed(f"crash: rank(s) {missing} wrote no metrics", with_log=True)
+        return failed("crash", f"rank(s) {missing} wrote no metrics", with_log=True)
     losses = result.losses
     if len(losses) < steps:
-        return failed(f"crash: only {len(losses)}/{steps} steps recorded", with_log=True)
+        return failed("crash", f"only {len(losses)}/{steps} steps recorded", with_log=True)
     drop, summary = _loss_drop(losses)
     if drop < MIN_LOSS_DROP:
-        return failed(f"diverged: {summary}; needs at least {MIN_LOSS_DROP:.0%} lower")
+        return failed("diverged", f"{summary}; needs at least {MIN_LOSS_DROP:.0%} lower")
     where = f"on {ranks} {result.device} rank(s)"
     return result.model_copy(
         update={"status": "passed", "reason": "; ".join([f"{summary} {where}", *notes])}
     )
 
 
-def _oom_error(base: SmokeResult, outcome: _Outcome, metrics: list[dict[str, Any]]) -> str:
+def _oom_error(base: SmokeResult, outcome: Outcome, metrics: list[dict[str, Any]]) -> str:
     """What ran out of memory ("out of memory on rank(s) ...: <error>"), or "" if nothing did."""
     oom_ranks = [m["rank"] for m in metrics if m.get("status") == "oom"]
     killed = any(marker in outcome.log_text for marker in _KILLED_MARKERS)
