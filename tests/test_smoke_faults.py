@@ -102,7 +102,9 @@ def test_cli_zero1_run_passes_and_writes_the_contract_json(tmp_path: Path) -> No
 def test_injected_fault_gives_its_reason_and_leaves_no_process(
     settings: Settings, inject: str, prefix: str, detail: str
 ) -> None:
-    limit = 40.0 if inject == "hang" else settings.smoke_timeout_s
+    # Two DeepSpeed ranks took ~38 s to reach step 1 on the 2-core CI machine: the hang's limit
+    # leaves room for that start (a hang guard, not a timing check).
+    limit = 90.0 if inject == "hang" else settings.smoke_timeout_s
     config = smoke_ds_config(tiny_spec(GPT2_TINY), "zero2", world_size=2)
     spec = SmokeSpec(
         mode=DeepSpeedRun(config), steps=30, inject=inject, inject_step=3, timeout_s=limit
@@ -114,8 +116,8 @@ def test_injected_fault_gives_its_reason_and_leaves_no_process(
     assert result.reason.startswith(prefix), result.reason
     assert detail in result.reason, result.reason
     if inject == "hang":
-        # The reason quotes the last step the run reached: one before the hang at step 3 (on a
-        # loaded machine the 40 s may end before it gets there, never after).
+        # The reason quotes the last step the run reached: one before the hang at step 3 (a
+        # loaded machine may stop the run before it gets there, never after).
         last = re.search(r"last: step (\d+)/30", result.reason)
         assert last is not None and 1 <= int(last.group(1)) <= 2, result.reason
     assert_nothing_left(result)
