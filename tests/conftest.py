@@ -89,3 +89,13 @@ def call(name: str, args: dict[str, Any] | None = None, idx: list[int] = [0]) ->
 def scripted() -> type[ScriptedChatModel]:
     """The scripted fake chat model class."""
     return ScriptedChatModel
+
+
+@pytest.fixture
+def cli_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``cli_main(*args, cwd=..., stdin=...)``: the CLI's ``main`` in process (see inproc.py)."""
+    import functools
+
+    from inproc import run_main
+
+    return functools.partial(run_main, capsys=capsys, monkeypatch=monkeypatch)

@@ -1,4 +1,9 @@
-"""The CLI contract: exit codes 0/2/1, one-line errors, files written."""
+"""The CLI contract: exit codes 0/2/1, one-line errors, files written.
+
+The CLI runs in process (``cli_main``, see inproc.py) where a test reads its answer; a real
+``python app.py`` process stays where the process is the point: ``--help``'s cold start and a
+plan whose stdout stream must carry nothing but the answer.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,10 +70,10 @@ BAD_BRIEFS = {
 
 
 @pytest.mark.parametrize("name", sorted(BAD_BRIEFS))
-def test_bad_briefs_exit_2_with_one_line(name: str, tmp_path: Path) -> None:
+def test_bad_briefs_exit_2_with_one_line(name: str, tmp_path: Path, cli_main: Any) -> None:
     text, field = BAD_BRIEFS[name]
     (tmp_path / name).write_text(text)
-    res = run_cli("plan", "--brief", name, "--no-smoke", "--out", "o", cwd=tmp_path)
+    res = cli_main("plan", "--brief", name, "--no-smoke", "--out", "o", cwd=tmp_path)
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
@@ -76,29 +82,29 @@ def test_bad_briefs_exit_2_with_one_line(name: str, tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
-def test_bad_hardware_flag_exits_2(tmp_path: Path) -> None:
-    res = run_cli("plan", "train gpt2", "--hardware", "9xbanana", "--no-smoke", cwd=tmp_path)
+def test_bad_hardware_flag_exits_2(tmp_path: Path, cli_main: Any) -> None:
+    res = cli_main("plan", "train gpt2", "--hardware", "9xbanana", "--no-smoke", cwd=tmp_path)
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1
     assert "banana" in res.stderr
 
 
-def test_missing_brief_file_and_unknown_flag_exit_2(tmp_path: Path) -> None:
-    assert run_cli("plan", "--brief", "nope.yaml", cwd=tmp_path).returncode == 2
-    res = run_cli("plan", "--frobnicate", cwd=tmp_path)
+def test_missing_brief_file_and_unknown_flag_exit_2(tmp_path: Path, cli_main: Any) -> None:
+    assert cli_main("plan", "--brief", "nope.yaml", cwd=tmp_path).returncode == 2
+    res = cli_main("plan", "--frobnicate", cwd=tmp_path)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
 
 
-def test_profile_local(tmp_path: Path) -> None:
-    res = run_cli("profile", "--json", "hw.json", cwd=tmp_path)
+def test_profile_local(tmp_path: Path, cli_main: Any) -> None:
+    res = cli_main("profile", "--json", "hw.json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     hw = json.loads((tmp_path / "hw.json").read_text())["hardware"]
     assert hw["source"] == "local" and hw["cpu_cores"] >= 1
 
 
-def test_thread_checkpoints_to_sqlite_and_rejects_unsafe_ids(tmp_path: Path) -> None:
+def test_thread_checkpoints_to_sqlite_and_rejects_unsafe_ids(tmp_path: Path, cli_main: Any) -> None:
     brief = str(BRIEFS / "llama3-8b-finetune-8xa100.yaml")
-    res = run_cli(
+    res = cli_main(
         "plan", "--brief", brief, "--no-smoke", "--out", "o", "--thread", "job-1", cwd=tmp_path
     )
     assert res.returncode == 0, res.stderr
@@ -109,14 +115,16 @@ def test_thread_checkpoints_to_sqlite_and_rejects_unsafe_ids(tmp_path: Path) -> 
     with sqlite3.connect(db) as conn:
         threads = {row[0] for row in conn.execute("select distinct thread_id from checkpoints")}
     assert threads == {"job-1"}
-    bad = run_cli(
+    bad = cli_main(
         "plan", "--brief", brief, "--no-smoke", "--thread", "../x; rm -rf ~", cwd=tmp_path
     )
     assert bad.returncode == 2 and "--thread" in bad.stderr
 
 
-def test_estimate_from_flags_prints_every_strategy_and_writes_json(tmp_path: Path) -> None:
-    res = run_cli(
+def test_estimate_from_flags_prints_every_strategy_and_writes_json(
+    tmp_path: Path, cli_main: Any
+) -> None:
+    res = cli_main(
         "estimate",
         "--model",
         "llama-3-8b",
@@ -137,7 +145,7 @@ def test_estimate_from_flags_prints_every_strategy_and_writes_json(tmp_path: Pat
     for name in names:
         assert name in res.stdout
     assert f"chosen: {data['chosen']}" in res.stdout
-    bad = run_cli(
+    bad = cli_main(
         "estimate",
         "--model",
         "llama-3-8b",
