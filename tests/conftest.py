@@ -16,6 +16,9 @@ from tools.core.settings import TELEMETRY_OFF, Settings  # noqa: E402
 
 os.environ.update(TELEMETRY_OFF)
 
+# pytester: tests/unit/core/test_unit_rule.py runs the unit tier's guard on small sessions.
+pytest_plugins = ("pytester",)
+
 
 @pytest.fixture(scope="session")
 def knowledge_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
