@@ -95,10 +95,8 @@ def scripted() -> type[ScriptedChatModel]:
 
 
 @pytest.fixture
-def cli_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+def cli_main() -> Any:
     """``cli_main(*args, cwd=..., stdin=...)``: the CLI's ``main`` in process (see inproc.py)."""
-    import functools
-
     from inproc import run_main
 
-    return functools.partial(run_main, capsys=capsys, monkeypatch=monkeypatch)
+    return run_main

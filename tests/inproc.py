@@ -12,6 +12,7 @@ starting ``python app.py``: see procs.py.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -19,32 +20,30 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 
 def run_main(
-    *args: str,
-    cwd: Path | str | None = None,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-    stdin: str = "",
+    *args: str | Path, cwd: Path | str | None = None, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
     """``python app.py ARGS`` in process: the exit code and what it wrote to stdout and stderr."""
     import app
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    before = os.getcwd()
-    capsys.readouterr()  # what the test printed before is not the CLI's
-    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    before, stdin_before = os.getcwd(), sys.stdin
+    out, err = io.StringIO(), io.StringIO()
+    sys.stdin = io.StringIO(stdin)
     if cwd is not None:
         os.chdir(cwd)
     try:
-        code = app.main([str(a) for a in args])
-    except SystemExit as exc:  # argparse: --help, a bad flag
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = app.main([str(a) for a in args])
+            except SystemExit as exc:  # argparse: --help, a bad flag
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
         os.chdir(before)
+        sys.stdin = stdin_before
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["app.py", *map(str, args)], code, out, err)
+    return subprocess.CompletedProcess(
+        ["app.py", *map(str, args)], code, out.getvalue(), err.getvalue()
+    )
