@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from inproc import run_main
 
 from tools.core.schemas import HardwareSpec, MemoryPlan, TrainingBrief
 from tools.research.framework import CARD_OF, load_cards, score_frameworks, select_framework
@@ -47,23 +46,7 @@ SCENARIOS = {
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_scenario_through_the_cli(name: str, tmp_path: Path) -> None:
     text, primary, alternatives = SCENARIOS[name]
-    res = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "app.py"),
-            "plan",
-            text,
-            "--no-smoke",
-            "--out",
-            "o",
-            "--json",
-            "p.json",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = run_main("plan", text, "--no-smoke", "--out", "o", "--json", "p.json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     plan = json.loads((tmp_path / "p.json").read_text())
     fw = plan["framework"]

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from inproc import run_main
 
 from tools.core.errors import MAX_ERROR_CHARS, one_line
 from tools.core.schemas import MAX_LAYERS
@@ -308,13 +309,7 @@ def test_a_50_mb_config_is_refused_by_its_size_without_reading_it(tmp_path: Path
         fh.write("a" * (50 * 2**20))
         fh.write('"}')
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), "estimate", "--model", str(config)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_main("estimate", "--model", str(config), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1
     assert "bytes; a config.json is at most 4,194,304" in proc.stderr, proc.stderr

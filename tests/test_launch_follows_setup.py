@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from inproc import run_main
 from specs import GPT2_TINY, LLAMA3_70B, model_parallel_plan, tiny_spec
 
 from tools.artifacts.deepspeed_config import ConfigError, emit_deepspeed_config
@@ -42,13 +42,7 @@ MEGATRON = FrameworkChoice(
 
 def _cli(tmp_path: Path, request: str) -> tuple[dict[str, Any], Path]:
     out = tmp_path / "o"
-    res = subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), "plan", request, "--no-smoke", "--out", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = run_main("plan", request, "--no-smoke", "--out", str(out), cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads((out / "plan.json").read_text()), out
 

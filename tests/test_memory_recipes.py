@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from inproc import run_main
 
 from tools.core.errors import InputError
 from tools.planning.footprint import ADAM8BIT_BYTES, NF4_BYTES, block_params, native_layer_bytes
@@ -162,13 +162,7 @@ def test_the_three_quantities_and_context_parallel() -> None:
 
 def _cli(*args: str, tmp: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
     out = tmp / "e.json"
-    proc = subprocess.run(
-        [sys.executable, "app.py", "estimate", *args, "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_main("estimate", *args, "--json", str(out), cwd=ROOT)
     return proc, (json.loads(out.read_text()) if out.exists() else {})
 
 
@@ -228,20 +222,14 @@ def test_a_brief_names_the_recipe_and_a_bad_one_is_one_line(tmp_path: Path) -> N
     )
     brief.write_text(text)
     out = tmp_path / "e.json"
-    proc = subprocess.run(
-        [sys.executable, "app.py", "estimate", "--brief", str(brief), "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    proc = run_main("estimate", "--brief", str(brief), "--json", str(out), cwd=ROOT)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     # An 8B full fine-tune fits a 24 GB card only with torchtune's recipe (DeepSpeed's
     # default, 18 bytes per parameter, needs 145 GB).
     assert json.loads(out.read_text())["setup"]["fits"]
     assert "memory priced for: torchtune, pure-bf16, paged-adam8bit" in proc.stdout
     brief.write_text(text.replace("paged-adam8bit", "lion"))
-    proc = subprocess.run(
-        [sys.executable, "app.py", "estimate", "--brief", str(brief)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    proc = run_main("estimate", "--brief", str(brief), cwd=ROOT)  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "recipe.optimizer" in proc.stderr
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from inproc import run_main
 
 from tools.core.schemas import FrameworkChoice
 from tools.intake.brief import brief_from_dict
@@ -196,20 +195,13 @@ def test_comm_bound_plan_gets_a_low_efficiency_warning_and_a_healthy_one_does_no
 
 def test_cli_plan_of_the_3090_request_names_host_ram_and_offers_lora(tmp_path: Path) -> None:
     out = tmp_path / "plan"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "app.py"),
-            "plan",
-            "we have 2 RTX 3090 and want to fine-tune mistral-7b",
-            "--no-smoke",
-            "--out",
-            str(out),
-        ],
+    proc = run_main(
+        "plan",
+        "we have 2 RTX 3090 and want to fine-tune mistral-7b",
+        "--no-smoke",
+        "--out",
+        str(out),
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("does not fit: ")]

@@ -11,12 +11,11 @@ run).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from inproc import run_main
 
 from tools.core.errors import InputError
 from tools.core.settings import Settings
@@ -301,23 +300,15 @@ def test_platform_assumption_is_stated_in_the_plan(settings: Settings, tmp_path:
 
 def test_cli_no_hardware_is_planned_for_this_machine_and_says_so(tmp_path: Path) -> None:
     out = tmp_path / "plan"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "app.py"),
-            "plan",
-            "fine-tune gpt2",
-            "--no-smoke",
-            "--out",
-            str(out),
-            "--json",
-            str(tmp_path / "plan.json"),
-        ],
+    done = run_main(
+        "plan",
+        "fine-tune gpt2",
+        "--no-smoke",
+        "--out",
+        str(out),
+        "--json",
+        str(tmp_path / "plan.json"),
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     first = done.stdout.splitlines()[0]
@@ -330,21 +321,8 @@ def test_cli_no_hardware_is_planned_for_this_machine_and_says_so(tmp_path: Path)
 
 
 def test_cli_unclear_hardware_without_an_answer_is_one_line_exit_2(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "app.py"),
-            "plan",
-            "fine-tune gpt2 on 8 GPUs",
-            "--no-smoke",
-            "--out",
-            str(tmp_path / "p"),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
+    done = run_main(
+        "plan", "fine-tune gpt2 on 8 GPUs", "--no-smoke", "--out", str(tmp_path / "p"), cwd=tmp_path
     )
     assert done.returncode == 2, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if "error" in line]

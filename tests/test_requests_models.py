@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from inproc import run_main
 
 from tools.core.errors import InputError
 from tools.core.settings import Settings
@@ -205,14 +205,7 @@ def test_the_clarifying_question_lists_the_candidates(settings: Settings, tmp_pa
 
 
 def _plan(request: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), "plan", request, "--no-smoke", "--out", str(out), *extra],
-        cwd=out.parent,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )  # fmt: skip
+    return run_main("plan", request, "--no-smoke", "--out", str(out), *extra, cwd=out.parent)  # fmt: skip
 
 
 def test_cli_plans_an_image_classifier(tmp_path: Path) -> None:

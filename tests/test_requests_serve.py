@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from inproc import run_main
 
 from tools.artifacts.serving import emit_serving
 from tools.core.errors import InputError
@@ -259,13 +259,7 @@ def test_reviewer_approves_the_plan_and_catches_a_bad_one(tmp_path: Path) -> Non
 
 
 def _plan(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    res = subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), "plan", *args, "--out", "o", "--json", "p.json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = run_main("plan", *args, "--out", "o", "--json", "p.json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     return res, json.loads((tmp_path / "p.json").read_text())
 
@@ -315,13 +309,7 @@ def test_cli_brief_file_with_tgi(tmp_path: Path) -> None:
 
 def test_cli_bad_inference_brief_exits_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "b.yaml").write_text("model: llama-3-8b\ntask: inference\nconcurrency: -3\n")
-    res = subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), "plan", "--brief", "b.yaml", "--out", "o"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    res = run_main("plan", "--brief", "b.yaml", "--out", "o", cwd=tmp_path)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "brief.concurrency" in lines[0], res.stderr

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from inproc import run_main
 
 from tools.core.errors import InputError
 from tools.core.schemas import TrainingBrief
@@ -287,23 +287,7 @@ def test_a_pin_that_does_not_fit_says_so_and_what_does() -> None:
 
 
 def _cli(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    res = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "app.py"),
-            "plan",
-            *args,
-            "--no-smoke",
-            "--out",
-            "o",
-            "--json",
-            "p.json",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = run_main("plan", *args, "--no-smoke", "--out", "o", "--json", "p.json", cwd=tmp_path)
     plan = json.loads((tmp_path / "p.json").read_text()) if res.returncode == 0 else {}
     return res, plan
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from inproc import run_main
 
 from tools.artifacts import charts
 from tools.artifacts.budget import plan_budget
@@ -259,11 +258,7 @@ def test_plan_8b_on_8_a100_with_dataset_tokens_prints_time_and_cost_with_the_pri
         "model: llama-3-8b\ntask: finetune\nhardware: 1x8xA100-80GB\nseq_len: 4096\n"
         "global_batch_size: 64\ndataset_tokens: 2.0e10\nsmoke: false\n"
     )
-    res = subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), "plan", "--brief", str(brief), "--no-smoke",
-         "--out", "o", "--json", "p.json"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    res = run_main("plan", "--brief", str(brief), "--no-smoke", "--out", "o", "--json", "p.json", cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stderr
     plan = json.loads((tmp_path / "p.json").read_text())
     price = load_price_table()["A100-80GB"]

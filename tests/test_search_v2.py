@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from inproc import run_main
 
 from tools.core.errors import InputError
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, RECOMPUTE_POLICIES
@@ -62,13 +62,7 @@ OLD_KEYS = {
 
 
 def _estimate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), "estimate", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_main("estimate", *args, cwd=cwd)
 
 
 def _brief(model: str, hardware: str, seq: int, batch: int, task: str = "pretrain", **extra):
