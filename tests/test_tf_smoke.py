@@ -68,6 +68,7 @@ def test_commands_give_each_worker_its_tf_config(tmp_path: Path) -> None:
         worker_commands(WORKERS, [ports[0], ports[0]], tmp_path, [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "first_above", "last_below"), [("image", 1.2, 0.6), ("text", 2.5, 1.0)]
 )
@@ -93,6 +94,7 @@ def test_two_workers_learn(
     assert (run_dir / "logs" / "rank1.log").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("inject", "code"), [("nan", 3), ("crash", None)])
 def test_injected_faults_fail_the_run(tmp_path: Path, inject: str, code: int | None) -> None:
     run_dir = tmp_path / inject
@@ -114,6 +116,7 @@ def test_injected_faults_fail_the_run(tmp_path: Path, inject: str, code: int | N
         assert "step 4/20 loss" not in outcome.log_text
 
 
+@pytest.mark.slow
 def test_cli_tensorflow_smoke_passes_with_the_pytorch_verdicts(tmp_path: Path) -> None:
     import subprocess
     import sys
