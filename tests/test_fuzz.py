@@ -58,6 +58,7 @@ def _not_local(text: str) -> bool:
     return text.strip().lower() != "local"
 
 
+@pytest.mark.slow  # many examples, seconds each: the full run (make test), not test-fast
 @FAST
 @given(spec=st.text(max_size=200).filter(_not_local), interconnect=st.none() | st.text(max_size=20))
 def test_parse_hardware_arbitrary_text(spec: str, interconnect: str | None) -> None:
@@ -139,6 +140,7 @@ brief_dicts = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow  # many examples, seconds each: the full run (make test), not test-fast
 @FAST
 @given(data=brief_dicts | junk)
 def test_brief_from_dict(data: Any) -> None:
@@ -184,6 +186,7 @@ requests = st.one_of(
 )
 
 
+@pytest.mark.slow  # many examples, seconds each: the full run (make test), not test-fast
 @FAST
 @given(text=requests)
 def test_parse_request(text: str) -> None:
@@ -266,6 +269,7 @@ def _chosen_fits(plan: Any) -> bool:
     return row.fits
 
 
+@pytest.mark.slow  # many examples, seconds each: the full run (make test), not test-fast
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inputs=plan_inputs())
 def test_planner_and_emitter(inputs: tuple[str, str, TrainingBrief]) -> None:
@@ -290,6 +294,7 @@ def test_planner_and_emitter(inputs: tuple[str, str, TrainingBrief]) -> None:
     )
 
 
+@pytest.mark.slow  # many examples, seconds each: the full run (make test), not test-fast
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inputs=plan_inputs())
 def test_emitted_config_accepted_by_deepspeed(inputs: tuple[str, str, TrainingBrief]) -> None:

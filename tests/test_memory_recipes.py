@@ -234,6 +234,7 @@ def test_a_brief_names_the_recipe_and_a_bad_one_is_one_line(tmp_path: Path) -> N
     assert proc.stderr.count("\n") == 1 and "recipe.optimizer" in proc.stderr
 
 
+@pytest.mark.slow  # a real T5 block forward and backward under autograd (seconds)
 @pytest.mark.parametrize("ffn", ["relu", "gated-gelu"])
 def test_encoder_decoder_activations_match_what_autograd_saves_for_t5(ffn: str) -> None:
     """The bytes saved_tensors_hooks sees for Hugging Face T5 (fp32 on CPU, dropout on)."""

@@ -209,6 +209,7 @@ def _fresh_shipped_counts() -> Iterator[None]:
     models._shipped_counts.cache_clear()
 
 
+@pytest.mark.slow  # builds every catalog model on the meta device (tens of seconds)
 def test_shipped_counts_equal_a_live_meta_count() -> None:
     """Every catalog model's stored counts are what meta instantiation gives now (about 5 s)."""
     shipped = json.loads(COUNTS_PATH.read_text(encoding="utf-8"))

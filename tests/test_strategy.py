@@ -91,7 +91,12 @@ def test_forced_choices_are_respected() -> None:
     )
 
 
-def test_cpu_only_target_keeps_the_memory_choice() -> None:
+def test_cpu_only_target_keeps_the_memory_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A CPU-only machine whatever this one has, and no driver tool started to find out.
+    from tools.research import gpu_probe, hardware
+
+    monkeypatch.setattr(gpu_probe, "probe_gpus", lambda: gpu_probe.GPUProbe())
+    monkeypatch.setattr(hardware, "_torch_cuda", lambda: (False, 0, None))
     plan, _ = _search("gpt2", "local", 256, 8, task="pretrain")
     assert plan.why_not == {} and plan.chosen in {"ddp", "zero1", "zero2", "zero3"}
 
