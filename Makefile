@@ -46,7 +46,7 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) bench/run.py --quick
 
-# Headless Chromium for tests/test_batch.py's browser check (Debian's package). Installs only
+# Headless Chromium for tests/e2e/test_batch.py's browser check (Debian's package). Installs only
 # as root; otherwise it says so, and the test fails under CI=true rather than passing silently.
 browser:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
