@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import call
 from langchain_core.messages import AIMessage, ToolMessage
+from scripted import call
 from specs import LLAMA_8B_BRIEF
 
 import app

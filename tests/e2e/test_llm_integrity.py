@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import call
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from scripted import call
 from specs import LLAMA_8B_BRIEF
 from test_llm_http import _tool_call
 
@@ -344,7 +344,7 @@ def _lookup_reply(settings: Settings, ref: str) -> str:
     brief = brief_from_dict({"model": ref, "hardware": "1x8xA100-80GB", "seq_len": 4096})
     ws = Workspace(settings=settings, out_dir=settings.out_dir, brief=brief)
 
-    from conftest import ScriptedChatModel
+    from scripted import ScriptedChatModel
 
     model = ScriptedChatModel(
         script=[call("lookup_model", {"model": ref, "seq_len": 4096}), AIMessage(content="ok")]

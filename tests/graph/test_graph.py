@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import call
 from langchain_core.messages import AIMessage, ToolMessage
+from scripted import call
 from specs import LLAMA_8B_BRIEF
 
 from graphs import build_graph
