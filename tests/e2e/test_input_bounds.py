@@ -10,7 +10,6 @@ printed a multi-line or 900 KB error line.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -250,19 +249,15 @@ CASES: dict[str, tuple[dict[str, str], list[str], str]] = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_bad_input_exits_2_with_one_bounded_line(name: str, tmp_path: Path) -> None:
+def test_bad_input_exits_2_with_one_bounded_line(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     files, args, names = CASES[name]
     for file, text in files.items():
         (tmp_path / file).write_text(text)
+    monkeypatch.setenv("TRAINWRIGHT_DEBUG", "")
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), *args],
-        cwd=tmp_path,
-        env={**os.environ, "TRAINWRIGHT_DEBUG": ""},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_main(*args, cwd=tmp_path)  # the CLI's main in process (inproc.py)
     elapsed = time.monotonic() - started
     lines = proc.stderr.splitlines()
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-600:])
