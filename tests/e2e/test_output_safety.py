@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from inproc import run_main
 
 from tools.core.errors import InputError
 from tools.core.outputs import (
@@ -48,6 +49,8 @@ USERS = {
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """A real ``python app.py`` process: for output to devices, FIFOs and the process's stdout,
+    and the smoke runs; the other tests call the CLI's main in process (``run_main``)."""
     return subprocess.run(
         [sys.executable, str(ROOT / "app.py"), *args],
         cwd=cwd,
@@ -87,12 +90,12 @@ def test_deepspeed_plan_never_touches_the_users_files(tmp_path: Path) -> None:
     out = tmp_path / "mine"
     before = users_folder(out)
     brief = str(BRIEFS / "llama3-70b-2nodes-h100.yaml")  # train.py, hostfile, launch_node*.sh
-    res = run_cli("plan", "--brief", brief, "--no-smoke", "--out", str(out), cwd=tmp_path)
+    res = run_main("plan", "--brief", brief, "--no-smoke", "--out", str(out), cwd=tmp_path)
     assert res.returncode == 2, res.stderr
     assert "not written by trainwright" in error_line(res) and "--force" in error_line(res)
     assert snapshot(out) == before  # refused before any work: nothing added, nothing changed
     # --force shares the folder; the plan needs train.py, which is the user's: refused, named.
-    res = run_cli(
+    res = run_main(
         "plan", "--brief", brief, "--no-smoke", "--out", str(out), "--force", cwd=tmp_path
     )
     assert res.returncode == 2, res.stderr
@@ -106,17 +109,17 @@ def test_deepspeed_plan_never_touches_the_users_files(tmp_path: Path) -> None:
 def test_tensorflow_plan_leaves_the_users_train_py(tmp_path: Path) -> None:
     out = tmp_path / "mine"
     before = users_folder(out)
-    res = run_cli("plan", TENSORFLOW, "--no-smoke", "--out", str(out), cwd=tmp_path)
+    res = run_main("plan", TENSORFLOW, "--no-smoke", "--out", str(out), cwd=tmp_path)
     assert res.returncode == 2, res.stderr
     assert snapshot(out) == before
-    res = run_cli("plan", TENSORFLOW, "--no-smoke", "--out", str(out), "--force", cwd=tmp_path)
+    res = run_main("plan", TENSORFLOW, "--no-smoke", "--out", str(out), "--force", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     after = snapshot(out)
     assert {k: after[k] for k in before} == before  # the user's four files, untouched
     assert "TF_CONFIG.md" in after and "report.md" in after
     assert set(listed(out)) == set(after) - set(before) - {MANIFEST}
     # A rerun into the now shared folder replaces only its own files.
-    res = run_cli("plan", TENSORFLOW, "--no-smoke", "--out", str(out), cwd=tmp_path)
+    res = run_main("plan", TENSORFLOW, "--no-smoke", "--out", str(out), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert {k: v for k, v in snapshot(out).items() if k in before} == before
 
@@ -126,16 +129,16 @@ def test_rerun_replaces_its_files_but_not_one_the_user_edited(tmp_path: Path) ->
     brief = str(BRIEFS / "llama3-8b-finetune-8xa100.yaml")
     json_path = out / "plan.json"
     args = ("plan", "--brief", brief, "--no-smoke", "--out", str(out), "--json", str(json_path))
-    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    assert run_main(*args, cwd=tmp_path).returncode == 0
     first = snapshot(out)
     assert set(listed(out)) == set(first) - {MANIFEST}
-    res = run_cli(*args, cwd=tmp_path)
+    res = run_main(*args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr  # an owned folder: no --force needed
     second = snapshot(out)
     assert second["report.md"][1] != first["report.md"][1]  # replaced (a new inode)
     # The user edits the report: the next run refuses it, naming it, before any work.
     (out / "report.md").write_text("# my edits\n")
-    res = run_cli(*args, cwd=tmp_path)
+    res = run_main(*args, cwd=tmp_path)
     assert res.returncode == 2, res.stderr
     assert "report.md" in error_line(res) and "changed after" in error_line(res)
     assert (out / "report.md").read_text() == "# my edits\n"
@@ -168,7 +171,7 @@ def test_out_empty_string_is_refused(tmp_path: Path) -> None:
         ("plan", "--brief", brief, "--no-smoke", "--out", ""),
         ("report", brief, "--out", ""),
     ):
-        res = run_cli(*flags, cwd=tmp_path)
+        res = run_main(*flags, cwd=tmp_path)
         assert res.returncode == 2, res.stderr
         assert "--out" in res.stderr and "empty" in res.stderr
         assert len(res.stderr.strip().splitlines()) == 1
@@ -426,9 +429,7 @@ def test_report_gives_every_brief_its_own_folder(tmp_path: Path) -> None:
     for name, model in models.items():
         _brief(briefs / name, model)
     out = tmp_path / "r"
-    res = run_cli(
-        "report", str(briefs), "--out", str(out), "--jobs", "1", cwd=tmp_path, timeout=600
-    )
+    res = run_main("report", str(briefs), "--out", str(out), "--jobs", "1", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     planned = {}
     for folder in sorted(p for p in out.iterdir() if p.is_dir()):
@@ -443,7 +444,7 @@ def test_report_gives_every_brief_its_own_folder(tmp_path: Path) -> None:
     # A later batch into the same --out with another brief that wants the a_b folder.
     kept = snapshot(out / "a_b")
     later = _brief(tmp_path / "a_b.json", "llama-3-70b")
-    res = run_cli("report", str(later), "--out", str(out), cwd=tmp_path, timeout=600)
+    res = run_main("report", str(later), "--out", str(out), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert snapshot(out / "a_b") == kept  # the earlier brief's plan is not mixed or lost
     new = [p for p in out.iterdir() if p.is_dir() and p.name not in planned]
@@ -456,7 +457,7 @@ def test_report_refuses_a_folder_of_the_users(tmp_path: Path) -> None:
     out = tmp_path / "mine"
     before = users_folder(out)
     brief = _brief(tmp_path / "b.json", "gpt2")
-    res = run_cli("report", str(brief), "--out", str(out), cwd=tmp_path)
+    res = run_main("report", str(brief), "--out", str(out), cwd=tmp_path)
     assert res.returncode == 2, res.stderr
     assert "not written by trainwright" in error_line(res)
     assert snapshot(out) == before
