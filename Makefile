@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 TF_VENV  := .venv-tf
 TF_STAMP := $(TF_VENV)/.installed
 
-.PHONY: run test lint venv tf-venv clean browser
+.PHONY: run test test-fast lint venv tf-venv clean browser
 
 venv: $(STAMP)
 
@@ -33,8 +33,14 @@ $(TF_STAMP): requirements-tf.lock
 run: $(STAMP)
 	$(PY) app.py plan --brief examples/briefs/local-smoke.yaml --out out/local-smoke --json out/local-smoke/plan.json
 
+# Every tier (tests/unit, graph, e2e, smoke), slow-marked real runs included.
 test: $(STAMP) $(TF_STAMP) browser
 	$(PY) -m pytest -q --durations=25
+
+# The fast tiers: tests/unit (pure, no process, each test under 2 s of CPU, enforced) and
+# tests/graph (the graph in process), without the slow-marked tests. Needs only .venv.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" --durations=10 tests/unit tests/graph
 
 # Benchmarks (bench/run.py): both write bench/RESULTS.md and bench/results.json. bench-quick
 # runs fewer cases and repeats (under 5 minutes on a quiet 2-core machine); bench runs more of
@@ -46,7 +52,7 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) bench/run.py --quick
 
-# Headless Chromium for tests/test_batch.py's browser check (Debian's package). Installs only
+# Headless Chromium for tests/e2e/test_batch.py's browser check (Debian's package). Installs only
 # as root; otherwise it says so, and the test fails under CI=true rather than passing silently.
 browser:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \

@@ -52,7 +52,7 @@ def number_flags() -> dict[str, dict[str, tuple[float, float]]]:
 
     A count is a whole number from the least to the most; a time (a float flag) is a finite
     number of seconds above 0 and at most the most. Anything else is one line naming the flag,
-    exit 2 (``_check_numbers``). tests/test_cli_bounds.py fails for an int or float flag of any
+    exit 2 (``_check_numbers``). tests/unit/cli/test_cli_bounds.py fails for an int or float flag of any
     command without a row here.
     """
     from tools.core.schemas import (

@@ -16,6 +16,9 @@ from tools.core.settings import TELEMETRY_OFF, Settings  # noqa: E402
 
 os.environ.update(TELEMETRY_OFF)
 
+# pytester: tests/unit/core/test_unit_rule.py runs the unit tier's guard on small sessions.
+pytest_plugins = ("pytester",)
+
 
 @pytest.fixture(scope="session")
 def knowledge_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -41,51 +44,20 @@ def settings(tmp_path: Path, knowledge_dir: Path) -> Settings:
 
 from typing import Any  # noqa: E402
 
-from langchain_core.language_models.chat_models import BaseChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
-
-
-class ScriptedChatModel(BaseChatModel):
-    """Replies with the scripted messages in order, recording what it was shown and bound.
-
-    Modeled on LangGraph prebuilt's FakeToolCallingModel: the graph's real tool-calling path
-    runs, only the model's choices are fixed.
-    """
-
-    script: list[AIMessage]
-    seen: list[list[BaseMessage]] = []
-    bound_tools: list[list[str]] = []
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        self.bound_tools.append([getattr(t, "name", "?") for t in tools])
-        return self
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        self.seen.append(list(messages))
-        if not self.script:
-            return ChatResult(
-                generations=[ChatGeneration(message=AIMessage(content="(script exhausted)"))]
-            )
-        return ChatResult(generations=[ChatGeneration(message=self.script.pop(0))])
-
-
-def call(name: str, args: dict[str, Any] | None = None, idx: list[int] = [0]) -> AIMessage:  # noqa: B006
-    """An AIMessage that calls one tool."""
-    idx[0] += 1
-    return AIMessage(
-        content="",
-        tool_calls=[{"name": name, "args": args or {}, "id": f"c{idx[0]}", "type": "tool_call"}],
-    )
+# Test modules import these from scripted.py ("from conftest import" would reach whichever
+# tier's conftest.py was imported last); re-exported here for the fixture below.
+from scripted import ScriptedChatModel, call  # noqa: E402, F401
 
 
 @pytest.fixture
 def scripted() -> type[ScriptedChatModel]:
     """The scripted fake chat model class."""
     return ScriptedChatModel
+
+
+@pytest.fixture
+def cli_main() -> Any:
+    """``cli_main(*args, cwd=..., stdin=...)``: the CLI's ``main`` in process (see inproc.py)."""
+    from inproc import run_main
+
+    return run_main

@@ -16,7 +16,7 @@ DeepSpeedConfig itself reads ``mpu.get_data_parallel_world_size()``.
 ``hf_trainer_config`` derives the Hugging Face Trainer flavour (``ds_config_hf.json``), where
 the values the Trainer fills from ``TrainingArguments`` say ``"auto"``. The strict validator
 rejects that flavour on purpose; it is checked instead by resolving each ``"auto"`` back to the
-strict config's value (tests/test_deepspeed_config.py).
+strict config's value (tests/unit/artifacts/test_deepspeed_config.py).
 """
 
 from __future__ import annotations

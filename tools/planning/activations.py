@@ -83,7 +83,7 @@ def encoder_decoder_bytes(
       normalised output (wh per source token) is shared by every decoder layer.
     Full checkpointing keeps each layer's input (wh per token) and one layer's working set.
     The logits (vocabulary-wide, fp32 copy and log-softmax) cover the target tokens only.
-    ``tests/test_memory_recipes.py`` checks these counts against the bytes autograd saves
+    ``tests/unit/planning/test_memory_recipes.py`` checks these counts against the bytes autograd saves
     for Hugging Face T5 (saved_tensors_hooks).
     """
     config = model.hf_config or {}

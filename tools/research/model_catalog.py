@@ -10,7 +10,7 @@ same meta-device count and shipped in knowledge/models/counts.json, keyed by the
 canonical config JSON and valid only for the transformers version that counted them: a changed
 config or another transformers is counted live. Regenerate the file after changing the catalog
 or upgrading transformers with ``python -m tools.research.model_catalog --refresh-counts``;
-tests/test_models.py fails while it is stale.
+tests/unit/research/test_models.py fails while it is stale.
 """
 
 from __future__ import annotations
@@ -526,7 +526,7 @@ def _shipped_counts() -> dict[str, _Counted]:
         try:
             shipped[str(entry["config_sha256"])] = _Counted(**{k: entry[k] for k in fields})
         except (KeyError, TypeError):
-            continue  # a damaged entry is counted live; tests/test_models.py flags it
+            continue  # a damaged entry is counted live; tests/unit/research/test_models.py flags it
     return shipped
 
 

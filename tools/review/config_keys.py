@@ -13,7 +13,7 @@ from tools.core.schemas import Finding
 # with a dict that logs every lookup (as tools/artifacts/deepspeed_config.py validates); "bfloat16" is the
 # legacy alias read when "bf16" is absent, "sequence_parallel_size" is read only without an mpu.
 # DeepSpeed silently ignores any other top-level key: "zero_optimisation" trains without ZeRO.
-# tests/test_review_loop.py re-records the set from the installed DeepSpeed.
+# tests/graph/test_review_loop.py re-records the set from the installed DeepSpeed.
 DEEPSPEED_TOP_LEVEL_KEYS = frozenset(
     {
         "activation_checkpointing",

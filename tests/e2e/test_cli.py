@@ -1,0 +1,158 @@
+"""The CLI contract: exit codes 0/2/1, one-line errors, files written.
+
+The CLI runs in process (``cli_main``, see inproc.py) where a test reads its answer; a real
+``python app.py`` process stays where the process is the point: ``--help``'s cold start and a
+plan whose stdout stream must carry nothing but the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BRIEFS = Path(__file__).parents[1] / "data"
+STDOUT_KEYS = {"framework", "time to train", "smoke test", "review", "report", "plan json"}
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_help_is_fast_and_lists_commands(tmp_path: Path) -> None:
+    res = run_cli("--help", cwd=tmp_path)
+    assert res.returncode == 0
+    for cmd in ("plan", "profile", "estimate"):
+        assert cmd in res.stdout
+
+
+def test_plan_llama_8b_writes_json_that_deepspeed_accepts_at_world_size_8(tmp_path: Path) -> None:
+    res = run_cli(
+        "plan",
+        "--brief",
+        str(BRIEFS / "llama3-8b-finetune-8xa100.yaml"),
+        "--no-smoke",
+        "--out",
+        "o",
+        "--json",
+        "p.json",
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert len(plan["memory"]["strategies"]) >= 4
+    from tools.artifacts.ds_validate import validate_deepspeed_config
+
+    validate_deepspeed_config(plan["deepspeed_config"], 8)
+    assert (tmp_path / "o" / "report.md").is_file()
+    assert "report: " in res.stdout
+    # stdout is the answer, for scripts: library log lines stay off it.
+    assert all(line.split(":")[0] in STDOUT_KEYS for line in res.stdout.splitlines()), res.stdout
+
+
+BAD_BRIEFS = {
+    "no-model.yaml": ("goal: train something\ntask: pretrain\n", "brief.model"),
+    "neg-batch.yaml": ("model: gpt2\nglobal_batch_size: -4\n", "brief.global_batch_size"),
+    "not-yaml.yaml": ("model: [gpt2\n  : : {\n", "--brief"),
+    "banana.yaml": ("model: gpt2\nhardware: 9xbanana\n", "hardware"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_BRIEFS))
+def test_bad_briefs_exit_2_with_one_line(name: str, tmp_path: Path, cli_main: Any) -> None:
+    text, field = BAD_BRIEFS[name]
+    (tmp_path / name).write_text(text)
+    res = cli_main("plan", "--brief", name, "--no-smoke", "--out", "o", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert field in lines[0]
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_hardware_flag_exits_2(tmp_path: Path, cli_main: Any) -> None:
+    res = cli_main("plan", "train gpt2", "--hardware", "9xbanana", "--no-smoke", cwd=tmp_path)
+    assert res.returncode == 2
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert "banana" in res.stderr
+
+
+def test_missing_brief_file_and_unknown_flag_exit_2(tmp_path: Path, cli_main: Any) -> None:
+    assert cli_main("plan", "--brief", "nope.yaml", cwd=tmp_path).returncode == 2
+    res = cli_main("plan", "--frobnicate", cwd=tmp_path)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_profile_local(tmp_path: Path, cli_main: Any) -> None:
+    res = cli_main("profile", "--json", "hw.json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    hw = json.loads((tmp_path / "hw.json").read_text())["hardware"]
+    assert hw["source"] == "local" and hw["cpu_cores"] >= 1
+
+
+def test_thread_checkpoints_to_sqlite_and_rejects_unsafe_ids(tmp_path: Path, cli_main: Any) -> None:
+    brief = str(BRIEFS / "llama3-8b-finetune-8xa100.yaml")
+    res = cli_main(
+        "plan", "--brief", brief, "--no-smoke", "--out", "o", "--thread", "job-1", cwd=tmp_path
+    )
+    assert res.returncode == 0, res.stderr
+    import os
+    import sqlite3
+
+    db = Path(os.environ["TRAINWRIGHT_HOME"]) / "checkpoints.sqlite"
+    with sqlite3.connect(db) as conn:
+        threads = {row[0] for row in conn.execute("select distinct thread_id from checkpoints")}
+    assert threads == {"job-1"}
+    bad = cli_main(
+        "plan", "--brief", brief, "--no-smoke", "--thread", "../x; rm -rf ~", cwd=tmp_path
+    )
+    assert bad.returncode == 2 and "--thread" in bad.stderr
+
+
+def test_estimate_from_flags_prints_every_strategy_and_writes_json(
+    tmp_path: Path, cli_main: Any
+) -> None:
+    res = cli_main(
+        "estimate",
+        "--model",
+        "llama-3-8b",
+        "--hardware",
+        "1x8xA100-80GB",
+        "--seq-len",
+        "4096",
+        "--global-batch",
+        "64",
+        "--json",
+        "e.json",
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads((tmp_path / "e.json").read_text())
+    names = [s["name"] for s in data["strategies"]]
+    assert {"ddp", "zero1", "zero2", "zero3"} <= set(names)
+    for name in names:
+        assert name in res.stdout
+    assert f"chosen: {data['chosen']}" in res.stdout
+    bad = cli_main(
+        "estimate",
+        "--model",
+        "llama-3-8b",
+        "--hardware",
+        "1x8xA100-80GB",
+        "--micro-batch",
+        "0",
+        cwd=tmp_path,
+    )
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

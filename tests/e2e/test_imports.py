@@ -1,0 +1,85 @@
+"""The locked dependency set imports together in one process (the protobuf trap, DEVELOPERS.md)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_dependency_imports_in_one_process(tmp_path: Path) -> None:
+    code = (
+        "import langgraph, langchain, langchain_core, langgraph.checkpoint.sqlite, crewai, "
+        "autogen_agentchat, autogen_core, chromadb, pydantic, torch, deepspeed, transformers, pytest, "
+        "langgraph_cli.cli, langgraph_api.cli, langgraph_runtime_inmem; "
+        "from autogen_agentchat.agents import AssistantAgent; from crewai import Agent; print('ok')"
+    )
+    # In tmp_path: importing langgraph_runtime_inmem creates .langgraph_api/ in the cwd.
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().endswith("ok")
+
+
+def test_autogen_is_the_agentchat_07_line() -> None:
+    assert md.version("autogen-agentchat").startswith("0.7.")
+    assert md.version("autogen-core").startswith("0.7.")
+
+
+def test_pip_check_is_clean() -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stdout
+
+
+def test_cli_help_does_not_import_heavy_libraries() -> None:
+    code = (
+        "import sys, app; app.build_parser(); "
+        "print(sorted(m for m in ('torch', 'deepspeed', 'chromadb', 'crewai', 'transformers') if m in sys.modules))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert res.stdout.strip() == "[]", res.stdout + res.stderr
+    assert importlib.util.find_spec("app") is not None
+
+
+HEAVY = ("torch", "transformers", "deepspeed", "chromadb", "crewai")
+
+
+def test_the_planner_path_imports_no_heavy_library() -> None:
+    """Importing the planning tools and planning a catalog model stays free of torch & co.
+
+    The catalog's parameter counts are shipped (knowledge/models/counts.json), so a one-shot
+    plan need not import torch/transformers; only DeepSpeed's own validation imports DeepSpeed.
+    """
+    code = (
+        "import sys\n"
+        "import tools.research.model_catalog, tools.planning.memory, tools.planning.search, tools.planning.speed, tools.artifacts.deepspeed_config\n"
+        f"heavy = {HEAVY!r}\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "from tools.artifacts.deepspeed_config import emit_deepspeed_config\n"
+        "from tools.research.hardware import parse_hardware\n"
+        "from tools.research.model_catalog import lookup_model\n"
+        "from tools.core.schemas import TrainingBrief\n"
+        "from tools.planning.search import search_strategy\n"
+        "hw = parse_hardware('8x8xH100-80GB')\n"
+        "brief = TrainingBrief(model='llama-3-70b', seq_len=4096, global_batch_size=1024,\n"
+        "                      hardware='8x8xH100-80GB', task='pretrain')\n"
+        "model = lookup_model('llama-3-70b', 4096)\n"
+        "plan = search_strategy(model, hw, brief)\n"
+        "config = emit_deepspeed_config(plan, model, hw, brief)\n"
+        "assert model.params == 70_553_706_496 and config['train_batch_size'] == 1024\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["[]", "[]"], res.stdout + res.stderr
