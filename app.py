@@ -102,7 +102,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: one subcommand per command (tests/test_cli_flags.py freezes the flags)."""
+    """The command line: one subcommand per command (tests/unit/cli/test_cli_flags.py freezes the flags)."""
     p = _Parser(
         prog="trainwright", description="Plan, configure and smoke-test distributed training."
     )

@@ -1,7 +1,7 @@
 """The ``estimate`` command's request and its gathering: flags in, the memory plan out.
 
 ``EstimateRequest`` has one field per flag of ``python app.py estimate`` (the flag's name with
-underscores; tests/test_cli_flags.py keeps the two sets equal), so the CLI maps its flags onto
+underscores; tests/unit/cli/test_cli_flags.py keeps the two sets equal), so the CLI maps its flags onto
 it and any caller (a batch of JSON lines, another program) fills the same fields. ``estimate``
 reads the brief, model and hardware, prices the recipe, and runs the one search
 (tools/planning/search.py). Errors name the command line's flags, as the user wrote them.

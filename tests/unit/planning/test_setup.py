@@ -58,7 +58,7 @@ BRIEFS = [
     {"model": "llama-3-8b", "hardware": "1x8xA100-80GB", "global_batch_size": 64,
      "task": "lora"},
 ]  # fmt: skip
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples" / "briefs").glob("*.yaml"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples" / "briefs").glob("*.yaml"))
 
 
 def _check_labels(plan: MemoryPlan) -> None:

@@ -16,6 +16,7 @@ import app
 from tools.core.settings import Settings
 from tools.core.setup import Setup
 from tools.planning.estimate import EstimateRequest
+from tools.research import gpu_probe
 from tools.smoke import DeepSpeedRun, LayoutRun, SmokeSpec, TensorFlowRun, TorchrunRun
 
 FLAGS = {
@@ -92,6 +93,12 @@ def test_every_estimate_flag_reaches_its_request_field() -> None:
         given = request.model_dump(exclude_defaults=True)
         got = given.get(action.dest)
         assert list(given) == [action.dest] and str(got) == str(expected), (flag, given)
+
+
+@pytest.fixture(autouse=True)
+def _no_gpu_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine with no GPU driver, without starting nvidia-smi or rocm-smi (a unit test)."""
+    monkeypatch.setattr(gpu_probe, "probe_gpus", lambda *_a, **_k: gpu_probe.GPUProbe())
 
 
 def _spec(*flags: str) -> SmokeSpec:
