@@ -336,6 +336,7 @@ yaml_docs = st.one_of(
 )
 
 
+@pytest.mark.slow  # 150 files written and read: ~4 s, over the unit tier's 2 s
 @settings(
     max_examples=150,
     deadline=None,
