@@ -148,7 +148,9 @@ def _models_dir() -> Any:
 
 
 def _norm(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "", name.lower())
+    """Lowercase, punctuation dropped, except a dot between digits: 'opt-1.3b' is not 'opt-13b'."""
+    kept = re.sub(r"[^a-z0-9.]+", "", name.lower())
+    return re.sub(r"(?<!\d)\.|\.(?!\d)", "", kept)
 
 
 @lru_cache(maxsize=1)
