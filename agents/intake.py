@@ -33,7 +33,8 @@ from tools.core.schemas import TrainingBrief
 from tools.core.settings import Settings
 from tools.core.untrusted import cap_text
 from tools.intake.brief import brief_from_dict
-from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_UNCLEAR
+from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_REFUSED, HARDWARE_UNCLEAR
+from tools.intake.readings import MODEL_ASSUMED
 
 # Everything a plan's later nodes write: a fresh request on a used thread starts clean.
 _FRESH: dict[str, Any] = dict.fromkeys((*PRODUCT_KEYS, "plan"))
@@ -254,9 +255,10 @@ def _brief_from_request(
     parsed = request_fields(text, models)
     notes: list[str] = []
     reading = model_reading(text, models)
-    if reading is not None and reading.note and parsed.get("model") == reading.model:
-        notes.append(f"intake: {reading.note}")  # "read 'lama-3-8b' as llama-3-8b"
+    if reading is not None and reading.note and parsed.get("model") == reading.value:
         events.progress(reading.note)
+        if reading.assumption is None:  # assumptions travel as MODEL_ASSUMED, with answers
+            notes.append(f"intake: {reading.note}")  # "read 'lama-3-8b' as llama-3-8b"
     if not isinstance(model, OfflinePlaybookModel):
         # On a resume after the clarifying question this node runs again and so asks the LLM
         # again; whatever it says then, the answers given stay matched to the question (the
@@ -268,6 +270,7 @@ def _brief_from_request(
             events.progress(f"LLM read: {', '.join(sorted(read))}")
     unclear = (reading.question, reading.candidates) if reading and reading.question else None
     fields = _ask_missing({**parsed, **overrides}, overrides, models, events, unclear)
+    notes += fields.get(MODEL_ASSUMED) or []
     notes += fields.get(HARDWARE_ASSUMED) or []
     return brief_from_request(fields), notes
 
@@ -288,10 +291,13 @@ def _ask_missing(
     what the request's own words left open ("'convnext' could be convnext-tiny or
     convnext-base") and the candidates; the first question starts with it and lists them.
     """
-    from tools.intake.brief import merge_answer, missing_field, question_for
+    from tools.intake.brief import hardware_refusal, merge_answer, missing_field, question_for
 
     if "hardware" in overrides:  # --hardware settles what the request's text left unclear
         fields.pop(HARDWARE_UNCLEAR, None)
+        fields.pop(HARDWARE_REFUSED, None)
+    if (refused := hardware_refusal(fields)) is not None:
+        raise refused  # hardware no plan can target: refused, not asked about
     # One question per field (the model, then hardware the request named but could not be read).
     while (field := missing_field(fields)) is not None:
         problem, candidates = unclear if unclear and field == "model" else (None, ())

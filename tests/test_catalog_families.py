@@ -63,3 +63,14 @@ def test_gemma_3_is_counted_as_its_language_model() -> None:
     assert spec.family == "gemma3_text"
     assert (spec.layers, spec.hidden, spec.heads, spec.kv_heads) == (62, 5376, 32, 16)
     assert spec.params == pytest.approx(27.016e9, rel=0.001)  # Table 1: 1,416M + 25,600M
+
+
+def test_the_issues_unknowns_are_read_as_what_they_are() -> None:
+    """Issue 28's findings: OPT-66B and the H800 were unknown; now each is read as itself."""
+    from tools.intake.brief import parse_request
+    from tools.research.model_catalog import list_models
+
+    brief = parse_request("fine-tune OPT-66B on 4 nodes of 8 H800", list_models())
+    assert (brief.model, brief.hardware) == ("opt-66b", "4x8xH800")
+    brief = parse_request("用 8 张 H20 微调 Mistral-Nemo-Instruct-2407", list_models())
+    assert (brief.model, brief.hardware) == ("mistral-nemo-12b", "1x8xH20")

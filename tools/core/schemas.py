@@ -86,6 +86,11 @@ class ModelShape(_Strict):
     heads: Count = Field(gt=0, le=MAX_HEADS)
     vocab: Count = Field(gt=0, le=MAX_VOCAB)
     intermediate: Count | None = Field(default=None, gt=0, le=MAX_INTERMEDIATE)
+    # Grouped-query attention: the KV heads (None: as many as heads).
+    kv_heads: Count | None = Field(default=None, gt=0, le=MAX_HEADS)
+    # A catalog id whose config gives everything but these sizes (norms, activation, RoPE,
+    # tied embeddings): "a 20B llama" is a llama-2-13b config at 20B's sizes. None: llama-style.
+    like: str | None = Field(default=None, min_length=1, max_length=100)
 
 
 class ModelParams(_Strict):

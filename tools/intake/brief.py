@@ -13,8 +13,15 @@ from pydantic import BaseModel, Field, ValidationError
 from tools.core.errors import InputError, shown
 from tools.core.schemas import Deployment, Precision, Task, TrainingBrief
 from tools.intake.budget_text import budget_fields
-from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_UNCLEAR, hardware_fields
+from tools.intake.hardware_text import (
+    HARDWARE_ASSUMED,
+    HARDWARE_REFUSED,
+    HARDWARE_UNCLEAR,
+    hardware_fields,
+)
+from tools.intake.model_sizes import read_size
 from tools.intake.model_text import ModelReading, read_model
+from tools.intake.readings import MODEL_ASSUMED
 from tools.intake.serving_text import serving_fields, serving_follow_up
 from tools.intake.wishes import wish_fields
 
@@ -250,6 +257,17 @@ def missing_field(fields: dict[str, Any]) -> str | None:
     return None
 
 
+def hardware_refusal(fields: dict[str, Any]) -> InputError | None:
+    """The one-line refusal for hardware no plan can target (an A40, a Gaudi, an Ascend 910B).
+
+    It names what was read and the GPU types trainwright plans for; intake raises it instead
+    of asking, so no other machine is ever planned in its place. None when there is none.
+    """
+    if not fields.get(HARDWARE_REFUSED):
+        return None
+    return InputError("request", f"hardware unclear: {fields[HARDWARE_REFUSED]}")
+
+
 def brief_from_request(fields: dict[str, Any]) -> TrainingBrief:
     """Validate the fields ``request_fields`` read; a training request without a model is an input error."""
     if missing_field(fields) == "model":
@@ -260,13 +278,19 @@ def brief_from_request(fields: dict[str, Any]) -> TrainingBrief:
             "request",
             "names no model; say which (e.g. 'llama-3-8b', 'gpt2', 'a 7B model') or use --brief",
         )
+    if (refused := hardware_refusal(fields)) is not None:
+        raise refused
     if fields.get(HARDWARE_UNCLEAR):
         raise InputError(
             "request",
             f"hardware unclear: {fields[HARDWARE_UNCLEAR]}; name it (e.g. '4 A100 40GB', "
             "'2 nodes of 8 H100', 'on this machine') or use --brief",
         )
-    data = {k: v for k, v in fields.items() if k not in (HARDWARE_UNCLEAR, HARDWARE_ASSUMED)}
+    data = {
+        k: v
+        for k, v in fields.items()
+        if k not in (HARDWARE_UNCLEAR, HARDWARE_ASSUMED, HARDWARE_REFUSED, MODEL_ASSUMED)
+    }
     if "seq_len" not in data and isinstance(data.get("model"), str):
         # No length given: the default, but never past the model's position table (gpt2: 1024).
         from tools.research.model_catalog import lookup_model
@@ -318,14 +342,14 @@ def merge_answer(
         del said["task"]
     if field == "model" and "model" not in said:
         text = answer.strip()
-        if m := _BARE_SIZE_RE.match(text):
-            scale = 1e9 if m.group(2).lower() == "b" else 1e6
-            said["model"] = {"params": float(m.group(1)) * scale}
+        if _BARE_SIZE_RE.match(text) and (sized := read_size(f"{text} model")) is not None:
+            said.update(_model_fields(sized))  # "7B": as "a 7B model" reads, said as assumed
         elif text.lower().endswith(".json"):
             said["model"] = text
     merged = {**fields, **said}
     if field == "hardware" and "hardware" in said and not said.get(HARDWARE_UNCLEAR):
         merged.pop(HARDWARE_UNCLEAR, None)  # answered: the request's unclear phrase is settled
+        merged.pop(HARDWARE_REFUSED, None)
     if missing_field(merged) == field:
         raise InputError(
             field,
@@ -352,8 +376,9 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
 
     if name := _catalog_name(text, known_models):
         data["model"] = name
-    elif (reading := read_model(text)) is not None and reading.model is not None:
-        data["model"] = reading.model  # an alias, a GPT-style size, a confident close match
+    elif (reading := read_model(text)) is not None and reading.value is not None:
+        # An alias, a GPT-style size, a confident close match, or a size ("a 70B policy").
+        data.update(_model_fields(reading))
     elif m := _SIZE_RE.search(text):
         scale = 1e9 if m.group(2).lower() == "b" else 1e6
         data["model"] = {"params": float(m.group(1)) * scale}
@@ -386,6 +411,14 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     data.update(serving_fields(text, data))
     data.update(budget_fields(text))
     return data
+
+
+def _model_fields(reading: ModelReading) -> dict[str, Any]:
+    """The brief's model a reading gives, with its assumption line when the words named none."""
+    fields: dict[str, Any] = {"model": reading.value}
+    if (assumption := reading.assumption) is not None:
+        fields[MODEL_ASSUMED] = [f"intake: {assumption.line()}"]
+    return fields
 
 
 class RequestBrief(BaseModel):
@@ -520,6 +553,8 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
     said = request_fields(text, known_models)
     said.pop("goal", None)
     said.pop(HARDWARE_ASSUMED, None)
+    said.pop(MODEL_ASSUMED, None)
+    said.pop(HARDWARE_REFUSED, None)
     unclear = said.pop(HARDWARE_UNCLEAR, None)
     said = {**serving_follow_up(text, {**brief, **said}), **said}
     if said.get("task") == "agent-app" and brief.get("model") is not None:
