@@ -29,12 +29,14 @@ from agents.roles import Node
 from agents.workspace import PRODUCT_KEYS
 from tools.core.errors import InputError
 from tools.core.outputs import confined
+from tools.core.request_account import RequestAccount
 from tools.core.schemas import TrainingBrief
 from tools.core.settings import Settings
 from tools.core.untrusted import cap_text
+from tools.intake.account import account_brief, account_request
 from tools.intake.brief import brief_from_dict
 from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_REFUSED, HARDWARE_UNCLEAR
-from tools.intake.readings import MODEL_ASSUMED
+from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
 
 # Everything a plan's later nodes write: a fresh request on a used thread starts clean.
 _FRESH: dict[str, Any] = dict.fromkeys((*PRODUCT_KEYS, "plan"))
@@ -175,8 +177,9 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
         notes = _smoke_flag(state, overrides, served)
         if state.get("brief"):
             brief = brief_from_dict({**state["brief"], **overrides})
+            account = account_brief({**state["brief"], **overrides}, brief)
         else:
-            brief, read_notes = _brief_from_request(
+            brief, read_notes, account = _brief_from_request(
                 str(state.get("request") or ""), overrides, model, events
             )
             notes += read_notes
@@ -191,6 +194,7 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
             "review_round": 0,
             "narrative": Overwrite({}),
             "notes": Overwrite([cap_text(n) for n in notes]),
+            "request_account": account.model_dump(mode="json"),
         }
 
     return intake
@@ -240,8 +244,8 @@ def _smoke_flag(state: Mapping[str, Any], overrides: dict[str, Any], served: boo
 
 def _brief_from_request(
     text: str, overrides: dict[str, Any], model: BaseChatModel, events: Events
-) -> tuple[TrainingBrief, list[str]]:
-    """Read a request (parser, and a real LLM), ask what it lacks; the brief and the notes."""
+) -> tuple[TrainingBrief, list[str], RequestAccount]:
+    """Read a request (parser, and a real LLM), ask what it lacks; the brief, notes, accounting."""
     from agents.offline import OfflinePlaybookModel
     from tools.intake.brief import (
         brief_from_request,
@@ -272,7 +276,9 @@ def _brief_from_request(
     fields = _ask_missing({**parsed, **overrides}, overrides, models, events, unclear)
     notes += fields.get(MODEL_ASSUMED) or []
     notes += fields.get(HARDWARE_ASSUMED) or []
-    return brief_from_request(fields), notes
+    notes += fields.get(NUMBER_NOTES) or []
+    brief = brief_from_request(fields)
+    return brief, notes, account_request(text, fields, brief, overrides)
 
 
 def _ask_missing(

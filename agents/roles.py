@@ -23,6 +23,7 @@ from agents.toolkit import engineer_tools, researcher_tools, reviewer_tools, smo
 from agents.workspace import PRODUCT_KEYS, Workspace, dump, from_state, to_state
 from prompts import load_prompts, task_of
 from tools.core.imports import warm_up
+from tools.core.request_account import closed_account
 from tools.core.schemas import ScalingPlan, SmokeResult, TrainingPlan
 from tools.core.settings import Settings
 from tools.core.untrusted import cap_text
@@ -327,6 +328,7 @@ def make_reporter(settings: Settings) -> Node:
             inference=ws.inference,
             scaling=scaling,
             narrative=narrative,
+            request=closed_account(state.get("request_account")),
         )
         paths = write_report(plan, ws.out_dir)
         ws.progress(f"report: {paths.markdown}")

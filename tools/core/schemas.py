@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from tools.core.inference_types import InferencePlan, ServingEngine, WeightDtype
+from tools.core.request_account import RequestAccount
 from tools.core.strategies import Recompute, StrategyName, setup_label
 
 Task = Literal["pretrain", "finetune", "lora", "inference", "agent-app"]
@@ -184,6 +185,9 @@ class TrainingBrief(_Strict):
     pins: Pins = Field(default_factory=Pins)
     # The training recipe memory is priced for (None: DeepSpeed with ``precision``).
     recipe: MemoryRecipe | None = None
+    # What the run optimises when the request names it (tools/intake/wishes.py reads it from text):
+    # "rl" (PPO/GRPO/RLHF with rollouts) is not planned; "continued-pretraining" loads weights.
+    objective: Literal["sft", "dpo", "rl", "distill", "continued-pretraining"] | None = None
 
     @property
     def batch(self) -> int:
@@ -607,3 +611,5 @@ class TrainingPlan(BaseModel):
     # Time and cost at other cluster sizes of the same GPU; empty for old plans and CPU machines.
     scaling: ScalingPlan = Field(default_factory=ScalingPlan)
     narrative: dict[str, str] = Field(default_factory=dict)
+    # The request's words accounted for: read, assumed, wished, not understood (plan JSON ``request``).
+    request: RequestAccount = Field(default_factory=RequestAccount)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from tools.core.errors import InputError, shown
 from tools.core.schemas import Deployment, Precision, Task, TrainingBrief
-from tools.intake.budget_text import budget_fields
+from tools.intake.budget_text import price_reading
 from tools.intake.hardware_text import (
     HARDWARE_ASSUMED,
     HARDWARE_REFUSED,
@@ -21,15 +21,22 @@ from tools.intake.hardware_text import (
 )
 from tools.intake.model_sizes import read_size
 from tools.intake.model_text import ModelReading, read_model
-from tools.intake.readings import MODEL_ASSUMED
+from tools.intake.numbers_text import number_reads
+from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
 from tools.intake.serving_text import serving_fields, serving_follow_up
-from tools.intake.wishes import wish_fields
+from tools.intake.wishes import distill_pair, wish_fields
+from tools.intake.words import AGENT_APP, DEPLOYMENT, TASKS, TEAM, TRAINING
 
 MAX_BRIEF_BYTES = 1_000_000
 # Longer requests make the regexes below quadratic (a 100k-digit run took minutes); a request
 # is a few sentences.
 MAX_REQUEST_CHARS = 4000
 DEFAULT_SEQ_LEN = TrainingBrief.model_fields["seq_len"].default
+# The brief fields the number readers (tools/intake/numbers_text.py) set; their other readings
+# are wishes (a deadline, a money budget, a micro-batch) that the request accounting lists.
+_NUMBER_FIELDS = ("seq_len", "global_batch_size", "dataset_tokens", "precision")
+# The request-field keys that are not brief fields: removed before validation.
+_PRIVATE_KEYS = (HARDWARE_UNCLEAR, HARDWARE_ASSUMED, HARDWARE_REFUSED, MODEL_ASSUMED, NUMBER_NOTES)
 
 
 def _first_error(exc: ValidationError, prefix: str = "brief") -> InputError:
@@ -162,46 +169,17 @@ def load_brief(path: str | Path) -> TrainingBrief:
     return brief_from_dict(data)
 
 
-_SEQ_RE = re.compile(
-    r"(?:seq(?:uence)?[ _-]?len(?:gth)?|context(?: length)?)\s*(?:of|=|:)?\s*(\d+)\s*(k)?", re.I
-)
-# The length before the noun: "4k context", "a 4096-token context", "8k sequence length".
-_SEQ_BEFORE_RE = re.compile(
-    r"\b(\d+)\s*(k)?(?:[ -]?tokens?)?[ -](?:context|seq(?:uence)?[ _-]?len(?:gth)?)\b", re.I
-)
 # A bare size, accepted only as the answer to "which model?": "7B", "1.3 billion parameters".
 _BARE_SIZE_RE = re.compile(
+    r"^\s*(?:an?\s+)?(\d+(?:\.\d+)?)\s*([bm])(?:illion)?(?:\s*param(?:eter)?s?)?\s*$", re.I
+)
+_SIZE_RE = re.compile(
     r"^\s*(?:an?\s+)?(\d+(?:\.\d+)?)\s*([bm])(?:illion)?(?:\s*param(?:eter)?s?)?\s*$", re.I
 )
 _BATCH_RE = re.compile(r"(?:global\s+)?batch(?:\s+size)?\s*(?:of|=|:)?\s*(\d+)", re.I)
 _SIZE_RE = re.compile(
     r"\b(\d+(?:\.\d+)?)\s*([bm])(?:illion)?\s*(?:param(?:eter)?s?)?\s*model\b", re.I
 )
-# Checked in order: training words win over serving words ("serves a model; retrain it").
-_TASKS = (
-    ("lora", r"\b(?:q?lora|adapters?)\b"),
-    ("pretrain", r"\bpre-?train|\btrain(?:ing)?\s+(?:our|its|their|my)\s+own\b|\bfrom scratch\b"),
-    ("finetune", r"\bfine-?tun|\bre-?train|\bcontinue(?:d)? training\b"),
-    ("inference", r"\b(?:inference|serv(?:e|es|ing))\b"),
-)
-# An application built from agents, where nothing is trained.
-_AGENT_APP = re.compile(
-    r"\b(?:agent(?:ic)?\s+app\w*|multi-?agent|assistant|chatbot|copilot)\b", re.I
-)
-_TRAINING = re.compile(r"\b(?:pre-?train\w*|fine-?tun\w*|re-?train\w*|train(?:ing)?)\b", re.I)
-_TEAM = (
-    ("experience", "beginner", r"\b(?:beginners?|novices?|new to|junior|first time)\b"),
-    ("experience", "expert", r"\b(?:experts?|experienced|senior|veterans?)\b"),
-    ("existing_stack", "tensorflow", r"\b(?:tensorflow|keras|tf\.distribute)\b"),
-    ("existing_stack", "pytorch", r"\b(?:pytorch|torch)\b"),
-)
-_DEPLOYMENT = (
-    ("mobile", r"\b(?:mobile|on-device|android|ios)\b"),
-    ("production-serving", r"\b(?:serv(?:e|es|ing)|production)\b"),
-    ("research", r"\b(?:research\w*|prototyp\w*|university|lab|experiment\w*|paper)\b"),
-)
-
-
 # One clarifying question per essential field a request can lack (graph intake asks it).
 # What a good answer looks like, for the question and for the error when none came.
 ANSWER_HINTS = {
@@ -286,11 +264,7 @@ def brief_from_request(fields: dict[str, Any]) -> TrainingBrief:
             f"hardware unclear: {fields[HARDWARE_UNCLEAR]}; name it (e.g. '4 A100 40GB', "
             "'2 nodes of 8 H100', 'on this machine') or use --brief",
         )
-    data = {
-        k: v
-        for k, v in fields.items()
-        if k not in (HARDWARE_UNCLEAR, HARDWARE_ASSUMED, HARDWARE_REFUSED, MODEL_ASSUMED)
-    }
+    data = {k: v for k, v in fields.items() if k not in _PRIVATE_KEYS}
     if "seq_len" not in data and isinstance(data.get("model"), str):
         # No length given: the default, but never past the model's position table (gpt2: 1024).
         from tools.research.model_catalog import lookup_model
@@ -374,7 +348,10 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     low = text.lower()
     data: dict[str, Any] = {"goal": text.strip()[:500]}
 
-    if name := _catalog_name(text, known_models):
+    pair = distill_pair(text)
+    if pair is not None and (student := _catalog_name(pair[1], known_models)):
+        data["model"] = student  # "distill llama-3-70b into llama-3-8b": the student is trained
+    elif name := _catalog_name(text, known_models):
         data["model"] = name
     elif (reading := read_model(text)) is not None and reading.value is not None:
         # An alias, a GPT-style size, a confident close match, or a size ("a 70B policy").
@@ -382,25 +359,25 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     elif m := _SIZE_RE.search(text):
         scale = 1e9 if m.group(2).lower() == "b" else 1e6
         data["model"] = {"params": float(m.group(1)) * scale}
-    agent_app = bool(_AGENT_APP.search(text)) and not _TRAINING.search(text)
+    agent_app = bool(AGENT_APP.search(text)) and not TRAINING.search(text)
     if agent_app:
         data["task"] = "agent-app"
     data.update(hardware_fields(text))
-    if m := (_SEQ_RE.search(text) or _SEQ_BEFORE_RE.search(text)):
-        data["seq_len"] = int(m.group(1)) * (1024 if m.group(2) else 1)
-    if m := _BATCH_RE.search(text):
-        data["global_batch_size"] = int(m.group(1))
-    for task, pattern in _TASKS if not agent_app else ():
+    reads, batch_notes = number_reads(text, DEFAULT_SEQ_LEN)
+    data.update({r.field: r.value for r in reads if r.field in _NUMBER_FIELDS})
+    if batch_notes:
+        data[NUMBER_NOTES] = batch_notes
+    for task, pattern in TASKS if not agent_app else ():
         if re.search(pattern, low):
             data["task"] = task
             break
     team: dict[str, str] = {}
-    for key, value, pattern in _TEAM:
+    for key, value, pattern in TEAM:
         if key not in team and re.search(pattern, low):
             team[key] = value
     if team:
         data["team"] = team
-    for deployment, pattern in _DEPLOYMENT:
+    for deployment, pattern in DEPLOYMENT:
         if re.search(pattern, low):
             data["deployment"] = deployment
             break
@@ -409,7 +386,8 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     data.update(wish_fields(text))
     # Serving a model is its own plan (tools/intake/serving_text.py).
     data.update(serving_fields(text, data))
-    data.update(budget_fields(text))
+    if (price := price_reading(text)) is not None:
+        data["price_per_gpu_hour"] = price.value
     return data
 
 
@@ -554,6 +532,7 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
     said.pop("goal", None)
     said.pop(HARDWARE_ASSUMED, None)
     said.pop(MODEL_ASSUMED, None)
+    said.pop(NUMBER_NOTES, None)
     said.pop(HARDWARE_REFUSED, None)
     unclear = said.pop(HARDWARE_UNCLEAR, None)
     said = {**serving_follow_up(text, {**brief, **said}), **said}

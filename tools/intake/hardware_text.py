@@ -55,6 +55,13 @@ _DGX_RE = re.compile(r"\b(?:dgx|hgx)\b", re.I)
 _PER_NODE_AFTER_RE = re.compile(
     r"^\s*(?:gpus?\s*)?(?:per|each|/|a)\s*(?:node|server|machine|host)\b|^\s*each\b", re.I
 )
+# The count after "each node" / "每台": "2 nodes, each with 8 H100", "两台机器，每台 8 张 H100".
+_PER_NODE_BEFORE_RE = re.compile(
+    r"(?:每\s*(?:台|个?\s*节\s*点|机\s*器?|个?\s*服\s*务\s*器)|\beach\s+(?:node|server|machine|host)"
+    r"(?:\s+(?:has|with|having))?|\beach\s+(?:has|with|having|of\s+them\s+(?:has|with))|"
+    r"\bper\s+(?:node|server|machine|host))\s*[:：,，]?\s*$",
+    re.I,
+)
 # "2x8xH100": nodes x GPUs x type, the brief's own spelling.
 _SPEC_RE = re.compile(r"(?<![\d.])(\d{1,6})\s*[x×]\s*(\d{1,6})\s*[x×]\s*(?=[a-z])", re.I)
 _GPU_COUNT_ONLY_RE = re.compile(
@@ -327,7 +334,9 @@ def _read_counts(norm: str, m: re.Match[str], reading: HardwareReading) -> None:
     dgx = _DGX_RE.search(norm) is not None
     if nodes is None and dgx and count is None:
         nodes = 1
-    per_node_word = bool(_PER_NODE_AFTER_RE.search(norm[m.end() :]))
+    per_node_word = bool(
+        _PER_NODE_AFTER_RE.search(norm[m.end() :]) or _PER_NODE_BEFORE_RE.search(before)
+    )
     # "32 nodes of 8 H100", "两台 8 卡": the count follows the node phrase directly.
     follows_nodes = bool(
         node_match

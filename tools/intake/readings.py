@@ -15,6 +15,8 @@ from typing import Any
 # A request-field key (not a brief field): the model assumption lines ``request_fields`` read,
 # carried to intake's notes and removed before the fields are validated as a brief.
 MODEL_ASSUMED = "_model_assumed"
+# Likewise, how a number was converted ("a 4M-token batch is 1953 sequences of 2048").
+NUMBER_NOTES = "_number_notes"
 
 
 @dataclass(frozen=True)
@@ -92,3 +94,19 @@ class ModelReading:
         names = list(self.candidates)
         listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
         return f"{self.said!r} could be {listed}"
+
+
+@dataclass(frozen=True)
+class Read:
+    """One fact read from the words: the brief field, its value, and where in the text it stood."""
+
+    field: str  # a brief field (seq_len, global_batch_size, dataset_tokens, ...) or a wish id
+    value: Any
+    quote: str  # the words, as written
+    start: int = 0  # the quote's span in the request text
+    end: int = 0
+
+    @classmethod
+    def of(cls, field: str, value: Any, m: re.Match[str], group: int = 0) -> Read:
+        """A reading from a regex match over the request text (its whole match, or ``group``)."""
+        return cls(field, value, m.group(group).strip(), m.start(group), m.end(group))
