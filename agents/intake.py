@@ -177,7 +177,7 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
         notes = _smoke_flag(state, overrides, served)
         if state.get("brief"):
             brief = brief_from_dict({**state["brief"], **overrides})
-            account = account_brief({**state["brief"], **overrides}, brief)
+            account = account_brief(dict(state["brief"]), brief, overrides)
         else:
             brief, read_notes, account = _brief_from_request(
                 str(state.get("request") or ""), overrides, model, events

@@ -36,6 +36,7 @@ _NUMBER = re.compile(
 # text -> (read: field -> value (a subset of ``read``), wishes (exactly), not understood (exactly,
 # by a phrase each entry contains)).
 Row = tuple[str, dict[str, Any], set[str], list[str]]
+# fmt: off
 TABLE: list[Row] = [
     # ---- sequence lengths in their spellings
     ("fine-tune llama-3-8b on 4 A100 80GB, seq 4096", {"seq_len": 4096}, set(), []),
@@ -114,6 +115,7 @@ TABLE: list[Row] = [
     ("fine-tune llama-3-8b on 8 H100 with NVLink at 900 GB/s", {}, set(), ["900 GB/s"]),
     ("fine-tune llama-3-8b on 8 H100 for 10000 steps with seq 2048", {"seq_len": 2048}, set(), ["10000 steps"]),
 ]
+# fmt: on
 
 
 def _account(text: str) -> RequestAccount:
@@ -240,7 +242,9 @@ def test_plan_json_carries_the_request_section(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    text = "pretrain gpt2 on 2 nodes of 8 H100, sequence 1024, global batch 64, 3 epochs, no deepspeed"
+    text = (
+        "pretrain gpt2 on 2 nodes of 8 H100, sequence 1024, global batch 64, 3 epochs, no deepspeed"
+    )
     rc = app.main(["plan", text, "--no-smoke", "--out", "o", "--json", "plan.json"])
     assert rc == 0, capsys.readouterr().err
     plan = json.loads((tmp_path / "plan.json").read_text())
@@ -257,3 +261,17 @@ def test_plan_json_carries_the_request_section(
     report = (tmp_path / "o" / "report.md").read_text()
     assert "**What you asked:**" in report and "**What I assumed:**" in report
     assert "3 epochs" in report.split("## Brief")[0]
+
+
+def test_a_flag_is_quoted_as_a_flag_and_drops_the_texts_hardware_assumptions() -> None:
+    text = "fine-tune llama-3-8b on 8 A100s"
+    fields = request_fields(text, MODELS)
+    overrides = {"hardware": "1x4xH100-80GB"}
+    brief = brief_from_request({**fields, **overrides})
+    account = account_request(text, {**fields, **overrides}, brief, overrides)
+    read = {r.field: r for r in account.read}
+    assert (read["hardware"].value, read["hardware"].quote) == ("1x4xH100-80GB", "flag: hardware")
+    assert not [a for a in account.assumed if a.field == "hardware"], account.assumed
+    data = {"model": "gpt2", "hardware": "local"}
+    flagged = account_brief(data, brief_from_dict({**data, "smoke": False}), {"smoke": False})
+    assert {r.field: r.quote for r in flagged.read}["smoke"] == "flag: smoke"

@@ -21,7 +21,7 @@ from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import read_hardware
 from tools.intake.model_text import read_model
 from tools.intake.numbers_text import number_reads
-from tools.intake.readings import Read
+from tools.intake.readings import MODEL_ASSUMED, Read
 from tools.intake.serving_text import serving_reads
 from tools.intake.wishes import framework_reads, named_wishes, pin_reads, torchtitan_note
 from tools.intake.words import word_reads
@@ -197,10 +197,17 @@ def account_request(
         facts.append(ReadFact(field=key, value=dumped.get(key, fields.get(key)), quote=quote))
     wishes = _wishes(reads, brief)
     spans = [(r.start, r.end) for r in reads]
+    assumed = assumed_defaults(text, brief, stated, overridden=set(overrides))
+    if not any(a.field == "model" for a in assumed) and "model" not in overrides:
+        # A model an answer gave by size ("7B"): its assumption line, as intake's notes have it.
+        assumed += [
+            AssumedFact(field="model", value=_plain(brief.model), why=line.removeprefix("intake: "))
+            for line in fields.get(MODEL_ASSUMED) or []
+        ]
     return RequestAccount(
         text=text,
         read=facts,
-        assumed=assumed_defaults(text, brief, stated),
+        assumed=assumed,
         wishes=wishes,
         not_understood=not_understood(text, spans),
     )
@@ -216,6 +223,11 @@ def _brief_key(r: Read, brief: TrainingBrief) -> str:
     if kind == "objective" and name == brief.objective:
         return "objective"
     return r.field.split(".", 1)[0]
+
+
+def _plain(value: Any) -> Any:
+    """A brief value as JSON data (a model shape as its fields)."""
+    return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
 
 
 def _wishes(reads: list[Read], brief: TrainingBrief) -> list[Wish]:
@@ -238,10 +250,17 @@ def _wishes(reads: list[Read], brief: TrainingBrief) -> list[Wish]:
     return out
 
 
-def assumed_defaults(text: str, brief: TrainingBrief, stated: set[str]) -> list[AssumedFact]:
-    """Each default applied to what the request left open, with why (the model's and GPU's too)."""
+def assumed_defaults(
+    text: str, brief: TrainingBrief, stated: set[str], overridden: set[str] | None = None
+) -> list[AssumedFact]:
+    """Each default applied to what the request left open, with why (the model's and GPU's too).
+
+    ``overridden`` are the fields a CLI flag set: what the text's words assumed about them
+    no longer applies.
+    """
     out: list[AssumedFact] = []
-    reading = read_model(text) if text and "model" in stated else None
+    from_text = stated - (overridden or set())
+    reading = read_model(text) if text and "model" in from_text else None
     if (
         reading is not None
         and (a := reading.assumption) is not None
@@ -250,7 +269,7 @@ def assumed_defaults(text: str, brief: TrainingBrief, stated: set[str]) -> list[
         out.append(
             AssumedFact(field="model", value=a.value, why=f"{a.why} (read from {a.quote!r})")
         )
-    if "hardware" in stated and text:
+    if "hardware" in from_text and text:
         hw = read_hardware(text)
         out += [
             AssumedFact(field="hardware", value=a.value, why=f"{a.why} (read from {a.quote!r})")
@@ -311,12 +330,22 @@ def _planner_defaults(brief: TrainingBrief, stated: set[str]) -> list[AssumedFac
     return out
 
 
-def account_brief(data: dict[str, Any], brief: TrainingBrief) -> RequestAccount:
-    """The ``request`` section for a brief file: its fields are their own quotes (``brief: key``)."""
-    stated = {k for k in data if k != "goal"}
+def account_brief(
+    data: dict[str, Any], brief: TrainingBrief, overrides: dict[str, Any] | None = None
+) -> RequestAccount:
+    """The ``request`` section for a brief: its fields are their own quotes (``brief: key``).
+
+    A field a CLI flag set (``overrides``) is quoted ``flag: key``.
+    """
+    overrides = overrides or {}
+    stated = {k for k in (*data, *overrides) if k != "goal"}
     dumped = brief.model_dump(mode="json")
     facts = [
-        ReadFact(field=k, value=dumped.get(k, data[k]), quote=f"brief: {k}")
+        ReadFact(
+            field=k,
+            value=dumped.get(k, overrides.get(k, data.get(k))),
+            quote=f"flag: {k}" if k in overrides else f"brief: {k}",
+        )
         for k in sorted(stated, key=lambda k: _FIELD_ORDER.index(k) if k in _FIELD_ORDER else 99)
     ]
     wishes: list[Wish] = []
