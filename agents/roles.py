@@ -292,6 +292,12 @@ ROLES = (RESEARCHER, ENGINEER, REVIEWER)
 # ---- the reporter ------------------------------------------------------------------------------
 
 
+def _used_frameworks(ws: Workspace) -> list[str]:
+    """The frameworks a finished plan uses: its stack, and deepspeed when it has a DeepSpeed config."""
+    used: list[str] = [*ws.framework.stack, ws.framework.primary] if ws.framework else []
+    return used + (["deepspeed"] if ws.deepspeed_config is not None else [])
+
+
 def make_reporter(settings: Settings) -> Node:
     """Reporter: assemble the TrainingPlan, write report.md, report.html and plan.json.
 
@@ -328,7 +334,7 @@ def make_reporter(settings: Settings) -> Node:
             inference=ws.inference,
             scaling=scaling,
             narrative=narrative,
-            request=closed_account(state.get("request_account")),
+            request=closed_account(state.get("request_account"), _used_frameworks(ws)),
         )
         paths = write_report(plan, ws.out_dir)
         ws.progress(f"report: {paths.markdown}")

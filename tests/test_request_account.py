@@ -275,3 +275,18 @@ def test_a_flag_is_quoted_as_a_flag_and_drops_the_texts_hardware_assumptions() -
     data = {"model": "gpt2", "hardware": "local"}
     flagged = account_brief(data, brief_from_dict({**data, "smoke": False}), {"smoke": False})
     assert {r.field: r.quote for r in flagged.read}["smoke"] == "flag: smoke"
+
+
+def test_a_refusal_the_finished_plan_did_not_keep_is_marked_refused() -> None:
+    account = _account("fine-tune llama-3-8b on 8 H100, no DeepSpeed, no Megatron")
+    kept = closed_account(account, ["pytorch", "pytorch_fsdp"])
+    assert kept.wish("avoid:deepspeed").honoured is True  # type: ignore[union-attr]
+    broken = closed_account(account, ["pytorch", "megatron", "deepspeed"])
+    deepspeed = broken.wish("avoid:deepspeed")
+    assert deepspeed is not None and deepspeed.honoured is False
+    assert "still uses deepspeed" in deepspeed.how
+
+
+def test_task_words_are_quoted_whole() -> None:
+    read = {r.field: r.quote for r in _account("fine-tuning llama-3-8b on 8 H100").read}
+    assert read["task"] == "fine-tuning"

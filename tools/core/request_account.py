@@ -88,11 +88,17 @@ def mark_wish(
 NOT_CHECKED = "not checked: no planning step acts on this wish yet; the plan does not promise it"
 
 
-def closed_account(account: RequestAccount | dict[str, Any] | None) -> RequestAccount:
+def closed_account(
+    account: RequestAccount | dict[str, Any] | None,
+    used_frameworks: list[str] | None = None,
+) -> RequestAccount:
     """The account as a finished plan carries it: every wish still undecided says it was not checked.
 
     The reporter calls this last, after the planner and the reviewer marked what they decided
     (``mark_wish``); ``honoured`` stays null for those, and ``how`` says so out loud.
+    ``used_frameworks`` are the frameworks the finished plan uses (its stack, and deepspeed
+    when it writes a DeepSpeed config): a refused one there is marked refused, whatever was
+    said before, so the account never claims a refusal the plan did not keep.
     """
     if account is None:
         return RequestAccount()
@@ -101,6 +107,12 @@ def closed_account(account: RequestAccount | dict[str, Any] | None) -> RequestAc
         if isinstance(account, RequestAccount)
         else RequestAccount.model_validate(account)
     )
+    used = set(used_frameworks or ())
+    for w in acc.wishes:
+        kind, _, name = w.wish.partition(":")
+        if kind == "avoid" and name in used:
+            w.honoured = False
+            w.how = f"not kept: the plan still uses {name} (its framework stack or config)"
     for w in acc.undecided():
         if w.how == UNDECIDED:
             w.how = NOT_CHECKED

@@ -140,8 +140,11 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
     reads += _model_reads(text, fields.get("model")) if "model" in fields else []
     reads += _hardware_reads(text, fields)
     reads += [r for r in pin_reads(text) if "pins" in fields]
-    reads += [r for r in serving_reads(text) if r.field in fields]
+    reads += [r for r in serving_reads(text) if r.field in fields and r.field != "task"]
     reads += word_reads(text, fields)
+    reads += [
+        r for r in serving_reads(text) if r.field == "task" and fields.get("task") == "inference"
+    ]
     if (price := price_reading(text)) is not None:
         reads.append(price)
     framework, avoided = framework_reads(text)
@@ -294,6 +297,18 @@ def _planner_defaults(brief: TrainingBrief, stated: set[str]) -> list[AssumedFac
             "task", brief.task, "no task word (pretrain, fine-tune, LoRA, serve): fine-tune assumed"
         )
     if brief.task == "inference":
+        for field, default in (
+            ("context_len", "8192, or the model's own limit"),
+            ("concurrency", 16),
+            ("engine", "vllm"),
+            ("weight_dtype", "bf16, or fp16 on GPUs without bf16"),
+        ):
+            if field not in stated:
+                add(
+                    field,
+                    default,
+                    "not stated: the serving plan's default (tools/planning/inference.py)",
+                )
         return out
     if "seq_len" not in stated:
         why = "not stated: the brief's default"

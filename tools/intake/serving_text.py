@@ -131,8 +131,10 @@ def _stated(text: str, seq_len: Any) -> dict[str, Any]:
 
 
 def serving_reads(text: str) -> list[Read]:
-    """The context and concurrency phrases of a serving request, with their words."""
+    """The serving word, context, concurrency, engine and weight format of a request, with words."""
     reads: list[Read] = []
+    if m := _SERVING.search(text):
+        reads.append(Read.of("task", "inference", m))
     for field, patterns in (("context_len", _CONTEXT), ("concurrency", _CONCURRENCY)):
         for pattern in patterns:
             if (m := pattern.search(text)) and (value := _value(m)):

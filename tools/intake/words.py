@@ -43,22 +43,30 @@ DEPLOYMENT = (
 )
 
 
+def _whole(field: str, value: Any, m: re.Match[str], text: str) -> Read:
+    """A reading whose quote runs to the end of its word ("fine-tun" -> "fine-tune")."""
+    end = m.end()
+    while end < len(text) and (text[end].isalnum() or text[end] == "-") and text[end].isascii():
+        end += 1
+    return Read(field, value, text[m.start() : end].strip(), m.start(), end)
+
+
 def word_reads(text: str, fields: dict[str, Any]) -> list[Read]:
     """Where the task, team and deployment values in ``fields`` were read, with their words."""
     reads: list[Read] = []
     task = fields.get("task")
     if task == "agent-app" and (m := AGENT_APP.search(text)):
-        reads.append(Read.of("task", task, m))
+        reads.append(_whole("task", task, m, text))
     for name, pattern in TASKS:
         if name == task and (m := re.search(pattern, text, re.I)):
-            reads.append(Read.of("task", task, m))
+            reads.append(_whole("task", task, m, text))
     team = fields.get("team") or {}
     for key, value, pattern in TEAM:
         if team.get(key) == value and (m := re.search(pattern, text, re.I)):
-            reads.append(Read.of(f"team.{key}", value, m))
+            reads.append(_whole(f"team.{key}", value, m, text))
     for value, pattern in DEPLOYMENT:
         if fields.get("deployment") == value and (m := re.search(pattern, text, re.I)):
-            reads.append(Read.of("deployment", value, m))
+            reads.append(_whole("deployment", value, m, text))
     if fields.get("smoke") is False and (
         m := re.search(r"\bno smoke\b|\bwithout (?:a )?smoke\w*", text, re.I)
     ):
