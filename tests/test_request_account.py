@@ -62,6 +62,7 @@ TABLE: list[Row] = [
     ("pretrain qwen2.5-1.5b on 16 A100 80GB, 50B tokens, $2.10/GPU-hour", {"dataset_tokens": 5e10, "price_per_gpu_hour": 2.1}, set(), []),
     ("pretrain llama-3-8b on 2 nodes of 8 H100 with 1.2T tokens within 20 days", {"dataset_tokens": 1.2e12}, {"deadline"}, []),
     ("fine-tune llama-3-8b on 8 H100, budget $12k, done in 3 days", {}, {"money-budget", "deadline"}, []),
+    ("微调 qwen2.5-7b，8 张 H100，三天内训完", {}, {"deadline"}, []),
     ("继续预训练 qwen2.5-7b，2000亿 token，16 张 H100", {"dataset_tokens": 2e11}, {"objective:continued-pretraining"}, []),
     ("pretrain gpt2-medium on 8 V100 32GB with 5000 GPU-hours", {}, {"compute-budget"}, []),
     # ---- counts and hardware in their spellings

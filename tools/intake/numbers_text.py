@@ -95,8 +95,8 @@ _DEADLINE_RE = re.compile(
     + _NUM
     + r"\s*(hours?|hrs?|days?|weeks?|months?)\b|(?<![\w.])"
     + _NUM
-    + r"\s*[ -]?(?:days?|weeks?|months?)[ -]deadline\b|(?<![\w.])"
-    + _NUM
+    + r"\s*[ -]?(?:days?|weeks?|months?)[ -]deadline\b|(?<![a-z0-9.])"
+    + r"(\d+(?:\.\d+)?|[一二两三四五六七八九十]+)"
     + r"\s*(?:天|周|星期|个月|小时)(?:内|之内|以内|完成|训完)",
     re.I,
 )
