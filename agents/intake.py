@@ -257,6 +257,7 @@ def _brief_from_request(
 
     models = list_models()
     parsed = request_fields(text, models)
+    said = dict(parsed)  # what the words alone say, for the request's accounting
     notes: list[str] = []
     reading = model_reading(text, models)
     if reading is not None and reading.note and parsed.get("model") == reading.value:
@@ -278,7 +279,7 @@ def _brief_from_request(
     notes += fields.get(HARDWARE_ASSUMED) or []
     notes += fields.get(NUMBER_NOTES) or []
     brief = brief_from_request(fields)
-    return brief, notes, account_request(text, fields, brief, overrides)
+    return brief, notes, account_request(text, fields, brief, overrides, said)
 
 
 def _ask_missing(

@@ -291,3 +291,13 @@ def test_a_refusal_the_finished_plan_did_not_keep_is_marked_refused() -> None:
 def test_task_words_are_quoted_whole() -> None:
     read = {r.field: r.quote for r in _account("fine-tuning llama-3-8b on 8 H100").read}
     assert read["task"] == "fine-tuning"
+
+
+def test_a_field_an_answer_changed_is_not_quoted_from_the_text() -> None:
+    text = "pretrain a model on 8 A100s"
+    said = request_fields(text, MODELS)
+    fields = {**said, "model": "gpt2", "hardware": "1x1xH100-80GB"}  # as two answers gave them
+    account = account_request(text, fields, brief_from_request(dict(fields)), None, said)
+    read = {r.field: r.quote for r in account.read}
+    assert read["model"].startswith("an answer") and read["hardware"].startswith("an answer")
+    assert not [a for a in account.assumed if a.field == "hardware"], account.assumed

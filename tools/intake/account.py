@@ -174,14 +174,18 @@ def account_request(
     fields: dict[str, Any],
     brief: TrainingBrief,
     overrides: dict[str, Any] | None = None,
+    said: dict[str, Any] | None = None,
 ) -> RequestAccount:
     """The ``request`` section of a plan from free text (see the module docstring).
 
-    ``fields`` are what ``request_fields`` (and any answer or LLM reading) gave; ``overrides``
-    the CLI's flags, which win and are quoted as ``flag: <key>``.
+    ``fields`` are what ``request_fields`` and any answer or LLM reading gave; ``said`` what the
+    text alone gave (``request_fields(text)``; default ``fields``): a field whose value an
+    answer or the LLM changed is quoted as theirs, not as the text's. ``overrides`` are the
+    CLI's flags, which win and are quoted as ``flag: <key>``.
     """
     overrides = overrides or {}
-    reads = text_reads(text, fields)
+    said = fields if said is None else said
+    reads = text_reads(text, said)
     facts: list[ReadFact] = []
     stated = {k for k in fields if not k.startswith("_") and k != "goal"} | set(overrides)
     by_field: dict[str, list[Read]] = {}
@@ -191,6 +195,8 @@ def account_request(
     for key in sorted(stated, key=lambda k: _FIELD_ORDER.index(k) if k in _FIELD_ORDER else 99):
         if key in overrides:
             quote = f"flag: {key}"
+        elif said.get(key) != fields.get(key):
+            quote = "an answer to intake's question, or the LLM's reading"
         elif key in by_field:
             quote = _joined(by_field[key], text)
         elif key in ("nics_per_node", "interconnect") and "nic_gbps" in by_field:
@@ -200,7 +206,8 @@ def account_request(
         facts.append(ReadFact(field=key, value=dumped.get(key, fields.get(key)), quote=quote))
     wishes = _wishes(reads, brief)
     spans = [(r.start, r.end) for r in reads]
-    assumed = assumed_defaults(text, brief, stated, overridden=set(overrides))
+    changed = {k for k in stated if said.get(k) != fields.get(k)}  # by an answer or the LLM
+    assumed = assumed_defaults(text, brief, stated, overridden=set(overrides) | changed)
     if not any(a.field == "model" for a in assumed) and "model" not in overrides:
         # A model an answer gave by size ("7B"): its assumption line, as intake's notes have it.
         assumed += [
