@@ -301,3 +301,9 @@ def test_a_field_an_answer_changed_is_not_quoted_from_the_text() -> None:
     read = {r.field: r.quote for r in account.read}
     assert read["model"].startswith("an answer") and read["hardware"].startswith("an answer")
     assert not [a for a in account.assumed if a.field == "hardware"], account.assumed
+
+
+def test_torch_compile_is_a_technique_not_the_teams_stack_and_quotes_are_short() -> None:
+    account = _account("fine-tune llama-3-8b on 8 H100 with torch.compile, rank 16, for 3 epochs")
+    assert "team" not in {r.field for r in account.read}
+    assert account.not_understood == ["rank 16", "for 3 epochs"]

@@ -154,16 +154,25 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
 
 
 def not_understood(text: str, spans: list[tuple[int, int]]) -> list[str]:
-    """The clause around each number no reading bound (each clause once)."""
+    """The words around each number no reading bound: its clause, cut to a few words each side.
+
+    A word before the number and one after ("rank 16", "for 3 epochs", "lr 2e-4"), or
+    eight characters each side in unspaced (Chinese) text; numbers of one phrase are one entry.
+    """
     out: list[str] = []
     for m in _NUMBER_RE.finditer(text):
-        if any(a <= m.start() < b for a, b in spans):
+        if any(a <= m.start() < b for a, b in spans) or any(m.group(0) in q for q in out[-1:]):
             continue
         clause = next(c for c in _CLAUSE_RE.finditer(text) if c.start() <= m.start() < c.end())
-        quote = clause.group(0).strip()
-        if len(quote) > 80:
-            lo = max(clause.start(), m.start() - 35)
-            quote = text[lo : min(clause.end(), m.end() + 35)].strip()
+        before, after = text[clause.start() : m.start()], text[m.end() : clause.end()]
+        if re.search(r"[\u4e00-\u9fff]", clause.group(0)):
+            quote = before[-8:] + m.group(0) + after[:8]
+        else:
+            glued = re.match(r"\S*", after)
+            unit = glued.group(0) if glued else ""
+            words = [*before.split()[-1:], m.group(0) + unit, *after[len(unit) :].split()[:1]]
+            quote = " ".join(words)
+        quote = quote.strip()
         if quote not in out:
             out.append(quote)
     return out

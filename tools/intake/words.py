@@ -34,7 +34,7 @@ TEAM = (
     ("experience", "beginner", r"\b(?:beginners?|novices?|new to|junior|first time)\b"),
     ("experience", "expert", r"\b(?:experts?|experienced|senior|veterans?)\b"),
     ("existing_stack", "tensorflow", r"\b(?:tensorflow|keras|tf\.distribute)\b"),
-    ("existing_stack", "pytorch", r"\b(?:pytorch|torch)\b"),
+    ("existing_stack", "pytorch", r"\b(?:pytorch|torch)\b(?![.\s-]*(?:compile|titan|tune))"),
 )
 DEPLOYMENT = (
     ("mobile", r"\b(?:mobile|on-device|android|ios)\b"),
