@@ -26,6 +26,7 @@ from tools.core.imports import warm_up
 from tools.core.request_account import closed_account
 from tools.core.schemas import ScalingPlan, SmokeResult, TrainingPlan
 from tools.core.settings import Settings
+from tools.core.strategies import ZERO_STAGE
 from tools.core.untrusted import cap_text
 from tools.research.framework import DEEPSPEED_FRAMEWORKS
 from tools.smoke.policy import AGENT_APP_SMOKE, INFERENCE_SMOKE
@@ -334,7 +335,11 @@ def make_reporter(settings: Settings) -> Node:
             inference=ws.inference,
             scaling=scaling,
             narrative=narrative,
-            request=closed_account(state.get("request_account"), _used_frameworks(ws)),
+            request=closed_account(
+                state.get("request_account"),
+                _used_frameworks(ws),
+                ZERO_STAGE.get(ws.memory.chosen) if ws.memory else None,
+            ),
         )
         paths = write_report(plan, ws.out_dir)
         ws.progress(f"report: {paths.markdown}")

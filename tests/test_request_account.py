@@ -307,3 +307,11 @@ def test_torch_compile_is_a_technique_not_the_teams_stack_and_quotes_are_short()
     account = _account("fine-tune llama-3-8b on 8 H100 with torch.compile, rank 16, for 3 epochs")
     assert "team" not in {r.field for r in account.read}
     assert account.not_understood == ["rank 16", "for 3 epochs"]
+
+
+def test_a_refused_zero_stage_is_checked_against_the_chosen_setup() -> None:
+    account = _account("fine-tune llama-3-8b on 8 H100, do not use ZeRO-3")
+    broken = closed_account(account, ["pytorch", "deepspeed"], zero_stage=3).wish("avoid:zero-3")
+    assert broken is not None and broken.honoured is False and "ZeRO stage 3" in broken.how
+    kept = closed_account(account, ["pytorch", "deepspeed"], zero_stage=2).wish("avoid:zero-3")
+    assert kept is not None and kept.honoured is True

@@ -91,6 +91,7 @@ NOT_CHECKED = "not checked: no planning step acts on this wish yet; the plan doe
 def closed_account(
     account: RequestAccount | dict[str, Any] | None,
     used_frameworks: list[str] | None = None,
+    zero_stage: int | None = None,
 ) -> RequestAccount:
     """The account as a finished plan carries it: every wish still undecided says it was not checked.
 
@@ -98,7 +99,9 @@ def closed_account(
     (``mark_wish``); ``honoured`` stays null for those, and ``how`` says so out loud.
     ``used_frameworks`` are the frameworks the finished plan uses (its stack, and deepspeed
     when it writes a DeepSpeed config): a refused one there is marked refused, whatever was
-    said before, so the account never claims a refusal the plan did not keep.
+    said before, so the account never claims a refusal the plan did not keep. ``zero_stage``
+    is the chosen setup's ZeRO stage (None: no training setup): a refused stage ("do not use
+    ZeRO-3", ``avoid:zero-3``) is kept or not by it.
     """
     if account is None:
         return RequestAccount()
@@ -113,6 +116,12 @@ def closed_account(
         if kind == "avoid" and name in used:
             w.honoured = False
             w.how = f"not kept: the plan still uses {name} (its framework stack or config)"
+        elif kind == "avoid" and name.startswith("zero-") and zero_stage is not None:
+            kept = name != f"zero-{zero_stage}"
+            w.honoured = kept
+            w.how = (
+                f"{'not used' if kept else 'not kept'}: the chosen setup is ZeRO stage {zero_stage}"
+            )
     for w in acc.undecided():
         if w.how == UNDECIDED:
             w.how = NOT_CHECKED
