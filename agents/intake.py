@@ -29,11 +29,14 @@ from agents.roles import Node
 from agents.workspace import PRODUCT_KEYS
 from tools.core.errors import InputError
 from tools.core.outputs import confined
+from tools.core.request_account import RequestAccount
 from tools.core.schemas import TrainingBrief
 from tools.core.settings import Settings
 from tools.core.untrusted import cap_text
+from tools.intake.account import account_brief, account_request
 from tools.intake.brief import brief_from_dict
-from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_UNCLEAR
+from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_REFUSED, HARDWARE_UNCLEAR
+from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
 
 # Everything a plan's later nodes write: a fresh request on a used thread starts clean.
 _FRESH: dict[str, Any] = dict.fromkeys((*PRODUCT_KEYS, "plan"))
@@ -174,8 +177,9 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
         notes = _smoke_flag(state, overrides, served)
         if state.get("brief"):
             brief = brief_from_dict({**state["brief"], **overrides})
+            account = account_brief(dict(state["brief"]), brief, overrides)
         else:
-            brief, read_notes = _brief_from_request(
+            brief, read_notes, account = _brief_from_request(
                 str(state.get("request") or ""), overrides, model, events
             )
             notes += read_notes
@@ -190,6 +194,7 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
             "review_round": 0,
             "narrative": Overwrite({}),
             "notes": Overwrite([cap_text(n) for n in notes]),
+            "request_account": account.model_dump(mode="json"),
         }
 
     return intake
@@ -239,8 +244,8 @@ def _smoke_flag(state: Mapping[str, Any], overrides: dict[str, Any], served: boo
 
 def _brief_from_request(
     text: str, overrides: dict[str, Any], model: BaseChatModel, events: Events
-) -> tuple[TrainingBrief, list[str]]:
-    """Read a request (parser, and a real LLM), ask what it lacks; the brief and the notes."""
+) -> tuple[TrainingBrief, list[str], RequestAccount]:
+    """Read a request (parser, and a real LLM), ask what it lacks; the brief, notes, accounting."""
     from agents.offline import OfflinePlaybookModel
     from tools.intake.brief import (
         brief_from_request,
@@ -252,11 +257,13 @@ def _brief_from_request(
 
     models = list_models()
     parsed = request_fields(text, models)
+    said = dict(parsed)  # what the words alone say, for the request's accounting
     notes: list[str] = []
     reading = model_reading(text, models)
-    if reading is not None and reading.note and parsed.get("model") == reading.model:
-        notes.append(f"intake: {reading.note}")  # "read 'lama-3-8b' as llama-3-8b"
+    if reading is not None and reading.note and parsed.get("model") == reading.value:
         events.progress(reading.note)
+        if reading.assumption is None:  # assumptions travel as MODEL_ASSUMED, with answers
+            notes.append(f"intake: {reading.note}")  # "read 'lama-3-8b' as llama-3-8b"
     if not isinstance(model, OfflinePlaybookModel):
         # On a resume after the clarifying question this node runs again and so asks the LLM
         # again; whatever it says then, the answers given stay matched to the question (the
@@ -268,8 +275,11 @@ def _brief_from_request(
             events.progress(f"LLM read: {', '.join(sorted(read))}")
     unclear = (reading.question, reading.candidates) if reading and reading.question else None
     fields = _ask_missing({**parsed, **overrides}, overrides, models, events, unclear)
+    notes += fields.get(MODEL_ASSUMED) or []
     notes += fields.get(HARDWARE_ASSUMED) or []
-    return brief_from_request(fields), notes
+    notes += fields.get(NUMBER_NOTES) or []
+    brief = brief_from_request(fields)
+    return brief, notes, account_request(text, fields, brief, overrides, said)
 
 
 def _ask_missing(
@@ -288,10 +298,13 @@ def _ask_missing(
     what the request's own words left open ("'convnext' could be convnext-tiny or
     convnext-base") and the candidates; the first question starts with it and lists them.
     """
-    from tools.intake.brief import merge_answer, missing_field, question_for
+    from tools.intake.brief import hardware_refusal, merge_answer, missing_field, question_for
 
     if "hardware" in overrides:  # --hardware settles what the request's text left unclear
         fields.pop(HARDWARE_UNCLEAR, None)
+        fields.pop(HARDWARE_REFUSED, None)
+    if (refused := hardware_refusal(fields)) is not None:
+        raise refused  # hardware no plan can target: refused, not asked about
     # One question per field (the model, then hardware the request named but could not be read).
     while (field := missing_field(fields)) is not None:
         problem, candidates = unclear if unclear and field == "model" else (None, ())

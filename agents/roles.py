@@ -23,8 +23,10 @@ from agents.toolkit import engineer_tools, researcher_tools, reviewer_tools, smo
 from agents.workspace import PRODUCT_KEYS, Workspace, dump, from_state, to_state
 from prompts import load_prompts, task_of
 from tools.core.imports import warm_up
+from tools.core.request_account import closed_account
 from tools.core.schemas import ScalingPlan, SmokeResult, TrainingPlan
 from tools.core.settings import Settings
+from tools.core.strategies import ZERO_STAGE
 from tools.core.untrusted import cap_text
 from tools.research.framework import DEEPSPEED_FRAMEWORKS
 from tools.smoke.policy import AGENT_APP_SMOKE, INFERENCE_SMOKE
@@ -291,6 +293,12 @@ ROLES = (RESEARCHER, ENGINEER, REVIEWER)
 # ---- the reporter ------------------------------------------------------------------------------
 
 
+def _used_frameworks(ws: Workspace) -> list[str]:
+    """The frameworks a finished plan uses: its stack, and deepspeed when it has a DeepSpeed config."""
+    used: list[str] = [*ws.framework.stack, ws.framework.primary] if ws.framework else []
+    return used + (["deepspeed"] if ws.deepspeed_config is not None else [])
+
+
 def make_reporter(settings: Settings) -> Node:
     """Reporter: assemble the TrainingPlan, write report.md, report.html and plan.json.
 
@@ -327,6 +335,11 @@ def make_reporter(settings: Settings) -> Node:
             inference=ws.inference,
             scaling=scaling,
             narrative=narrative,
+            request=closed_account(
+                state.get("request_account"),
+                _used_frameworks(ws),
+                ZERO_STAGE.get(ws.memory.chosen) if ws.memory else None,
+            ),
         )
         paths = write_report(plan, ws.out_dir)
         ws.progress(f"report: {paths.markdown}")

@@ -26,6 +26,7 @@ from agents.chat_models import load_chat_model
 from graphs.graph import build_graph as default_graph
 from graphs.run import THREAD_RE, check_thread_id, list_threads, open_checkpointer, thread_config
 from graphs.terminal import ChatWatcher, prompt_reader, stdin_reader
+from tools.artifacts.request_lists import chat_request_lines
 from tools.artifacts.save import save_plan
 from tools.artifacts.text import summary_lines
 from tools.core.errors import InputError, TrainwrightError
@@ -242,6 +243,9 @@ class ChatSession:
         self.plan = plan
         for line in summary_lines(plan):
             self.say(line, "bold" if line.startswith("plan:") else "")
+        # What was read, assumed and not done, after every plan (the report opens with them too).
+        for line in chat_request_lines(plan):
+            self.say(line, "dim" if line.startswith("  ") else "")
 
     def _load_thread(self, announce: bool = True) -> None:
         """Take the current thread's brief and plan; continue it if a run was left unfinished."""

@@ -51,3 +51,5 @@ class PlanState(PlanInput, total=False):
     plan: dict[str, Any] | None
     narrative: Annotated[dict[str, str], merge_dicts]
     notes: Annotated[list[str], operator.add]
+    # The request's words accounted for (tools/core/request_account.py), from intake to the plan.
+    request_account: dict[str, Any] | None

@@ -124,7 +124,7 @@ def test_cli_without_an_answer_exits_2_and_the_paused_thread_takes_one_later(
     assert res.returncode == 0, res.stderr
     assert "resuming thread Q at intake" in res.stderr
     plan = json.loads((tmp_path / "o" / "plan.json").read_text())
-    assert plan["brief"]["model"] == {"params": 7e9}
+    assert plan["brief"]["model"] == "llama-2-7b"  # issue 28: a size is the catalog model of it
     assert plan["hardware"]["gpus_per_node"] == 4
 
 

@@ -39,8 +39,11 @@ DEAD_RUN_LIMIT_S = 30.0
 # Numbers a prose-writing model might invent; none of them may reach the plan.
 INVENTED = "Use ZeRO-3 with micro-batch 99 and 12 accumulation steps; it needs 1234 GB per GPU."
 # A request the offline parser cannot read beyond its words: no digits, no catalog id.
+# Issue 28: the parser now reads digits of a size ("8 billion parameter llama") and says what
+# it assumed for a part left open ("A100s": 40 or 80 GB); in words and with the part named,
+# the model is still the LLM's to read.
 WORDY = (
-    "train the 8 billion parameter llama three on four eighty-gig A100s "
+    "train the eight billion parameter llama three on four eighty-gig A100 SXM cards "
     "with four thousand token context"
 )
 # What the fake LLM reads from it, as a real one would (a Hugging Face name, not a catalog id).
@@ -427,7 +430,7 @@ def test_llm_reads_the_request_fields_the_parser_cannot(
     from tools.intake.brief import request_fields
     from tools.research.model_catalog import list_models
 
-    # The parser reads only the hardware ("four eighty-gig A100s"), as the LLM does.
+    # The parser reads only the hardware ("four eighty-gig A100 SXM cards"), as the LLM does.
     assert set(request_fields(WORDY, list_models())) == {"goal", "hardware"}
     plan = _plan_request(_llm_settings(settings, server), WORDY, tmp_path / "p")
     brief = plan["brief"]

@@ -33,7 +33,12 @@ from tools.core.schemas import (
     TrainingPlan,
 )
 from tools.core.settings import Settings
-from tools.intake.brief import brief_from_dict, follow_up_fields, request_fields
+from tools.intake.brief import (
+    brief_from_dict,
+    brief_from_request,
+    follow_up_fields,
+    request_fields,
+)
 from tools.intake.follow_up import MAX_GOAL_CHARS, follow_up_goal
 from tools.planning import search_strategy
 from tools.planning.memory import GB
@@ -174,7 +179,8 @@ def test_a_priced_request_through_the_graph_has_time_and_cost(
 
 def test_title_follows_the_brief_after_a_follow_up() -> None:
     first = "fine-tune llama-3-8b on 8 A100s"
-    brief = brief_from_dict({**request_fields(first, MODELS)}).model_dump(mode="json")
+    # brief_from_request drops the reading's notes ("_hardware_assumed": 40 or 80 GB, issue 28).
+    brief = brief_from_request(request_fields(first, MODELS)).model_dump(mode="json")
     before = _plan(**{k: brief[k] for k in ("model", "hardware")}, goal=brief["goal"])
     follow = "what if I only had 4 GPUs?"
     changes = follow_up_fields(follow, brief, MODELS)

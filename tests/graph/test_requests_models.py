@@ -109,13 +109,13 @@ def test_an_unclear_name_is_asked_about_listing_the_candidates(
 def test_names_that_are_no_model_stay_unread() -> None:
     for text in (
         "build a multi-agent support assistant",
-        "fine-tune a 7B model on 8 A100",
         # "context" is 0.8 of "convnext" by difflib: a word without digits must be closer.
         "pretrain a model on 2 nodes of 8 H100 with 4k context",
     ):
         assert model_reading(text, MODELS) is None
-    # A bare size is still the llama-style size it always was.
-    assert request_fields("fine-tune a 7B model on 8 A100", MODELS)["model"] == {"params": 7e9}
+    # Issue 28: a bare size is the catalog model of that size, said to be assumed (a size with
+    # no catalog model is still the llama-style shape; tests/test_requests_sizes.py).
+    assert request_fields("fine-tune a 7B model on 8 A100", MODELS)["model"] == "llama-2-7b"
 
 
 def test_a_gpt_of_a_size_is_gpt_style_not_llama_style() -> None:

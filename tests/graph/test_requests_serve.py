@@ -344,8 +344,10 @@ def test_llm_read_serving_request_gets_the_inference_plan(
     from graphs import build_graph
 
     url, fake = llm_server
-    # The parser reads the hardware ("four H100 cards") but neither the model nor the task.
-    assert set(request_fields(WORDY_SERVE, MODELS)) == {"goal", "hardware"}
+    # The parser reads the hardware ("four H100 cards") but neither the model nor the task
+    # (issue 28: it also says it took the SXM H100, a "_" field that is no brief field).
+    read = {k for k in request_fields(WORDY_SERVE, MODELS) if not k.startswith("_")}
+    assert read == {"goal", "hardware"}
     settings = replace(settings, llm="openai:fake", base_url=url, llm_timeout_s=5.0)
     model = load_chat_model("openai:fake", base_url=url, timeout_s=5.0)
     plan = build_graph(model, settings=settings).invoke(

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from tools.artifacts.budget import plan_budget
+from tools.artifacts.request_lists import report_request_section
 from tools.artifacts.text import CANDIDATE_HEADER, candidate_rows
 from tools.core.errors import printable
 from tools.core.outputs import check_files, write_file
@@ -68,6 +69,7 @@ def render_markdown(plan: TrainingPlan) -> str:
     """The human report: decision first, then the numbers behind it."""
     sections = (
         _headline,
+        lambda p: report_request_section(p.request, md_text),
         _brief_section,
         _framework_section,
         _inference_section,

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from tools.core.inference_types import InferencePlan, ServingEngine, WeightDtype
+from tools.core.request_account import RequestAccount
 from tools.core.setup import Setup
 from tools.core.smoke_types import FailureKind, SmokeResult
 from tools.core.strategies import Recompute, StrategyName
@@ -96,6 +97,11 @@ class ModelShape(_Strict):
     heads: Count = Field(gt=0, le=MAX_HEADS)
     vocab: Count = Field(gt=0, le=MAX_VOCAB)
     intermediate: Count | None = Field(default=None, gt=0, le=MAX_INTERMEDIATE)
+    # Grouped-query attention: the KV heads (None: as many as heads).
+    kv_heads: Count | None = Field(default=None, gt=0, le=MAX_HEADS)
+    # A catalog id whose config gives everything but these sizes (norms, activation, RoPE,
+    # tied embeddings): "a 20B llama" is a llama-2-13b config at 20B's sizes. None: llama-style.
+    like: str | None = Field(default=None, min_length=1, max_length=100)
 
 
 class ModelParams(_Strict):
@@ -189,6 +195,9 @@ class TrainingBrief(_Strict):
     pins: Pins = Field(default_factory=Pins)
     # The training recipe memory is priced for (None: DeepSpeed with ``precision``).
     recipe: MemoryRecipe | None = None
+    # What the run optimises when the request names it (tools/intake/wishes.py reads it from text):
+    # "rl" (PPO/GRPO/RLHF with rollouts) is not planned; "continued-pretraining" loads weights.
+    objective: Literal["sft", "dpo", "rl", "distill", "continued-pretraining"] | None = None
 
     @property
     def batch(self) -> int:
@@ -638,3 +647,5 @@ class TrainingPlan(BaseModel):
     # Time and cost at other cluster sizes of the same GPU; empty for old plans and CPU machines.
     scaling: ScalingPlan = Field(default_factory=ScalingPlan)
     narrative: dict[str, str] = Field(default_factory=dict)
+    # The request's words accounted for: read, assumed, wished, not understood (plan JSON ``request``).
+    request: RequestAccount = Field(default_factory=RequestAccount)

@@ -12,17 +12,31 @@ from pydantic import BaseModel, Field, ValidationError
 
 from tools.core.errors import InputError, shown
 from tools.core.schemas import Deployment, Precision, Task, TrainingBrief
-from tools.intake.budget_text import budget_fields
-from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_UNCLEAR, hardware_fields
+from tools.intake.budget_text import price_reading
+from tools.intake.hardware_text import (
+    HARDWARE_ASSUMED,
+    HARDWARE_REFUSED,
+    HARDWARE_UNCLEAR,
+    hardware_fields,
+)
+from tools.intake.model_sizes import read_size
 from tools.intake.model_text import ModelReading, read_model
+from tools.intake.numbers_text import number_reads
+from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
 from tools.intake.serving_text import serving_fields, serving_follow_up
-from tools.intake.wishes import wish_fields
+from tools.intake.wishes import distill_pair, wish_fields
+from tools.intake.words import AGENT_APP, DEPLOYMENT, TASKS, TEAM, TRAINING
 
 MAX_BRIEF_BYTES = 1_000_000
 # Longer requests make the regexes below quadratic (a 100k-digit run took minutes); a request
 # is a few sentences.
 MAX_REQUEST_CHARS = 4000
 DEFAULT_SEQ_LEN = TrainingBrief.model_fields["seq_len"].default
+# The brief fields the number readers (tools/intake/numbers_text.py) set; their other readings
+# are wishes (a deadline, a money budget, a micro-batch) that the request accounting lists.
+_NUMBER_FIELDS = ("seq_len", "global_batch_size", "dataset_tokens", "precision")
+# The request-field keys that are not brief fields: removed before validation.
+_PRIVATE_KEYS = (HARDWARE_UNCLEAR, HARDWARE_ASSUMED, HARDWARE_REFUSED, MODEL_ASSUMED, NUMBER_NOTES)
 
 
 def _first_error(exc: ValidationError, prefix: str = "brief") -> InputError:
@@ -155,46 +169,17 @@ def load_brief(path: str | Path) -> TrainingBrief:
     return brief_from_dict(data)
 
 
-_SEQ_RE = re.compile(
-    r"(?:seq(?:uence)?[ _-]?len(?:gth)?|context(?: length)?)\s*(?:of|=|:)?\s*(\d+)\s*(k)?", re.I
-)
-# The length before the noun: "4k context", "a 4096-token context", "8k sequence length".
-_SEQ_BEFORE_RE = re.compile(
-    r"\b(\d+)\s*(k)?(?:[ -]?tokens?)?[ -](?:context|seq(?:uence)?[ _-]?len(?:gth)?)\b", re.I
-)
 # A bare size, accepted only as the answer to "which model?": "7B", "1.3 billion parameters".
 _BARE_SIZE_RE = re.compile(
+    r"^\s*(?:an?\s+)?(\d+(?:\.\d+)?)\s*([bm])(?:illion)?(?:\s*param(?:eter)?s?)?\s*$", re.I
+)
+_SIZE_RE = re.compile(
     r"^\s*(?:an?\s+)?(\d+(?:\.\d+)?)\s*([bm])(?:illion)?(?:\s*param(?:eter)?s?)?\s*$", re.I
 )
 _BATCH_RE = re.compile(r"(?:global\s+)?batch(?:\s+size)?\s*(?:of|=|:)?\s*(\d+)", re.I)
 _SIZE_RE = re.compile(
     r"\b(\d+(?:\.\d+)?)\s*([bm])(?:illion)?\s*(?:param(?:eter)?s?)?\s*model\b", re.I
 )
-# Checked in order: training words win over serving words ("serves a model; retrain it").
-_TASKS = (
-    ("lora", r"\b(?:q?lora|adapters?)\b"),
-    ("pretrain", r"\bpre-?train|\btrain(?:ing)?\s+(?:our|its|their|my)\s+own\b|\bfrom scratch\b"),
-    ("finetune", r"\bfine-?tun|\bre-?train|\bcontinue(?:d)? training\b"),
-    ("inference", r"\b(?:inference|serv(?:e|es|ing))\b"),
-)
-# An application built from agents, where nothing is trained.
-_AGENT_APP = re.compile(
-    r"\b(?:agent(?:ic)?\s+app\w*|multi-?agent|assistant|chatbot|copilot)\b", re.I
-)
-_TRAINING = re.compile(r"\b(?:pre-?train\w*|fine-?tun\w*|re-?train\w*|train(?:ing)?)\b", re.I)
-_TEAM = (
-    ("experience", "beginner", r"\b(?:beginners?|novices?|new to|junior|first time)\b"),
-    ("experience", "expert", r"\b(?:experts?|experienced|senior|veterans?)\b"),
-    ("existing_stack", "tensorflow", r"\b(?:tensorflow|keras|tf\.distribute)\b"),
-    ("existing_stack", "pytorch", r"\b(?:pytorch|torch)\b"),
-)
-_DEPLOYMENT = (
-    ("mobile", r"\b(?:mobile|on-device|android|ios)\b"),
-    ("production-serving", r"\b(?:serv(?:e|es|ing)|production)\b"),
-    ("research", r"\b(?:research\w*|prototyp\w*|university|lab|experiment\w*|paper)\b"),
-)
-
-
 # One clarifying question per essential field a request can lack (graph intake asks it).
 # What a good answer looks like, for the question and for the error when none came.
 ANSWER_HINTS = {
@@ -250,6 +235,17 @@ def missing_field(fields: dict[str, Any]) -> str | None:
     return None
 
 
+def hardware_refusal(fields: dict[str, Any]) -> InputError | None:
+    """The one-line refusal for hardware no plan can target (an A40, a Gaudi, an Ascend 910B).
+
+    It names what was read and the GPU types trainwright plans for; intake raises it instead
+    of asking, so no other machine is ever planned in its place. None when there is none.
+    """
+    if not fields.get(HARDWARE_REFUSED):
+        return None
+    return InputError("request", f"hardware unclear: {fields[HARDWARE_REFUSED]}")
+
+
 def brief_from_request(fields: dict[str, Any]) -> TrainingBrief:
     """Validate the fields ``request_fields`` read; a training request without a model is an input error."""
     if missing_field(fields) == "model":
@@ -260,13 +256,15 @@ def brief_from_request(fields: dict[str, Any]) -> TrainingBrief:
             "request",
             "names no model; say which (e.g. 'llama-3-8b', 'gpt2', 'a 7B model') or use --brief",
         )
+    if (refused := hardware_refusal(fields)) is not None:
+        raise refused
     if fields.get(HARDWARE_UNCLEAR):
         raise InputError(
             "request",
             f"hardware unclear: {fields[HARDWARE_UNCLEAR]}; name it (e.g. '4 A100 40GB', "
             "'2 nodes of 8 H100', 'on this machine') or use --brief",
         )
-    data = {k: v for k, v in fields.items() if k not in (HARDWARE_UNCLEAR, HARDWARE_ASSUMED)}
+    data = {k: v for k, v in fields.items() if k not in _PRIVATE_KEYS}
     if "seq_len" not in data and isinstance(data.get("model"), str):
         # No length given: the default, but never past the model's position table (gpt2: 1024).
         from tools.research.model_catalog import lookup_model
@@ -318,14 +316,14 @@ def merge_answer(
         del said["task"]
     if field == "model" and "model" not in said:
         text = answer.strip()
-        if m := _BARE_SIZE_RE.match(text):
-            scale = 1e9 if m.group(2).lower() == "b" else 1e6
-            said["model"] = {"params": float(m.group(1)) * scale}
+        if _BARE_SIZE_RE.match(text) and (sized := read_size(f"{text} model")) is not None:
+            said.update(_model_fields(sized))  # "7B": as "a 7B model" reads, said as assumed
         elif text.lower().endswith(".json"):
             said["model"] = text
     merged = {**fields, **said}
     if field == "hardware" and "hardware" in said and not said.get(HARDWARE_UNCLEAR):
         merged.pop(HARDWARE_UNCLEAR, None)  # answered: the request's unclear phrase is settled
+        merged.pop(HARDWARE_REFUSED, None)
     if missing_field(merged) == field:
         raise InputError(
             field,
@@ -350,32 +348,36 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     low = text.lower()
     data: dict[str, Any] = {"goal": text.strip()[:500]}
 
-    if name := _catalog_name(text, known_models):
+    pair = distill_pair(text)
+    if pair is not None and (student := _catalog_name(pair[1], known_models)):
+        data["model"] = student  # "distill llama-3-70b into llama-3-8b": the student is trained
+    elif name := _catalog_name(text, known_models):
         data["model"] = name
-    elif (reading := read_model(text)) is not None and reading.model is not None:
-        data["model"] = reading.model  # an alias, a GPT-style size, a confident close match
+    elif (reading := read_model(text)) is not None and reading.value is not None:
+        # An alias, a GPT-style size, a confident close match, or a size ("a 70B policy").
+        data.update(_model_fields(reading))
     elif m := _SIZE_RE.search(text):
         scale = 1e9 if m.group(2).lower() == "b" else 1e6
         data["model"] = {"params": float(m.group(1)) * scale}
-    agent_app = bool(_AGENT_APP.search(text)) and not _TRAINING.search(text)
+    agent_app = bool(AGENT_APP.search(text)) and not TRAINING.search(text)
     if agent_app:
         data["task"] = "agent-app"
     data.update(hardware_fields(text))
-    if m := (_SEQ_RE.search(text) or _SEQ_BEFORE_RE.search(text)):
-        data["seq_len"] = int(m.group(1)) * (1024 if m.group(2) else 1)
-    if m := _BATCH_RE.search(text):
-        data["global_batch_size"] = int(m.group(1))
-    for task, pattern in _TASKS if not agent_app else ():
+    reads, batch_notes = number_reads(text, DEFAULT_SEQ_LEN)
+    data.update({r.field: r.value for r in reads if r.field in _NUMBER_FIELDS})
+    if batch_notes:
+        data[NUMBER_NOTES] = batch_notes
+    for task, pattern in TASKS if not agent_app else ():
         if re.search(pattern, low):
             data["task"] = task
             break
     team: dict[str, str] = {}
-    for key, value, pattern in _TEAM:
+    for key, value, pattern in TEAM:
         if key not in team and re.search(pattern, low):
             team[key] = value
     if team:
         data["team"] = team
-    for deployment, pattern in _DEPLOYMENT:
+    for deployment, pattern in DEPLOYMENT:
         if re.search(pattern, low):
             data["deployment"] = deployment
             break
@@ -384,8 +386,17 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     data.update(wish_fields(text))
     # Serving a model is its own plan (tools/intake/serving_text.py).
     data.update(serving_fields(text, data))
-    data.update(budget_fields(text))
+    if (price := price_reading(text)) is not None:
+        data["price_per_gpu_hour"] = price.value
     return data
+
+
+def _model_fields(reading: ModelReading) -> dict[str, Any]:
+    """The brief's model a reading gives, with its assumption line when the words named none."""
+    fields: dict[str, Any] = {"model": reading.value}
+    if (assumption := reading.assumption) is not None:
+        fields[MODEL_ASSUMED] = [f"intake: {assumption.line()}"]
+    return fields
 
 
 class RequestBrief(BaseModel):
@@ -520,6 +531,9 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
     said = request_fields(text, known_models)
     said.pop("goal", None)
     said.pop(HARDWARE_ASSUMED, None)
+    said.pop(MODEL_ASSUMED, None)
+    said.pop(NUMBER_NOTES, None)
+    said.pop(HARDWARE_REFUSED, None)
     unclear = said.pop(HARDWARE_UNCLEAR, None)
     said = {**serving_follow_up(text, {**brief, **said}), **said}
     if said.get("task") == "agent-app" and brief.get("model") is not None:

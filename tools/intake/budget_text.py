@@ -10,19 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_SCALE = {
-    "k": 1e3, "thousand": 1e3,
-    "m": 1e6, "million": 1e6,
-    "b": 1e9, "billion": 1e9,
-    "t": 1e12, "trillion": 1e12,
-}  # fmt: skip
-# Tokens to train on: a count with a scale, after on/over/for/with ("on 20B tokens"): a bare
-# "4k tokens" is a context length (tools/intake/brief.py), not a budget.
-_TOKENS_RE = re.compile(
-    r"\b(?:on|over|for|with|of)\s+(?:about\s+|~\s*)?(\d+(?:\.\d+)?)\s*"
-    r"(k|m|b|t|thousand|million|billion|trillion)\s*(?:training\s+)?tokens?\b",
-    re.I,
-)
+from tools.intake.numbers_text import batch_reading, seq_reading, tokens_reading
+from tools.intake.readings import Read
+
 _GPU_HOUR = r"(?:/|\s*per\s+|\s*an?\s+)\s*gpu[- ]?(?:h|hr|hour)s?\b"
 _PRICE_RES = (
     re.compile(r"[$€£]\s*(\d+(?:\.\d+)?)\s*" + _GPU_HOUR, re.I),
@@ -30,13 +20,20 @@ _PRICE_RES = (
 )
 
 
+def price_reading(text: str) -> Read | None:
+    """The price of a GPU-hour the request states ("$2.50/GPU-hour"), with its words, or None."""
+    for pattern in _PRICE_RES:
+        if m := pattern.search(text):
+            return Read.of("price_per_gpu_hour", float(m[1]), m)
+    return None
+
+
 def budget_fields(text: str) -> dict[str, Any]:
     """``dataset_tokens`` and ``price_per_gpu_hour`` as the request states them (maybe neither)."""
     fields: dict[str, Any] = {}
-    if m := _TOKENS_RE.search(text):
-        fields["dataset_tokens"] = float(m[1]) * _SCALE[m[2].lower()]
-    for pattern in _PRICE_RES:
-        if m := pattern.search(text):
-            fields["price_per_gpu_hour"] = float(m[1])
-            break
+    taken = [(r.start, r.end) for r in (seq_reading(text), batch_reading(text, 2048)[0]) if r]
+    if (tokens := tokens_reading(text, taken)) is not None:
+        fields["dataset_tokens"] = tokens.value
+    if (price := price_reading(text)) is not None:
+        fields["price_per_gpu_hour"] = price.value
     return fields

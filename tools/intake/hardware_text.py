@@ -8,9 +8,12 @@ is split into nodes of 8 (the HGX/DGX/OAM platform size) when it is larger than 
 reading says it assumed so. Host RAM ("512 GB RAM per node") and NICs ("8x400G IB", "25GbE",
 "4x200Gb RoCE") are read when stated.
 
-What the text names but this reader cannot resolve (a GPU type the catalog lacks, two GPU
-types, a count with no type, a count that splits into no whole nodes) is listed in
-``unclear``: intake asks about it instead of planning for some other machine.
+What the text names but this reader cannot resolve (two GPU types, a count with no type, a
+count that splits into no whole nodes) is listed in ``unclear``: intake asks about it instead
+of planning for some other machine. Hardware no plan can target (a GPU type the catalog lacks,
+a Gaudi, an Ascend NPU, a TPU: ``unknown``) is refused in one line that lists the types it can
+plan for. A name that leaves the part open ("8 A100s": 40 or 80 GB, SXM or PCIe) takes the
+catalog's default part, and ``assumed`` says so, with the words it was read from.
 """
 
 from __future__ import annotations
@@ -20,33 +23,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tools.core.errors import InputError
-from tools.research.hardware import (
-    INTERCONNECTS,
-    MAX_GPUS_PER_NODE,
-    CatalogGPU,
-    find_gpu,
-    load_gpu_catalog,
-)
+from tools.intake.gpu_names import FORM as _FORM
+from tools.intake.gpu_names import GPU_NAMES as _GPU_NAMES
+from tools.intake.gpu_names import MEM as _MEM
+from tools.intake.gpu_names import other_gpu_re, resolve
+from tools.intake.readings import Assumed
+from tools.research.accelerators import plannable_types, why_not
+from tools.research.hardware import INTERCONNECTS, MAX_GPUS_PER_NODE, load_gpu_catalog
 
 # GPUs per node on the 8-GPU baseboards (NVIDIA HGX/DGX, AMD's OAM platform): what "64 V100"
 # or "16 MI300X" means when no node count is given.
 PLATFORM_GPUS_PER_NODE = 8
 
-# GPU names the catalog resolves; a longer spelling first (rtx 4090 before 4090).
-_GPU_NAMES = (
-    r"rtx[\s-]?4090|rtx[\s-]?3090|geforce[\s-]?rtx[\s-]?4090|geforce[\s-]?rtx[\s-]?3090|"
-    r"a100|h100|h200|b200|v100|a10g|l40s|mi300x|mi250x|mi300|mi250|4090|3090|t4|l4"
-)
-# Words that look like a GPU or accelerator the catalog does not have (A40, A6000, L40, H20,
-# RTX 6000, MI210, Gaudi, TPU): named, so not "no hardware", but not readable either.
-_OTHER_GPU_RE = re.compile(
-    r"\b(?:rtx[\s-]?(?:a?\d{4}\w*)|gtx[\s-]?\d{3,4}\w*|quadro\w*|[ahlbv]\d{2,4}[a-z]?"
-    r"|gh200|gb200|mi\d{2,3}[a-z]?|gaudi\s?\d?|tpus?(?:[\s-]?v\d\w*)?|trainium\w*|inferentia\w*"
-    r"|radeon\w*|arc\s?a\d{3})\b",
-    re.I,
-)
-_MEM = r"(\d{1,4})\s*g(?:i?b)?\b(?!\s*(?:ib|infiniband|roce|ethernet|nics?)\b)"
-_FORM = r"sxm\d?|pcie|nvl"
 # One GPU mention: [count] [memory] [form] NAME [-memory] [form] [memory] [s].
 _MENTION_RE = re.compile(
     r"(?:(?<![\d.])(?P<count>\d{1,6})\s*(?:[x×*]\s*|gpus?\s+(?:of\s+)?|cards?\s+(?:of\s+)?)?)?"
@@ -66,6 +54,13 @@ _DGX_RE = re.compile(r"\b(?:dgx|hgx)\b", re.I)
 # The GPU count is per node: "... H100 per node", "8 H100 each", "8 GPUs per node".
 _PER_NODE_AFTER_RE = re.compile(
     r"^\s*(?:gpus?\s*)?(?:per|each|/|a)\s*(?:node|server|machine|host)\b|^\s*each\b", re.I
+)
+# The count after "each node" / "每台": "2 nodes, each with 8 H100", "两台机器，每台 8 张 H100".
+_PER_NODE_BEFORE_RE = re.compile(
+    r"(?:每\s*(?:台|个?\s*节\s*点|机\s*器?|个?\s*服\s*务\s*器)|\beach\s+(?:node|server|machine|host)"
+    r"(?:\s+(?:has|with|having))?|\beach\s+(?:has|with|having|of\s+them\s+(?:has|with))|"
+    r"\bper\s+(?:node|server|machine|host))\s*[:：,，]?\s*$",
+    re.I,
 )
 # "2x8xH100": nodes x GPUs x type, the brief's own spelling.
 _SPEC_RE = re.compile(r"(?<![\d.])(\d{1,6})\s*[x×]\s*(\d{1,6})\s*[x×]\s*(?=[a-z])", re.I)
@@ -191,9 +186,10 @@ class HardwareReading:
     interconnect: str | None = None
     local: bool = False
     mentioned: bool = False  # the text names hardware of some kind
-    text: str = ""  # the phrase that was read
-    assumed: list[str] = field(default_factory=list)
+    text: str = ""  # the phrase that was read (the quote its facts came from)
+    assumed: list[Assumed] = field(default_factory=list)  # what the words left open, and why
     unclear: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)  # hardware named that no plan can target
 
     @property
     def spec(self) -> str | None:
@@ -235,42 +231,6 @@ def _normalise(text: str) -> str:
     return _WORDS_RE.sub(lambda m: str(_WORD_COUNTS[m.group(1).lower()]), out)
 
 
-def _family(name: str) -> list[CatalogGPU]:
-    """The catalog parts that share a name's family (A100: the 40/80 GB SXM and PCIe parts)."""
-    default = find_gpu(re.sub(r"^geforce[\s-]?", "", name, flags=re.I))
-    prefix = default.id.split("-")[0]
-    parts = [g for g in load_gpu_catalog().values() if g.id.split("-")[0] == prefix]
-    return sorted(parts, key=lambda g: g.id != default.id)  # the default part first
-
-
-def _resolve(
-    name: str, memory: int | None, form: str | None
-) -> tuple[CatalogGPU | None, str | None]:
-    """The catalog part for a name, memory and form factor; or None and why not."""
-    family = _family(name)
-    label = re.sub(r"\s+", " ", name.upper())
-    parts = family
-    if memory is not None:
-        parts = [g for g in parts if round(g.memory_gb) == memory]
-        if not parts:
-            sizes = sorted({f"{g.memory_gb:g}" for g in family})
-            return (
-                None,
-                f"{label} {memory}GB is not a part the GPU catalog knows ({label}: {'/'.join(sizes)} GB)",
-            )
-    if form == "nvl":
-        return None, f"{label} NVL is not in the GPU catalog"
-    if form == "pcie":
-        parts = [g for g in parts if g.link == "pcie"]
-        if not parts:
-            return None, f"{label} PCIe is not in the GPU catalog"
-    elif form is not None and form.startswith("sxm"):
-        parts = [g for g in parts if g.link != "pcie"] or parts
-    elif len(parts) > 1:
-        parts = [g for g in parts if g.link != "pcie"] or parts  # no form given: the SXM part
-    return parts[0], None
-
-
 # A price or a budget in GPU-hours ("$2.50/GPU-hour", "3 USD per GPU hour", "2,000 GPU-hrs")
 # names no hardware: blanked (same length, so positions hold) before anything is read.
 _GPU_HOUR_RE = re.compile(r"\bgpu[\s-]*(?:hours?|hrs?|h)\b", re.I)
@@ -285,29 +245,35 @@ def read_hardware(text: str) -> HardwareReading:
 
     mentions = [m for m in _MENTION_RE.finditer(norm) if not _inside_model_name(norm, m)]
     names: dict[str, re.Match[str]] = {}
+    variants: dict[str, str] = {}
     for m in mentions:
-        try:
-            gpu, why = _resolve(m["name"], *_mem_form(m))
-        except InputError as exc:
-            gpu, why = None, exc.message
-        if why:
-            reading.unclear.append(why)
-        elif gpu is not None:
-            names.setdefault(gpu.id, m)
+        resolved = resolve(m["name"], *_mem_form(m), written=m["name"] + (m["suffix"] or ""))
+        if resolved.why_not:
+            reading.unclear.append(resolved.why_not)
+            reading.unknown.append(m.group(0).strip())
+        elif resolved.gpu is not None:
+            names.setdefault(resolved.gpu.id, m)
+            if resolved.assumed:
+                variants.setdefault(resolved.gpu.id, resolved.assumed)
     covered = [range(m.start("name"), m.end()) for m in mentions]
-    others = [
-        re.sub(r"(?<=\d)s$", "", o.group(0), flags=re.I)
-        for o in _OTHER_GPU_RE.finditer(norm)
-        if not any(o.start() in span for span in covered) and not _inside_model_name(norm, o)
-    ]
+    others = list(
+        dict.fromkeys(
+            _shown_name(o.group(0))
+            for o in other_gpu_re().finditer(norm)
+            if not any(o.start() in span for span in covered) and not _inside_model_name(norm, o)
+        )
+    )
     reading.mentioned = bool(
         mentions or others or _HARDWARE_WORDS_RE.search(norm) or re.search(r"显卡|集群|节点", text)
     )
     if others:
-        reading.unclear.append(
-            f"{', '.join(dict.fromkeys(o.strip() for o in others))} "
-            f"{'is' if len(others) == 1 else 'are'} not in the GPU catalog"
-        )
+        reading.unknown += others
+        plain = [o for o in others if why_not(o).endswith("not in the GPU catalog")]
+        if plain:
+            reading.unclear.append(
+                f"{', '.join(plain)} {'is' if len(plain) == 1 else 'are'} not in the GPU catalog"
+            )
+        reading.unclear += [why_not(o) for o in others if o not in plain]
     if len(names) > 1:
         reading.unclear.append(f"names several GPU types ({', '.join(names)}); plan for which?")
     if not names:
@@ -326,8 +292,17 @@ def read_hardware(text: str) -> HardwareReading:
     reading.memory_gb = gpu.memory_gb
     reading.form_factor = "pcie" if gpu.link == "pcie" else "sxm"
     reading.local = False
+    if gpu_id in variants:
+        reading.assumed.append(Assumed("hardware", gpu_id, variants[gpu_id], reading.text))
     _read_counts(norm, m, reading)
     return reading
+
+
+def _shown_name(name: str) -> str:
+    """A matched name as the user wrote it: no plural ("A40s", "TPUs"), CJK unspaced."""
+    name = re.sub(r"(?<=[\u4e00-\u9fff])\s+(?=[\u4e00-\u9fff])", "", name.strip())
+    name = re.sub(r"(?<=\d)s$|(?<=[A-Z])s$", "", re.sub(r"\s+", " ", name))
+    return name
 
 
 def _inside_model_name(text: str, m: re.Match[str]) -> bool:
@@ -359,7 +334,9 @@ def _read_counts(norm: str, m: re.Match[str], reading: HardwareReading) -> None:
     dgx = _DGX_RE.search(norm) is not None
     if nodes is None and dgx and count is None:
         nodes = 1
-    per_node_word = bool(_PER_NODE_AFTER_RE.search(norm[m.end() :]))
+    per_node_word = bool(
+        _PER_NODE_AFTER_RE.search(norm[m.end() :]) or _PER_NODE_BEFORE_RE.search(before)
+    )
     # "32 nodes of 8 H100", "两台 8 卡": the count follows the node phrase directly.
     follows_nodes = bool(
         node_match
@@ -376,16 +353,14 @@ def _read_counts(norm: str, m: re.Match[str], reading: HardwareReading) -> None:
     if count is None:
         if nodes is not None and dgx:
             reading.nodes, reading.gpus_per_node = nodes, PLATFORM_GPUS_PER_NODE
-            reading.assumed.append(
-                f"{PLATFORM_GPUS_PER_NODE} {reading.gpu} per DGX/HGX node assumed"
-            )
+            _assume(reading, f"{PLATFORM_GPUS_PER_NODE} {reading.gpu} per DGX/HGX node assumed")
         else:
             reading.nodes, reading.gpus_per_node = nodes or 1, 1
             plural = re.search(r"(?:s|es)$", m.group(0).strip(), re.I) and not m["suffix"]
             if nodes is None and plural:
                 reading.unclear.append(f"{m.group(0).strip()} without a count")
             elif nodes is None:
-                reading.assumed.append(f"no GPU count given: one {reading.gpu} assumed")
+                _assume(reading, f"no GPU count given: one {reading.gpu} assumed")
             else:
                 reading.unclear.append(
                     f"{nodes} node(s) of {reading.gpu}, but not how many per node"
@@ -411,13 +386,20 @@ def _read_counts(norm: str, m: re.Match[str], reading: HardwareReading) -> None:
             count // PLATFORM_GPUS_PER_NODE,
             PLATFORM_GPUS_PER_NODE,
         )
-        reading.assumed.append(
+        _assume(
+            reading,
             f"{PLATFORM_GPUS_PER_NODE} GPUs per node assumed (the HGX/DGX/OAM platform), "
-            f"{reading.nodes} nodes; say 'N nodes of M' otherwise"
+            f"{reading.nodes} nodes; say 'N nodes of M' otherwise",
         )
     else:
         reading.nodes, reading.gpus_per_node = 1, count
     return _check_counts(reading)
+
+
+def _assume(reading: HardwareReading, why: str) -> None:
+    """Record a node-shape assumption (the nodes and GPUs per node just set)."""
+    shape = f"{reading.nodes}x{reading.gpus_per_node}x{reading.gpu}"
+    reading.assumed.append(Assumed("hardware", shape, why, reading.text))
 
 
 def _check_counts(reading: HardwareReading) -> None:
@@ -469,6 +451,9 @@ def _read_host(norm: str, reading: HardwareReading) -> None:
 # ``request_fields`` to intake: removed before the fields are validated as a brief.
 HARDWARE_UNCLEAR = "_hardware_unclear"
 HARDWARE_ASSUMED = "_hardware_assumed"
+# Set with HARDWARE_UNCLEAR when the text names hardware no plan can target (a GPU the catalog
+# lacks, a Gaudi, an Ascend, a TPU): intake refuses it in one line instead of asking.
+HARDWARE_REFUSED = "_hardware_refused"
 
 
 def hardware_fields(text: str) -> dict[str, Any]:
@@ -484,11 +469,15 @@ def hardware_fields(text: str) -> dict[str, Any]:
     if reading.unclear:
         said = f"read {reading.said()}; " if reading.said() else ""
         data[HARDWARE_UNCLEAR] = f"{said}unclear: {'; '.join(reading.unclear)}"
+        if reading.unknown:  # hardware no plan can target: refused, never another machine
+            data[HARDWARE_REFUSED] = (
+                f"{said}{'; '.join(reading.unclear)}; trainwright plans for {plannable_types()}"
+            )
     elif reading.spec is not None and (reading.gpu or reading.local):
         data["hardware"] = reading.spec
     if reading.assumed and not reading.unclear:
         data[HARDWARE_ASSUMED] = [
-            f"intake: hardware {reading.text!r} read as {reading.spec}: {a}"
+            f"intake: hardware {reading.text!r} read as {reading.spec}: {a.why}"
             for a in reading.assumed
         ]
     if reading.host_ram_gb is not None:

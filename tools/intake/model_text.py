@@ -7,6 +7,8 @@ there is none it asks ``read_model`` here, which reads, in order:
    of that size from the catalog (``gpt3-*``, GPT-2's architecture), never a llama-style
    stand-in; a size between GPT-3's shapes is ambiguous and lists the nearest ones;
 2. a catalog alias spelt out in the words ("T5-XL", "ViT-L/16", "bert large", "resnet 50");
+2b. a size with a family or a word for a model ("a 1B llama", "a 70B policy"): the catalog
+   model of that size or the family's shape at it, said to be assumed (``model_sizes``);
 3. a close match of a name-like run of words ("lama-3-8b", "mixtral 8x7"), by the same
    ``difflib`` ratio the catalog's own suggestions use (``model_catalog._suggest``). A match
    is taken only when it is confident: close (ratio >= ``CONFIDENT``), its numbers are the
@@ -23,10 +25,13 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
 
+from tools.intake.model_sizes import read_size
+from tools.intake.readings import ModelReading
 from tools.research.model_catalog import catalog_id, load_model_catalog
+
+__all__ = ["ModelReading", "read_model"]
 
 # How close a run of words must be to a catalog name to be read as it, and how much closer
 # than any other model.
@@ -59,31 +64,6 @@ _GPT_SIZE_RES = (
     re.compile(r"\b" + _GPT + r"(?:\s+model)?\s*(?:of|with|at|,|-)?\s*(?:about\s+)?" + _SIZE, re.I),
 )
 _WORD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
-
-
-@dataclass(frozen=True)
-class ModelReading:
-    """What the text says about the model: a catalog id, or the candidates to ask about."""
-
-    said: str
-    model: str | None = None
-    candidates: tuple[str, ...] = field(default=())
-
-    @property
-    def note(self) -> str | None:
-        """The line a plan shows for a name read as another ("read 'lama-3-8b' as llama-3-8b")."""
-        if self.model is None or _squash(self.said) == _squash(self.model):
-            return None
-        return f"read {self.said!r} as {self.model}"
-
-    @property
-    def question(self) -> str | None:
-        """What is unclear, for the clarifying question: the candidates, by name."""
-        if self.model is not None or not self.candidates:
-            return None
-        names = list(self.candidates)
-        listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
-        return f"{self.said!r} could be {listed}"
 
 
 def _squash(text: str) -> str:
@@ -185,6 +165,8 @@ def read_model(text: str) -> ModelReading | None:
     for said, squashed in windows:
         if model_id := (names[squashed][0] if squashed in names else catalog_id(said)):
             return ModelReading(said, model=model_id)
+    if sized := read_size(text):
+        return sized  # "a 70B policy", "a 1B llama": a size is always a model, said as assumed
     unclear: ModelReading | None = None
     for said, squashed in windows:
         if len(re.findall(r"[a-z]", squashed)) < 4:

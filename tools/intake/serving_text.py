@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tools.intake.readings import Read
+
 _SERVING = re.compile(
     r"\b(?:inference|infer|serv(?:e|es|ed|ing)|deploy(?:s|ed|ing|ment)?|host(?:s|ed|ing)?|"
     r"endpoint|tokens?\s*/\s*s(?:ec)?|tokens?\s+per\s+second|vllm|tgi|"
@@ -126,3 +128,21 @@ def _stated(text: str, seq_len: Any) -> dict[str, Any]:
             fields["weight_dtype"] = dtype
             break
     return fields
+
+
+def serving_reads(text: str) -> list[Read]:
+    """The serving word, context, concurrency, engine and weight format of a request, with words."""
+    reads: list[Read] = []
+    if m := _SERVING.search(text):
+        reads.append(Read.of("task", "inference", m))
+    for field, patterns in (("context_len", _CONTEXT), ("concurrency", _CONCURRENCY)):
+        for pattern in patterns:
+            if (m := pattern.search(text)) and (value := _value(m)):
+                reads.append(Read.of(field, value, m))
+                break
+    for field, table in (("engine", _ENGINES), ("weight_dtype", _DTYPES)):
+        for name, pattern in table:
+            if m := pattern.search(text):
+                reads.append(Read.of(field, name, m))
+                break
+    return reads

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tools.intake.readings import Read
+
 # Each framework's names in a request, most specific first (a longer name wins its span).
 _NAMES: tuple[tuple[str, str], ...] = (
     ("pytorch_fsdp", r"torch\s*titan|fsdp2?|fully[ -]sharded(?:\s+data[ -]parallel)?"),
@@ -68,57 +70,75 @@ def _framework_of(name: str) -> str:
     raise ValueError(name)  # unreachable: the name was matched by one of the patterns
 
 
-def wish_fields(text: str) -> dict[str, Any]:
-    """The brief fields a request's wishes set: framework, avoid_frameworks, pins (when stated).
+def framework_reads(text: str) -> tuple[Read | None, list[Read]]:
+    """The framework a request names (the first not refused) and the ones it refuses, with quotes.
 
     A named framework that is also refused counts as refused; of several named ones the first
     named wins ("FSDP or DeepSpeed" -> FSDP), and a refused one is never the framework.
     """
-    avoided: list[str] = []
+    avoided: list[Read] = []
     refused_spans: list[tuple[int, int]] = []
     for regex in (_REFUSE_BEFORE, _REFUSE_AFTER):
         for m in regex.finditer(text):
             fid = _framework_of(m.group(1))
             refused_spans.append(m.span(1))
-            if fid not in avoided:
-                avoided.append(fid)
-    framework = None
+            if all(r.value != fid for r in avoided):
+                avoided.append(Read.of(f"avoid:{fid}", fid, m))
     for m in _NAME_RE.finditer(text):
         if any(a <= m.start() < b for a, b in refused_spans):
             continue
         fid = _framework_of(m.group(1))
-        if fid not in avoided:
-            framework = fid
-            break
+        if all(r.value != fid for r in avoided):
+            return Read.of(f"framework:{fid}", fid, m, 1), avoided
+    return None, avoided
+
+
+def wish_fields(text: str) -> dict[str, Any]:
+    """The brief fields a request's wishes set: framework, avoid_frameworks, pins, objective."""
+    framework, avoided = framework_reads(text)
     fields: dict[str, Any] = {}
     if framework:
-        fields["framework"] = framework
+        fields["framework"] = framework.value
     if avoided:
-        fields["avoid_frameworks"] = avoided
+        fields["avoid_frameworks"] = [r.value for r in avoided]
     pins = pin_fields(text)
     if pins:
         fields["pins"] = pins
+    if (objective := objective_of(named_wishes(text))) is not None:
+        fields["objective"] = objective
     return fields
+
+
+def pin_reads(text: str) -> list[Read]:
+    """The setup dimensions a request fixes, each with its words (field ``pins.<name>``).
+
+    A ZeRO stage the request refuses ("do not use ZeRO-3") is no pin: ``named_wishes`` reads
+    it as the wish ``avoid:zero-3``.
+    """
+    reads: list[Read] = []
+    for z in _ZERO_RE.finditer(text):
+        if not _refused_before(text, z.start()):
+            reads.append(Read.of("pins.zero_stage", int(z.group(1) or z.group(2)), z))
+            break
+    m: re.Match[str] | None
+    if m := (_TP_RE.search(text) or _TP_BEFORE_RE.search(text)):
+        reads.append(Read.of("pins.tensor_parallel", int(m.group(1)), m))
+    elif m := _NO_TP_RE.search(text):
+        reads.append(Read.of("pins.tensor_parallel", 1, m))
+    if m := (_PP_RE.search(text) or _PP_BEFORE_RE.search(text)):
+        reads.append(Read.of("pins.pipeline_parallel", int(m.group(1)), m))
+    elif m := _NO_PP_RE.search(text):
+        reads.append(Read.of("pins.pipeline_parallel", 1, m))
+    if m := _NO_OFFLOAD_RE.search(text):
+        reads.append(Read.of("pins.offload", False, m))
+    elif m := _OFFLOAD_RE.search(text):
+        reads.append(Read.of("pins.offload", True, m))
+    return reads
 
 
 def pin_fields(text: str) -> dict[str, Any]:
     """The setup dimensions a request fixes: zero_stage, tensor/pipeline degrees, offload."""
-    pins: dict[str, Any] = {}
-    if m := _ZERO_RE.search(text):
-        pins["zero_stage"] = int(m.group(1) or m.group(2))
-    if m := (_TP_RE.search(text) or _TP_BEFORE_RE.search(text)):
-        pins["tensor_parallel"] = int(m.group(1))
-    elif _NO_TP_RE.search(text):
-        pins["tensor_parallel"] = 1
-    if m := (_PP_RE.search(text) or _PP_BEFORE_RE.search(text)):
-        pins["pipeline_parallel"] = int(m.group(1))
-    elif _NO_PP_RE.search(text):
-        pins["pipeline_parallel"] = 1
-    if _NO_OFFLOAD_RE.search(text):
-        pins["offload"] = False
-    elif _OFFLOAD_RE.search(text):
-        pins["offload"] = True
-    return pins
+    return {r.field.split(".", 1)[1]: r.value for r in pin_reads(text)}
 
 
 def torchtitan_note(goal: str) -> str | None:
@@ -129,3 +149,133 @@ def torchtitan_note(goal: str) -> str | None:
             "FSDP (which torchtitan builds on: FSDP2 with tensor and pipeline parallelism)"
         )
     return None
+
+
+# Techniques, trainers and objectives a request may name: each becomes a wish with its words,
+# which the planner honours or refuses out loud (plan JSON ``request.wishes``). Id, pattern.
+_NAMED: tuple[tuple[str, str], ...] = (
+    ("technique:expert-parallelism", r"\bexpert[ -]parallel\w*|\bEP\s*=?\s*\d+\b|专家并行"),
+    ("technique:context-parallelism", r"\bcontext[ -]parallel\w*|\bring[ -]attention\b|上下文并行"),
+    ("technique:sequence-parallelism", r"\bsequence[ -]parallel\w*|\bulysses\b|序列并行"),
+    ("technique:zero++", r"\bzero\s*\+\+|\bzeropp\b|\bzero[ -]plus[ -]plus\b"),
+    ("technique:fsdp2", r"\bfsdp[ -]?2\b|\bfully_shard\b"),
+    (
+        "technique:8bit-optimizer",
+        r"\b8[ -]?bit\s+(?:adam\w*|optimi[sz]ers?|states?)\b|\badamw?[ _-]?8[ _-]?bit\b|"
+        r"\bbitsandbytes\b|\bpaged[ _-]adamw?\b",
+    ),
+    ("technique:fp8", r"\bfp8\b|\bfloat8\b|\btransformer[ -]engine\b"),
+    (
+        "technique:torch.compile",
+        r"\btorch\.compile\b|\btorch[ -]compile\b|\bcompiled?\s+with\s+torch\b",
+    ),
+    ("technique:flash-attention", r"\bflash[ -]?attn\w*|\bflash[ -]?attention[ -]?\d?\b"),
+    (
+        "technique:activation-checkpointing",
+        r"\b(?:activation|gradient)[ -]checkpointing\b|\brecompute\b|重计算|激活检查点",
+    ),
+    (
+        "trainer:hf-trainer",
+        r"\b(?:hf|hugging\s?face|transformers)(?:'s)?\s+trainer\b|\bSFTTrainer\b",
+    ),
+    (
+        "trainer:accelerate",
+        r"\b(?:hf|hugging\s?face|🤗)\s+accelerate\b|\b(?:with|using|via|use)\s+accelerate\b|\baccelerate\s+(?:launch|config)\b",
+    ),
+    ("trainer:axolotl", r"\baxolotl\b"),
+    ("trainer:torchtune", r"\btorchtune\b"),
+    ("trainer:llama-factory", r"\bllama[ -]?factory\b"),
+    ("trainer:nemo", r"\bnemo\b"),
+    ("trainer:trl", r"\btrl\b"),
+    ("trainer:unsloth", r"\bunsloth\b"),
+    ("trainer:torchtitan", r"\btorch\s*titan\b"),
+    (
+        "objective:sft",
+        r"\bsft\b|\bsupervised\s+fine-?tun\w*|\binstruction[ -]tun\w*|指令微调|监督微调",
+    ),
+    ("objective:dpo", r"\bdpo\b|\bdirect\s+preference\b|\borpo\b|\bipo\b|偏好优化"),
+    (
+        "objective:rl",
+        r"\bppo\b|\bgrpo\b|\brlhf\b|\brlaif\b|\breinforcement\s+learning\b|\breward\s+model\w*|"
+        r"\brollouts?\b|强化学习",
+    ),
+    ("objective:distill", r"\bdistil\w*|蒸馏"),
+    (
+        "objective:continued-pretraining",
+        r"\bcontinu\w*\s+(?:the\s+)?pre-?train\w*|\bfurther\s+pre-?train\w*|\bcontinual\s+pre-?train\w*"
+        r"|\bCPT\b|继续预训练|增量预训练|持续预训练",
+    ),
+)
+_NAMED_RES = tuple((wish, re.compile(pattern, re.I)) for wish, pattern in _NAMED)
+# "no", "without", "do not use", "avoid", "不要用" just before a name: the wish is to avoid it.
+_REFUSAL_TAIL = re.compile(
+    r"(?:\bno|\bnot|\bnever|\bwithout|\bavoid(?:ing)?|\bskip|\bdisable|n['’]t(?:\s+(?:use|want|need))?|"
+    r"\binstead\s+of|\brather\s+than|不要|不用|别用|禁止|不使用)\s*(?:use\s+|using\s+|the\s+|any\s+)?$",
+    re.I,
+)
+# The objective a wish names, for the brief's ``objective`` (RL first: "PPO with a reward model").
+_OBJECTIVES = ("rl", "dpo", "distill", "continued-pretraining", "sft")
+
+
+def _refusal_start(text: str, start: int) -> int | None:
+    """Where the words refusing what stands at ``start`` begin ("do not use ZeRO-3"), or None."""
+    lo = max(0, start - 30)
+    m = _REFUSAL_TAIL.search(text[lo:start])
+    return None if m is None else lo + m.start()
+
+
+def _refused_before(text: str, start: int) -> bool:
+    """Whether the words just before ``start`` refuse what follows ("do not use ZeRO-3")."""
+    return _refusal_start(text, start) is not None
+
+
+def named_wishes(text: str) -> list[Read]:
+    """The techniques, trainers and objectives a request names, each once, with its words.
+
+    ``field`` is the wish id ("technique:expert-parallelism", "trainer:hf-trainer",
+    "objective:rl"); a name refused in its clause ("no flash attention", "do not use ZeRO-3")
+    is the wish ``avoid:<name>``.
+    """
+    reads: list[Read] = []
+    pair = distill_pair(text)
+    for wish, pattern in _NAMED_RES:
+        if wish == "objective:distill" and pair is not None:
+            reads.append(pair[0])
+        elif m := pattern.search(text):
+            name = wish.split(":", 1)[1]
+            if (at := _refusal_start(text, m.start())) is not None:
+                reads.append(Read(f"avoid:{name}", name, text[at : m.end()], at, m.end()))
+            else:
+                reads.append(Read.of(wish, name, m))
+    for m in _ZERO_RE.finditer(text):
+        if (at := _refusal_start(text, m.start())) is not None:
+            stage = f"zero-{m.group(1) or m.group(2)}"
+            reads.append(Read(f"avoid:{stage}", stage, text[at : m.end()], at, m.end()))
+    return sorted(reads, key=lambda r: r.start)
+
+
+# Distillation names two models: the teacher's words join the wish, the student is the model.
+_DISTILL_PAIR_RE = re.compile(
+    r"\bdistil\w*\s+(?:from\s+)?(?:the\s+)?(?P<teacher>[\w.-]+)\s+(?:into|to|onto)\s+(?:an?\s+|the\s+)?"
+    r"(?P<student>[\w.-]+)|把\s*(?P<teacher_cn>[\w.-]+?)\s*蒸馏(?:到|成|为)\s*(?P<student_cn>[\w.-]+)",
+    re.I,
+)
+
+
+def distill_pair(text: str) -> tuple[Read, str] | None:
+    """A distillation's teacher (the wish ``objective:distill`` with its words) and the student's name."""
+    if (m := _DISTILL_PAIR_RE.search(text)) is None:
+        return None
+    teacher = "teacher" if m.group("teacher") else "teacher_cn"
+    student = m.group("student") or m.group("student_cn")
+    end = m.end(teacher) if teacher == "teacher" else m.end()
+    if teacher == "teacher_cn":
+        end = m.start("student_cn")
+    quote = text[m.start() : end]
+    return Read("objective:distill", m.group(teacher), quote.strip(), m.start(), end), student
+
+
+def objective_of(reads: list[Read]) -> str | None:
+    """The brief's ``objective`` from the wishes named (RL wins: it cannot be planned as SFT)."""
+    named = {r.field.split(":", 1)[1] for r in reads if r.field.startswith("objective:")}
+    return next((o for o in _OBJECTIVES if o in named), None)

@@ -52,6 +52,42 @@ def llama_config(
     }
 
 
+# The keys a config names its sizes by, per family (llama-style first; OPT and Falcon name
+# their FFN and KV heads their own way).
+SIZE_KEYS = {
+    "layers": ("num_hidden_layers",),
+    "hidden": ("hidden_size",),
+    "heads": ("num_attention_heads",),
+    "kv_heads": ("num_key_value_heads", "num_kv_heads"),
+    "intermediate": ("intermediate_size", "ffn_dim", "ffn_hidden_size"),
+}
+
+
+def resized_config(config: dict[str, Any], sizes: dict[str, int | None]) -> dict[str, Any]:
+    """``config`` with its sizes replaced (``SIZE_KEYS`` names; None keeps the config's own).
+
+    What follows a size follows it: OPT's embedding projection when it was the width, Qwen's
+    ``max_window_layers`` when it was the depth. Everything else (activation, norms, RoPE,
+    head size, tied embeddings, vocabulary unless given) stays the config's.
+    """
+    out = dict(config)
+    for what, keys in SIZE_KEYS.items():
+        value = sizes.get(what)
+        if value is None:
+            continue
+        present = [k for k in keys if k in out] or list(keys[:1])
+        for key in present:
+            out[key] = value
+    if sizes.get("hidden") and out.get("word_embed_proj_dim") == config.get("hidden_size"):
+        out["word_embed_proj_dim"] = sizes["hidden"]
+    if sizes.get("layers") and out.get("max_window_layers") == config.get("num_hidden_layers"):
+        out["max_window_layers"] = sizes["layers"]
+    if sizes.get("vocab"):
+        out["vocab_size"] = sizes["vocab"]
+    out.pop("_name_or_path", None)
+    return out
+
+
 def llama_ffn(hidden: int) -> int:
     """Llama's FFN width: 2/3 of 4*hidden rounded up to a multiple of 256 (11008 for 4096)."""
     return 256 * math.ceil(int(8 * hidden / 3) / 256)

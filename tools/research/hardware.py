@@ -82,6 +82,15 @@ def _gpu_index() -> dict[str, str]:
     return index
 
 
+def plannable_types() -> str:
+    """The GPU catalog's types, one per family, for a refusal: ``V100, T4, A10G, ...``."""
+    seen: dict[str, None] = {}
+    for gpu_id in load_gpu_catalog():
+        head = gpu_id.split("-")[0]
+        seen[gpu_id if head.startswith("RTX") and "-" in gpu_id else head] = None
+    return ", ".join(seen)
+
+
 def find_gpu(name: str) -> CatalogGPU:
     """The catalog GPU named by an id or alias, ignoring case, punctuation and vendor words.
 

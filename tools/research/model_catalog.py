@@ -148,7 +148,9 @@ def _models_dir() -> Any:
 
 
 def _norm(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "", name.lower())
+    """Lowercase, punctuation dropped, except a dot between digits: 'opt-1.3b' is not 'opt-13b'."""
+    kept = re.sub(r"[^a-z0-9.]+", "", name.lower())
+    return re.sub(r"(?<!\d)\.|\.(?!\d)", "", kept)
 
 
 @lru_cache(maxsize=1)
@@ -386,6 +388,8 @@ def _from_params(ref: ModelParams, seq_len: int) -> ModelSpec:
 
 
 def _from_shape(ref: ModelShape, seq_len: int) -> ModelSpec:
+    if ref.like is not None:
+        return _shape_like(ref, seq_len)
     if ref.hidden % ref.heads:
         raise InputError("model", f"hidden ({ref.hidden}) must be divisible by heads ({ref.heads})")
     ffn = ref.intermediate or arch.llama_ffn(ref.hidden)
@@ -399,6 +403,36 @@ def _from_shape(ref: ModelShape, seq_len: int) -> ModelSpec:
         source=(
             "shape given by the user, built as a llama-style config (SwiGLU FFN "
             f"{ffn}{'' if ref.intermediate else ' by the Llama rule'}, untied embeddings)"
+        ),
+    )
+
+
+def _shape_like(ref: ModelShape, seq_len: int) -> ModelSpec:
+    """A shape on a catalog model's config: everything but the sizes is that model's."""
+    like = _catalog_id(ref.like or "")
+    if like is None:
+        raise InputError(
+            "model.like",
+            f"{shown(ref.like or '')} is not a catalog model; {_suggest(ref.like or '')}",
+        )
+    sizes = {
+        "layers": ref.layers,
+        "hidden": ref.hidden,
+        "heads": ref.heads,
+        "kv_heads": ref.kv_heads or ref.heads,
+        "intermediate": ref.intermediate,
+        "vocab": ref.vocab,
+    }
+    config = arch.resized_config(_catalog_config(like), sizes)
+    return _spec_from_config(
+        config,
+        seq_len,
+        name=f"{like}-like-{ref.layers}l-{ref.hidden}h",
+        source=(
+            f"a shape on {like}'s config: {ref.layers} layers, hidden {ref.hidden}, "
+            f"{ref.heads} heads, {ref.kv_heads or ref.heads} KV heads, FFN "
+            f"{ref.intermediate or 'as ' + like}, vocab {ref.vocab}; activation, norms, "
+            f"positions and embedding tying as {like}"
         ),
     )
 

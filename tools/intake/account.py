@@ -1,0 +1,401 @@
+"""The request's accounting: every fact read with its words, every default named, every number bound.
+
+``account_request`` takes a free-text request, the fields the parser read and the validated
+brief, and returns the plan JSON's ``request`` section (tools/core/request_account.py):
+``read`` (each brief field the words stated, with the words), ``assumed`` (each default the
+intake or the planner applies, with why), ``wishes`` (techniques, trainers, objectives,
+frameworks named or refused, deadlines and budgets), ``not_understood`` (the clause around
+every number that no reading bound). ``account_brief`` does the same for a brief file, whose
+fields are their own quotes (``brief: <key>``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tools.core.request_account import AssumedFact, ReadFact, RequestAccount, Wish
+from tools.core.schemas import TrainingBrief
+from tools.intake.budget_text import price_reading
+from tools.intake.gpu_names import GPU_NAMES
+from tools.intake.hardware_text import read_hardware
+from tools.intake.model_text import read_model
+from tools.intake.numbers_text import number_reads
+from tools.intake.readings import MODEL_ASSUMED, Read
+from tools.intake.serving_text import serving_reads
+from tools.intake.wishes import framework_reads, named_wishes, pin_reads, torchtitan_note
+from tools.intake.words import word_reads
+
+# A number in the request: digits not glued to a letter before them ("H100", "bf16" are names),
+# or a Chinese count before its unit ("两台", "八张").
+_NUMBER_RE = re.compile(
+    r"(?<![A-Za-z0-9_.])\d+(?:[.,]\d+)*(?:e-?\d+)?"
+    r"|[一二两俩三四五六七八九十百千万]+(?=\s*(?:台|张|块|卡|个|片|节点|天|周|小时|月))"
+)
+_CN = r"[一二两俩三四五六七八九十]+"
+_COUNT = r"(?:\d+|" + _CN + r")"
+# Where the hardware stood: counts before GPUs or nodes, a spec, a memory size by a GPU name.
+_HARDWARE_RES = tuple(
+    re.compile(p, re.I)
+    for p in (
+        r"\d+\s*[x×]\s*\d+\s*[x×]\s*[a-z][\w-]*",
+        _COUNT + r"\s*[x×*]?\s*(?:(?:张|块|个|片)\s*)?(?:gpus?\s+of\s+|cards?\s+of\s+)?"
+        r"(?:\d+\s*gi?b\s+)?(?:nvidia\s+|amd\s+|tesla\s+)?(?:" + GPU_NAMES + r")"
+        r"(?:[\s-]*\d+\s*gi?b)?",
+        r"(?:" + GPU_NAMES + r")(?:[\s-]*(?:sxm\d?|pcie|nvl))?[\s-]*\d+\s*gi?b",
+        r"(?:" + GPU_NAMES + r")\s*[x×*]\s*\d+",
+        r"\b(?:" + GPU_NAMES + r")\b",
+        _COUNT + r"\s*[x×]?\s*(?:nodes?|servers?|machines?|hosts?|boxes|instances?|dgxs?|hgxs?|"
+        r"gpus?|cards?|accelerators?)\b",
+        _COUNT + r"\s*(?:台|张|块|卡|个节点|节点|片)",
+        r"每\s*台\s*\d+",
+    )
+)
+_RAM_RES = (
+    re.compile(
+        r"\d+(?:\.\d+)?\s*(?:tb|tib|gb|gib|g)\s*(?:of\s+)?(?:host\s+|cpu\s+|system\s+|ddr\d\s+)?"
+        r"(?:ram|dram|memory|内存)",
+        re.I,
+    ),
+    re.compile(r"(?:ram|内存)\s*[:=]?\s*\d+(?:\.\d+)?\s*(?:tb|tib|gb|gib|g)\b", re.I),
+)
+_NIC_RES = (
+    re.compile(
+        r"\d+\s*[x×]\s*\d+\s*(?:g|gb|gbit|gbps|gb/s|gbe)?\s*(?:ib|infiniband|roce\w*|ethernet|eth|"
+        r"gbe|nics?|efa)?\b",
+        re.I,
+    ),
+    re.compile(
+        r"\d+\s*(?:g|gb|gbit|gbps|gb/s)?\s*(?:ib|infiniband|roce\w*|ethernet|eth|nics?|efa)\b|"
+        r"\d+\s*gbe\b",
+        re.I,
+    ),
+)
+_CLAUSE_RE = re.compile(r"[^,;，；。!?？！\n]+")
+# The brief fields a plan takes from the words, in the order ``read`` lists them.
+_FIELD_ORDER = (
+    "model", "task", "objective", "hardware", "host_ram_gb", "nics_per_node", "nic_gbps",
+    "interconnect", "seq_len", "global_batch_size", "precision", "dataset_tokens",
+    "price_per_gpu_hour", "framework", "avoid_frameworks", "pins", "context_len", "concurrency",
+    "engine", "weight_dtype", "team", "deployment", "smoke",
+)  # fmt: skip
+# Wishes that are no brief field but that a number reading found (numbers_text.number_reads).
+_NUMBER_WISHES = ("micro-batch", "deadline", "money-budget", "compute-budget")
+
+
+def _claims(regexes: tuple[re.Pattern[str], ...], text: str, field: str, value: Any) -> list[Read]:
+    return [Read.of(field, value, m) for p in regexes for m in p.finditer(text)]
+
+
+def _joined(reads: list[Read], text: str) -> str:
+    """One quote for several spans: the text from the first to the last when close, else joined."""
+    spans = sorted((r.start, r.end) for r in reads)
+    start, end = spans[0][0], max(e for _, e in spans)
+    if end - start <= 80:
+        return text[start:end].strip()
+    return " … ".join(dict.fromkeys(text[s:e].strip() for s, e in spans))
+
+
+def _model_reads(text: str, model: Any) -> list[Read]:
+    """Where the model was named: its catalog id as spelt in the text, or the words it was read from."""
+    if isinstance(model, str):
+        squashed = re.sub(r"[^a-z0-9.]", "", model.lower())
+        if squashed:
+            spelt = r"[^a-z0-9.]*".join(re.escape(ch) for ch in squashed)
+            if m := re.search(r"[\w.-]*" + spelt + r"[\w.-]*", text, re.I):
+                return [Read.of("model", model, m)]
+    reading = read_model(text)
+    if reading is not None and (at := text.lower().find(reading.said.lower())) >= 0:
+        return [Read("model", model, reading.said, at, at + len(reading.said))]
+    if m := re.search(
+        r"\b\d+(?:\.\d+)?\s*[bm](?:illion)?\s*(?:param(?:eter)?s?)?\s*model\b", text, re.I
+    ):
+        return [Read.of("model", model, m)]
+    return []
+
+
+def _hardware_reads(text: str, fields: dict[str, Any]) -> list[Read]:
+    """The words each hardware field came from (only the fields the parser set)."""
+    reads: list[Read] = []
+    if "hardware" in fields:
+        reads += _claims(_HARDWARE_RES, text, "hardware", fields["hardware"])
+        if fields["hardware"] == "local" and (
+            m := re.search(
+                r"\b(?:this|my|our|local)\s+\w+|\blocally\b|\bhere\b|本机|本地", text, re.I
+            )
+        ):
+            reads.append(Read.of("hardware", "local", m))
+    if "host_ram_gb" in fields:
+        reads += _claims(_RAM_RES, text, "host_ram_gb", fields["host_ram_gb"])
+    if "nic_gbps" in fields:
+        reads += _claims(_NIC_RES, text, "nic_gbps", fields["nic_gbps"])
+    return reads
+
+
+def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
+    """Every field reading of the request with its span, and the wish readings (ids in ``field``)."""
+    numbers, _ = number_reads(text, int(fields.get("seq_len") or 2048))
+    reads = [r for r in numbers if r.field in fields]
+    reads += [r for r in numbers if r.field in _NUMBER_WISHES]
+    reads += _model_reads(text, fields.get("model")) if "model" in fields else []
+    reads += _hardware_reads(text, fields)
+    reads += [r for r in pin_reads(text) if "pins" in fields]
+    reads += [r for r in serving_reads(text) if r.field in fields and r.field != "task"]
+    reads += word_reads(text, fields)
+    reads += [
+        r for r in serving_reads(text) if r.field == "task" and fields.get("task") == "inference"
+    ]
+    if (price := price_reading(text)) is not None:
+        reads.append(price)
+    framework, avoided = framework_reads(text)
+    reads += [r for r in (framework, *avoided) if r is not None]
+    reads += named_wishes(text)
+    return reads
+
+
+def not_understood(text: str, spans: list[tuple[int, int]]) -> list[str]:
+    """The words around each number no reading bound: its clause, cut to a few words each side.
+
+    A word before the number and one after ("rank 16", "for 3 epochs", "lr 2e-4"), or
+    eight characters each side in unspaced (Chinese) text; numbers of one phrase are one entry.
+    """
+    out: list[str] = []
+    for m in _NUMBER_RE.finditer(text):
+        if any(a <= m.start() < b for a, b in spans) or any(m.group(0) in q for q in out[-1:]):
+            continue
+        clause = next(c for c in _CLAUSE_RE.finditer(text) if c.start() <= m.start() < c.end())
+        before, after = text[clause.start() : m.start()], text[m.end() : clause.end()]
+        if re.search(r"[\u4e00-\u9fff]", clause.group(0)):
+            quote = before[-8:] + m.group(0) + after[:8]
+        else:
+            glued = re.match(r"\S*", after)
+            unit = glued.group(0) if glued else ""
+            words = [*before.split()[-1:], m.group(0) + unit, *after[len(unit) :].split()[:1]]
+            quote = " ".join(words)
+        quote = quote.strip()
+        if quote not in out:
+            out.append(quote)
+    return out
+
+
+def account_request(
+    text: str,
+    fields: dict[str, Any],
+    brief: TrainingBrief,
+    overrides: dict[str, Any] | None = None,
+    said: dict[str, Any] | None = None,
+) -> RequestAccount:
+    """The ``request`` section of a plan from free text (see the module docstring).
+
+    ``fields`` are what ``request_fields`` and any answer or LLM reading gave; ``said`` what the
+    text alone gave (``request_fields(text)``; default ``fields``): a field whose value an
+    answer or the LLM changed is quoted as theirs, not as the text's. ``overrides`` are the
+    CLI's flags, which win and are quoted as ``flag: <key>``.
+    """
+    overrides = overrides or {}
+    said = fields if said is None else said
+    reads = text_reads(text, said)
+    facts: list[ReadFact] = []
+    stated = {k for k in fields if not k.startswith("_") and k != "goal"} | set(overrides)
+    by_field: dict[str, list[Read]] = {}
+    for r in reads:
+        by_field.setdefault(_brief_key(r, brief), []).append(r)
+    dumped = brief.model_dump(mode="json")
+    for key in sorted(stated, key=lambda k: _FIELD_ORDER.index(k) if k in _FIELD_ORDER else 99):
+        if key in overrides:
+            quote = f"flag: {key}"
+        elif said.get(key) != fields.get(key):
+            quote = "an answer to intake's question, or the LLM's reading"
+        elif key in by_field:
+            quote = _joined(by_field[key], text)
+        elif key in ("nics_per_node", "interconnect") and "nic_gbps" in by_field:
+            quote = _joined(by_field["nic_gbps"], text)
+        else:
+            quote = "an answer to intake's question, or the LLM's reading"
+        facts.append(ReadFact(field=key, value=dumped.get(key, fields.get(key)), quote=quote))
+    wishes = _wishes(reads, brief)
+    spans = [(r.start, r.end) for r in reads]
+    changed = {k for k in stated if said.get(k) != fields.get(k)}  # by an answer or the LLM
+    assumed = assumed_defaults(text, brief, stated, overridden=set(overrides) | changed)
+    if not any(a.field == "model" for a in assumed) and "model" not in overrides:
+        # A model an answer gave by size ("7B"): its assumption line, as intake's notes have it.
+        assumed += [
+            AssumedFact(field="model", value=_plain(brief.model), why=line.removeprefix("intake: "))
+            for line in fields.get(MODEL_ASSUMED) or []
+        ]
+    return RequestAccount(
+        text=text,
+        read=facts,
+        assumed=assumed,
+        wishes=wishes,
+        not_understood=not_understood(text, spans),
+    )
+
+
+def _brief_key(r: Read, brief: TrainingBrief) -> str:
+    """The brief field a reading sets: ``pins.tensor_parallel`` -> pins, ``framework:X`` -> framework."""
+    kind, _, name = r.field.partition(":")
+    if kind == "framework":
+        return "framework"
+    if kind == "avoid" and name in brief.avoid_frameworks:
+        return "avoid_frameworks"
+    if kind == "objective" and name == brief.objective:
+        return "objective"
+    return r.field.split(".", 1)[0]
+
+
+def _plain(value: Any) -> Any:
+    """A brief value as JSON data (a model shape as its fields)."""
+    return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
+
+
+def _wishes(reads: list[Read], brief: TrainingBrief) -> list[Wish]:
+    """The wishes among the readings: frameworks, refusals, techniques, trainers, objectives, limits."""
+    out: list[Wish] = []
+    for r in reads:
+        kind = r.field.split(":", 1)[0]
+        if kind not in ("framework", "avoid", "technique", "trainer", "objective") and (
+            r.field not in _NUMBER_WISHES
+        ):
+            continue
+        if any(w.wish == r.field for w in out):
+            continue
+        wish = Wish(wish=r.field, quote=r.quote)
+        if kind == "avoid" and r.value in brief.avoid_frameworks:
+            wish.honoured, wish.how = True, "not used: recorded in avoid_frameworks"
+        elif r.field == "trainer:torchtitan" and (note := torchtitan_note(r.quote)):
+            wish.honoured, wish.how = False, note
+        out.append(wish)
+    return out
+
+
+def assumed_defaults(
+    text: str, brief: TrainingBrief, stated: set[str], overridden: set[str] | None = None
+) -> list[AssumedFact]:
+    """Each default applied to what the request left open, with why (the model's and GPU's too).
+
+    ``overridden`` are the fields a CLI flag set: what the text's words assumed about them
+    no longer applies.
+    """
+    out: list[AssumedFact] = []
+    from_text = stated - (overridden or set())
+    reading = read_model(text) if text and "model" in from_text else None
+    if (
+        reading is not None
+        and (a := reading.assumption) is not None
+        and brief.model == reading.value
+    ):
+        out.append(
+            AssumedFact(field="model", value=a.value, why=f"{a.why} (read from {a.quote!r})")
+        )
+    if "hardware" in from_text and text:
+        hw = read_hardware(text)
+        out += [
+            AssumedFact(field="hardware", value=a.value, why=f"{a.why} (read from {a.quote!r})")
+            for a in hw.assumed
+        ]
+    return out + _planner_defaults(brief, stated)
+
+
+def _planner_defaults(brief: TrainingBrief, stated: set[str]) -> list[AssumedFact]:
+    """The brief defaults a plan uses when the request is silent: hardware, task, length, batch, ..."""
+    if brief.task == "agent-app":
+        return []
+    out: list[AssumedFact] = []
+
+    def add(field: str, value: Any, why: str) -> None:
+        out.append(AssumedFact(field=field, value=value, why=why))
+
+    if "hardware" not in stated:
+        add("hardware", brief.hardware, "the request names no hardware: planned for this machine")
+    if "task" not in stated:
+        add(
+            "task", brief.task, "no task word (pretrain, fine-tune, LoRA, serve): fine-tune assumed"
+        )
+    if brief.task == "inference":
+        for field, default in (
+            ("context_len", "8192, or the model's own limit"),
+            ("concurrency", 16),
+            ("engine", "vllm"),
+            ("weight_dtype", "bf16, or fp16 on GPUs without bf16"),
+        ):
+            if field not in stated:
+                add(
+                    field,
+                    default,
+                    "not stated: the serving plan's default (tools/planning/inference.py)",
+                )
+        return out
+    if "seq_len" not in stated:
+        why = "not stated: the brief's default"
+        if brief.seq_len != TrainingBrief.model_fields["seq_len"].default:
+            why = "not stated: the model's own position limit (shorter than the default 2048)"
+        add("seq_len", brief.seq_len, why)
+    if "global_batch_size" not in stated:
+        add(
+            "global_batch_size",
+            None,
+            "not stated: the planner picks one for the model's size that the data-parallel "
+            "degree divides (tools/planning/batch.py) and the plan says which",
+        )
+    if "precision" not in stated:
+        add(
+            "precision",
+            brief.precision,
+            "not stated: bf16 where the GPU has it, else fp16; fp32 on CPU",
+        )
+    described = brief.hardware != "local"
+    if described and "host_ram_gb" not in stated:
+        add(
+            "host_ram_gb",
+            "2x the node's GPU memory, at least 64 GB",
+            "not stated: a common server sizing; it bounds CPU offload",
+        )
+    nodes = int(m.group(1)) if (m := re.match(r"(\d+)x\d+x", brief.hardware)) else 1
+    if described and nodes > 1 and not stated & {"interconnect", "nic_gbps", "nics_per_node"}:
+        add(
+            "interconnect",
+            "the node type's reference network (DGX/HGX), else roce100 with one NIC per node",
+            "not stated: the speed model needs the network between nodes",
+        )
+    return out
+
+
+def account_brief(
+    data: dict[str, Any], brief: TrainingBrief, overrides: dict[str, Any] | None = None
+) -> RequestAccount:
+    """The ``request`` section for a brief: its fields are their own quotes (``brief: key``).
+
+    A field a CLI flag set (``overrides``) is quoted ``flag: key``.
+    """
+    overrides = overrides or {}
+    stated = {k for k in (*data, *overrides) if k != "goal"}
+    dumped = brief.model_dump(mode="json")
+    facts = [
+        ReadFact(
+            field=k,
+            value=dumped.get(k, overrides.get(k, data.get(k))),
+            quote=f"flag: {k}" if k in overrides else f"brief: {k}",
+        )
+        for k in sorted(stated, key=lambda k: _FIELD_ORDER.index(k) if k in _FIELD_ORDER else 99)
+    ]
+    wishes: list[Wish] = []
+    if brief.framework is not None:
+        wishes.append(Wish(wish=f"framework:{brief.framework}", quote="brief: framework"))
+    for fid in brief.avoid_frameworks:
+        wishes.append(
+            Wish(
+                wish=f"avoid:{fid}",
+                quote="brief: avoid_frameworks",
+                honoured=True,
+                how="not used: recorded in avoid_frameworks",
+            )
+        )
+    if brief.objective is not None:
+        wishes.append(Wish(wish=f"objective:{brief.objective}", quote="brief: objective"))
+    return RequestAccount(
+        text=brief.goal,
+        read=facts,
+        assumed=_planner_defaults(brief, stated),
+        wishes=wishes,
+    )

@@ -1,0 +1,222 @@
+"""The numbers of a request that are not hardware: sequence length, batch, token budget, precision.
+
+Each reader returns ``Read`` values (tools/intake/readings.py) with the words and their span,
+so the request's accounting (tools/intake/account.py) can tell which numbers were bound to a
+field. Sequence lengths in any spelling: "sequence 8192", "seq 8192", "seq_len=4096", "8k
+context", "128K context window", "4096-token sequences", "序列长度 32k", "32k 上下文" ("k" is
+1024); batches in sequences ("global batch 512", "512 sequences per step") or tokens ("4M-token
+batch": converted with the sequence length); token budgets ("200B tokens", "2000亿 token");
+deadlines and money budgets, which no brief field holds, become wishes (tools/intake/wishes.py).
+
+Offline and deterministic; every pattern is linear and the request is capped in length.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tools.intake.readings import Read
+
+_NUM = r"(\d+(?:\.\d+)?)"
+# After a number: a unit letter glued to it ("8k"), never the start of a word ("8 kernels").
+_K = r"\s*(k)?(?![a-z0-9])"
+_SEQ_RES = (
+    # The noun, then the number: "sequence 8192", "seq_len=4096", "context of 32k", "sequences of 4096".
+    re.compile(
+        r"(?<![a-z])(?:max[ _-]?)?(?:seq(?:uence)?s?|context|ctx)(?:[ _-]?(?:len(?:gth)?|window|size))?"
+        r"\s*(?:of|=|:|is|to)?\s*(?:up to\s+)?" + _NUM + _K,
+        re.I,
+    ),
+    # The number, then the noun: "8k context", "a 4096-token context", "8k sequence length".
+    re.compile(
+        r"(?<![\w.])" + _NUM + r"\s*(k)?(?:[ -]?tokens?)?[ -]?(?:context(?:[ -]window)?|ctx|"
+        r"seq(?:uence)?[ _-]?len(?:gth)?)\b",
+        re.I,
+    ),
+    # "4096-token sequences", "8k tokens per sequence".
+    re.compile(
+        r"(?<![\w.])" + _NUM + r"\s*(k)?[ -]?tokens?(?:[ -](?:long\s+)?sequences?|\s+(?:per|each|a)"
+        r"\s+(?:sequence|sample|example))\b",
+        re.I,
+    ),
+    re.compile(
+        r"(?:序列长度|序列长|序列|上下文长度|上下文窗口|上下文|长度)\s*(?:为|是|:|：|=|设为|设置为)?\s*"
+        + _NUM
+        + _K,
+        re.I,
+    ),
+    re.compile(r"(?<![\w.])" + _NUM + r"\s*(k)?\s*(?:的)?\s*(?:上下文|序列长度|长度)", re.I),
+)
+_SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12, "万": 1e4, "亿": 1e8, "万亿": 1e12}
+_SCALE.update(thousand=1e3, million=1e6, billion=1e9, trillion=1e12)
+_UNIT = r"(?:\s*(tokens?|sequences?|samples?|examples?|seqs?))?"
+_BATCH_RES = (
+    re.compile(
+        r"(?<![a-z])(?<!micro[ _-])(?<!micro)(?:global[ _-]|total[ _-]|effective[ _-])?batch"
+        r"(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*" + _NUM + r"\s*([km])?(?![a-z0-9])" + _UNIT,
+        re.I,
+    ),
+    re.compile(
+        r"(?<![\w.])" + _NUM + r"\s*([km])?[ -]?(tokens?|sequences?|samples?)?[ -](?:global[ -])?"
+        r"batch\b",
+        re.I,
+    ),
+    re.compile(
+        r"(?<![\w.])" + _NUM + r"\s*([km])?\s*(tokens?|sequences?|samples?)\s+per\s+"
+        r"(?:optimi[sz]er\s+)?(?:step|update|batch)\b",
+        re.I,
+    ),
+    re.compile(
+        r"(?:全局)?(?:批大小|批量大小|批次大小|批量|批次)\s*(?:为|是|:|：|=)?\s*"
+        + _NUM
+        + r"\s*([km])?"
+        + _UNIT,
+        re.I,
+    ),
+)
+_MICRO_RE = re.compile(
+    r"\bmicro[ _-]?batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)|(\d+)\s*per[ -]gpu\s+batch",
+    re.I,
+)
+_TOKEN_SCALE = r"(k|m|b|t|thousand|million|billion|trillion|万亿|亿|万)"
+_TOKENS_RE = re.compile(
+    r"(?<![\w.])" + _NUM + r"\s*" + _TOKEN_SCALE + r"\s*(?:个\s*)?(?:training\s+|of\s+)?"
+    r"(?:tokens?|词元)(?![a-z])",
+    re.I,
+)
+_PREP_BEFORE = re.compile(r"(?:on|over|for|with|of|about|~|训练|用)\s*$", re.I)
+_PRECISION = (
+    ("bf16", re.compile(r"\b(?:bf16|bfloat16)\b", re.I)),
+    ("fp16", re.compile(r"\b(?:fp16|float16|half[- ]precision)\b", re.I)),
+    ("fp32", re.compile(r"\b(?:fp32|float32|full[- ]precision|single[- ]precision)\b", re.I)),
+)
+_DEADLINE_RE = re.compile(
+    r"\b(?:in|within|by|under|before|in less than|deadline(?: of)?|due in)\s+(?:about\s+|~\s*)?"
+    + _NUM
+    + r"\s*(hours?|hrs?|days?|weeks?|months?)\b|(?<![\w.])"
+    + _NUM
+    + r"\s*[ -]?(?:days?|weeks?|months?)[ -]deadline\b|(?<![a-z0-9.])"
+    + r"(\d+(?:\.\d+)?|[一二两三四五六七八九十]+)"
+    + r"\s*(?:天|周|星期|个月|小时)(?:内|之内|以内|完成|训完)",
+    re.I,
+)
+_MONEY_RE = re.compile(
+    r"[$€£¥]\s*\d[\d,]*(?:\.\d+)?\s*(?:k|m|thousand|million)?(?![\w/]|\.\d)"
+    r"|(?<![\w.])\d[\d,]*(?:\.\d+)?\s*(?:k|m)?\s*(?:usd|dollars?|eur|euros?|rmb|cny|元|美元)"
+    r"|预算\s*(?:为|是|:|：)?\s*\d+(?:\.\d+)?\s*(?:万|千)?\s*(?:元|美元|块)?",
+    re.I,
+)
+_PER_HOUR = re.compile(r"^\s*(?:/|per\b|an?\b|each\b)\s*(?:gpu|hour|hr|h\b)", re.I)
+_GPU_HOURS_RE = re.compile(
+    r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s*(?:k)?\s*(?:h100|a100|gpu)[\s-]*(?:hours?|hrs?|h)\b|"
+    r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s*(?:k)?\s*(?:卡时|gpu\s*小时)",
+    re.I,
+)
+
+
+def seq_reading(text: str) -> Read | None:
+    """The sequence length the request states (the first phrase that gives one), or None."""
+    found = [m for p in _SEQ_RES for m in p.finditer(text)]
+    for m in sorted(found, key=lambda m: m.start()):
+        value = int(float(m.group(1)) * (1024 if m.group(2) else 1))
+        if value > 0:
+            return Read.of("seq_len", value, m)
+    return None
+
+
+def batch_reading(text: str, seq_len: int) -> tuple[Read | None, str | None]:
+    """The global batch in sequences, and how a batch given in tokens was converted (or None).
+
+    A batch in tokens ("4M-token batch", "batch of 2M tokens") is that many tokens over the
+    sequence length, rounded (at least 1); the second value says so.
+    """
+    found = sorted((m for p in _BATCH_RES for m in p.finditer(text)), key=lambda m: m.start())
+    for m in found:
+        count = float(m.group(1)) * (_SCALE[m.group(2).lower()] if m.group(2) else 1)
+        unit = (m.group(3) or "").lower()
+        if count <= 0:
+            continue
+        if unit.startswith("token"):
+            sequences = max(1, round(count / seq_len))
+            how = f"{m.group(0).strip()!r} is {count:,.0f} tokens = {sequences} sequences of {seq_len}"
+            return Read.of("global_batch_size", sequences, m), how
+        return Read.of("global_batch_size", int(count), m), None
+    return None, None
+
+
+def micro_batch_reading(text: str) -> Read | None:
+    """A micro-batch the request names ("micro-batch 4"): a wish, not a brief field."""
+    if m := _MICRO_RE.search(text):
+        return Read.of("micro-batch", int(m.group(1) or m.group(2)), m)
+    return None
+
+
+def tokens_reading(text: str, taken: list[tuple[int, int]]) -> Read | None:
+    """The tokens to train on ("200B tokens", "on 500k tokens", "2000亿 token"), or None.
+
+    A count outside ``taken`` (the spans of a batch or a context already read); a thousands
+    count ("4k tokens") only after on/over/for/with, since a bare one is a context length.
+    """
+    for m in _TOKENS_RE.finditer(text):
+        if any(a <= m.start() < b or m.start() <= a < m.end() for a, b in taken):
+            continue
+        scale = m.group(2).lower()
+        if scale in ("k", "thousand") and not _PREP_BEFORE.search(text[: m.start()]):
+            continue
+        return Read.of("dataset_tokens", float(m.group(1)) * _SCALE[scale], m)
+    return None
+
+
+def precision_reading(text: str) -> Read | None:
+    """The training number format the request names (bf16, fp16, fp32), or None."""
+    for precision, pattern in _PRECISION:
+        if m := pattern.search(text):
+            return Read.of("precision", precision, m)
+    return None
+
+
+def deadline_reading(text: str) -> Read | None:
+    """A deadline ("in 2 weeks", "within 10 days", "3天内训完"): no brief field holds it."""
+    if m := _DEADLINE_RE.search(text):
+        return Read.of("deadline", m.group(0).strip(), m)
+    return None
+
+
+def money_readings(text: str) -> list[Read]:
+    """Money budgets ("$50k", "20,000 USD", "预算 10 万元") and GPU-hour budgets; not prices per hour."""
+    out = []
+    for m in _MONEY_RE.finditer(text):
+        if not _PER_HOUR.match(text[m.end() :]):
+            out.append(Read.of("money-budget", m.group(0).strip(), m))
+    out += [Read.of("compute-budget", m.group(0).strip(), m) for m in _GPU_HOURS_RE.finditer(text)]
+    return out
+
+
+def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]]:
+    """Every non-hardware number phrase read, as ``Read``s, and how a token batch was converted.
+
+    Brief fields (seq_len, global_batch_size, dataset_tokens, precision) and the wishes no
+    field holds (micro-batch, deadline, money-budget, compute-budget), each with its words.
+    """
+    reads: list[Read] = []
+    notes: list[str] = []
+    seq = seq_reading(text)
+    if seq is not None:
+        reads.append(seq)
+    batch, how = batch_reading(text, seq.value if seq is not None else default_seq_len)
+    if batch is not None:
+        reads.append(batch)
+        if how:
+            assumed = "" if seq is not None else " (the default sequence length)"
+            notes.append(f"intake: global batch {how}{assumed}")
+    taken = [(r.start, r.end) for r in reads]
+    for extra in (
+        tokens_reading(text, taken),
+        precision_reading(text),
+        micro_batch_reading(text),
+        deadline_reading(text),
+    ):
+        if extra is not None:
+            reads.append(extra)
+    reads += money_readings(text)
+    return reads, notes
