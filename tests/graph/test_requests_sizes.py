@@ -8,12 +8,11 @@ and the alternatives. GPT sizes keep their own rule ("a 3B GPT" asks between GPT
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from inproc import run_main
 
 from tools.core.errors import InputError
 from tools.core.settings import Settings
@@ -22,7 +21,6 @@ from tools.intake.readings import MODEL_ASSUMED
 from tools.research.model_catalog import list_models, lookup_model
 from tools.research.model_shapes import FAMILY_ORDER, family_shape, models_of_size
 
-ROOT = Path(__file__).resolve().parents[1]
 MODELS = list_models()
 
 # (request, the catalog id it must read as, the words quoted, alternatives that must be named)
@@ -174,10 +172,9 @@ def test_the_plan_states_the_assumption(settings: Settings, tmp_path: Path) -> N
 
 def test_cli_plans_a_shaped_family_model(tmp_path: Path) -> None:
     out = tmp_path / "p"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), "plan", "fine-tune a 20B llama on 8 A100",
-         "--no-smoke", "--out", str(out), "--json", str(tmp_path / "plan.json")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    done = run_main(
+        "plan", "fine-tune a 20B llama on 8 A100", "--no-smoke", "--out", out,
+        "--json", tmp_path / "plan.json", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     plan = json.loads((tmp_path / "plan.json").read_text(encoding="utf-8"))

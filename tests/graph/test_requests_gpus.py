@@ -10,12 +10,11 @@ this machine or another GPU.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from inproc import run_main
 
 from tools.core.errors import InputError
 from tools.core.settings import Settings
@@ -24,7 +23,6 @@ from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_UNCLEAR, read_
 from tools.research.hardware import find_gpu, load_gpu_catalog, parse_hardware
 from tools.research.model_catalog import list_models
 
-ROOT = Path(__file__).resolve().parents[1]
 MODELS = list_models()
 
 # (request, the hardware it must read as, a phrase its assumption must state or None)
@@ -126,11 +124,14 @@ def test_the_graph_refuses_instead_of_asking(settings: Settings, tmp_path: Path)
 
 
 def test_cli_refuses_an_ascend_in_one_line_with_exit_2(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), "plan", "fine-tune llama-3-8b on 8 Ascend 910B",
-         "--no-smoke", "--out", str(tmp_path / "p")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    done = run_main(
+        "plan",
+        "fine-tune llama-3-8b on 8 Ascend 910B",
+        "--no-smoke",
+        "--out",
+        tmp_path / "p",
+        cwd=tmp_path,
+    )
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "Ascend 910B is a Huawei Ascend NPU" in line and "H800, A800, H20" in line
