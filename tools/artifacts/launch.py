@@ -360,7 +360,9 @@ def _megatron(job: LaunchInputs) -> Launch:
             job.title, job.brief, job.hardware, job.gpus, job.model, split, config, job.precision
         )
         preamble += megatron.fine_tune_preamble()
-        how_to_run += f" A fine-tune: run ./{megatron.CONVERT_SCRIPT} HF_MODEL_DIR first."
+        how_to_run += (
+            f" The job starts from the weights: run ./{megatron.CONVERT_SCRIPT} HF_MODEL_DIR first."
+        )
     return Launch(command, how_to_run, files, preamble=preamble)
 
 
@@ -441,12 +443,13 @@ def _train_py_args(job: LaunchInputs) -> list[str]:
 
 
 def _model_args(job: LaunchInputs) -> list[str]:
-    """Pretraining builds from model_config.json; a fine-tune loads the plan's weights.
+    """Pretraining from scratch builds from model_config.json; a fine-tune or continued
+    pretraining loads the plan's weights.
 
     The weights default to the model's hub id (a catalog model) or its local folder, and
     ``$MODEL_PATH`` overrides them (a local copy on the cluster).
     """
-    if job.brief.task == "pretrain":
+    if not job.brief.loads_weights:
         return ["--model-config", "model_config.json"]
     where = weights_location(job.model) or job.model.name
     return ["--init", "pretrained", "--model-path", where]

@@ -184,6 +184,9 @@ class TrainingBrief(_Strict):
     pins: Pins = Field(default_factory=Pins)
     # The training recipe memory is priced for (None: DeepSpeed with ``precision``).
     recipe: MemoryRecipe | None = None
+    # What the run optimises when the request names it (tools/intake/wishes.py reads it from text):
+    # "rl" (PPO/GRPO/RLHF with rollouts) is not planned; "continued-pretraining" loads weights.
+    objective: Literal["sft", "dpo", "rl", "distill", "continued-pretraining"] | None = None
 
     @property
     def batch(self) -> int:
@@ -191,6 +194,12 @@ class TrainingBrief(_Strict):
         if self.global_batch_size is None:
             raise ValueError("global_batch_size is not planned yet (tools/planning/batch.py)")
         return self.global_batch_size
+
+    @property
+    def loads_weights(self) -> bool:
+        """Whether the job starts from the model's pretrained weights (all but pretraining from
+        scratch: a fine-tune, LoRA, or continued pretraining)."""
+        return self.task != "pretrain" or self.objective == "continued-pretraining"
 
     @field_validator("model")
     @classmethod
@@ -205,6 +214,10 @@ class TrainingBrief(_Strict):
             raise ValueError("model is required (only an agent-app brief may omit it)")
         if self.framework is not None and self.framework in self.avoid_frameworks:
             raise ValueError(f"framework {self.framework} is also in avoid_frameworks")
+        if self.objective == "continued-pretraining" and self.task == "finetune":
+            # Continued pretraining is pretraining (its batch and optimizer recipe) from the
+            # weights; the plan's headline says so (tools/artifacts/text.py objective_note).
+            self.task = "pretrain"
         return self
 
 
