@@ -12,11 +12,23 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from langgraph.checkpoint.memory import InMemorySaver
 from specs import GPT2_TINY, LLAMA3_70B, model_parallel_plan, tiny_spec
 
+from graphs import build_graph
+from graphs.run import run_plan
+from tools.artifacts.headline import headline_notes, objective_note
 from tools.artifacts.launch import emit_launch
-from tools.core.schemas import FrameworkChoice, GPUSpec, HardwareSpec, TrainingBrief
-from tools.intake.brief import brief_from_dict
+from tools.artifacts.text import summary_lines
+from tools.core.schemas import FrameworkChoice, GPUSpec, HardwareSpec, LaunchSpec, TrainingBrief
+from tools.core.settings import Settings
+from tools.intake.brief import brief_from_dict, load_brief
+from tools.intake.wishes import pin_fields
+from tools.planning import search_strategy
+from tools.research.framework import select_framework
+from tools.research.hardware import parse_hardware
+from tools.research.model_catalog import lookup_model
+from tools.review import check_wishes, decide
 
 H100 = GPUSpec(name="H100-80GB", memory_gb=80, bf16_tflops=989)
 HW = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=H100)
@@ -93,3 +105,203 @@ def test_continued_pretraining_on_torchtitan_loads_the_hf_weights(tmp_path: Path
     emit_launch(tmp_path, brief, hw, LLAMA3_70B, TORCHTITAN, None, memory=memory)
     job = tomllib.loads((tmp_path / "torchtitan.toml").read_text())
     assert job["checkpoint"]["initial_load_in_hf"] and job["checkpoint"]["initial_load_path"]
+
+
+# ---- a named framework is used, a refused one never appears ------------------------------------
+
+FSDP_NO_DEEPSPEED = """\
+goal: Fine-tune Llama-3-8B on long support threads
+model: llama-3-8b
+task: finetune
+seq_len: 8192
+global_batch_size: 64
+hardware: 1x8xA100-80GB
+precision: bf16
+framework: pytorch_fsdp
+avoid_frameworks: [deepspeed]
+smoke: false
+"""
+
+
+def _graph_plan(settings: Settings, brief: TrainingBrief, out: Path) -> dict[str, Any]:
+    graph = build_graph(checkpointer=InMemorySaver(), settings=settings)
+    inputs = {"brief": brief.model_dump(mode="json"), "out_dir": str(out)}
+    result = run_plan(graph, inputs, f"honour-{out.name}")
+    assert result.plan is not None
+    return result.plan
+
+
+def test_yaml_fsdp_without_deepspeed_gets_an_fsdp_plan(settings: Settings, tmp_path: Path) -> None:
+    """The reproduction: this brief got DeepSpeed AutoTP (tp2) and ds_config.json, approved."""
+    path = tmp_path / "brief.yaml"
+    path.write_text(FSDP_NO_DEEPSPEED)
+    plan = _graph_plan(settings, load_brief(path), tmp_path / "fsdp")
+    fw = plan["framework"]
+    assert fw["primary"] == "pytorch_fsdp" and "deepspeed" not in fw["stack"]
+    assert "deepspeed" not in [a["name"] for a in fw["alternatives"]]
+    assert plan["deepspeed_config"] is None
+    assert not (tmp_path / "fsdp" / "ds_config.json").exists()
+    assert plan["launch"]["command"][0] == "torchrun"
+    assert plan["memory"]["tensor_parallel"] == 1 == plan["memory"]["pipeline_parallel"]
+    assert plan["review"]["verdict"] == "approved"
+    report = Path(plan["report"]["markdown"]).read_text()
+    assert "AutoTP" not in report and "**Framework:** pytorch_fsdp." in report
+    assert "not searched: the splits that run only on deepspeed" in report
+
+
+def _planned(brief: TrainingBrief) -> tuple[Any, FrameworkChoice]:
+    hw = parse_hardware(brief.hardware)
+    spec = lookup_model(brief.model, brief.seq_len)  # type: ignore[arg-type]
+    memory = search_strategy(spec, hw, brief)
+    return memory, select_framework(brief, hw, spec, memory)
+
+
+def test_refusing_deepspeed_refuses_megatron_deepspeed_too() -> None:
+    # 70B over two nodes: without the refusal the search may split it on Megatron-DeepSpeed.
+    brief = brief_from_dict(
+        {
+            "model": "llama-3-70b",
+            "hardware": "2x8xH100-80GB",
+            "seq_len": 4096,
+            "global_batch_size": 64,
+            "avoid_frameworks": ["deepspeed"],
+        }
+    )
+    memory, fw = _planned(brief)
+    assert fw.primary not in ("deepspeed", "megatron")
+    assert "deepspeed" not in fw.stack
+    assert not {"deepspeed", "megatron"} & {a.name for a in fw.alternatives}
+    assert any(
+        a.startswith("not searched: the splits that run only on") for a in memory.assumptions
+    )
+
+
+def test_a_named_framework_that_cannot_fit_says_why_in_the_headline() -> None:
+    # 32k tokens of llama-3-8b on 40 GB GPUs: no data-parallel FSDP setup fits; a split does.
+    brief = brief_from_dict(
+        {
+            "model": "llama-3-8b",
+            "hardware": "1x8xA100-40GB",
+            "seq_len": 32768,
+            "framework": "pytorch_fsdp",
+        }
+    )
+    memory, fw = _planned(brief)
+    assert fw.primary != "pytorch_fsdp" and memory.chosen_row is not None and memory.chosen_row.fits
+    assert fw.not_honoured is not None and fw.not_honoured.startswith(
+        "Wish not honoured: pytorch_fsdp was asked for"
+    )
+    assert "as the request asks" not in fw.rationale
+    assert memory.not_honoured and "pytorch_fsdp was asked for" in memory.not_honoured[0]
+    notes = headline_notes(
+        {"framework": fw.model_dump(), "memory": memory.model_dump(), "brief": {}}
+    )
+    assert notes[0] == fw.not_honoured and notes[1].startswith("pytorch_fsdp was asked for, but")
+
+
+def test_do_not_use_zero3_is_a_refusal_not_a_pin() -> None:
+    assert pin_fields("fine-tune llama-2-13b, do not use ZeRO-3") == {"avoid_zero_stages": [3]}
+    assert pin_fields("ZeRO-2 please, without ZeRO stage 3") == {
+        "avoid_zero_stages": [3],
+        "zero_stage": 2,
+    }
+    free = brief_from_dict({"model": "llama-2-13b", "hardware": "1x8xA100-80GB"})
+    refused = brief_from_dict(
+        {"model": "llama-2-13b", "hardware": "1x8xA100-80GB", "pins": {"avoid_zero_stages": [3]}}
+    )
+    memory, _ = _planned(free.model_copy(update={"framework": "pytorch_fsdp"}))
+    assert memory.chosen.startswith("zero3")  # what the search picks when it may
+    memory, _ = _planned(refused.model_copy(update={"framework": "pytorch_fsdp"}))
+    assert not memory.chosen.startswith("zero3") and memory.chosen_row.fits  # type: ignore[union-attr]
+    assert "pinned by the request: no ZeRO stage 3" in memory.assumptions
+
+
+# ---- the reviewer blocks a plan that contradicts the brief -------------------------------------
+
+FSDP = FrameworkChoice(primary="pytorch_fsdp", stack=["pytorch", "pytorch_fsdp"], rationale="x")
+AUTOTP = FrameworkChoice(
+    primary="deepspeed",
+    stack=["pytorch", "deepspeed"],
+    rationale="pytorch_fsdp scores 102. The framework is pytorch_fsdp, as the request asks.",
+)
+
+
+def _launch(tmp_path: Path, *names: str, command: str = "torchrun") -> LaunchSpec:
+    files = {}
+    for name in names:
+        (tmp_path / name).write_text("{}")
+        files[name] = str(tmp_path / name)
+    return LaunchSpec(command=[command, "train.py"], files=files)
+
+
+def test_reviewer_blocks_a_refused_or_unnamed_framework(tmp_path: Path) -> None:
+    brief = brief_from_dict(
+        {"model": "llama-3-8b", "framework": "pytorch_fsdp", "avoid_frameworks": ["deepspeed"]}
+    )
+    # The reproduction's plan: DeepSpeed AutoTP, ds_config.json, "as the request asks".
+    ds = _launch(tmp_path, "ds_config.json", command="deepspeed")
+    (finding,) = check_wishes(brief, AUTOTP, {"zero_optimization": {"stage": 2}}, ds)
+    assert finding.severity == "error"
+    assert "refused by the brief's avoid_frameworks" in finding.message
+    assert "without saying why" in finding.message and "as the request asks, but" in finding.message
+    assert decide([finding], 1, 3).verdict == "changes_requested"
+    # An FSDP plan whose files are DeepSpeed's: blocked too.
+    (finding,) = check_wishes(brief, FSDP, None, ds)
+    assert finding.severity == "error" and "the emitted files run deepspeed" in finding.message
+    # The honoured plan passes.
+    (finding,) = check_wishes(brief, FSDP, None, _launch(tmp_path, "FSDP.md"))
+    assert finding.severity == "info" and "as the brief asks" in finding.message
+
+
+def test_reviewer_accepts_a_wish_not_honoured_out_loud(tmp_path: Path) -> None:
+    brief = brief_from_dict({"model": "llama-3-8b", "framework": "pytorch_fsdp"})
+    said = AUTOTP.model_copy(
+        update={"rationale": "x", "not_honoured": "Wish not honoured: pytorch_fsdp ..."}
+    )
+    ds = _launch(tmp_path, "ds_config.json", command="deepspeed")
+    (finding,) = check_wishes(brief, said, {"zero_optimization": {"stage": 2}}, ds)
+    assert finding.severity == "info" and "Wish not honoured" in finding.message
+    silent = said.model_copy(update={"not_honoured": None})
+    (finding,) = check_wishes(brief, silent, {"zero_optimization": {"stage": 2}}, ds)
+    assert finding.severity == "error"
+
+
+# ---- the objective: RL is not planned, said first; DPO's reference model is not priced --------
+
+
+def test_rl_objective_says_in_the_headline_what_was_planned_instead(
+    settings: Settings, tmp_path: Path
+) -> None:
+    brief = brief_from_dict(
+        {
+            "goal": "GRPO on our math policy",
+            "model": "llama-3-8b",
+            "hardware": "1x8xH100-80GB",
+            "objective": "rl",
+            "smoke": False,
+        }
+    )
+    plan = _graph_plan(settings, brief, tmp_path / "rl")
+    report = Path(plan["report"]["markdown"]).read_text()
+    headline = next(line for line in report.splitlines() if line.startswith("**Not as asked:**"))
+    assert "Not planned: RL with rollouts and reward models" in headline
+    assert "supervised fine-tune of the policy llama-3-8b" in headline
+    label = plan["memory"]["chosen"]
+    assert f"({label}, " in headline and "GB per GPU" in headline and "tokens/s" in headline
+    for tool in ("TRL", "OpenRLHF", "verl", "NeMo-Aligner"):
+        assert tool in headline
+    assert "inference engine" in headline and "reward and reference models" in headline
+    lines = summary_lines(plan, headline="framework")
+    assert lines[1].startswith("not as asked: Not planned: RL with rollouts")
+
+
+def test_dpo_and_distill_say_what_memory_does_not_price() -> None:
+    model = {"name": "llama-3-8b", "params": 8_030_261_248}
+    dpo = objective_note({"brief": {"objective": "dpo"}, "model": model})
+    assert dpo is not None and "frozen reference model" in dpo and "16.1 GB" in dpo
+    assert "not priced" in dpo
+    distill = objective_note({"brief": {"objective": "distill"}, "model": model})
+    assert distill is not None and "teacher model" in distill and "not priced" in distill
+    assert objective_note({"brief": {"objective": "sft"}, "model": model}) is None
+    cpt = objective_note({"brief": {"objective": "continued-pretraining"}, "model": model})
+    assert cpt is not None and "pretrained weights" in cpt

@@ -443,8 +443,9 @@ def _train_py_args(job: LaunchInputs) -> list[str]:
 
 
 def _model_args(job: LaunchInputs) -> list[str]:
-    """Pretraining from scratch builds from model_config.json; a fine-tune or continued
-    pretraining loads the plan's weights.
+    """Pretraining from scratch builds from model_config.json; other jobs load the weights.
+
+    A fine-tune, LoRA or continued pretraining loads the plan's weights.
 
     The weights default to the model's hub id (a catalog model) or its local folder, and
     ``$MODEL_PATH`` overrides them (a local copy on the cluster).

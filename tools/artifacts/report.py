@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from tools.artifacts.budget import plan_budget
+from tools.artifacts.headline import headline_notes
 from tools.artifacts.text import CANDIDATE_HEADER, candidate_rows
 from tools.core.errors import printable
 from tools.core.outputs import check_files, write_file
@@ -109,6 +110,7 @@ def _headline(plan: TrainingPlan) -> list[str]:
         else None
     )
     budget = plan_budget(plan)
+    notes = headline_notes(plan.model_dump(mode="json"))
     return [
         f"# {md_text(plan_title(plan))}",
         "",
@@ -116,6 +118,7 @@ def _headline(plan: TrainingPlan) -> list[str]:
         f"**Framework:** {plan.framework.primary}. {strategy}**Smoke test:** {plan.smoke_test.status}."
         + (f" {budget.text}" if budget else ""),
         "",
+        *([f"**Not as asked:** {md_text(' '.join(notes))}", ""] if notes else []),
         *([where, ""] if where else []),
         *([f"**Request:** {md_text(b.goal)}", ""] if b.goal else []),
     ]

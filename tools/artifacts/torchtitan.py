@@ -29,7 +29,7 @@ from typing import Any
 
 from tools.artifacts.scripts import comment_text, render
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
-from tools.research.framework import torchtitan_flavor
+from tools.research.splits import torchtitan_flavor
 
 TORCHTITAN_CONFIG = "torchtitan.toml"
 TORCHTITAN_MODULE = "torchtitan.train"

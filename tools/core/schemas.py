@@ -106,12 +106,17 @@ class Pins(_Strict):
     tensor_parallel: Count | None = Field(default=None, ge=1, le=MAX_TENSOR_PARALLEL)
     pipeline_parallel: Count | None = Field(default=None, ge=1, le=MAX_PIPELINE_PARALLEL)
     offload: bool | None = None
+    # ZeRO stages the request refuses ("do not use ZeRO-3"); the search offers none of them.
+    avoid_zero_stages: list[Annotated[int, Field(ge=0, le=3)]] = Field(
+        default_factory=list, max_length=4
+    )
 
     def stated(self) -> list[str]:
         """The pins as words, e.g. ``["ZeRO stage 2", "no offload"]``."""
         words = []
         if self.zero_stage is not None:
             words.append(f"ZeRO stage {self.zero_stage}")
+        words += [f"no ZeRO stage {stage}" for stage in self.avoid_zero_stages]
         if self.tensor_parallel is not None:
             words.append(f"tensor parallel {self.tensor_parallel}")
         if self.pipeline_parallel is not None:
@@ -197,8 +202,7 @@ class TrainingBrief(_Strict):
 
     @property
     def loads_weights(self) -> bool:
-        """Whether the job starts from the model's pretrained weights (all but pretraining from
-        scratch: a fine-tune, LoRA, or continued pretraining)."""
+        """Whether the job starts from pretrained weights (all but pretraining from scratch)."""
         return self.task != "pretrain" or self.objective == "continued-pretraining"
 
     @field_validator("model")
@@ -289,6 +293,12 @@ class FrameworkChoice(BaseModel):
     alternatives: list[Alternative] = Field(default_factory=list)
     rationale: str
     citations: list[str] = Field(default_factory=list)
+    # What the plan did with the request's framework wishes, one sentence each (also the end of
+    # ``rationale``), rewritten whenever the primary changes (tools/research/framework.py).
+    wish_notes: list[str] = Field(default_factory=list)
+    # The framework the request named, when the plan does not run on it, and why not: the
+    # report's headline says it (None: none named, or honoured).
+    not_honoured: str | None = None
 
 
 class MemoryBreakdown(BaseModel):
@@ -435,6 +445,9 @@ class MemoryPlan(BaseModel):
     # fit instead (tools/planning/alternatives.py; estimates, the search still chooses).
     binding: str | None = None
     fit_options: list[FitOption] = Field(default_factory=list)
+    # What the request asked of the setup that the plan does not do, and why (a pin or a named
+    # framework with no setup that fits): the report's headline says it.
+    not_honoured: list[str] = Field(default_factory=list)
     # The chosen setup's tensor- and pipeline-parallel degrees (1 and 1: data parallel only).
     # Rows in ``strategies`` with the same name are told apart by their own two degrees; the
     # chosen setup is the first row named ``chosen``.

@@ -6,7 +6,7 @@ read by the brief parser); "PyTorch DDP only" -> pytorch_ddp; "torchtitan" -> py
 (torchtitan is PyTorch's FSDP2 + tensor/pipeline reference trainer; trainwright writes no
 torchtitan config, and the plan says so). Pins: "ZeRO-2", "ZeRO stage 3", "TP 4", "tensor
 parallel 8", "PP 2", "pipeline parallelism of 4", "no tensor parallelism" (degree 1),
-"no offload", "with offload".
+"no offload", "with offload"; "do not use ZeRO-3" refuses that stage (``avoid_zero_stages``).
 
 Offline and deterministic, like the rest of the request parser (tools/intake/brief.py); every
 pattern is linear (no nested quantifiers), and the request is already capped in length.
@@ -41,6 +41,13 @@ _REFUSE_AFTER = re.compile(
 _NAME_RE = re.compile(r"\b(" + _ANY_NAME + r")\b", re.I)
 
 _ZERO_RE = re.compile(r"\bzero[ -]?(?:stage[ -]?)?([0-3])\b|\bstage[ -]?([0-3])\s+zero\b", re.I)
+# "do not use ZeRO-3", "no ZeRO stage 3", "without ZeRO-3", "avoid zero-3": refused, not pinned.
+_NO_ZERO_RE = re.compile(
+    r"\b(?:no|not|never|without|avoid(?:ing)?|(?:do|does|can)\s*(?:n['’]?t|not)\s+"
+    r"(?:want|use|like|allow)(?:\s+to\s+use)?)\s+(?:using\s+|use\s+|the\s+)?"
+    r"zero[ -]?(?:stage[ -]?)?([0-3])\b",
+    re.I,
+)
 _TP_RE = re.compile(
     r"\b(?:tp|tensor[ -]parallel(?:ism|\s+(?:size|degree))?)\s*(?:(?:of|=|:|size|degree)\s*)?(\d{1,2})\b",
     re.I,
@@ -104,8 +111,13 @@ def wish_fields(text: str) -> dict[str, Any]:
 def pin_fields(text: str) -> dict[str, Any]:
     """The setup dimensions a request fixes: zero_stage, tensor/pipeline degrees, offload."""
     pins: dict[str, Any] = {}
-    if m := _ZERO_RE.search(text):
-        pins["zero_stage"] = int(m.group(1) or m.group(2))
+    refused = [(m.start(), m.end(), int(m.group(1))) for m in _NO_ZERO_RE.finditer(text)]
+    if refused:
+        pins["avoid_zero_stages"] = sorted({stage for _, _, stage in refused})
+    for zero in _ZERO_RE.finditer(text):
+        if not any(a <= zero.start() < b for a, b, _ in refused):
+            pins["zero_stage"] = int(zero.group(1) or zero.group(2))
+            break
     if m := (_TP_RE.search(text) or _TP_BEFORE_RE.search(text)):
         pins["tensor_parallel"] = int(m.group(1))
     elif _NO_TP_RE.search(text):

@@ -60,7 +60,7 @@ from tools.planning.recipe import Recipe, recipe_from_brief, resolve_recipe
 from tools.planning.scale_out import MAX_NODES_SUGGESTED, TRAINING_TASKS, smallest_fitting
 from tools.planning.speed import estimate_speed
 from tools.planning.states import resolve_precision
-from tools.research.framework import torchtitan_flavor
+from tools.research.splits import runs_setup, setup_framework, split_framework, torchtitan_flavor
 
 Objective = Literal["speed", "memory"]
 # The memory-only choice tries these micro-batches, largest first.
@@ -289,18 +289,65 @@ def search_strategy(
         every other family); ``why_not`` for every family that lost, keyed by its label; and,
         with a GPU, the chosen setup's ``speed`` estimate.
     """
-    brief, batch_note = resolve_batch(brief, model, hardware)
-    if recipe is None:
-        recipe = recipe_from_brief(brief)
     options: dict[str, Any] = {
         "micro_batch_size": micro_batch_size,
         "activation_checkpointing": activation_checkpointing,
+        "strategies": strategies,
+        "objective": objective,
         "tensor_parallel": tensor_parallel,
         "pipeline_parallel": pipeline_parallel,
         "recompute": recompute,
         "context_parallel": context_parallel,
         "recipe": recipe,
     }
+    plan = _search_brief(model, hardware, brief, **options)
+    return _framework_fallback(model, hardware, brief, plan, options)
+
+
+def _framework_fallback(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    brief: TrainingBrief,
+    plan: MemoryPlan,
+    options: dict[str, Any],
+) -> MemoryPlan:
+    """When no setup the named framework runs fits, the search without that wish, said so.
+
+    The request's refusals still hold; when nothing fits without the wish either, the plan
+    keeps it. Megatron runs every split, so a Megatron wish never needs this.
+    """
+    wished, row = brief.framework, plan.chosen_row
+    if wished in (None, "megatron") or row is None or row.fits or hardware.gpu is None:
+        return plan
+    free = _search_brief(model, hardware, brief.model_copy(update={"framework": None}), **options)
+    needed, free_row = setup_framework(model, free), free.chosen_row
+    if needed is None or free_row is None or not free_row.fits:
+        return plan
+    note = (
+        f"{wished} was asked for, but no setup it runs fits: its smallest, {explain.label(row)}, "
+        f"needs {row.per_gpu_bytes.total / GB:.1f} GB per GPU; planned "
+        f"{explain.label(free_row)} on {needed} instead, which fits"
+    )
+    return free.model_copy(
+        update={
+            "assumptions": [note, *free.assumptions],
+            "not_honoured": [note, *free.not_honoured],
+        }
+    )
+
+
+def _search_brief(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    brief: TrainingBrief,
+    strategies: list[str] | None = None,
+    objective: Objective = "speed",
+    **options: Any,
+) -> MemoryPlan:
+    """The search for one brief: its default batch, recipe and pins (``search_strategy``)."""
+    brief, batch_note = resolve_batch(brief, model, hardware)
+    if options.get("recipe") is None:
+        options["recipe"] = recipe_from_brief(brief)
     if brief.pins.stated():
         return pinned_search(
             model,
@@ -352,6 +399,7 @@ def pinned_search(
         n
         for n in names
         if (pins.zero_stage is None or ZERO_STAGE[n] == pins.zero_stage)
+        and ZERO_STAGE[n] not in pins.avoid_zero_stages
         and (pins.offload is None or (n in OFFLOAD_STRATEGIES) == pins.offload)
     ]
     tp = options.get("tensor_parallel") or pins.tensor_parallel
@@ -397,7 +445,9 @@ def pinned_search(
     notes = [note, *fallback.assumptions]
     if batch_note and batch_note not in notes:
         notes.append(batch_note)
-    return fallback.model_copy(update={"assumptions": notes})
+    honoured = not (row is not None and row.fits)  # nothing fits: the plan keeps the pins
+    missed = fallback.not_honoured if honoured else [note, *fallback.not_honoured]
+    return fallback.model_copy(update={"assumptions": notes, "not_honoured": missed})
 
 
 def _matches(plan: MemoryPlan, tp: int | None, pp: int | None) -> bool:
@@ -538,6 +588,8 @@ def _space(
     space.layouts = _layouts(space)
     if not space.layouts:
         raise InputError("global_batch_size", _batch_message(brief, hardware))
+    if hardware.gpu is not None and (line := _not_searched(space)):
+        space.notes.append(line)
     if micro_batch_size is not None:
         runs = [lay for lay in space.layouts if space.micro_range(_per_rank(space, lay))]
         if not runs:
@@ -605,12 +657,43 @@ def _layouts(space: _Space) -> list[_Layout]:
     return layouts
 
 
-def _names_for(space: _Space, layout: _Layout) -> list[StrategyName]:
+def _split_names(space: _Space, layout: _Layout) -> list[StrategyName]:
     """The strategies a layout combines with (offload is data-parallel only, see parallel.py)."""
     if layout.split == 1:
         return space.names
     names = [n for n in space.names if n not in OFFLOAD_STRATEGIES]
     return [n for n in names if n in PIPELINE_STRATEGIES] if layout.pp > 1 else names
+
+
+def _names_for(space: _Space, layout: _Layout) -> list[StrategyName]:
+    """The strategies a layout combines with, on a framework the request allows."""
+    return [
+        n
+        for n in _split_names(space, layout)
+        if runs_setup(space.brief, space.model, n, layout.tp, layout.pp, layout.cp)
+    ]
+
+
+def _not_searched(space: _Space) -> str | None:
+    """The line saying which splits the request's framework wishes keep out of the search."""
+    needs = {
+        split_framework(space.model, n, lay.tp, lay.pp, lay.cp)
+        for lay in space.layouts
+        for n in _split_names(space, lay)
+        if not runs_setup(space.brief, space.model, n, lay.tp, lay.pp, lay.cp)
+    }
+    if not needs:
+        return None
+    brief = space.brief
+    why = (
+        f"the request refuses {', '.join(brief.avoid_frameworks)}" if brief.avoid_frameworks else ""
+    )
+    if brief.framework is not None:
+        why += ("; " if why else "") + f"the request asks for {brief.framework}"
+    return (
+        f"not searched: the splits that run only on {', '.join(sorted(str(f) for f in needs))} "
+        f"({why})"
+    )
 
 
 def _virtual_stages(space: _Space, layout: _Layout, accumulation: int) -> list[int]:
@@ -782,8 +865,11 @@ def _fastest_fit(space: _Space) -> MemoryPlan:
             if small is not None:
                 smallest[explain.label(small)] = small
     if not smallest:
+        wish = space.brief.framework or ", ".join(space.brief.avoid_frameworks)
         raise InputError(
-            "strategy", "no searched strategy runs with the pinned tensor/pipeline degrees"
+            "strategy",
+            "no searched strategy runs with the pinned tensor/pipeline degrees"
+            + (f" on a framework the request allows ({wish})" if wish else ""),
         )
     found.sort(key=_rank)
     if found:
