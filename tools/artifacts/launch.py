@@ -229,7 +229,13 @@ def _launcher_for(framework: FrameworkChoice, job: LaunchInputs) -> str:
     if framework.primary in TRAIN_PY_MODES and job.split is None:
         return TRAIN_PY_MODES[framework.primary]
     if framework.primary == "torchtitan":
-        if job.memory is None or job.memory.pipeline_parallel * job.memory.tensor_parallel == 1:
+        if (
+            job.memory is None
+            or job.memory.pipeline_parallel
+            * job.memory.tensor_parallel
+            * job.memory.context_parallel
+            == 1
+        ):
             raise ToolFailure("a torchtitan launch needs the plan's tensor/pipeline setup")
         return "torchtitan"
     if job.deepspeed_config is None:

@@ -60,7 +60,13 @@ from tools.planning.recipe import Recipe, recipe_from_brief, resolve_recipe
 from tools.planning.scale_out import MAX_NODES_SUGGESTED, TRAINING_TASKS, smallest_fitting
 from tools.planning.speed import estimate_speed
 from tools.planning.states import resolve_precision
-from tools.research.splits import runs_setup, setup_framework, split_framework, torchtitan_flavor
+from tools.research.splits import (
+    runs_on,
+    runs_setup,
+    setup_framework,
+    split_framework,
+    torchtitan_flavor,
+)
 
 Objective = Literal["speed", "memory"]
 # The memory-only choice tries these micro-batches, largest first.
@@ -1096,7 +1102,8 @@ def _chosen_plan(
             + (f" x context {lay.cp}" if lay.cp > 1 else "")
             + ") is the fastest setup that fits"
         )
-        assumptions.append(explain.MEGATRON_NOTE)
+        needed = runs_on(space.brief, space.model, win.name, tp, pp, lay.cp)
+        assumptions.append(explain.split_note(needed, tp, pp, lay.cp))
     assumptions += _assumptions(space, win)
     top = found[:TOP_CANDIDATES]
     shown = {id(r) for r in top}
@@ -1126,6 +1133,14 @@ def _finish(
     """The plan with its ``setup`` (the chosen row) and ``candidates`` in the contract's form."""
     row = win or plan.chosen_row
     assumptions = list(plan.assumptions)
+    if space.recipe is not None and row is not None:
+        # The recipe's own recompute is a default; the chosen setup's policy is what was priced.
+        priced = f"memory priced for: {space.recipe.describe()}"
+        policy = _recipe_policy(space.recipe, row.checkpointing)
+        chosen = replace(space.recipe, checkpointing=policy)
+        assumptions = [
+            f"memory priced for: {chosen.describe()}" if a == priced else a for a in assumptions
+        ]
     if row is not None and space.hardware.gpu is not None:
         assumptions.append(fit_verdict(row.per_gpu_bytes, capacity_bytes(space.hardware) or 0))
     return plan.model_copy(

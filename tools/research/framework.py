@@ -423,12 +423,13 @@ def select_framework(
             " Nothing is trained, so there is no parallelism plan, DeepSpeed config or smoke run."
         )
     elif best.framework == "deepspeed" and model is not None:
-        if model.params >= PIPELINE_PARAMS:
+        # Said only of what the plan runs: a split is explained by follow_setup, from the setup.
+        if memory is None and model.params >= PIPELINE_PARAMS:
             rationale += " At this size add pipeline parallelism (DeepSpeed's PipelineModule or Megatron-LM) to ZeRO."
-        elif memory is not None:
+        elif memory is not None and setup_framework(model, memory) is None:
             rationale += (
-                " ZeRO runs the setup the strategy search chose (the plan's strategy), up to"
-                " ZeRO-3 with offload; the largest models add pipeline parallelism."
+                f" ZeRO runs the setup the strategy search chose ({memory.chosen_label}) across "
+                "the data-parallel ranks."
             )
     choice = FrameworkChoice(
         primary=best.framework,

@@ -126,3 +126,15 @@ def runs_setup(
     if refused_in(needed, brief.avoid_frameworks):
         return False
     return brief.framework is None or brief.framework in (needed, "megatron")
+
+
+def runs_on(
+    brief: TrainingBrief, model: ModelSpec | None, strategy: str, tp: int, pp: int, cp: int = 1
+) -> FrameworkId | None:
+    """The framework a plan for this brief runs a split on (None: data parallel, any).
+
+    A brief that names Megatron keeps it (Megatron runs every split); otherwise
+    ``split_framework``'s pick, as ``follow_setup`` makes the plan's framework.
+    """
+    needed = split_framework(model, strategy, tp, pp, cp)
+    return "megatron" if needed is not None and brief.framework == "megatron" else needed
