@@ -17,7 +17,7 @@ from specs import GPT2_TINY, LLAMA3_70B, model_parallel_plan, tiny_spec
 
 from graphs import build_graph
 from graphs.run import run_plan
-from tools.artifacts.headline import headline_notes, objective_note
+from tools.artifacts.headline import headline_caveats, headline_notes, objective_note
 from tools.artifacts.launch import emit_launch
 from tools.artifacts.text import summary_lines
 from tools.core.schemas import FrameworkChoice, GPUSpec, HardwareSpec, LaunchSpec, TrainingBrief
@@ -105,6 +105,13 @@ def test_continued_pretraining_on_torchtitan_loads_the_hf_weights(tmp_path: Path
     emit_launch(tmp_path, brief, hw, LLAMA3_70B, TORCHTITAN, None, memory=memory)
     job = tomllib.loads((tmp_path / "torchtitan.toml").read_text())
     assert job["checkpoint"]["initial_load_in_hf"] and job["checkpoint"]["initial_load_path"]
+
+
+def test_continued_pretraining_is_said_in_the_headline_as_a_note() -> None:
+    plan = {"brief": {"objective": "continued-pretraining"}, "model": {"name": "llama-3-8b"}}
+    assert headline_notes(plan) == []  # honoured: nothing "not as asked"
+    (note,) = headline_caveats(plan)
+    assert "starts from llama-3-8b's pretrained weights" in note
 
 
 # ---- a named framework is used, a refused one never appears ------------------------------------

@@ -89,14 +89,22 @@ def objective_note(plan: dict[str, Any]) -> str | None:
 
 
 def headline_notes(plan: dict[str, Any]) -> list[str]:
-    """Every sentence the headline owes the request: what was not done as asked, and why."""
+    """What the plan did not do as the request asked, and why: the headline's "Not as asked"."""
     notes: list[str] = []
     if missed := (plan.get("framework") or {}).get("not_honoured"):
         notes.append(str(missed))
     notes += [_sentence(str(n)) for n in (plan.get("memory") or {}).get("not_honoured") or []]
-    if objective := objective_note(plan):
-        notes.append(objective)
+    if (plan.get("brief") or {}).get("objective") == "rl" and (rl := objective_note(plan)):
+        notes.append(rl)
     return notes
+
+
+def headline_caveats(plan: dict[str, Any]) -> list[str]:
+    """What the request's objective means for a plan that honours it: the headline's "Note"."""
+    if (plan.get("brief") or {}).get("objective") == "rl":
+        return []  # said under "Not as asked"
+    note = objective_note(plan)
+    return [note] if note else []
 
 
 def _sentence(text: str) -> str:

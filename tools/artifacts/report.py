@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from tools.artifacts.budget import plan_budget
-from tools.artifacts.headline import headline_notes
+from tools.artifacts.headline import headline_caveats, headline_notes
 from tools.artifacts.text import CANDIDATE_HEADER, candidate_rows
 from tools.core.errors import printable
 from tools.core.outputs import check_files, write_file
@@ -110,7 +110,8 @@ def _headline(plan: TrainingPlan) -> list[str]:
         else None
     )
     budget = plan_budget(plan)
-    notes = headline_notes(plan.model_dump(mode="json"))
+    data = plan.model_dump(mode="json")
+    notes, caveats = headline_notes(data), headline_caveats(data)
     return [
         f"# {md_text(plan_title(plan))}",
         "",
@@ -119,6 +120,7 @@ def _headline(plan: TrainingPlan) -> list[str]:
         + (f" {budget.text}" if budget else ""),
         "",
         *([f"**Not as asked:** {md_text(' '.join(notes))}", ""] if notes else []),
+        *([f"**Note:** {md_text(' '.join(caveats))}", ""] if caveats else []),
         *([where, ""] if where else []),
         *([f"**Request:** {md_text(b.goal)}", ""] if b.goal else []),
     ]
