@@ -312,3 +312,22 @@ def test_dpo_and_distill_say_what_memory_does_not_price() -> None:
     assert objective_note({"brief": {"objective": "sft"}, "model": model}) is None
     cpt = objective_note({"brief": {"objective": "continued-pretraining"}, "model": model})
     assert cpt is not None and "pretrained weights" in cpt
+
+
+def test_a_named_replicating_framework_keeps_to_plain_data_parallelism() -> None:
+    # gpt2 fits every GPU: a named DDP plans DDP, not a ZeRO stage DDP cannot run.
+    fits = brief_from_dict(
+        {"model": "gpt2", "hardware": "1x8xA100-80GB", "seq_len": 1024, "framework": "pytorch_ddp"}
+    )
+    memory, fw = _planned(fits)
+    assert memory.chosen == "ddp" and memory.tensor_parallel == 1 and fw.primary == "pytorch_ddp"
+    assert fw.not_honoured is None and not memory.not_honoured
+    # 70B does not: the plan is the fastest setup that fits, and says why not DDP.
+    big = brief_from_dict(
+        {"model": "llama-3-70b", "hardware": "2x8xH100-80GB", "framework": "pytorch_ddp"}
+    )
+    memory, fw = _planned(big)
+    assert memory.chosen_row is not None and memory.chosen_row.fits
+    assert fw.primary != "pytorch_ddp" and fw.not_honoured is not None
+    assert "replicates parameters, gradients and optimizer states" in fw.not_honoured
+    assert memory.not_honoured[0].startswith("pytorch_ddp was asked for, but no setup it runs")

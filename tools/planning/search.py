@@ -327,12 +327,13 @@ def _framework_fallback(
         return plan
     free = _search_brief(model, hardware, brief.model_copy(update={"framework": None}), **options)
     needed, free_row = setup_framework(model, free), free.chosen_row
-    if needed is None or free_row is None or not free_row.fits:
+    if free_row is None or not free_row.fits:
         return plan
+    on = f" on {needed}" if needed else ""
     note = (
         f"{wished} was asked for, but no setup it runs fits: its smallest, {explain.label(row)}, "
         f"needs {row.per_gpu_bytes.total / GB:.1f} GB per GPU; planned "
-        f"{explain.label(free_row)} on {needed} instead, which fits"
+        f"{explain.label(free_row)}{on} instead, which fits"
     )
     return free.model_copy(
         update={

@@ -26,15 +26,15 @@ from tools.core.schemas import (
 )
 from tools.core.strategies import MIN_HEADROOM
 from tools.research.splits import (
+    REPLICATING_FRAMEWORKS,
     STACKS,
     refused_in,
     setup_framework,
 )
 
-# Frameworks whose plan carries a DeepSpeed config (and runs the plan's ZeRO stage), and those
-# that replicate every model state on every GPU.
+# Frameworks whose plan carries a DeepSpeed config (and runs the plan's ZeRO stage); those that
+# replicate every model state on every GPU are tools/research/splits.py's.
 DEEPSPEED_FRAMEWORKS = frozenset({"deepspeed", "megatron"})
-REPLICATING_FRAMEWORKS = frozenset({"pytorch", "pytorch_ddp", "tensorflow", "horovod"})
 # A model at or past this size needs pipeline or tensor parallelism on top of ZeRO in practice
 # (Megatron-LM and DeepSpeed's 3D parallelism papers train >100B models that way).
 PIPELINE_PARAMS = 100e9

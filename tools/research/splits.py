@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from tools.core.schemas import FrameworkId, MemoryPlan, ModelSpec, TrainingBrief
 from tools.core.strategies import ZERO_STAGE
 
+# Frameworks that replicate every model state on every GPU: they run DDP and nothing else.
+REPLICATING_FRAMEWORKS = frozenset({"pytorch", "pytorch_ddp", "tensorflow", "horovod"})
 STACKS: dict[str, list[FrameworkId]] = {
     "pytorch": ["pytorch"],
     "pytorch_ddp": ["pytorch", "pytorch_ddp"],
@@ -116,13 +118,13 @@ def runs_setup(
 ) -> bool:
     """Whether the request allows the framework this setup needs.
 
-    A data-parallel setup runs on any framework. A split needs ``split_framework``'s pick:
-    never one the request refuses, and, when the request names a framework, that one (Megatron
-    runs every split).
+    A data-parallel setup runs on any framework (plain DDP only, on a replicating one the
+    request names). A split needs ``split_framework``'s pick: never one the request refuses,
+    and, when the request names a framework, that one (Megatron runs every split).
     """
     needed = split_framework(model, strategy, tp, pp, cp)
     if needed is None:
-        return True
+        return brief.framework not in REPLICATING_FRAMEWORKS or strategy == "ddp"
     if refused_in(needed, brief.avoid_frameworks):
         return False
     return brief.framework is None or brief.framework in (needed, "megatron")
