@@ -22,12 +22,12 @@ from tools.artifacts.launch import emit_launch
 from tools.artifacts.text import summary_lines
 from tools.core.schemas import FrameworkChoice, GPUSpec, HardwareSpec, LaunchSpec, TrainingBrief
 from tools.core.settings import Settings
-from tools.intake.brief import brief_from_dict, load_brief
+from tools.intake.brief import brief_from_dict, load_brief, parse_request
 from tools.intake.wishes import pin_fields
 from tools.planning import search_strategy
 from tools.research.framework import select_framework
 from tools.research.hardware import parse_hardware
-from tools.research.model_catalog import lookup_model
+from tools.research.model_catalog import list_models, lookup_model
 from tools.review import check_wishes, decide
 
 H100 = GPUSpec(name="H100-80GB", memory_gb=80, bf16_tflops=989)
@@ -331,3 +331,15 @@ def test_a_named_replicating_framework_keeps_to_plain_data_parallelism() -> None
     assert fw.primary != "pytorch_ddp" and fw.not_honoured is not None
     assert "replicates parameters, gradients and optimizer states" in fw.not_honoured
     assert memory.not_honoured[0].startswith("pytorch_ddp was asked for, but no setup it runs")
+
+
+def test_free_text_fsdp_no_deepspeed_no_zero3_is_planned_as_asked() -> None:
+    brief = parse_request(
+        "fine-tune llama-2-13b on 8 A100 80GB with FSDP, no deepspeed, do not use ZeRO-3",
+        list_models(),
+    )
+    assert brief.framework == "pytorch_fsdp" and brief.avoid_frameworks == ["deepspeed"]
+    assert brief.pins.avoid_zero_stages == [3] and brief.pins.zero_stage is None
+    memory, fw = _planned(brief)
+    assert fw.primary == "pytorch_fsdp" and not memory.chosen.startswith("zero3")
+    assert memory.chosen_row is not None and memory.chosen_row.fits
