@@ -427,9 +427,10 @@ def select_framework(
         if memory is None and model.params >= PIPELINE_PARAMS:
             rationale += " At this size add pipeline parallelism (DeepSpeed's PipelineModule or Megatron-LM) to ZeRO."
         elif memory is not None and setup_framework(model, memory) is None:
+            # No setup label here: the engineer may re-plan; the plan's strategy is its own field.
             rationale += (
-                f" ZeRO runs the setup the strategy search chose ({memory.chosen_label}) across "
-                "the data-parallel ranks."
+                " ZeRO runs the setup the strategy search chose (the plan's strategy) across the "
+                "data-parallel ranks."
             )
     choice = FrameworkChoice(
         primary=best.framework,
