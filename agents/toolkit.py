@@ -331,7 +331,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         if ws.framework is not None and ws.brief.task != "agent-app":
             # The framework runs the setup this search chose (DeepSpeed AutoTP, torchtitan or
             # Megatron for a tensor/pipeline split): the plan's framework and launch agree.
-            ws.framework = follow_setup(ws.framework, model, ws.memory)
+            ws.framework = follow_setup(ws.framework, model, ws.memory, ws.brief)
         ws.progress(f"strategy: {ws.memory.chosen} micro-batch {ws.memory.micro_batch_size}")
         return _dump(ws.memory)
 
@@ -461,7 +461,14 @@ def _torch_smoke_mode(ws: Workspace, model: ModelSpec, memory: MemoryPlan) -> Sm
 
 def reviewer_tools(ws: Workspace) -> list[BaseTool]:
     """review_plan."""
-    from tools.review import check_contract, check_plan, decide, round_findings, setup_of
+    from tools.review import (
+        check_contract,
+        check_plan,
+        check_wishes,
+        decide,
+        round_findings,
+        setup_of,
+    )
     from tools.review.checks import check_brief
 
     def review_plan() -> str:
@@ -495,6 +502,13 @@ def reviewer_tools(ws: Workspace) -> list[BaseTool]:
             ws.deepspeed_config,
             ws.launch,
             ws.smoke or SmokeResult(status="skipped", reason="no smoke run was made"),
+        )
+        # The brief's framework wishes against the plan's framework and the files it emitted.
+        findings += check_wishes(
+            ws.brief,
+            need(ws.framework, "the framework", "select_framework"),
+            ws.deepspeed_config,
+            ws.launch,
         )
         findings += round_findings(ws.memory, ws.deepspeed_config, ws.prior_review, ws.round_no)
         setup = setup_of(ws.memory, ws.deepspeed_config)

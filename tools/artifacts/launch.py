@@ -229,7 +229,13 @@ def _launcher_for(framework: FrameworkChoice, job: LaunchInputs) -> str:
     if framework.primary in TRAIN_PY_MODES and job.split is None:
         return TRAIN_PY_MODES[framework.primary]
     if framework.primary == "torchtitan":
-        if job.memory is None or job.memory.pipeline_parallel * job.memory.tensor_parallel == 1:
+        if (
+            job.memory is None
+            or job.memory.pipeline_parallel
+            * job.memory.tensor_parallel
+            * job.memory.context_parallel
+            == 1
+        ):
             raise ToolFailure("a torchtitan launch needs the plan's tensor/pipeline setup")
         return "torchtitan"
     if job.deepspeed_config is None:
@@ -360,7 +366,9 @@ def _megatron(job: LaunchInputs) -> Launch:
             job.title, job.brief, job.hardware, job.gpus, job.model, split, config, job.precision
         )
         preamble += megatron.fine_tune_preamble()
-        how_to_run += f" A fine-tune: run ./{megatron.CONVERT_SCRIPT} HF_MODEL_DIR first."
+        how_to_run += (
+            f" The job starts from the weights: run ./{megatron.CONVERT_SCRIPT} HF_MODEL_DIR first."
+        )
     return Launch(command, how_to_run, files, preamble=preamble)
 
 
@@ -441,12 +449,14 @@ def _train_py_args(job: LaunchInputs) -> list[str]:
 
 
 def _model_args(job: LaunchInputs) -> list[str]:
-    """Pretraining builds from model_config.json; a fine-tune loads the plan's weights.
+    """Pretraining from scratch builds from model_config.json; other jobs load the weights.
+
+    A fine-tune, LoRA or continued pretraining loads the plan's weights.
 
     The weights default to the model's hub id (a catalog model) or its local folder, and
     ``$MODEL_PATH`` overrides them (a local copy on the cluster).
     """
-    if job.brief.task == "pretrain":
+    if not job.brief.loads_weights:
         return ["--model-config", "model_config.json"]
     where = weights_location(job.model) or job.model.name
     return ["--init", "pretrained", "--model-path", where]

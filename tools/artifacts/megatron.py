@@ -96,8 +96,8 @@ def megatron_args(
 
 
 def is_fine_tune(brief: TrainingBrief) -> bool:
-    """Whether the plan starts from a Hugging Face checkpoint (every task but pretraining)."""
-    return brief.task != "pretrain"
+    """Whether the plan starts from a Hugging Face checkpoint (all but pretraining from scratch)."""
+    return brief.loads_weights
 
 
 def convertible(brief: TrainingBrief, config: dict[str, Any]) -> bool:

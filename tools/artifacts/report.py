@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from tools.artifacts.budget import plan_budget
+from tools.artifacts.headline import headline_caveats, headline_notes
 from tools.artifacts.request_lists import report_request_section
 from tools.artifacts.text import CANDIDATE_HEADER, candidate_rows
 from tools.core.errors import printable
@@ -107,6 +108,8 @@ def _headline(plan: TrainingPlan) -> list[str]:
         else None
     )
     budget = plan_budget(plan)
+    data = plan.model_dump(mode="json")
+    notes, caveats = headline_notes(data), headline_caveats(data)
     return [
         f"# {md_text(plan_title(plan))}",
         "",
@@ -114,6 +117,8 @@ def _headline(plan: TrainingPlan) -> list[str]:
         f"**Framework:** {plan.framework.primary}. {strategy}**Smoke test:** {plan.smoke_test.status}."
         + (f" {budget.text}" if budget else ""),
         "",
+        *([f"**Not as asked:** {md_text(' '.join(notes))}", ""] if notes else []),
+        *([f"**Note:** {md_text(' '.join(caveats))}", ""] if caveats else []),
         *([where, ""] if where else []),
         *([f"**Request:** {md_text(b.goal)}", ""] if b.goal else []),
     ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tools.artifacts.budget import budget_line
+from tools.artifacts.headline import headline_caveats, headline_notes
 from tools.artifacts.inference_report import inference_line
 from tools.core.errors import printable
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, SmokeResult, TrainingBrief
@@ -106,6 +107,9 @@ def summary_lines(plan: dict[str, Any], *, headline: str = "plan") -> list[str]:
         lines.insert(3, f["fit_line"])
     if budget := budget_line(plan):
         lines.insert(1, budget)
+    lines[1:1] = [f"not as asked: {note}" for note in headline_notes(plan)] + [
+        f"note: {note}" for note in headline_caveats(plan)
+    ]
     # Names, paths and reasons come from briefs, files and runs: no escapes reach the terminal.
     return [printable(line) for line in lines]
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from tools.artifacts.scripts import comment_text, render
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
-from tools.research.framework import torchtitan_flavor
+from tools.research.splits import torchtitan_flavor
 
 TORCHTITAN_CONFIG = "torchtitan.toml"
 TORCHTITAN_MODULE = "torchtitan.train"
@@ -147,7 +147,7 @@ def job_config(
             "interval": min(SAVE_INTERVAL, steps),
         },
     }
-    if task == "finetune":
+    if brief.loads_weights:
         # The Hugging Face safetensors themselves, model only (the module docstring: how
         # torchtitan reads them); ignored once the job has a checkpoint of its own.
         config["checkpoint"] |= {
@@ -222,7 +222,7 @@ def torchtitan_md(
         "started again (the same launch.sh or train.sbatch), resumes from the newest one there."
     )
     convert = (
-        "This is a fine-tune from the Hugging Face weights, read as they are (no conversion): "
+        "This job starts from the Hugging Face weights, read as they are (no conversion): "
         f"link the model's folder (its `*.safetensors` and `config.json`) to `{HF_CHECKPOINT}` "
         f"here, `ln -s /path/to/hf-model {HF_CHECKPOINT}`; `[checkpoint] initial_load_path` "
         "loads it, model weights only, through torchtitan's llama3 state-dict adapter "

@@ -117,12 +117,17 @@ class Pins(_Strict):
     tensor_parallel: Count | None = Field(default=None, ge=1, le=MAX_TENSOR_PARALLEL)
     pipeline_parallel: Count | None = Field(default=None, ge=1, le=MAX_PIPELINE_PARALLEL)
     offload: bool | None = None
+    # ZeRO stages the request refuses ("do not use ZeRO-3"); the search offers none of them.
+    avoid_zero_stages: list[Annotated[int, Field(ge=0, le=3)]] = Field(
+        default_factory=list, max_length=4
+    )
 
     def stated(self) -> list[str]:
         """The pins as words, e.g. ``["ZeRO stage 2", "no offload"]``."""
         words = []
         if self.zero_stage is not None:
             words.append(f"ZeRO stage {self.zero_stage}")
+        words += [f"no ZeRO stage {stage}" for stage in self.avoid_zero_stages]
         if self.tensor_parallel is not None:
             words.append(f"tensor parallel {self.tensor_parallel}")
         if self.pipeline_parallel is not None:
@@ -206,6 +211,11 @@ class TrainingBrief(_Strict):
             raise ValueError("global_batch_size is not planned yet (tools/planning/batch.py)")
         return self.global_batch_size
 
+    @property
+    def loads_weights(self) -> bool:
+        """Whether the job starts from pretrained weights (all but pretraining from scratch)."""
+        return self.task != "pretrain" or self.objective == "continued-pretraining"
+
     @field_validator("model")
     @classmethod
     def _model_not_blank(cls, value: Any) -> Any:
@@ -219,6 +229,10 @@ class TrainingBrief(_Strict):
             raise ValueError("model is required (only an agent-app brief may omit it)")
         if self.framework is not None and self.framework in self.avoid_frameworks:
             raise ValueError(f"framework {self.framework} is also in avoid_frameworks")
+        if self.objective == "continued-pretraining" and self.task == "finetune":
+            # Continued pretraining is pretraining (its batch and optimizer recipe) from the
+            # weights; the plan's headline says so (tools/artifacts/text.py objective_note).
+            self.task = "pretrain"
         return self
 
 
@@ -290,6 +304,12 @@ class FrameworkChoice(BaseModel):
     alternatives: list[Alternative] = Field(default_factory=list)
     rationale: str
     citations: list[str] = Field(default_factory=list)
+    # What the plan did with the request's framework wishes, one sentence each (also the end of
+    # ``rationale``), rewritten whenever the primary changes (tools/research/framework.py).
+    wish_notes: list[str] = Field(default_factory=list)
+    # The framework the request named, when the plan does not run on it, and why not: the
+    # report's headline says it (None: none named, or honoured).
+    not_honoured: str | None = None
 
 
 class MemoryBreakdown(BaseModel):
@@ -484,6 +504,9 @@ class MemoryPlan(BaseModel):
     # fit instead (tools/planning/alternatives.py; estimates, the search still chooses).
     binding: str | None = None
     fit_options: list[FitOption] = Field(default_factory=list)
+    # What the request asked of the setup that the plan does not do, and why (a pin or a named
+    # framework with no setup that fits): the report's headline says it.
+    not_honoured: list[str] = Field(default_factory=list)
     # The chosen setup's tensor- and pipeline-parallel degrees (1 and 1: data parallel only).
     # Rows in ``strategies`` with the same name are told apart by their ``label``; the chosen
     # setup is the row whose label is ``chosen_label``.

@@ -6,7 +6,7 @@ read by the brief parser); "PyTorch DDP only" -> pytorch_ddp; "torchtitan" -> py
 (torchtitan is PyTorch's FSDP2 + tensor/pipeline reference trainer; trainwright writes no
 torchtitan config, and the plan says so). Pins: "ZeRO-2", "ZeRO stage 3", "TP 4", "tensor
 parallel 8", "PP 2", "pipeline parallelism of 4", "no tensor parallelism" (degree 1),
-"no offload", "with offload".
+"no offload", "with offload"; "do not use ZeRO-3" refuses that stage (``avoid_zero_stages``).
 
 Offline and deterministic, like the rest of the request parser (tools/intake/brief.py); every
 pattern is linear (no nested quantifiers), and the request is already capped in length.
@@ -138,7 +138,21 @@ def pin_reads(text: str) -> list[Read]:
 
 def pin_fields(text: str) -> dict[str, Any]:
     """The setup dimensions a request fixes: zero_stage, tensor/pipeline degrees, offload."""
-    return {r.field.split(".", 1)[1]: r.value for r in pin_reads(text)}
+    pins: dict[str, Any] = {r.field.split(".", 1)[1]: r.value for r in pin_reads(text)}
+    if refused := refused_zero_stages(text):
+        pins["avoid_zero_stages"] = refused
+    return pins
+
+
+def refused_zero_stages(text: str) -> list[int]:
+    """The ZeRO stages a request refuses ("do not use ZeRO-3", "不要 ZeRO-3"): never pinned."""
+    return sorted(
+        {
+            int(m.group(1) or m.group(2))
+            for m in _ZERO_RE.finditer(text)
+            if _refused_before(text, m.start())
+        }
+    )
 
 
 def torchtitan_note(goal: str) -> str | None:

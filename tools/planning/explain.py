@@ -29,6 +29,24 @@ MEGATRON_NOTE = (
 )
 
 
+def split_note(framework: str | None, tp: int, pp: int, cp: int = 1) -> str:
+    """What runs the chosen split, from the framework that implements it (research/splits.py)."""
+    if framework == "deepspeed":
+        return (
+            f"tensor parallel {tp} runs on DeepSpeed AutoTP (tensor_parallel.autotp_size {tp} in "
+            "ds_config.json), which shards the Hugging Face model's linear layers; the ZeRO "
+            "stage shards the rest across the data-parallel ranks"
+        )
+    if framework == "torchtitan":
+        return (
+            f"the split (tensor {tp} x pipeline {pp}"
+            + (f" x context {cp}" if cp > 1 else "")
+            + ") runs on torchtitan: FSDP2 with tensor, pipeline and context parallelism from "
+            "torchtitan.toml"
+        )
+    return MEGATRON_NOTE
+
+
 def node_ram_text(hardware: HardwareSpec) -> str:
     """The node's RAM as the reasons quote it: "the node's 2048 GB" (and whether assumed)."""
     ram, assumed = node_ram_bytes(hardware)

@@ -52,6 +52,7 @@ from tools.core.strategies import (
     check_recompute,
     check_strategy,
 )
+from tools.core.units import gb_text
 from tools.planning import alternatives, explain
 from tools.planning.batch import resolve_batch
 from tools.planning.memory import GB, capacity_bytes, estimate_strategy
@@ -61,7 +62,14 @@ from tools.planning.recipe import Recipe, recipe_from_brief, resolve_recipe
 from tools.planning.scale_out import MAX_NODES_SUGGESTED, TRAINING_TASKS, smallest_fitting
 from tools.planning.speed import estimate_speed
 from tools.planning.states import resolve_precision
-from tools.research.framework import replicas_fit, torchtitan_flavor
+from tools.research.framework import replicas_fit
+from tools.research.splits import (
+    runs_on,
+    runs_setup,
+    setup_framework,
+    split_framework,
+    torchtitan_flavor,
+)
 
 # Nothing pinned: the search over the whole space.
 ALL = SearchOptions()
@@ -281,7 +289,48 @@ def search_strategy(
 def run_search(
     model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief, options: SearchOptions
 ) -> MemoryPlan:
-    """One search over the space ``options`` leave open (the request's pins kept)."""
+    """One search over the space ``options`` leave open (the request's pins and wishes kept)."""
+    plan = _search_brief(model, hardware, brief, options)
+    return _framework_fallback(model, hardware, brief, plan, options)
+
+
+def _framework_fallback(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    brief: TrainingBrief,
+    plan: MemoryPlan,
+    options: SearchOptions,
+) -> MemoryPlan:
+    """When no setup the named framework runs fits, the search without that wish, said so.
+
+    The request's refusals still hold; when nothing fits without the wish either, the plan
+    keeps it. Megatron runs every split, so a Megatron wish never needs this.
+    """
+    wished, row = brief.framework, plan.chosen_row
+    if wished in (None, "megatron") or row is None or row.fits or hardware.gpu is None:
+        return plan
+    free = _search_brief(model, hardware, brief.model_copy(update={"framework": None}), options)
+    needed, free_row = setup_framework(model, free), free.chosen_row
+    if free_row is None or not free_row.fits:
+        return plan
+    on = f" on {needed}" if needed else ""
+    note = (
+        f"{wished} was asked for, but no setup it runs fits: its smallest, {row.label}, "
+        f"needs {gb_text(row.per_gpu_bytes.total)} per GPU; planned {free_row.label}{on} "
+        "instead, which fits"
+    )
+    return free.model_copy(
+        update={
+            "assumptions": [note, *free.assumptions],
+            "not_honoured": [note, *free.not_honoured],
+        }
+    )
+
+
+def _search_brief(
+    model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief, options: SearchOptions
+) -> MemoryPlan:
+    """The search for one brief: its default batch, recipe and pins."""
     brief, batch_note = resolve_batch(brief, model, hardware)
     options = options.but(recipe=options.recipe or recipe_from_brief(brief))
     if brief.pins.stated():
@@ -355,6 +404,7 @@ def pinned_search(
         n
         for n in names
         if (pins.zero_stage is None or ZERO_STAGE[n] == pins.zero_stage)
+        and ZERO_STAGE[n] not in pins.avoid_zero_stages
         and (pins.offload is None or (n in OFFLOAD_STRATEGIES) == pins.offload)
     ]
     tp = options.tensor_parallel or pins.tensor_parallel
@@ -398,7 +448,9 @@ def pinned_search(
     notes = [note, *fallback.assumptions]
     if batch_note and batch_note not in notes:
         notes.append(batch_note)
-    return fallback.model_copy(update={"assumptions": notes})
+    honoured = not (row is not None and row.fits)  # nothing fits: the plan keeps the pins
+    missed = fallback.not_honoured if honoured else [note, *fallback.not_honoured]
+    return fallback.model_copy(update={"assumptions": notes, "not_honoured": missed})
 
 
 def _matches(plan: MemoryPlan, tp: int | None, pp: int | None) -> bool:
@@ -531,6 +583,8 @@ def _space(
     space.layouts = _layouts(space)
     if not space.layouts:
         raise InputError("global_batch_size", _batch_message(brief, hardware))
+    if hardware.gpu is not None and (line := _not_searched(space)):
+        space.notes.append(line)
     if micro_batch_size is not None:
         runs = [lay for lay in space.layouts if space.micro_range(space.per_rank(lay))]
         if not runs:
@@ -594,12 +648,43 @@ def _layouts(space: _Space) -> list[Setup]:
     return layouts
 
 
-def _names_for(space: _Space, layout: Setup) -> list[StrategyName]:
+def _split_names(space: _Space, layout: Setup) -> list[StrategyName]:
     """The strategies a layout combines with (offload is data-parallel only, see parallel.py)."""
     if layout.split == 1:
         return space.names
     names = [n for n in space.names if n not in OFFLOAD_STRATEGIES]
     return [n for n in names if n in PIPELINE_STRATEGIES] if layout.pp > 1 else names
+
+
+def _names_for(space: _Space, layout: Setup) -> list[StrategyName]:
+    """The strategies a layout combines with, on a framework the request allows."""
+    return [
+        n
+        for n in _split_names(space, layout)
+        if runs_setup(space.brief, space.model, n, layout.tp, layout.pp, layout.cp)
+    ]
+
+
+def _not_searched(space: _Space) -> str | None:
+    """The line saying which splits the request's framework wishes keep out of the search."""
+    needs = {
+        split_framework(space.model, n, lay.tp, lay.pp, lay.cp)
+        for lay in space.layouts
+        for n in _split_names(space, lay)
+        if not runs_setup(space.brief, space.model, n, lay.tp, lay.pp, lay.cp)
+    }
+    if not needs:
+        return None
+    brief = space.brief
+    why = (
+        f"the request refuses {', '.join(brief.avoid_frameworks)}" if brief.avoid_frameworks else ""
+    )
+    if brief.framework is not None:
+        why += ("; " if why else "") + f"the request asks for {brief.framework}"
+    return (
+        f"not searched: the splits that run only on {', '.join(sorted(str(f) for f in needs))} "
+        f"({why})"
+    )
 
 
 def _virtual_stages(space: _Space, layout: Setup, accumulation: int) -> list[int]:
@@ -774,8 +859,11 @@ def _fastest_fit(space: _Space) -> MemoryPlan:
             if small is not None:
                 smallest[small.setup.family()] = small
     if not smallest:
+        wish = space.brief.framework or ", ".join(space.brief.avoid_frameworks)
         raise InputError(
-            "strategy", "no searched strategy runs with the pinned tensor/pipeline degrees"
+            "strategy",
+            "no searched strategy runs with the pinned tensor/pipeline degrees"
+            + (f" on a framework the request allows ({wish})" if wish else ""),
         )
     found.sort(key=_rank)
     if found:
@@ -1008,7 +1096,8 @@ def _chosen_plan(
             + (f" x context {lay.cp}" if lay.cp > 1 else "")
             + ") is the fastest setup that fits"
         )
-        assumptions.append(explain.MEGATRON_NOTE)
+        needed = runs_on(space.brief, space.model, win.name, tp, pp, lay.cp)
+        assumptions.append(explain.split_note(needed, tp, pp, lay.cp))
     assumptions += _assumptions(space, win)
     top = found[:TOP_CANDIDATES]
     shown = {id(r) for r in top}
@@ -1038,6 +1127,14 @@ def _finish(
     """The plan with its ``setup`` (the chosen row) and ``candidates`` in the contract's form."""
     row = win or plan.chosen_row
     assumptions = list(plan.assumptions)
+    if space.recipe is not None and row is not None:
+        # The recipe's own recompute is a default; the chosen setup's policy is what was priced.
+        priced = f"memory priced for: {space.recipe.describe()}"
+        policy = _recipe_policy(space.recipe, row.checkpointing)
+        chosen = replace(space.recipe, checkpointing=policy)
+        assumptions = [
+            f"memory priced for: {chosen.describe()}" if a == priced else a for a in assumptions
+        ]
     if row is not None and space.hardware.gpu is not None:
         assumptions.append(fit_verdict(row.per_gpu_bytes, capacity_bytes(space.hardware) or 0))
     return plan.model_copy(

@@ -24,12 +24,17 @@ from tools.core.schemas import (
     ModelSpec,
     TrainingBrief,
 )
-from tools.core.strategies import MIN_HEADROOM, ZERO_STAGE
+from tools.core.strategies import MIN_HEADROOM
+from tools.research.splits import (
+    REPLICATING_FRAMEWORKS,
+    STACKS,
+    refused_in,
+    setup_framework,
+)
 
-# Frameworks whose plan carries a DeepSpeed config (and runs the plan's ZeRO stage), and those
-# that replicate every model state on every GPU.
+# Frameworks whose plan carries a DeepSpeed config (and runs the plan's ZeRO stage); those that
+# replicate every model state on every GPU are tools/research/splits.py's.
 DEEPSPEED_FRAMEWORKS = frozenset({"deepspeed", "megatron"})
-REPLICATING_FRAMEWORKS = frozenset({"pytorch", "pytorch_ddp", "tensorflow", "horovod"})
 # A model at or past this size needs pipeline or tensor parallelism on top of ZeRO in practice
 # (Megatron-LM and DeepSpeed's 3D parallelism papers train >100B models that way).
 PIPELINE_PARAMS = 100e9
@@ -49,19 +54,6 @@ CARD_OF: dict[str, str] = {
     "crewai": "crewai",
     "autogen": "autogen",
 }
-STACKS: dict[str, list[FrameworkId]] = {
-    "pytorch": ["pytorch"],
-    "pytorch_ddp": ["pytorch", "pytorch_ddp"],
-    "pytorch_fsdp": ["pytorch", "pytorch_fsdp"],
-    "deepspeed": ["pytorch", "deepspeed"],
-    "horovod": ["pytorch", "horovod"],
-    "tensorflow": ["tensorflow"],
-    "megatron": ["pytorch", "megatron", "deepspeed"],
-    "torchtitan": ["pytorch", "torchtitan"],
-    "langgraph": ["langgraph", "langchain"],
-    "crewai": ["crewai"],
-    "autogen": ["autogen"],
-}
 _RESEARCH = re.compile(
     r"\b(?:prototyp\w*|research\w*|experiment\w*|novel|new (?:\w+ )?algorithms?|ablation)", re.I
 )
@@ -75,38 +67,6 @@ _NAMED = {
     "horovod": re.compile(r"\bhorovod\b", re.I),
     "megatron": re.compile(r"\bmegatron\b", re.I),
 }
-
-
-# torchtitan's Llama 3 model flavors as (layers, hidden, heads, kv heads): the shapes its
-# model code builds (torchtitan/models/llama3/__init__.py ``llama3_configs``, pytorch/torchtitan
-# at commit 8c6bf93e5c5874c1f89c3a8e5a22fa5724ddebe7). A Llama-family model of one of these
-# shapes runs on torchtitan as it is; any other needs a model definition torchtitan lacks.
-TORCHTITAN_FLAVORS: dict[tuple[int, int, int, int], str] = {
-    (32, 4096, 32, 8): "8B",
-    (80, 8192, 64, 8): "70B",
-    (126, 16384, 128, 8): "405B",
-}
-# DeepSpeed AutoTP training (the ``tensor_parallel.autotp_size`` config, DeepSpeed >= 0.16.4)
-# runs with ZeRO stages 0, 1 and 2 (DeepSpeed's AutoTP training tutorial,
-# deepspeed.ai/tutorials/autotp-training: "ZeRO stage 3 is not supported"), on Hugging Face
-# models (it shards their nn.Linear layers; deepspeed/module_inject/auto_tp.py).
-AUTOTP_MAX_ZERO_STAGE = 2
-
-
-def torchtitan_flavor(model: ModelSpec | None) -> str | None:
-    """The torchtitan ``llama3`` flavor with the model's exact shape, else None."""
-    if model is None:
-        return None
-    family = str((model.hf_config or {}).get("model_type") or model.family or "").lower()
-    if family != "llama":
-        return None
-    shape = (model.layers, model.hidden, model.heads, model.kv_heads or model.heads)
-    return TORCHTITAN_FLAVORS.get(shape)
-
-
-def is_hf_model(model: ModelSpec | None) -> bool:
-    """Whether the model comes as a Hugging Face config (what DeepSpeed AutoTP shards)."""
-    return model is not None and bool((model.hf_config or {}).get("model_type"))
 
 
 def replicas_fit(memory: MemoryPlan | None) -> bool:
@@ -130,45 +90,26 @@ def replicas_fit(memory: MemoryPlan | None) -> bool:
     )
 
 
-def setup_framework(model: ModelSpec | None, memory: MemoryPlan | None) -> FrameworkId | None:
-    """The framework that implements the memory plan's tensor/pipeline split for this model.
-
-    None for a data-parallel setup (any training framework runs it). Tensor parallelism alone
-    on a Hugging Face model with ZeRO 0-2: DeepSpeed AutoTP. A pipeline on a Llama model
-    torchtitan defines: torchtitan. Anything else: Megatron (``pretrain_gpt.py``), which
-    builds GPT-style models of any shape from flags.
-    """
-    if memory is None:
-        return None
-    if memory.context_parallel > 1:
-        # Ring attention over context-parallel ranks: torchtitan's (the search offers context
-        # parallelism only for the Llama models torchtitan builds).
-        return "torchtitan" if torchtitan_flavor(model) is not None else "megatron"
-    if memory.tensor_parallel * memory.pipeline_parallel == 1:
-        return None
-    stage = ZERO_STAGE.get(memory.chosen, 3)
-    if (
-        memory.pipeline_parallel == 1
-        and is_hf_model(model)
-        and stage <= AUTOTP_MAX_ZERO_STAGE
-        and "offload" not in memory.chosen
-    ):
-        return "deepspeed"
-    if memory.pipeline_parallel > 1 and torchtitan_flavor(model) is not None:
-        return "torchtitan"
-    return "megatron"
-
-
 def follow_setup(
-    choice: FrameworkChoice, model: ModelSpec | None, memory: MemoryPlan | None
+    choice: FrameworkChoice,
+    model: ModelSpec | None,
+    memory: MemoryPlan | None,
+    brief: TrainingBrief | None = None,
 ) -> FrameworkChoice:
     """The choice, changed to the framework the setup needs when the chosen one cannot run it.
 
     A plan that asked for Megatron keeps it (Megatron runs every split); otherwise a
-    tensor/pipeline setup runs on ``setup_framework``'s pick, and the rationale says why.
+    tensor/pipeline setup runs on ``setup_framework``'s pick, and the rationale says why. A
+    framework the brief refuses is never taken (the search offers no setup that needs one).
+    With the brief, the wish sentences are rewritten for the framework the plan now runs on.
     """
     needed = setup_framework(model, memory)
-    if needed is None or memory is None or choice.primary in (needed, "megatron"):
+    if (
+        needed is None
+        or memory is None
+        or choice.primary in (needed, "megatron")
+        or (brief is not None and refused_in(needed, brief.avoid_frameworks))
+    ):
         return choice
     tp, pp = memory.tensor_parallel, memory.pipeline_parallel
     how = {
@@ -186,7 +127,7 @@ def follow_setup(
     alternatives = [a for a in choice.alternatives if a.name != needed]
     if choice.primary not in (a.name for a in alternatives):
         alternatives.insert(0, Alternative(name=choice.primary, reason=ALT_REASON[choice.primary]))
-    return choice.model_copy(
+    moved = choice.model_copy(
         update={
             "primary": needed,
             "stack": list(STACKS[needed]),
@@ -195,6 +136,7 @@ def follow_setup(
             "citations": list(dict.fromkeys([*cite(needed), *choice.citations])),
         }
     )
+    return moved if brief is None else with_wishes(moved, brief, model, memory)
 
 
 @lru_cache(maxsize=1)
@@ -323,9 +265,10 @@ def score_frameworks(
     wished = brief.framework
     if wished in s and not (wished in REPLICATING_FRAMEWORKS and not fits):
         s[wished].add(100, "the request asks for it")  # type: ignore[index]
-    # A refused framework is no candidate at all.
+    # A refused framework is no candidate at all, nor one whose stack carries it (Megatron-
+    # DeepSpeed when DeepSpeed is refused).
     ranked = sorted(
-        (sc for fid, sc in scores.items() if fid not in brief.avoid_frameworks),
+        (sc for fid, sc in scores.items() if not refused_in(fid, brief.avoid_frameworks)),
         key=lambda sc: -sc.points,
     )
     return ranked
@@ -384,24 +327,62 @@ def _alternative_reason(fid: FrameworkId, brief: TrainingBrief, points: int | No
     return reason + (f" (score {points})" if points is not None else "")
 
 
-def wish_notes(brief: TrainingBrief, chosen: str, memory: MemoryPlan | None) -> str:
-    """The sentences saying which framework wishes the plan honours, and why not the others."""
-    notes = []
-    if brief.framework is not None and brief.framework != chosen:
+def _not_honoured(
+    brief: TrainingBrief, chosen: str, model: ModelSpec | None, memory: MemoryPlan | None
+) -> str | None:
+    """Why the plan does not run on the framework the request names (None: it does, or none)."""
+    wished = brief.framework
+    if wished is None or wished == chosen:
+        return None
+    if wished in REPLICATING_FRAMEWORKS and not replicas_fit(memory):
         why = (
             "it replicates parameters, gradients and optimizer states on every GPU, and they "
             "do not fit"
-            if brief.framework in REPLICATING_FRAMEWORKS and not replicas_fit(memory)
-            else "it does not apply to this task"
         )
-        notes.append(f"Wish not honoured: {brief.framework} was asked for, but {why}.")
+    elif setup_framework(model, memory) == chosen and memory is not None:
+        why = (
+            f"no setup {wished} runs fits in memory here, and {memory.chosen_label} needs "
+            f"{chosen} for its split (the plan's notes say what {wished} alone would need)"
+        )
+    else:
+        why = "it does not apply to this task"
+    return f"Wish not honoured: {wished} was asked for, but {why}; the plan runs on {chosen}."
+
+
+def wish_notes(
+    brief: TrainingBrief, chosen: str, memory: MemoryPlan | None, model: ModelSpec | None = None
+) -> list[str]:
+    """The sentences saying which framework wishes the plan honours, and why not the others."""
+    notes = []
+    if (missed := _not_honoured(brief, chosen, model, memory)) is not None:
+        notes.append(missed)
     elif brief.framework is not None:
         notes.append(f"The framework is {chosen}, as the request asks.")
     if brief.avoid_frameworks:
         notes.append(
             f"Not considered, as the request refuses them: {', '.join(brief.avoid_frameworks)}."
         )
-    return (" " + " ".join(notes)) if notes else ""
+    return notes
+
+
+def with_wishes(
+    choice: FrameworkChoice,
+    brief: TrainingBrief,
+    model: ModelSpec | None,
+    memory: MemoryPlan | None,
+) -> FrameworkChoice:
+    """The choice with the wish sentences for its primary, in place of any earlier ones."""
+    rationale = choice.rationale
+    for old in choice.wish_notes:
+        rationale = rationale.replace(" " + old, "").replace(old, "")
+    notes = wish_notes(brief, choice.primary, memory, model)
+    return choice.model_copy(
+        update={
+            "rationale": " ".join([rationale.strip(), *notes]),
+            "wish_notes": notes,
+            "not_honoured": _not_honoured(brief, choice.primary, model, memory),
+        }
+    )
 
 
 def select_framework(
@@ -425,7 +406,9 @@ def select_framework(
     # The primary's next steps first, then any other candidate that scored above zero.
     order = NEXT_STEPS[best.framework] + [sc.framework for sc in ranked[1:] if sc.points > 0]
     names = list(
-        dict.fromkeys(f for f in order if f != best.framework and f not in brief.avoid_frameworks)
+        dict.fromkeys(
+            f for f in order if f != best.framework and not refused_in(f, brief.avoid_frameworks)
+        )
     )[:3]
     alternatives = [
         Alternative(name=f, reason=_alternative_reason(f, brief, points.get(f))) for f in names
@@ -435,18 +418,19 @@ def select_framework(
         + "; ".join(r.split(" ", 1)[1] for r in best.reasons if not r.startswith("-"))
         + "."
     )
-    rationale += wish_notes(brief, best.framework, memory)
     if brief.task == "agent-app":
         rationale += (
             " Nothing is trained, so there is no parallelism plan, DeepSpeed config or smoke run."
         )
     elif best.framework == "deepspeed" and model is not None:
-        if model.params >= PIPELINE_PARAMS:
+        # Said only of what the plan runs: a split is explained by follow_setup, from the setup.
+        if memory is None and model.params >= PIPELINE_PARAMS:
             rationale += " At this size add pipeline parallelism (DeepSpeed's PipelineModule or Megatron-LM) to ZeRO."
-        elif memory is not None:
+        elif memory is not None and setup_framework(model, memory) is None:
+            # No setup label here: the engineer may re-plan; the plan's strategy is its own field.
             rationale += (
-                " ZeRO runs the setup the strategy search chose (the plan's strategy), up to"
-                " ZeRO-3 with offload; the largest models add pipeline parallelism."
+                " ZeRO runs the setup the strategy search chose (the plan's strategy) across the "
+                "data-parallel ranks."
             )
     choice = FrameworkChoice(
         primary=best.framework,
@@ -455,4 +439,6 @@ def select_framework(
         rationale=rationale,
         citations=cite(best.framework, *(a.name for a in alternatives)),
     )
-    return choice if brief.task == "agent-app" else follow_setup(choice, model, memory)
+    if brief.task != "agent-app":
+        choice = follow_setup(choice, model, memory)
+    return with_wishes(choice, brief, model, memory)

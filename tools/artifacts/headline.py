@@ -1,0 +1,98 @@
+"""What the plan could not do as the request asked, said first: the headline's notes.
+
+From the plan's own fields (the plan contract JSON): the framework the request named when the
+plan runs on another (``framework.not_honoured``), a pin or framework the search could not
+honour (``memory.not_honoured``), and the request's ``objective`` where it changes what a plan
+means: RL with rollouts is not planned (the plan is the policy's supervised fine-tune, and the
+tools that do RL are named), continued pretraining starts from the weights, and DPO and
+distillation keep a second model in memory that the memory model does not price.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools.core.schemas import SetupCandidate
+from tools.core.units import gb_text
+
+# The tools that train with rollouts, and why trainwright does not plan it: an RL step
+# generates with the policy (an inference engine) and scores with reward and reference models
+# that live in memory beside it; none of that is in the memory or speed model.
+RL_TOOLS = "TRL, OpenRLHF, verl or NeMo-Aligner"
+RL_WHY = (
+    "rollouts need an inference engine (vLLM or SGLang) beside the trainer, and the reward and "
+    "reference models in GPU memory beside the policy, none of which trainwright's memory and "
+    "speed models price"
+)
+_BYTES_16BIT = 2
+
+
+def _setup(plan: dict[str, Any]) -> str:
+    """The chosen setup with its memory and speed: ``zero3, 61.2 GB per GPU, 9,800 tokens/s``."""
+    chosen = (plan.get("memory") or {}).get("setup")
+    if not chosen:
+        return "nothing to train"
+    setup = SetupCandidate.model_validate(chosen)
+    parts = [setup.label, f"{gb_text(setup.per_gpu_bytes['total'])} per GPU"]
+    speed = (plan.get("speed") or {}).get("tokens_per_s")
+    if speed:
+        parts.append(f"{speed:,.0f} tokens/s")
+    return ", ".join(parts)
+
+
+def objective_note(plan: dict[str, Any]) -> str | None:
+    """The sentence the request's objective needs in the headline (None: nothing to say)."""
+    brief, model = plan.get("brief") or {}, plan.get("model") or {}
+    objective, name = brief.get("objective"), model.get("name") or "the model"
+    if objective == "rl":
+        return (
+            "Not planned: RL with rollouts and reward models (PPO, GRPO, RLHF). Planned instead: "
+            f"the supervised fine-tune of the policy {name} ({_setup(plan)}), the memory and "
+            f"speed of its training step alone. For RL use {RL_TOOLS}: {RL_WHY}."
+        )
+    if objective == "continued-pretraining":
+        return (
+            f"Continued pretraining: planned as pretraining (its batch and optimizer recipe) "
+            f"that starts from {name}'s pretrained weights, which the launch files load (not "
+            "a random init)."
+        )
+    if objective in ("dpo", "distill"):
+        other = "the frozen reference model" if objective == "dpo" else "the teacher model"
+        size = (
+            f" (a 16-bit copy of {name} is {model['params'] * _BYTES_16BIT / 1e9:.1f} GB, "
+            "sharded or not as the setup shards weights)"
+            if objective == "dpo" and model.get("params")
+            else " (the request does not size it)"
+        )
+        return (
+            f"{'DPO' if objective == 'dpo' else 'Distillation'}: the memory figures price the "
+            f"trained model alone; {other}{size} is not priced and must fit beside it"
+            + (", or precompute the reference log-probabilities." if objective == "dpo" else ".")
+        )
+    return None
+
+
+def headline_notes(plan: dict[str, Any]) -> list[str]:
+    """What the plan did not do as the request asked, and why: the headline's "Not as asked"."""
+    notes: list[str] = []
+    if missed := (plan.get("framework") or {}).get("not_honoured"):
+        notes.append(str(missed))
+    notes += [_sentence(str(n)) for n in (plan.get("memory") or {}).get("not_honoured") or []]
+    if (plan.get("brief") or {}).get("objective") == "rl" and (rl := objective_note(plan)):
+        notes.append(rl)
+    return notes
+
+
+def headline_caveats(plan: dict[str, Any]) -> list[str]:
+    """What the request's objective means for a plan that honours it: the headline's "Note"."""
+    if (plan.get("brief") or {}).get("objective") == "rl":
+        return []  # said under "Not as asked"
+    note = objective_note(plan)
+    return [note] if note else []
+
+
+def _sentence(text: str) -> str:
+    """A search note (a lower-case clause) as a sentence."""
+    first = text.split(" ", 1)[0]
+    text = text[:1].upper() + text[1:] if first.isalpha() else text
+    return text if text.endswith(".") else text + "."

@@ -1,0 +1,142 @@
+"""Which framework runs a setup's tensor/pipeline/context split, and which setups a request allows.
+
+The search (tools/planning/search.py) asks ``runs_setup`` before it prices a setup, so a plan
+never needs a framework the request refuses (``avoid_frameworks``), nor, when the request names
+one (``framework``), one it did not name; the framework choice (tools/research/framework.py
+``follow_setup``) asks ``setup_framework`` which framework the chosen split runs on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tools.core.schemas import FrameworkId, MemoryPlan, ModelSpec, TrainingBrief
+from tools.core.strategies import ZERO_STAGE
+
+# Frameworks that replicate every model state on every GPU: they run DDP and nothing else.
+REPLICATING_FRAMEWORKS = frozenset({"pytorch", "pytorch_ddp", "tensorflow", "horovod"})
+STACKS: dict[str, list[FrameworkId]] = {
+    "pytorch": ["pytorch"],
+    "pytorch_ddp": ["pytorch", "pytorch_ddp"],
+    "pytorch_fsdp": ["pytorch", "pytorch_fsdp"],
+    "deepspeed": ["pytorch", "deepspeed"],
+    "horovod": ["pytorch", "horovod"],
+    "tensorflow": ["tensorflow"],
+    "megatron": ["pytorch", "megatron", "deepspeed"],
+    "torchtitan": ["pytorch", "torchtitan"],
+    "langgraph": ["langgraph", "langchain"],
+    "crewai": ["crewai"],
+    "autogen": ["autogen"],
+}
+
+# torchtitan's Llama 3 model flavors as (layers, hidden, heads, kv heads): the shapes its
+# model code builds (torchtitan/models/llama3/__init__.py ``llama3_configs``, pytorch/torchtitan
+# at commit 8c6bf93e5c5874c1f89c3a8e5a22fa5724ddebe7). A Llama-family model of one of these
+# shapes runs on torchtitan as it is; any other needs a model definition torchtitan lacks.
+TORCHTITAN_FLAVORS: dict[tuple[int, int, int, int], str] = {
+    (32, 4096, 32, 8): "8B",
+    (80, 8192, 64, 8): "70B",
+    (126, 16384, 128, 8): "405B",
+}
+# DeepSpeed AutoTP training (the ``tensor_parallel.autotp_size`` config, DeepSpeed >= 0.16.4)
+# runs with ZeRO stages 0, 1 and 2 (DeepSpeed's AutoTP training tutorial,
+# deepspeed.ai/tutorials/autotp-training: "ZeRO stage 3 is not supported"), on Hugging Face
+# models (it shards their nn.Linear layers; deepspeed/module_inject/auto_tp.py).
+AUTOTP_MAX_ZERO_STAGE = 2
+
+
+def torchtitan_flavor(model: ModelSpec | None) -> str | None:
+    """The torchtitan ``llama3`` flavor with the model's exact shape, else None."""
+    if model is None:
+        return None
+    family = str((model.hf_config or {}).get("model_type") or model.family or "").lower()
+    if family != "llama":
+        return None
+    shape = (model.layers, model.hidden, model.heads, model.kv_heads or model.heads)
+    return TORCHTITAN_FLAVORS.get(shape)
+
+
+def is_hf_model(model: ModelSpec | None) -> bool:
+    """Whether the model comes as a Hugging Face config (what DeepSpeed AutoTP shards)."""
+    return model is not None and bool((model.hf_config or {}).get("model_type"))
+
+
+def split_framework(
+    model: ModelSpec | None, strategy: str, tp: int = 1, pp: int = 1, cp: int = 1
+) -> FrameworkId | None:
+    """The framework that implements a t x p x c split with ``strategy`` for this model.
+
+    None for a data-parallel setup (any training framework runs it). Tensor parallelism alone
+    on a Hugging Face model with ZeRO 0-2: DeepSpeed AutoTP. A pipeline on a Llama model
+    torchtitan defines: torchtitan. Anything else: Megatron (``pretrain_gpt.py``), which
+    builds GPT-style models of any shape from flags.
+    """
+    if cp > 1:
+        # Ring attention over context-parallel ranks: torchtitan's (the search offers context
+        # parallelism only for the Llama models torchtitan builds).
+        return "torchtitan" if torchtitan_flavor(model) is not None else "megatron"
+    if tp * pp == 1:
+        return None
+    stage = ZERO_STAGE.get(strategy, 3)  # type: ignore[call-overload]
+    if (
+        pp == 1
+        and is_hf_model(model)
+        and stage <= AUTOTP_MAX_ZERO_STAGE
+        and "offload" not in strategy
+    ):
+        return "deepspeed"
+    if pp > 1 and torchtitan_flavor(model) is not None:
+        return "torchtitan"
+    return "megatron"
+
+
+def setup_framework(model: ModelSpec | None, memory: MemoryPlan | None) -> FrameworkId | None:
+    """The framework that implements the memory plan's chosen split (``split_framework``)."""
+    if memory is None:
+        return None
+    return split_framework(
+        model,
+        memory.chosen,
+        memory.tensor_parallel,
+        memory.pipeline_parallel,
+        memory.context_parallel,
+    )
+
+
+def refused_in(framework: str, avoided: Iterable[str]) -> list[str]:
+    """The refused frameworks a plan on ``framework`` would use: itself or its stack.
+
+    Megatron-DeepSpeed carries a DeepSpeed config, so refusing DeepSpeed refuses it too; plain
+    PyTorch under every stack counts only when it is the framework itself.
+    """
+    uses = {framework, *(f for f in STACKS.get(framework, []) if f != "pytorch")}
+    return [a for a in avoided if a in uses]
+
+
+def runs_setup(
+    brief: TrainingBrief, model: ModelSpec | None, strategy: str, tp: int, pp: int, cp: int
+) -> bool:
+    """Whether the request allows the framework this setup needs.
+
+    A data-parallel setup runs on any framework (plain DDP only, on a replicating one the
+    request names). A split needs ``split_framework``'s pick: never one the request refuses,
+    and, when the request names a framework, that one (Megatron runs every split).
+    """
+    needed = split_framework(model, strategy, tp, pp, cp)
+    if needed is None:
+        return brief.framework not in REPLICATING_FRAMEWORKS or strategy == "ddp"
+    if refused_in(needed, brief.avoid_frameworks):
+        return False
+    return brief.framework is None or brief.framework in (needed, "megatron")
+
+
+def runs_on(
+    brief: TrainingBrief, model: ModelSpec | None, strategy: str, tp: int, pp: int, cp: int = 1
+) -> FrameworkId | None:
+    """The framework a plan for this brief runs a split on (None: data parallel, any).
+
+    A brief that names Megatron keeps it (Megatron runs every split); otherwise
+    ``split_framework``'s pick, as ``follow_setup`` makes the plan's framework.
+    """
+    needed = split_framework(model, strategy, tp, pp, cp)
+    return "megatron" if needed is not None and brief.framework == "megatron" else needed
