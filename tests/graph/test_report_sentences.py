@@ -23,7 +23,7 @@ from tools.artifacts.launch import emit_launch
 from tools.artifacts.report import render_markdown
 from tools.core.schemas import Review, SmokeResult, TrainingPlan
 from tools.intake.brief import brief_from_dict
-from tools.planning import search_strategy
+from tools.planning import SearchOptions, search_strategy
 from tools.planning.batch import resolve_batch
 from tools.research.framework import (
     DEEPSPEED_FRAMEWORKS,
@@ -103,12 +103,14 @@ def _plan(fields: dict[str, Any], out: Path) -> TrainingPlan:
     hw = hardware_for_brief(brief)
     model = lookup_model(brief.model, brief.seq_len)  # type: ignore[arg-type]
     brief, _ = resolve_batch(brief, model, hw)
-    memory = search_strategy(model, hw, brief)
-    framework = select_framework(brief, hw, model, memory)
-    if framework.primary in REPLICATING_FRAMEWORKS:
-        memory = search_strategy(
-            model, hw, brief, strategies=["ddp"], tensor_parallel=1, pipeline_parallel=1
-        )
+    searched = search_strategy(model, hw, brief)
+    framework = select_framework(brief, hw, model, searched)
+    # As the engineer does (agents/toolkit.py plan_parallelism): the researcher's search reused,
+    # a replicating framework's DDP setup chosen within it.
+    replicating = framework.primary if framework.primary in REPLICATING_FRAMEWORKS else None
+    memory = search_strategy(
+        model, hw, brief, SearchOptions(replicating=replicating), searched=searched
+    )
     config = (
         emit_deepspeed_config(
             memory,
