@@ -339,6 +339,9 @@ def make_reporter(settings: Settings) -> Node:
                 state.get("request_account"),
                 _used_frameworks(ws),
                 ZERO_STAGE.get(ws.memory.chosen) if ws.memory else None,
+                primary=ws.framework.primary if ws.framework else None,
+                not_honoured=ws.framework.not_honoured if ws.framework else None,
+                objective=ws.brief.objective,
             ),
         )
         paths = write_report(plan, ws.out_dir)

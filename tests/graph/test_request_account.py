@@ -315,3 +315,42 @@ def test_a_refused_zero_stage_is_checked_against_the_chosen_setup() -> None:
     assert broken is not None and broken.honoured is False and "ZeRO stage 3" in broken.how
     kept = closed_account(account, ["pytorch", "deepspeed"], zero_stage=2).wish("avoid:zero-3")
     assert kept is not None and kept.honoured is True
+
+
+@pytest.mark.parametrize(
+    ("text", "wish", "honoured", "how"),
+    [
+        # The issue's own GRPO example is not used: a PPO request on another model and cluster.
+        (
+            "PPO with a reward model on qwen2.5-7b, 2 nodes of 8 H100",
+            "objective:rl",
+            False,
+            "not planned: RL",
+        ),
+        ("fine-tune llama-3-8b with FSDP on 8 A100 80GB", "framework:pytorch_fsdp", True, "used"),
+        (
+            "continue pretraining llama-3.1-8b on 8 H100 with 10B tokens",
+            "objective:continued-pretraining",
+            True,
+            "planned: pretraining that starts from the model's weights",
+        ),
+    ],
+)
+def test_the_finished_plan_marks_the_objective_and_framework_wishes(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    wish: str,
+    honoured: bool,
+    how: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    rc = app.main(["plan", text, "--no-smoke", "--out", "o", "--json", "plan.json"])
+    assert rc == 0, capsys.readouterr().err
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    marked = next(w for w in plan["request"]["wishes"] if w["wish"] == wish)
+    assert marked["honoured"] is honoured and marked["how"].startswith(how), marked
+    if wish == "objective:rl":
+        assert plan["brief"]["objective"] == "rl"
+        assert "RL with rollouts" in (tmp_path / "o" / "report.md").read_text()

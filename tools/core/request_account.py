@@ -84,6 +84,32 @@ def mark_wish(
     return acc.model_dump(mode="json")
 
 
+# How the plan treats the objective a request names (tools/artifacts/headline.py says the same in
+# the headline): (honoured, how).
+OBJECTIVE_MARKS: dict[str, tuple[bool, str]] = {
+    "sft": (True, "planned: a supervised fine-tune"),
+    "continued-pretraining": (
+        True,
+        "planned: pretraining that starts from the model's weights (the job loads them)",
+    ),
+    "rl": (
+        False,
+        "not planned: RL with rollouts and reward models is not planned; the plan is the "
+        "policy's supervised fine-tune (the headline names the tools that do RL)",
+    ),
+    "dpo": (
+        False,
+        "partly: the plan trains the policy; the DPO reference model is not in the memory "
+        "estimate (the headline says so)",
+    ),
+    "distill": (
+        False,
+        "partly: the plan trains the student; the teacher model is not in the memory estimate "
+        "(the headline says so)",
+    ),
+}
+
+
 # What an undecided wish says in a finished plan: nobody acted on it, and the plan says so.
 NOT_CHECKED = "not checked: no planning step acts on this wish yet; the plan does not promise it"
 
@@ -92,6 +118,10 @@ def closed_account(
     account: RequestAccount | dict[str, Any] | None,
     used_frameworks: list[str] | None = None,
     zero_stage: int | None = None,
+    *,
+    primary: str | None = None,
+    not_honoured: str | None = None,
+    objective: str | None = None,
 ) -> RequestAccount:
     """The account as a finished plan carries it: every wish still undecided says it was not checked.
 
@@ -101,7 +131,10 @@ def closed_account(
     when it writes a DeepSpeed config): a refused one there is marked refused, whatever was
     said before, so the account never claims a refusal the plan did not keep. ``zero_stage``
     is the chosen setup's ZeRO stage (None: no training setup): a refused stage ("do not use
-    ZeRO-3", ``avoid:zero-3``) is kept or not by it.
+    ZeRO-3", ``avoid:zero-3``) is kept or not by it. ``primary`` is the framework the plan
+    runs on (a ``framework:X`` wish is honoured when it is X, else refused with
+    ``not_honoured``, the planner's reason); ``objective`` is the brief's (its wish is marked as
+    ``OBJECTIVE_MARKS`` says: RL is not planned, continued pretraining loads the weights).
     """
     if account is None:
         return RequestAccount()
@@ -113,6 +146,15 @@ def closed_account(
     used = set(used_frameworks or ())
     for w in acc.wishes:
         kind, _, name = w.wish.partition(":")
+        if kind == "framework" and primary is not None:
+            w.honoured = name == primary or name in used
+            w.how = (
+                f"used: the plan runs on {primary}"
+                if w.honoured
+                else f"not used: {not_honoured or f'the plan runs on {primary}'}"
+            )
+        elif kind == "objective" and objective is not None and name in OBJECTIVE_MARKS:
+            w.honoured, w.how = OBJECTIVE_MARKS[name]
         if kind == "avoid" and name in used:
             w.honoured = False
             w.how = f"not kept: the plan still uses {name} (its framework stack or config)"
