@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import choice_grid, latency, memory_accuracy
 from bench import run as bench_run
 from bench.common import BenchError, run_cmd
+from bench.suite import choice_grid, latency, memory_accuracy
 
 ROOT = Path(__file__).resolve().parents[2]
 
