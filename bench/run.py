@@ -8,6 +8,8 @@ Sections (each also importable from its module):
 - choice: the planner's pick vs the best of a measured strategy x micro-batch grid on 2 CPU
   ranks (bench/suite/choice_grid.py, bench/suite/grid_train.py);
 - latency: CLI cold start, an offline plan, a batch of briefs, heavy imports (bench/suite/latency.py);
+- plan_cold: the CPU time of a cold offline plan without smoke, per graph node, and of `--help`
+  against `python -c pass` (bench/suite/plan_cold.py);
 - overhead: our smoke run vs a minimal DeepSpeed script (bench/suite/overhead.py, which
   runs bench/suite/smoke_overhead.py);
 - published: the speed model's tokens/s per GPU vs published throughputs (llm-foundry,
@@ -38,7 +40,7 @@ if str(ROOT) not in sys.path:
 from bench.common import load_average, machine_info  # noqa: E402
 
 SECTIONS = ("memory_grid", "planner_cases", "memory_gpu", "memory_smoke", "choice", "latency",
-            "overhead", "published", "published_memory")  # fmt: skip
+            "plan_cold", "overhead", "published", "published_memory")  # fmt: skip
 GIB = 2**30
 
 
@@ -91,6 +93,12 @@ def _latency(quick: bool) -> dict[str, Any]:
     return measure(quick)
 
 
+def _plan_cold(quick: bool) -> dict[str, Any]:
+    from bench.suite.plan_cold import measure
+
+    return measure(quick)
+
+
 def _overhead(quick: bool) -> dict[str, Any]:
     from bench.suite.overhead import measure
 
@@ -116,6 +124,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "memory_smoke": _memory_smoke,
     "choice": _choice,
     "latency": _latency,
+    "plan_cold": _plan_cold,
     "overhead": _overhead,
     "published": _published,
     "published_memory": _published_memory,
@@ -283,6 +292,8 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"{_s(b['per_brief_s'])} ({_s(b['wall_s'])} total, {b['report_folders']} reports)",
             f"`app.py report DIR --no-smoke --jobs {b['jobs']}`, wall / briefs",
         ))  # fmt: skip
+    if "plan_cold" in sec:
+        rows += _plan_cold_rows(sec["plan_cold"])
     if "overhead" in sec:
         o = sec["overhead"]
         rows.append((
@@ -321,6 +332,26 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 "layout pinned, the quantity the row measured",
             ))  # fmt: skip
     return rows
+
+
+def _plan_cold_rows(c: dict[str, Any]) -> list[tuple[str, str, str]]:
+    plan, help_ = c["plan"], c["help"]
+    return [
+        (
+            "Cold `app.py plan --no-smoke`, CPU (user+sys)",
+            f"median {_s(plan['cpu_median_s'])}, min {_s(plan['cpu_min_s'])} "
+            f"(target < {plan['target_cpu_s']:g} s; first run, building the knowledge index: "
+            f"{_s(plan['first_run_builds_index_cpu_s'])})",
+            f"{plan['runs']} fresh processes, brief llama3-8b-finetune-8xa100.yaml; per node: "
+            "bench/suite/plan_cold.py",
+        ),
+        (
+            "`app.py --help` CPU vs `python -c pass`",
+            f"{_s(help_['app_help_cpu_median_s'])} vs {_s(help_['python_pass_cpu_median_s'])} "
+            f"({help_['ratio']:.2f}x; target < {help_['target_ratio']:g}x)",
+            f"medians of {help_['pairs']} interleaved pairs, user+sys",
+        ),
+    ]
 
 
 def _published_memory_lines(m: dict[str, Any]) -> list[str]:
@@ -619,6 +650,10 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{', '.join(_s(x) for x in o['minimal_s'])} |",
             f"| ratio | {o['ratio']:.2f} | |",
         ]
+    if "plan_cold" in sec:
+        from bench.suite.plan_cold import render
+
+        lines += ["", "## 3b. Cold plan and `--help`, CPU time", "", *render(sec["plan_cold"])]
     if "published" in sec:
         lines += _published_lines(sec["published"])
     if "published_memory" in sec:
