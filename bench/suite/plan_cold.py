@@ -11,10 +11,12 @@ time moves far less with the load than wall time, which is reported beside it.
    counted (median, min).
 2. ``nodes``: the same command ``runs`` more times through ``--node-child``, which runs
    ``app.cli`` with the CLI's LineWatcher instrumented: the process CPU when the graph starts
-   streaming and when each node ends. Nodes run one after another, so a node's share is the CPU
-   between the previous mark and its own; ``start`` is everything before the graph streams
-   (interpreter, imports, graph build), ``finish`` the summary and the JSON, ``exit`` the rest of
-   the process's CPU (interpreter shutdown, waited-for children). It also times each call of
+   streaming, when each node ends and when each tool call starts (its ``tool`` event). Nodes
+   run one after another, so a node's share is the CPU between the previous node's end and its
+   own; ``start`` is everything before the graph streams (interpreter, imports, graph build),
+   ``finish`` the summary and the JSON, ``exit`` the rest of the process's CPU (interpreter
+   shutdown, waited-for children). Each tool's share, inside its node's (``split_marks``), runs
+   from its call to the next call or the node's end. It also times each call of
    ``tools.planning.search_strategy`` (the chooser, which the researcher's framework choice
    and the engineer's plan each run for the same brief; the reporter's scaling table calls it
    from tools.planning.scaling, not counted here).
@@ -151,6 +153,7 @@ def node_runs(runs: int, home: Path) -> dict[str, Any]:
         records.append({**data, "cpu_s": run.cpu_s})
     phases = ["start", *NODES, "finish", "exit"]
     split = {p: [r["phases"].get(p, 0.0) for r in records] for p in phases}
+    tools = list(dict.fromkeys(t for r in records for t in r["tools"]))  # in call order
     search = [r["search_strategy_s"] for r in records]
     return {
         "what": "process CPU between the instrumented CLI's marks (graph start, each node's end, "
@@ -158,6 +161,7 @@ def node_runs(runs: int, home: Path) -> dict[str, Any]:
         "adds to theirs",
         "runs": runs,
         "median_s": {p: median(v) for p, v in split.items()},
+        "tool_median_s": {t: median([r["tools"].get(t, 0.0) for r in records]) for t in tools},
         "cpu_median_s": median([r["cpu_s"] for r in records]),
         "search_strategy_calls": len(search[0]),
         "search_strategy_median_s": [median(list(c)) for c in zip(*search, strict=True)],
@@ -206,10 +210,10 @@ def node_child(record: Path, argv: list[str]) -> int:
     """Run the CLI (``app.cli``) on ``argv`` with CPU marks at the graph's start, each node's end."""
     import graphs.terminal
 
-    marks: list[tuple[str, float]] = []
+    marks: list[tuple[str, float]] = []  # ("tool:<node>.<tool>" | phase, process CPU)
     search_s: list[float] = []
     watcher = graphs.terminal.LineWatcher
-    segment, node_done = watcher.segment, watcher.node_done
+    segment, event, node_done = watcher.segment, watcher.event, watcher.node_done
 
     def marked_segment(self: Any) -> Any:
         if not marks:
@@ -217,11 +221,17 @@ def node_child(record: Path, argv: list[str]) -> int:
             marks.append(("start", time.process_time()))
         return segment(self)
 
+    def marked_event(self: Any, chunk: dict[str, Any]) -> None:
+        if chunk.get("kind") == "tool":  # a tool call starts (agents/events.py ToolEvents)
+            marks.append((f"tool:{chunk.get('agent')}.{chunk.get('tool')}", time.process_time()))
+        event(self, chunk)
+
     def marked_done(self: Any, node: str) -> None:
         marks.append((node, time.process_time()))
         node_done(self, node)
 
-    watcher.segment, watcher.node_done = marked_segment, marked_done  # type: ignore[method-assign]
+    watcher.segment, watcher.event = marked_segment, marked_event  # type: ignore[method-assign]
+    watcher.node_done = marked_done  # type: ignore[method-assign]
     import app
 
     sys.argv, code = ["app.py", *argv], 1
@@ -230,13 +240,32 @@ def node_child(record: Path, argv: list[str]) -> int:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     marks.append(("finish", time.process_time()))
-    phases: dict[str, float] = {}
-    last = 0.0
-    for name, at in marks:
-        phases[name] = phases.get(name, 0.0) + at - last
-        last = at
-    record.write_text(json.dumps({"phases": phases, "search_strategy_s": search_s, "code": code}))
+    phases, tools = split_marks(marks)
+    record.write_text(
+        json.dumps({"phases": phases, "tools": tools, "search_strategy_s": search_s, "code": code})
+    )
     return code
+
+
+def split_marks(marks: list[tuple[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
+    """CPU per phase (between phase marks) and per tool (from its call's mark to the next mark).
+
+    Marks are ``(name, process CPU)`` in order; a ``tool:<node>.<tool>`` mark is a tool call
+    starting, any other ends a phase. A phase's figure includes its tools' (the next mark after a
+    tool call is the next call or the node's end, so what the node does after the call counts
+    to the tool); a tool called twice adds up.
+    """
+    phases: dict[str, float] = {}
+    tools: dict[str, float] = {}
+    last_phase = 0.0
+    for i, (name, at) in enumerate(marks):
+        if name.startswith("tool:"):
+            end = marks[i + 1][1] if i + 1 < len(marks) else at
+            tools[name[5:]] = tools.get(name[5:], 0.0) + end - at
+            continue
+        phases[name] = phases.get(name, 0.0) + at - last_phase
+        last_phase = at
+    return phases, tools
 
 
 def _time_search(calls: list[float]) -> None:
@@ -270,6 +299,11 @@ def render(result: dict[str, Any]) -> list[str]:
     lines += [f"| {p} | {s:.2f} |" for p, s in nodes["median_s"].items()]
     lines += [
         f"| total (instrumented child) | {nodes['cpu_median_s']:.2f} |",
+        "",
+        "Tool calls, inside their node's figure (CPU from the call to the next call or the "
+        "node's end, imports it triggers included): "
+        + ", ".join(f"{t} {s:.2f} s" for t, s in nodes.get("tool_median_s", {}).items())
+        + ".",
         "",
         f"tools.planning.search_strategy (framework choice, engineer's plan): "
         f"{nodes['search_strategy_calls']} calls per plan, CPU median "

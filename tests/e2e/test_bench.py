@@ -97,6 +97,7 @@ def test_results_are_written_from_cheap_sections(tmp_path: Path) -> None:
     for figure in ("Planner's pick vs best", "cold start", "Smoke run vs minimal", "GPU"):
         assert figure in text
     assert "| researcher | 2.00 |" in text and "Cold `app.py plan --no-smoke`, CPU" in text
+    assert "researcher.search_knowledge 1.50 s, engineer.emit_launch 0.03 s." in text
     assert "| figure | value | how measured |" in text
 
 
@@ -108,6 +109,23 @@ def test_cpu_run_reads_the_childs_cpu_and_stops_it_at_the_timeout() -> None:
     code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
     with pytest.raises(BenchError, match="timed out"):
         plan_cold.cpu_run([sys.executable, "-c", code], env=env, timeout=1)
+
+
+def test_split_marks_gives_each_node_its_cpu_and_each_tool_its_share() -> None:
+    marks = [
+        ("start", 2.0),
+        ("tool:researcher.lookup_model", 2.5),
+        ("tool:researcher.search_knowledge", 2.75),
+        ("tool:researcher.lookup_model", 4.0),
+        ("researcher", 4.5),
+        ("engineer", 5.0),
+        ("finish", 5.25),
+    ]
+    phases, tools = plan_cold.split_marks(marks)
+    # Tool marks do not cut the node: the researcher's 2.5 s include its tools'.
+    assert phases == {"start": 2.0, "researcher": 2.5, "engineer": 0.5, "finish": 0.25}
+    # A tool runs to the next mark, a tool called twice adds up.
+    assert tools == {"researcher.lookup_model": 0.75, "researcher.search_knowledge": 1.25}
 
 
 def test_run_cli_rejects_unknown_sections() -> None:
@@ -227,6 +245,7 @@ def _canned_sections() -> dict[str, object]:
             },
             "nodes": {
                 "median_s": {"start": 1.5, "researcher": 2.0, "exit": 0.2},
+                "tool_median_s": {"researcher.search_knowledge": 1.5, "engineer.emit_launch": 0.03},
                 "cpu_median_s": 5.1,
                 "search_strategy_calls": 2,
                 "search_strategy_median_s": [0.04, 0.05],
