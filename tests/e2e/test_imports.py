@@ -100,3 +100,22 @@ def test_the_planner_path_imports_no_heavy_library() -> None:
     )
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split() == ["[]", "[]"], res.stdout + res.stderr
+
+
+def test_validating_a_scheduler_imports_no_torch_dynamo() -> None:
+    """torch._dynamo costs about 2 s of CPU to import; a planning process never needs it.
+
+    (A process of its own: the test process may have imported torch._dynamo already.)
+    """
+    code = (
+        "import sys; from tools.artifacts.ds_validate import validate_deepspeed_config\n"
+        "validate_deepspeed_config({'train_batch_size': 8, 'train_micro_batch_size_per_gpu': 1,"
+        " 'gradient_accumulation_steps': 1, 'scheduler': {'type': 'WarmupDecayLR', 'params':"
+        " {'total_num_steps': 100, 'warmup_num_steps': 10}}}, 8)\n"
+        "print('deepspeed' in sys.modules, 'torch._dynamo' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["True", "False"]
