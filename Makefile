@@ -42,9 +42,10 @@ test: $(STAMP) $(TF_STAMP) browser
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" --durations=10 tests/unit tests/graph
 
-# Benchmarks (bench/run.py): both write bench/RESULTS.md and bench/results.json. bench-quick
-# runs fewer cases and repeats (under 5 minutes on a quiet 2-core machine); bench runs more of
-# each, roughly 10-20 minutes.
+# Benchmarks (bench/run.py; bench/README.md lists every script): both write a dated report,
+# bench/results/<YYYY-MM-DD>-suite-quick|full.md and .json. bench-quick runs fewer cases and
+# repeats (under 5 minutes on a quiet 2-core machine); bench runs more of each, roughly 10-20
+# minutes.
 .PHONY: bench bench-quick
 bench: $(STAMP)
 	$(PY) bench/run.py --full

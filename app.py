@@ -11,28 +11,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, NoReturn
 
 from tools.core.errors import MAX_ERROR_CHARS, InputError, TrainwrightError, one_line, shown
 from tools.core.paths import PATH_ERRNOS, check_output_path
-from tools.core.settings import (
-    SMOKE_LOCAL_RANKS_MAX,
-    SMOKE_MICRO_BATCH_MAX,
-    SMOKE_STEPS_MAX,
-    SMOKE_STEPS_MIN,
-    SMOKE_TIMEOUT_MAX_S,
-    Settings,
-    check_count,
-    check_seconds,
-    disable_telemetry,
-)
+
+# `--help` imports only what the parser needs (bench/suite/plan_cold.py measures it against
+# `python -c pass`): typing and tools.core.settings (dataclasses, inspect) load after parsing.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+    from tools.core.settings import Settings
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,6 +56,13 @@ def number_flags() -> dict[str, dict[str, tuple[float, float]]]:
         MAX_PIPELINE_PARALLEL,
         MAX_SEQ_LEN,
         MAX_TENSOR_PARALLEL,
+    )
+    from tools.core.settings import (
+        SMOKE_LOCAL_RANKS_MAX,
+        SMOKE_MICRO_BATCH_MAX,
+        SMOKE_STEPS_MAX,
+        SMOKE_STEPS_MIN,
+        SMOKE_TIMEOUT_MAX_S,
     )
 
     local = (1, SMOKE_LOCAL_RANKS_MAX)  # each is at least one process on this machine
@@ -93,6 +95,8 @@ def number_flags() -> dict[str, dict[str, tuple[float, float]]]:
 
 def _check_numbers(args: argparse.Namespace) -> None:
     """InputError (one line, exit 2) for a number flag of ``args.command`` out of its bounds."""
+    from tools.core.settings import check_count, check_seconds
+
     for flag, (least, most) in number_flags().get(args.command, {}).items():
         value = getattr(args, flag[2:].replace("-", "_"))
         if isinstance(value, float):
@@ -356,6 +360,8 @@ def write_json(path: Path | None, data: Any) -> None:
     """
     if path is None:
         return
+    import json
+
     from tools.core.files import write_through
     from tools.core.outputs import check_no_link, owned, write_file
 
@@ -434,7 +440,9 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     started = time.perf_counter()
     thread = args.thread or f"plan-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
     watcher = LineWatcher(thread, announce=args.thread is None, answer=args.answer)
-    result = plan_on_thread(settings, inputs, thread, watcher, wait=args.wait)
+    # One plan in this process: no other thread imports, so no import warm-up (Settings).
+    single = settings.with_(warm_imports=False)
+    result = plan_on_thread(single, inputs, thread, watcher, wait=args.wait)
     plan = result.plan
     if not plan:
         raise TrainwrightError("the graph finished without a plan")
@@ -457,6 +465,8 @@ def cmd_chat(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
     """Print this machine's profile as a summary, or as JSON when --json is given."""
+    import json
+
     from tools.artifacts.text import profile_text
     from tools.research.hardware import describe_local_machine, parse_hardware
 
@@ -498,7 +508,7 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
 
 def check_smoke_args(args: argparse.Namespace) -> int | None:
     """One line and exit 2 for a bad smoke flag; the memory cap in bytes (None: default)."""
-    from tools.core.settings import SMOKE_FAULTS, parse_memory_cap
+    from tools.core.settings import SMOKE_FAULTS, SMOKE_LOCAL_RANKS_MAX, parse_memory_cap
     from tools.core.strategies import check_strategy
 
     ranks = (args.tp or 1) * (args.pp or 1) * (args.dp or 1)
@@ -725,6 +735,8 @@ def _quiet_broken_pipe() -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``python app.py`` and the ``trainwright`` console script."""
     args = build_parser().parse_args(argv)
+    from tools.core.settings import Settings, disable_telemetry
+
     disable_telemetry()
     debug = os.environ.get("TRAINWRIGHT_DEBUG") == "1"
     stopper = _Stopper()
@@ -791,5 +803,21 @@ def _input_problem(exc: BaseException) -> str | None:
     return None
 
 
+def cli() -> NoReturn:
+    """``python app.py`` and the ``trainwright`` console script: ``main()`` as a whole process.
+
+    A plan imports thousands of modules (LangGraph, LangChain, pydantic models, chromadb) whose
+    objects live until the process ends, so the cyclic GC runs far less often than Python's
+    default (each full pass walks them all) and not again at exit (``gc.freeze``): about 1.5 s
+    of CPU less per plan (bench/suite/plan_cold.py). In-process callers of ``main`` keep theirs.
+    """
+    import gc
+
+    gc.set_threshold(50_000, 20, 100)
+    code = main()
+    gc.freeze()  # what is left dies with the process
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

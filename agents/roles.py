@@ -90,7 +90,8 @@ def run_role(
     spec: RoleSpec, model: BaseChatModel, settings: Settings, state: Mapping[str, Any]
 ) -> dict[str, Any]:
     """One role's turn: its tools and task for the model, then whatever the model skipped."""
-    warm_up()
+    if settings.warm_imports:
+        warm_up()
     events = Events(spec.name)
     events("start", "started")
     ws = from_state(state, settings, events.progress)
@@ -307,7 +308,8 @@ def make_reporter(settings: Settings) -> Node:
     """
 
     def reporter(state: Mapping[str, Any]) -> dict[str, Any]:
-        warm_up()
+        if settings.warm_imports:
+            warm_up()
         from tools.artifacts.report import write_report
         from tools.planning.scaling import plan_scaling
 

@@ -14,6 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+# Dated reports, named by what they measure (``dated``); bench/README.md lists them.
+RESULTS = BENCH / "results"
+# The recorded H200 runs of bench/gpu/gpu_check.sh that the memory sections read back.
+GPU_CHECK_RUNS = [
+    RESULTS / "2026-11-29-gpu-check-h200.json",
+    RESULTS / "2026-11-29-gpu-check-validation-h200.json",
+]
+# A shared input: a ~1.1B llama-style model config (TinyLlama's shape).
+LLAMA_1B_CONFIG = BENCH / "configs" / "llama-1.1b.json"
 PY = sys.executable
 # What the smoke runner gives its CPU ranks (tools/smoke/commands.py _child_env): the grid's ranks run
 # under the same conditions.
@@ -107,6 +117,12 @@ def bench_env(*, cpu_ranks: bool = False, **extra: str) -> dict[str, str]:
         env.update(CPU_RANK_ENV)
     env.update(extra)
     return env
+
+
+def dated(name: str, when: datetime.date | None = None) -> Path:
+    """``bench/results/<YYYY-MM-DD>-<name>``: where a run of today files what it measured."""
+    day = when or datetime.datetime.now(datetime.UTC).date()
+    return RESULTS / f"{day.isoformat()}-{name}"
 
 
 def median(values: list[float]) -> float:

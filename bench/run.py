@@ -1,18 +1,20 @@
-"""The benchmark suite: ``python bench/run.py --quick|--full`` writes bench/RESULTS.md and results.json.
+"""The benchmark suite: ``python bench/run.py --quick|--full`` writes a dated report to bench/results/.
 
 Sections (each also importable from its module):
 
 - memory: our model-state estimate vs DeepSpeed's estimators over a grid, the planner's six
   reference cases, our predicted peak vs real CPU smoke runs, and the recorded GPU runs
-  (bench/memory_accuracy.py, bench/planner_cases.py, bench/gpu_check_table.py);
+  (bench/suite/memory_accuracy.py, bench/suite/planner_cases.py, bench/gpu/gpu_check_table.py);
 - choice: the planner's pick vs the best of a measured strategy x micro-batch grid on 2 CPU
-  ranks (bench/choice_grid.py, bench/grid_train.py);
-- latency: CLI cold start, an offline plan, a batch of briefs, heavy imports (bench/latency.py);
-- overhead: our smoke run vs a minimal DeepSpeed script (bench/overhead.py, which runs
-  bench/smoke_overhead.py);
+  ranks (bench/suite/choice_grid.py, bench/suite/grid_train.py);
+- latency: CLI cold start, an offline plan, a batch of briefs, heavy imports (bench/suite/latency.py);
+- plan_cold: the CPU time of a cold offline plan without smoke, per graph node, and of `--help`
+  against `python -c pass` (bench/suite/plan_cold.py);
+- overhead: our smoke run vs a minimal DeepSpeed script (bench/suite/overhead.py, which
+  runs bench/suite/smoke_overhead.py);
 - published: the speed model's tokens/s per GPU vs published throughputs (llm-foundry,
   torchtitan, Megatron-LM) in ../shared/published or $TRAINWRIGHT_PUBLISHED, per source and
-  fit/held-out split (bench/published.py); skipped when the folder is absent.
+  fit/held-out split (bench/calibration/published.py); skipped when the folder is absent.
 
 ``--quick`` (``make bench-quick``) runs fewer cases, steps and repeats, under 5 minutes on a
 quiet 2-core machine; ``--full`` (``make bench``) more of each, roughly 10-20 minutes.
@@ -38,12 +40,12 @@ if str(ROOT) not in sys.path:
 from bench.common import load_average, machine_info  # noqa: E402
 
 SECTIONS = ("memory_grid", "planner_cases", "memory_gpu", "memory_smoke", "choice", "latency",
-            "overhead", "published", "published_memory")  # fmt: skip
+            "plan_cold", "overhead", "published", "published_memory")  # fmt: skip
 GIB = 2**30
 
 
 def _memory_grid(quick: bool) -> dict[str, Any]:
-    from bench.memory_accuracy import estimator_grid
+    from bench.suite.memory_accuracy import estimator_grid
 
     return estimator_grid()
 
@@ -52,21 +54,21 @@ def _planner_cases(quick: bool) -> dict[str, Any]:
     import contextlib
     import io
 
-    from bench.planner_cases import plan_cases
+    from bench.suite.planner_cases import plan_cases
 
     with contextlib.redirect_stdout(io.StringIO()):
         rows = plan_cases()
-    return {"what": "bench/planner_cases.py: six reference planning cases", "cases": rows}
+    return {"what": "bench/suite/planner_cases.py: six reference planning cases", "cases": rows}
 
 
 def _memory_gpu(quick: bool) -> dict[str, Any]:
-    from bench.memory_accuracy import gpu_cases
+    from bench.suite.memory_accuracy import gpu_cases
 
     return gpu_cases()
 
 
 def _memory_smoke(quick: bool) -> dict[str, Any]:
-    from bench.memory_accuracy import (
+    from bench.suite.memory_accuracy import (
         SMOKE_FULL,
         SMOKE_QUICK,
         SMOKE_STEPS,
@@ -80,31 +82,37 @@ def _memory_smoke(quick: bool) -> dict[str, Any]:
 
 
 def _choice(quick: bool) -> dict[str, Any]:
-    from bench.choice_grid import measure
+    from bench.suite.choice_grid import measure
 
     return measure(quick)
 
 
 def _latency(quick: bool) -> dict[str, Any]:
-    from bench.latency import measure
+    from bench.suite.latency import measure
+
+    return measure(quick)
+
+
+def _plan_cold(quick: bool) -> dict[str, Any]:
+    from bench.suite.plan_cold import measure
 
     return measure(quick)
 
 
 def _overhead(quick: bool) -> dict[str, Any]:
-    from bench.overhead import measure
+    from bench.suite.overhead import measure
 
     return measure(1 if quick else 3)
 
 
 def _published(quick: bool) -> dict[str, Any]:
-    from bench.published import measure
+    from bench.calibration.published import measure
 
     return measure()
 
 
 def _published_memory(quick: bool) -> dict[str, Any]:
-    from bench.published_memory import measure
+    from bench.calibration.published_memory import measure
 
     return measure()
 
@@ -116,6 +124,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "memory_smoke": _memory_smoke,
     "choice": _choice,
     "latency": _latency,
+    "plan_cold": _plan_cold,
     "overhead": _overhead,
     "published": _published,
     "published_memory": _published_memory,
@@ -129,6 +138,7 @@ def run(quick: bool, sections: list[str] | None = None) -> dict[str, Any]:
         "mode": mode,
         "command": f"python bench/run.py --{mode}"
         + (f" --only {','.join(sections)}" if sections else ""),
+        "only": list(sections) if sections else None,
         "machine": machine_info(),
         "sections": {},
         "section_wall_s": {},
@@ -223,7 +233,7 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"median abs error {_apct(m['median_abs_error'])}, max {_apct(m['max_abs_error'])} "
             f"({m['n']} runs)",
             f"GPU, measured on {', '.join(sorted({w[:10] for w in m['measured_on']}))} by "
-            "bench/gpu_check.sh (read from JSON, not re-run); prediction recomputed now",
+            "bench/gpu/gpu_check.sh (read from JSON, not re-run); prediction recomputed now",
         ))  # fmt: skip
     if "choice" in sec:
         c = sec["choice"]
@@ -282,6 +292,8 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"{_s(b['per_brief_s'])} ({_s(b['wall_s'])} total, {b['report_folders']} reports)",
             f"`app.py report DIR --no-smoke --jobs {b['jobs']}`, wall / briefs",
         ))  # fmt: skip
+    if "plan_cold" in sec:
+        rows += _plan_cold_rows(sec["plan_cold"])
     if "overhead" in sec:
         o = sec["overhead"]
         rows.append((
@@ -302,7 +314,7 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 f"{_apct(held.get('within_20pct'))} within 20%, {held.get('off_by_2x', 0)} off "
                 f"by 2x or more ({held['n']} rows); pick >= 95% of best in "
                 f"{_apct(rank['share_pick_within_5pct'])} of {rank['n_grids']} grid(s)",
-                f"bench/published.py, {p['rows']} published rows, each row's setup pinned",
+                f"bench/calibration/published.py, {p['rows']} published rows, each row's setup pinned",
             ))  # fmt: skip
     if "published_memory" in sec:
         m = sec["published_memory"]
@@ -316,21 +328,41 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 f"{_apct(h.get('within_15'))} within 15% ({h['rows']} rows); of {v['ran']} runs "
                 f"that ran, {v['called_fits_safe']} fit with the {v['safe_headroom']:.0%} margin, "
                 f"{v['called_tight']} tight, {len(v['false_alarms'])} called does not fit",
-                "bench/published_memory.py: torchtitan and torchtune runs, each row's recipe and "
+                "bench/calibration/published_memory.py: torchtitan and torchtune runs, each row's recipe and "
                 "layout pinned, the quantity the row measured",
             ))  # fmt: skip
     return rows
 
 
+def _plan_cold_rows(c: dict[str, Any]) -> list[tuple[str, str, str]]:
+    plan, help_ = c["plan"], c["help"]
+    return [
+        (
+            "Cold `app.py plan --no-smoke`, CPU (user+sys)",
+            f"median {_s(plan['cpu_median_s'])}, min {_s(plan['cpu_min_s'])} "
+            f"(target < {plan['target_cpu_s']:g} s; first run, building the knowledge index: "
+            f"{_s(plan['first_run_builds_index_cpu_s'])})",
+            f"{plan['runs']} fresh processes, brief llama3-8b-finetune-8xa100.yaml; per node: "
+            "bench/suite/plan_cold.py",
+        ),
+        (
+            "`app.py --help` CPU vs `python -c pass`",
+            f"{_s(help_['app_help_cpu_median_s'])} vs {_s(help_['python_pass_cpu_median_s'])} "
+            f"({help_['ratio']:.2f}x; target < {help_['target_ratio']:g}x)",
+            f"medians of {help_['pairs']} interleaved pairs, user+sys",
+        ),
+    ]
+
+
 def _published_memory_lines(m: dict[str, Any]) -> list[str]:
     """Section 6: the published peak-memory validation (aggregates only)."""
-    from bench.published_memory import render_tables
+    from bench.calibration.published_memory import render_tables
 
     lines = ["", "## 6. Memory model vs published peak memory", ""]
     if "skipped" in m:
         return [*lines, f"Skipped: {m['skipped']}."]
     return lines + [
-        "`python bench/published_memory.py` (every row's prediction on stdout; `--baseline "
+        "`python bench/calibration/published_memory.py` (every row's prediction on stdout; `--baseline "
         "DIR` for an older checkout, `--fit` for the one fitted constant). Split: fit when "
         "sha256(row_id) % 4 == 0. Fitted on the fit rows, and nothing else: the caching "
         "allocator's slack (reserved over allocated, tools/planning/memory.py "
@@ -347,12 +379,12 @@ def _published_lines(p: dict[str, Any]) -> list[str]:
     if "skipped" in p:
         return [*lines, f"Skipped: {p['skipped']}."]
     lines += [
-        f"{p['what']}. `python bench/published.py [--split fit|held-out|all] [--json FILE]`; "
+        f"{p['what']}. `python bench/calibration/published.py [--split fit|held-out|all] [--json FILE]`; "
         f"split: {p['split_rule']}. Ratio = predicted / measured. Measured values read as: "
         + ", ".join(f"{how} {n}" for how, n in p.get("measured_from", {}).items())
         + ".",
         "",
-        "What was fitted on the fit rows, and nothing else (`python bench/fit_kernels.py`): the "
+        "What was fitted on the fit rows, and nothing else (`python bench/calibration/fit_kernels.py`): the "
         "share of dense peak that GEMMs and attention kernels reach on A100 and on H100, and the "
         "key length at which attention reaches half its long-sequence efficiency "
         "(tools/planning/kernels.py KERNEL_FACTS and ATTENTION_S_HALF, a grid search minimizing "
@@ -400,7 +432,7 @@ def _published_lines(p: dict[str, Any]) -> list[str]:
 
 
 def render_markdown(results: dict[str, Any]) -> str:
-    """RESULTS.md: the headline table, then one section per benchmark."""
+    """The report: the headline table, then one section per benchmark."""
     m = results["machine"]
     sec = results["sections"]
     lines = [
@@ -411,7 +443,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"cores ({m['cpu_model']}), {m['ram_gb']} GiB RAM, no GPU used; Python {m['python']}, "
         f"torch {m['torch']}, DeepSpeed {m['deepspeed']}, transformers {m['transformers']}; "
         f"commit {m['git_head']}{' + uncommitted changes' if m.get('git_dirty') else ''}. "
-        "Raw per-run numbers: bench/results.json.",
+        f"Raw per-run numbers: bench/results/{report_stem(results)}.json.",
         "",
         _busy_note(m),
         "",
@@ -464,7 +496,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     if "planner_cases" in sec:
         lines += [
             "",
-            "Reference planning cases (bench/planner_cases.py): the setup the search picks, our "
+            "Reference planning cases (bench/suite/planner_cases.py): the setup the search picks, our "
             "per-GPU total, its model-state part and DeepSpeed's figure for the same strategy "
             "(DeepSpeed has no estimator for ZeRO-1: its ZeRO-2 figure is shown, which shards "
             "gradients that ZeRO-1 keeps whole; none for DDP or LoRA).",
@@ -504,7 +536,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines += [
             "",
             f"### (c) GPU runs ({', '.join(s['gpu'])}), measured on "
-            f"{', '.join(s['measured_on'])} by bench/gpu_check.sh",
+            f"{', '.join(s['measured_on'])} by bench/gpu/gpu_check.sh",
             "",
             s["what"] + f". Median abs error of the DeepSpeed runs: "
             f"{_apct(s['median_abs_error_deepspeed'])}.",
@@ -607,7 +639,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             "",
             "## 4. Smoke-run overhead",
             "",
-            f"`{o['command']}`: {o['what']}; our `app.py smoke` vs bench/minimal_ds_train.py "
+            f"`{o['command']}`: {o['what']}; our `app.py smoke` vs bench/suite/minimal_ds_train.py "
             "under DeepSpeed's launcher with the same configs, interleaved, one warm-up pair "
             "not counted.",
             "",
@@ -618,6 +650,10 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{', '.join(_s(x) for x in o['minimal_s'])} |",
             f"| ratio | {o['ratio']:.2f} | |",
         ]
+    if "plan_cold" in sec:
+        from bench.suite.plan_cold import render
+
+        lines += ["", "## 3b. Cold plan and `--help`, CPU time", "", *render(sec["plan_cold"])]
     if "published" in sec:
         lines += _published_lines(sec["published"])
     if "published_memory" in sec:
@@ -633,11 +669,19 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def report_stem(results: dict[str, Any]) -> str:
+    """``<YYYY-MM-DD>-suite-<mode>[-<sections>]``: the day the run started, and what it ran."""
+    day = str(results["machine"]["date_utc"])[:10]
+    only = results.get("only")
+    tail = f"-{'-'.join(s.replace('_', '-') for s in only)}" if only else ""
+    return f"{day}-suite-{results['mode']}{tail}"
+
+
 def write_results(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
-    """Write results.json and RESULTS.md under ``out_dir``."""
+    """Write ``<stem>.json`` and ``<stem>.md`` under ``out_dir`` (``report_stem``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    json_path = out_dir / "results.json"
-    md_path = out_dir / "RESULTS.md"
+    json_path = out_dir / f"{report_stem(results)}.json"
+    md_path = out_dir / f"{report_stem(results)}.md"
     json_path.write_text(json.dumps(results, indent=1, default=str) + "\n")
     md_path.write_text(render_markdown(results))
     return json_path, md_path
@@ -652,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
         "--full", action="store_true", help="more cases and repeats, roughly 10-20 minutes"
     )
     parser.add_argument("--only", help=f"comma-separated sections of: {', '.join(SECTIONS)}")
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "bench")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.only.split(",")] if args.only else None
     unknown = [s for s in sections or [] if s not in RUNNERS]

@@ -6,8 +6,9 @@ sentence-transformers (Transformer, Pooling with ``pooling_mode_mean_tokens``, N
 Running that forward pass here needs only torch, the ``tokenizers`` library and
 ``safetensors``. Importing sentence-transformers, and through it the transformers modeling
 code, costs about 3.5 s on a 2-core machine before the first query (measured for
-bench/RESULTS.md); this module costs none of that. ``tests/e2e/test_knowledge.py`` checks the
-embeddings against sentence-transformers' own to 1e-5.
+bench/results/2026-11-30-suite-full.md); this module costs none of that.
+``tests/e2e/test_knowledge.py`` checks the embeddings against sentence-transformers' own to
+1e-5.
 
 The layer maths follows transformers' ``BertModel`` (``modeling_bert.py``): post-layer-norm
 residual blocks, exact (erf) GELU, absolute position embeddings, token type 0.

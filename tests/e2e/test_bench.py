@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from bench import choice_grid, latency, memory_accuracy
 from bench import run as bench_run
 from bench.common import BenchError, run_cmd
+from bench.suite import choice_grid, latency, memory_accuracy, plan_cold
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,7 +96,36 @@ def test_results_are_written_from_cheap_sections(tmp_path: Path) -> None:
     assert text.startswith("# Benchmarks")
     for figure in ("Planner's pick vs best", "cold start", "Smoke run vs minimal", "GPU"):
         assert figure in text
+    assert "| researcher | 2.00 |" in text and "Cold `app.py plan --no-smoke`, CPU" in text
+    assert "researcher.search_knowledge 1.50 s, engineer.emit_launch 0.03 s." in text
     assert "| figure | value | how measured |" in text
+
+
+def test_cpu_run_reads_the_childs_cpu_and_stops_it_at_the_timeout() -> None:
+    env = dict(os.environ)
+    burn = "import time\nwhile time.process_time() < 0.2: pass\nprint(time.process_time())"
+    run = plan_cold.cpu_run([sys.executable, "-c", burn], env=env, timeout=60)
+    assert run.returncode == 0 and run.cpu_s >= float(run.output.split()[-1]) >= 0.2
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    with pytest.raises(BenchError, match="timed out"):
+        plan_cold.cpu_run([sys.executable, "-c", code], env=env, timeout=1)
+
+
+def test_split_marks_gives_each_node_its_cpu_and_each_tool_its_share() -> None:
+    marks = [
+        ("start", 2.0),
+        ("tool:researcher.lookup_model", 2.5),
+        ("tool:researcher.search_knowledge", 2.75),
+        ("tool:researcher.lookup_model", 4.0),
+        ("researcher", 4.5),
+        ("engineer", 5.0),
+        ("finish", 5.25),
+    ]
+    phases, tools = plan_cold.split_marks(marks)
+    # Tool marks do not cut the node: the researcher's 2.5 s include its tools'.
+    assert phases == {"start": 2.0, "researcher": 2.5, "engineer": 0.5, "finish": 0.25}
+    # A tool runs to the next mark, a tool called twice adds up.
+    assert tools == {"researcher.lookup_model": 0.75, "researcher.search_knowledge": 1.25}
 
 
 def test_run_cli_rejects_unknown_sections() -> None:
@@ -202,6 +232,31 @@ def _canned_sections() -> dict[str, object]:
                         "error": "ImportError",
                     },
                 ],
+            },
+        },  # fmt: skip
+        "plan_cold": {
+            "plan": {
+                "cpu_median_s": 5.0,
+                "cpu_min_s": 4.5,
+                "wall_median_s": 9.0,
+                "runs": 3,
+                "first_run_builds_index_cpu_s": 12.0,
+                "target_cpu_s": 3.0,
+            },
+            "nodes": {
+                "median_s": {"start": 1.5, "researcher": 2.0, "exit": 0.2},
+                "tool_median_s": {"researcher.search_knowledge": 1.5, "engineer.emit_launch": 0.03},
+                "cpu_median_s": 5.1,
+                "search_strategy_calls": 2,
+                "search_strategy_median_s": [0.04, 0.05],
+            },
+            "help": {
+                "app_help_cpu_median_s": 0.05,
+                "python_pass_cpu_median_s": 0.03,
+                "ratio": 1.7,
+                "wall_ratio": 1.8,
+                "target_ratio": 2.0,
+                "pairs": 5,
             },
         },  # fmt: skip
         "overhead": {

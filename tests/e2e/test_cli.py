@@ -20,9 +20,9 @@ BRIEFS = Path(__file__).parents[1] / "data"
 STDOUT_KEYS = {"framework", "time to train", "smoke test", "review", "report", "plan json"}
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, cwd: Path, flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), *args],
+        [sys.executable, *flags, str(ROOT / "app.py"), *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -48,8 +48,9 @@ def test_plan_llama_8b_writes_json_that_deepspeed_accepts_at_world_size_8(tmp_pa
         "--json",
         "p.json",
         cwd=tmp_path,
+        flags=("-X", "importtime"),  # on stderr: what the plan imported, below
     )
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 0, res.stderr[-3000:]
     plan = json.loads((tmp_path / "p.json").read_text())
     assert len(plan["memory"]["strategies"]) >= 4
     from tools.artifacts.ds_validate import validate_deepspeed_config
@@ -59,6 +60,34 @@ def test_plan_llama_8b_writes_json_that_deepspeed_accepts_at_world_size_8(tmp_pa
     assert "report: " in res.stdout
     # stdout is the answer, for scripts: library log lines stay off it.
     assert all(line.split(":")[0] in STDOUT_KEYS for line in res.stdout.splitlines()), res.stdout
+    # One plan per process: each library is imported where it is used (DeepSpeed validates the
+    # config, chromadb serves the knowledge search), none that the plan does not use.
+    # (-X importtime names a package imported by importlib.import_module by its submodules only.)
+    names = {line.split("|")[-1].strip() for line in res.stderr.splitlines() if "|" in line}
+    roots = {name.split(".")[0] for name in names}
+    assert {"deepspeed", "chromadb", "matplotlib"} <= roots
+    assert roots & {"transformers", "sentence_transformers"} == set()
+    assert not any(name.startswith("torch._dynamo") for name in names)
+
+
+def test_cli_runs_main_with_a_cli_processs_gc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``app.cli`` (``python app.py`` and the console script) exits with main's code; the cyclic
+    GC runs less often and not at exit (an in-process ``main`` leaves the GC alone)."""
+    import gc
+
+    import app
+
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(app, "main", lambda: seen.setdefault("threshold", gc.get_threshold()) and 3)
+    monkeypatch.setattr(gc, "freeze", lambda: seen.setdefault("frozen", True))
+    before = gc.get_threshold()
+    try:
+        with pytest.raises(SystemExit) as stop:
+            app.cli()
+    finally:
+        gc.set_threshold(*before)
+    assert stop.value.code == 3 and seen["frozen"] is True
+    assert seen["threshold"][0] > before[0]  # type: ignore[index]
 
 
 BAD_BRIEFS = {

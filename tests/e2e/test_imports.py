@@ -50,6 +50,23 @@ def test_cli_help_does_not_import_heavy_libraries() -> None:
     assert importlib.util.find_spec("app") is not None
 
 
+def test_cli_help_imports_only_what_the_parser_needs() -> None:
+    """``app.py --help`` stays near Python's own start (bench/suite/plan_cold.py measures it).
+
+    typing, dataclasses (and inspect under it), json and tools.core.settings load after the
+    arguments are parsed, so ``--help`` and a usage error never pay for them.
+    """
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", "app.py", "--help"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert res.returncode == 0 and "plan" in res.stdout
+    imported = {line.split("|")[-1].strip() for line in res.stderr.splitlines() if "|" in line}
+    assert "argparse" in imported and "tools.core.errors" in imported  # the output is read right
+    late = {"typing", "dataclasses", "inspect", "json", "tools.core.settings", "tools.core.schemas"}
+    assert imported & late == set()
+
+
 HEAVY = ("torch", "transformers", "deepspeed", "chromadb", "crewai")
 
 
@@ -83,3 +100,22 @@ def test_the_planner_path_imports_no_heavy_library() -> None:
     )
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split() == ["[]", "[]"], res.stdout + res.stderr
+
+
+def test_validating_a_scheduler_imports_no_torch_dynamo() -> None:
+    """torch._dynamo costs about 2 s of CPU to import; a planning process never needs it.
+
+    (A process of its own: the test process may have imported torch._dynamo already.)
+    """
+    code = (
+        "import sys; from tools.artifacts.ds_validate import validate_deepspeed_config\n"
+        "validate_deepspeed_config({'train_batch_size': 8, 'train_micro_batch_size_per_gpu': 1,"
+        " 'gradient_accumulation_steps': 1, 'scheduler': {'type': 'WarmupDecayLR', 'params':"
+        " {'total_num_steps': 100, 'warmup_num_steps': 10}}}, 8)\n"
+        "print('deepspeed' in sys.modules, 'torch._dynamo' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["True", "False"]

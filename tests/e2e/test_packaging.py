@@ -95,7 +95,7 @@ def test_wheel_holds_every_tracked_package_file(wheel: Path) -> None:
     assert missing == [], f"tracked files the wheel lacks (pyproject packaging): {missing}"
     extra = sorted(content - set(expected))
     assert extra == [], f"files in the wheel that git does not track there: {extra}"
-    assert b"trainwright = app:main" in entry_points
+    assert b"trainwright = app:cli" in entry_points
     assert "Provides-Extra: serve" in metadata
 
 

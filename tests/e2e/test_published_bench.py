@@ -1,4 +1,4 @@
-"""bench/published.py on made-up rows in the published layout (no published row is used here)."""
+"""bench/calibration/published.py on made-up rows in the published layout (no published row is used here)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from bench import published as pub
 from bench import run as bench_run
+from bench.calibration import published as pub
 
 ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = [
@@ -252,7 +252,7 @@ def test_real_speed_model_on_made_up_rows_keeps_relations() -> None:
 def _cli(env_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, pub.ENV_VAR: str(env_dir)}
     return subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "published.py"), *args],
+        [sys.executable, str(ROOT / "bench" / "calibration" / "published.py"), *args],
         capture_output=True, text=True, env=env, timeout=300, cwd=ROOT,
     )  # fmt: skip
 

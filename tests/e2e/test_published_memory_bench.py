@@ -1,4 +1,4 @@
-"""bench/published_memory.py on made-up rows in memory.tsv's layout (no published row is used)."""
+"""bench/calibration/published_memory.py on made-up rows in memory.tsv's layout (no published row is used)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import published_memory as pm
+from bench.calibration import published_memory as pm
 
 ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = [
@@ -75,7 +75,7 @@ def test_cli_writes_aggregates_only_and_exits_0_without_data(tmp_path: Path) -> 
     out = tmp_path / "agg.json"
     env = {**os.environ, "TRAINWRIGHT_PUBLISHED": str(folder)}
     proc = subprocess.run(
-        [sys.executable, "bench/published_memory.py", "--json", str(out)],
+        [sys.executable, "bench/calibration/published_memory.py", "--json", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -84,7 +84,7 @@ def test_cli_writes_aggregates_only_and_exits_0_without_data(tmp_path: Path) -> 
     assert "R1" not in json.dumps(data["splits"]) and "_cases" not in data
     env["TRAINWRIGHT_PUBLISHED"] = str(tmp_path / "absent")
     proc = subprocess.run(
-        [sys.executable, "bench/published_memory.py"],
+        [sys.executable, "bench/calibration/published_memory.py"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0 and "no memory.tsv" in proc.stderr

@@ -1,4 +1,4 @@
-"""bench/gpu_job.py: the prepared GPU check of issue 19, run end to end as a CPU dry run."""
+"""bench/gpu/gpu_job.py: the prepared GPU check of issue 19, run end to end as a CPU dry run."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from bench import gpu_job
 from bench.common import run_cmd
+from bench.gpu import gpu_job
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_script_parses() -> None:
     done = subprocess.run(
-        ["bash", "-n", str(ROOT / "bench" / "gpu_job.sh")], capture_output=True, text=True
+        ["bash", "-n", str(ROOT / "bench" / "gpu" / "gpu_job.sh")], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
 
@@ -71,7 +71,7 @@ def test_errors_are_predicted_over_measured_and_only_for_gpu_runs() -> None:
 def test_dry_run_runs_the_generated_launch_for_full_and_lora(tmp_path: Path) -> None:
     env_py = str(Path(sys.executable))
     done = run_cmd(
-        ["bash", "bench/gpu_job.sh", str(tmp_path)],
+        ["bash", "bench/gpu/gpu_job.sh", str(tmp_path)],
         timeout=300,
         env={**os.environ, "PYTHON": env_py, "DEVICE": "cpu", "TINY": "1"},
         check=False,

@@ -1,4 +1,4 @@
-"""bench/gpu_recipes.py: the prepared GPU check of issue 18, run end to end as a CPU dry run."""
+"""bench/gpu/gpu_recipes.py: the prepared GPU check of issue 18, run end to end as a CPU dry run."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import gpu_recipes
 from bench.common import run_cmd
+from bench.gpu import gpu_recipes
 
 ROOT = Path(__file__).resolve().parents[2]
 LABELS = ["pure-bf16", "adam8bit", "grad-accum-4", "fsdp2", "lora"]
@@ -36,7 +36,15 @@ def test_errors_are_predicted_over_measured_and_only_for_gpu_runs() -> None:
 def test_dry_run_predicts_every_case_before_it_runs(tmp_path: Path) -> None:
     out = tmp_path / "gpu_recipes.json"
     done = run_cmd(
-        [sys.executable, "bench/gpu_recipes.py", "--device", "cpu", "--tiny", "--out", str(out)],
+        [
+            sys.executable,
+            "bench/gpu/gpu_recipes.py",
+            "--device",
+            "cpu",
+            "--tiny",
+            "--out",
+            str(out),
+        ],
         timeout=240,
         check=False,
     )

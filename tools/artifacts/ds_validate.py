@@ -6,6 +6,7 @@ Face integration resolves those) and a top-level key DeepSpeed's parser never re
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -110,11 +111,30 @@ def _as_rank_zero(config_module: Any, world_size: int) -> Iterator[None]:
             config_module.dist = original
 
 
+def scheduler_probe() -> Any:
+    """A ``torch.optim.Optimizer`` with one parameter group at lr 0, for a scheduler to wrap.
+
+    DeepSpeed's schedulers read only ``param_groups`` (``lr``; ``betas`` for OneCycle, which it
+    finds in ``defaults``) and check ``isinstance(optimizer, Optimizer)``, so this stands in for
+    ``torch.optim.SGD([tensor], lr=0.0)``: the same single group, the same missing ``betas``.
+    It skips ``Optimizer.__init__``, whose first call imports ``torch._dynamo``, about 2 s of CPU
+    in a planning process that never trains.
+    """
+    import torch
+
+    class SchedulerProbe(torch.optim.Optimizer):
+        def __init__(self) -> None:  # no super().__init__: see above
+            self.defaults = {"lr": 0.0}
+            self.param_groups = [{"params": [], "lr": 0.0}]
+            self.state = collections.defaultdict(dict)
+
+    return SchedulerProbe()
+
+
 def _check_scheduler(config: dict[str, Any]) -> None:
     scheduler = config.get("scheduler")
     if scheduler is None:
         return
-    import torch
     from deepspeed.runtime import lr_schedules
 
     name = scheduler.get("type") if isinstance(scheduler, dict) else None
@@ -123,11 +143,10 @@ def _check_scheduler(config: dict[str, Any]) -> None:
             f"{name!r} is not a DeepSpeed scheduler ({', '.join(lr_schedules.VALID_LR_SCHEDULES)})",
             key="scheduler.type",
         )
-    # The engine builds the scheduler only at deepspeed.initialize; build it now on a dummy
+    # The engine builds the scheduler only at deepspeed.initialize; build it now on a stand-in
     # optimizer so that missing or misspelt parameters fail here.
-    dummy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
     try:
-        getattr(lr_schedules, name)(dummy, **scheduler.get("params", {}))
+        getattr(lr_schedules, name)(scheduler_probe(), **scheduler.get("params", {}))
     except (TypeError, ValueError, AssertionError) as exc:
         raise ConfigError(
             f"DeepSpeed rejects the scheduler: {exc}", key="scheduler.params"

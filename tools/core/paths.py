@@ -9,9 +9,12 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import Literal
 
 from tools.core.errors import InputError, shown
+
+TYPE_CHECKING = False  # typing stays out of `app.py --help` (app.py imports this module)
+if TYPE_CHECKING:
+    from typing import Literal
 
 # The OS errors that mean "this path cannot be used", not "the machine failed" (a full disk).
 PATH_ERRNOS = frozenset(

@@ -159,6 +159,12 @@ class Settings:
     # Served only: how many graph nodes of served runs may work at once in the server
     # (TRAINWRIGHT_SERVE_MAX_ACTIVE); the others wait for a slot (graphs/cancel.py).
     serve_max_active: int = 2
+    # Whether a graph node imports, before its first tool runs, every library the planning
+    # graph imports lazily (tools/core/imports.py warm_up): needed wherever plans may run in
+    # parallel threads of one process (a library caller, batch, chat, the server). The CLI's
+    # `plan` runs one plan per process and turns it off: each library is imported when first
+    # used, and one the plan does not use (transformers, most of tools/) is not imported.
+    warm_imports: bool = True
 
     def __post_init__(self) -> None:
         """Reject a malformed ``smoke_inject`` or slot count here, not deep inside a run."""

@@ -48,7 +48,7 @@ STRATEGY_GAIN = {
 # smoke runner runs a model at full size only when it leaves this much.
 MIN_HEADROOM = 0.10
 # The headroom below which the fit check says "fits" without qualification: the memory model's
-# worst under-prediction on the published peak-memory runs it maps (bench/published_memory.py
+# worst under-prediction on the published peak-memory runs it maps (bench/calibration/published_memory.py
 # "margin needed": 70B with TP 8, measured 1.23x the prediction, so 1 - 1/1.23 = 19%), the one
 # exception being a torchtune LoRA row whose recipe the table does not distinguish from one
 # that measured half as much. Between MIN_HEADROOM and this the check says "tight".

@@ -154,7 +154,7 @@ def activation_bytes(
     repeated to all heads and the output, saved by the attention kernel, 8, plus the output
     projection's input, 2) and 8*i/h for the MLP (gate, SiLU, up and product outputs, i wide):
     22 + 8*i/h (44 for i = 2.75h). GPT-2 (composite tanh GeLU, ``layer_coefficient``) keeps 60.
-    How these compare with H200 runs: bench/memory_model_notes.md.
+    How these compare with H200 runs: bench/results/2026-12-01-memory-model-notes.md.
 
     Per transformer layer without recomputation: s*b*h*(34 + 5*a*s/h) bytes at 16-bit (the
     5*a*s/h part is the attention score/softmax/dropout tensors, which FlashAttention-style

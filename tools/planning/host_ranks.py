@@ -14,8 +14,9 @@ differs from the GPU model (tools/planning/memory.py) in three ways:
    end of the forward pass, every gathered parameter.
 
 Every term is a function of P = 4 x parameters (fp32) and S = P / ranks; the constants were
-measured with ``bench/cpu_rank_probe.py`` (RssAnon at the same points the smoke run samples) on
-the gpt2 smoke shape (3.7M parameters) and checked on TinyLlama's (6.1M); see bench/RESULTS.md.
+measured with ``bench/calibration/cpu_rank_probe.py`` (RssAnon at the same points the smoke run samples) on
+the gpt2 smoke shape (3.7M parameters) and checked on TinyLlama's (6.1M); see
+bench/results/2026-11-30-suite-full.md.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ MiB = 2**20
 # torch._dynamo and torch._inductor (~1,300 modules). Measured: RssAnon across
 # DeepSpeedEngine._do_optimizer_sanity_check, 42.7 MiB (ZeRO-1/2) and 43.6 MiB (ZeRO-3) above
 # the smoke baseline, the same at 3.7M and 6.1M parameters (DeepSpeed 0.19.8, torch 2.13 CPU):
-# `python bench/cpu_rank_probe.py --model gpt2 --strategy zero1 --trace`.
+# `python bench/calibration/cpu_rank_probe.py --model gpt2 --strategy zero1 --trace`.
 ZERO_IMPORT_BYTES = 43 * MiB
 # What the first optimizer step leaves resident beyond the optimizer's moments (lazy kernels and
 # per-thread state of torch.optim.AdamW's first step, small allocations glibc keeps in its
 # arenas). Measured on the gpt2 smoke shape, RssAnon after step 1 minus after init minus the
-# moments: ddp 5.1, ZeRO-1/2 4.5, ZeRO-3 5.6 MiB (`python bench/cpu_rank_probe.py`).
+# moments: ddp 5.1, ZeRO-1/2 4.5, ZeRO-3 5.6 MiB (`python bench/calibration/cpu_rank_probe.py`).
 FIRST_STEP_BYTES = 5 * MiB
 # torch.optim.AdamW/Adam _init_group: exp_avg and exp_avg_sq, one fp32 value each per parameter.
 ADAM_MOMENTS = 2

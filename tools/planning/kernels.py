@@ -11,8 +11,9 @@ performance/dl-performance-matrix-multiplication).
 The constants are per GPU architecture and come from kernel measurements, cited below; the few
 that no vendor states (how close cuBLAS gets to peak on training shapes, FlashAttention's
 backward efficiency on each architecture) were set from those publications and then checked
-against the calibration split of published training runs (bench/published.py, rows with
-``sha256(row_id) % 4 == 0``); the error on the other rows is in bench/RESULTS.md.
+against the calibration split of published training runs (bench/calibration/published.py, rows with
+``sha256(row_id) % 4 == 0``); the error on the other rows is in
+bench/results/2026-11-30-suite-full.md.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ KERNEL_FACTS: dict[str, KernelFacts] = {
         hbm=0.85,
         why="H100 SXM5: 132 SMs (NVIDIA H100 whitepaper); GEMMs at 62.5% and attention at 20% "
         "of the 989 TFLOP/s dense peak, fitted on the calibration split of published runs "
-        "(bench/published.py); FlashAttention-2, the kernel PyTorch SDPA and llm-foundry run, "
+        "(bench/calibration/published.py); FlashAttention-2, the kernel PyTorch SDPA and llm-foundry run, "
         "reaches at most about 35% of peak on H100 (Shah et al. 2024, FlashAttention-3, "
         "abstract), backward taken as 0.8x forward",
     ),
@@ -97,7 +98,7 @@ KERNEL_FACTS: dict[str, KernelFacts] = {
         hbm=0.85,
         why="A100: 108 SMs (NVIDIA A100 whitepaper); GEMMs at 77.5% and attention at 35% of the "
         "312 TFLOP/s dense peak, fitted on the calibration split of published runs "
-        "(bench/published.py); FlashAttention-2 reaches 50-73% of peak forward on A100 in its "
+        "(bench/calibration/published.py); FlashAttention-2 reaches 50-73% of peak forward on A100 in its "
         "own benchmark (Dao 2023, FlashAttention-2, abstract), backward taken as 0.8x forward",
     ),
     "v100": KernelFacts(
@@ -182,7 +183,7 @@ K_HALF = 256
 
 # The key length at which attention kernels reach half their long-sequence efficiency: the
 # ``attention_fwd`` / ``attention_bwd`` fractions are for long sequences. Set on the calibration
-# split together with them (bench/fit_kernels.py).
+# split together with them (bench/calibration/fit_kernels.py).
 ATTENTION_S_HALF = 1024
 
 

@@ -755,7 +755,7 @@ def _simplest_fit(space: _Space) -> MemoryPlan:
 
 
 # Predicted speeds this close are not told apart: the speed model's median error on published
-# runs it was not fitted on is about 4% (bench/RESULTS.md, "published"). Among setups within
+# runs it was not fitted on is about 4% (bench/results/2026-11-30-suite-full.md, "published"). Among setups within
 # this share of the fastest, the simplest wins (``_simplicity``).
 SIMPLER_WITHIN = 0.05
 

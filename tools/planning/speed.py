@@ -24,8 +24,8 @@ How a step is put together:
 - FLOPs and MFU as PaLM defines them (Chowdhery et al. 2022, appendix B: 6N + 12·L·h·s per
   token; full recomputation executes 8N + 16·L·h·s, Korthikanti et al. 2022 sec. 4.1).
 
-How close it is: bench/published.py compares it with published training throughputs
-(bench/RESULTS.md, "published").
+How close it is: bench/calibration/published.py compares it with published training throughputs
+(bench/results/2026-11-30-suite-full.md, "published").
 """
 
 from __future__ import annotations

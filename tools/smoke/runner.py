@@ -9,7 +9,7 @@ is that of the scaled model, so the caller compares it with a prediction for the
 The steps have their own modules: scale.py (the model), ds_adapt.py (the config), commands.py
 (the launchers), supervise.py (the process groups), verdict.py (the result) and predict.py
 (the prediction). On CPU, DeepSpeed JIT-builds each C++ op it uses (a minute the first time),
-so the runs avoid the ones they need not build (bench/profile_smoke.md has the measurements).
+so the runs avoid the ones they need not build (bench/results/2026-11-30-profile-smoke-path.md has the measurements).
 """
 
 from __future__ import annotations

@@ -166,6 +166,51 @@ def test_scheduler_checked(llama_plan: MemoryPlan) -> None:
         validate_deepspeed_config(dict(config, scheduler={"type": "Cosine", "params": {}}), 8)
 
 
+# Scheduler params each DeepSpeed scheduler accepts or refuses (a missing, misspelt, mistyped or
+# out-of-range value), for the stand-in optimizer and for a real SGD alike.
+SCHEDULER_CASES = [
+    ("WarmupLR", {}),
+    ("WarmupLR", {"warmup_min_lr": 0, "warmup_max_lr": 1e-4, "warmup_num_steps": 10}),
+    ("WarmupLR", {"warmup_max_lr": [1e-4, 2e-4]}),
+    ("WarmupLR", {"warmup_type": "cubic"}),
+    ("WarmupLR", {"warmup_steps": 10}),
+    ("WarmupDecayLR", {"total_num_steps": 100, "warmup_num_steps": 10}),
+    ("WarmupDecayLR", {"warmup_num_steps": 10}),
+    ("WarmupDecayLR", {"total_num_steps": 5, "warmup_num_steps": 10}),
+    ("WarmupCosineLR", {"total_num_steps": 100, "warmup_num_steps": 10}),
+    ("WarmupCosineLR", {"total_num_steps": 100, "cos_min_ratio": "x"}),
+    ("OneCycle", {"cycle_min_lr": 1e-5, "cycle_max_lr": 1e-3}),
+    ("OneCycle", {"cycle_min_lr": 1e-5, "cycle_max_lr": 1e-3, "cycle_momentum": True}),
+    ("OneCycle", {"cycle_min_lr": [1e-5, 1e-5], "cycle_max_lr": 1e-3}),
+    ("OneCycle", {"cycle_min_lr": 1e-3, "cycle_max_lr": 1e-5}),
+    ("LRRangeTest", {"lr_range_test_min_lr": 1e-5, "lr_range_test_step_size": 10}),
+    ("LRRangeTest", {"lr_range_test_min_lr": [1e-5, 1e-5]}),
+]
+
+
+def _scheduler_outcome(optimizer, name, params):
+    from deepspeed.runtime import lr_schedules
+
+    try:
+        scheduler = getattr(lr_schedules, name)(optimizer, **params)
+    except (TypeError, ValueError, AssertionError) as exc:
+        return type(exc).__name__, str(exc)
+    groups = [{k: v for k, v in g.items() if k in ("lr", "betas")} for g in optimizer.param_groups]
+    return "ok", groups, getattr(scheduler, "_last_lr", None)
+
+
+@pytest.mark.parametrize(("name", "params"), SCHEDULER_CASES)
+def test_scheduler_probe_answers_as_a_real_optimizer(name, params) -> None:
+    import torch
+
+    from tools.artifacts.ds_validate import scheduler_probe
+
+    sgd = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
+    assert _scheduler_outcome(scheduler_probe(), name, params) == _scheduler_outcome(
+        sgd, name, params
+    )
+
+
 def test_fp16_with_dynamic_loss_scaling_on_v100() -> None:
     hardware = HardwareSpec(source="described", nodes=2, gpus_per_node=4, gpu=V100)
     brief = BRIEF.model_copy(update={"precision": "auto", "seq_len": 1024})

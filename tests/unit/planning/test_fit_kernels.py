@@ -1,4 +1,4 @@
-"""bench/fit_kernels.py recovers kernel fractions planted in made-up measurements."""
+"""bench/calibration/fit_kernels.py recovers kernel fractions planted in made-up measurements."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from bench import fit_kernels
-from bench.published import Case
+from bench.calibration import fit_kernels
+from bench.calibration.published import Case
 from tools.planning import kernels
 from tools.planning.speed import estimate_speed
 from tools.research.hardware import parse_hardware

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # GPU recipes check (issue 18): pure bf16, 8-bit Adam, gradient accumulation 4, FSDP2 on one GPU
 # and LoRA on a ~1.1B llama-style model, each predicted by the memory model before it runs,
-# into one JSON file and a log (bench/gpu_recipes.py says what each case runs and measures).
+# into one JSON file and a log (bench/gpu/gpu_recipes.py says what each case runs and measures).
 #
-#   bash bench/gpu_recipes.sh [OUT_DIR [--only LABEL ...]]   (default: bench/gpu_out)
-#   DEVICE=cpu TINY=1 bash bench/gpu_recipes.sh DIR  (the dry run on CPU: the flow, no measurement)
+#   bash bench/gpu/gpu_recipes.sh [OUT_DIR [--only LABEL ...]]   (default: bench/gpu_out)
+#   DEVICE=cpu TINY=1 bash bench/gpu/gpu_recipes.sh DIR  (the dry run on CPU: the flow, no measurement)
 #
 # The GPU machine has no network. Wheels in .whl/ at the repository root (ignored by git: the
 # device run must carry it) are installed with --no-deps into a private directory first: the
@@ -20,7 +20,7 @@
 # It finishes in under 7 minutes: the cases share a 5-minute budget, each has a 2-minute
 # timeout, and the whole command is stopped at 400 s.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out_dir=${1:-bench/gpu_out}
 [ $# -gt 0 ] && shift  # the rest goes to gpu_recipes.py, e.g. --only lora fsdp2
 mkdir -p "$out_dir"
@@ -42,5 +42,5 @@ if [ -n "${TINY:-}" ]; then tiny=(--tiny); fi
 if [ "$device" = cuda ]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 fi
-timeout --kill-after=10 400 "$py" bench/gpu_recipes.py --device "$device" ${tiny[@]+"${tiny[@]}"} \
+timeout --kill-after=10 400 "$py" bench/gpu/gpu_recipes.py --device "$device" ${tiny[@]+"${tiny[@]}"} \
   --out "$out_dir/gpu_recipes.json" "$@" 2>&1 | tee "$out_dir/gpu_recipes.log"

@@ -1,7 +1,7 @@
 """A minimal hand-written DeepSpeed training script: the baseline for the smoke-run overhead.
 
 The same model config, DeepSpeed config, steps, batch and sequence length as a smoke run
-(bench/smoke_overhead.py passes the smoke run's own files), none of the smoke script's extras:
+(bench/suite/smoke_overhead.py passes the smoke run's own files), none of the smoke script's extras:
 no metrics, no peak sampling, no progress lines, no fault injection.
 """
 

@@ -1,8 +1,8 @@
 """Run a grid of DeepSpeed configurations in one launch and time each: the search baseline.
 
-Started by bench/choice_grid.py through DeepSpeed's launcher, once for the whole grid::
+Started by bench/suite/choice_grid.py through DeepSpeed's launcher, once for the whole grid::
 
-    deepspeed --num_gpus 2 bench/grid_train.py --model-config model.json --grid grid.json \
+    deepspeed --num_gpus 2 bench/suite/grid_train.py --model-config model.json --grid grid.json \
         --warmup 2 --steps 5 --rounds 2 --out results.json
 
 ``grid.json`` is a list of ``{"label", "strategy", "micro_batch", "accumulation", "ds_config"}``.

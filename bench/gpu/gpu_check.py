@@ -1,6 +1,6 @@
 """GPU check: real DeepSpeed smoke runs on one GPU, measured against the planner's prediction.
 
-Run through ``bash bench/gpu_check.sh [OUT_DIR]`` on a GPU machine (it installs DeepSpeed and
+Run through ``bash bench/gpu/gpu_check.sh [OUT_DIR]`` on a GPU machine (it installs DeepSpeed and
 its missing requirements from the wheels in ``.whl/`` when they are not installed). Each case
 is a 30-step smoke run of the real architecture at full size (tools/smoke/predict.py
 ``_fits_local_gpu`` decides: full size when the planner says it fits the GPU with 10% free),
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 # (label, model, strategy, micro-batch, seq len, attention kernel, activation checkpointing)
@@ -54,7 +54,7 @@ CASE_TIMEOUT_S = 150.0
 def main() -> int:
     """Run every case that fits the time budget and write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "gpu_check.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "gpu_out" / "gpu_check.json")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--budget-s", type=float, default=BUDGET_S)
     parser.add_argument("--only", nargs="*", help="labels of the cases to run")

@@ -1,4 +1,4 @@
-"""The speed model against published training throughputs: ``python bench/published.py``.
+"""The speed model against published training throughputs: ``python bench/calibration/published.py``.
 
 Reads ``throughput.tsv`` of the published-measurements folder (``../shared/published`` from
 the repository root, or ``TRAINWRIGHT_PUBLISHED=DIR``), turns each row into the inputs the
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

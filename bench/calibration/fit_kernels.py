@@ -1,11 +1,11 @@
 """Fit the speed model's kernel fractions on the published calibration split, and only there.
 
-``python bench/fit_kernels.py`` grid-searches, per GPU class with rows in the fit split (A100
+``python bench/calibration/fit_kernels.py`` grid-searches, per GPU class with rows in the fit split (A100
 and H100), the share of dense peak that large GEMMs reach and the share attention kernels reach
 (backward fixed at 0.8x forward), minimizing the mean absolute log error of predicted vs
-measured tokens/s per GPU on the ``fit`` rows of bench/published.py. It prints the best values
+measured tokens/s per GPU on the ``fit`` rows of bench/calibration/published.py. It prints the best values
 and their fit-split error; tools/planning/kernels.py ``KERNEL_FACTS`` holds the values it found
-(rounded to the grid), and bench/published.py reports the error on the held-out rows, which
+(rounded to the grid), and bench/calibration/published.py reports the error on the held-out rows, which
 this script never reads.
 """
 
@@ -17,11 +17,11 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.published import Case, fit_rows, map_row, predict, published_dir  # noqa: E402
+from bench.calibration.published import Case, fit_rows, map_row, predict, published_dir  # noqa: E402
 from tools.planning import kernels  # noqa: E402
 
 GEMM_GRID = [round(0.50 + 0.025 * i, 3) for i in range(15)]  # 0.50 .. 0.85

@@ -1,7 +1,7 @@
 """Planner latency: wall time of the deterministic planning steps for large models on 64 GPUs.
 
-Run ``python bench/planner_latency.py`` from the repository root. It prints a Markdown table
-and writes bench/planner_latency.json. Target: "the planner answers in under 1 s for a 70B
+Run ``python bench/suite/planner_latency.py`` from the repository root. It prints a Markdown
+table and writes bench/results/<date>-planner-latency.json. Target: "the planner answers in under 1 s for a 70B
 model on 64 GPUs".
 
 Regimes, measured separately because they differ by orders of magnitude:
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import os
 import platform
@@ -48,8 +49,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = Path(__file__).resolve().with_name("planner_latency.json")
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "bench" / "results" / f"{datetime.date.today().isoformat()}-planner-latency.json"
 TARGET_S = 1.0
 SCENARIOS = [
     # (model, hardware, global batch, seq len): 1024 sequences of 4096 tokens (4M tokens/step).

@@ -1,7 +1,7 @@
 """Measured vs predicted GPU memory of the GPU-check runs, with the memory model as it is now.
 
-``python bench/gpu_check_table.py [FILES...]`` (default: bench/gpu_check.json and
-bench/gpu_check_validation.json) prints one Markdown row per smoke run: measured
+``python bench/gpu/gpu_check_table.py [FILES...]`` (default: the recorded H200 runs,
+bench/results/2026-11-29-gpu-check-h200.json and -gpu-check-validation-h200.json) prints one Markdown row per smoke run: measured
 ``max_memory_allocated``, the planner's prediction for the same shape recomputed now (pure
 arithmetic, so a changed model can be judged against the same measurements), the gap, the NVML
 per-process reading, step time, tokens/s, MFU and the loss. ``gpu_rows`` gives the same
@@ -16,9 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-DEFAULT = [ROOT / "bench" / "gpu_check.json", ROOT / "bench" / "gpu_check_validation.json"]
+from bench.common import GPU_CHECK_RUNS  # noqa: E402  (after the path set-up above)
+
+DEFAULT = GPU_CHECK_RUNS
 
 
 def gpu_rows(paths: list[Path] | None = None) -> list[dict[str, Any]]:

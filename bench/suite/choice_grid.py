@@ -2,7 +2,7 @@
 
 DeepSpeed's autotuner needs GPUs; here a grid search stands in for it. On this machine
 (2 CPU ranks, the smoke runner's CPU setting) every strategy x micro-batch of the grid trains
-a small llama-style model for real (bench/grid_train.py, all in one DeepSpeed launch) and the
+a small llama-style model for real (bench/suite/grid_train.py, all in one DeepSpeed launch) and the
 best measured tokens/s is the search's answer. The planner answers the same question without
 running anything: tools/planning/search.py ``search_strategy`` for the same model, world size and
 global batch. The figures: the measured throughput of the planner's pick over the best
@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import PY, ROOT, BenchError, bench_env, median, run_cmd
+from bench.common import LLAMA_1B_CONFIG, PY, ROOT, BenchError, bench_env, median, run_cmd
 
-MODEL_CONFIG = ROOT / "bench" / "configs" / "llama-1.1b.json"
+MODEL_CONFIG = LLAMA_1B_CONFIG
 RANKS = 2
 SEQ_LEN = 64
 GLOBAL_BATCH = 16  # sequences per optimizer step over the 2 ranks: 8 per rank
@@ -114,7 +114,7 @@ def planner_cold(shape: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
     """The planner in a fresh interpreter: import our tools and search (wall and in-process)."""
     code = (
         f"import json, sys, time; t = time.perf_counter(); sys.path.insert(0, {str(ROOT)!r}); "
-        "from bench.choice_grid import planner_pick; "
+        "from bench.suite.choice_grid import planner_pick; "
         "pick = planner_pick(json.loads(sys.argv[1])); "
         "pick['import_and_search_s'] = time.perf_counter() - t; print(json.dumps(pick))"
     )
@@ -194,7 +194,7 @@ def run_grid(
         # A missing hostfile keeps the launcher on this machine (as tools/smoke/commands.py does).
         "--hostfile", str(work / "no-hostfile"), "--num_gpus", str(RANKS),
         "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-        str(ROOT / "bench" / "grid_train.py"),
+        str(ROOT / "bench" / "suite" / "grid_train.py"),
         "--model-config", str(work / "model_config.json"), "--grid", str(work / "grid.json"),
         "--warmup", str(warmup), "--steps", str(steps), "--rounds", str(rounds),
         "--seq-len", str(SEQ_LEN),

@@ -1,7 +1,7 @@
 """Six reference planning cases: our per-GPU estimate beside DeepSpeed's own model-state figure.
 
-Run ``python bench/planner_cases.py`` from the repository root; it prints a Markdown table and
-writes bench/planner_cases.json. For each case the strategy search (tools/planning/search.py) picks a
+Run ``python bench/suite/planner_cases.py`` from the repository root; it prints a Markdown table
+and writes bench/results/<date>-planner-cases.json. For each case the strategy search (tools/planning/search.py) picks a
 setup; the table gives our per-GPU total for it (model states, activations, buffers, CUDA
 context, 10% margin), the model-state part alone, and DeepSpeed's
 ``estimate_zero2_model_states_mem_needs`` / ``estimate_zero3_model_states_mem_needs`` for the
@@ -18,9 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-OUT = Path(__file__).resolve().with_name("planner_cases.json")
+from bench.common import dated  # noqa: E402  (after the path set-up above)
+
+OUT = dated("planner-cases.json")
 
 CASES = [
     # label, model, hardware, task, seq_len, global batch

@@ -1,4 +1,4 @@
-"""The memory model against published peak memory: ``python bench/published_memory.py``.
+"""The memory model against published peak memory: ``python bench/calibration/published_memory.py``.
 
 Reads ``memory.tsv`` of the published-measurements folder (``../shared/published``, or
 ``TRAINWRIGHT_PUBLISHED=DIR``): torchtitan's and torchtune's own runs. Each row becomes the
@@ -8,7 +8,7 @@ recipe: framework, precision, optimizer, recompute, loss, compile, LoRA/QLoRA, o
 max reserved for torchtitan (its memory log reports max_reserved), peak active/allocated for
 torchtune (its log_memory_stats). Nothing of the data is stored: ``--json`` writes aggregates.
 
-Split: ``fit`` when sha256(row_id) % 4 == 0 (bench/published.py ``split_of``), else
+Split: ``fit`` when sha256(row_id) % 4 == 0 (bench/calibration/published.py ``split_of``), else
 ``held-out``. The one constant fitted on memory rows, the caching allocator's slack
 (tools/planning/memory.py ``FRAGMENTATION_MARGIN``), may use fit rows only; errors are quoted
 on held-out rows. ``--baseline DIR`` imports the planner from another checkout (the code
@@ -17,7 +17,7 @@ before this model) to print its errors on the same rows and mapping.
 The fit verdict: a row "fits" when the predicted device memory leaves ``MIN_HEADROOM`` of the
 GPU free (tools/core/strategies.py); every published row ran, so a row called "does not fit"
 is a false alarm, and a run that ran out of memory called "fits" would be the error that
-matters (bench/gpu_limits.json's capped H200 run is one; none here).
+matters (bench/results/2026-11-30-gpu-limits-h200.json's capped H200 run is one; none here).
 
 Exit codes: 0 (also when the folder is absent: one line says so), 2 for bad input.
 """
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -100,7 +100,7 @@ class Case:
         return (self.predicted - self.measured) / self.measured
 
 
-from bench.published import Skip, _Skipped  # noqa: E402  (after the path set-up above)
+from bench.calibration.published import Skip, _Skipped  # noqa: E402  (after the path set-up above)
 
 
 def _first_int(cell: str) -> int | None:
@@ -227,7 +227,7 @@ def _recipe_torchtune(row: Row, kwargs: dict[str, Any]) -> tuple[dict[str, Any],
 
 def map_row(row: Row) -> Case | Skip:
     """A row as estimate_strategy's arguments, or why it cannot be compared."""
-    from bench.published import split_of
+    from bench.calibration.published import split_of
     from tools.research.model_catalog import lookup_model
 
     source, split = _source(row), split_of(row["row_id"])
@@ -337,7 +337,7 @@ def fit_slack(folder: Path | None = None) -> float | None:
 
 def read_rows(folder: Path | None = None) -> list[Row]:
     """The rows of ``memory.tsv``; InputError when the file is missing."""
-    from bench.published import ENV_VAR, published_dir
+    from bench.calibration.published import ENV_VAR, published_dir
     from tools.core.errors import InputError
 
     path = (folder or published_dir()) / TSV

@@ -1,6 +1,6 @@
 """GPU check of the smoke runner's resource limits (issue 8), into one JSON file.
 
-On one CUDA GPU, with the same setup as bench/gpu_check.sh (DeepSpeed from .whl/ wheels):
+On one CUDA GPU, with the same setup as bench/gpu/gpu_check.sh (DeepSpeed from .whl/ wheels):
 
 1. ``default cap``: gpt2-medium ZeRO-2, 30 steps, under the default memory cap (half the RAM):
    the watchdog must not stop a healthy CUDA run, and no address-space limit is set with CUDA
@@ -11,8 +11,8 @@ On one CUDA GPU, with the same setup as bench/gpu_check.sh (DeepSpeed from .whl/
    gets SIGINT on its process group once the run has reached step 3: how long it takes to
    exit, and whether any process of the run or any GPU compute process is left.
 
-    bash bench/gpu_check.sh is the setup; run this one as
-    PYTHONPATH=<site> python3 bench/gpu_limits.py --out DIR/gpu_limits.json
+    bash bench/gpu/gpu_check.sh is the setup; run this one as
+    PYTHONPATH=<site> python3 bench/gpu/gpu_limits.py --out DIR/gpu_limits.json
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 GIB = 2**30
@@ -91,7 +91,7 @@ def gpu_apps() -> list[str]:
 def main() -> int:
     """Run the three checks and write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "gpu_limits.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "gpu_out" / "gpu_limits.json")
     args = parser.parse_args()
 
     import torch

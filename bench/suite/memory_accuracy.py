@@ -9,7 +9,7 @@
     2 CPU ranks (anonymous RSS above the pre-model baseline; the prediction is the memory
     model's total for the shape that ran, without the CUDA context and fragmentation margin
     that this reading does not contain: tools/smoke/predict.py ``predict_peak_bytes``).
-(c) ``gpu_cases``: the H200 runs of bench/gpu_check.sh, read from bench/gpu_check*.json (not
+(c) ``gpu_cases``: the H200 runs of bench/gpu/gpu_check.sh, read from bench/results/*-gpu-check*.json (not
     re-run), with the prediction recomputed by today's memory model.
 
 Relative error everywhere: (ours - reference) / reference; negative means we under-estimate.
@@ -51,7 +51,7 @@ def estimator_grid(
     """Our model-state bytes per GPU vs DeepSpeed's, per case, with the median |error|."""
     from types import SimpleNamespace
 
-    from bench.planner_cases import deepspeed_model_states
+    from bench.suite.planner_cases import deepspeed_model_states
     from tools.planning import model_state_bytes
     from tools.research.model_catalog import lookup_model
 
@@ -189,15 +189,15 @@ def smoke_cases(
 
 
 def gpu_cases() -> dict[str, Any]:
-    """The recorded H200 runs (bench/gpu_check.sh), with today's prediction."""
-    from bench.gpu_check_table import gpu_rows
+    """The recorded H200 runs (bench/gpu/gpu_check.sh), with today's prediction."""
+    from bench.gpu.gpu_check_table import gpu_rows
 
     rows = gpu_rows()
     ds = [abs(r["error"]) for r in rows if r["strategy"] != "ddp"]
     everything = [abs(r["error"]) for r in rows]
     return {
         "what": (
-            "GPU, measured by bench/gpu_check.sh (torch.cuda.max_memory_allocated per rank) vs "
+            "GPU, measured by bench/gpu/gpu_check.sh (torch.cuda.max_memory_allocated per rank) vs "
             "tools/smoke/predict.py predict_peak_bytes recomputed now; read from the JSON, not re-run"
         ),
         "measured_on": sorted({r["when"] for r in rows if r.get("when")}),

@@ -1,6 +1,6 @@
 """GPU job check (issue 19): the plan's own ``launch.sh`` fine-tunes a saved 1.2B llama, full and LoRA.
 
-Run through ``bash bench/gpu_job.sh [OUT_DIR]`` on a GPU machine. Issue 19's last check is that
+Run through ``bash bench/gpu/gpu_job.sh [OUT_DIR]`` on a GPU machine. Issue 19's last check is that
 the folder a plan writes is the job: not a benchmark loop written for the occasion, but the
 generated ``launch.sh`` and ``train.py`` loading weights from disk and training on a JSONL file,
 with step time and memory close to what the plan said. So, in order:
@@ -27,7 +27,7 @@ with step time and memory close to what the plan said. So, in order:
    times, their median after the warm-up steps, tokens/s from that median, the peak allocated
    memory (``torch.cuda.max_memory_allocated``, which train.py resets before step 1), the
    driver's view of the process (NVML, when it answers), trainable and local parameter bytes.
-   ``error_*`` is predicted / measured - 1, as in bench/gpu_recipes.py.
+   ``error_*`` is predicted / measured - 1, as in bench/gpu/gpu_recipes.py.
 
 ``--device cpu --tiny`` is a dry run of the same flow on CPU: a 2-layer llama, 2 steps, seq 64,
 micro-batch 2 (the plan for the tiny model on an H200 picks a batch a CPU has no business
@@ -50,13 +50,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # The recipes check's JSON helpers: a reader that tolerates a missing or half-written file, and
 # an atomic writer (a run stopped mid-write leaves the previous report).
-from bench.gpu_recipes import _read_json, _write  # noqa: E402
+from bench.gpu.gpu_recipes import _read_json, _write  # noqa: E402
 
 MODEL_CONFIG = ROOT / "knowledge" / "models" / "llama-3.2-1b.json"
 TINY_CONFIG: dict[str, Any] = {

@@ -1,12 +1,12 @@
 """Smoke-run overhead: our 30-step smoke run vs a minimal hand-written DeepSpeed script.
 
-Run ``python bench/smoke_overhead.py [--repeats 3]`` from the repository root. Each repeat
+Run ``python bench/suite/smoke_overhead.py [--repeats 3]`` from the repository root. Each repeat
 runs, interleaved, (a) ``app.py smoke --model gpt2 --strategy zero2`` (2 CPU ranks, 30 steps)
-and (b) ``deepspeed`` with bench/minimal_ds_train.py on the same model config and DeepSpeed
+and (b) ``deepspeed`` with bench/suite/minimal_ds_train.py on the same model config and DeepSpeed
 config that run (a) wrote, same steps, batch and sequence length, same environment (CPU
 accelerator, threads per rank, the shared-memory op build skipped in both). Wall time of each
 whole command (launcher, imports, model build, 30 steps, exit) is measured; the JSON and the
-printed table give the medians and the ratio. Writes bench/smoke_overhead.json.
+printed table give the medians and the ratio. Writes bench/results/<date>-smoke-overhead.json.
 
 ``--profile DIR`` instead runs one smoke run with every Python process of it (the CLI, the
 DeepSpeed runner and launcher, each rank) under pyinstrument, through a ``sitecustomize``
@@ -16,6 +16,7 @@ hook on PYTHONPATH, and writes one text profile per process into DIR.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -25,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = Path(__file__).resolve().with_name("smoke_overhead.json")
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "bench" / "results" / f"{datetime.date.today().isoformat()}-smoke-overhead.json"
 
 
 def _time(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
@@ -126,7 +127,7 @@ def main() -> int:
             _time(
                 [sys.executable, "-m", "deepspeed.launcher.runner", "--hostfile",
                  str(run_dir / "no-hostfile"), "--num_gpus", "2", "--master_addr", "127.0.0.1",
-                 "--master_port", str(29600 + i), str(ROOT / "bench" / "minimal_ds_train.py"),
+                 "--master_port", str(29600 + i), str(ROOT / "bench" / "suite" / "minimal_ds_train.py"),
                  "--model-config", str(run_dir / "model_config.json"),
                  "--deepspeed_config", str(run_dir / "ds_config.json"),
                  "--steps", "30", "--seq-len", str(shape["seq_len"]),

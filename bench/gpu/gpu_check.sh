@@ -2,8 +2,8 @@
 # GPU check (issue 5): smoke runs of gpt2-medium and a ~1.1B llama-style model under ZeRO-2 and
 # ZeRO-3 in bf16 on one GPU, measured vs predicted peak memory and MFU, into one JSON file.
 #
-#   bash bench/gpu_check.sh [OUT_DIR]        (default: bench/gpu_out)
-#   CASES=validation bash bench/gpu_check.sh  (cases the memory model was not fitted on)
+#   bash bench/gpu/gpu_check.sh [OUT_DIR]        (default: bench/gpu_out)
+#   CASES=validation bash bench/gpu/gpu_check.sh  (cases the memory model was not fitted on)
 #
 # For a machine whose python3 has torch and transformers but not DeepSpeed and no network:
 # DeepSpeed and its missing pure-Python requirements (pydantic, hjson, ...) are installed from
@@ -14,7 +14,7 @@
 #     typing-inspection==0.4.5 hjson==3.1.0
 # It finishes in under 8 minutes: the cases share a 7-minute budget and each has a timeout.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out_dir=${1:-bench/gpu_out}
 mkdir -p "$out_dir"
 py=${PYTHON:-python3}
@@ -31,4 +31,4 @@ fi
 export PYTHONUNBUFFERED=1 DO_NOT_TRACK=1 ANONYMIZED_TELEMETRY=False
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 cases=${CASES:-check}
-timeout --kill-after=10 470 "$py" bench/gpu_check.py --cases "$cases" --out "$out_dir/gpu_check.json" 2>&1 | tee "$out_dir/gpu_check.log"
+timeout --kill-after=10 470 "$py" bench/gpu/gpu_check.py --cases "$cases" --out "$out_dir/gpu_check.json" 2>&1 | tee "$out_dir/gpu_check.log"

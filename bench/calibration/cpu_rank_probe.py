@@ -1,6 +1,6 @@
 """Where a CPU rank's memory goes: RssAnon at the points a smoke run samples, per rank.
 
-``python bench/cpu_rank_probe.py --model gpt2 --strategy zero1`` builds the smoke run's scaled
+``python bench/calibration/cpu_rank_probe.py --model gpt2 --strategy zero1`` builds the smoke run's scaled
 model (tools/smoke/scale.py), takes the smoke baseline (tools/smoke/train.py
 ``cpu_baseline_bytes``: after the process group and the model's code), then prints, per rank,
 anonymous RSS above it after the model, after ``deepspeed.initialize`` (or the DDP wrap and
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MiB = 2**20
 
 

@@ -1,6 +1,6 @@
 """GPU recipes check (issue 18): five training recipes on one GPU, each predicted before it runs.
 
-Run through ``bash bench/gpu_recipes.sh [OUT_DIR]`` on a GPU machine. Each case trains a
+Run through ``bash bench/gpu/gpu_recipes.sh [OUT_DIR]`` on a GPU machine. Each case trains a
 ~1.1B llama-style model (bench/configs/llama-1.1b.json, random init on the GPU, Hugging Face
 ``LlamaForCausalLM`` with ``attn_implementation="sdpa"``) at seq 2048, micro-batch 2, in a
 fresh subprocess with its own timeout:
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -725,7 +725,7 @@ def _add_lora(model: Any, info: dict[str, Any]) -> None:
             if name in LORA_TARGETS and isinstance(child, torch.nn.Linear):
                 setattr(module, name, _wrap_lora(child))
                 wrapped += 1
-    info["lora"] = f"bench/gpu_recipes.py LoRALinear on {wrapped} linears"
+    info["lora"] = f"bench/gpu/gpu_recipes.py LoRALinear on {wrapped} linears"
 
 
 def _lora_class() -> Any:
