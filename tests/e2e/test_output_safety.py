@@ -145,7 +145,7 @@ def test_rerun_replaces_its_files_but_not_one_the_user_edited(tmp_path: Path) ->
 
 
 def test_launch_files_obey_the_manifest(tmp_path: Path) -> None:
-    from tests.test_launch import DEEPSPEED, DS_CONFIG, brief, gpus, model
+    from test_launch import DEEPSPEED, DS_CONFIG, brief, gpus, model
 
     from tools.artifacts.launch import emit_launch
 

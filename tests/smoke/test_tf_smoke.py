@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from procs import wait_none_left
 
-from tests.procs import wait_none_left
 from tools.smoke import free_port
 from tools.smoke.supervise import launch_and_wait
 from tools.smoke.tf_launch import TF_PYTHON, base_env, supervised_commands, worker_commands
