@@ -53,8 +53,8 @@ TABLE: list[Row] = [
     # ---- batches in sequences and in tokens
     ("fine-tune llama-3-8b on 8 A100 80GB, batch size 128", {"global_batch_size": 128}, set(), []),
     ("pretrain llama-3-8b on 4 nodes of 8 H100, 1024 sequences per step, seq 4096", {"global_batch_size": 1024, "seq_len": 4096}, set(), []),
-    ("pretrain llama-3-8b on 32 H100 with a 2M-token batch at seq 8192", {"global_batch_size": 244, "seq_len": 8192}, set(), []),
-    ("fine-tune mistral-7b on 8 A100 80GB, global batch of 1M tokens, sequence 4096", {"global_batch_size": 244}, set(), []),
+    ("pretrain llama-3-8b on 32 H100 with a 2M-token batch at seq 8192", {"global_batch_size": 256, "seq_len": 8192}, set(), []),
+    ("fine-tune mistral-7b on 8 A100 80GB, global batch of 1M tokens, sequence 4096", {"global_batch_size": 256}, set(), []),
     ("微调 qwen2.5-7b，8 张 H100，批大小 256", {"global_batch_size": 256}, set(), []),
     ("fine-tune llama-3-8b on 8 A100 80GB, micro-batch 4, global batch 256", {"global_batch_size": 256}, {"micro-batch"}, []),
     # ---- token budgets, prices, deadlines, money

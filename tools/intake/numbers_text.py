@@ -124,6 +124,20 @@ def seq_reading(text: str) -> Read | None:
     return None
 
 
+# Batches in tokens are quoted in binary multiples: Llama's "4M tokens" is 4 x 2^20 =
+# 4,194,304 (1,024 sequences of 4,096), GPT-3's "3.2M" is 1,536 x 2,048 = 3 x 2^20.
+_BINARY = {"k": 2**10, "thousand": 2**10, "m": 2**20, "million": 2**20}
+
+
+def _binary_batch(count: float, scale: str | None, seq_len: int) -> float:
+    """A token batch read in binary multiples (4M = 4 x 2^20) when that is whole sequences."""
+    binary = _BINARY.get((scale or "").lower())
+    if binary is None:
+        return count
+    tokens = count / _SCALE[scale.lower()] * binary  # type: ignore[union-attr]
+    return tokens if (tokens / seq_len).is_integer() else count
+
+
 def batch_reading(text: str, seq_len: int) -> tuple[Read | None, str | None]:
     """The global batch in sequences, and how a batch given in tokens was converted (or None).
 
@@ -137,6 +151,7 @@ def batch_reading(text: str, seq_len: int) -> tuple[Read | None, str | None]:
         if count <= 0:
             continue
         if unit.startswith("token"):
+            count = _binary_batch(count, m.group(2), seq_len)
             sequences = max(1, round(count / seq_len))
             how = f"{m.group(0).strip()!r} is {count:,.0f} tokens = {sequences} sequences of {seq_len}"
             return Read.of("global_batch_size", sequences, m), how

@@ -1,0 +1,29 @@
+"""Batches given in tokens become sequences as practitioners count them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools.intake.numbers_text import batch_reading
+
+
+@pytest.mark.parametrize(
+    ("text", "seq_len", "sequences"),
+    [
+        # Binary multiples, as published batch sizes are counted: 4M = 4 x 2^20 tokens.
+        ("a batch of 4M tokens", 32768, 128),
+        ("a 4M-token batch", 4096, 1024),
+        ("batch of 512k tokens", 2048, 256),
+        ("global batch of 1.5M tokens", 4096, 384),
+        # Neither reading is whole sequences: the decimal count, rounded.
+        ("batch of 2M tokens", 3000, 667),
+        # A plain number of tokens is taken as written.
+        ("batch of 1000000 tokens", 2048, 488),
+    ],
+)
+def test_a_token_batch_becomes_whole_sequences_and_says_how(
+    text: str, seq_len: int, sequences: int
+) -> None:
+    read, how = batch_reading(text, seq_len)
+    assert read is not None and read.value == sequences
+    assert how is not None and f"= {sequences} sequences of {seq_len}" in how
