@@ -112,8 +112,9 @@ def wish_fields(text: str) -> dict[str, Any]:
 def pin_reads(text: str) -> list[Read]:
     """The setup dimensions a request fixes, each with its words (field ``pins.<name>``).
 
-    A ZeRO stage the request refuses ("do not use ZeRO-3") is no pin: ``named_wishes`` reads
-    it as the wish ``avoid:zero-3``.
+    A ZeRO stage the request refuses ("do not use ZeRO-3") is no pin: it is
+    ``pins.avoid_zero_stages``, which the search keeps out, and ``named_wishes`` reads it as the
+    wish ``avoid:zero-3``.
     """
     reads: list[Read] = []
     for z in _ZERO_RE.finditer(text):
@@ -133,26 +134,25 @@ def pin_reads(text: str) -> list[Read]:
         reads.append(Read.of("pins.offload", False, m))
     elif m := _OFFLOAD_RE.search(text):
         reads.append(Read.of("pins.offload", True, m))
+    if refused := _refused_zero_stages(text):
+        reads.append(refused)
     return reads
 
 
 def pin_fields(text: str) -> dict[str, Any]:
     """The setup dimensions a request fixes: zero_stage, tensor/pipeline degrees, offload."""
-    pins: dict[str, Any] = {r.field.split(".", 1)[1]: r.value for r in pin_reads(text)}
-    if refused := refused_zero_stages(text):
-        pins["avoid_zero_stages"] = refused
-    return pins
+    return {r.field.split(".", 1)[1]: r.value for r in pin_reads(text)}
 
 
-def refused_zero_stages(text: str) -> list[int]:
-    """The ZeRO stages a request refuses ("do not use ZeRO-3", "不要 ZeRO-3"): never pinned."""
-    return sorted(
-        {
-            int(m.group(1) or m.group(2))
-            for m in _ZERO_RE.finditer(text)
-            if _refused_before(text, m.start())
-        }
-    )
+def _refused_zero_stages(text: str) -> Read | None:
+    """The ZeRO stages a request refuses ("do not use ZeRO-3"), quoted from the first refusal."""
+    refused = [m for m in _ZERO_RE.finditer(text) if _refused_before(text, m.start())]
+    if not refused:
+        return None
+    stages = sorted({int(m.group(1) or m.group(2)) for m in refused})
+    first = refused[0]
+    at = _refusal_start(text, first.start()) or first.start()
+    return Read("pins.avoid_zero_stages", stages, text[at : first.end()], at, first.end())
 
 
 def torchtitan_note(goal: str) -> str | None:

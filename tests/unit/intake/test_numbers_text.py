@@ -27,3 +27,12 @@ def test_a_token_batch_becomes_whole_sequences_and_says_how(
     read, how = batch_reading(text, seq_len)
     assert read is not None and read.value == sequences
     assert how is not None and f"= {sequences} sequences of {seq_len}" in how
+
+
+def test_a_refused_zero_stage_is_read_with_its_words() -> None:
+    from tools.intake.wishes import pin_fields, pin_reads
+
+    text = "fine-tune phi-4 on 4 RTX 4090, do not use ZeRO-3, zero 2 is fine, never ZeRO-1"
+    (read,) = [r for r in pin_reads(text) if r.field == "pins.avoid_zero_stages"]
+    assert (read.value, read.quote) == ([1, 3], "not use ZeRO-3")
+    assert pin_fields(text) == {"zero_stage": 2, "avoid_zero_stages": [1, 3]}
