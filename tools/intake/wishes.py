@@ -146,12 +146,15 @@ def pin_fields(text: str) -> dict[str, Any]:
 
 def _refused_zero_stages(text: str) -> Read | None:
     """The ZeRO stages a request refuses ("do not use ZeRO-3"), quoted from the first refusal."""
-    refused = [m for m in _ZERO_RE.finditer(text) if _refused_before(text, m.start())]
+    refused = [
+        (at, m)
+        for m in _ZERO_RE.finditer(text)
+        if (at := _refusal_start(text, m.start())) is not None
+    ]
     if not refused:
         return None
-    stages = sorted({int(m.group(1) or m.group(2)) for m in refused})
-    first = refused[0]
-    at = _refusal_start(text, first.start()) or first.start()
+    stages = sorted({int(m.group(1) or m.group(2)) for _, m in refused})
+    at, first = refused[0]
     return Read("pins.avoid_zero_stages", stages, text[at : first.end()], at, first.end())
 
 

@@ -36,3 +36,10 @@ def test_a_refused_zero_stage_is_read_with_its_words() -> None:
     (read,) = [r for r in pin_reads(text) if r.field == "pins.avoid_zero_stages"]
     assert (read.value, read.quote) == ([1, 3], "not use ZeRO-3")
     assert pin_fields(text) == {"zero_stage": 2, "avoid_zero_stages": [1, 3]}
+
+
+def test_a_refusal_at_the_start_of_the_request_keeps_its_words() -> None:
+    from tools.intake.wishes import pin_reads
+
+    (read,) = pin_reads("no ZeRO-3 please, fine-tune llama-3-8b on 8 A100")
+    assert (read.field, read.value, read.quote) == ("pins.avoid_zero_stages", [3], "no ZeRO-3")
