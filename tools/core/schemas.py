@@ -335,6 +335,21 @@ class MemoryBreakdown(BaseModel):
     device_used: int = 0
 
 
+def _setup_of(strategy: str, row: StrategyEstimate | SetupCandidate) -> Setup:
+    """The ``Setup`` of a plan row or candidate (their degree fields share names)."""
+    return Setup(
+        strategy,
+        tp=row.tensor_parallel,
+        pp=row.pipeline_parallel,
+        vpp=row.virtual_stages,
+        cp=row.context_parallel,
+        dp=row.data_parallel,
+        micro_batch=row.micro_batch_size,
+        accumulation=row.gradient_accumulation_steps,
+        recompute=row.checkpointing,
+    )
+
+
 class StrategyEstimate(BaseModel):
     """One parallelism strategy's memory estimate."""
 
@@ -364,17 +379,7 @@ class StrategyEstimate(BaseModel):
     @property
     def setup(self) -> Setup:
         """The setup this row estimates."""
-        return Setup(
-            self.name,
-            tp=self.tensor_parallel,
-            pp=self.pipeline_parallel,
-            vpp=self.virtual_stages,
-            cp=self.context_parallel,
-            dp=self.data_parallel,
-            micro_batch=self.micro_batch_size,
-            accumulation=self.gradient_accumulation_steps,
-            recompute=self.checkpointing,
-        )
+        return _setup_of(self.name, self)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -412,17 +417,7 @@ class SetupCandidate(BaseModel):
     @property
     def setup(self) -> Setup:
         """This candidate as a ``Setup``."""
-        return Setup(
-            self.strategy,
-            tp=self.tensor_parallel,
-            pp=self.pipeline_parallel,
-            vpp=self.virtual_stages,
-            cp=self.context_parallel,
-            dp=self.data_parallel,
-            micro_batch=self.micro_batch_size,
-            accumulation=self.gradient_accumulation_steps,
-            recompute=self.checkpointing,
-        )
+        return _setup_of(self.strategy, self)
 
     @property
     def label(self) -> str:
