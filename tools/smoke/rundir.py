@@ -123,7 +123,7 @@ def check_run_paths(run_dir: Path) -> None:
 
 @contextlib.contextmanager
 def fresh_tmp_dir(run_dir: Path) -> Iterator[Path]:
-    """A temporary folder made now for this run alone (``tmp/run-XXXXXXXX``), removed after.
+    """A temporary folder made now for this run alone (``tmp/run-`` plus mkdtemp's random suffix), removed after.
 
     What the run's processes leave there (torch's and DeepSpeed's temporary files) is theirs
     and goes with it; ``check_run_paths`` is applied again first.
