@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# TensorFlow (tools/smoke/tf_train.py) in a venv of its own: its protobuf and numpy pins clash
+# TensorFlow (tools/smoke/scripts/tf_train.py) in a venv of its own: its protobuf and numpy pins clash
 # with requirements.lock's.
 TF_VENV  := .venv-tf
 TF_STAMP := $(TF_VENV)/.installed

@@ -11,6 +11,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+# The standalone scripts import their siblings by plain name, as their launchers run them (the
+# script's folder first on sys.path): tests import them the same way (``import train``).
+SCRIPTS = ROOT / "tools" / "smoke" / "scripts"
+if str(SCRIPTS) not in sys.path:
+    sys.path.insert(1, str(SCRIPTS))
 
 from tools.core.settings import TELEMETRY_OFF, Settings  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Where a CPU rank's memory goes: RssAnon at the points a smoke run samples, per rank.
 
 ``python bench/calibration/cpu_rank_probe.py --model gpt2 --strategy zero1`` builds the smoke run's scaled
-model (tools/smoke/scale.py), takes the smoke baseline (tools/smoke/train.py
+model (tools/smoke/scale.py), takes the smoke baseline (tools/smoke/scripts/train.py
 ``cpu_baseline_bytes``: after the process group and the model's code), then prints, per rank,
 anonymous RSS above it after the model, after ``deepspeed.initialize`` (or the DDP wrap and
 AdamW) and after each forward, backward and optimizer step, with the environment the smoke
@@ -115,7 +115,8 @@ def rank_half(cfg_path: str, ds_path: str, steps: int, trace: bool) -> None:
     import deepspeed
     import torch
 
-    import tools.smoke.train as st
+    sys.path.insert(0, str(ROOT / "tools" / "smoke" / "scripts"))
+    import train as st
 
     cfg = json.loads(Path(cfg_path).read_text())
     ds = json.loads(Path(ds_path).read_text())

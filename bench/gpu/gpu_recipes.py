@@ -347,7 +347,7 @@ def _ds_config(model: Any, hardware: Any, case: Case) -> dict[str, Any]:
         model, case.strategy, world_size=1, micro_batch_size=MICRO_BATCH, gpu=hardware.gpu
     )
     assert planned is not None
-    # On CUDA: bf16 kept; the dry run's CPU worker drops it as tools/smoke/train.py does.
+    # On CUDA: bf16 kept; the dry run's CPU worker drops it as tools/smoke/scripts/train.py does.
     cfg, _notes = adapt_ds_config(
         planned, device="cuda", ranks=1, micro_batch_size=MICRO_BATCH, scaled=model, lr=LR
     )
@@ -613,15 +613,14 @@ def _run_case(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _smoke_train() -> Any:
-    """tools/smoke/train.py loaded from its file: torch and transformers only, no package init."""
-    name = "trainwright_smoke_train"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "smoke" / "train.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """tools/smoke/scripts/train.py imported as its launchers run it: its folder on sys.path.
+
+    torch and transformers only, no package init of ours.
+    """
+    scripts = str(ROOT / "tools" / "smoke" / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    return importlib.import_module("train")
 
 
 def _cuda_peaks() -> dict[str, int]:

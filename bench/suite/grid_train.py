@@ -13,7 +13,7 @@ frees the engine before the next entry; ``--rounds`` passes over the grid interl
 entries in time. One launch avoids paying the launcher, interpreter,
 torch and DeepSpeed imports and the process-group set-up once per configuration.
 
-Standalone like tools/smoke/train.py: torch, transformers, deepspeed and the standard library.
+Standalone like tools/smoke/scripts/train.py: torch, transformers, deepspeed and the standard library.
 Rank 0 writes ``--out`` (one record per entry and round: step times, tokens/s at the median
 step, losses, or the error).
 """
@@ -56,7 +56,7 @@ def build_model(config_dict: dict[str, Any]) -> torch.nn.Module:
 
 
 def skip_shm_comm_build() -> None:
-    """Keep DeepSpeed from JIT-building its CPU shared-memory op (as tools/smoke/train.py does)."""
+    """Keep DeepSpeed from JIT-building its CPU shared-memory op (as tools/smoke/scripts/train.py does)."""
     try:
         import deepspeed
         from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from specs import GPT2_TINY, model_parallel_plan, tiny_spec
+from train import parse_args
 
 from tools.artifacts.launch import emit_launch, job_command
 from tools.artifacts.scripts import Shell, shell_join
@@ -29,7 +30,6 @@ from tools.core.schemas import (
     TrainingBrief,
 )
 from tools.smoke import free_port
-from tools.smoke.train import parse_args
 
 DEEPSPEED = FrameworkChoice(primary="deepspeed", stack=["pytorch", "deepspeed"], rationale="x")
 DDP = FrameworkChoice(primary="pytorch_ddp", stack=["pytorch", "pytorch_ddp"], rationale="x")
@@ -101,7 +101,7 @@ def test_deepspeed_plan_writes_config_script_and_launcher(tmp_path: Path) -> Non
     assert json.loads((out / "ds_config.json").read_text()) == DS_CONFIG
     assert json.loads((out / "model_config.json").read_text()) == GPT2_TINY
     assert (out / "train.py").read_text() == (
-        Path(__file__).parents[2] / "tools" / "smoke" / "train.py"
+        Path(__file__).parents[2] / "tools" / "smoke" / "scripts" / "train.py"
     ).read_text()
     assert launch_line(out) == script_line(command)
     assert os.access(out / "launch.sh", os.X_OK)

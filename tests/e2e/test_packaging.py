@@ -83,7 +83,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_holds_every_tracked_package_file(wheel: Path) -> None:
     expected = _tracked(*PACKAGE_DIRS, *TOP_MODULES)
     # The reference is not empty and covers code, data and markers alike.
-    assert "tools/smoke/train.py" in expected and "knowledge/gpus.yaml" in expected
+    assert "tools/smoke/scripts/train.py" in expected and "knowledge/gpus.yaml" in expected
     assert "prompts/agents.yaml" in expected and "tools/py.typed" in expected
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
@@ -168,7 +168,7 @@ def test_readme_adapters_run_from_the_installed_wheel(
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert (new_site / "tools" / "smoke" / "train.py").is_file()
+    assert (new_site / "tools" / "smoke" / "scripts" / "train.py").is_file()
 
     # Then the locked dependencies of the running venv become visible through one .pth file.
     locked = [p for p in site.getsitepackages() if Path(p).is_dir()]

@@ -2,7 +2,7 @@
 
 The plan prices LoRA as trainable adapters on a frozen base, ZeRO-3 as parameters partitioned
 from construction on, and QLoRA as an NF4 base with double-quantized constants; these tests
-read the plan's side (tools/planning) and the script's side (tools/smoke/train.py, as the
+read the plan's side (tools/planning) and the script's side (tools/smoke/scripts/train.py, as the
 launch files call it) and compare. tests/smoke/test_train_job.py runs the script for real.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import train as job
 from train_fixture import save_model
 
 from tools.artifacts.launch import TRAIN_SCRIPT, emit_launch
@@ -29,7 +30,6 @@ from tools.planning.footprint import NF4_BYTES
 from tools.planning.memory import estimate_strategy
 from tools.planning.states import DEFAULT_LORA_RANK, lora_adapter_params
 from tools.research.model_catalog import lookup_model
-from tools.smoke import train as job
 
 DEEPSPEED = FrameworkChoice(primary="deepspeed", stack=["pytorch", "deepspeed"], rationale="x")
 A100 = GPUSpec(name="A100-80GB", memory_gb=80, bf16_tflops=312)

@@ -1,6 +1,6 @@
 """The generated job keeps the user's things: their folders, their checkpoints, their data's errors.
 
-train.py (tools/smoke/train.py) run in this process on one rank, as a user runs it by hand: a
+train.py (tools/smoke/scripts/train.py) run in this process on one rank, as a user runs it by hand: a
 tiny random GPT-2 on synthetic data, checkpointing every 3 steps. Rotation deletes only what
 the job recorded saving; resuming follows ``latest`` only to a complete checkpoint inside the
 folder and otherwise says which one it uses; a checkpoint whose files changed is never
@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import train as job
 import transformers
 from specs import GPT2_TINY
 from train_fixture import save_model, write_dataset
 
-from tools.smoke import train as job
-
 STEP = "step {n}/"
+SCRIPTS = Path(__file__).resolve().parents[2] / "tools" / "smoke" / "scripts"
 
 
 @pytest.fixture
@@ -198,7 +198,7 @@ def test_saving_never_overwrites_a_complete_checkpoint(run: Any, tmp_path: Path)
 # ---- 2. one job per checkpoint folder ------------------------------------------------------------
 
 HOLD = (
-    "import sys, time; from pathlib import Path; from tools.smoke import train; "
+    "import sys, time; from pathlib import Path; import train; "
     "train.JobLock.take(Path(sys.argv[1])); print('held', flush=True); time.sleep(300)"
 )
 
@@ -212,7 +212,7 @@ def test_a_second_job_on_the_folder_is_refused_and_a_dead_holders_lock_taken_ove
         [sys.executable, "-c", HOLD, str(ck)],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+        env={**os.environ, "PYTHONPATH": str(SCRIPTS)},
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"

@@ -1,4 +1,4 @@
-"""tools/smoke/parallel_train.py: the torch-native TP x PP x DP smoke run agrees with one process.
+"""tools/smoke/scripts/parallel_train.py: the torch-native TP x PP x DP smoke run agrees with one process.
 
 A tiny Llama-style model (4 layers, hidden 64, 4 heads over 2 KV heads, vocab 256, seq 32) is
 trained for 5 steps under tensor parallel 2, pipeline parallel 2 (GPipe), TP 2 x PP 2 (1F1B) and
@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import parallel_train as pt
 import pytest
 
-from tools.smoke import parallel_train as pt
 from tools.smoke.commands import free_port
 from tools.smoke.supervise import PROGRESS_LINE
 

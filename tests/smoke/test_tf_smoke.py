@@ -1,6 +1,6 @@
 """TensorFlow MultiWorkerMirroredStrategy smoke runs: 2 CPU workers on localhost, supervised.
 
-The workers run tools/smoke/tf_train.py in ``.venv-tf`` (``make tf-venv``; ``make test`` builds
+The workers run tools/smoke/scripts/tf_train.py in ``.venv-tf`` (``make tf-venv``; ``make test`` builds
 it), started by tools/smoke/supervise.py ``launch_and_wait`` from tools/smoke/tf_launch.py's
 commands. Without ``.venv-tf`` the tests skip locally and fail under CI=true, where it is built.
 Loss thresholds come from measured runs (20 steps, 2 workers, the default learning rates;

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import torch
+import train as job
 import transformers
 from train_fixture import save_model, write_dataset
 
@@ -32,7 +33,6 @@ from tools.artifacts.launch import emit_launch
 from tools.core.schemas import FrameworkChoice, HardwareSpec, ModelSpec, TrainingBrief
 from tools.planning.states import DEFAULT_LORA_RANK, lora_adapter_params, model_state_bytes
 from tools.research.model_catalog import lookup_model
-from tools.smoke import train as job
 from tools.smoke.commands import free_port
 
 pytestmark = pytest.mark.slow

@@ -1,6 +1,6 @@
 """The guides for plans whose training script the user writes: HOROVOD.md, TF_CONFIG.md, FSDP.md.
 
-train.py (tools/smoke/train.py) covers DeepSpeed and DDP only; these plans get a launch
+train.py (tools/smoke/scripts/train.py) covers DeepSpeed and DDP only; these plans get a launch
 command for the user's own script and a guide saying how to write it. The prose is in
 templates/; this module fills in the plan's values.
 """

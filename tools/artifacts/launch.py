@@ -9,11 +9,11 @@ A plan with a DeepSpeed config starts with the DeepSpeed launcher (``deepspeed``
 for several nodes, plus one ``launch_node{R}.sh`` per node for clusters without passwordless
 ssh), and also gets ``ds_config_hf.json``, the Hugging Face Trainer flavour of the same config
 (tools/artifacts/deepspeed_config.py ``hf_trainer_config``). A plan without one (plain PyTorch
-DDP) starts with ``torchrun``, which train.py (tools/smoke/train.py) then runs in its DDP mode.
+DDP) starts with ``torchrun``, which train.py (tools/smoke/scripts/train.py) then runs in its DDP mode.
 Both also get a SLURM ``train.sbatch`` and an Accelerate ``accelerate_config.yaml``
 (tools/artifacts/cluster.py).
 
-train.py runs the real job (tools/smoke/train.py's docstring): a fine-tune loads the model's
+train.py runs the real job (tools/smoke/scripts/train.py's docstring): a fine-tune loads the model's
 weights (``--init pretrained --model-path``, the hub id or local folder the plan names, or
 ``$MODEL_PATH``), a LoRA plan trains adapters of the plan's rank, ``$DATA`` names the dataset,
 and the job checkpoints into ``checkpoints/`` and resumes from it. FSDP plans run train.py's
@@ -61,8 +61,8 @@ from tools.planning.batch import resolve_batch
 from tools.planning.memory import resolve_precision
 from tools.planning.states import DEFAULT_LORA_RANK
 from tools.research.model_catalog import weights_location
+from tools.smoke.standalone import TRAIN_SCRIPT
 
-TRAIN_SCRIPT = Path(__file__).parents[1] / "smoke" / "train.py"
 # The scripts the user writes for frameworks train.py does not cover (we never generate them).
 USER_SCRIPTS = {
     "horovod": "train_horovod.py",
@@ -73,7 +73,7 @@ TRAIN_PY_MODES = {"pytorch_fsdp": "fsdp"}
 # The environment variables launch.sh reads: the weights (a default from the plan) and the data.
 MODEL_PATH_ENV = "MODEL_PATH"
 DATA_ENV = "DATA"
-# A script that runs train.py exports its pid and host (tools/smoke/train.py JOB_ENV): the
+# A script that runs train.py exports its pid and host (tools/smoke/scripts/train.py JOB_ENV): the
 # ranks stop when it is gone, however it ended (SIGKILL of its process group included). The
 # host from uname -n (gethostname, as train.py reads it): $HOSTNAME may be inherited from
 # another machine (sbatch passes the submitting shell's environment on).

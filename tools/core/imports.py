@@ -37,10 +37,6 @@ LAZY_IMPORTS = (
     "tokenizers",
     "safetensors.torch",
 )
-# Modules that are scripts, not libraries: importing one would parse the caller's argv.
-SCRIPT_MODULES = frozenset(
-    {"tools.smoke.train", "tools.smoke.parallel_train", "tools.smoke.tf_train"}
-)
 
 _LOCK = threading.Lock()
 _warmed = False
@@ -60,9 +56,11 @@ def import_deepspeed_quietly() -> None:
 
 
 def import_modules(names: Iterable[str], packages: Iterable[str] = ()) -> None:
-    """Import ``names`` and every module of ``packages`` (except ``SCRIPT_MODULES``).
+    """Import ``names`` and every module of ``packages``.
 
-    A library that is not installed is skipped: the plan that needs it will say so.
+    A library that is not installed is skipped: the plan that needs it will say so. The
+    standalone scripts (tools/smoke/scripts/) are a plain folder, not a package, so the walk
+    never reaches them: they are scripts, not libraries.
     """
     for name in names:
         try:
@@ -75,8 +73,7 @@ def import_modules(names: Iterable[str], packages: Iterable[str] = ()) -> None:
     for package in packages:
         pkg = importlib.import_module(package)
         for info in pkgutil.walk_packages(pkg.__path__, f"{package}."):
-            if info.name not in SCRIPT_MODULES:
-                importlib.import_module(info.name)
+            importlib.import_module(info.name)
 
 
 def warm_up(packages: Iterable[str] = ()) -> None:

@@ -7,7 +7,7 @@ from tools.core.strategies import train_py_fsdp
 from tools.research.framework import DEEPSPEED_FRAMEWORKS
 from tools.smoke.spec import LayoutRun
 
-# Frameworks the standalone training script (tools/smoke/train.py) runs: DeepSpeed, DDP, FSDP2.
+# Frameworks the standalone training script (tools/smoke/scripts/train.py) runs: DeepSpeed, DDP, FSDP2.
 SMOKE_TESTABLE = frozenset({*DEEPSPEED_FRAMEWORKS, "pytorch", "pytorch_ddp", "pytorch_fsdp"})
 # Horovod no longer builds against current PyTorch (HOROVOD.md): a Horovod plan's smoke run is
 # its maintained equivalent, DDP under torchrun (a Keras team's: TensorFlow's own strategy).

@@ -3,7 +3,7 @@
 The run uses a scaled-down copy of the planned model (same family), the planned DeepSpeed
 config adapted to the local world (CPU ranks over gloo, or the local GPUs) or, for a plan
 without DeepSpeed, plain PyTorch DDP started with torchrun, and synthetic but learnable data
-(tools/smoke/train.py). It proves the setup starts, steps and learns; the memory it reports
+(tools/smoke/scripts/train.py). It proves the setup starts, steps and learns; the memory it reports
 is that of the scaled model, so the caller compares it with a prediction for the same shape.
 
 The steps have their own modules: scale.py (the model), ds_adapt.py (the config), commands.py
@@ -58,12 +58,9 @@ from tools.smoke.scale import (
 )
 from tools.smoke.schedule import plan_torchrun_schedule
 from tools.smoke.spec import DeepSpeedRun, LayoutRun, SmokeSpec, TensorFlowRun, TorchrunRun
+from tools.smoke.standalone import PARALLEL_SCRIPT, TRAIN_SCRIPT
 from tools.smoke.supervise import launch_and_wait, rank_address_space
 from tools.smoke.verdict import run_verdict
-
-SCRIPT = Path(__file__).with_name("train.py")
-# The torch-native stand-in for tensor/pipeline-parallel layouts (Megatron is CUDA-only).
-PARALLEL_SCRIPT = Path(__file__).with_name("parallel_train.py")
 
 
 def run_smoke_test(
@@ -137,7 +134,7 @@ def run_smoke_test(
         run_dir,
         model_config,
         run_config,
-        PARALLEL_SCRIPT if isinstance(mode, LayoutRun) else SCRIPT,
+        PARALLEL_SCRIPT if isinstance(mode, LayoutRun) else TRAIN_SCRIPT,
     )
     commands = _commands(run_dir, base, shape, spec, lr, run_config is not None, mode_args)
     _announce(on_progress, base, shape, spec.inject_step)
@@ -332,7 +329,7 @@ def _prepare_run_dir(
     run_dir: Path,
     model_config: dict[str, Any],
     run_config: dict[str, Any] | None,
-    script: Path = SCRIPT,
+    script: Path = TRAIN_SCRIPT,
 ) -> None:
     """Write the run's configs and script into ``run_dir``, clearing what an earlier run left.
 

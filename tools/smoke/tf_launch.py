@@ -1,7 +1,7 @@
 """The commands that start a TensorFlow MultiWorkerMirroredStrategy smoke run on this machine.
 
 One process per worker, each with its own ``TF_CONFIG`` (the cluster's worker addresses and its
-own index), running tools/smoke/tf_train.py with ``.venv-tf``'s interpreter (TensorFlow lives
+own index), running tools/smoke/scripts/tf_train.py with ``.venv-tf``'s interpreter (TensorFlow lives
 in its own venv: its protobuf and numpy pins clash with the main one's). Nothing here imports
 TensorFlow. The supervisor (tools/smoke/supervise.py ``launch_and_wait``) gives all of its
 commands one environment, so ``supervised_commands`` puts each worker's own variables on its
@@ -15,10 +15,12 @@ import os
 import shutil
 from pathlib import Path
 
+from tools.smoke.standalone import TF_SCRIPT
+
 ROOT = Path(__file__).resolve().parents[2]
 TF_VENV = ROOT / ".venv-tf"
 TF_PYTHON = TF_VENV / "bin" / "python"
-TF_TRAIN = Path(__file__).resolve().with_name("tf_train.py")
+TF_TRAIN = TF_SCRIPT
 HOST = "127.0.0.1"
 
 

@@ -1,6 +1,6 @@
 """A TensorFlow smoke run: MultiWorkerMirroredStrategy workers on this machine, supervised.
 
-The workers run tools/smoke/tf_train.py in ``.venv-tf`` (``make tf-venv``), one process per
+The workers run tools/smoke/scripts/tf_train.py in ``.venv-tf`` (``make tf-venv``), one process per
 worker with its own ``TF_CONFIG`` (tools/smoke/tf_launch.py), under the same supervisor and
 verdicts as the PyTorch runs (tools/smoke/supervise.py, verdict.py): passed, oom, nan,
 diverged, timeout, crash. The model is of the brief's kind, not its architecture: a small CNN on

@@ -21,22 +21,28 @@ LAYER = {"app": 4, "graphs": 3, "agents": 2, "tools": 1, "knowledge": 0, "prompt
 # tools/ stages in data-flow order (tools/README.md says why research precedes intake and why
 # artifacts come last).
 STAGES = ("core", "research", "intake", "planning", "smoke", "review", "artifacts")
-# The standalone training script is copied to GPU boxes: nothing of ours, few libraries
-# (pynvml, the NVIDIA driver's bindings, only where it is installed; peft for LoRA; datasets,
-# bitsandbytes and wandb only when a run asks for a saved dataset, QLoRA or W&B).
-STANDALONE = {
-    "tools.smoke.train": {
-        "torch",
-        "transformers",
-        "deepspeed",
-        "pynvml",
-        "peft",
-        "datasets",
-        "bitsandbytes",
-        "wandb",
-    },
-    # The TensorFlow smoke script runs in .venv-tf: TensorFlow (Keras with it) only.
-    "tools.smoke.tf_train": {"tensorflow"},
+# The standalone scripts (tools/smoke/scripts/) are copied whole to GPU boxes and into plans:
+# nothing of ours, few libraries. Each file names what it may import besides the standard library
+# and its siblings (plain ``import job_data``, the script's folder being first on sys.path):
+# torch and transformers, deepspeed, pynvml (the NVIDIA driver's bindings, only where it is
+# installed), peft for LoRA, datasets, bitsandbytes and wandb only when a run asks for a saved
+# dataset, QLoRA or W&B; the TensorFlow worker runs in .venv-tf with TensorFlow (Keras with it)
+# only. A new file there must be added here.
+SCRIPTS_DIR = ROOT / "tools" / "smoke" / "scripts"
+TORCH_JOB = {
+    "torch",
+    "transformers",
+    "deepspeed",
+    "pynvml",
+    "peft",
+    "datasets",
+    "bitsandbytes",
+    "wandb",
+}
+STANDALONE: dict[str, set[str]] = {
+    "train.py": TORCH_JOB,
+    "parallel_train.py": {"torch"},
+    "tf_train.py": {"tensorflow"},
 }
 
 
@@ -176,13 +182,31 @@ def test_no_import_cycles() -> None:
     assert _cycles() == []
 
 
-@pytest.mark.parametrize("module", sorted(STANDALONE))
-def test_standalone_script_imports_nothing_of_ours(module: str) -> None:
-    allowed = STANDALONE[module]
-    names = {name.split(".")[0] for _, name in _imports(module, MODULES[module])}
+def test_every_standalone_script_is_classified_and_the_folder_is_no_package() -> None:
+    found = {p.name for p in SCRIPTS_DIR.glob("*.py")}
+    assert found == set(STANDALONE), "classify each file of tools/smoke/scripts/ in STANDALONE"
+    # A plain folder: a package __init__ would make ``tools.smoke.scripts`` importable as ours
+    # and let the import warm-up (tools/core/imports.py) run the scripts.
+    assert not (SCRIPTS_DIR / "__init__.py").exists()
+
+
+def _script_imports(name: str) -> set[str]:
+    module = f"tools.smoke.scripts.{name.removesuffix('.py')}"
+    return {n.split(".")[0] for _, n in _imports(module, SCRIPTS_DIR / name)} - {"__future__"}
+
+
+@pytest.mark.parametrize("name", sorted(STANDALONE))
+def test_standalone_script_imports_nothing_of_ours(name: str) -> None:
+    siblings = {other.removesuffix(".py") for other in STANDALONE}
+    names = _script_imports(name)
     ours = {n for n in names if n in TOP}
-    others = names - set(sys.stdlib_module_names) - allowed - {"__future__"}
+    others = names - set(sys.stdlib_module_names) - STANDALONE[name] - siblings
     assert ours == set() and others == set(), (ours, others)
+    # A sibling brings no library this script may not use (the TensorFlow worker, in
+    # .venv-tf, must not reach torch through one).
+    for sibling in sorted(names & siblings):
+        extra = STANDALONE[f"{sibling}.py"] - STANDALONE[name]
+        assert extra == set(), f"{name} imports {sibling}, which may import {sorted(extra)}"
 
 
 def test_the_checker_sees_function_level_and_string_imports(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ Both start at a loss near ln(classes) and fall within a few dozen steps.
 
 A step is one optimizer step over ``--batch`` examples per worker; Keras' optimizer all-reduces
 the gradients across the workers. Worker 0 prints one progress line per logged step, in the
-format of tools/smoke/train.py (``step N/M loss X lr Y T tokens/s S s/step peak memory G GiB``;
+format of tools/smoke/scripts/train.py (``step N/M loss X lr Y T tokens/s S s/step peak memory G GiB``;
 for images a "token" is one image). Each worker writes ``metrics-dir/rank{R}.json`` (losses,
 step times, peak RSS, as train.py does) every few steps and at the end.
 
@@ -53,14 +53,14 @@ _ALLOC_BLOCK_BYTES = 64 << 20
 _ALLOC_INTERVAL_S = 0.05
 # Adam learning rates that make each kind learn within ~20 steps (measured on 2 CPU workers).
 DEFAULT_LR = {"image": 1e-2, "text": 3e-3}
-# Exit code of a run stopped by a non-finite loss (tools/smoke/train.py's).
+# Exit code of a run stopped by a non-finite loss (tools/smoke/scripts/train.py's).
 EXIT_NAN = 3
 _METRICS_EVERY = 5
 # Images: square, one channel, one fixed template per class, then Gaussian noise.
 _IMAGE_SIZE = 16
 _IMAGE_CLASSES = 4
 _IMAGE_NOISE = 1.0
-# Text: a small alphabet and a few patterns of 3-6 tokens (tools/smoke/train.py's task).
+# Text: a small alphabet and a few patterns of 3-6 tokens (tools/smoke/scripts/train.py's task).
 _VOCAB = 16
 _NUM_PATTERNS = 8
 _PATTERN_LEN = (3, 6)
@@ -351,7 +351,7 @@ def tee_worker_log(log_dir: Path, rank: int) -> None:
 # ---- supervision: a worker must not outlive the process that started it -------------------------
 # The smoke supervisor (tools/smoke/supervise.py) puts its own pid here and starts each worker in
 # a session of its own; if the supervisor dies (SIGKILL included), each worker ends itself within
-# a poll. A copy of tools/smoke/train.py's watcher: this script imports nothing of ours.
+# a poll. A copy of tools/smoke/scripts/train.py's watcher: this script imports nothing of ours.
 SUPERVISOR_ENV = "TRAINWRIGHT_SMOKE_SUPERVISOR_PID"
 _SUPERVISOR_POLL_S = 0.5
 
