@@ -54,7 +54,7 @@ if _out and "-S" not in sys.orig_argv[1:2]:
             name = "python"
         name = name.removesuffix(".py")
         rank = os.environ.get("RANK")
-        tag = f"{name}-rank{rank}" if rank and name == "smoke_train" else name
+        tag = f"{name}-rank{rank}" if rank and name in ("train", "parallel_train") else name
         path = os.path.join(_out, f"{tag}-{os.getpid()}.txt")
         with open(path, "w") as fh:
             fh.write(_profiler.output_text(unicode=True, color=False))

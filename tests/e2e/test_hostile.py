@@ -22,7 +22,7 @@ from graphs import build_graph
 from graphs.chat import ChatSession
 from tools.artifacts.cluster import deepspeed_no_ssh_command
 from tools.artifacts.deepspeed_config import emit_deepspeed_config
-from tools.artifacts.launch import emit_launch, job_command
+from tools.artifacts.launch import JOB_SCRIPT, emit_launch, job_command
 from tools.artifacts.save import save_plan
 from tools.artifacts.scripts import Shell, shell_join, shell_quote
 from tools.core.errors import InputError
@@ -218,7 +218,7 @@ def test_launch_files_quote_every_value_and_run_nothing_else(
     cwd.mkdir()
     assert _run_script(out / "launch.sh", env, cwd) == [spec.command]
     launcher = spec.command[0]
-    script_args = spec.command[spec.command.index("train.py") :]
+    script_args = spec.command[spec.command.index(JOB_SCRIPT) :]
     for rank in range(hw.nodes if launcher == "deepspeed" and hw.nodes > 1 else 0):
         ran = _run_script(out / f"launch_node{rank}.sh", env, cwd)
         assert ran == [

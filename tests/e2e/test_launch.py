@@ -19,9 +19,10 @@ import yaml
 from specs import GPT2_TINY, model_parallel_plan, tiny_spec
 from train import parse_args
 
-from tools.artifacts.launch import emit_launch, job_command
+from tools.artifacts.launch import JOB_DIR, JOB_SCRIPT, emit_launch, job_command
+from tools.artifacts.save import save_plan
 from tools.artifacts.scripts import Shell, shell_join
-from tools.core.outputs import MANIFEST
+from tools.core.outputs import MANIFEST, listed, write_file
 from tools.core.schemas import (
     FrameworkChoice,
     GPUSpec,
@@ -68,7 +69,12 @@ def brief(precision: str = "bf16", seq_len: int = 1024, task: str = "finetune") 
 
 def script_args(command: list[str]) -> list[str]:
     """The arguments train.py gets (the launcher's own flags come before the script)."""
-    return command[command.index("train.py") + 1 :]
+    return command[command.index(JOB_SCRIPT) + 1 :]
+
+
+# The standalone scripts' folder, which a plan that runs train.py holds whole as trainer/.
+SCRIPTS = Path(__file__).resolve().parents[2] / "tools" / "smoke" / "scripts"
+JOB_FILES = {f"trainer/{p.name}" for p in [*SCRIPTS.glob("*.py"), *SCRIPTS.glob("*.md")]}
 
 
 def launch_line(out: Path) -> str:
@@ -87,22 +93,23 @@ def test_deepspeed_plan_writes_config_script_and_launcher(tmp_path: Path) -> Non
     assert isinstance(command, list) and all(isinstance(arg, str) for arg in command)
     assert command[:3] == ["deepspeed", "--num_gpus", "8"]
     assert "--hostfile" not in command
-    assert set(spec.files) == {
+    assert JOB_SCRIPT == "trainer/train.py" and "trainer/train.py" in JOB_FILES
+    assert set(spec.files) == JOB_FILES | {
         "model_config.json",
-        "train.py",
         "ds_config.json",
         "ds_config_hf.json",
         "launch.sh",
         "train.sbatch",
         "accelerate_config.yaml",
     }
-    for path in spec.files.values():
-        assert Path(path).is_file() and Path(path).parent == out
+    for name, path in spec.files.items():
+        assert Path(path).is_file() and Path(path) == out / name
     assert json.loads((out / "ds_config.json").read_text()) == DS_CONFIG
     assert json.loads((out / "model_config.json").read_text()) == GPT2_TINY
-    assert (out / "train.py").read_text() == (
-        Path(__file__).parents[2] / "tools" / "smoke" / "scripts" / "train.py"
-    ).read_text()
+    # The whole folder, byte for byte: train.py and every module it imports.
+    for source in [*SCRIPTS.glob("*.py"), *SCRIPTS.glob("*.md")]:
+        assert (out / JOB_DIR / source.name).read_bytes() == source.read_bytes()
+    assert not (out / "train.py").exists()
     assert launch_line(out) == script_line(command)
     assert os.access(out / "launch.sh", os.X_OK)
 
@@ -116,7 +123,7 @@ def test_deepspeed_plan_writes_config_script_and_launcher(tmp_path: Path) -> Non
 def test_deepspeed_plan_on_several_nodes_writes_a_hostfile(tmp_path: Path) -> None:
     spec = emit_launch(tmp_path, brief(), gpus(2, 8), model(), DEEPSPEED, DS_CONFIG)
     command = spec.command
-    assert command[: command.index("train.py")] == [
+    assert command[: command.index(JOB_SCRIPT)] == [
         "deepspeed",
         "--hostfile",
         "hostfile",
@@ -150,7 +157,7 @@ def test_deepspeed_plan_writes_the_hugging_face_trainer_flavour(tmp_path: Path) 
 def test_ddp_plan_launches_torchrun_without_deepspeed(tmp_path: Path) -> None:
     spec = emit_launch(tmp_path, brief(), gpus(1, 8), model(), DDP, None, steps=20)
     command = spec.command
-    assert command[: command.index("train.py")] == [
+    assert command[: command.index(JOB_SCRIPT)] == [
         "torchrun",
         "--nnodes",
         "1",
@@ -158,9 +165,8 @@ def test_ddp_plan_launches_torchrun_without_deepspeed(tmp_path: Path) -> None:
         "8",
     ]
     assert "--deepspeed_config" not in command
-    assert set(spec.files) == {
+    assert set(spec.files) == JOB_FILES | {
         "model_config.json",
-        "train.py",
         "launch.sh",
         "train.sbatch",
         "accelerate_config.yaml",
@@ -178,7 +184,7 @@ def test_ddp_plan_launches_torchrun_without_deepspeed(tmp_path: Path) -> None:
 def test_ddp_plan_on_several_nodes_uses_c10d_rendezvous(tmp_path: Path) -> None:
     spec = emit_launch(tmp_path, brief(), gpus(2, 8), model(), DDP, None)
     command = spec.command
-    assert command[: command.index("train.py")] == [
+    assert command[: command.index(JOB_SCRIPT)] == [
         "torchrun",
         "--nnodes",
         "2",
@@ -272,7 +278,7 @@ def test_every_command_is_an_argument_list_and_every_script_parses(
     for script in scripts:
         proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert proc.returncode == 0, f"{script.name}: {proc.stderr}"
-    runs_train_py = "train.py" in command
+    runs_train_py = JOB_SCRIPT in command
     assert launch_line(tmp_path) == (script_line(command) if runs_train_py else shlex.join(command))
 
 
@@ -296,7 +302,7 @@ def test_deepspeed_multi_node_writes_a_no_ssh_script_per_node(tmp_path: Path) ->
         assert args.no_ssh and args.node_rank == rank
         assert (args.master_addr, args.master_port) == ("node0", 29500)
         assert (args.num_nodes, args.num_gpus, args.hostfile) == (2, 8, "hostfile")
-        assert args.user_script == "train.py"
+        assert args.user_script == JOB_SCRIPT
         parse_args([*args.user_args, "--local_rank=0"])
     assert not (tmp_path / "launch_node2.sh").exists()
 
@@ -337,7 +343,7 @@ def test_sbatch_starts_one_launcher_per_node(tmp_path: Path, plan: str) -> None:
         assert (args.hostfile, args.num_nodes, args.num_gpus) == ("hostfile.7", 2, 8)
         parse_args([*args.user_args, "--local_rank=0"])
     else:
-        assert argv[: argv.index("train.py")] == [
+        assert argv[: argv.index(JOB_SCRIPT)] == [
             "--nnodes",
             "2",
             "--nproc_per_node",
@@ -405,7 +411,7 @@ def test_horovod_plan_gets_horovodrun_and_a_porting_guide(tmp_path: Path) -> Non
     ):
         assert step in guide
     # We do not write a Horovod training script, nor train.py, which cannot run under horovodrun.
-    for absent in ("train_horovod.py", "train.py", "ds_config.json", "train.sbatch"):
+    for absent in ("train_horovod.py", JOB_DIR, "train.py", "ds_config.json", "train.sbatch"):
         assert not (tmp_path / absent).exists()
 
 
@@ -422,7 +428,7 @@ def test_tensorflow_plan_gets_one_tf_config_per_worker(tmp_path: Path) -> None:
     assert all(c["cluster"] == {"worker": ["node0:12345", "node1:12345"]} for c in configs)
     for snippet in code_blocks(guide, "python"):
         ast.parse(snippet)
-    assert not (tmp_path / "train.py").exists()
+    assert not (tmp_path / JOB_DIR).exists()
     # launch.sh refuses to start a worker that does not know its place in the cluster.
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     proc = subprocess.run(
@@ -436,7 +442,7 @@ def test_fsdp_plan_gets_torchrun_and_a_wrapping_guide(
     tmp_path: Path, nodes: int, strategy: str
 ) -> None:
     command = emit_launch(tmp_path, brief(), gpus(nodes, 8), model(), FSDP, None).command
-    assert command[0] == "torchrun" and "train.py" in command
+    assert command[0] == "torchrun" and JOB_SCRIPT in command
     assert ["--nnodes", str(nodes), "--nproc_per_node", "8"] == command[1:5]
     # train.py's FSDP2 mode with the same sharding the guide describes.
     args = parse_args(script_args(command))
@@ -454,7 +460,7 @@ def test_fsdp_plan_gets_torchrun_and_a_wrapping_guide(
     ]
     module = importlib.import_module(layer_import.module or "")
     assert all(hasattr(module, alias.name) for alias in layer_import.names)
-    assert (tmp_path / "train.sbatch").exists() and (tmp_path / "train.py").exists()
+    assert (tmp_path / "train.sbatch").exists() and (tmp_path / JOB_SCRIPT).exists()
     for absent in ("accelerate_config.yaml", "ds_config.json"):
         assert not (tmp_path / absent).exists()
 
@@ -496,7 +502,27 @@ def test_switching_plans_removes_the_other_plans_files(tmp_path: Path) -> None:
         "model_config.json",
     ]
     emit(tmp_path, "ddp-2x8")
-    assert not (tmp_path / "HOROVOD.md").exists() and (tmp_path / "train.py").exists()
+    assert not (tmp_path / "HOROVOD.md").exists() and (tmp_path / JOB_SCRIPT).exists()
+
+
+def test_a_reemit_removes_the_single_train_py_of_an_older_plan(tmp_path: Path) -> None:
+    # Plans written before trainer/ had train.py beside launch.sh (recorded as ours).
+    write_file(tmp_path, "train.py", "# an older version's train.py\n")
+    emit(tmp_path, "ddp-2x8")
+    assert not (tmp_path / "train.py").exists() and (tmp_path / JOB_SCRIPT).is_file()
+    assert "train.py" not in listed(tmp_path)
+
+
+def test_save_keeps_the_trainer_folder_where_launch_sh_finds_it(tmp_path: Path) -> None:
+    out = tmp_path / "plan"
+    spec = emit_launch(out, brief(), gpus(1, 8), model(), DDP, None)
+    saved = tmp_path / "saved"
+    copied = save_plan({"launch": spec.model_dump()}, str(saved))
+    assert saved.resolve() / JOB_SCRIPT in copied
+    for name in JOB_FILES:
+        assert (saved / name).read_bytes() == (out / name).read_bytes()
+    assert not (saved / "train.py").exists()
+    assert (saved / "launch.sh").read_text() == (out / "launch.sh").read_text()
 
 
 # --- the emitted launch, run for real on this machine's CPU ---------------------------------
@@ -603,7 +629,7 @@ def test_tensor_pipeline_plan_launches_megatron_deepspeed(tmp_path: Path, nodes:
     }
     # An earlier data-parallel plan in the same folder wrote train.py (and recorded it).
     emit_launch(tmp_path, brief(), gpus(1, 8), model(), DEEPSPEED, DS_CONFIG)
-    assert (tmp_path / "train.py").is_file()
+    assert (tmp_path / JOB_SCRIPT).is_file()
     memory = model_parallel_plan("zero1", tp, pp, 1, 64 // dp)
     seq_brief = brief(seq_len=8192).model_copy(update={"global_batch_size": 64})
     spec = emit_launch(tmp_path, seq_brief, hw, _llama_70b(), MEGATRON, config, memory=memory)
@@ -618,7 +644,7 @@ def test_tensor_pipeline_plan_launches_megatron_deepspeed(tmp_path: Path, nodes:
         "train.sbatch",
     }
     # No train.py, HF flavour or Accelerate config: they would size batches by all GPUs.
-    assert not (tmp_path / "train.py").exists()
+    assert not (tmp_path / JOB_DIR).exists()
     assert json.loads((tmp_path / "ds_config.json").read_text()) == config
     script = next(a for a in command if a.endswith('/pretrain_gpt.py"'))
     assert command[0] == "torchrun" and "MEGATRON_DIR" in script

@@ -60,7 +60,7 @@ def assert_framework_and_files_agree(plan: dict[str, Any], out: Path) -> None:
     assert titan == (framework == "torchtitan") == ("torchtitan.toml" in files)
     if framework == "deepspeed":
         assert command[0] == "deepspeed" and "ds_config.json" in files
-        assert (out / "ds_config.json").is_file() and "train.py" in command
+        assert (out / "ds_config.json").is_file() and "trainer/train.py" in command
     if framework == "torchtitan":
         assert command[0] == "torchrun" and command[command.index("-m") + 1] == "torchtitan.train"
         toml = command[command.index("--job.config_file") + 1]

@@ -42,6 +42,7 @@ TENSORFLOW = (
 # The user's own files, as finding 1 found them deleted or overwritten.
 USERS = {
     "train.py": "print('my own training script')\n",
+    "trainer/train.py": "print('my own trainer')\n",
     "hostfile": "gpu-a slots=8\ngpu-b slots=8\n",
     "launch_node0.sh": "#!/bin/sh\necho mine\n",
     "MEGATRON.md": "# my notes\n",
@@ -70,6 +71,7 @@ def error_line(res: subprocess.CompletedProcess[str]) -> str:
 def users_folder(folder: Path) -> dict[str, tuple[str, int, int]]:
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in USERS.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
     return snapshot(folder)
 
@@ -89,18 +91,19 @@ def snapshot(folder: Path) -> dict[str, tuple[str, int, int]]:
 def test_deepspeed_plan_never_touches_the_users_files(tmp_path: Path) -> None:
     out = tmp_path / "mine"
     before = users_folder(out)
-    brief = str(BRIEFS / "llama3-70b-2nodes-h100.yaml")  # train.py, hostfile, launch_node*.sh
+    brief = str(BRIEFS / "llama3-70b-2nodes-h100.yaml")  # trainer/, hostfile, launch_node*.sh
     res = run_main("plan", "--brief", brief, "--no-smoke", "--out", str(out), cwd=tmp_path)
     assert res.returncode == 2, res.stderr
     assert "not written by trainwright" in error_line(res) and "--force" in error_line(res)
     assert snapshot(out) == before  # refused before any work: nothing added, nothing changed
-    # --force shares the folder; the plan needs train.py, which is the user's: refused, named.
+    # --force shares the folder; the plan needs trainer/train.py, which is the user's: refused,
+    # named.
     res = run_main(
         "plan", "--brief", brief, "--no-smoke", "--out", str(out), "--force", cwd=tmp_path
     )
     assert res.returncode == 2, res.stderr
     line = error_line(res)
-    assert "train.py" in line and "never overwrites" in line, line
+    assert "trainer/train.py" in line and "never overwrites" in line, line
     after = snapshot(out)
     assert {k: v for k, v in after.items() if k != MANIFEST} == before
     assert listed(out) == []  # trainwright wrote nothing there

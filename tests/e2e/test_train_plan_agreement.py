@@ -18,7 +18,7 @@ import torch
 import train as job
 from train_fixture import save_model
 
-from tools.artifacts.launch import TRAIN_SCRIPT, emit_launch
+from tools.artifacts.launch import JOB_SCRIPT, emit_launch
 from tools.core.schemas import (
     FrameworkChoice,
     GPUSpec,
@@ -30,6 +30,7 @@ from tools.planning.footprint import NF4_BYTES
 from tools.planning.memory import estimate_strategy
 from tools.planning.states import DEFAULT_LORA_RANK, lora_adapter_params
 from tools.research.model_catalog import lookup_model
+from tools.smoke.standalone import TRAIN_SCRIPT
 
 DEEPSPEED = FrameworkChoice(primary="deepspeed", stack=["pytorch", "deepspeed"], rationale="x")
 A100 = GPUSpec(name="A100-80GB", memory_gb=80, bf16_tflops=312)
@@ -115,7 +116,7 @@ def test_a_qlora_plan_launches_with_qlora_and_says_when_the_hardware_cannot(
     config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0}}
     gpus = HardwareSpec(source="described", nodes=1, gpus_per_node=1, gpu=A100)
     command = emit_launch(tmp_path / "gpu", brief, gpus, spec, DEEPSPEED, config).command
-    args = job.parse_args(command[command.index("train.py") + 1 :])
+    args = job.parse_args(command[command.index(JOB_SCRIPT) + 1 :])
     assert args.qlora and args.lora_rank == 8 and args.init == "pretrained"
     assert "refuses --qlora" not in (tmp_path / "gpu" / "launch.sh").read_text()
     cpu = HardwareSpec(source="local", nodes=1, gpus_per_node=0)

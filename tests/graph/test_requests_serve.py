@@ -280,7 +280,7 @@ def test_cli_serves_qwen_72b_on_4_h100(tmp_path: Path, smoke: bool) -> None:
     }
     assert plan["review"]["verdict"] == "approved"
     out = tmp_path / "o"
-    assert not (out / "ds_config.json").exists() and not (out / "train.py").exists()
+    assert not (out / "ds_config.json").exists() and not (out / "trainer").exists()
     assert "smoke run:" not in res.stdout + res.stderr  # no training run started
     serve = (out / "serve.sh").read_text()
     assert "vllm serve Qwen/Qwen2.5-72B --tensor-parallel-size 4" in serve

@@ -225,14 +225,14 @@ def test_exploding_weights_are_reported_as_nan(settings: Settings) -> None:
 
 TORCHRUN_CRASH_LOG = """\
 [rank1]: Traceback (most recent call last):
-[rank1]:   File "smoke_train.py", line 2, in <module>
+[rank1]:   File "scripts/train.py", line 2, in <module>
 [rank1]: ValueError: boom on rank 1
 E1129 19:47:57.462000 12413 torch/distributed/elastic/multiprocessing/api.py:1002] failed
 Traceback (most recent call last):
   File "torch/distributed/launcher/api.py", line 383, in launch_agent
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
-smoke_train.py FAILED
+scripts/train.py FAILED
 """
 
 

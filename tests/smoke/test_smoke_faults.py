@@ -176,14 +176,14 @@ def run_processes(needle: Path, supervisor: int) -> list[int]:
 
 
 def rank_pids(needle: Path) -> list[int]:
-    """The training ranks (smoke_train.py) running under ``needle``."""
+    """The training ranks (the run dir's scripts/train.py) running under ``needle``."""
     pids = []
     for pid in run_processes(needle, supervisor=-1):
         with contextlib.suppress(OSError):
             args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:]
             # The script is the first argument that is not an option (launchers pass it on).
             script = next((arg for arg in args if not arg.startswith(b"-")), b"")
-            if script.endswith(b"smoke_train.py"):
+            if script.endswith(b"/scripts/train.py"):
                 pids.append(pid)
     return pids
 

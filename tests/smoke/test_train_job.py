@@ -311,7 +311,7 @@ def test_sigterm_saves_the_step_it_stopped_at_and_the_rerun_resumes_there(
 
 
 def _ranks(out: Path) -> list[int]:
-    """The live train.py ranks running in ``out`` (``python -u train.py ...``, not a launcher)."""
+    """The live train.py ranks running in ``out`` (``python -u trainer/train.py ...``)."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -323,7 +323,7 @@ def _ranks(out: Path) -> list[int]:
             state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if args[1:3] == [b"-u", b"train.py"] and state not in ("Z", "X"):
+        if args[1:3] == [b"-u", b"trainer/train.py"] and state not in ("Z", "X"):
             found.append(int(name))
     return found
 

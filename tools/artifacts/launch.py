@@ -5,15 +5,17 @@ only it writes and the line saying how to run it, and ``emit_launch`` adds the f
 plan gets (model_config.json, launch.sh, and train.sbatch and accelerate_config.yaml where
 the row says so). Adding a framework adds a row.
 
-A plan with a DeepSpeed config starts with the DeepSpeed launcher (``deepspeed``, a hostfile
-for several nodes, plus one ``launch_node{R}.sh`` per node for clusters without passwordless
-ssh), and also gets ``ds_config_hf.json``, the Hugging Face Trainer flavour of the same config
+The training script is ``trainer/train.py``: ``trainer/`` is a copy of the standalone scripts'
+folder (tools/smoke/scripts/, whole: train.py and the modules it imports), and the launchers run
+it from the plan's folder, where its relative paths (ds_config.json, checkpoints/) point. A plan
+with a DeepSpeed config starts with the DeepSpeed launcher (``deepspeed``, a hostfile for
+several nodes, plus one ``launch_node{R}.sh`` per node for clusters without passwordless ssh),
+and also gets ``ds_config_hf.json``, the Hugging Face Trainer flavour of the same config
 (tools/artifacts/deepspeed_config.py ``hf_trainer_config``). A plan without one (plain PyTorch
-DDP) starts with ``torchrun``, which train.py (tools/smoke/scripts/train.py) then runs in its DDP mode.
-Both also get a SLURM ``train.sbatch`` and an Accelerate ``accelerate_config.yaml``
-(tools/artifacts/cluster.py).
+DDP) starts with ``torchrun``, which train.py then runs in its DDP mode. Both also get a SLURM
+``train.sbatch`` and an Accelerate ``accelerate_config.yaml`` (tools/artifacts/cluster.py).
 
-train.py runs the real job (tools/smoke/scripts/train.py's docstring): a fine-tune loads the model's
+train.py runs the real job (``python trainer/train.py --help``): a fine-tune loads the model's
 weights (``--init pretrained --model-path``, the hub id or local folder the plan names, or
 ``$MODEL_PATH``), a LoRA plan trains adapters of the plan's rank, ``$DATA`` names the dataset,
 and the job checkpoints into ``checkpoints/`` and resumes from it. FSDP plans run train.py's
@@ -30,11 +32,12 @@ torchtitan defines gets ``torchtitan.toml`` and a torchrun launch of ``torchtita
 part, batch sizes per data-parallel rank), a torchrun command for Megatron-DeepSpeed's
 ``$MEGATRON_DIR/pretrain_gpt.py`` with the plan's degrees, and MEGATRON.md
 (tools/artifacts/megatron.py). None of them gets the Hugging Face flavour or the Accelerate
-config, which size batches by the whole world; only the AutoTP plan gets train.py.
+config, which size batches by the whole world; only the AutoTP plan gets trainer/.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,8 +64,13 @@ from tools.planning.batch import resolve_batch
 from tools.planning.memory import resolve_precision
 from tools.planning.states import DEFAULT_LORA_RANK
 from tools.research.model_catalog import weights_location
-from tools.smoke.standalone import TRAIN_SCRIPT
+from tools.smoke.standalone import script_files
 
+# The plan's copy of the standalone scripts (tools/smoke/scripts/, copied whole): launch.sh runs
+# the job script in it from the plan's folder.
+JOB_DIR = "trainer"
+JOB_SCRIPT = f"{JOB_DIR}/train.py"
+_JOB_FILES = f"{JOB_DIR}/*"
 # The scripts the user writes for frameworks train.py does not cover (we never generate them).
 USER_SCRIPTS = {
     "horovod": "train_horovod.py",
@@ -97,7 +105,8 @@ _NODE_SCRIPTS = "launch_node*.sh"
 # cleanup: a re-emit removes the ones the new plan does not use.
 _ARTIFACTS = (
     "model_config.json",
-    "train.py",
+    _JOB_FILES,
+    "train.py",  # where plans before trainer/ had the script: a re-emit removes it
     "ds_config.json",
     "ds_config_hf.json",
     "hostfile",
@@ -189,7 +198,7 @@ def emit_launch(
     launch = LAUNCHERS[_launcher_for(framework, job)](job)
     texts: dict[str, str | Path] = {"model_config.json": _json(model.hf_config or {})}
     texts |= launch.files
-    job_script = "train.py" in launch.files
+    job_script = JOB_SCRIPT in launch.files
     script_command = job_command(launch.command) if job_script else launch.command
     preamble = [*job_preamble(launch.command), *launch.preamble] if job_script else launch.preamble
     if launch.sbatch:
@@ -263,7 +272,7 @@ def _deepspeed(job: LaunchInputs) -> Launch:
     hardware, gpus = job.hardware, job.gpus
     script_args = _train_py_args(job)
     files: dict[str, str | Path] = {
-        "train.py": TRAIN_SCRIPT,
+        **_job_files(),
         "ds_config.json": _json(job.deepspeed_config),
         # For users who train with the Hugging Face Trainer (TrainingArguments(deepspeed=...)):
         # the same config with the values the Trainer fills from its arguments as "auto".
@@ -295,7 +304,7 @@ def _ddp(job: LaunchInputs) -> Launch:
     # ds_config.json instead).
     if job.precision in ("bf16", "fp16"):
         command.append(f"--{job.precision}")
-    files: dict[str, str | Path] = {"train.py": TRAIN_SCRIPT}
+    files: dict[str, str | Path] = _job_files()
     return Launch(command, _torchrun_how_to_run(job.hardware), files, accelerate=True)
 
 
@@ -308,9 +317,9 @@ def _fsdp(job: LaunchInputs) -> Launch:
         command += ["--fsdp-offload"] if offload else []
     command += [f"--{job.precision}"] if job.precision in ("bf16", "fp16") else []
     guide = guides.fsdp_md(
-        command, job.hardware, job.model, job.precision, "train.py", strategy_name=job.strategy
+        command, job.hardware, job.model, job.precision, JOB_SCRIPT, strategy_name=job.strategy
     )
-    files: dict[str, str | Path] = {"train.py": TRAIN_SCRIPT, "FSDP.md": guide}
+    files: dict[str, str | Path] = {**_job_files(), "FSDP.md": guide}
     return Launch(command, _torchrun_how_to_run(job.hardware), files)
 
 
@@ -428,7 +437,7 @@ def _train_py_args(job: LaunchInputs) -> list[str]:
     micro = (job.deepspeed_config or {}).get("train_micro_batch_size_per_gpu")
     if micro is None and job.memory is not None:
         micro = job.memory.micro_batch_size
-    args = ["train.py", *_model_args(job), "--steps", str(job.steps)]
+    args = [JOB_SCRIPT, *_model_args(job), "--steps", str(job.steps)]
     args += ["--seq-len", str(job.brief.seq_len), "--micro-batch", str(micro or 1)]
     save_every = max(1, min(_MAX_SAVE_EVERY, job.steps // _SAVES_PER_RUN))
     args += ["--checkpoint-dir", "checkpoints", "--save-every", str(save_every)]
@@ -504,12 +513,20 @@ def _lora_args(brief: TrainingBrief) -> list[str]:
     return args
 
 
+def _job_files() -> dict[str, str | Path]:
+    """The plan's ``trainer/`` folder: every file of the standalone scripts' folder."""
+    return {f"{JOB_DIR}/{source.name}": source for source in script_files()}
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, indent=2) + "\n"
 
 
 def _listed(name: str) -> int:
-    return _ARTIFACTS.index(_NODE_SCRIPTS if fnmatch(name, _NODE_SCRIPTS) else name)
+    for pattern in (_NODE_SCRIPTS, _JOB_FILES):
+        if fnmatch(name, pattern):
+            return _ARTIFACTS.index(pattern)
+    return _ARTIFACTS.index(name)
 
 
 def _write(out_dir: Path, texts: dict[str, str | Path]) -> dict[str, str]:
@@ -534,9 +551,18 @@ def _remove_stale(out_dir: Path, files: dict[str, str]) -> None:
 
     They would suggest otherwise (a ds_config.json next to a torchrun launch, a stale hostfile).
     Only files an earlier launch wrote here and nobody changed since are removed
-    (tools/core/outputs.py): the user's own train.py, hostfile or MEGATRON.md stay.
+    (tools/core/outputs.py): the user's own train.py, hostfile or MEGATRON.md stay; so does
+    ``trainer/`` while anything is left in it.
     """
     for stale in listed(out_dir):
-        ours = stale in _ARTIFACTS or fnmatch(stale, _NODE_SCRIPTS)
+        ours = stale in _ARTIFACTS or any(fnmatch(stale, p) for p in (_NODE_SCRIPTS, _JOB_FILES))
         if ours and stale not in files:
             remove_file(out_dir, stale)
+    job_dir = out_dir / JOB_DIR
+    if not any(name.startswith(f"{JOB_DIR}/") for name in files) and _real_dir(job_dir):
+        with contextlib.suppress(OSError):  # not empty: something of the user's is in it
+            job_dir.rmdir()
+
+
+def _real_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()

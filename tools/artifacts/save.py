@@ -13,8 +13,10 @@ from tools.core.outputs import claim, copy_file, write_file
 def save_plan(plan: dict[str, Any], directory: str) -> list[Path]:
     """Copy a plan's report, plan.json, DeepSpeed config and launch files into ``directory``.
 
-    Each file keeps its base name and lands directly in ``directory``: a destination that
-    would resolve anywhere else (a symlink out of it) is refused, as is a path with NUL. A
+    Each file keeps its base name and lands directly in ``directory``, except a launch file in
+    a folder of the plan's (``trainer/train.py``), which keeps that place: launch.sh names it
+    so. A destination that would resolve outside ``directory`` (a symlink out of it, a name
+    with ``..``) is refused, as is a path with NUL. A
     non-empty folder trainwright did not write is refused, and no file of the user's there is
     ever replaced.
     """
@@ -29,13 +31,13 @@ def save_plan(plan: dict[str, Any], directory: str) -> list[Path]:
     for path in (plan.get("report") or {}).values():
         if path:
             sources[Path(path).name] = Path(path)
-    for path in ((plan.get("launch") or {}).get("files") or {}).values():
-        sources[Path(path).name] = Path(path)
+    for name, path in ((plan.get("launch") or {}).get("files") or {}).items():
+        sources[_launch_name(str(name), Path(path))] = Path(path)
     target.mkdir(parents=True, exist_ok=True)
     root = target.resolve()
     for name in sources:
         dest = root / name
-        if dest.resolve().parent != root or dest.is_symlink():
+        if root not in dest.resolve().parents or dest.is_symlink():
             raise InputError("/save", f"{dest} would be written outside {root}")
     # A folder of the user's is refused; one /save made before is replaced file by file, as
     # long as nobody changed those files since (tools/core/outputs.py).
@@ -54,3 +56,10 @@ def save_plan(plan: dict[str, Any], directory: str) -> list[Path]:
         copy_file(root, name, source, field="/save")  # keeps launch scripts executable
         copied.append(root / name)
     return copied
+
+
+def _launch_name(name: str, path: Path) -> str:
+    """Where a launch file goes: its name in the plan (``trainer/train.py``), else its base name."""
+    parts = Path(name).parts
+    plain = not Path(name).is_absolute() and ".." not in parts and parts[-1:] == (path.name,)
+    return name if plain and len(parts) > 1 else path.name

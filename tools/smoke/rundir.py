@@ -33,10 +33,12 @@ from tools.core.settings import (
 )
 from tools.smoke.commands import NO_HOSTFILE
 from tools.smoke.spec import SmokeSpec
+from tools.smoke.standalone import script_files
 from tools.smoke.supervise import default_memory_cap
 
-# The name the script has in a run directory (and so in the ranks' command lines).
-RUN_SCRIPT_NAME = "smoke_train.py"
+# The folder of a run directory that holds its copy of the standalone scripts (the ranks'
+# command lines name the script in it).
+RUN_SCRIPTS = "scripts"
 # The folder in a run dir that holds each run's own temporary folder (the ranks' TMPDIR).
 TMP_DIR = "tmp"
 
@@ -63,7 +65,8 @@ def check_arguments(settings: Settings, spec: SmokeSpec) -> tuple[int, float, in
 
 def run_files(ranks: int, nodes: int) -> list[str]:
     """Every file a run writes in its run dir (the ranks' and launchers' included)."""
-    names = ["model_config.json", "ds_config.json", RUN_SCRIPT_NAME, "launch.json", "result.json"]
+    names = ["model_config.json", "ds_config.json", "launch.json", "result.json"]
+    names += [f"{RUN_SCRIPTS}/{source.name}" for source in script_files()]
     names += ["memory.json"]  # the watchdog's record (supervise.py)
     names += ["smoke.log", *(f"smoke-node{i}.log" for i in range(1, nodes))]
     names += ["hostfile"] if nodes > 1 else []

@@ -38,7 +38,7 @@ from tools.smoke.commands import child_env, launch_commands
 from tools.smoke.ds_adapt import adapt_ds_config, smoke_lr
 from tools.smoke.predict import fits_local_gpu, shape_spec, with_prediction
 from tools.smoke.rundir import (
-    RUN_SCRIPT_NAME,
+    RUN_SCRIPTS,
     check_arguments,
     check_run_paths,
     child_files,
@@ -58,7 +58,7 @@ from tools.smoke.scale import (
 )
 from tools.smoke.schedule import plan_torchrun_schedule
 from tools.smoke.spec import DeepSpeedRun, LayoutRun, SmokeSpec, TensorFlowRun, TorchrunRun
-from tools.smoke.standalone import PARALLEL_SCRIPT, TRAIN_SCRIPT
+from tools.smoke.standalone import PARALLEL_SCRIPT, TRAIN_SCRIPT, script_files
 from tools.smoke.supervise import launch_and_wait, rank_address_space
 from tools.smoke.verdict import run_verdict
 
@@ -130,13 +130,15 @@ def run_smoke_test(
     lr = smoke_lr(int(shape["hidden"]))
     run_config, notes = _run_config(spec, base, shape, lr, full_size)
     mode_args = _mode_args(mode, steps, lr, notes)
-    _prepare_run_dir(
+    run_script = _prepare_run_dir(
         run_dir,
         model_config,
         run_config,
         PARALLEL_SCRIPT if isinstance(mode, LayoutRun) else TRAIN_SCRIPT,
     )
-    commands = _commands(run_dir, base, shape, spec, lr, run_config is not None, mode_args)
+    commands = _commands(
+        run_dir, base, shape, spec, lr, run_config is not None, mode_args, script=run_script
+    )
     _announce(on_progress, base, shape, spec.inject_step)
     # CUDA reserves far more address space than any limit we could set here.
     address_space = rank_address_space(cap, ranks) if device != "cuda" else 0
@@ -330,15 +332,17 @@ def _prepare_run_dir(
     model_config: dict[str, Any],
     run_config: dict[str, Any] | None,
     script: Path = TRAIN_SCRIPT,
-) -> None:
-    """Write the run's configs and script into ``run_dir``, clearing what an earlier run left.
+) -> Path:
+    """Write the run's configs and scripts into ``run_dir``, clearing what an earlier run left.
 
-    Only files an earlier run wrote and nobody changed since are removed or replaced.
+    Only files an earlier run wrote and nobody changed since are removed or replaced. Returns
+    the run's copy of ``script``.
     """
     for name in ("tmp", "metrics"):  # never a link out of the run dir
         subfolder(run_dir, name, "--run-dir")
+    earlier = ("metrics/rank", "logs/rank", "smoke", f"{RUN_SCRIPTS}/")
     for stale in listed(run_dir):
-        if stale.startswith(("metrics/rank", "logs/rank", "smoke")) or stale == "hostfile":
+        if stale.startswith(earlier) or stale == "hostfile":
             remove_file(run_dir, stale)
     write_run_json(run_dir / "model_config.json", model_config)
     if run_config is not None:
@@ -346,8 +350,10 @@ def _prepare_run_dir(
     else:
         # A reused run dir must not suggest that this run used an earlier run's config.
         remove_file(run_dir, "ds_config.json")
-    # A copy of the script makes the run dir a self-contained reproduction of the run.
-    copy_file(run_dir, RUN_SCRIPT_NAME, script, field="--run-dir")
+    # A copy of the scripts folder makes the run dir a self-contained reproduction of the run.
+    for source in script_files():
+        copy_file(run_dir, f"{RUN_SCRIPTS}/{source.name}", source, field="--run-dir")
+    return run_dir / RUN_SCRIPTS / script.name
 
 
 def _commands(
@@ -358,8 +364,10 @@ def _commands(
     lr: float,
     deepspeed: bool,
     mode_args: list[str],
+    *,
+    script: Path,
 ) -> list[list[str]]:
-    """The launcher commands (one per node).
+    """The launcher commands (one per node), running the run dir's copy ``script``.
 
     A LoRA plan's run trains adapters of the rank its memory prediction prices
     (tools/smoke/predict.py), with the base frozen, as the job does. The layout stand-in
@@ -389,7 +397,7 @@ def _commands(
     train_args += mode_args
     return launch_commands(
         run_dir=run_dir,
-        script=run_dir / RUN_SCRIPT_NAME,
+        script=script,
         device=base.device,
         ranks=base.world_size,
         nodes=base.nodes,

@@ -13,3 +13,8 @@ SCRIPTS_DIR = Path(__file__).resolve().with_name("scripts")
 TRAIN_SCRIPT = SCRIPTS_DIR / "train.py"
 PARALLEL_SCRIPT = SCRIPTS_DIR / "parallel_train.py"
 TF_SCRIPT = SCRIPTS_DIR / "tf_train.py"
+
+
+def script_files() -> list[Path]:
+    """Every file a copy of the folder holds: the scripts, the modules they import, the README."""
+    return sorted(p for p in SCRIPTS_DIR.iterdir() if p.is_file() and p.suffix in (".py", ".md"))
