@@ -50,7 +50,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def skip_shm_comm_build() -> None:
-    """Skip JIT-building DeepSpeed's CPU shared-memory all-reduce op (tools/smoke/scripts/train.py)."""
+    """Skip JIT-building DeepSpeed's CPU shared-memory all-reduce op (tools/smoke/scripts/job_deepspeed.py)."""
     try:
         import deepspeed
         from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder

@@ -1,7 +1,7 @@
 """Where a CPU rank's memory goes: RssAnon at the points a smoke run samples, per rank.
 
 ``python bench/calibration/cpu_rank_probe.py --model gpt2 --strategy zero1`` builds the smoke run's scaled
-model (tools/smoke/scale.py), takes the smoke baseline (tools/smoke/scripts/train.py
+model (tools/smoke/scale.py), takes the smoke baseline (tools/smoke/scripts/job_probes.py
 ``cpu_baseline_bytes``: after the process group and the model's code), then prints, per rank,
 anonymous RSS above it after the model, after ``deepspeed.initialize`` (or the DDP wrap and
 AdamW) and after each forward, backward and optimizer step, with the environment the smoke
@@ -116,23 +116,27 @@ def rank_half(cfg_path: str, ds_path: str, steps: int, trace: bool) -> None:
     import torch
 
     sys.path.insert(0, str(ROOT / "tools" / "smoke" / "scripts"))
-    import train as st
+    import harness
+    import job_data
+    import job_deepspeed
+    import job_model
+    import job_probes
 
     cfg = json.loads(Path(cfg_path).read_text())
     ds = json.loads(Path(ds_path).read_text())
     ddp = ds.get("mode") == "ddp"
-    st.skip_shm_comm_build()
+    job_deepspeed.skip_shm_comm_build()
     if ddp:
         torch.distributed.init_process_group(backend="gloo")
     else:
         deepspeed.init_distributed()
     rank = torch.distributed.get_rank()
     torch.manual_seed(0)
-    base = st.cpu_baseline_bytes(cfg)
+    base = job_probes.cpu_baseline_bytes(cfg)
     marks: list[tuple[str, int]] = []
 
     def mark(name: str) -> None:
-        marks.append((name, st.anon_rss_bytes() - base))
+        marks.append((name, harness.anon_rss_bytes() - base))
 
     if trace and not ddp and rank == 0:
         from deepspeed.runtime.engine import DeepSpeedEngine
@@ -142,9 +146,9 @@ def rank_half(cfg_path: str, ds_path: str, steps: int, trace: bool) -> None:
 
             @functools.wraps(f)
             def g(*a: Any, **k: Any) -> Any:
-                before = st.anon_rss_bytes() - base
+                before = harness.anon_rss_bytes() - base
                 out = f(*a, **k)
-                after = st.anon_rss_bytes() - base
+                after = harness.anon_rss_bytes() - base
                 print(f"TRACE DeepSpeedEngine.{name}: {before / MiB:.1f} -> {after / MiB:.1f} MiB")
                 return out
 
@@ -153,9 +157,9 @@ def rank_half(cfg_path: str, ds_path: str, steps: int, trace: bool) -> None:
         for name in ("_configure_distributed_model", "_configure_basic_optimizer",
                      "_do_optimizer_sanity_check", "_configure_zero_optimizer"):  # fmt: skip
             wrap(name)
-    model = st.build_model(cfg).float()
+    model = job_model.build_model(cfg).float()
     mark("model")
-    data = st.PatternData(int(model.config.vocab_size), 64, 1, 0, rank)
+    data = job_data.PatternData(int(model.config.vocab_size), 64, 1, 0, rank)
     if ddp:
         wrapped = torch.nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.AdamW(list(model.parameters()), lr=3e-3, weight_decay=0.1)

@@ -347,7 +347,7 @@ def _ds_config(model: Any, hardware: Any, case: Case) -> dict[str, Any]:
         model, case.strategy, world_size=1, micro_batch_size=MICRO_BATCH, gpu=hardware.gpu
     )
     assert planned is not None
-    # On CUDA: bf16 kept; the dry run's CPU worker drops it as tools/smoke/scripts/train.py does.
+    # On CUDA: bf16 kept; the dry run's CPU worker drops it as job_deepspeed.py does.
     cfg, _notes = adapt_ds_config(
         planned, device="cuda", ranks=1, micro_batch_size=MICRO_BATCH, scaled=model, lr=LR
     )
@@ -509,9 +509,9 @@ def _run_case(spec: dict[str, Any]) -> dict[str, Any]:
         raise _Skip("no 8-bit Adam on this machine (neither bitsandbytes nor torchao installed)")
     import torch
 
-    train = _smoke_train()
-    anon_rss_bytes, build_model = train.anon_rss_bytes, train.build_model
-    process_gpu_memory_bytes = train.process_gpu_memory_bytes
+    anon_rss_bytes = _script_module("harness").anon_rss_bytes
+    build_model = _script_module("job_model").build_model
+    process_gpu_memory_bytes = _script_module("job_probes").process_gpu_memory_bytes
     on_cuda = spec["device"] == "cuda"
     device = torch.device("cuda", 0) if on_cuda else torch.device("cpu")
     if on_cuda:
@@ -612,15 +612,15 @@ def _run_case(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _smoke_train() -> Any:
-    """tools/smoke/scripts/train.py imported as its launchers run it: its folder on sys.path.
+def _script_module(name: str) -> Any:
+    """A module of the training script (tools/smoke/scripts/), imported as train.py imports it.
 
-    torch and transformers only, no package init of ours.
+    Its folder goes first on sys.path; torch and transformers only, no package init of ours.
     """
     scripts = str(ROOT / "tools" / "smoke" / "scripts")
     if scripts not in sys.path:
         sys.path.insert(0, scripts)
-    return importlib.import_module("train")
+    return importlib.import_module(name)
 
 
 def _cuda_peaks() -> dict[str, int]:
@@ -770,9 +770,9 @@ def _fsdp2(model: Any, device: Any, on_cuda: bool, info: dict[str, Any]) -> Any:
 def _deepspeed(model: Any, spec: dict[str, Any], on_cuda: bool, info: dict[str, Any]) -> Any:
     import deepspeed
 
-    train = _smoke_train()
-    cfg = train.adapt_precision(dict(spec["ds_config"]), on_cuda)
-    train.skip_shm_comm_build()
+    job_deepspeed = _script_module("job_deepspeed")
+    cfg = job_deepspeed.adapt_precision(dict(spec["ds_config"]), on_cuda)
+    job_deepspeed.skip_shm_comm_build()
     deepspeed.init_distributed()
     engine, _, _, _ = deepspeed.initialize(
         model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=cfg

@@ -56,7 +56,7 @@ def build_model(config_dict: dict[str, Any]) -> torch.nn.Module:
 
 
 def skip_shm_comm_build() -> None:
-    """Keep DeepSpeed from JIT-building its CPU shared-memory op (as tools/smoke/scripts/train.py does)."""
+    """Keep DeepSpeed from JIT-building its CPU shared-memory op (as tools/smoke/scripts/job_deepspeed.py does)."""
     try:
         import deepspeed
         from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder

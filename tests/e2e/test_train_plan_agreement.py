@@ -13,6 +13,8 @@ import sys
 import types
 from pathlib import Path
 
+import job_deepspeed
+import job_model
 import pytest
 import torch
 import train as job
@@ -43,7 +45,7 @@ def _script_model(model_id: str, rank: int) -> torch.nn.Module:
         ["--model-config", "unused.json", "--metrics-dir", "unused", "--lora-rank", str(rank)]
     )
     with torch.device("meta"):
-        return job.add_lora(args, job.build_model(dict(spec.hf_config or {})))
+        return job_model.add_lora(args, job_model.build_model(dict(spec.hf_config or {})))
 
 
 @pytest.mark.parametrize(
@@ -52,10 +54,10 @@ def _script_model(model_id: str, rank: int) -> torch.nn.Module:
 def test_lora_adapters_the_script_trains_are_the_ones_the_plan_prices(model_id: str) -> None:
     spec = lookup_model(model_id, 512)
     model = _script_model(model_id, DEFAULT_LORA_RANK)
-    trainable = job.trainable_params(model)
+    trainable = job_model.trainable_params(model)
     assert trainable == lora_adapter_params(spec, DEFAULT_LORA_RANK)
     # The base is frozen: every parameter the adapters did not add keeps requires_grad off.
-    assert job.total_params(model) - trainable == spec.params
+    assert job_model.total_params(model) - trainable == spec.params
     # And the memory plan states and prices that many trainable parameters.
     hardware = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=A100)
     estimate = estimate_strategy(spec, hardware, "zero2", task="lora", seq_len=512)
@@ -66,7 +68,7 @@ def test_zero3_config_makes_the_script_build_inside_zero_init() -> None:
     from transformers.integrations import is_deepspeed_zero3_enabled
 
     stage3 = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}
-    context = job.zero3_context(stage3)
+    context = job_deepspeed.zero3_context(stage3)
     try:
         # transformers' from_config/from_pretrained now wrap construction in deepspeed.zero.Init.
         assert is_deepspeed_zero3_enabled()
@@ -82,7 +84,7 @@ def test_qlora_loads_the_nf4_double_quantized_base_the_plan_prices(
     assert NF4_BYTES == pytest.approx((4 + 0.127) / 8)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setitem(sys.modules, "bitsandbytes", types.ModuleType("bitsandbytes"))
-    config = job.qlora_config(torch.bfloat16)
+    config = job_model.qlora_config(torch.bfloat16)
     assert config.load_in_4bit and config.bnb_4bit_quant_type == "nf4"
     assert config.bnb_4bit_use_double_quant
     assert config.bnb_4bit_compute_dtype == torch.bfloat16

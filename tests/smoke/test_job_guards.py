@@ -21,6 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import harness
+import job_checkpoints
+import job_data
 import pytest
 import train as job
 import transformers
@@ -149,7 +152,7 @@ def _unloadable(folder: Path) -> None:
     del state["scheduler"]
     (folder / "trainer_state.json").write_text(json.dumps(state))
     (folder / "manifest.json").unlink()
-    job.write_manifest(folder.parent, folder.name, int(state["step"]))
+    job_checkpoints.write_manifest(folder.parent, folder.name, int(state["step"]))
 
 
 @pytest.mark.slow
@@ -198,8 +201,8 @@ def test_saving_never_overwrites_a_complete_checkpoint(run: Any, tmp_path: Path)
 # ---- 2. one job per checkpoint folder ------------------------------------------------------------
 
 HOLD = (
-    "import sys, time; from pathlib import Path; import train; "
-    "train.JobLock.take(Path(sys.argv[1])); print('held', flush=True); time.sleep(300)"
+    "import sys, time; from pathlib import Path; import job_lock; "
+    "job_lock.JobLock.take(Path(sys.argv[1])); print('held', flush=True); time.sleep(300)"
 )
 
 
@@ -260,8 +263,8 @@ def test_bad_data_is_one_line_naming_the_file(tmp_path: Path, case: str) -> None
     name, content, problem = BAD_DATA[case]
     data = tmp_path / name
     data.write_bytes(content)
-    with pytest.raises(job.UsageError) as caught:
-        job.read_texts(data, "text")
+    with pytest.raises(harness.UsageError) as caught:
+        job_data.read_texts(data, "text")
     message = str(caught.value)
     assert message.startswith(f"--data {data}") and problem in message
     assert "\n" not in message
@@ -285,7 +288,7 @@ def test_bad_data_stops_the_job_before_the_model_with_exit_2(
 
 def test_split_text_cuts_before_a_space_and_keeps_every_character() -> None:
     text = "word " * 50 + "x" * 130 + " end"
-    pieces = job.split_text(text, limit=64)
+    pieces = job_data.split_text(text, limit=64)
     assert "".join(pieces) == text
     assert all(len(piece) <= 64 for piece in pieces)
     # Cut before the last space within the limit, so no word is split ...
@@ -316,7 +319,7 @@ def test_a_long_line_is_tokenized_in_bounded_pieces(
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
     recorder = _Recorder(tokenizer)
     monkeypatch.setattr(
-        job.transformers.AutoTokenizer, "from_pretrained", lambda *_a, **_k: recorder
+        job_data.transformers.AutoTokenizer, "from_pretrained", lambda *_a, **_k: recorder
     )
     sentence = "the cat trains on the mat all night. "
     text = sentence * 30_000  # ~1.1 MB on one line
@@ -327,9 +330,11 @@ def test_a_long_line_is_tokenized_in_bounded_pieces(
         ["--model-path", str(model_dir), "--data", str(data), "--seq-len", "32"]
         + ["--metrics-dir", str(tmp_path)]
     )
-    _, tokens = job.load_token_data(args, 0, 2)
+    _, tokens = job_data.load_token_data(args, 0, 2)
     assert recorder.longest <= 1 << 16, recorder.longest
     # The pieces give the tokens of the whole line (cut between words), and the small records'.
     whole = len(tokenizer(text)["input_ids"])
-    small = sum(len(ids) + 1 for ids in tokenizer(job.read_texts(data, "text")[:-1])["input_ids"])
+    small = sum(
+        len(ids) + 1 for ids in tokenizer(job_data.read_texts(data, "text")[:-1])["input_ids"]
+    )
     assert abs(tokens - (small + whole + 1)) < 32 + 3 * len(text) // (1 << 16)

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import job_data
 import pytest
 import torch
 import train as job
@@ -184,7 +185,7 @@ def _first_loss(model_dir: Path, data: Path) -> float:
     losses = []
     with torch.no_grad():
         for rank in range(RANKS):
-            batch = job.load_token_data(args, rank, RANKS)[0].next()
+            batch = job_data.load_token_data(args, rank, RANKS)[0].next()
             losses.append(float(model(input_ids=batch, labels=batch).loss))
     return sum(losses) / RANKS
 

@@ -81,7 +81,7 @@ TRAIN_PY_MODES = {"pytorch_fsdp": "fsdp"}
 # The environment variables launch.sh reads: the weights (a default from the plan) and the data.
 MODEL_PATH_ENV = "MODEL_PATH"
 DATA_ENV = "DATA"
-# A script that runs train.py exports its pid and host (tools/smoke/scripts/train.py JOB_ENV): the
+# A script that runs train.py exports its pid and host (tools/smoke/scripts/harness.py JOB_ENV): the
 # ranks stop when it is gone, however it ended (SIGKILL of its process group included). The
 # host from uname -n (gethostname, as train.py reads it): $HOSTNAME may be inherited from
 # another machine (sbatch passes the submitting shell's environment on).

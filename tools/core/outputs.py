@@ -64,7 +64,7 @@ _OURS = (MANIFEST, LOCK)
 _MANIFEST_TMP_RE = re.compile(r"^\.trainwright-manifest\.json\.[0-9a-f]{16}\.tmp$")
 # A smoke run refreshes its reservations this often; a file changed more than the grace after
 # the last refresh was changed by someone else (the run's ranks stop within about a second of
-# losing their supervisor: tools/smoke/scripts/train.py ``watch_supervisor``).
+# losing their supervisor: tools/smoke/scripts/harness.py ``watch``).
 KEEP_RESERVED_S = 1.0
 RESERVED_GRACE_S = 3.0
 # A file bigger than this is never hashed to decide ownership (ours are far smaller).

@@ -1,6 +1,6 @@
 """Memory of one CPU rank (gloo, fp32) training with DDP or DeepSpeed ZeRO-1/2/3.
 
-A CPU rank's footprint is its anonymous resident memory, sampled (tools/smoke/scripts/train.py
+A CPU rank's footprint is its anonymous resident memory, sampled (tools/smoke/scripts/job_probes.py
 ``CpuPeak``) after each forward, backward and optimizer step. On CPU there is no caching
 allocator and no 16-bit copy: DeepSpeed's "bit16" buffers are fp32, and what a rank holds
 differs from the GPU model (tools/planning/memory.py) in three ways:

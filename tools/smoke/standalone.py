@@ -1,6 +1,6 @@
 """Where the standalone training scripts live: ``scripts/``, a folder copied whole.
 
-They import nothing of ours (tests/test_layers.py): ``train.py``, the job and the smoke run's
+They import nothing of ours (tests/unit/core/test_layers.py): ``train.py``, the job and the smoke run's
 training script; ``parallel_train.py``, the torch-native stand-in for tensor/pipeline layouts;
 ``tf_train.py``, the TensorFlow worker (run in ``.venv-tf``).
 """

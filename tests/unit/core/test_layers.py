@@ -39,10 +39,25 @@ TORCH_JOB = {
     "bitsandbytes",
     "wandb",
 }
+# train.py's modules (job_model.py, ...).
+JOB_PARTS = (
+    "checkpoints",
+    "data",
+    "deepspeed",
+    "lock",
+    "loop",
+    "model",
+    "probes",
+    "ranks",
+    "torch",
+)
 STANDALONE: dict[str, set[str]] = {
     "train.py": TORCH_JOB,
+    **{f"job_{part}.py": TORCH_JOB for part in JOB_PARTS},
     "parallel_train.py": {"torch"},
     "tf_train.py": {"tensorflow"},
+    # What all three share: the standard library only (tf_train.py runs where torch is not).
+    "harness.py": set(),
 }
 
 
