@@ -9,12 +9,17 @@ no PYTHONPATH, so nothing of the repository can stand in for a missing sibling.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from tools.smoke.tf_launch import TF_PYTHON
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "tools" / "smoke" / "scripts"
 
@@ -53,3 +58,33 @@ def test_a_bad_argument_from_a_copy_is_one_line_and_exit_2(tmp_path: Path) -> No
         "train.py: error: --init random needs --model-config (or --model-path for its config.json)"
     )
     assert "Traceback" not in proc.stderr
+
+
+def test_the_layout_stand_in_runs_from_a_copy(tmp_path: Path) -> None:
+    copy, cwd = _copy(tmp_path)
+    proc = _run(sys.executable, [str(copy / "parallel_train.py"), "--help"], cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("usage: parallel_train.py") and "--tp" in proc.stdout
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"hidden_size": 8}))
+    proc = _run(sys.executable, [str(copy / "parallel_train.py"), *_layout_args(config)], cwd)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-1] == (
+        "parallel_train.py: error: model config lacks intermediate_size"
+    )
+
+
+def _layout_args(config: Path) -> list[str]:
+    return ["--model-config", str(config), "--metrics-dir", "m", "--reference"]
+
+
+@pytest.mark.skipif(
+    not TF_PYTHON.exists() and os.environ.get("CI", "").lower() != "true",
+    reason=f"{TF_PYTHON} is missing: run `make tf-venv`",
+)
+def test_the_tensorflow_worker_runs_from_a_copy_in_its_own_venv(tmp_path: Path) -> None:
+    copy, cwd = _copy(tmp_path)
+    # .venv-tf has TensorFlow and no torch: harness.py must need nothing more than the stdlib.
+    proc = _run(str(TF_PYTHON), [str(copy / "tf_train.py"), "--help"], cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("usage: tf_train.py") and "--kind" in proc.stdout

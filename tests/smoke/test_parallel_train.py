@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import parallel_layout as pl
 import parallel_train as pt
 import pytest
 
@@ -117,15 +118,15 @@ def references(config_path: Path, tmp_path_factory: pytest.TempPathFactory) -> d
 
 
 def test_expected_share_by_hand() -> None:
-    shape = pt.ModelShape(CONFIG)
+    shape = pl.ModelShape(CONFIG)
     half = LAYER_SHARDED // 2 + LAYER_NORMS
-    assert pt.expected_local_params(shape, 1, 1, 0) == WHOLE_MODEL
-    assert pt.expected_local_params(shape, 2, 1, 0) == 4 * half + VOCAB_MATRIX + FINAL_NORM
-    assert pt.expected_local_params(shape, 1, 2, 0) == 2 * (LAYER_SHARDED + 128) + VOCAB_MATRIX
-    assert pt.expected_local_params(shape, 2, 2, 1) == 2 * half + VOCAB_MATRIX // 2 + FINAL_NORM
-    assert [list(pt.stage_layers(5, 2, s)) for s in (0, 1)] == [[0, 1, 2], [3, 4]]
+    assert pl.expected_local_params(shape, 1, 1, 0) == WHOLE_MODEL
+    assert pl.expected_local_params(shape, 2, 1, 0) == 4 * half + VOCAB_MATRIX + FINAL_NORM
+    assert pl.expected_local_params(shape, 1, 2, 0) == 2 * (LAYER_SHARDED + 128) + VOCAB_MATRIX
+    assert pl.expected_local_params(shape, 2, 2, 1) == 2 * half + VOCAB_MATRIX // 2 + FINAL_NORM
+    assert [list(pl.stage_layers(5, 2, s)) for s in (0, 1)] == [[0, 1, 2], [3, 4]]
     # The model the script builds holds exactly the config's count.
-    assert pt.local_param_count(pt.build_stage(shape, 0, 1, 0)) == WHOLE_MODEL
+    assert pl.local_param_count(pl.build_stage(shape, 0, 1, 0)) == WHOLE_MODEL
     with pytest.raises(pt.UsageError, match="divisible"):
         shape.check_layout(3, 1)
 

@@ -161,7 +161,7 @@ def test_tf_workers_end_themselves_when_their_supervisor_dies(tmp_path: Path) ->
         supervisor.kill()
         supervisor.wait()
     # The first to notice says so and SIGKILLs its group; its peer may end on the lost peer.
-    line = f"tf_train: supervising process {supervisor.pid} is gone; stopping the run"
+    line = f"tf_train.py: supervising process {supervisor.pid} is gone; stopping the run"
     said = [line in (run_dir / "logs" / f"rank{r}.log").read_text(errors="replace") for r in (0, 1)]
     assert any(said), said
 

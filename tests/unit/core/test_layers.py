@@ -55,7 +55,9 @@ STANDALONE: dict[str, set[str]] = {
     "train.py": TORCH_JOB,
     **{f"job_{part}.py": TORCH_JOB for part in JOB_PARTS},
     "parallel_train.py": {"torch"},
+    "parallel_layout.py": {"torch"},
     "tf_train.py": {"tensorflow"},
+    "tf_models.py": {"tensorflow"},
     # What all three share: the standard library only (tf_train.py runs where torch is not).
     "harness.py": set(),
 }

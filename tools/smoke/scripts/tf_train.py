@@ -1,19 +1,18 @@
 """Smoke-train a TensorFlow MultiWorkerMirroredStrategy setup on synthetic, learnable data.
 
-Standalone on purpose: it imports TensorFlow (and Keras, which ships with it) and the standard
-library only, and runs in its own venv (``.venv-tf``, ``make tf-venv``): TensorFlow's protobuf
+Standalone on purpose: it imports TensorFlow (and Keras, which ships with it), the standard
+library and the modules beside it (harness.py, tf_models.py) only, and runs in its own venv (``.venv-tf``, ``make tf-venv``): TensorFlow's protobuf
 and numpy pins clash with the main venv's. Start one process per worker, each with its own
 ``TF_CONFIG`` (``{"cluster": {"worker": [...]}, "task": {"type": "worker", "index": I}}``;
 tools/smoke/tf_launch.py builds the commands). Without ``TF_CONFIG`` it trains as one worker.
 
-``--kind image``: a small CNN classifies images whose class is one of four fixed textures
-(stripes, checks) under Gaussian noise. ``--kind text``: a small causal transformer (embedding, ``--layers`` MultiHeadAttention
-blocks) predicts the next token of sequences that repeat one of a few short token patterns.
-Both start at a loss near ln(classes) and fall within a few dozen steps.
+``--kind image``: a small CNN on noisy textures; ``--kind text``: a small causal transformer
+(``--layers`` attention blocks) on repeated token patterns (tf_models.py). Both start at a loss
+near ln(classes) and fall within a few dozen steps.
 
 A step is one optimizer step over ``--batch`` examples per worker; Keras' optimizer all-reduces
 the gradients across the workers. Worker 0 prints one progress line per logged step, in the
-format of tools/smoke/scripts/train.py (``step N/M loss X lr Y T tokens/s S s/step peak memory G GiB``;
+format of train.py (``step N/M loss X lr Y T tokens/s S s/step peak memory G GiB``;
 for images a "token" is one image). Each worker writes ``metrics-dir/rank{R}.json`` (losses,
 step times, peak RSS, as train.py does) every few steps and at the end.
 
@@ -32,41 +31,34 @@ own SIGTERM handler is taken off).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
-import resource
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import tensorflow as tf
+from harness import (
+    EXIT_NAN,
+    Faults,
+    cap_address_space,
+    lift_cap,
+    peak_rss_bytes,
+    supervisor,
+    tee_rank_log,
+    watch,
+    write_json_atomic,
+)
+from tf_models import SEQ_LEN, ImageData, ImageModel, PatternData, TextModel
 
 KINDS = ("image", "text")
 INJECT_KINDS = ("nan", "crash", "hang", "oom", "alloc")
-# alloc: worker 0 leaks this much every interval until the supervisor's cap stops it.
-_ALLOC_BLOCK_BYTES = 64 << 20
-_ALLOC_INTERVAL_S = 0.05
 # Adam learning rates that make each kind learn within ~20 steps (measured on 2 CPU workers).
 DEFAULT_LR = {"image": 1e-2, "text": 3e-3}
-# Exit code of a run stopped by a non-finite loss (tools/smoke/scripts/train.py's).
-EXIT_NAN = 3
 _METRICS_EVERY = 5
-# Images: square, one channel, one fixed template per class, then Gaussian noise.
-_IMAGE_SIZE = 16
-_IMAGE_CLASSES = 4
-_IMAGE_NOISE = 1.0
-# Text: a small alphabet and a few patterns of 3-6 tokens (tools/smoke/scripts/train.py's task).
-_VOCAB = 16
-_NUM_PATTERNS = 8
-_PATTERN_LEN = (3, 6)
-_SEQ_LEN = 32
-_D_MODEL = 64
-_HEADS = 4
 # The oom injection: bytes left above what the process maps, and the allocation that fails.
 _OOM_MARGIN_BYTES = 1 << 20
 _OOM_ALLOC_FLOATS = 4 << 30
@@ -116,290 +108,35 @@ def worker_identity() -> tuple[int, int]:
     return int(task.get("index", 0)), max(1, len(workers))
 
 
-# ---- data ---------------------------------------------------------------------------------------
+# ---- faults and signals ------------------------------------------------------------------------
 
 
-class ImageData:
-    """Endless batches of (image, label): the label's texture plus noise."""
-
-    def __init__(self, batch: int, seed: int, rank: int) -> None:
-        # The templates are fixed local textures a small convolution can detect anywhere;
-        # the draws (labels, noise) differ per worker.
-        self.templates = class_templates()
-        self.batch = batch
-        self.seed = seed * 1000 + 17 + rank
-        self.position = 0
-
-    def next(self) -> tuple[tf.Tensor, tf.Tensor]:
-        """One ``[batch, H, W, 1]`` float batch and its ``[batch]`` int labels."""
-        self.position += 1
-        seed = [self.seed, self.position]
-        labels = tf.random.stateless_uniform(
-            [self.batch], seed=seed, maxval=_IMAGE_CLASSES, dtype=tf.int32
-        )
-        noise = tf.random.stateless_normal(
-            [self.batch, _IMAGE_SIZE, _IMAGE_SIZE, 1], seed=[seed[0], seed[1] + (1 << 20)]
-        )
-        return tf.gather(self.templates, labels) + _IMAGE_NOISE * noise, labels
-
-
-def class_templates() -> tf.Tensor:
-    """One ``[H, W, 1]`` texture per class: horizontal, vertical and diagonal stripes, checks."""
-    rows = tf.range(_IMAGE_SIZE, dtype=tf.float32)[:, None] * tf.ones([1, _IMAGE_SIZE])
-    cols = tf.transpose(rows)
-    textures = [
-        tf.math.cos(math.pi * rows),
-        tf.math.cos(math.pi * cols),
-        tf.math.cos(math.pi * (rows + cols) / 2),
-        tf.math.cos(math.pi * rows) * tf.math.cos(math.pi * cols / 2),
-    ]
-    return tf.stack(textures[:_IMAGE_CLASSES])[..., None]
-
-
-class PatternData:
-    """Endless batches of (tokens, next tokens) from sequences repeating a short pattern."""
-
-    def __init__(self, batch: int, seed: int, rank: int) -> None:
-        lengths = tf.random.stateless_uniform(
-            [_NUM_PATTERNS],
-            seed=[seed, 1],
-            minval=_PATTERN_LEN[0],
-            maxval=_PATTERN_LEN[1] + 1,
-            dtype=tf.int32,
-        )
-        tokens = tf.random.stateless_uniform(
-            [_NUM_PATTERNS, _PATTERN_LEN[1]], seed=[seed, 2], maxval=_VOCAB, dtype=tf.int32
-        )
-        # Each pattern written out to a full sequence (plus one token for the shifted target).
-        steps = tf.range(_SEQ_LEN + _PATTERN_LEN[1] + 1)
-        index = steps[None, :] % lengths[:, None]
-        self.rows = tf.gather(tokens, index, batch_dims=1)
-        self.batch = batch
-        self.seed = seed * 1000 + 17 + rank
-        self.position = 0
-
-    def next(self) -> tuple[tf.Tensor, tf.Tensor]:
-        """One ``[batch, seq_len]`` int batch and its targets, the same shifted by one token."""
-        self.position += 1
-        seed = [self.seed, self.position]
-        which = tf.random.stateless_uniform(
-            [self.batch], seed=seed, maxval=_NUM_PATTERNS, dtype=tf.int32
-        )
-        offsets = tf.random.stateless_uniform(
-            [self.batch, 1],
-            seed=[seed[0], seed[1] + (1 << 20)],
-            maxval=_PATTERN_LEN[1],
-            dtype=tf.int32,
-        )
-        columns = offsets + tf.range(_SEQ_LEN + 1)[None, :]
-        seqs = tf.gather(tf.gather(self.rows, which), columns, batch_dims=1)
-        return seqs[:, :-1], seqs[:, 1:]
-
-
-# ---- models -------------------------------------------------------------------------------------
-
-
-class ImageModel(tf.keras.Model):
-    """A small CNN: two conv blocks, global pooling, a linear classifier.
-
-    Swish and average pooling rather than ReLU and max pooling: TensorFlow's ReLU and max
-    kernels turn NaN into 0, so a NaN input would end as a silently flat loss, not a NaN one.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = tf.keras.layers.Conv2D(16, 3, padding="same", activation="swish")
-        self.pool = tf.keras.layers.AveragePooling2D(2)
-        self.conv2 = tf.keras.layers.Conv2D(32, 3, padding="same", activation="swish")
-        self.gap = tf.keras.layers.GlobalAveragePooling2D()
-        self.head = tf.keras.layers.Dense(_IMAGE_CLASSES)
-
-    def call(self, images: tf.Tensor, poison: tf.Tensor | None = None) -> tf.Tensor:
-        """Class logits; ``poison`` (a scalar) multiplies the pixels first."""
-        x = images if poison is None else images * poison
-        return self.head(self.gap(self.conv2(self.pool(self.conv1(x)))))
-
-
-class Block(tf.keras.layers.Layer):
-    """One pre-norm transformer block: causal self-attention, then a feed-forward layer."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.norm1 = tf.keras.layers.LayerNormalization()
-        self.attn = tf.keras.layers.MultiHeadAttention(_HEADS, _D_MODEL // _HEADS)
-        self.norm2 = tf.keras.layers.LayerNormalization()
-        self.ff1 = tf.keras.layers.Dense(4 * _D_MODEL, activation="gelu")
-        self.ff2 = tf.keras.layers.Dense(_D_MODEL)
-
-    def call(self, x: tf.Tensor) -> tf.Tensor:
-        """``x`` plus attention, plus feed-forward."""
-        h = self.norm1(x)
-        x = x + self.attn(h, h, use_causal_mask=True)
-        return x + self.ff2(self.ff1(self.norm2(x)))
-
-
-class TextModel(tf.keras.Model):
-    """A small causal transformer LM: token and position embeddings, blocks, an output head."""
-
-    def __init__(self, layers: int) -> None:
-        super().__init__()
-        self.embed = tf.keras.layers.Embedding(_VOCAB, _D_MODEL)
-        self.position = tf.keras.layers.Embedding(_SEQ_LEN, _D_MODEL)
-        self.blocks = [Block() for _ in range(layers)]
-        self.norm = tf.keras.layers.LayerNormalization()
-        self.head = tf.keras.layers.Dense(_VOCAB)
-
-    def call(self, tokens: tf.Tensor, poison: tf.Tensor | None = None) -> tf.Tensor:
-        """Next-token logits; ``poison`` (a scalar) multiplies the token embeddings first."""
-        x = self.embed(tokens)
-        if poison is not None:
-            x = x * poison
-        x = x + self.position(tf.range(tf.shape(tokens)[1]))[None, :, :]
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.norm(x))
-
-
-# ---- faults, memory, files ----------------------------------------------------------------------
-
-
-class FaultInjector:
-    """Make the run fail for real at one step (``--inject``), to test what supervises it."""
+class TFFaults(Faults):
+    """The shared faults, plus nan (the inputs times NaN, on every worker) and oom."""
 
     def __init__(self, kind: str | None, step: int, rank: int, world_size: int) -> None:
-        self.kind = kind
-        self.step = step
-        self.rank = rank
-        self.world_size = world_size
+        super().__init__(kind, step, rank, world_size, who="worker")
+        self._limits: tuple[int, int] | None = None
 
     def poison(self, step: int) -> float:
         """The factor the step's inputs are multiplied by: NaN at the nan step, else 1."""
         return float("nan") if self.kind == "nan" and step == self.step else 1.0
 
     def before_step(self, step: int) -> None:
-        """Fire the fault due at ``step`` (crash, hang, oom; nan acts through ``poison``)."""
-        if self.kind is None or step != self.step:
+        """Fire the fault due at ``step`` (crash, hang, alloc, oom; nan acts through ``poison``)."""
+        if not self.due(step):
             return
-        print(f"[inject] {self.kind} at step {step} on worker {self.rank}", flush=True)
-        if self.kind == "crash" and self.rank == self.world_size - 1:
-            raise RuntimeError(f"injected crash on worker {self.rank} at step {step}")
-        if self.kind == "hang" and self.rank == 0:
-            # The other workers block in the step's all-reduce; only a supervisor's kill ends this.
-            time.sleep(10**7)
-        if self.kind == "alloc" and self.rank == 0:
-            leak: list[bytearray] = []
-            while True:
-                leak.append(bytearray(b"\x01") * _ALLOC_BLOCK_BYTES)
-                time.sleep(_ALLOC_INTERVAL_S)
+        self.fire(step)
         if self.kind == "oom":
-            _cap_address_space()
+            self._limits = cap_address_space(_OOM_MARGIN_BYTES)
             held = tf.ones([_OOM_ALLOC_FLOATS], tf.float32)
             print(f"allocated {held.shape[0] * 4} bytes under the cap", flush=True)
 
-
-def _cap_address_space() -> None:
-    """RLIMIT_AS just above what this process maps now (within any limit already set)."""
-    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    with open("/proc/self/statm") as fh:
-        vm_bytes = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    limit = vm_bytes + _OOM_MARGIN_BYTES
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-
-
-def peak_rss_bytes() -> int:
-    """This process's peak resident memory (ru_maxrss, KiB on Linux)."""
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` so that a reader never sees a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
-
-
-class _Tee:
-    """A text stream that also writes to a log file."""
-
-    def __init__(self, stream: TextIO, log: TextIO) -> None:
-        self.stream = stream
-        self.log = log
-
-    def write(self, text: str) -> int:
-        self.log.write(text)
-        return self.stream.write(text)
-
-    def flush(self) -> None:
-        self.log.flush()
-        self.stream.flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.stream, name)
-
-
-def tee_worker_log(log_dir: Path, rank: int) -> None:
-    """Copy this worker's Python-level stdout and stderr into ``log_dir/rank{R}.log``."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = open(log_dir / f"rank{rank}.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the process
-    sys.stdout = _Tee(sys.stdout, log)  # type: ignore[assignment]
-    sys.stderr = _Tee(sys.stderr, log)  # type: ignore[assignment]
-
-
-# ---- supervision: a worker must not outlive the process that started it -------------------------
-# The smoke supervisor (tools/smoke/supervise.py) puts its own pid here and starts each worker in
-# a session of its own; if the supervisor dies (SIGKILL included), each worker ends itself within
-# a poll. A copy of tools/smoke/scripts/train.py's watcher: this script imports nothing of ours.
-SUPERVISOR_ENV = "TRAINWRIGHT_SMOKE_SUPERVISOR_PID"
-_SUPERVISOR_POLL_S = 0.5
-
-
-def _start_ticks(pid: int) -> str | None:
-    """A live process's start time (/proc/PID/stat field 22); None when gone or a zombie."""
-    if not os.path.exists("/proc/self/stat"):  # not Linux: liveness only
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass
-        return "?"
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return None if fields[0] in ("Z", "X") else fields[19]
-
-
-def watch_supervisor() -> None:
-    """If ``$TRAINWRIGHT_SMOKE_SUPERVISOR_PID`` is set, end this process group when it dies.
-
-    A thread: TensorFlow releases the GIL while an op runs, so it also runs while the main
-    thread waits in a collective that will never complete.
-    """
-    value = os.environ.get(SUPERVISOR_ENV, "")
-    if not value.isdigit():
-        return
-    pid = int(value)
-    started = _start_ticks(pid)  # a start time, so a reused pid is not taken for the supervisor
-
-    def watch() -> None:
-        while True:
-            if started is None or _start_ticks(pid) != started:
-                print(
-                    f"tf_train: supervising process {pid} is gone; stopping the run",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                with contextlib.suppress(OSError):
-                    os.killpg(os.getpgid(0), signal.SIGKILL)
-                os._exit(137)
-            time.sleep(_SUPERVISOR_POLL_S)
-
-    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+    def release(self) -> None:
+        """Lift the oom fault's cap again (so the error can still be reported)."""
+        if self._limits is not None:
+            lift_cap(self._limits)
+            self._limits = None
 
 
 def restore_sigterm() -> None:
@@ -413,7 +150,7 @@ def restore_sigterm() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-# ---- the loop -----------------------------------------------------------------------------------
+# ---- the loop ----------------------------------------------------------------------------------
 
 
 def weights_checksum(model: tf.keras.Model) -> float:
@@ -425,7 +162,7 @@ def train(args: argparse.Namespace) -> int:
     """Build the strategy, model and data; run the steps; write this worker's metrics."""
     rank, world_size = worker_identity()
     if args.log_dir is not None:
-        tee_worker_log(args.log_dir, rank)
+        tee_rank_log(args.log_dir, rank)
     # Two ops at a time per worker: the smoke test shares a small machine.
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(2)
@@ -439,14 +176,26 @@ def train(args: argparse.Namespace) -> int:
     tf.keras.utils.set_random_seed(args.seed)
     data: ImageData | PatternData
     if args.kind == "image":
-        data = ImageData(args.batch, args.seed, rank)
-        tokens_per_step = args.batch
-        seq_len = 1
+        data, seq_len = ImageData(args.batch, args.seed, rank), 1
     else:
-        data = PatternData(args.batch, args.seed, rank)
-        tokens_per_step = args.batch * _SEQ_LEN
-        seq_len = _SEQ_LEN
-    global_batch = args.batch * world_size
+        data, seq_len = PatternData(args.batch, args.seed, rank), SEQ_LEN
+    model, train_step = _build(args, strategy, data, args.batch * world_size)
+    record = WorkerMetrics(args, model, rank, world_size, seq_len, baseline_bytes)
+    if rank == 0:
+        args.metrics_dir.mkdir(parents=True, exist_ok=True)
+        what = "texture-plus-noise images" if args.kind == "image" else "repeated-pattern tokens"
+        print(
+            f"tensorflow {tf.__version__}: {world_size} worker(s), {args.kind} model "
+            f"({record.params:,} params), synthetic {what}",
+            flush=True,
+        )
+    return _loop(args, data, train_step, record)
+
+
+def _build(
+    args: argparse.Namespace, strategy: Any, data: ImageData | PatternData, global_batch: int
+) -> tuple[tf.keras.Model, Any]:
+    """The model (its weights built) and the compiled step that trains it on every worker."""
     with strategy.scope():
         model: tf.keras.Model = ImageModel() if args.kind == "image" else TextModel(args.layers)
         model(data.next()[0])  # build the weights
@@ -475,50 +224,72 @@ def train(args: argparse.Namespace) -> int:
         local = strategy.experimental_local_results(per_replica)[0] * (global_batch / args.batch)
         return mean, local
 
-    params = int(sum(int(tf.size(w)) for w in model.weights))
-    trainable = int(sum(int(tf.size(w)) for w in model.trainable_weights))
-    losses: list[float] = []
-    step_times_s: list[float] = []
-    metrics_path = args.metrics_dir / f"rank{rank}.json"
-    injector = FaultInjector(args.inject, args.inject_step, rank, world_size)
-    if rank == 0:
-        args.metrics_dir.mkdir(parents=True, exist_ok=True)
-        what = "texture-plus-noise images" if args.kind == "image" else "repeated-pattern tokens"
-        print(
-            f"tensorflow {tf.__version__}: {world_size} worker(s), {args.kind} model "
-            f"({params:,} params), synthetic {what}",
-            flush=True,
-        )
+    return model, train_step
 
-    def metrics(status: str) -> dict[str, Any]:
+
+class WorkerMetrics:
+    """This worker's ``metrics-dir/rank{R}.json``, in train.py's fields."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        model: tf.keras.Model,
+        rank: int,
+        world_size: int,
+        seq_len: int,
+        baseline_bytes: int,
+    ) -> None:
+        self.args, self.model = args, model
+        self.rank, self.world_size = rank, world_size
+        self.seq_len, self.baseline_bytes = seq_len, baseline_bytes
+        self.tokens_per_step = args.batch * seq_len  # for images a "token" is one image
+        self.params = int(sum(int(tf.size(w)) for w in model.weights))
+        self.trainable = int(sum(int(tf.size(w)) for w in model.trainable_weights))
+        self.losses: list[float] = []
+        self.step_times_s: list[float] = []
+        self.path = args.metrics_dir / f"rank{rank}.json"
+
+    def write(self, status: str) -> None:
+        """Write the file with ``status``."""
+        write_json_atomic(self.path, self.fields(status))
+
+    def fields(self, status: str) -> dict[str, Any]:
+        """The file's contents."""
+        args = self.args
         return {
-            "rank": rank,
-            "world_size": world_size,
+            "rank": self.rank,
+            "world_size": self.world_size,
             "device": "cpu",
             "device_name": "cpu",
             "status": status,
-            "steps": len(losses),
+            "steps": len(self.losses),
             "first_step": 1,
             "resumed_from": None,
-            "losses": losses,
-            "step_times_s": step_times_s,
-            "tokens_per_step": tokens_per_step,
-            "tokens_processed": tokens_per_step * len(losses),
+            "losses": self.losses,
+            "step_times_s": self.step_times_s,
+            "tokens_per_step": self.tokens_per_step,
+            "tokens_processed": self.tokens_per_step * len(self.losses),
             "peak_memory_bytes": peak_rss_bytes(),
             "process_gpu_memory_bytes": None,
-            "baseline_memory_bytes": baseline_bytes,
-            "seq_len": seq_len,
+            "baseline_memory_bytes": self.baseline_bytes,
+            "seq_len": self.seq_len,
             "micro_batch": args.batch,
             "grad_accum": 1,
-            "params": params,
-            "trainable_params": trainable,
+            "params": self.params,
+            "trainable_params": self.trainable,
             "kind": args.kind,
             "lr": args.lr,
             "strategy": "MultiWorkerMirroredStrategy",
-            "weights_checksum": weights_checksum(model),
+            "weights_checksum": weights_checksum(self.model),
             "tensorflow": tf.__version__,
         }
 
+
+def _loop(
+    args: argparse.Namespace, data: ImageData | PatternData, train_step: Any, record: WorkerMetrics
+) -> int:
+    """Run the steps, logging on worker 0; the exit code (3 at a non-finite loss)."""
+    injector = TFFaults(args.inject, args.inject_step, record.rank, record.world_size)
     interval_start, interval_steps = time.perf_counter(), 0
     for step in range(1, args.steps + 1):
         start = time.perf_counter()
@@ -526,19 +297,23 @@ def train(args: argparse.Namespace) -> int:
         try:
             injector.before_step(step)
         except (tf.errors.ResourceExhaustedError, MemoryError):
-            resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY,) * 2)
-            write_json_atomic(metrics_path, metrics("oom"))
+            injector.release()
+            record.write("oom")
             raise
         mean_t, local_t = train_step(x, y, tf.constant(injector.poison(step), tf.float32))
         mean_loss, step_loss = float(mean_t), float(local_t)
         elapsed_s = time.perf_counter() - start
-        losses.append(step_loss if math.isfinite(step_loss) else float("nan"))
-        step_times_s.append(elapsed_s)
+        record.losses.append(step_loss if math.isfinite(step_loss) else float("nan"))
+        record.step_times_s.append(elapsed_s)
         interval_steps += 1
-        if rank == 0 and (step % args.log_every == 0 or step == args.steps):
+        if record.rank == 0 and (step % args.log_every == 0 or step == args.steps):
             span = time.perf_counter() - interval_start
-            rate = tokens_per_step * world_size * interval_steps / span if span > 0 else 0.0
-            memory = peak_rss_bytes() - baseline_bytes
+            rate = (
+                record.tokens_per_step * record.world_size * interval_steps / span
+                if span > 0
+                else 0.0
+            )
+            memory = peak_rss_bytes() - record.baseline_bytes
             print(
                 f"step {step}/{args.steps} loss {mean_loss:.4f} lr {args.lr:.3g} "
                 f"{rate:,.0f} tokens/s {elapsed_s:.2f}s/step peak memory {memory / 2**30:.2f} GiB",
@@ -547,19 +322,19 @@ def train(args: argparse.Namespace) -> int:
             interval_start, interval_steps = time.perf_counter(), 0
         if step % _METRICS_EVERY == 0:
             # Partial metrics let a run that is stopped (timeout, Ctrl-C) still report progress.
-            write_json_atomic(metrics_path, metrics("running"))
+            record.write("running")
         if not (math.isfinite(step_loss) and math.isfinite(mean_loss)):
             # The all-reduced mean is NaN on every worker when any worker's loss is.
-            write_json_atomic(metrics_path, metrics("nan"))
+            record.write("nan")
             print(f"non-finite loss at step {step}: stopping", file=sys.stderr, flush=True)
             return EXIT_NAN
-    write_json_atomic(metrics_path, metrics("ok"))
+    record.write("ok")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and train; the exit code."""
-    watch_supervisor()
+    watch("tf_train.py", supervisor())
     return train(parse_args(argv))
 
 
