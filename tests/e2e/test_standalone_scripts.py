@@ -60,6 +60,38 @@ def test_a_bad_argument_from_a_copy_is_one_line_and_exit_2(tmp_path: Path) -> No
     assert "Traceback" not in proc.stderr
 
 
+# A one-layer Llama small enough to train three steps on one CPU process in seconds.
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 128,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+}
+
+
+@pytest.mark.slow
+def test_a_copy_trains_a_tiny_model_outside_the_repository(tmp_path: Path) -> None:
+    copy, cwd = _copy(tmp_path)
+    assert not copy.resolve().is_relative_to(SCRIPTS.parents[2])
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY_LLAMA))
+    argv = [str(copy / "train.py"), "--model-config", str(config), "--metrics-dir", "m"]
+    argv += ["--steps", "3", "--seq-len", "16", "--micro-batch", "2"]
+    proc = _run(sys.executable, argv, cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # One plain process (no launcher): DDP mode on one rank, the metrics where it was told.
+    result = json.loads((cwd / "m" / "rank0.json").read_text())
+    assert result["status"] == "ok" and result["steps"] == 3 and result["world_size"] == 1
+    assert result["mode"] == "ddp" and result["init"] == "random"
+    assert len(result["losses"]) == 3 and all(loss > 0 for loss in result["losses"])
+    assert "step 3/3 loss" in proc.stdout
+
+
 def test_the_layout_stand_in_runs_from_a_copy(tmp_path: Path) -> None:
     copy, cwd = _copy(tmp_path)
     proc = _run(sys.executable, [str(copy / "parallel_train.py"), "--help"], cwd)

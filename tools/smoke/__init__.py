@@ -1,6 +1,6 @@
 """Stage 4, proof: the short real training run of a planned setup on this machine.
 
-It shows the setup starts, fits and learns; train.py is the standalone script it launches.
+It shows the setup starts, fits and learns; scripts/ holds the standalone scripts it launches.
 """
 
 from tools.smoke.commands import free_port, launch_commands
