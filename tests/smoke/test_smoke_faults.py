@@ -35,7 +35,8 @@ from tools.smoke import (
 from tools.smoke.supervise import rank_address_space
 
 ROOT = Path(__file__).resolve().parents[2]
-# What tools/smoke/commands.py puts in every launched process's environment (tools/smoke/scripts/train.py).
+# What tools/smoke/commands.py puts in every launched process's environment (read by
+# tools/smoke/scripts/harness.py).
 SUPERVISOR_ENV = "TRAINWRIGHT_SMOKE_SUPERVISOR_PID"
 
 
