@@ -130,12 +130,8 @@ def run_smoke_test(
     lr = smoke_lr(int(shape["hidden"]))
     run_config, notes = _run_config(spec, base, shape, lr, full_size)
     mode_args = _mode_args(mode, steps, lr, notes)
-    run_script = _prepare_run_dir(
-        run_dir,
-        model_config,
-        run_config,
-        PARALLEL_SCRIPT if isinstance(mode, LayoutRun) else TRAIN_SCRIPT,
-    )
+    script = PARALLEL_SCRIPT if isinstance(mode, LayoutRun) else TRAIN_SCRIPT
+    run_script = _prepare_run_dir(run_dir, model_config, run_config, script)
     commands = _commands(
         run_dir, base, shape, spec, lr, run_config is not None, mode_args, script=run_script
     )
