@@ -76,7 +76,9 @@ def test_continued_pretraining_is_pretraining_that_loads_the_weights() -> None:
 
 def test_continued_pretraining_train_py_starts_from_the_weights(tmp_path: Path) -> None:
     command = emit_launch(tmp_path, _continued(), HW, tiny_spec(GPT2_TINY), DDP, None).command
-    args = command[command.index("train.py") + 1 :]
+    script = next(i for i, word in enumerate(command) if word.endswith("train.py"))
+    assert command[script] == "trainer/train.py"  # the plan ships the scripts folder
+    args = command[script + 1 :]
     assert args[args.index("--init") + 1] == "pretrained" and "--model-path" in args
     assert "--model-config" not in args
     scratch = brief_from_dict({"model": "gpt2", "task": "pretrain", "seq_len": 128})
