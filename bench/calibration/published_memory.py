@@ -368,7 +368,7 @@ def stats(cases: list[Case]) -> dict[str, Any]:
 def verdicts(cases: list[Case]) -> dict[str, Any]:
     """The fit check on rows that ran (all of them ran), and the margin the errors call for.
 
-    Each row is classed as the plan's fit check would class it (tools/planning/search.py
+    Each row is classed as the plan's fit check would class it (tools/planning/outcome.py
     ``fit_verdict``): fits (``SAFE_HEADROOM`` free), tight (``MIN_HEADROOM`` free), does not
     fit. ``margin_needed`` is the headroom that would have covered every under-prediction:
     1 - predicted / measured at its worst, and the row it comes from.

@@ -280,7 +280,7 @@ def test_encoder_decoder_activations_match_what_autograd_saves_for_t5(ffn: str) 
 def test_the_fit_check_says_fits_tight_or_does_not_fit_with_its_margin() -> None:
     from tools.core.schemas import MemoryBreakdown
     from tools.core.strategies import MIN_HEADROOM, SAFE_HEADROOM
-    from tools.planning.search import fit_verdict
+    from tools.planning.outcome import fit_verdict
 
     def line(share: float) -> str:
         used = int(share * 80 * GB)

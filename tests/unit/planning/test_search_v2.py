@@ -292,7 +292,7 @@ def test_selective_recompute_only_where_the_launcher_runs_it() -> None:
     get none or full; pipeline plans (torchtitan, Megatron) may get selective; a pin is kept."""
 
     from tools.core.setup import Setup
-    from tools.planning.search import recompute_policies
+    from tools.planning.ranking import recompute_policies
 
     every = list(RECOMPUTE_POLICIES)
     assert recompute_policies(every, Setup()) == ["none", "full"]

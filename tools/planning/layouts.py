@@ -1,0 +1,187 @@
+"""The layouts a search covers: the space built from the request, and every t x p x c in it.
+
+Layouts follow Megatron-LM (Narayanan et al. 2021): t x p x c x d = the world size, the global
+batch divides by the data-parallel degree d, tensor parallelism stays inside a node and divides
+the heads, pipeline parallelism divides the layers (interleaved where they split evenly), and
+context parallelism runs from ``LONG_SEQUENCE`` tokens on. Each layout combines with the
+strategies its launcher runs, on a framework the request allows.
+"""
+
+from __future__ import annotations
+
+from tools.core.errors import InputError
+from tools.core.schemas import HardwareSpec, ModelSpec, StrategyName, TrainingBrief
+from tools.core.setup import Setup
+from tools.core.strategies import (
+    OFFLOAD_STRATEGIES,
+    RECOMPUTE_POLICIES,
+    STRATEGY_ORDER,
+    Recompute,
+    check_recompute,
+    check_strategy,
+)
+from tools.planning.options import SearchOptions
+from tools.planning.parallel import TENSOR_PARALLEL_CANDIDATES
+from tools.planning.pins import batch_message, check_pins
+from tools.planning.recipe import resolve_recipe
+from tools.planning.scale_out import TRAINING_TASKS
+from tools.planning.search_space import PIPELINE_STRATEGIES, SearchSpace
+from tools.planning.states import resolve_precision
+from tools.research.splits import runs_setup, split_framework, torchtitan_flavor
+
+# Context parallelism from this sequence length on (the Llama 3 paper, Dubey et al. 2024 sec.
+# 3.3.2, turns it on for long-context training; shorter sequences split over TP/DP instead).
+LONG_SEQUENCE = 16_384
+# Megatron-Core context parallelism cuts the sequence into 2 x c chunks for load-balanced causal
+# attention (its context_parallel docs), so 2 x c must divide the sequence.
+CONTEXT_PARALLEL_CANDIDATES = (1, 2, 4, 8)
+# Interleaved 1F1B (Narayanan et al. 2021 sec. 2.2.2): v model chunks per GPU; the layers must
+# split into p x v whole chunks and Megatron needs the micro-batches per step to divide by p.
+VIRTUAL_STAGE_CANDIDATES = (1, 2, 4)
+
+
+def build_space(
+    model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief, options: SearchOptions
+) -> SearchSpace:
+    """Check the batch arithmetic and the asked-for options; the space the search covers."""
+    strategies, micro_batch_size = options.strategies, options.micro_batch_size
+    tensor_parallel, pipeline_parallel = options.tensor_parallel, options.pipeline_parallel
+    names = [check_strategy(s) for s in strategies] if strategies else list(STRATEGY_ORDER)
+    names = sorted(set(names), key=STRATEGY_ORDER.index)
+    notes: list[str] = []
+    if hardware.gpu is None:
+        skipped = [s for s in names if s in OFFLOAD_STRATEGIES]
+        names = [s for s in names if s not in OFFLOAD_STRATEGIES]
+        if skipped:
+            notes.append("CPU-only machine: offload strategies do not apply")
+        if not names:
+            raise InputError("strategies", "offload strategies need a GPU; this machine has none")
+    check_pins(
+        model, hardware, brief, tensor_parallel, pipeline_parallel, names if strategies else None
+    )
+    if micro_batch_size is not None and micro_batch_size < 1:
+        raise InputError("micro_batch_size", "must be at least 1")
+    if options.recompute is not None:
+        policies: list[Recompute] = [check_recompute(options.recompute)]
+    elif options.activation_checkpointing is not None:
+        policies = ["full" if options.activation_checkpointing else "none"]
+    else:
+        policies = list(RECOMPUTE_POLICIES)
+    ckpts = sorted({p != "none" for p in policies})
+    precision = resolve_precision(brief.precision, hardware)
+    space = SearchSpace(
+        model, hardware, brief, precision, names, micro_batch_size, ckpts, notes, policies
+    )
+    space.pinned = (tensor_parallel, pipeline_parallel)
+    space.cp_pin = options.context_parallel
+    if options.recipe is not None:
+        space.recipe = resolve_recipe(options.recipe)
+        space.notes.append(f"memory priced for: {space.recipe.describe()}")
+        space.notes.extend(f"assumed {a}" for a in space.recipe.assumed)
+    space.layouts = _layouts(space)
+    if not space.layouts:
+        raise InputError("global_batch_size", batch_message(brief, hardware))
+    if hardware.gpu is not None and (line := _not_searched(space)):
+        space.notes.append(line)
+    if micro_batch_size is not None:
+        runs = [lay for lay in space.layouts if space.micro_range(space.per_rank(lay))]
+        if not runs:
+            per_rank = space.per_rank(space.layouts[0])
+            raise InputError(
+                "micro_batch_size",
+                f"{micro_batch_size} must divide the per-GPU batch of {per_rank} sequences",
+            )
+        space.layouts = runs
+    return space
+
+
+def _layouts(space: SearchSpace) -> list[Setup]:
+    """Every t x p x c the search covers: it factorizes the world and d divides the batch."""
+    hw, model, brief = space.hardware, space.model, space.brief
+    world = hw.world_size
+    tp_pin, pp_pin = space.pinned
+    if hw.gpu is None or brief.task not in TRAINING_TASKS:
+        tps, pps, cps = [tp_pin or 1], [pp_pin or 1], [1]
+    else:
+        kv_heads = model.kv_heads or model.heads
+        tps = (
+            [tp_pin]
+            if tp_pin
+            else [
+                t
+                for t in TENSOR_PARALLEL_CANDIDATES
+                if t <= max(1, hw.gpus_per_node) and model.heads % t == 0 and kv_heads % t == 0
+            ]
+        )
+        pps = (
+            [pp_pin]
+            if pp_pin
+            else [p for p in range(1, min(model.layers, world) + 1) if model.layers % p == 0]
+        )
+        # Context parallelism runs on torchtitan (FSDP2 x TP x PP x CP for its Llama models);
+        # DeepSpeed and the Hugging Face script have no ring attention, so other models get none.
+        cps = (
+            [c for c in CONTEXT_PARALLEL_CANDIDATES if brief.seq_len % (2 * c) == 0]
+            if brief.seq_len >= LONG_SEQUENCE and torchtitan_flavor(model) is not None
+            else [1]
+        )
+    if space.cp_pin is not None:
+        cps = [space.cp_pin]
+    layouts = []
+    for tp in tps:
+        for pp in pps:
+            for cp in cps:
+                lay = Setup(tp=tp, pp=pp, cp=cp)
+                if world % lay.split == 0 and brief.batch % (world // lay.split) == 0:
+                    layouts.append(lay)
+    return layouts
+
+
+def _split_names(space: SearchSpace, layout: Setup) -> list[StrategyName]:
+    """The strategies a layout combines with (offload is data-parallel only, see parallel.py)."""
+    if layout.split == 1:
+        return space.names
+    names = [n for n in space.names if n not in OFFLOAD_STRATEGIES]
+    return [n for n in names if n in PIPELINE_STRATEGIES] if layout.pp > 1 else names
+
+
+def names_for(space: SearchSpace, layout: Setup) -> list[StrategyName]:
+    """The strategies a layout combines with, on a framework the request allows."""
+    return [
+        n
+        for n in _split_names(space, layout)
+        if runs_setup(space.brief, space.model, n, layout.tp, layout.pp, layout.cp)
+    ]
+
+
+def _not_searched(space: SearchSpace) -> str | None:
+    """The line saying which splits the request's framework wishes keep out of the search."""
+    needs = {
+        split_framework(space.model, n, lay.tp, lay.pp, lay.cp)
+        for lay in space.layouts
+        for n in _split_names(space, lay)
+        if not runs_setup(space.brief, space.model, n, lay.tp, lay.pp, lay.cp)
+    }
+    if not needs:
+        return None
+    brief = space.brief
+    why = (
+        f"the request refuses {', '.join(brief.avoid_frameworks)}" if brief.avoid_frameworks else ""
+    )
+    if brief.framework is not None:
+        why += ("; " if why else "") + f"the request asks for {brief.framework}"
+    return (
+        f"not searched: the splits that run only on {', '.join(sorted(str(f) for f in needs))} "
+        f"({why})"
+    )
+
+
+def virtual_stages(space: SearchSpace, layout: Setup, accumulation: int) -> list[int]:
+    """The interleaving degrees v a pipeline of ``accumulation`` micro-batches can run."""
+    if layout.pp == 1:
+        return [1]
+    return [
+        v
+        for v in VIRTUAL_STAGE_CANDIDATES
+        if space.model.layers % (layout.pp * v) == 0 and (v == 1 or accumulation % layout.pp == 0)
+    ]
