@@ -10,7 +10,7 @@ torchtune (its log_memory_stats). Nothing of the data is stored: ``--json`` writ
 
 Split: ``fit`` when sha256(row_id) % 4 == 0 (bench/calibration/published.py ``split_of``), else
 ``held-out``. The one constant fitted on memory rows, the caching allocator's slack
-(tools/planning/memory.py ``FRAGMENTATION_MARGIN``), may use fit rows only; errors are quoted
+(tools/planning/overheads.py ``FRAGMENTATION_MARGIN``), may use fit rows only; errors are quoted
 on held-out rows. ``--baseline DIR`` imports the planner from another checkout (the code
 before this model) to print its errors on the same rows and mapping.
 
@@ -324,7 +324,7 @@ def predict(case: Case, *, legacy: bool = False) -> Case:
 def fit_slack(folder: Path | None = None) -> float | None:
     """The allocator slack the fit rows imply: median of measured reserved / predicted allocated.
 
-    Fit split only. tools/planning/memory.py ``FRAGMENTATION_MARGIN`` is this value, rounded.
+    Fit split only. tools/planning/overheads.py ``FRAGMENTATION_MARGIN`` is this value, rounded.
     """
     ratios = []
     for case in (map_row(r) for r in read_rows(folder)):

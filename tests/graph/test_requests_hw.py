@@ -190,7 +190,8 @@ def test_brief_node_fields_are_validated(field: str, value: Any, why: str) -> No
 
 
 def test_brief_node_fields_reach_the_hardware_memory_and_comm_models() -> None:
-    from tools.planning.memory import GB, node_ram_bytes
+    from tools.planning.memory import GB
+    from tools.planning.overheads import node_ram_bytes
     from tools.planning.speed import estimate_speed
     from tools.research.hardware import hardware_for_brief
     from tools.research.model_catalog import lookup_model

@@ -378,7 +378,7 @@ SHAPE = {
 def test_prediction_leaves_out_what_the_measurement_cannot_see() -> None:
     from tools.core.schemas import GPUSpec
     from tools.planning import estimate_strategy
-    from tools.planning.memory import CUDA_CONTEXT_BYTES, FRAGMENTATION_MARGIN, NCCL_BUFFER_BYTES
+    from tools.planning.overheads import CUDA_CONTEXT_BYTES, FRAGMENTATION_MARGIN, NCCL_BUFFER_BYTES
     from tools.smoke import shape_spec
 
     cpu = predict_peak_bytes(SHAPE, "zero2", "cpu", 2)

@@ -168,7 +168,7 @@ def memory_figure(plan: TrainingPlan) -> Any:
 
 def _host_ram_axis(ax: Any, plan: TrainingPlan) -> None:
     """Host RAM per node of every setup, with the node's RAM: drawn when host RAM binds."""
-    from tools.planning.memory import node_ram_bytes
+    from tools.planning.overheads import node_ram_bytes
 
     assert plan.memory is not None
     ram, assumed = node_ram_bytes(plan.hardware)

@@ -4,8 +4,9 @@ Estimates are arithmetic on the model and hardware; search.py is the only place 
 """
 
 from tools.planning.activations import activation_bytes
-from tools.planning.memory import capacity_bytes, estimate_strategy, node_ram_bytes
+from tools.planning.memory import capacity_bytes, estimate_strategy
 from tools.planning.options import SearchOptions
+from tools.planning.overheads import node_ram_bytes
 from tools.planning.parallel import (
     check_model_parallel,
     data_parallel_size,

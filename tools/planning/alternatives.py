@@ -28,14 +28,8 @@ from tools.core.schemas import FitOption, HardwareSpec, ModelSpec, StrategyEstim
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, STRATEGY_ORDER, StrategyName
 from tools.core.units import gb_text
 from tools.planning.footprint import NF4_BYTES
-from tools.planning.memory import (
-    CPU_RAM_HEADROOM,
-    FRAGMENTATION_MARGIN,
-    GB,
-    capacity_bytes,
-    estimate_strategy,
-    node_ram_bytes,
-)
+from tools.planning.memory import GB, capacity_bytes, estimate_strategy
+from tools.planning.overheads import CPU_RAM_HEADROOM, FRAGMENTATION_MARGIN, node_ram_bytes
 from tools.planning.scale_out import TRAINING_TASKS, fits_somewhere, smallest_fitting
 from tools.planning.states import resolve_precision
 

@@ -9,12 +9,11 @@ from collections.abc import Collection
 
 from tools.core.schemas import HardwareSpec, ModelSpec, StrategyEstimate, TrainingBrief
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES
-from tools.core.units import gb_text
-from tools.planning.memory import (
+from tools.core.units import GB, gb_text
+from tools.planning.overheads import (
     CPU_RAM_HEADROOM,
     CUDA_CONTEXT_BYTES,
     FRAGMENTATION_MARGIN,
-    GB,
     node_ram_bytes,
 )
 from tools.planning.states import ZERO12_BUCKET_ELEMENTS

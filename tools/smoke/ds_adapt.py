@@ -139,7 +139,7 @@ def adapt_ds_config(
 
 
 def _rescale_buckets(zero: dict[str, Any], scaled: ModelSpec, notes: list[str]) -> None:
-    from tools.planning.memory import zero_settings
+    from tools.planning.states import zero_settings
 
     stage = int(zero["stage"])
     sizes = zero_settings(scaled, "zero3" if stage == 3 else "zero2")  # type: ignore[arg-type]

@@ -1,0 +1,290 @@
+"""A recipe's memory terms on the most loaded GPU: model states, activations, the loss.
+
+Model states come from tools/planning/states.py (DeepSpeed's ZeRO stages, with the recipe's
+optimizer) or tools/planning/footprint.py (FSDP-like and Megatron recipes); activations from
+tools/planning/activations.py (the Hugging Face path, Korthikanti et al. 2022) or footprint.py's
+per-layer bytes for torchtitan and torchtune. tools/planning/memory.py turns the terms into a
+setup's estimate.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tools.core.schemas import HardwareSpec, ModelSpec, Task
+from tools.core.strategies import OFFLOAD_STRATEGIES, StrategyName
+from tools.planning.activations import activation_bytes, is_encoder_decoder
+from tools.planning.footprint import (
+    NF4_BYTES,
+    Layout,
+    Terms,
+    block_params,
+    fsdp_states,
+    loss_bytes,
+    megatron_states,
+    native_layer_bytes,
+    optimizer_bytes,
+    outside_params,
+    quantized_share,
+)
+from tools.planning.overheads import buffer_bytes
+from tools.planning.parallel import model_parallel_params
+from tools.planning.recipe import Recipe
+from tools.planning.states import (
+    OPTIMIZER_STATE_BYTES,
+    ModelStates,
+    ResolvedPrecision,
+    lora_adapter_params,
+    model_state_bytes,
+)
+
+
+def _model_states(
+    model: ModelSpec,
+    strategy: StrategyName,
+    task: Task,
+    world: int,
+    tp: int,
+    pp: int,
+    precision: ResolvedPrecision,
+    optimizer: str,
+    lora_rank: int,
+    notes: list[str],
+) -> tuple[ModelStates, int]:
+    """Model states on the most loaded GPU, and the parameters it holds before ZeRO shards them."""
+    params_here, largest_here = model_parallel_params(model, tp, pp)
+    share = params_here / model.params if model.params else 1.0
+    if tp * pp > 1:
+        notes.append(
+            f"tensor parallel {tp} x pipeline {pp} x data parallel {world} "
+            f"(Megatron-LM, Narayanan et al. 2021): {params_here:,} parameters on the heaviest "
+            "stage's GPUs before ZeRO; activations with sequence parallelism"
+            + (f" and {pp} micro-batches in flight on the first stage (1F1B)" if pp > 1 else "")
+        )
+    total_params, trainable, layer_trainable = _trainable(
+        model, task, params_here, share, tp, lora_rank, notes
+    )
+    states = model_state_bytes(
+        total_params,
+        trainable,
+        largest_here,
+        world,
+        strategy,
+        precision=precision,
+        optimizer=optimizer,
+        largest_layer_trainable_params=layer_trainable,
+    )
+    return states, params_here
+
+
+def _trainable(
+    model: ModelSpec,
+    task: Task,
+    params_here: int,
+    share: float,
+    tp: int,
+    lora_rank: int,
+    notes: list[str],
+) -> tuple[int, int, int | None]:
+    """(parameters held, parameters trained, trained parameters of the largest layer) per GPU."""
+    if task == "lora":
+        adapters = lora_adapter_params(model, lora_rank)
+        adapters_here = math.ceil(adapters * share)
+        notes.append(
+            f"LoRA rank {lora_rank} on q/k/v/o/gate/up/down: {adapters:,} trainable parameters"
+        )
+        return params_here + adapters_here, adapters_here, adapters // model.layers // tp
+    if task in ("pretrain", "finetune"):
+        return params_here, params_here, None
+    return params_here, 0, 0
+
+
+def _deepspeed_terms(
+    states: ModelStates, recipe: Recipe, quantized: int, world: int, strategy: str, hidden: int
+) -> Terms:
+    """tools/planning/states.py's DeepSpeed states, adjusted for the recipe's optimizer."""
+    gpu = dict(states.gpu)
+    if recipe.precision == "pure-bf16":
+        gpu.pop("master_params", None)
+        gpu.pop("grads_fp32", None)
+    moments = gpu.get("optimizer_moments", 0)
+    if moments:
+        part = moments / OPTIMIZER_STATE_BYTES["adamw"]  # states.py priced AdamW
+        gpu["optimizer_moments"] = int(optimizer_bytes(recipe, part, hidden))
+    if quantized:
+        shard = world if strategy.startswith("zero3") else 1
+        gpu["params"] -= int((2 - NF4_BYTES) * quantized / shard)
+    return Terms(
+        params=gpu.get("params", 0) + gpu.get("gathered_params", 0),
+        gradients=gpu.get("grads", 0) + gpu.get("gathered_grads", 0) + gpu.get("grads_fp32", 0),
+        optimizer=gpu.get("master_params", 0) + gpu.get("optimizer_moments", 0),
+        # stage_1_and_2.py / stage3.py make the fp32 gradients from the 16-bit partition when
+        # the step runs; through accumulation only the 16-bit gradients are kept.
+        step_gradients=gpu.get("grads_fp32", 0),
+    )
+
+
+def recipe_terms(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    strategy: StrategyName,
+    *,
+    task: Task,
+    recipe: Recipe,
+    resolved: ResolvedPrecision,
+    world: int,
+    tp: int,
+    pp: int,
+    seq: int,
+    micro_batch_size: int,
+    micro_batches: int | None,
+    attention: str,
+    lora_rank: int,
+    notes: list[str],
+) -> tuple[Terms, int, list[str]]:
+    """The recipe's terms on the most loaded GPU, and the DeepSpeed buckets (with their notes)."""
+    cp = recipe.context_parallel
+    rank = recipe.lora_rank or lora_rank
+    states, params_here = _model_states(
+        model, strategy, task, world * cp, tp, pp, resolved, "adamw", rank, notes
+    )
+    share = params_here / model.params if model.params else 1.0
+    trainable = _trainable(model, task, params_here, share, tp, rank, [])
+    quantized = int(params_here * quantized_share(model)) if recipe.qlora else 0
+    if recipe.framework == "deepspeed":
+        terms = _deepspeed_terms(states, recipe, quantized, world * cp, strategy, model.hidden)
+    else:
+        lay = Layout(
+            params_here=trainable[0],
+            trainable_here=trainable[1],
+            frozen_quantized=quantized,
+            block=-(-block_params(model) // tp),
+            outside=-(-outside_params(model) // tp),
+            shards=world * cp,
+            largest=-(-model.largest_layer_params // tp),
+            widest=-(-model.hidden * (model.intermediate or 4 * model.hidden) // tp),
+            pipeline=pp,
+        )
+        terms = Terms()
+        if recipe.fsdp_like:
+            fsdp_states(recipe, strategy, lay, model.hidden, terms)
+        else:
+            megatron_states(recipe, strategy, lay, model.hidden, terms)
+        notes.extend(terms.notes)
+    accumulating = (micro_batches or 1) > 1 or pp > 1
+    if (
+        accumulating
+        and task in ("pretrain", "finetune", "lora")
+        and not recipe.optimizer_in_backward
+    ):
+        terms.gradients_persistent = True
+    terms.activations, terms.loss, terms.working = _activation_terms(
+        model, task, recipe, resolved, tp, pp, seq // cp, micro_batch_size, micro_batches, attention
+    )
+    if recipe.qlora:
+        notes.append(
+            f"QLoRA: {quantized:,} base parameters in NF4 ({NF4_BYTES:.3f} bytes each, "
+            "Dettmers et al. 2023), embeddings and output layer in 16-bit"
+        )
+    buffers, buffer_notes = 0, list[str]()
+    if recipe.framework == "deepspeed":
+        bucket_model = model if tp * pp == 1 else model.model_copy(update={"params": params_here})
+        buffers, buffer_notes = buffer_bytes(
+            bucket_model,
+            strategy,
+            world_size=world,
+            precision=resolved,
+            on_gpu=False,
+            training=task in ("pretrain", "finetune", "lora"),
+        )
+    return terms, buffers, buffer_notes
+
+
+def _activation_terms(
+    model: ModelSpec,
+    task: Task,
+    recipe: Recipe,
+    resolved: ResolvedPrecision,
+    tp: int,
+    pp: int,
+    seq: int,
+    micro: int,
+    micro_batches: int | None,
+    attention: str,
+) -> tuple[int, int, int]:
+    """(activations, loss, recompute working set) per GPU for one micro-batch of ``seq`` tokens.
+
+    The Hugging Face path (tools/planning/activations.py) counts its logits in the activations
+    and its recompute working set in them too, so it returns 0 for the other two.
+    """
+    policy = str(recipe.checkpointing)
+    native = (
+        recipe.framework in ("torchtitan", "torchtune")
+        and task != "inference"
+        and not is_encoder_decoder(model)  # they train decoder-only models
+    )
+    if not native or task in ("inference", "agent-app"):
+        acts = activation_bytes(
+            model,
+            seq_len=seq,
+            micro_batch_size=micro,
+            precision=resolved,
+            activation_checkpointing=policy == "full",
+            task=task,
+            selective_recompute=policy.startswith("selective"),
+            tensor_parallel=tp,
+            pipeline_parallel=pp,
+            micro_batches=micro_batches,
+            attention=attention,
+            sequence_parallel=bool(recipe.sequence_parallel) or tp == 1,
+            loss=str(recipe.loss),
+            offload=recipe.activation_offload,
+            target_len=recipe.target_len,
+        )
+        return acts, 0, 0
+    tokens = seq * micro
+    kept, working = native_layer_bytes(
+        model, policy, tp=tp, sp=bool(recipe.sequence_parallel), compiled=recipe.compile
+    )
+    layers_here = -(-model.layers // pp)
+    in_flight = min(pp, micro_batches or pp) if pp > 1 else 1
+    if recipe.activation_offload:
+        # torchtune OffloadActivations: saved tensors go to pinned host memory as they are
+        # made and come back for backward; about two layers' worth stay on the GPU.
+        stored = kept * tokens * min(2, layers_here)
+    else:
+        stored = kept * tokens * layers_here * in_flight
+    loss, _how = loss_bytes(
+        tokens,
+        -(-model.vocab // tp),
+        str(recipe.loss),
+        hf=False,
+        fp32=resolved == "fp32",
+        compiled=recipe.compile,
+    )
+    acts = int(stored + working * tokens)
+    if pp > 1:
+        # The first stage holds the micro-batches in flight; the last one the loss.
+        last = int(kept * tokens * layers_here + working * tokens) + loss
+        return max(acts, last), 0, int(working * tokens)
+    return acts, loss, int(working * tokens)
+
+
+def terms_cpu(
+    model: ModelSpec,
+    strategy: StrategyName,
+    task: Task,
+    world: int,
+    tp: int,
+    pp: int,
+    resolved: ResolvedPrecision,
+    recipe: Recipe,
+    lora_rank: int,
+) -> dict[str, int]:
+    """Offloaded states per rank in host RAM (DeepSpeed's offload strategies)."""
+    if strategy not in OFFLOAD_STRATEGIES:
+        return {}
+    states, _ = _model_states(
+        model, strategy, task, world, tp, pp, resolved, "adamw", recipe.lora_rank or lora_rank, []
+    )
+    return dict(states.cpu_per_rank)
