@@ -17,42 +17,22 @@ How a step is put together:
   exchanges, each over the link it crosses: NVLink/NVSwitch inside a node, the NICs between
   nodes (one per GPU on datacenter 8-GPU nodes unless the brief or ``--interconnect`` says
   otherwise), plus a fixed cost per collective.
-- Overlap and the pipeline (``_step_time``): the 1F1B / interleaved bubble (Narayanan et al. 2021
-  sec. 2.2), data-parallel collectives hidden behind the compute they overlap at a contention
-  cost, the rest exposed; ZeRO-Offload's PCIe traffic and CPU Adam step (Ren et al. 2021 sec. 4)
-  on top.
-- FLOPs and MFU as PaLM defines them (Chowdhery et al. 2022, appendix B: 6N + 12·L·h·s per
+- Overlap and the pipeline (tools/planning/step_time.py): the 1F1B / interleaved bubble
+  (Narayanan et al. 2021 sec. 2.2), data-parallel collectives hidden behind the compute they
+  overlap at a contention cost, the rest exposed; ZeRO-Offload's PCIe traffic and CPU Adam step
+  (Ren et al. 2021 sec. 4) on top.
+- FLOPs and MFU as PaLM defines them (tools/planning/flops.py; Chowdhery et al. 2022, appendix B: 6N + 12·L·h·s per
   token; full recomputation executes 8N + 16·L·h·s, Korthikanti et al. 2022 sec. 4.1).
 
 How close it is: bench/calibration/published.py compares it with published training throughputs
 (bench/results/2026-11-30-suite-full.md, "published").
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-
 from tools.core.errors import InputError
-from tools.core.schemas import (
-    Bottleneck,
-    GPUSpec,
-    HardwareSpec,
-    ModelSpec,
-    ResolvedPrecision,
-    SpeedEstimate,
-    StrategyName,
-)
-from tools.core.strategies import (
-    OFFLOAD_STRATEGIES,
-    Recompute,
-    base_strategy,
-    check_recompute,
-    check_strategy,
-)
+from tools.core.schemas import HardwareSpec, ModelSpec, SpeedEstimate, StrategyName
+from tools.core.strategies import OFFLOAD_STRATEGIES, Recompute, check_recompute, check_strategy
 from tools.planning.comm import (
-    CONTENTION,
     StepSetup,
-    comm_units,
     context_parallel_comm,
     data_parallel_comm,
     offload_cost,
@@ -60,189 +40,10 @@ from tools.planning.comm import (
     step_links,
     tensor_parallel_comm,
 )
-from tools.planning.compute import micro_batch_compute, optimizer_step_s
-from tools.planning.kernels import Device
-from tools.planning.parallel import check_model_parallel, model_parallel_params
+from tools.planning.flops import device_for, flops_notes, training_flops_per_token
+from tools.planning.parallel import check_model_parallel
 from tools.planning.states import resolve_precision
-from tools.research.architectures import is_convolutional
-
-
-def training_flops_per_token(
-    model: ModelSpec, seq_len: int, *, activation_checkpointing: bool
-) -> float:
-    """Training FLOPs per token: 6N + 12·L·h·s, or 8N + 16·L·h·s with full recomputation.
-
-    PaLM (Chowdhery et al. 2022), appendix B: a forward pass costs 2N per token for the
-    matmuls with the weights plus 4·L·h·s for attention scores and their product with values
-    (causal masking not discounted); backward costs twice the forward. N is the parameters a
-    token passes through: ``active_params`` for a mixture of experts. Full activation
-    checkpointing re-runs each layer's forward in backward (Korthikanti et al. 2022 sec. 4.1),
-    one more 2N + 4·L·h·s.
-    """
-    n = model.active_params or model.params
-    # A convolutional network has no attention scores: its cost is the weights' 2N per position.
-    attention = 0 if is_convolutional(model.hf_config or {}) else 4 * model.layers * model.hidden
-    forward = 2 * n + attention * seq_len
-    return float((4 if activation_checkpointing else 3) * forward)
-
-
-def _peak_tflops(gpu: GPUSpec, precision: ResolvedPrecision, notes: list[str]) -> float | None:
-    """Dense peak for the precision from the catalog; fp32 where the part lacks that mode."""
-    peak = {"bf16": gpu.bf16_tflops, "fp16": gpu.fp16_tflops, "fp32": gpu.fp32_tflops}[precision]
-    if peak is None and precision != "fp32" and gpu.fp32_tflops:
-        notes.append(
-            f"{gpu.name} has no {precision} tensor-core figure: its matmuls run at about the "
-            f"fp32 rate, {gpu.fp32_tflops:g} TFLOP/s"
-        )
-        return gpu.fp32_tflops
-    if precision == "fp32" and peak is not None:
-        notes.append(
-            "fp32 peak is the non-tensor (vector) rate: PyTorch leaves TF32 matmuls off by default"
-        )
-    return peak
-
-
-def _compute(setup: StepSetup, flops: float) -> tuple[float | None, Device | None]:
-    """(peak TFLOP/s, the kernel model's device) for the setup's GPU and precision."""
-    gpu = setup.hardware.gpu
-    if gpu is None:
-        setup.notes.append(
-            "no GPU: no peak FLOP/s in the catalog for a CPU, so no step time, tokens/s or MFU"
-        )
-        return None, None
-    peak = _peak_tflops(gpu, setup.precision, setup.notes)
-    if peak is None:
-        setup.notes.append(f"{gpu.name}: no {setup.precision} peak known, so no step time or MFU")
-        return None, None
-    device = Device.of(gpu, peak)
-    facts = device.facts
-    setup.notes.append(
-        f"kernels on {gpu.name}: large GEMMs at {facts.gemm:.0%} of {peak:g} TFLOP/s dense "
-        f"{setup.precision} peak, less for small or badly tiled shapes ({facts.tile_m}x"
-        f"{facts.tile_n} tiles over {facts.sms} SMs); attention at {facts.attention_fwd:.0%} "
-        f"forward / {facts.attention_bwd:.0%} backward ({setup.attention}); memory-bound ops "
-        f"at {facts.hbm:.0%} of {gpu.memory_bandwidth_gbs or 900:g} GB/s: {facts.why}"
-    )
-    return peak, device
-
-
-@dataclass(frozen=True)
-class _Step:
-    """The step's parts, seconds: compute, the pipeline's idle time, what communication adds."""
-
-    compute_s: float
-    bubble_s: float
-    exposed_dp_s: float
-    hidden_dp_s: float
-    exposed_cp_s: float
-    step_s: float
-
-
-def _step_time(
-    setup: StepSetup,
-    device: Device | None,
-    dp_s: float,
-    tp_s: float,
-    pp_s: float,
-    cp_s: float,
-    offload_s: float,
-) -> _Step:
-    """Assemble one optimizer step from the per-micro-batch compute and the communication.
-
-    A pipeline stage runs m micro-batches plus (p-1)/v micro-batch slots of bubble (Narayanan
-    et al. 2021 sec. 2.2: 1F1B and the interleaved schedule). Tensor-parallel collectives and
-    pipeline sends sit on the critical path; context-parallel ring exchanges hide behind the
-    attention they feed (Liu et al. 2023, "Ring Attention", sec. 3). Data-parallel collectives
-    overlap compute: ZeRO-3/FSDP prefetch parameters during forward and backward, DDP and
-    ZeRO-1/2 reduce buckets during backward (Li et al. 2020 sec. 3.2.3); ZeRO-1/2's parameter
-    all-gather after the optimizer step and the first layer's gather do not overlap, and
-    overlapped collectives slow compute by ``CONTENTION`` of their time (NCCL kernels occupy SMs).
-    """
-    if device is None:
-        return _Step(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    model, m, p, v = setup.model, setup.accumulation, setup.pp, setup.vpp
-    mb = micro_batch_compute(
-        model,
-        device,
-        micro=setup.micro,
-        seq=setup.seq,
-        tp=setup.tp,
-        pp=p,
-        cp=setup.cp,
-        recompute=setup.recompute,
-        attention=setup.attention,
-        sequence_parallel=setup.sequence_parallel,
-        bytes_per=setup.grad_bytes,
-    )
-    per_micro_cp = cp_s / m
-    exposed_cp = max(0.0, per_micro_cp - mb.attention_s) * m
-    # A stage's slot per micro-batch: compute plus what cannot overlap inside the stage.
-    slot = mb.total_s + (tp_s + pp_s) / m + exposed_cp / m
-    bubble_s = slot * (p - 1) / v if p > 1 else 0.0
-    base = base_strategy(setup.strategy)
-    params_here: float = model_parallel_params(model, setup.tp, p)[0]
-    if base != "ddp":
-        params_here = params_here / setup.dp
-    optimizer_s = (
-        0.0 if setup.strategy in OFFLOAD_STRATEGIES else optimizer_step_s(device, params_here)
-    )
-    compute_s = mb.total_s * m + optimizer_s
-    # Data-parallel overlap window and the part that cannot hide.
-    if base == "zero3":
-        window = mb.total_s * m
-        # The first layer's gather of each pass waits: one of the 3 x layers collectives.
-        fixed = dp_s / (3 * mb.layers * m)
-    else:
-        window = (mb.backward_s + mb.recompute_s) * (1 if base in ("ddp", "zero1") else m)
-        units, _ = comm_units(base, m)
-        fixed = dp_s / units if base in ("zero1", "zero2") else 0.0
-    overlappable = max(0.0, dp_s - fixed)
-    hidden = min(overlappable, window)
-    exposed_dp = fixed + (overlappable - hidden) + CONTENTION * hidden
-    if setup.dp > 1:
-        setup.notes.append(
-            f"data-parallel overlap: {hidden:.3f} s of {dp_s:.3f} s hides behind "
-            f"{'forward and backward' if base == 'zero3' else 'backward'}, at a {CONTENTION:.0%} "
-            "slowdown of the compute it overlaps (NCCL kernels share the SMs); "
-            f"{fixed + overlappable - hidden:.3f} s stays exposed"
-        )
-    step_s = m * slot + bubble_s + optimizer_s + exposed_dp + offload_s
-    return _Step(compute_s, bubble_s, exposed_dp, hidden, exposed_cp, step_s)
-
-
-def _bottleneck(compute_s: float | None, comm_s: float, offload_s: float) -> Bottleneck:
-    """The largest raw time names the bottleneck, before overlap hides any of it."""
-    if compute_s is None:
-        return "unknown"
-    if comm_s > compute_s and comm_s >= offload_s:
-        return "communication"
-    if offload_s > compute_s and offload_s > comm_s:
-        return "offload"
-    return "compute"
-
-
-def _throughput(
-    setup: StepSetup,
-    step_s: float | None,
-    peak: float | None,
-    model_flops: float,
-    dataset_tokens: float | None,
-) -> tuple[float | None, float | None, float | None]:
-    """Tokens/s of the whole cluster, MFU, and the time to train on ``dataset_tokens``."""
-    if step_s is None or peak is None:
-        if dataset_tokens is not None:
-            setup.notes.append("time to train unknown: no step time")
-        return None, None, None
-    tokens_per_s = setup.tokens_per_step / step_s
-    # PaLM appendix B: MFU = observed tokens/s x 6N + 12·L·h·s over the cluster's peak.
-    mfu = tokens_per_s * model_flops / (setup.hardware.world_size * peak * 1e12)
-    time_to_train = None
-    if dataset_tokens is not None:
-        time_to_train = dataset_tokens / tokens_per_s
-        setup.notes.append(
-            f"time to train: {dataset_tokens:.3g} tokens / {tokens_per_s:,.0f} tokens/s"
-        )
-    return tokens_per_s, mfu, time_to_train
+from tools.planning.step_time import bottleneck, step_time, throughput
 
 
 def _check_speed_args(
@@ -288,40 +89,6 @@ def _data_parallel(
             "context_parallel", f"{cp} must divide the {dp} GPUs left after tensor x pipeline"
         )
     return dp // cp
-
-
-def _flops_notes(setup: StepSetup, flops: float) -> None:
-    model = setup.model
-    conv = is_convolutional(model.hf_config or {})
-    setup.notes += [
-        f"FLOPs per token {flops:.3e}: "
-        + (
-            "6N per FLOPs-equivalent position (a convolutional network has no attention)"
-            if conv
-            else "PaLM appendix B, 6N + 12·L·h·s"
-        )
-        + " with N = "
-        f"{model.active_params or model.params:,}"
-        + (
-            " active (mixture of experts)"
-            if model.active_params and model.active_params != model.params
-            else ""
-        )
-        + (
-            "; full activation checkpointing adds one forward: 8N + 16·L·h·s "
-            "(MFU still counts 6N + 12·L·h·s)"
-            if setup.checkpointing
-            else ""
-        ),
-        f"{setup.tokens_per_step:,} tokens per step = micro {setup.micro} x accumulation "
-        f"{setup.accumulation} x {setup.dp} {'data-parallel ' if setup.tp * setup.pp > 1 else ''}"
-        f"rank(s) x seq {setup.seq}",
-    ]
-    if setup.tp * setup.pp > 1:
-        setup.notes.append(
-            f"tensor parallel {setup.tp} x pipeline {setup.pp} x data parallel {setup.dp}: each "
-            f"GPU computes 1/{setup.tp * setup.pp} of its replica's FLOPs (Narayanan et al. 2021)"
-        )
 
 
 def estimate_speed(
@@ -401,12 +168,21 @@ def estimate_speed(
         sequence_parallel=sequence_parallel,
         attention=attention,
     )
+    return _estimate(setup, inter_node_gbs, dataset_tokens)
+
+
+def _estimate(
+    setup: StepSetup, inter_node_gbs: float | None, dataset_tokens: float | None
+) -> SpeedEstimate:
+    """The step of ``setup``: FLOPs, communication, overlap, throughput and the bottleneck."""
+    model, hardware, strategy = setup.model, setup.hardware, setup.strategy
+    activation_checkpointing = setup.checkpointing
     flops = training_flops_per_token(
         model, setup.seq, activation_checkpointing=activation_checkpointing
     )
     model_flops = training_flops_per_token(model, setup.seq, activation_checkpointing=False)
-    _flops_notes(setup, flops)
-    peak, device = _compute(setup, flops)
+    flops_notes(setup, flops)
+    peak, device = device_for(setup, flops)
     if inter_node_gbs is None and hardware.nics_per_node and hardware.nic_gbps:
         # The brief's NICs: each node's line rate, Gb/s to GB/s.
         inter_node_gbs = hardware.nics_per_node * hardware.nic_gbps / 8
@@ -416,7 +192,7 @@ def estimate_speed(
     pp_bytes, pp_s, bubble_fraction = pipeline_comm(setup, links)
     cp_bytes, cp_s = context_parallel_comm(setup, links)
     offload_bytes, offload_s = offload_cost(setup)
-    step = _step_time(setup, device, dp_s, tp_s, pp_s, cp_s, offload_s)
+    step = step_time(setup, device, dp_s, tp_s, pp_s, cp_s, offload_s)
     compute_s = step.compute_s if device is not None else None
     step_s = step.step_s if device is not None else None
     bubble_s = step.bubble_s
@@ -429,7 +205,7 @@ def estimate_speed(
             setup.micro * setup.accumulation * setup.seq / (setup.tp * setup.pp * setup.cp)
         )
         efficiency = tokens_here * flops / (compute_s * peak * 1e12)
-    tokens_per_s, mfu, time_to_train = _throughput(setup, step_s, peak, model_flops, dataset_tokens)
+    tokens_per_s, mfu, time_to_train = throughput(setup, step_s, peak, model_flops, dataset_tokens)
     return SpeedEstimate(
         strategy=strategy,
         precision=setup.precision,
@@ -445,8 +221,8 @@ def estimate_speed(
         exposed_comm_time_s=exposed_s,
         offload_bytes_per_step=offload_bytes,
         offload_time_s=offload_s,
-        tensor_parallel=tensor_parallel,
-        pipeline_parallel=pipeline_parallel,
+        tensor_parallel=setup.tp,
+        pipeline_parallel=setup.pp,
         data_parallel=setup.dp,
         context_parallel=setup.cp,
         virtual_stages=setup.vpp,
@@ -459,6 +235,6 @@ def estimate_speed(
         tokens_per_s=tokens_per_s,
         mfu=mfu,
         time_to_train_s=time_to_train,
-        bottleneck=_bottleneck(compute_s, exposed_s + step.hidden_dp_s, offload_s),
+        bottleneck=bottleneck(compute_s, exposed_s + step.hidden_dp_s, offload_s),
         assumptions=setup.notes,
     )
