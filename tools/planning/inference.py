@@ -40,101 +40,20 @@ memory-bandwidth bound at small batch, prefill compute bound):
 - time to first token = (2 x active params x P + 2 x layers x hidden x P^2) / (TP x peak x
   efficiency) for a prompt of P tokens (causal attention halves the 4·L·h·P^2 of PaLM,
   Chowdhery et al. 2022 app. B), plus its TP all-reduces.
+
+The speed is computed in tools/planning/serving_speed.py; the engine and its launch command come
+from tools/planning/serving_engine.py.
 """
 
 from __future__ import annotations
 
-import re
 from math import ceil
 
 from tools.core.inference_types import InferencePlan, ServingEngine, WeightDtype
-from tools.core.schemas import (
-    FrameworkChoice,
-    FrameworkId,
-    GPUSpec,
-    HardwareSpec,
-    ModelSpec,
-    TrainingBrief,
-)
-from tools.planning.comm import (
-    DEFAULT_GPU_TO_GPU_GBS,
-    INTERCONNECT_GBS,
-    LINK_EFFICIENCY,
-    catalog_gpu,
-)
+from tools.core.schemas import FrameworkChoice, FrameworkId, HardwareSpec, ModelSpec, TrainingBrief
 from tools.planning.memory import GB
-
-# Achieved fraction of dense peak for compute-bound prefill, by GPU class: (efficiency, why),
-# typical LLM MFU figures (the training speed model works per kernel instead:
-# tools/planning/kernels.py). The first
-# pattern found in the GPU's normalized name picks the class; order matters ("a100" before
-# "a10"). These are typical achieved MFU figures, not ceilings.
-EFFICIENCY_BY_CLASS: dict[str, tuple[float, str]] = {
-    "hopper": (
-        0.40,
-        "Hopper (H100/H200): Llama 3 reports 38-43% BF16 MFU on H100 (Dubey et al. 2024, "
-        "Table 4); well-tuned DeepSpeed/FSDP fine-tunes land near 40%",
-    ),
-    "blackwell": (
-        0.35,
-        "Blackwell (B200): higher peak than Hopper with less mature kernels; assumed below "
-        "Hopper until published training MFU says otherwise",
-    ),
-    "ampere_datacenter": (
-        0.45,
-        "datacenter Ampere (A100/A800/A30): Megatron-LM reaches 52% of peak on A100 "
-        "(Narayanan et al. 2021); 45% is common for DeepSpeed/FSDP LLM training",
-    ),
-    "volta": (
-        0.30,
-        "Volta (V100): Megatron-LM sustained ~30% of fp16 peak (Shoeybi et al. 2019, "
-        "39 TFLOP/s per GPU of 125)",
-    ),
-    "amd_instinct": (
-        0.30,
-        "AMD Instinct (MI250X/MI300X): ~32% of peak reported for 1T-parameter training on "
-        "Frontier's MI250X (Dash et al. 2023); ROCm kernels trail CUDA's",
-    ),
-    "workstation": (
-        0.30,
-        "consumer/workstation and inference parts (RTX 3090/4090, L4, L40S, A10G): power and "
-        "clock limits under sustained load, smaller caches and lower memory bandwidth per FLOP",
-    ),
-    "turing": (
-        0.20,
-        "T4: a 70 W part that throttles well below its boost-clock peak in training",
-    ),
-    "unknown": (0.30, "unknown GPU class: a conservative 30% of peak"),
-}
-_CLASS_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("h100", "hopper"),
-    ("h200", "hopper"),
-    ("h800", "hopper"),
-    ("gh200", "hopper"),
-    ("b200", "blackwell"),
-    ("b100", "blackwell"),
-    ("a100", "ampere_datacenter"),
-    ("a800", "ampere_datacenter"),
-    ("a30", "ampere_datacenter"),
-    ("v100", "volta"),
-    ("mi2", "amd_instinct"),
-    ("mi3", "amd_instinct"),
-    ("rtx", "workstation"),
-    ("l40", "workstation"),
-    ("l4", "workstation"),
-    ("a10", "workstation"),
-    ("t4", "turing"),
-)
-
-
-def gpu_class(gpu: GPUSpec) -> str:
-    """The ``EFFICIENCY_BY_CLASS`` key for ``gpu``, matched on its normalized name."""
-    key = re.sub(r"[^a-z0-9]+", "", f"{getattr(gpu, 'id', '')} {gpu.name}".lower())
-    for pattern, name in _CLASS_PATTERNS:
-        if pattern in key:
-            return name
-    return "unknown"
-
+from tools.planning.serving_engine import ENGINE_NAMES, engine_for, hf_id_of, serving_command
+from tools.planning.serving_speed import serving_speed
 
 WEIGHT_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 KV_BYTES = 2  # bf16/fp16 KV cache (vLLM's kv_cache_dtype "auto" follows the model dtype)
@@ -144,11 +63,7 @@ DEFAULT_CONCURRENCY = 16
 # vLLM's max_num_batched_tokens for online serving with chunked prefill (the profile run).
 PROFILE_TOKENS = 8192
 FIXED_WORKSPACE_BYTES = 1 * GB
-# Achieved share of HBM bandwidth in decode (paged-attention and GEMV kernels): an assumption.
-HBM_EFFICIENCY = 0.8
-ALL_REDUCE_LATENCY_S = 8e-6  # one small NCCL/custom all-reduce inside an NVLink node
-PIPELINE_HOP_LATENCY_S = 30e-6  # one activation send between nodes
-ENGINE_NAMES = {"vllm": "vLLM", "tgi": "TGI", "deepspeed-inference": "DeepSpeed-Inference"}
+
 # Encoders: no autoregressive decode, so no KV cache to keep between steps.
 ENCODER_TYPES = frozenset(
     {"bert", "roberta", "distilbert", "albert", "electra", "deberta", "vit", "deit", "convnext"}
@@ -213,19 +128,6 @@ def activation_allowance(model: ModelSpec, tp: int, context: int, concurrency: i
     return int(act + logits + FIXED_WORKSPACE_BYTES)
 
 
-def engine_for(brief: TrainingBrief) -> tuple[ServingEngine, str]:
-    """The serving engine and why: the one the brief names, else vLLM."""
-    if brief.engine is not None:
-        return brief.engine, f"{ENGINE_NAMES[brief.engine]}: named in the request"
-    why = (
-        "vLLM by default: paged KV cache and continuous batching, tensor and pipeline "
-        "parallel serving, an OpenAI-compatible server"
-    )
-    if brief.team.existing_stack == "tensorflow":
-        why += "; it runs PyTorch checkpoints, so a TensorFlow team serves the Hugging Face weights"
-    return "vllm", why
-
-
 def weight_dtype_for(brief: TrainingBrief, hardware: HardwareSpec) -> WeightDtype:
     """The brief's weight format; else bf16 where the GPU has bf16, fp16 where it has not."""
     if brief.weight_dtype is not None:
@@ -285,9 +187,10 @@ def _fit(
     return w, kv_tok, act, used, int(min(max_conc, 10**6))
 
 
-def plan_inference(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief) -> InferencePlan:
-    """The inference plan for serving ``model`` on ``hardware`` as ``brief`` asks (module docstring)."""
-    engine, engine_reason = engine_for(brief)
+def _serving_request(
+    model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief, engine: ServingEngine
+) -> tuple[WeightDtype, int, int, list[str], list[str]]:
+    """The weight format, context and concurrency served, with the defaults taken and the notes."""
     dtype = weight_dtype_for(brief, hardware)
     defaults: list[str] = []
     assumptions: list[str] = []
@@ -309,9 +212,24 @@ def plan_inference(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrie
             "bf16 planned instead"
         )
         dtype = "bf16"
+    return dtype, context, concurrency, defaults, assumptions
+
+
+def _degrees(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    engine: ServingEngine,
+    served: tuple[WeightDtype, int, int],
+    budget: int,
+    assumptions: list[str],
+) -> tuple[int, int, dict[str, str]]:
+    """The smallest tensor x pipeline degrees that hold the load, and why each smaller one fails.
+
+    ``served`` is the weight format, the context and the concurrency. When none holds it, the
+    most memory there is (the largest degrees), with a note where the engine cannot span nodes.
+    """
+    dtype, context, concurrency = served
     gpu = hardware.gpu
-    capacity = int(gpu.memory_gb * GB) if gpu else int((hardware.ram_gb or 0) * GB)
-    budget = int(capacity * GPU_MEMORY_UTILIZATION)
     per_node = max(1, hardware.gpus_per_node)
     tps, why_not = _tp_candidates(model, per_node) if gpu else ([1], {})
     tps = tps or [1]
@@ -343,6 +261,21 @@ def plan_inference(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrie
             )
     tp, pp = chosen
     why_not.pop(f"tp{tp}" + (f"+pp{pp}" if pp > 1 else ""), None)
+    return tp, pp, why_not
+
+
+def plan_inference(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief) -> InferencePlan:
+    """The inference plan for serving ``model`` on ``hardware`` as ``brief`` asks (module docstring)."""
+    engine, engine_reason = engine_for(brief)
+    dtype, context, concurrency, defaults, assumptions = _serving_request(
+        model, hardware, brief, engine
+    )
+    gpu = hardware.gpu
+    capacity = int(gpu.memory_gb * GB) if gpu else int((hardware.ram_gb or 0) * GB)
+    budget = int(capacity * GPU_MEMORY_UTILIZATION)
+    tp, pp, why_not = _degrees(
+        model, hardware, engine, (dtype, context, concurrency), budget, assumptions
+    )
     w, kv_tok, act, used, max_conc = _fit(model, dtype, tp, pp, context, concurrency, budget)
     fits = max_conc >= concurrency
     group = tp * pp
@@ -390,7 +323,7 @@ def plan_inference(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrie
         plan.alternatives = _alternatives(model, hardware, brief, plan)
         plan.assumptions.append("nothing fits: no throughput or latency estimate")
     elif gpu is not None and gpu.memory_bandwidth_gbs:
-        _speed(plan, model, hardware, batch)
+        serving_speed(plan, model, hardware, batch)
     else:
         plan.assumptions.append("no GPU datasheet figures: no throughput or latency estimate")
     plan.command = serving_command(plan)
@@ -423,157 +356,6 @@ def _alternatives(
             )
     out.append(f"a shorter context than {ctx} tokens" if plan.decoder else "a smaller model")
     return out
-
-
-def _speed(plan: InferencePlan, model: ModelSpec, hardware: HardwareSpec, batch: int) -> None:
-    """Decode step, tokens/s and time to first token (module docstring), into ``plan``."""
-    gpu = hardware.gpu
-    assert gpu is not None and gpu.memory_bandwidth_gbs
-    tp, pp, ctx = plan.tensor_parallel, plan.pipeline_parallel, plan.context_len
-    active = model.active_params or model.params
-    bw = gpu.memory_bandwidth_gbs * 1e9 * HBM_EFFICIENCY
-    cls = gpu_class(gpu)
-    eff, eff_why = EFFICIENCY_BY_CLASS[cls]
-    peak = (gpu.bf16_tflops or gpu.fp16_tflops or gpu.fp32_tflops or 0) * 1e12
-    catalog = catalog_gpu(gpu)
-    link = catalog.link if catalog else "pcie"
-    g2g = catalog.gpu_to_gpu_gbs if catalog and catalog.gpu_to_gpu_gbs else DEFAULT_GPU_TO_GPU_GBS
-    intra = g2g / 2 * LINK_EFFICIENCY[link] * 1e9
-    mean_ctx = ctx // 2
-    kv_read = batch * mean_ctx * plan.kv_bytes_per_token_per_gpu * pp  # every stage, in turn
-    memory_s = (plan.weights_bytes / tp + kv_read) / bw
-    compute_s = 2 * active * batch / (tp * peak * eff) if peak else 0.0
-
-    def all_reduces(tokens: int) -> float:
-        if tp == 1:
-            return 0.0
-        nbytes = tokens * model.hidden * 2
-        return 2 * model.layers * (ALL_REDUCE_LATENCY_S + 2 * (tp - 1) / tp * nbytes / intra)
-
-    net = (hardware.interconnect or "roce100").lower()
-    inter = INTERCONNECT_GBS.get(net, INTERCONNECT_GBS["roce100"]) * LINK_EFFICIENCY.get(net, 0.8)
-    hops = (pp - 1) * (PIPELINE_HOP_LATENCY_S + batch * model.hidden * 2 / (inter * 1e9))
-    if plan.decoder:
-        step = max(memory_s, compute_s) + all_reduces(batch) + hops
-        plan.decode_step_s = step
-        plan.inter_token_latency_ms = step * 1e3
-        plan.tokens_per_s_per_sequence = 1 / step
-        plan.decode_tokens_per_s = batch / step
-        plan.decode_tokens_per_s_total = batch / step * plan.replicas
-    prompt = mean_ctx if plan.decoder else ctx
-    flops = 2 * active * prompt + 2 * model.layers * model.hidden * prompt**2
-    plan.prompt_tokens = prompt
-    plan.time_to_first_token_s = (
-        (flops / (tp * peak * eff) if peak else 0.0) + all_reduces(prompt) + hops + memory_s
-    )
-    plan.assumptions += [
-        f"decode at batch {batch} (the planned concurrency that fits), each sequence at a mean "
-        f"context of {mean_ctx} tokens (half of {ctx}): reads {plan.weights_bytes / tp / GB:.1f} GB "
-        f"of weights + {kv_read / GB:.2f} GB of KV cache per GPU per step at {HBM_EFFICIENCY:.0%} of "
-        f"{gpu.memory_bandwidth_gbs:g} GB/s HBM: {memory_s * 1e3:.2f} ms; compute "
-        f"{compute_s * 1e3:.2f} ms; the step is {'memory' if memory_s >= compute_s else 'compute'} bound",
-        f"prefill of a {prompt}-token prompt at {eff:.0%} of {peak / 1e12:g} TFLOP/s ({eff_why})",
-        f"tensor parallel {tp}: 2 all-reduces of batch x hidden x 2 bytes per layer over {link}, "
-        f"{ALL_REDUCE_LATENCY_S * 1e6:g} µs latency each"
-        if tp > 1
-        else "one GPU per replica: no tensor-parallel communication",
-    ]
-    if pp > 1:
-        plan.assumptions.append(
-            f"pipeline parallel {pp} across nodes over {net}: one activation send per hop; "
-            "vLLM needs a Ray cluster spanning the nodes (distributed serving guide); "
-            "pipelining several batches would raise throughput above this estimate"
-        )
-    if plan.replicas > 1:
-        plan.assumptions.append(
-            f"{plan.replicas} replicas of the {tp * pp}-GPU engine serve the {hardware.world_size} "
-            "GPUs behind a load balancer (one launch per replica, CUDA_VISIBLE_DEVICES per group)"
-        )
-    if model.active_params and model.active_params != model.params:
-        plan.assumptions.append(
-            "mixture of experts: every expert stays resident; decode reads all of them per step "
-            "(at batch > 1 most experts are hit), compute counts the active ones"
-        )
-
-
-def hf_id_of(brief: TrainingBrief, model: ModelSpec) -> str | None:
-    """The Hugging Face repo (catalog) or config folder to serve; None for a size-only model."""
-    from tools.research.model_catalog import catalog_id, load_model_catalog
-
-    ref = brief.model
-    if isinstance(ref, str):
-        known = catalog_id(ref)
-        if known is not None:
-            return str(load_model_catalog()[known].get("hf_repo") or known)
-        if ref.lower().endswith(".json"):
-            from pathlib import Path
-
-            return str(Path(ref).parent)
-        return ref
-    return None
-
-
-_DTYPE_FLAG = {"bf16": "bfloat16", "fp16": "float16"}
-
-
-def serving_command(plan: InferencePlan) -> list[str]:
-    """The engine's launch command for one replica of the plan."""
-    model = plan.hf_id or "<path to the model's Hugging Face folder>"
-    seqs = str(max(1, min(plan.concurrency, plan.max_concurrency)))
-    act_dtype = "float16" if plan.weight_dtype == "fp16" else "bfloat16"
-    if plan.engine == "vllm":
-        cmd = ["vllm", "serve", model, "--tensor-parallel-size", str(plan.tensor_parallel)]
-        if plan.pipeline_parallel > 1:
-            cmd += ["--pipeline-parallel-size", str(plan.pipeline_parallel)]
-        cmd += [
-            "--max-model-len",
-            str(plan.context_len),
-            "--max-num-seqs",
-            seqs,
-            "--gpu-memory-utilization",
-            f"{plan.gpu_memory_utilization:g}",
-            "--dtype",
-            act_dtype,
-        ]
-        if plan.weight_dtype == "fp8":
-            cmd += ["--quantization", "fp8"]
-        elif plan.weight_dtype == "int4":
-            cmd += ["--quantization", "bitsandbytes"]
-        return cmd
-    if plan.engine == "tgi":
-        cmd = [
-            "text-generation-launcher",
-            "--model-id",
-            model,
-            "--num-shard",
-            str(plan.tensor_parallel),
-            "--max-input-tokens",
-            str(max(1, plan.context_len - 1)),
-            "--max-total-tokens",
-            str(plan.context_len),
-            "--max-batch-prefill-tokens",
-            str(plan.context_len),
-            "--max-concurrent-requests",
-            seqs,
-            "--dtype",
-            act_dtype,
-        ]
-        quant = {"fp8": "fp8", "int8": "bitsandbytes", "int4": "bitsandbytes-nf4"}
-        if plan.weight_dtype in quant:
-            cmd = [*cmd[:-2], "--quantize", quant[plan.weight_dtype]]
-        return cmd
-    return [
-        "deepspeed",
-        "--num_gpus",
-        str(plan.tensor_parallel),
-        "serve_ds.py",
-        "--model",
-        model,
-        "--dtype",
-        {"int8": "int8", "fp16": "float16"}.get(plan.weight_dtype, "bfloat16"),
-        "--max-tokens",
-        str(plan.context_len),
-    ]
 
 
 def serving_framework(brief: TrainingBrief) -> FrameworkChoice:

@@ -11,8 +11,8 @@ from tools.core.errors import InputError
 from tools.core.schemas import HardwareSpec
 from tools.planning import estimate_speed, training_flops_per_token
 from tools.planning.comm import COLLECTIVE_S
-from tools.planning.inference import gpu_class
 from tools.planning.kernels import KERNEL_FACTS
+from tools.planning.serving_speed import gpu_class
 from tools.research.hardware import parse_hardware
 
 
