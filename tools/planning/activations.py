@@ -8,6 +8,8 @@ micro-batches of its L/p layers).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tools.core.errors import InputError
 from tools.core.schemas import ModelSpec, Task
 from tools.planning.footprint import loss_bytes
@@ -143,46 +145,16 @@ def activation_bytes(
 
     ``attention`` is the kernel: ``sdpa`` (PyTorch's scaled_dot_product_attention, the
     Hugging Face default since transformers 4.36, or FlashAttention) keeps no s x s tensors
-    (Dao et al. 2022: memory linear in s), so the 5*a*s/h part below is left out; ``eager``
-    keeps the scores, at 6 bytes each in 16-bit training (see the code).
-
-    The per-layer coefficient 34 is Korthikanti's for a GPT layer (LayerNorm, 4h GeLU MLP,
-    dropout). Llama-style layers (``GATED_MLP_FAMILIES``: RMSNorm, a gated SiLU MLP of width i,
-    no dropout) keep, per s*b*h at 16-bit, as the Hugging Face modeling code saves them for
-    backward: 12 for the two RMSNorms (each keeps its fp32 input, 4 bytes, and its 16-bit
-    normalised output, 2, which the next projections share), 10 for attention (q, k and v
-    repeated to all heads and the output, saved by the attention kernel, 8, plus the output
-    projection's input, 2) and 8*i/h for the MLP (gate, SiLU, up and product outputs, i wide):
-    22 + 8*i/h (44 for i = 2.75h). GPT-2 (composite tanh GeLU, ``layer_coefficient``) keeps 60.
-    How these compare with H200 runs: bench/results/2026-12-01-memory-model-notes.md.
-
-    Per transformer layer without recomputation: s*b*h*(34 + 5*a*s/h) bytes at 16-bit (the
-    5*a*s/h part is the attention score/softmax/dropout tensors, which FlashAttention-style
-    kernels do not store, so this is an upper bound with them). With full activation
-    checkpointing (sec. 4.1) each layer keeps only its 16-bit input, 2*s*b*h bytes, plus one
-    layer's full activations while it is recomputed. fp32 doubles the 16-bit tensors. The
-    logits add s*b*V at the working precision plus the fp32 copy cross-entropy takes
-    (Hugging Face ``ForCausalLMLoss`` upcasts logits with ``.float()``).
-    Inference keeps a KV cache (2 * layers * s * b * kv_dim) instead of training activations.
-    Selective recomputation (sec. 5, Table 2) recomputes only the attention core, so a layer
-    keeps 34*s*b*h bytes; memory-efficient attention kernels store about the same.
-
-    Tensor parallelism of degree t is modelled with Megatron's sequence parallelism (sec. 4.2.2):
-    every per-layer term, the checkpointed layer inputs and the vocabulary-parallel logits are
-    divided by t. Pipeline parallelism of degree p (sec. 4.2.3, 1F1B schedule of Narayanan et
-    al. 2021 sec. 2.2.1): a stage runs L/p layers; the first stage holds min(p, m) micro-batches
-    in flight (m = ``micro_batches`` per optimizer step, p when not given), the last stage one,
-    plus the logits. The larger of the two is the per-GPU peak.
-
-    Without sequence parallelism (``sequence_parallel=False``: DeepSpeed AutoTP, Megatron
-    without --sequence-parallel) the tensors at the block boundaries are replicated on every
-    tensor-parallel rank (Korthikanti eq. 2, sbh(10 + 24/t + 5as/(ht)) for GPT layers): the
-    norms' inputs and outputs (``replicated_coefficient``) and the checkpointed layer inputs
-    are not divided by t. ``loss`` is the cross-entropy's implementation
-    (tools/planning/footprint.py ``loss_bytes``); ``offload`` moves the stored per-layer
-    tensors to host memory (activation CPU offload), leaving about two layers' on the GPU.
-    Encoder-decoder models (T5, BART) take ``encoder_decoder_bytes`` with ``seq_len`` source
-    tokens and ``target_len`` (default ``seq_len``) target tokens.
+    (Dao et al. 2022: memory linear in s); ``eager`` keeps the scores. One layer's bytes are
+    ``_layer_bytes``'s (the per-layer coefficients, the scores, sequence parallelism); training
+    stores them, or the checkpointed inputs, over the stage's layers with the logits
+    (``_training_bytes``: recomputation, activation offload, the pipeline's stages); inference
+    keeps a KV cache (2 * layers * s * b * kv_dim) instead of training activations.
+    ``loss`` is the cross-entropy's implementation (tools/planning/footprint.py
+    ``loss_bytes``); ``offload`` moves the stored per-layer tensors to host memory (activation
+    CPU offload), leaving about two layers' on the GPU. Encoder-decoder models (T5, BART) take
+    ``encoder_decoder_bytes`` with ``seq_len`` source tokens and ``target_len`` (default
+    ``seq_len``) target tokens.
     """
     if attention not in ATTENTION_KERNELS:
         raise InputError("attention", f"must be one of {', '.join(ATTENTION_KERNELS)}")
@@ -197,10 +169,93 @@ def activation_bytes(
             activation_checkpointing=activation_checkpointing,
             tensor_parallel=tensor_parallel,
         )
-    s, b, h, a = seq_len, micro_batch_size, model.hidden, model.heads
-    t, p = tensor_parallel, pipeline_parallel
-    scale = 2 if precision == "fp32" else 1
-    act_bytes = 4 if precision == "fp32" else 2
+    shape = _Shape(seq_len, micro_batch_size, precision, tensor_parallel, pipeline_parallel)
+    one_layer = _layer_bytes(
+        model,
+        shape,
+        attention,
+        selective_recompute=selective_recompute,
+        sequence_parallel=sequence_parallel,
+    )
+    if task in ("inference", "agent-app"):
+        s, b, h, a, t = seq_len, micro_batch_size, model.hidden, model.heads, tensor_parallel
+        kv_dim = h * (model.kv_heads or a) // a
+        kv_cache = -(-2 * shape.layers(model) * s * b * kv_dim * shape.act_bytes // t)
+        # Generation computes logits for the last position only (transformers logits_to_keep).
+        return kv_cache + one_layer + b * model.vocab * 4
+    return _training_bytes(
+        model,
+        shape,
+        one_layer,
+        activation_checkpointing,
+        micro_batches,
+        sequence_parallel,
+        loss,
+        offload,
+    )
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """One micro-batch on one GPU: s tokens x b sequences, the precision, and t x p."""
+
+    s: int
+    b: int
+    precision: ResolvedPrecision
+    t: int
+    p: int
+
+    @property
+    def scale(self) -> int:
+        """fp32 doubles the 16-bit tensors."""
+        return 2 if self.precision == "fp32" else 1
+
+    @property
+    def act_bytes(self) -> int:
+        """Bytes per activation element at the working precision."""
+        return 4 if self.precision == "fp32" else 2
+
+    def layers(self, model: ModelSpec) -> int:
+        """The layers of one pipeline stage, L/p rounded up."""
+        return -(-model.layers // self.p)
+
+
+def _layer_bytes(
+    model: ModelSpec,
+    shape: _Shape,
+    attention: str,
+    *,
+    selective_recompute: bool,
+    sequence_parallel: bool,
+) -> int:
+    """One transformer layer's activations on one GPU, without recomputation.
+
+    Per layer: s*b*h*(34 + 5*a*s/h) bytes at 16-bit (Korthikanti et al. 2022, eq. 1; the
+    5*a*s/h part is the attention score/softmax/dropout tensors, which FlashAttention-style
+    kernels do not store, so it counts only with ``eager`` attention, at 6 bytes each in 16-bit
+    training, see the code). Selective recomputation (sec. 5, Table 2) recomputes only the
+    attention core, so a layer keeps 34*s*b*h bytes; memory-efficient attention kernels store
+    about the same.
+
+    The per-layer coefficient 34 is Korthikanti's for a GPT layer (LayerNorm, 4h GeLU MLP,
+    dropout). Llama-style layers (``GATED_MLP_FAMILIES``: RMSNorm, a gated SiLU MLP of width i,
+    no dropout) keep, per s*b*h at 16-bit, as the Hugging Face modeling code saves them for
+    backward: 12 for the two RMSNorms (each keeps its fp32 input, 4 bytes, and its 16-bit
+    normalised output, 2, which the next projections share), 10 for attention (q, k and v
+    repeated to all heads and the output, saved by the attention kernel, 8, plus the output
+    projection's input, 2) and 8*i/h for the MLP (gate, SiLU, up and product outputs, i wide):
+    22 + 8*i/h (44 for i = 2.75h). GPT-2 (composite tanh GeLU, ``layer_coefficient``) keeps 60.
+    How these compare with H200 runs: bench/results/2026-12-01-memory-model-notes.md.
+
+    Tensor parallelism of degree t is modelled with Megatron's sequence parallelism (sec. 4.2.2):
+    every per-layer term is divided by t. Without sequence parallelism
+    (``sequence_parallel=False``: DeepSpeed AutoTP, Megatron without --sequence-parallel) the
+    tensors at the block boundaries are replicated on every tensor-parallel rank (Korthikanti
+    eq. 2, sbh(10 + 24/t + 5as/(ht)) for GPT layers): the norms' inputs and outputs
+    (``replicated_coefficient``) are not divided by t.
+    """
+    s, b, h, a = shape.s, shape.b, model.hidden, model.heads
+    t, precision, scale = shape.t, shape.precision, shape.scale
     keeps_scores = attention == "eager" and not selective_recompute
     # Eager attention keeps the softmax output in fp32 (Hugging Face computes it with
     # dtype=torch.float32) and, at 16-bit, its cast that the scores-times-values matmul saves:
@@ -209,13 +264,34 @@ def activation_bytes(
     coefficient = layer_coefficient(model)
     replicated = 0.0 if sequence_parallel or t == 1 else replicated_coefficient(model)
     sharded = int(s * b * (coefficient - replicated) * h) * scale + score_bytes
-    one_layer = -(-sharded // t) + int(s * b * replicated * h) * scale
-    layers = -(-model.layers // p)
-    if task in ("inference", "agent-app"):
-        kv_dim = h * (model.kv_heads or a) // a
-        kv_cache = -(-2 * layers * s * b * kv_dim * act_bytes // t)
-        # Generation computes logits for the last position only (transformers logits_to_keep).
-        return kv_cache + one_layer + b * model.vocab * 4
+    return -(-sharded // t) + int(s * b * replicated * h) * scale
+
+
+def _training_bytes(
+    model: ModelSpec,
+    shape: _Shape,
+    one_layer: int,
+    activation_checkpointing: bool,
+    micro_batches: int | None,
+    sequence_parallel: bool,
+    loss: str,
+    offload: bool,
+) -> int:
+    """Training activations per GPU: the stage's stored layers, the recompute set, the logits.
+
+    With full activation checkpointing (Korthikanti et al. 2022 sec. 4.1) each layer keeps only
+    its 16-bit input, 2*s*b*h bytes (divided by t with sequence parallelism), plus one layer's
+    full activations while it is recomputed. The logits add s*b*V at the working precision plus
+    the fp32 copy cross-entropy takes (Hugging Face ``ForCausalLMLoss`` upcasts logits with
+    ``.float()``), vocabulary-parallel over t. Pipeline parallelism of degree p (sec. 4.2.3,
+    1F1B schedule of Narayanan et al. 2021 sec. 2.2.1): a stage runs L/p layers; the first
+    stage holds min(p, m) micro-batches in flight (m = ``micro_batches`` per optimizer step, p
+    when not given), the last stage one, plus the logits. The larger of the two is the per-GPU
+    peak.
+    """
+    s, b, h = shape.s, shape.b, model.hidden
+    t, p, scale, act_bytes = shape.t, shape.p, shape.scale, shape.act_bytes
+    layers = shape.layers(model)
     # Per layer and micro-batch: the layer's input under full checkpointing (plus one layer's
     # activations while it is recomputed), else all of them.
     split = t if sequence_parallel else 1
