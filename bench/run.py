@@ -365,7 +365,7 @@ def _published_memory_lines(m: dict[str, Any]) -> list[str]:
         "`python bench/calibration/published_memory.py` (every row's prediction on stdout; `--baseline "
         "DIR` for an older checkout, `--fit` for the one fitted constant). Split: fit when "
         "sha256(row_id) % 4 == 0. Fitted on the fit rows, and nothing else: the caching "
-        "allocator's slack (reserved over allocated, tools/planning/memory.py "
+        "allocator's slack (reserved over allocated, tools/planning/overheads.py "
         "FRAGMENTATION_MARGIN). Rows are torchtitan's (torch max reserved) and torchtune's "
         "(peak active) own runs; each is predicted for its framework's recipe.",
         "",
