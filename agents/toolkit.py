@@ -469,7 +469,7 @@ def reviewer_tools(ws: Workspace) -> list[BaseTool]:
         round_findings,
         setup_of,
     )
-    from tools.review.checks import check_brief
+    from tools.review.contract import check_brief
 
     def review_plan() -> str:
         """Run the review checks (batch arithmetic, memory headroom, framework fit, config keys, smoke run)."""
