@@ -28,7 +28,7 @@ from agents.events import Events
 from agents.roles import Node
 from agents.workspace import PRODUCT_KEYS
 from tools.core.errors import InputError
-from tools.core.outputs import confined
+from tools.core.paths import confined
 from tools.core.request_account import RequestAccount
 from tools.core.schemas import TrainingBrief
 from tools.core.settings import Settings

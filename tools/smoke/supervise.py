@@ -21,7 +21,8 @@ from pathlib import Path
 
 from tools.core.errors import InputError
 from tools.core.files import write_atomic
-from tools.core.outputs import KEEP_RESERVED_S, owned, write_file
+from tools.core.manifest import KEEP_RESERVED_S
+from tools.core.outputs import owned, write_file
 from tools.smoke.groups import KILL_GRACE_S, SUPERVISOR_ENV, descendant_groups, kill_groups
 from tools.smoke.memory_cap import (
     GROUP_SCAN_S,

@@ -43,7 +43,6 @@ TEST_PRIVATES = {
     ("test_models.py", "tools.research.model_catalog._transformers_version"): "version, faked",
     ("test_models.py", "tools.research.model_catalog._models_dir"): "the configs folder, faked",
     ("test_input_bounds.py", "tools.research.model_catalog._catalog_config"): "a huge config",
-    ("test_output_safety.py", "tools.core.outputs._write_manifest"): "a crash mid-manifest",
     ("test_strategy.py", "tools.research.hardware._torch_cuda"): "a CPU-only machine, faked",
 }
 
