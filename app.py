@@ -676,14 +676,14 @@ class _Stopper:
 
     def install(self) -> None:
         """Handle SIGINT (unless started with it ignored, as a background job) and SIGTERM."""
-        import tools.smoke.supervise  # noqa: F401 - imported now, not in the signal handler
+        import tools.smoke.stopping  # noqa: F401 - imported now, not in the signal handler
 
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        from tools.smoke.supervise import Terminated, request_stop
+        from tools.smoke.stopping import Terminated, request_stop
 
         # Smoke runs in worker threads stop, and none starts from now on.
         request_stop()
@@ -706,7 +706,7 @@ class _Stopper:
 
     def finish(self, code: int) -> NoReturn:
         """Stop the smoke runs, say why on stderr, and end the process now with ``code``."""
-        from tools.smoke.supervise import kill_child_groups, stop_all_runs
+        from tools.smoke.stopping import kill_child_groups, stop_all_runs
 
         with self.lock:  # the main thread and the watchdog: the first one ends the process
             deadline = self.deadline or time.monotonic() + STOP_WITHIN_S

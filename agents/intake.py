@@ -2,7 +2,7 @@
 
 A free-text request is read by the offline parser and, when the chat model is a real LLM, also
 by the LLM through structured output: the LLM fills what the parser did not find, and the
-parser wins where both found a value (``tools.intake.brief.merge_read_fields``).
+parser wins where both found a value (``tools.intake.llm_reading.merge_read_fields``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from agents.events import Events
 from agents.roles import Node
 from agents.workspace import PRODUCT_KEYS
 from tools.core.errors import InputError
-from tools.core.outputs import confined
+from tools.core.paths import confined
 from tools.core.request_account import RequestAccount
 from tools.core.schemas import TrainingBrief
 from tools.core.settings import Settings
@@ -106,7 +106,7 @@ def _llm_read(
     from pydantic import ValidationError
 
     from agents.chat_models import provider_error
-    from tools.intake.brief import RequestBrief, llm_request_fields
+    from tools.intake.llm_reading import RequestBrief, llm_request_fields
 
     schema = convert_to_openai_tool(RequestBrief)
     messages = [
@@ -247,12 +247,8 @@ def _brief_from_request(
 ) -> tuple[TrainingBrief, list[str], RequestAccount]:
     """Read a request (parser, and a real LLM), ask what it lacks; the brief, notes, accounting."""
     from agents.offline import OfflinePlaybookModel
-    from tools.intake.brief import (
-        brief_from_request,
-        merge_read_fields,
-        model_reading,
-        request_fields,
-    )
+    from tools.intake.brief import brief_from_request, model_reading, request_fields
+    from tools.intake.llm_reading import merge_read_fields
     from tools.research.model_catalog import list_models
 
     models = list_models()

@@ -19,7 +19,8 @@ from langchain_core.tools import BaseTool
 
 from agents.events import Events, watched
 from agents.loop import final_text, role_messages, run_tool_loop
-from agents.toolkit import engineer_tools, researcher_tools, reviewer_tools, smoke_for
+from agents.smoke_run import smoke_for
+from agents.toolkit import engineer_tools, researcher_tools, reviewer_tools
 from agents.workspace import PRODUCT_KEYS, Workspace, dump, from_state, to_state
 from prompts import load_prompts, task_of
 from tools.core.imports import warm_up

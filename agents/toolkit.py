@@ -12,194 +12,24 @@ import json
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from agents.workspace import SearchRecord, Workspace, need, search_inputs
-from tools.core.errors import InputError, shown
-from tools.core.schemas import (
-    HardwareSpec,
-    MemoryPlan,
-    ModelParams,
-    ModelShape,
-    ModelSpec,
-    SmokeResult,
-    StrategyName,
+from agents.brief_contract import brief_hardware, brief_model
+from agents.smoke_run import smoke_for
+from agents.tool_args import (
+    EmitLaunchArgs,
+    LookupModelArgs,
+    NoArgs,
+    PlanParallelismArgs,
+    ProfileHardwareArgs,
+    SearchKnowledgeArgs,
+    SmokeArgs,
 )
+from agents.workspace import SearchRecord, Workspace, need, search_inputs
+from tools.core.errors import InputError
+from tools.core.schemas import ModelParams, ModelShape, SmokeResult
 from tools.core.strategies import STRATEGY_ORDER
 from tools.research.framework import DEEPSPEED_FRAMEWORKS, REPLICATING_FRAMEWORKS
-from tools.smoke.policy import (
-    fsdp_smoke,
-    runs_deepspeed,
-    runs_tensorflow,
-    skip_reason,
-    smoke_layout,
-    with_horovod_note,
-)
-from tools.smoke.spec import SmokeMode
-
-# ---- argument schemas: what the model reads --------------------------------------------------
-
-
-class ProfileHardwareArgs(BaseModel):
-    """Arguments of profile_hardware."""
-
-    spec: str = Field(
-        description="'local' for this machine, or NODESxGPUSxTYPE such as '1x8xA100-80GB'"
-    )
-    interconnect: str | None = Field(
-        default=None,
-        description="between nodes: ib400, ib200, roce100, eth25 or nvlink; omit if unknown",
-    )
-
-
-class LookupModelArgs(BaseModel):
-    """Arguments of lookup_model."""
-
-    model: str | ModelParams | ModelShape = Field(
-        description="catalog id (e.g. 'llama-3-8b'), a path to a config.json, {params: N} or a shape"
-    )
-    seq_len: int = Field(gt=0, description="training sequence length in tokens")
-
-
-class SearchKnowledgeArgs(BaseModel):
-    """Arguments of search_knowledge."""
-
-    query: str = Field(
-        min_length=3,
-        max_length=500,
-        description="the question, e.g. 'when to choose ZeRO-3 over FSDP'",
-    )
-    k: int = Field(default=3, ge=1, le=8, description="how many passages to return, best first")
-
-
-class NoArgs(BaseModel):
-    """This tool takes no arguments."""
-
-
-class PlanParallelismArgs(BaseModel):
-    """Arguments of plan_parallelism."""
-
-    micro_batch_size: int | None = Field(
-        default=None,
-        ge=1,
-        le=1024,
-        description="sequences per GPU per step; omit to let the planner choose",
-    )
-    activation_checkpointing: bool | None = Field(
-        default=None,
-        description="recompute activations to save memory; omit to let the planner decide",
-    )
-    min_strategy: StrategyName | None = Field(
-        default=None, description="consider only this strategy and heavier ones (after an OOM)"
-    )
-
-
-class EmitLaunchArgs(BaseModel):
-    """Arguments of emit_launch."""
-
-    steps: int = Field(
-        default=1000, ge=1, le=10_000_000, description="optimizer steps the real run should take"
-    )
-
-
-class SmokeArgs(BaseModel):
-    """Arguments of run_smoke_test."""
-
-    steps: int | None = Field(
-        default=None, ge=10, le=500, description="training steps; omit for the default"
-    )
-
-
-class ModelConfigError(InputError):
-    """The brief's model could not be read: the user gets the detail, the model one generic line.
-
-    What goes back to a (possibly remote) chat model must not tell it which files exist on this
-    machine, so ``tool_message`` (agents/loop.py sends it instead of the detail) does not say
-    whether a path is missing, a folder, unreadable or malformed.
-    """
-
-    def __init__(self, detail: InputError, ref: str) -> None:
-        super().__init__(detail.field, detail.message)
-        self.tool_message = f"model: {shown(ref)} is not a catalog model or a readable model config"
-
-
-# ---- the brief is the contract: tool arguments may not change its model or hardware ----------
-
-
-def _hardware_key(hw: HardwareSpec) -> tuple[Any, ...]:
-    return (hw.nodes, hw.gpus_per_node, hw.gpu.name if hw.gpu else None, hw.interconnect)
-
-
-def brief_hardware(ws: Workspace, spec: str, interconnect: str | None) -> HardwareSpec:
-    """The brief's hardware, if ``spec``/``interconnect`` name it; else the tool-call error.
-
-    The arguments may spell the brief's hardware differently (an alias, the link a single node
-    has anyway) but must resolve to the same machine; nothing in the workspace changes otherwise.
-    """
-    from tools.research.hardware import hardware_for_brief, parse_hardware
-
-    brief = ws.brief
-    expected = hardware_for_brief(brief)
-    same_text = spec.strip().lower() == brief.hardware.strip().lower() and interconnect in (
-        None,
-        brief.interconnect,
-    )
-    if not same_text:
-        local = "local" in (spec.strip().lower(), brief.hardware.strip().lower())
-        asked = None if local else parse_hardware(spec, interconnect or brief.interconnect)
-        if asked is None or _hardware_key(asked) != _hardware_key(expected):
-            wanted = f"spec={brief.hardware!r}" + (
-                f", interconnect={brief.interconnect!r}" if brief.interconnect else ""
-            )
-            raise InputError(
-                "spec",
-                f"{shown(spec)}"
-                + (f" with interconnect {shown(interconnect)}" if interconnect else "")
-                + f" is not the brief's hardware; the brief is the contract: call "
-                f"profile_hardware with {wanted}",
-            )
-    return expected
-
-
-def _same_model(asked: str | ModelParams | ModelShape, ref: Any) -> bool:
-    from tools.research.model_catalog import catalog_id
-
-    if isinstance(asked, str) and isinstance(ref, str):
-        if asked.strip() == ref.strip():
-            return True
-        ids = catalog_id(asked), catalog_id(ref)
-        return ids[0] is not None and ids[0] == ids[1]
-    if isinstance(asked, BaseModel) and isinstance(ref, BaseModel):
-        return type(asked) is type(ref) and asked.model_dump() == ref.model_dump()
-    return False
-
-
-def brief_model(ws: Workspace, model: str | ModelParams | ModelShape, seq_len: int) -> ModelSpec:
-    """The brief's model, if the arguments name it; else the tool-call error.
-
-    Another model, config path or sequence length is refused before anything is read: a tool
-    call cannot make the plan about another model, nor probe which files exist here.
-    """
-    from tools.research.model_catalog import lookup_model
-
-    brief = ws.brief
-    if brief.model is None:
-        raise InputError("model", "this brief trains no model; do not call lookup_model")
-    wanted = brief.model if isinstance(brief.model, str) else brief.model.model_dump()
-    if not _same_model(model, brief.model) or seq_len != brief.seq_len:
-        asked = model if isinstance(model, str) else model.model_dump()
-        raise InputError(
-            "model",
-            f"{shown(asked)} at seq_len {str(seq_len)[:12]} is not the brief's model; the brief "
-            f"is the contract: call lookup_model with model={shown(wanted, 200)} and "
-            f"seq_len={brief.seq_len}",
-        )
-    try:
-        return lookup_model(brief.model, brief.seq_len)
-    except InputError as exc:
-        if isinstance(brief.model, str):
-            raise ModelConfigError(exc, brief.model) from None
-        raise
 
 
 def _dump(obj: BaseModel | dict[str, Any], **exclude: Any) -> str:
@@ -291,11 +121,8 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
 
 def engineer_tools(ws: Workspace) -> list[BaseTool]:
     """plan_parallelism, emit_deepspeed_config, emit_launch, run_smoke_test."""
-    from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
-    from tools.artifacts.deepspeed_config import planned_total_steps
-    from tools.artifacts.ds_validate import validate_deepspeed_config
     from tools.artifacts.launch import emit_launch as _emit_launch
-    from tools.planning import SearchOptions, data_parallel_size, search_strategy
+    from tools.planning import SearchOptions, search_strategy
     from tools.research.framework import follow_setup
 
     def plan_parallelism(
@@ -337,36 +164,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
 
     def emit_deepspeed_config() -> str:
         """Write the DeepSpeed config for the chosen strategy and validate it with DeepSpeed itself."""
-        memory = need(ws.memory, "the memory plan", "plan_parallelism")
-        hw = need(ws.hardware, "the hardware", "profile_hardware")
-        model = need(ws.model, "the model", "lookup_model")
-        fw = ws.framework
-        ws.launch = None  # written from the config this call replaces: re-emitted after it
-        if fw is not None and fw.primary not in DEEPSPEED_FRAMEWORKS:
-            ws.deepspeed_config = None
-            return json.dumps(
-                {"deepspeed_config": None, "reason": f"{fw.primary} does not use DeepSpeed"}
-            )
-        config = _emit(
-            memory,
-            model,
-            hw,
-            ws.brief,
-            total_steps=planned_total_steps(ws.brief),
-            autotp=fw is not None and fw.primary == "deepspeed",
-        )
-        # Under tensor/pipeline parallelism DeepSpeed sizes batches by the data-parallel group.
-        dp = data_parallel_size(
-            hw, memory.tensor_parallel, memory.pipeline_parallel, memory.context_parallel
-        )
-        validate_deepspeed_config(config, dp)
-        ws.deepspeed_config = config
-        ws.config_validated = True
-        ws.progress(
-            f"deepspeed config: ZeRO stage {config.get('zero_optimization', {}).get('stage', 0)}, "
-            f"accepted by DeepSpeedConfig at data-parallel size {dp}"
-        )
-        return json.dumps({"deepspeed_config": config, "validated_world_size": dp})
+        return _emit_validated_config(ws)
 
     def emit_launch(steps: int = 1000) -> str:
         """Write ds_config.json, train.py, hostfile and launch.sh to the output directory."""
@@ -397,63 +195,43 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
     ]
 
 
-def smoke_for(ws: Workspace, steps: int | None = None) -> SmokeResult:
-    """Run (or skip) the smoke test for the workspace's plan and attach the predicted peak memory."""
-    from tools.smoke import SmokeSpec, TensorFlowRun, run_smoke_test
-
-    skipped = skip_reason(ws.brief, ws.framework)
-    if skipped is not None:
-        return SmokeResult(status="skipped", reason=skipped)
-    model = need(ws.model, "the model", "lookup_model")
-    tensorflow = runs_tensorflow(ws.framework)
-    memory = None if tensorflow else need(ws.memory, "the memory plan", "plan_parallelism")
-    # Testing aid (Settings.smoke_inject): a real fault in the plan's first run, or in every run.
-    inject = ws.settings.smoke_fault(first_run=ws.first_round and ws.smoke_runs == 0)
-    ws.smoke_runs += 1
-    ws.progress(
-        f"smoke run: {'TensorFlow workers' if memory is None else memory.chosen}, "
-        f"{ws.settings.smoke_steps if steps is None else steps} steps"
-        + (f", injecting {inject} (smoke_inject)" if inject else "")
-    )
-    if memory is None:
-        spec = SmokeSpec(mode=TensorFlowRun(), steps=steps, inject=inject)
-    else:
-        spec = SmokeSpec(
-            mode=_torch_smoke_mode(ws, model, memory),
-            steps=steps,
-            micro_batch_size=1,
-            strategy=memory.chosen,
-            task=ws.brief.task,
-            inject=inject,
-        )
-    result = run_smoke_test(model, spec, ws.settings, on_progress=ws.progress)
-    return with_horovod_note(result, ws.framework)
-
-
-def _torch_smoke_mode(ws: Workspace, model: ModelSpec, memory: MemoryPlan) -> SmokeMode:
-    """How the plan's PyTorch smoke run runs: the layout stand-in, FSDP2, DeepSpeed or DDP."""
+def _emit_validated_config(ws: Workspace) -> str:
+    """The engineer's emit_deepspeed_config: the plan's config, accepted by DeepSpeedConfig."""
     from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
-    from tools.smoke import DeepSpeedRun, TorchrunRun
+    from tools.artifacts.deepspeed_config import planned_total_steps
+    from tools.artifacts.ds_validate import validate_deepspeed_config
+    from tools.planning import data_parallel_size
 
-    hardware = need(ws.hardware, "the hardware", "profile_hardware")
-    # Tensor/pipeline parallelism: the torch-native stand-in runs the plan's layout, scaled.
-    layout = smoke_layout(memory, model)
-    if layout is not None:
-        return layout
-    fsdp, offload = fsdp_smoke(ws.framework, memory.chosen, hardware.nodes)
-    config = ws.deepspeed_config
-    if fsdp is None and config is None and runs_deepspeed(ws.framework):
-        config = _emit(memory, model, hardware, ws.brief)
-    if fsdp is None and config is not None:
-        return DeepSpeedRun(config)
-    # A plain PyTorch DDP or FSDP plan: torchrun, with the plan's recompute policy and its
-    # launch command's learning-rate schedule.
-    return TorchrunRun(
-        fsdp=fsdp,  # type: ignore[arg-type]
-        offload=offload,
-        recompute=memory.activation_checkpointing,
-        plan_command=tuple(ws.launch.command) if ws.launch is not None else None,
+    memory = need(ws.memory, "the memory plan", "plan_parallelism")
+    hw = need(ws.hardware, "the hardware", "profile_hardware")
+    model = need(ws.model, "the model", "lookup_model")
+    fw = ws.framework
+    ws.launch = None  # written from the config this call replaces: re-emitted after it
+    if fw is not None and fw.primary not in DEEPSPEED_FRAMEWORKS:
+        ws.deepspeed_config = None
+        return json.dumps(
+            {"deepspeed_config": None, "reason": f"{fw.primary} does not use DeepSpeed"}
+        )
+    config = _emit(
+        memory,
+        model,
+        hw,
+        ws.brief,
+        total_steps=planned_total_steps(ws.brief),
+        autotp=fw is not None and fw.primary == "deepspeed",
     )
+    # Under tensor/pipeline parallelism DeepSpeed sizes batches by the data-parallel group.
+    dp = data_parallel_size(
+        hw, memory.tensor_parallel, memory.pipeline_parallel, memory.context_parallel
+    )
+    validate_deepspeed_config(config, dp)
+    ws.deepspeed_config = config
+    ws.config_validated = True
+    ws.progress(
+        f"deepspeed config: ZeRO stage {config.get('zero_optimization', {}).get('stage', 0)}, "
+        f"accepted by DeepSpeedConfig at data-parallel size {dp}"
+    )
+    return json.dumps({"deepspeed_config": config, "validated_world_size": dp})
 
 
 # ---- reviewer --------------------------------------------------------------------------------
@@ -469,7 +247,7 @@ def reviewer_tools(ws: Workspace) -> list[BaseTool]:
         round_findings,
         setup_of,
     )
-    from tools.review.checks import check_brief
+    from tools.review.contract import check_brief
 
     def review_plan() -> str:
         """Run the review checks (batch arithmetic, memory headroom, framework fit, config keys, smoke run)."""

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from tools.core.errors import InputError
 from tools.core.inference_types import InferencePlan
-from tools.core.outputs import confined
+from tools.core.paths import confined
 from tools.core.schemas import (
     FrameworkChoice,
     HardwareSpec,

@@ -33,7 +33,7 @@ from tools.planning import SearchOptions, search_strategy
 from tools.research.framework import select_framework
 from tools.research.hardware import parse_hardware
 from tools.research.model_catalog import lookup_model
-from tools.review.checks import runs_command
+from tools.review.launch_script import runs_command
 
 CANARY = "pwned"
 # Each tries to run `touch pwned` in the working directory if any shell ever evaluates it.

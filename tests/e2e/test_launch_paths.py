@@ -21,7 +21,7 @@ from specs import GPT2_TINY
 from tools.artifacts.launch import emit_launch
 from tools.core.schemas import FrameworkChoice, HardwareSpec, TrainingBrief
 from tools.research.model_catalog import lookup_model
-from tools.review.checks import runs_command
+from tools.review.launch_script import runs_command
 
 HOSTILE_FOLDERS = [
     "m}odel",

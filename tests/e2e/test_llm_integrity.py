@@ -43,7 +43,7 @@ from tools.intake.brief import brief_from_dict
 from tools.research.hardware import parse_hardware
 from tools.research.model_catalog import lookup_model
 from tools.review import check_contract, decide
-from tools.review.checks import check_brief, check_launch
+from tools.review.contract import check_brief, check_launch
 
 ROOT = Path(__file__).resolve().parents[2]
 BRIEF = {**LLAMA_8B_BRIEF, "smoke": False}

@@ -26,11 +26,11 @@ from tools.core.outputs import (
     OutputRefused,
     check_files,
     claim,
-    confined,
     listed,
     remove_file,
     write_file,
 )
+from tools.core.paths import confined
 from tools.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -271,7 +271,7 @@ def test_a_write_cut_short_leaves_the_file_ours(
     import tools.core.outputs as outputs
 
     write_file(tmp_path, "a.txt", "one")
-    real_write, real_manifest = outputs.write_atomic_bytes, outputs._write_manifest
+    real_write, real_manifest = outputs.write_atomic_bytes, outputs.write_manifest
 
     def killed(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
@@ -289,11 +289,11 @@ def test_a_write_cut_short_leaves_the_file_ours(
             raise KeyboardInterrupt  # the file is written, its final entry is not
         real_manifest(folder, files, temps)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(outputs, "_write_manifest", second_fails)
+    monkeypatch.setattr(outputs, "write_manifest", second_fails)
     with pytest.raises(KeyboardInterrupt):
         write_file(tmp_path, "a.txt", "three")
     assert (tmp_path / "a.txt").read_text() == "three"
-    monkeypatch.setattr(outputs, "_write_manifest", real_manifest)
+    monkeypatch.setattr(outputs, "write_manifest", real_manifest)
     write_file(tmp_path, "a.txt", "four")  # still ours in both cases
     assert (tmp_path / "a.txt").read_text() == "four"
     # Files our child processes write (a smoke run's logs) are reserved before they start.
@@ -587,10 +587,11 @@ def test_a_reserved_file_the_user_wrote_after_the_run_is_refused(
 ) -> None:
     import time
 
+    import tools.core.manifest as manifest
     import tools.core.outputs as outputs
 
     # A shorter grace than the real 3 s, so "after the run" is half a second here.
-    monkeypatch.setattr(outputs, "RESERVED_GRACE_S", 0.2, raising=False)
+    monkeypatch.setattr(manifest, "RESERVED_GRACE_S", 0.2, raising=False)
     outputs.reserve(tmp_path, ["smoke.log", "logs/rank0.log", "metrics/rank0.json"])
     # The run's launcher wrote part of its log, then the run was killed before ``record``.
     (tmp_path / "smoke.log").write_text("launching 2 cpu rank(s)\n")
@@ -618,11 +619,11 @@ def test_a_smoke_rerun_after_a_kill_keeps_what_the_user_edited(
 
     from specs import GPT2
 
-    import tools.core.outputs as outputs
+    import tools.core.manifest as manifest
     import tools.smoke.runner as runner
     from tools.smoke import SmokeSpec
 
-    monkeypatch.setattr(outputs, "RESERVED_GRACE_S", 0.2, raising=False)
+    monkeypatch.setattr(manifest, "RESERVED_GRACE_S", 0.2, raising=False)
     settings = Settings(home=tmp_path / "home", out_dir=tmp_path / "out")
     run_dir = tmp_path / "run"
     launched: list[int] = []

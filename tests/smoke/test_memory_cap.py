@@ -18,19 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from tools.smoke import supervise
-from tools.smoke.supervise import (
-    _RLIMIT_SHIM,
+from tools.smoke import memory_cap
+from tools.smoke.groups import group_alive
+from tools.smoke.memory_cap import (
     ADDRESS_SPACE_ALLOWANCE,
     ARENA_BYTES,
-    Outcome,
-    _close_cgroup,
-    _RunMemory,
+    RunMemory,
+    close_cgroup,
     default_memory_cap,
-    group_alive,
     memory_cgroup,
     rank_address_space,
 )
+from tools.smoke.outcome import Outcome
+from tools.smoke.supervise import _RLIMIT_SHIM
 
 ROOT = Path(__file__).resolve().parents[2]
 GiB = 2**30
@@ -51,15 +51,15 @@ def test_the_address_limit_is_split_across_the_ranks(monkeypatch: pytest.MonkeyP
 def test_the_default_cap_leaves_headroom_for_the_rest_of_the_machine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(supervise, "_usable_memory", lambda: 32 * GiB)
-    monkeypatch.setattr(supervise, "_available_memory", lambda: 30 * GiB)
+    monkeypatch.setattr(memory_cap, "_usable_memory", lambda: 32 * GiB)
+    monkeypatch.setattr(memory_cap, "_available_memory", lambda: 30 * GiB)
     assert default_memory_cap() == 16 * GiB  # half the RAM
     # Other programs hold most of it: what is available, less a tenth of the RAM.
-    monkeypatch.setattr(supervise, "_available_memory", lambda: 10 * GiB)
+    monkeypatch.setattr(memory_cap, "_available_memory", lambda: 10 * GiB)
     assert default_memory_cap() == 10 * GiB - int(3.2 * GiB)
-    monkeypatch.setattr(supervise, "_available_memory", lambda: GiB)
+    monkeypatch.setattr(memory_cap, "_available_memory", lambda: GiB)
     assert default_memory_cap() == 64 * 2**20  # the least a run may get: it ends as oom
-    assert default_memory_cap.__module__ == "tools.smoke.supervise"
+    assert default_memory_cap.__module__ == "tools.smoke.memory_cap"
 
 
 def _fake_cgroupfs(tmp_path: Path, controllers: str) -> Path:
@@ -84,7 +84,7 @@ def test_a_run_cgroup_gets_the_cap_as_memory_max(tmp_path: Path) -> None:
     for f in group.iterdir():
         if f.name not in ("memory.events", "memory.peak"):
             f.unlink()
-    _close_cgroup(group, outcome, 3 * GiB)
+    close_cgroup(group, outcome, 3 * GiB)
     assert outcome.over_cap == (3 * GiB, 3 * GiB + 4096)
 
 
@@ -119,7 +119,7 @@ def test_the_watchdog_reads_only_the_runs_processes(tmp_path: Path) -> None:
         start_new_session=True,
     )
     try:
-        watch = _RunMemory([leader.pid])
+        watch = RunMemory([leader.pid])
         outcome = Outcome()
         held = 0
         for _ in range(100):  # until the bytearray is resident (a few tenths of a second)

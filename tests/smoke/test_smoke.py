@@ -27,8 +27,8 @@ from tools.smoke import (
     run_smoke_test,
     scale_model_config,
 )
+from tools.smoke.outcome import Outcome
 from tools.smoke.scale import CPU_BUDGET
-from tools.smoke.supervise import Outcome
 from tools.smoke.verdict import run_verdict
 
 ROOT = Path(__file__).resolve().parents[2]

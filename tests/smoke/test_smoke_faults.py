@@ -32,7 +32,7 @@ from tools.smoke import (
     run_smoke_test,
     with_prediction,
 )
-from tools.smoke.supervise import rank_address_space
+from tools.smoke.memory_cap import rank_address_space
 
 ROOT = Path(__file__).resolve().parents[2]
 # What tools/smoke/commands.py puts in every launched process's environment (read by

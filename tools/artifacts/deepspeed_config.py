@@ -157,6 +157,35 @@ def emit_deepspeed_config(
             hands DeepSpeed its process groups, and the config has no such section.
     """
     brief = resolve_batch(brief, model, hardware)[0]  # the default the search planned with
+    train_batch = _train_batch(plan, hardware, brief)
+    _check_parallelism(plan, autotp)
+    if total_steps is None:
+        total_steps = planned_total_steps(brief)
+    config: dict[str, Any] = {
+        "train_batch_size": train_batch,
+        "train_micro_batch_size_per_gpu": plan.micro_batch_size,
+        "gradient_accumulation_steps": plan.gradient_accumulation_steps,
+        "steps_per_print": 10,
+        "wall_clock_breakdown": False,
+    }
+    config.update(_precision_section(brief, hardware))
+    config["zero_optimization"] = zero_section(plan, model)
+    tp = plan.tensor_parallel
+    if autotp and tp > 1:
+        # DeepSpeed's AutoTP training section (deepspeed/runtime/tensor_parallel/config.py
+        # TPTrainingConfig.autotp_size): deepspeed.initialize shards the model's linear layers
+        # over groups of ``tp`` consecutive ranks and sizes batches by world / tp.
+        config["tensor_parallel"] = {"autotp_size": tp}
+    recipe = _RECIPES.get(brief.task)
+    if recipe is not None:
+        config.update(_optimizer_sections(recipe, hardware, total_steps))
+    if plan.activation_checkpointing:
+        config["activation_checkpointing"] = _checkpointing_section(plan, autotp)
+    return config
+
+
+def _train_batch(plan: MemoryPlan, hardware: HardwareSpec, brief: TrainingBrief) -> int:
+    """Sequences per optimizer step (micro x accumulation x data-parallel size): the brief's."""
     world = data_parallel_size(
         hardware, plan.tensor_parallel, plan.pipeline_parallel, plan.context_parallel
     )
@@ -167,6 +196,11 @@ def emit_deepspeed_config(
             f"= {train_batch} sequences per step, the brief asks {brief.batch}",
             key="train_batch_size",
         )
+    return train_batch
+
+
+def _check_parallelism(plan: MemoryPlan, autotp: bool) -> None:
+    """Refuse the splits DeepSpeed cannot run: context parallel, ZeRO-2/3 with pipeline, AutoTP's."""
     if plan.context_parallel > 1:
         raise ConfigError(
             f"context parallel {plan.context_parallel}: DeepSpeed has no ring attention over "
@@ -186,74 +220,74 @@ def emit_deepspeed_config(
             "alone with ZeRO stage 0, 1 or 2 (deepspeed.ai/tutorials/autotp-training)",
             key="tensor_parallel.autotp_size",
         )
-    if total_steps is None:
-        total_steps = planned_total_steps(brief)
-    config: dict[str, Any] = {
-        "train_batch_size": train_batch,
-        "train_micro_batch_size_per_gpu": plan.micro_batch_size,
-        "gradient_accumulation_steps": plan.gradient_accumulation_steps,
-        "steps_per_print": 10,
-        "wall_clock_breakdown": False,
-    }
+
+
+def _precision_section(brief: TrainingBrief, hardware: HardwareSpec) -> dict[str, Any]:
+    """The 16-bit section (``bf16`` or ``fp16``) for the precision training runs in; {} for fp32."""
     precision = resolve_precision(brief.precision, hardware)
     if precision == "bf16":
-        config["bf16"] = {"enabled": True}
-    elif precision == "fp16":
+        return {"bf16": {"enabled": True}}
+    if precision == "fp16":
         # Dynamic loss scaling (loss_scale 0) from 2^16, DeepSpeed's documented defaults.
-        config["fp16"] = {
-            "enabled": True,
-            "loss_scale": 0,
-            "initial_scale_power": 16,
-            "loss_scale_window": 1000,
-            "hysteresis": 2,
-            "min_loss_scale": 1,
+        return {
+            "fp16": {
+                "enabled": True,
+                "loss_scale": 0,
+                "initial_scale_power": 16,
+                "loss_scale_window": 1000,
+                "hysteresis": 2,
+                "min_loss_scale": 1,
+            }
         }
-    config["zero_optimization"] = zero_section(plan, model)
-    if autotp and tp > 1:
-        # DeepSpeed's AutoTP training section (deepspeed/runtime/tensor_parallel/config.py
-        # TPTrainingConfig.autotp_size): deepspeed.initialize shards the model's linear layers
-        # over groups of ``tp`` consecutive ranks and sizes batches by world / tp.
-        config["tensor_parallel"] = {"autotp_size": tp}
+    return {}
 
-    recipe = _RECIPES.get(brief.task)
-    if recipe is not None:
-        params: dict[str, Any] = {
-            "lr": recipe["lr"],
-            "betas": recipe["betas"],
-            "eps": 1e-8,
-            "weight_decay": recipe["weight_decay"],
-        }
-        if hardware.gpu is None:
-            # DeepSpeed's FusedAdam is a CUDA kernel; on CPU use torch.optim.AdamW.
-            params["torch_adam"] = True
-        config["optimizer"] = {"type": "AdamW", "params": params}
-        warmup = recipe["warmup"]
-        scheduler_params: dict[str, Any] = {
-            "warmup_min_lr": 0.0,
-            "warmup_max_lr": recipe["lr"],
-            "warmup_num_steps": warmup,
-            "warmup_type": "linear",
-        }
-        if total_steps is not None:
-            scheduler_params["warmup_num_steps"] = min(warmup, max(1, total_steps // 10))
-            scheduler_params["total_num_steps"] = total_steps
-            config["scheduler"] = {"type": "WarmupDecayLR", "params": scheduler_params}
-        else:
-            config["scheduler"] = {"type": "WarmupLR", "params": scheduler_params}
-        config["gradient_clipping"] = 1.0
-    if plan.activation_checkpointing:
-        # Configures deepspeed.checkpointing for models that call it; Hugging Face models turn
-        # recomputation on with model.gradient_checkpointing_enable() instead.
-        config["activation_checkpointing"] = {
-            # Megatron-DeepSpeed: split each checkpointed layer input over the tensor-parallel
-            # ranks, as tools/planning/memory.py counts it (2*s*b*h/t per layer).
-            "partition_activations": plan.tensor_parallel > 1 and not autotp,
-            "cpu_checkpointing": False,
-            "contiguous_memory_optimization": False,
-            "synchronize_checkpoint_boundary": False,
-            "profile": False,
-        }
-    return config
+
+def _optimizer_sections(
+    recipe: dict[str, Any], hardware: HardwareSpec, total_steps: int | None
+) -> dict[str, Any]:
+    """AdamW, its warm-up schedule (decaying over ``total_steps`` when known) and clipping."""
+    params: dict[str, Any] = {
+        "lr": recipe["lr"],
+        "betas": recipe["betas"],
+        "eps": 1e-8,
+        "weight_decay": recipe["weight_decay"],
+    }
+    if hardware.gpu is None:
+        # DeepSpeed's FusedAdam is a CUDA kernel; on CPU use torch.optim.AdamW.
+        params["torch_adam"] = True
+    sections: dict[str, Any] = {"optimizer": {"type": "AdamW", "params": params}}
+    warmup = recipe["warmup"]
+    scheduler_params: dict[str, Any] = {
+        "warmup_min_lr": 0.0,
+        "warmup_max_lr": recipe["lr"],
+        "warmup_num_steps": warmup,
+        "warmup_type": "linear",
+    }
+    if total_steps is not None:
+        scheduler_params["warmup_num_steps"] = min(warmup, max(1, total_steps // 10))
+        scheduler_params["total_num_steps"] = total_steps
+        sections["scheduler"] = {"type": "WarmupDecayLR", "params": scheduler_params}
+    else:
+        sections["scheduler"] = {"type": "WarmupLR", "params": scheduler_params}
+    sections["gradient_clipping"] = 1.0
+    return sections
+
+
+def _checkpointing_section(plan: MemoryPlan, autotp: bool) -> dict[str, Any]:
+    """deepspeed.checkpointing's settings, for models that call it.
+
+    Hugging Face models turn recomputation on with model.gradient_checkpointing_enable()
+    instead.
+    """
+    return {
+        # Megatron-DeepSpeed: split each checkpointed layer input over the tensor-parallel
+        # ranks, as tools/planning/memory.py counts it (2*s*b*h/t per layer).
+        "partition_activations": plan.tensor_parallel > 1 and not autotp,
+        "cpu_checkpointing": False,
+        "contiguous_memory_optimization": False,
+        "synchronize_checkpoint_boundary": False,
+        "profile": False,
+    }
 
 
 def smoke_ds_config(

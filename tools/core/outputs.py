@@ -33,8 +33,8 @@ pattern. A symbolic link inside an output folder is never followed to write, be 
 subfolder (a ``report`` brief's) or a folder on the way. ``hold`` serializes whole runs into
 one folder (``report``) with an ``flock`` on ``.trainwright-lock``.
 
-``confined`` turns a name a remote caller chose (the LangGraph server's ``out_dir``) into a
-folder inside a root the host configured, refusing anything that resolves outside it.
+The manifest itself (stored, locked, its entries checked) is tools/core/manifest.py's;
+``confined`` (a remote caller's folder name, kept inside a root) is tools/core/paths.py's.
 """
 
 from __future__ import annotations
@@ -42,33 +42,25 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
-import re
-import secrets
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from tools.core import files as _files
 from tools.core.errors import InputError, shown
-from tools.core.files import TEMP_RE, temp_path, write_atomic_bytes
-
-MANIFEST = ".trainwright-manifest.json"
-# What ``hold`` locks: an empty file, never written or removed.
-LOCK = ".trainwright-lock"
-_OURS = (MANIFEST, LOCK)
-# The manifest's own temporary file: its name is recorded in the manifest it replaces.
-_MANIFEST_TMP_RE = re.compile(r"^\.trainwright-manifest\.json\.[0-9a-f]{16}\.tmp$")
-# A smoke run refreshes its reservations this often; a file changed more than the grace after
-# the last refresh was changed by someone else (the run's ranks stop within about a second of
-# losing their supervisor: tools/smoke/scripts/harness.py ``watch``).
-KEEP_RESERVED_S = 1.0
-RESERVED_GRACE_S = 3.0
-# A file bigger than this is never hashed to decide ownership (ours are far smaller).
-_HASH_LIMIT = 256 * 1024 * 1024
+from tools.core.files import temp_path, write_atomic_bytes
+from tools.core.manifest import (
+    LOCK,
+    MANIFEST,
+    file_entry,
+    foreign_entries,
+    locked,
+    matches_entry,
+    read_manifest,
+    write_manifest,
+)
 
 
 class OutputRefused(InputError):
@@ -77,105 +69,6 @@ class OutputRefused(InputError):
     An ``InputError`` (one line, exit 2) that the agents' tool loop does not hand back to the
     model: no tool call can talk its way past it.
     """
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _read_doc(folder: Path) -> dict[str, Any] | None:
-    """The manifest as stored; None when the folder has none, {} when it cannot be read."""
-    try:
-        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return {}  # unreadable: ours, but it vouches for no file
-    return data if isinstance(data, dict) else {}
-
-
-def _read_manifest(folder: Path) -> dict[str, dict[str, Any]] | None:
-    """The manifest's files (name -> {size, sha256}); None when the folder has none."""
-    data = _read_doc(folder)
-    if data is None:
-        return None
-    files = data.get("files")
-    files = files if isinstance(files, dict) else {}
-    return {str(k): v for k, v in files.items() if isinstance(v, dict) and "sha256" in v}
-
-
-def _recorded_temps(data: dict[str, Any] | None) -> set[str]:
-    """The temporary files the manifest records (relative names that look like ours)."""
-    temps = (data or {}).get("temps")
-    found = set()
-    for name in temps if isinstance(temps, list) else []:
-        parts = Path(str(name)).parts
-        if parts and ".." not in parts and not Path(str(name)).is_absolute():
-            if TEMP_RE.match(parts[-1]):
-                found.add(str(name))
-    return found
-
-
-def _remove_temp(path: Path) -> None:
-    """Remove a temporary file the manifest recorded (a regular file or a link, not a folder)."""
-    with contextlib.suppress(OSError):
-        st = os.lstat(path)
-        if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-            path.unlink()
-
-
-def _write_manifest(
-    folder: Path, files: dict[str, dict[str, Any]], temps: Iterable[str] = ()
-) -> None:
-    """Rewrite the manifest (under the lock) listing ``files`` and the writes in flight ``temps``.
-
-    A temporary file the old manifest recorded and ``temps`` no longer lists belongs to a
-    writer that is gone (all writers hold the lock): it is removed. The manifest is written
-    through the temporary name it records itself, so a kill mid-write leaves a file the next
-    write knows.
-    """
-    old = _read_doc(folder)
-    temps = sorted(set(temps))
-    for name in _recorded_temps(old) - set(temps):
-        _remove_temp(folder / name)
-    own = str((old or {}).get("tmp") or "")
-    if _MANIFEST_TMP_RE.match(own):
-        _remove_temp(folder / own)  # what a kill mid-write left
-    if not _MANIFEST_TMP_RE.match(own) or os.path.lexists(folder / own):
-        own = f"{MANIFEST}.{secrets.token_hex(8)}.tmp"
-    text = json.dumps(
-        {"version": 1, "files": dict(sorted(files.items())), "temps": temps, "tmp": own}, indent=1
-    )
-    _files.write_atomic_bytes(folder / MANIFEST, (text + "\n").encode(), tmp=folder / own)
-
-
-@contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on the folder itself (Linux locks directories too)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def _foreign_entries(folder: Path) -> list[str]:
-    """What is in ``folder`` besides our manifest, its temporary file and our lock file.
-
-    (A manifest temporary file left by a kill before the first manifest existed is not counted,
-    so the folder is not refused for it; it is not removed either: nothing records it.)
-    """
-    try:
-        names = os.listdir(folder)
-    except FileNotFoundError:
-        return []
-    return sorted(n for n in names if n not in _OURS and not _MANIFEST_TMP_RE.match(n))
 
 
 def owned(folder: Path) -> bool:
@@ -187,50 +80,6 @@ def _check_name(name: str) -> None:
     parts = Path(name).parts
     if not parts or Path(name).is_absolute() or ".." in parts or "\x00" in name:
         raise ValueError(f"not a relative file name: {name!r}")
-
-
-def _entry(path: Path) -> dict[str, Any]:
-    return {"size": path.stat().st_size, "sha256": _sha256(path)}
-
-
-def _written_while_reserved(path: Path, entry: dict[str, Any]) -> bool:
-    """Whether ``path`` was last changed while the run that reserved it was alive.
-
-    ``alive`` is the run's last refresh (``keep_reserved``); its ranks stop writing within the
-    grace after it. The ctime moves on every write, rename, link or chmod and cannot be set
-    back, so a file the user wrote or edited after the run is seen as such. An entry without
-    ``alive`` (an older version's) vouches for nothing.
-    """
-    alive = entry.get("alive")
-    if not isinstance(alive, (int, float)) or isinstance(alive, bool):
-        return False
-    return os.lstat(path).st_ctime <= alive + RESERVED_GRACE_S
-
-
-def _matches(path: Path, entry: dict[str, Any] | None, data: bytes | None) -> bool:
-    """Whether the existing regular file ``path`` is what ``entry`` recorded, or is ``data``.
-
-    An entry written just before its file (``prev``: what the file held until then) matches
-    either, so a process killed between the two writes leaves a file the next run still owns;
-    a ``reserved`` entry (a file our child processes were to write) matches what was written
-    while that run was alive (``_written_while_reserved``).
-    """
-    if entry is not None and entry.get("reserved") and _written_while_reserved(path, entry):
-        return True
-    if entry is not None and entry.get("prev") and _matches(path, entry["prev"], None):
-        return True
-    size = path.stat().st_size
-    if size > _HASH_LIMIT:
-        return False
-    digest: str | None = None
-    if entry is not None and entry.get("size") == size:
-        digest = _sha256(path)
-        if digest == entry.get("sha256"):
-            return True
-    if data is not None and len(data) == size:
-        digest = digest or _sha256(path)
-        return digest == hashlib.sha256(data).hexdigest()
-    return False
 
 
 def _refuse(path: Path, field: str, why: str) -> OutputRefused:
@@ -262,7 +111,7 @@ def _check_one(
     if not stat.S_ISREG(st.st_mode):
         raise _refuse(path, field, "exists and is not a regular file")
     entry = (manifest or {}).get(name)
-    if _matches(path, entry, data):
+    if matches_entry(path, entry, data):
         return
     if entry is not None:
         raise _refuse(path, field, "was changed after trainwright wrote it")
@@ -342,9 +191,9 @@ def claim(
     _check_folder(folder, field)
     if not folder.exists() and not create:
         return folder  # made by the first write: a run that fails before it leaves nothing
-    with _locked(folder):
-        manifest = _read_manifest(folder)
-        foreign = _foreign_entries(folder) if manifest is None else []
+    with locked(folder):
+        manifest = read_manifest(folder)
+        foreign = foreign_entries(folder) if manifest is None else []
         if manifest is None:
             if foreign and not force:
                 raise OutputRefused(
@@ -365,7 +214,7 @@ def claim(
             _check_name(name)
             _check_one(folder, name, manifest, None, field)
         if manifest is None and (foreign or create):
-            _write_manifest(folder, {})  # with force: the folder is shared from now on
+            write_manifest(folder, {})  # with force: the folder is shared from now on
     return folder
 
 
@@ -379,7 +228,7 @@ def check_files(
     """
     folder = Path(folder)
     _check_folder(folder, field)
-    manifest = _read_manifest(folder)
+    manifest = read_manifest(folder)
     _ensure_owned(folder, manifest, field)
     for name in names:
         _check_name(name)
@@ -391,7 +240,7 @@ def check_files(
 
 
 def _ensure_owned(folder: Path, manifest: dict[str, dict[str, Any]] | None, field: str) -> None:
-    if manifest is None and _foreign_entries(folder):
+    if manifest is None and foreign_entries(folder):
         raise OutputRefused(
             field,
             f"{shown(str(folder), 160)} is not empty and was not written by trainwright; "
@@ -412,8 +261,8 @@ def write_file(
     _check_name(name)
     _check_folder(folder, field)
     data = content.encode("utf-8") if isinstance(content, str) else content
-    with _locked(folder):
-        manifest = _read_manifest(folder)
+    with locked(folder):
+        manifest = read_manifest(folder)
         _ensure_owned(folder, manifest, field)
         _check_one(folder, name, manifest, data, field)
         path = folder / name
@@ -430,10 +279,10 @@ def write_file(
         # The temporary file's exact name goes into the manifest before it exists, so the
         # next write removes it if this one is killed before the rename.
         tmp = temp_path(path)
-        _write_manifest(folder, files, [str(tmp.relative_to(folder))])
+        write_manifest(folder, files, [str(tmp.relative_to(folder))])
         write_atomic_bytes(path, data, executable=executable, tmp=tmp)
         files[name] = entry
-        _write_manifest(folder, files)
+        write_manifest(folder, files)
     return path
 
 
@@ -455,8 +304,8 @@ def remove_file(folder: Path, name: str) -> bool:
     if not folder.is_dir():
         return False
     check_no_link(folder, "out_dir")
-    with _locked(folder):
-        manifest = _read_manifest(folder)
+    with locked(folder):
+        manifest = read_manifest(folder)
         if not manifest or name not in manifest:
             return False
         path = folder / name
@@ -465,17 +314,21 @@ def remove_file(folder: Path, name: str) -> bool:
             st = os.lstat(path)
         except FileNotFoundError:
             st = None
-        if st is not None and stat.S_ISREG(st.st_mode) and _matches(path, manifest[name], None):
+        if (
+            st is not None
+            and stat.S_ISREG(st.st_mode)
+            and matches_entry(path, manifest[name], None)
+        ):
             path.unlink()
             removed = True
         files = {k: v for k, v in manifest.items() if k != name}
-        _write_manifest(folder, files)
+        write_manifest(folder, files)
     return removed
 
 
 def listed(folder: Path) -> list[str]:
     """The names the manifest of ``folder`` lists (none when it has no manifest)."""
-    return sorted(_read_manifest(Path(folder)) or {})
+    return sorted(read_manifest(Path(folder)) or {})
 
 
 def reserve(folder: Path, names: Iterable[str]) -> None:
@@ -489,14 +342,14 @@ def reserve(folder: Path, names: Iterable[str]) -> None:
     """
     folder = Path(folder)
     _check_folder(folder, "--run-dir")
-    with _locked(folder):
-        files = dict(_read_manifest(folder) or {})
+    with locked(folder):
+        files = dict(read_manifest(folder) or {})
         now = time.time()
         for name in names:
             _check_name(name)
             if name not in files and not os.path.lexists(folder / name):
                 files[name] = {"reserved": True, "sha256": None, "alive": now}
-        _write_manifest(folder, files)
+        write_manifest(folder, files)
 
 
 def keep_reserved(folder: Path, names: Iterable[str]) -> None:
@@ -504,8 +357,8 @@ def keep_reserved(folder: Path, names: Iterable[str]) -> None:
     folder = Path(folder)
     if not owned(folder):
         return  # gone, or not ours: nothing to refresh, and nothing is made
-    with _locked(folder):
-        files = dict(_read_manifest(folder) or {})
+    with locked(folder):
+        files = dict(read_manifest(folder) or {})
         now = time.time()
         changed = False
         for name in names:
@@ -514,7 +367,7 @@ def keep_reserved(folder: Path, names: Iterable[str]) -> None:
                 files[name] = {**entry, "alive": now}
                 changed = True
         if changed:
-            _write_manifest(folder, files)
+            write_manifest(folder, files)
 
 
 def record(folder: Path, names: Iterable[str]) -> None:
@@ -524,16 +377,16 @@ def record(folder: Path, names: Iterable[str]) -> None:
     """
     folder = Path(folder)
     _check_folder(folder, "--run-dir")
-    with _locked(folder):
-        files = dict(_read_manifest(folder) or {})
+    with locked(folder):
+        files = dict(read_manifest(folder) or {})
         for name in names:
             _check_name(name)
             path = folder / name
             if path.is_file() and not path.is_symlink():
-                files[name] = _entry(path)
+                files[name] = file_entry(path)
             elif files.get(name, {}).get("reserved"):
                 del files[name]  # reserved, never written
-        _write_manifest(folder, files)
+        write_manifest(folder, files)
 
 
 @contextlib.contextmanager
@@ -567,28 +420,3 @@ def hold(
         yield
     finally:
         os.close(fd)  # closing releases the lock
-
-
-def confined(
-    root: Path, name: str, field: str = "out_dir", *, absolute_inside: bool = False
-) -> Path:
-    """``root/name`` when it resolves inside ``root``; InputError for anything that leaves it.
-
-    For folders a remote caller names (the LangGraph server's ``out_dir``): an absolute path,
-    a ``..`` part, or a symlink that leads out of ``root`` is refused with one line.
-    ``absolute_inside`` accepts an absolute path that resolves inside ``root`` (the folder as
-    the graph state already holds it).
-    """
-    text = str(name)
-    if "\x00" in text:
-        raise InputError(field, "the path contains a NUL character")
-    relative = Path(text)
-    if (relative.is_absolute() and not absolute_inside) or text.startswith("~"):
-        raise InputError(field, "must be a folder name inside the server's output root")
-    if ".." in relative.parts:
-        raise InputError(field, "must not contain '..'")
-    base = Path(root).resolve()
-    target = (base / relative).resolve()
-    if target != base and not target.is_relative_to(base):
-        raise InputError(field, "resolves outside the server's output root")
-    return target

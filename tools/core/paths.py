@@ -74,3 +74,28 @@ def check_output_path(path: Path | None, field: str, kind: Literal["dir", "file"
             raise InputError(field, f"{shown(text, 120)}: cannot write in {shown(parent, 120)}")
     except OSError as exc:
         raise InputError(field, f"{shown(text, 120)}: {exc.strerror}") from None
+
+
+def confined(
+    root: Path, name: str, field: str = "out_dir", *, absolute_inside: bool = False
+) -> Path:
+    """``root/name`` when it resolves inside ``root``; InputError for anything that leaves it.
+
+    For folders a remote caller names (the LangGraph server's ``out_dir``): an absolute path,
+    a ``..`` part, or a symlink that leads out of ``root`` is refused with one line.
+    ``absolute_inside`` accepts an absolute path that resolves inside ``root`` (the folder as
+    the graph state already holds it).
+    """
+    text = str(name)
+    if "\x00" in text:
+        raise InputError(field, "the path contains a NUL character")
+    relative = Path(text)
+    if (relative.is_absolute() and not absolute_inside) or text.startswith("~"):
+        raise InputError(field, "must be a folder name inside the server's output root")
+    if ".." in relative.parts:
+        raise InputError(field, "must not contain '..'")
+    base = Path(root).resolve()
+    target = (base / relative).resolve()
+    if target != base and not target.is_relative_to(base):
+        raise InputError(field, "resolves outside the server's output root")
+    return target

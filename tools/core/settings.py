@@ -144,7 +144,7 @@ class Settings:
     llm_timeout_s: float = 60.0
     # The most resident memory all processes of one smoke run may hold together, in bytes
     # (TRAINWRIGHT_SMOKE_MEMORY_CAP, e.g. "8GiB"); None: half of this machine's RAM
-    # (tools/smoke/supervise.py default_memory_cap); 0: no cap.
+    # (tools/smoke/memory_cap.py default_memory_cap); 0: no cap.
     smoke_memory_cap: int | None = None
     knowledge_dir: Path | None = None
     # Testing aid, off by default: "KIND" or "KIND:first" makes the first smoke run of a plan

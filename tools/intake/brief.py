@@ -1,17 +1,20 @@
-"""Turn a brief file, a dict or a free-text request into a validated TrainingBrief."""
+"""Turn a free-text request into a validated TrainingBrief; brief files and dicts too.
+
+Files and dicts are read in brief_load.py (re-exported here), a chat model's reading of a
+request is checked in llm_reading.py.
+"""
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, Field, ValidationError
+from tools.core.errors import InputError
+from tools.core.schemas import TrainingBrief
 
-from tools.core.errors import InputError, shown
-from tools.core.schemas import Deployment, Precision, Task, TrainingBrief
+# Re-exported: callers load briefs through this module, requests and files alike.
+from tools.intake.brief_load import brief_from_dict as brief_from_dict
+from tools.intake.brief_load import load_brief as load_brief
 from tools.intake.budget_text import price_reading
 from tools.intake.hardware_text import (
     HARDWARE_ASSUMED,
@@ -27,7 +30,6 @@ from tools.intake.serving_text import serving_fields, serving_follow_up
 from tools.intake.wishes import distill_pair, wish_fields
 from tools.intake.words import AGENT_APP, DEPLOYMENT, TASKS, TEAM, TRAINING
 
-MAX_BRIEF_BYTES = 1_000_000
 # Longer requests make the regexes below quadratic (a 100k-digit run took minutes); a request
 # is a few sentences.
 MAX_REQUEST_CHARS = 4000
@@ -39,137 +41,6 @@ _NUMBER_FIELDS = ("seq_len", "global_batch_size", "dataset_tokens", "precision")
 _PRIVATE_KEYS = (HARDWARE_UNCLEAR, HARDWARE_ASSUMED, HARDWARE_REFUSED, MODEL_ASSUMED, NUMBER_NOTES)
 
 
-def _first_error(exc: ValidationError, prefix: str = "brief") -> InputError:
-    """Collapse pydantic's report into one line naming the first bad field."""
-    errors = exc.errors()
-    # A union field (model) reports one error per member; the member-type mismatches say
-    # little, so prefer an error from inside the member the user meant: a mapping without
-    # `params` means a shape, not a size that lacks its count.
-    mismatch = {"string_type", "model_type", "model_attributes_type", "dict_type"}
-
-    no_params = any(
-        e.get("type") == "missing" and tuple(e.get("loc", ())) == ("model", "ModelParams", "params")
-        for e in errors
-    )
-    meant = [e for e in errors if not (no_params and e.get("loc", ())[1:2] == ("ModelParams",))]
-    err = next((e for e in meant if e.get("type") not in mismatch), None)
-    err = err or next((e for e in errors if e.get("type") not in mismatch), errors[0])
-    member = ("ModelParams", "ModelShape", "str", "function-after")
-    loc = [str(p) for p in err.get("loc", ()) if not str(p).startswith(member)]
-    field = ".".join([prefix, *loc]) if loc else prefix
-    msg = err.get("msg", "invalid value")
-    if err.get("type") == "missing":
-        msg = "is required"
-    elif err.get("type") == "extra_forbidden":
-        msg = "is not a brief field (the README lists the brief format)"
-    value = err.get("input")
-    if (
-        err.get("type") not in {"missing", "extra_forbidden"}
-        and isinstance(value, str | int | float)
-        and not isinstance(value, bool)
-    ):
-        msg = f"{msg} (got {shown(value, 60) if isinstance(value, str) else _number(value)})"
-    return InputError(shown_field(field), msg.replace("Value error, ", ""))
-
-
-def _number(value: int | float) -> str:
-    """A number for an error line: a 5000-digit integer as its first digits and its length."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"
-
-
-def shown_field(field: str) -> str:
-    """A field path for an error line; an unknown key a brief invented is cut and escaped."""
-    return field if field.isprintable() and len(field) <= 80 else shown(field, 60)
-
-
-def brief_from_dict(data: Any) -> TrainingBrief:
-    """Validate a mapping as a TrainingBrief, raising InputError naming the first bad field."""
-    if not isinstance(data, dict):
-        raise InputError("brief", f"must be a mapping of brief fields, got {type(data).__name__}")
-    if data.get("model") is None and data.get("task") != "agent-app":
-        raise InputError("brief.model", "is required (only an agent-app brief may omit it)")
-    try:
-        return TrainingBrief.model_validate(data)
-    except ValidationError as exc:
-        raise _first_error(exc) from None
-
-
-class _DuplicateKey(ValueError):
-    """A key given twice in one mapping of a brief: which value was meant is unknowable."""
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a mapping that names a key twice (PyYAML keeps the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _value in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-            try:
-                duplicate = key in seen
-            except TypeError:  # an unhashable key: the base class reports it
-                break
-            if duplicate:
-                raise _DuplicateKey(
-                    f"key {shown(key, 60)} appears twice (line {key_node.start_mark.line + 1})"
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    data: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in data:
-            raise _DuplicateKey(f"key {shown(key, 60)} appears twice")
-        data[key] = value
-    return data
-
-
-def _parse_brief_text(text: str, *, json_file: bool) -> Any:
-    """The brief's data: JSON or YAML (safe types only), every key at most once per mapping."""
-    if json_file:
-        return json.loads(text, object_pairs_hook=_unique_pairs)
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-
-
-def load_brief(path: str | Path) -> TrainingBrief:
-    """Read a YAML or JSON brief file."""
-    p = Path(path)
-    try:
-        if not p.is_file():
-            raise InputError("--brief", f"no such file: {shown(p, 120)}")
-        if p.stat().st_size > MAX_BRIEF_BYTES:
-            raise InputError("--brief", f"{shown(p, 120)} is larger than {MAX_BRIEF_BYTES} bytes")
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError("--brief", f"{shown(p, 120)} is not UTF-8 text") from None
-    except (OSError, ValueError) as exc:  # a name too long, a NUL, no permission
-        why = exc.strerror if isinstance(exc, OSError) else str(exc)
-        raise InputError("--brief", f"cannot read {shown(p, 120)}: {why}") from None
-    try:
-        data = _parse_brief_text(text, json_file=p.suffix.lower() == ".json")
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        if isinstance(exc, json.JSONDecodeError):
-            line = exc.lineno - 1
-        where = f" (line {line + 1})" if line is not None else ""
-        raise InputError("--brief", f"{shown(p, 120)} is not valid YAML/JSON{where}") from None
-    except _DuplicateKey as exc:
-        raise InputError("--brief", f"{shown(p, 120)}: {exc}") from None
-    except RecursionError:
-        raise InputError(
-            "--brief", f"{shown(p, 120)} is nested too deeply (a brief is a few levels deep)"
-        ) from None
-    except ValueError as exc:  # an integer of more than 4300 digits
-        raise InputError("--brief", f"{shown(p, 120)}: {str(exc).split(';')[0]}") from None
-    if data is None:
-        raise InputError("--brief", f"{p} is empty")
-    return brief_from_dict(data)
-
-
-# A bare size, accepted only as the answer to "which model?": "7B", "1.3 billion parameters".
 _BARE_SIZE_RE = re.compile(
     r"^\s*(?:an?\s+)?(\d+(?:\.\d+)?)\s*([bm])(?:illion)?(?:\s*param(?:eter)?s?)?\s*$", re.I
 )
@@ -221,7 +92,7 @@ def model_reading(text: str, known_models: list[str]) -> ModelReading | None:
     Its ``note`` says what a name was read as ("read 'lama-3-8b' as llama-3-8b"), its
     ``question`` which models an unclear name could be.
     """
-    if _catalog_name(text, known_models):
+    if catalog_name(text, known_models):
         return None
     return read_model(text)
 
@@ -349,9 +220,9 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     data: dict[str, Any] = {"goal": text.strip()[:500]}
 
     pair = distill_pair(text)
-    if pair is not None and (student := _catalog_name(pair[1], known_models)):
+    if pair is not None and (student := catalog_name(pair[1], known_models)):
         data["model"] = student  # "distill llama-3-70b into llama-3-8b": the student is trained
-    elif name := _catalog_name(text, known_models):
+    elif name := catalog_name(text, known_models):
         data["model"] = name
     elif (reading := read_model(text)) is not None and reading.value is not None:
         # An alias, a GPT-style size, a confident close match, or a size ("a 70B policy").
@@ -399,120 +270,17 @@ def _model_fields(reading: ModelReading) -> dict[str, Any]:
     return fields
 
 
-class RequestBrief(BaseModel):
-    """Read a request to train (or serve) a model into brief fields.
-
-    Fill only what the request says, converting words to values ("four thousand token
-    context" -> seq_len 4096, "eight 80 GB A100s on one node" -> hardware 1x8xA100-80GB);
-    leave every field the request does not mention null. Never guess a value.
-    """
-
-    model: str | None = Field(
-        default=None,
-        description="The model to train: a catalog id such as llama-3-8b, llama-2-7b, "
-        "mistral-7b, qwen2.5-7b, gpt2, or the path to a Hugging Face config.json",
-    )
-    model_params_b: float | None = Field(
-        default=None,
-        description="Only when the request gives a size but no model name: billions of "
-        "parameters (a 7B model -> 7)",
-    )
-    task: Task | None = Field(default=None, description="What to do with the model")
-    seq_len: int | None = Field(default=None, description="Sequence length (context) in tokens")
-    global_batch_size: int | None = Field(default=None, description="Sequences per optimizer step")
-    hardware: str | None = Field(
-        default=None,
-        description="NODESxGPUSxTYPE, e.g. 1x4xA100-80GB (one node of four 80 GB A100s) or "
-        "2x8xH100-80GB; 'local' for this machine",
-    )
-    precision: Precision | None = Field(default=None, description="Training number format")
-    deployment: Deployment | None = Field(
-        default=None, description="Where the trained model will be used"
-    )
-
-
 def _squash(s: str) -> str:
     return re.sub(r"[^a-z0-9.]", "", s.lower())
 
 
-def _catalog_name(name: str, known_models: list[str]) -> str | None:
+def catalog_name(name: str, known_models: list[str]) -> str | None:
     """The catalog id a model name means ("Meta-Llama-3-8B-Instruct" -> llama-3-8b), or None."""
     flat = _squash(name)
     for known in sorted(known_models, key=len, reverse=True):
         if _squash(known) and _squash(known) in flat:
             return known
     return None
-
-
-def _llm_field(key: str, value: Any, known_models: list[str]) -> dict[str, Any]:
-    """One field an LLM read, checked as a brief field; InputError names what is wrong."""
-    if key == "model":
-        if not isinstance(value, str):
-            raise InputError("model", f"must be a model name (got {value!r})")
-        name = _catalog_name(value, known_models)
-        if name is None and (reading := read_model(value)) is not None:
-            name = reading.model  # "T5-XL", "a 1.3B GPT", "lama-3-8b": as the parser reads them
-        if name is None and not value.strip().lower().endswith(".json"):
-            raise InputError("model", f"{value!r} is not a catalog model or a config.json path")
-        return {"model": name or value.strip()}
-    if key == "model_params_b":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise InputError("model_params_b", f"must be a number (got {value!r})")
-        value = {"params": float(value) * 1e9}
-        key = "model"
-    elif key == "hardware" and isinstance(value, str) and value.strip().lower() != "local":
-        from tools.research.hardware import parse_hardware
-
-        parse_hardware(value)
-    if key == "model":
-        brief_from_dict({"model": value})
-        return {"model": value}
-    # The same validation as a brief file's field; a stand-in model satisfies the one rule
-    # that ties fields together.
-    brief = brief_from_dict({"model": {"params": 1.0}, key: value})
-    return {key: getattr(brief, key)}
-
-
-def llm_request_fields(data: Any, known_models: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """Check the ``RequestBrief`` fields an LLM read, one by one: the good ones and what was dropped.
-
-    Each value goes through the same validation as a brief's (``brief_from_dict``, and
-    ``parse_hardware`` for the hardware), so a bad value is dropped with the same message a
-    brief file would get, and the other fields are kept. A model name is mapped onto the
-    catalog; a size counts only when no name was given.
-    """
-    if not isinstance(data, dict):
-        return {}, [f"the reply is not an object of fields (got {type(data).__name__})"]
-    fields: dict[str, Any] = {}
-    dropped = [f"{k}: is not a request field" for k in data if k not in RequestBrief.model_fields]
-    for key in RequestBrief.model_fields:
-        value = data.get(key)
-        if value is None or value == "" or (key == "model_params_b" and "model" in fields):
-            continue
-        try:
-            fields.update(_llm_field(key, value, known_models))
-        except InputError as exc:
-            dropped.append(str(exc))
-    return fields, dropped
-
-
-def merge_read_fields(
-    parsed: dict[str, Any], read: dict[str, Any]
-) -> tuple[dict[str, Any], list[str]]:
-    """The parser's request fields, with what an LLM read filling the ones the parser did not find.
-
-    Where both found a value and they differ, the parser's wins: it copies what the text says
-    (a number it matched is the user's own digits, a model it matched is a catalog name in
-    the text), while an LLM may round, convert or guess ("4k" -> 4000, "a 7B model" ->
-    llama-2-7b). Returns the merged fields and one line per disagreement.
-    """
-    merged = {**read, **parsed}
-    disagreements = [
-        f"{key}: kept {parsed[key]!r} from the text over the LLM's {value!r}"
-        for key, value in read.items()
-        if key in parsed and parsed[key] != value
-    ]
-    return merged, disagreements
 
 
 # A follow-up that counts GPUs or nodes without naming a type: "what if I only had 4 GPUs?".

@@ -1,28 +1,23 @@
 """The reviewer's checks: code, not prompts, so text in a brief or a model reply cannot skip them.
 
 Each ``check_*`` looks at one thing and returns its findings; ``check_plan`` runs them all.
+The contract checks (the plan against its brief and its files) are in contract.py.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import shlex
-from pathlib import Path
 from typing import Any
 
-from tools.core.errors import TrainwrightError, shown
 from tools.core.schemas import (
     Finding,
     FrameworkChoice,
     HardwareSpec,
-    LaunchSpec,
     MemoryPlan,
-    ModelSpec,
     SmokeResult,
     TrainingBrief,
 )
-from tools.core.strategies import MIN_HEADROOM, STRATEGY_GAIN, STRATEGY_ORDER, ZERO_STAGE
+from tools.core.strategies import MIN_HEADROOM, STRATEGY_GAIN, STRATEGY_ORDER
 from tools.planning import data_parallel_size
 from tools.planning.alternatives import fit_line, option_text
 from tools.research.framework import DEEPSPEED_FRAMEWORKS, REPLICATING_FRAMEWORKS
@@ -63,205 +58,6 @@ def check_plan(
     findings += check_framework_fit(framework, memory, deepspeed_config)
     findings += check_smoke(smoke, framework, memory)
     return findings
-
-
-def check_contract(
-    brief: TrainingBrief,
-    hardware: HardwareSpec,
-    model: ModelSpec | None,
-    memory: MemoryPlan | None,
-    deepspeed_config: dict[str, Any] | None,
-    launch: LaunchSpec | None,
-    smoke: SmokeResult,
-) -> list[Finding]:
-    """The plan is about the brief, and its files say what the plan says (errors block approval)."""
-    return [
-        *check_brief(brief, hardware, model),
-        *check_launch(hardware, memory, deepspeed_config, launch),
-        *check_smoke_setup(smoke, memory),
-    ]
-
-
-def _error(check: str, message: str, fix: str) -> Finding:
-    return Finding(severity="error", check=check, message=message, fix=fix)
-
-
-def check_brief(
-    brief: TrainingBrief, hardware: HardwareSpec, model: ModelSpec | None
-) -> list[Finding]:
-    """The plan's hardware and model are the brief's: resolved again here, not taken on trust."""
-    from tools.research.hardware import hardware_for_brief
-    from tools.research.model_catalog import lookup_model
-
-    fix = "plan the brief's model and hardware; a tool call cannot change them"
-    findings = []
-    expected_hw = hardware_for_brief(brief)
-
-    def key(hw: HardwareSpec) -> tuple[Any, ...]:
-        return (hw.nodes, hw.gpus_per_node, hw.gpu.name if hw.gpu else None, hw.interconnect)
-
-    if key(hardware) != key(expected_hw):
-        findings.append(
-            _error(
-                "brief_contract",
-                f"the plan targets {hardware.nodes}x{hardware.gpus_per_node} "
-                f"{shown(hardware.gpu.name if hardware.gpu else 'CPU')}, not the brief's "
-                f"hardware {shown(brief.hardware)}",
-                fix,
-            )
-        )
-    if brief.model is None:
-        if model is not None:
-            findings.append(
-                _error("brief_contract", "the brief trains no model but the plan has one", fix)
-            )
-        return findings
-    try:
-        expected = lookup_model(brief.model, brief.seq_len)
-    except TrainwrightError as exc:
-        return [*findings, _error("brief_contract", f"the brief's model: {exc}", fix)]
-    sizes = ("name", "params", "layers", "hidden", "heads", "vocab", "seq_len")
-    if model is None or any(getattr(model, k) != getattr(expected, k) for k in sizes):
-        got = f"{shown(model.name)} ({model.params:,} parameters)" if model else "no model"
-        findings.append(
-            _error(
-                "brief_contract",
-                f"the plan is for {got}, not the brief's {shown(expected.name)} "
-                f"({expected.params:,} parameters at seq_len {brief.seq_len})",
-                fix,
-            )
-        )
-    if not findings:
-        findings.append(
-            Finding(
-                severity="info",
-                check="brief_contract",
-                message=f"the plan is for the brief's model {shown(expected.name)} and hardware "
-                f"{shown(brief.hardware)}",
-            )
-        )
-    return findings
-
-
-# Flags that give a launcher's node count and ranks per node (horovodrun gives the total).
-_NODES_FLAGS = ("--num_nodes", "--nnodes")
-_PER_NODE_FLAGS = ("--num_gpus", "--nproc_per_node")
-
-
-def _flag(command: list[str], names: tuple[str, ...]) -> int | None:
-    for i, arg in enumerate(command[:-1]):
-        if arg in names:
-            try:
-                return int(command[i + 1])
-            except ValueError:
-                return None
-    return None
-
-
-def _launch_world(command: list[str]) -> int | None:
-    """The ranks a launch command starts, as its flags say; None when it does not say."""
-    total = _flag(command, ("-np",))
-    if total is not None:
-        return total
-    per_node = _flag(command, _PER_NODE_FLAGS)
-    if per_node is None:
-        return None
-    return (_flag(command, _NODES_FLAGS) or 1) * per_node
-
-
-def check_launch(
-    hardware: HardwareSpec,
-    memory: MemoryPlan | None,
-    config: dict[str, Any] | None,
-    launch: LaunchSpec | None,
-) -> list[Finding]:
-    """launch.sh, ds_config.json and the plan agree: launcher, ZeRO stage, world size, config.
-
-    Reads the files as written, so a launch emitted for an earlier plan (or edited since) shows.
-    """
-    if memory is None:
-        return []  # nothing is trained: no launch to check
-    fix = "emit the launch files again after the last plan_parallelism and emit_deepspeed_config"
-    if launch is None or not launch.command:
-        return [_error("launch_agrees", "no launch files were emitted for the plan", fix)]
-    problems = []
-    command = launch.command
-    # Megatron-DeepSpeed under torchrun: a model-parallel plan, or one that asked for Megatron.
-    model_parallel = memory.tensor_parallel * memory.pipeline_parallel > 1 or (
-        any(arg.rstrip('"').endswith("pretrain_gpt.py") for arg in command)
-    )
-    if config is not None and not model_parallel and command[0] != "deepspeed":
-        problems.append(f"the plan runs DeepSpeed but the launch starts {shown(command[0])}")
-    if config is None and command[0] == "deepspeed":
-        problems.append("the launch starts DeepSpeed but the plan has no DeepSpeed config")
-    if config is not None:
-        stage = int((config.get("zero_optimization") or {}).get("stage", 0) or 0)
-        if stage != ZERO_STAGE[memory.chosen]:
-            problems.append(
-                f"ds_config has ZeRO stage {stage} but the plan's {memory.chosen} is stage "
-                f"{ZERO_STAGE[memory.chosen]}"
-            )
-    world = _launch_world(command)
-    expected = hardware.nodes * max(1, hardware.gpus_per_node)
-    if world is not None and world != expected:
-        problems.append(f"the launch starts {world} ranks, the plan's hardware has {expected}")
-    written = launch.files.get("ds_config.json")
-    if config is not None and written is None:
-        problems.append("the plan has a DeepSpeed config but no ds_config.json was written")
-    elif config is None and written is not None:
-        problems.append("a ds_config.json was written but the plan has no DeepSpeed config")
-    elif written is not None and _read_json(written) != config:
-        problems.append("ds_config.json on disk is not the plan's DeepSpeed config")
-    script = launch.files.get("launch.sh")
-    if script is None:
-        problems.append("no launch.sh was written")
-    elif not runs_command(_read_text(script), command):
-        problems.append("launch.sh does not run the plan's launch command")
-    if problems:
-        return [_error("launch_agrees", "; ".join(problems), fix)]
-    return [
-        Finding(
-            severity="info",
-            check="launch_agrees",
-            message=f"launch.sh starts {command[0]} with {world or expected} rank(s)"
-            + (
-                f", ds_config.json is the plan's ZeRO stage {ZERO_STAGE[memory.chosen]}"
-                if config
-                else ""
-            )
-            + ", as the plan says",
-        )
-    ]
-
-
-def _read_text(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return ""
-
-
-def _read_json(path: str) -> Any:
-    try:
-        return json.loads(_read_text(path))
-    except ValueError:
-        return None
-
-
-def check_smoke_setup(smoke: SmokeResult, memory: MemoryPlan | None) -> list[Finding]:
-    """A smoke run made before the plan changed tested another setup: it cannot pass this one."""
-    if smoke.status == "skipped" or memory is None or not smoke.strategy:
-        return []
-    tensorflow = smoke.run_mode is not None and smoke.run_mode.launcher == "tensorflow"
-    if smoke.strategy == memory.chosen or tensorflow:
-        return []  # TensorFlow's workers replicate: the memory plan's rows are PyTorch's
-    return [
-        _error(
-            "smoke_verdict",
-            f"smoke run tested {shown(smoke.strategy)} but the plan chose {memory.chosen}",
-            "run the smoke test after the last plan_parallelism",
-        )
-    ]
 
 
 def check_batch_arithmetic(
@@ -409,78 +205,6 @@ def check_memory(memory: MemoryPlan | None, framework: FrameworkChoice) -> list[
             fix="" if ok else "lower the micro-batch or enable activation checkpointing",
         )
     ]
-
-
-def runs_command(script: str, command: list[str]) -> bool:
-    """Whether a line of the script is the command, as the shell splits it.
-
-    An argument written as shell text (``"$MEGATRON_DIR/pretrain_gpt.py"``,
-    tools/artifacts/scripts.py ``Shell``) is compared as the shell reads its quotes.
-    """
-    if shlex.join(command) in script:
-        return True
-    wanted = [shlex.split(a)[0] if a.startswith('"$') else a for a in command]
-    defaults = _script_defaults(script)
-    for line in script.splitlines():
-        try:
-            if _unset_expansions(shlex.split(line), defaults) == wanted:
-                return True
-        except ValueError:
-            continue
-    return False
-
-
-_DEFAULTED = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*:-(.*)\}$")
-# ``[[ -n "${NAME:-}" ]] || NAME=VALUE``: the script's value for NAME when it is unset.
-_FALLBACK = re.compile(
-    r'^\[\[ -n "\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*):-\}" \]\] \|\| (?P=name)=(?P<value>.+)$'
-)
-
-
-def _script_defaults(script: str) -> dict[str, str]:
-    """The values the script gives its overridable variables (``$MODEL_PATH``) when unset."""
-    defaults = {}
-    for line in script.splitlines():
-        match = _FALLBACK.match(line)
-        if match:
-            try:
-                defaults[match["name"]] = _shell_word(match["value"])
-            except ValueError:
-                continue
-    return defaults
-
-
-def _shell_word(text: str) -> str:
-    r"""One shell word as bash reads it: ``shlex`` quoting, or ``$'...'`` with ``\xHH`` escapes."""
-    if not (text.startswith("$'") and text.endswith("'")):
-        (word,) = shlex.split(text)
-        return word
-    raw = bytearray()
-    for match in re.finditer(r"\\x([0-9a-fA-F]{2})|\\(.)|(.)", text[2:-1], flags=re.DOTALL):
-        hex_byte, escaped, plain = match.groups()
-        raw += bytes([int(hex_byte, 16)]) if hex_byte else (escaped or plain).encode()
-    return raw.decode("utf-8", "surrogateescape")
-
-
-def _unset_expansions(argv: list[str], defaults: dict[str, str] | None = None) -> list[str]:
-    """A script line as it runs with its environment overrides unset and no arguments.
-
-    train.py launches read ``"$MODEL_PATH"`` (the script's ``defaults``, the plan's weights),
-    add ``${DATA:+--data}`` and pass ``"$@"`` on (tools/artifacts/launch.py ``job_command``):
-    unset, those are the plan's own command.
-    """
-    defaults = defaults or {}
-    out = []
-    for arg in argv:
-        if arg == "$@" or (arg.startswith("${") and ":+" in arg):
-            continue
-        if arg.startswith("$") and arg[1:] in defaults:
-            out.append(defaults[arg[1:]])
-            continue
-        match = _DEFAULTED.match(arg)
-        # shlex keeps the backslash of \$ and \` inside double quotes; bash drops it.
-        out.append(re.sub(r"\\([$`])", r"\1", match[1]) if match else arg)
-    return out
 
 
 def check_model_parallel(memory: MemoryPlan | None) -> list[Finding]:

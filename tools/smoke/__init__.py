@@ -5,6 +5,8 @@ It shows the setup starts, fits and learns; scripts/ holds the standalone script
 
 from tools.smoke.commands import free_port, launch_commands
 from tools.smoke.ds_adapt import adapt_ds_config, smoke_lr
+from tools.smoke.groups import group_alive, group_rss_bytes
+from tools.smoke.memory_cap import default_memory_cap, format_bytes
 from tools.smoke.predict import predict_peak_bytes, shape_spec, smoke_mfu, with_prediction
 from tools.smoke.runner import run_smoke_test
 from tools.smoke.scale import llama_config_from_shape, scale_model_config
@@ -16,13 +18,9 @@ from tools.smoke.spec import (
     TensorFlowRun,
     TorchrunRun,
 )
-from tools.smoke.supervise import (
+from tools.smoke.stopping import (
     Terminated,
     clear_stop,
-    default_memory_cap,
-    format_bytes,
-    group_alive,
-    group_rss_bytes,
     kill_child_groups,
     request_stop,
     stop_all_runs,

@@ -132,7 +132,7 @@ def child_env(tmp_dir: Path, device: str, ranks: int) -> dict[str, str]:
     env.update(TELEMETRY_OFF)
     env["TMPDIR"] = str(tmp_dir)
     env["PYTHONUNBUFFERED"] = "1"
-    # The supervisor adds its own pid (supervise.py SUPERVISOR_ENV), which every rank watches.
+    # The supervisor adds its own pid (groups.py SUPERVISOR_ENV), which every rank watches.
     if device != "cuda":
         env["DS_ACCELERATOR"] = "cpu"
         # One OpenMP pool per rank over all cores oversubscribes the CPU and makes steps slow

@@ -32,9 +32,9 @@ from tools.core.settings import (
     check_seconds,
 )
 from tools.smoke.commands import NO_HOSTFILE
+from tools.smoke.memory_cap import default_memory_cap
 from tools.smoke.spec import SmokeSpec
 from tools.smoke.standalone import script_files
-from tools.smoke.supervise import default_memory_cap
 
 # The folder of a run directory that holds its copy of the standalone scripts (the ranks'
 # command lines name the script in it).

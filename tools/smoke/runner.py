@@ -7,8 +7,8 @@ without DeepSpeed, plain PyTorch DDP started with torchrun, and synthetic but le
 is that of the scaled model, so the caller compares it with a prediction for the same shape.
 
 The steps have their own modules: scale.py (the model), ds_adapt.py (the config), commands.py
-(the launchers), supervise.py (the process groups), verdict.py (the result) and predict.py
-(the prediction). On CPU, DeepSpeed JIT-builds each C++ op it uses (a minute the first time),
+(the launchers), supervise.py (the watch; groups.py, memory_cap.py and stopping.py beside
+it), verdict.py (the result) and predict.py (the prediction). On CPU, DeepSpeed JIT-builds each C++ op it uses (a minute the first time),
 so the runs avoid the ones they need not build (bench/results/2026-11-30-profile-smoke-path.md has the measurements).
 """
 
@@ -36,6 +36,7 @@ from tools.core.strategies import strategy_of
 from tools.planning.states import DEFAULT_LORA_RANK
 from tools.smoke.commands import child_env, launch_commands
 from tools.smoke.ds_adapt import adapt_ds_config, smoke_lr
+from tools.smoke.memory_cap import rank_address_space
 from tools.smoke.predict import fits_local_gpu, shape_spec, with_prediction
 from tools.smoke.rundir import (
     RUN_SCRIPTS,
@@ -59,7 +60,7 @@ from tools.smoke.scale import (
 from tools.smoke.schedule import plan_torchrun_schedule
 from tools.smoke.spec import DeepSpeedRun, LayoutRun, SmokeSpec, TensorFlowRun, TorchrunRun
 from tools.smoke.standalone import PARALLEL_SCRIPT, TRAIN_SCRIPT, script_files
-from tools.smoke.supervise import launch_and_wait, rank_address_space
+from tools.smoke.supervise import launch_and_wait
 from tools.smoke.verdict import run_verdict
 
 

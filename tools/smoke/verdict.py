@@ -16,7 +16,8 @@ from typing import Any
 
 from tools.core.schemas import SmokeResult
 from tools.core.smoke_types import FailureKind
-from tools.smoke.supervise import Outcome, format_bytes
+from tools.smoke.memory_cap import format_bytes
+from tools.smoke.outcome import Outcome
 
 WARMUP_STEPS = 3
 MIN_LOSS_DROP = 0.10

@@ -35,17 +35,14 @@ def _standalone(path: Path) -> bool:
 # (test file, module.name): why the test stands inside the module.
 TEST_PRIVATES = {
     ("test_memory_cap.py", "tools.smoke.supervise._RLIMIT_SHIM"): "runs the launch shim alone",
-    ("test_memory_cap.py", "tools.smoke.supervise._close_cgroup"): "a cgroup's end, faked",
-    ("test_memory_cap.py", "tools.smoke.supervise._RunMemory"): "the watchdog's sampler alone",
-    ("test_memory_cap.py", "tools.smoke.supervise._usable_memory"): "the machine's RAM, faked",
-    ("test_memory_cap.py", "tools.smoke.supervise._available_memory"): "free RAM, faked",
+    ("test_memory_cap.py", "tools.smoke.memory_cap._usable_memory"): "the machine's RAM, faked",
+    ("test_memory_cap.py", "tools.smoke.memory_cap._available_memory"): "free RAM, faked",
     ("test_models.py", "tools.research.model_catalog._count"): "counts a model is built for",
     ("test_models.py", "tools.research.model_catalog._catalog_config"): "the catalog's config",
     ("test_models.py", "tools.research.model_catalog._shipped_counts"): "the shipped counts",
     ("test_models.py", "tools.research.model_catalog._transformers_version"): "version, faked",
     ("test_models.py", "tools.research.model_catalog._models_dir"): "the configs folder, faked",
     ("test_input_bounds.py", "tools.research.model_catalog._catalog_config"): "a huge config",
-    ("test_output_safety.py", "tools.core.outputs._write_manifest"): "a crash mid-manifest",
     ("test_strategy.py", "tools.research.hardware._torch_cuda"): "a CPU-only machine, faked",
 }
 
