@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from specs import GPT2_TINY, LLAMA3_70B, model_parallel_plan, tiny_spec
+from specs import LLAMA3_70B, model_parallel_plan, tiny_spec
 
 from tools.artifacts.launch import emit_launch
 from tools.core.schemas import (
@@ -75,6 +75,24 @@ FAKE_TITAN_TRAIN = RECORD_HEAD + (
     "seen['initial'] = sorted(os.listdir(initial)) if initial and os.path.isdir(initial) else None\n"
     "json.dump(seen, open(os.environ['RECORD'], 'w'))\n"
 )
+
+
+# A two-layer Llama: the dense layout Megatron-DeepSpeed's converter maps (a GPT-2 it refuses).
+LLAMA_TINY = {
+    "model_type": "llama",
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 256,
+    "tie_word_embeddings": False,
+}
+MIXTRAL_TINY = {
+    **LLAMA_TINY,
+    "model_type": "mixtral",
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+}
 
 
 def _config(stage: int, dp: int) -> dict[str, Any]:
@@ -149,13 +167,20 @@ def _flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-def _megatron(out: Path, task: str, stage: int = 1, tp: int = 2, pp: int = 2) -> LaunchSpec:
+def _megatron(
+    out: Path,
+    task: str,
+    stage: int = 1,
+    tp: int = 2,
+    pp: int = 2,
+    config: dict[str, Any] | None = None,
+) -> LaunchSpec:
     dp = HW.world_size // (tp * pp)
     return emit_launch(
         out,
         _brief(task),
         HW,
-        tiny_spec(GPT2_TINY),
+        tiny_spec(config or LLAMA_TINY),
         MEGATRON,
         _config(stage, dp),
         memory=model_parallel_plan(f"zero{stage}", tp, pp, accumulation=4),
@@ -265,6 +290,21 @@ def test_megatron_fine_tune_the_converter_cannot_serve_says_so(tmp_path: Path) -
     _refused(stand.run(out / "convert_checkpoint.sh", str(hf)), "ZeRO stage", "stage 3")
     assert not stand.record.exists()
     assert "Not for this plan" in (out / "MEGATRON.md").read_text()
+
+
+def test_megatron_fine_tune_of_a_mixture_of_experts_is_not_converted_as_dense(
+    tmp_path: Path,
+) -> None:
+    """The converter maps dense Llama weights only: a Mixtral's convert_checkpoint.sh says so."""
+    stand, out = Stand(tmp_path), tmp_path / "plan"
+    spec = _megatron(out, "finetune", config=MIXTRAL_TINY)
+    assert spec.command[spec.command.index("--num-experts") + 1] == "4"
+    hf = tmp_path / "hf-model"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    _refused(stand.run(out / "convert_checkpoint.sh", str(hf)), "dense Llama", "4 experts")
+    assert not stand.record.exists()
+    assert "Not for this model" in (out / "MEGATRON.md").read_text()
 
 
 def _torchtitan(out: Path, task: str) -> LaunchSpec:

@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from tools.artifacts import cluster
+from tools.artifacts.megatron_model import architecture_flags, architecture_note, convert_refusal
 from tools.artifacts.scripts import Shell, render, shell_join
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 
@@ -88,7 +89,7 @@ def megatron_args(
         str(tp),
         "--pipeline-model-parallel-size",
         str(pp),
-        *_architecture_flags(model),
+        *architecture_flags(model, tp),
         *batch,
         *_parallelism_flags(split, config, pipeline_model=convertible(brief, config)),
         *_checkpoint_flags(brief, iterations),
@@ -158,39 +159,6 @@ def fine_tune_preamble() -> list[str]:
         "    exit 2",
         "fi",
     ]
-
-
-def _architecture_flags(model: ModelSpec) -> list[str]:
-    """The model's shape, and the Llama architecture switches for Llama-like families."""
-    args = [
-        "--num-layers",
-        str(model.layers),
-        "--hidden-size",
-        str(model.hidden),
-        "--num-attention-heads",
-        str(model.heads),
-    ]
-    if model.intermediate:
-        args += ["--ffn-hidden-size", str(model.intermediate)]
-    if model.kv_heads and model.kv_heads != model.heads:
-        args += ["--num-key-value-heads", str(model.kv_heads)]
-    family = str((model.hf_config or {}).get("model_type") or model.family or "").lower()
-    if family in ("llama", "mistral"):
-        # As examples_deepspeed/pretrain_llama2_distributed.sh sets them.
-        args += [
-            "--swiglu",
-            "--normalization",
-            "rmsnorm",
-            "--use-rotary-position-embeddings",
-            "--untie-embeddings-and-output-weights",
-            "--disable-bias-linear",
-            "--no-query-key-layer-scaling",
-            "--attention-dropout",
-            "0",
-            "--hidden-dropout",
-            "0",
-        ]
-    return args
 
 
 def _batch_and_optimizer_flags(
@@ -301,8 +269,9 @@ def megatron_md(
         script=MEGATRON_SCRIPT,
         megatron_dir=MEGATRON_DIR,
         nodes=hardware.nodes,
-        finetune=_finetune_note(command, config),
-        command=shell_join(_first_run(command)),
+        finetune=_finetune_note(command, config, model),
+        architecture=architecture_note(model),
+        command=shell_join(first_run(command)),
         stage=(config.get("zero_optimization") or {}).get("stage", 0),
         dp=dp,
         world=world,
@@ -312,7 +281,7 @@ def megatron_md(
     )
 
 
-def _first_run(command: list[str]) -> list[str]:
+def first_run(command: list[str]) -> list[str]:
     """The command as a fine-tune's first run has it: the converted weights for launch.sh's choice.
 
     The guide's copy is run by hand, where launch.sh's ``LOAD`` array does not exist.
@@ -323,7 +292,7 @@ def _first_run(command: list[str]) -> list[str]:
     return [*command[:at], *FIRST_LOAD, *command[at + 1 :]]
 
 
-def _finetune_note(command: list[str], config: dict[str, Any]) -> str:
+def _finetune_note(command: list[str], config: dict[str, Any], model: ModelSpec) -> str:
     """MEGATRON.md's paragraph on the checkpoints: the conversion for a fine-tune, resuming."""
     resume = (
         f"The job saves every `--save-interval` steps into `{TRAIN_CHECKPOINTS}` and, started "
@@ -347,7 +316,14 @@ def _finetune_note(command: list[str], config: dict[str, Any]) -> str:
         "--tokenizer-model /path/to/hf-model`): the converted embedding is padded to its "
         "vocabulary."
     )
-    if not convertible_config(config):
+    refusal = convert_refusal(model)
+    if refusal is not None:
+        steps += (
+            f" Not for this model: {refusal}; {CONVERT_SCRIPT} says so and exits. Start such "
+            f"a fine-tune from a Megatron-DeepSpeed checkpoint of the model saved with these "
+            f"degrees, placed in `{FINETUNE_CHECKPOINT}`."
+        )
+    elif not convertible_config(config):
         stage = (config.get("zero_optimization") or {}).get("stage", 0)
         steps += (
             f" Not for this plan: the converter writes the pipeline model (GPTModelPipe), which "
@@ -398,7 +374,7 @@ def convert_files(
         str(tp),
         "--pipeline-model-parallel-size",
         str(pp),
-        *_architecture_flags(model),
+        *architecture_flags(model, tp),
         "--seq-length",
         str(brief.seq_len),
         "--max-position-embeddings",
@@ -446,6 +422,10 @@ def convert_files(
             f'{stage} (MEGATRON.md)" >&2',
             "exit 2",
         ]
+        files = {}
+    refusal = convert_refusal(model)
+    if refusal is not None:
+        body = [f'echo "{CONVERT_SCRIPT}: {refusal} (MEGATRON.md)" >&2', "exit 2"]
         files = {}
     script = render(CONVERT_SCRIPT, comments="\n".join(comments), commands="\n".join(body))
     return {CONVERT_SCRIPT: script, **files}

@@ -1,0 +1,170 @@
+"""Megatron-DeepSpeed commands build the model the plan names, and its own parser accepts them.
+
+A table of plans (a dense Llama, a Mixtral mixture of experts, a long context, a fine-tune and a
+continued pretraining) goes through ``megatron_args``; each command is checked against the
+model's Hugging Face config, then parsed and validated by Megatron-DeepSpeed's own
+``parse_args``/``validate_args`` (tests/data/megatron_deepspeed_arguments.py, copied from the
+cited commit: Megatron-DeepSpeed is not on PyPI and megatron-core's wheel has no training
+arguments).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tools.artifacts import megatron
+from tools.artifacts.megatron_model import architecture_note, convert_refusal
+from tools.core.schemas import ModelSpec, TrainingBrief
+from tools.research.model_catalog import lookup_model
+
+# The copied parser's help strings hold an upstream "\\ " escape.
+pytestmark = pytest.mark.filterwarnings("ignore:invalid escape sequence:DeprecationWarning")
+
+PARSER = Path(__file__).parents[2] / "data" / "megatron_deepspeed_arguments.py"
+
+
+def _parser() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("megatron_deepspeed_arguments", PARSER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _config(stage: int, dp: int) -> dict[str, Any]:
+    return {
+        "train_batch_size": 4 * dp,
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 4,
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": stage},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+    }
+
+
+# id, catalog model, task, sequence length, (tensor, pipeline), GPUs
+PLANS = [
+    ("dense-llama", "llama-3-70b", "pretrain", 4096, (4, 2), 16),
+    ("moe-mixtral", "mixtral-8x7b", "pretrain", 4096, (2, 2), 8),
+    ("long-context", "mistral-7b", "pretrain", 32768, (4, 1), 8),
+    ("fine-tune", "llama-2-13b", "finetune", 2048, (2, 2), 8),
+    ("continued-pretraining", "mixtral-8x22b", "continued-pretraining", 4096, (8, 4), 64),
+]
+
+
+def _plan(name: str, task: str, seq: int, split: tuple[int, int], gpus: int) -> Any:
+    model = lookup_model(name, seq)
+    # Continued pretraining is the pretrain task from the model's weights.
+    kind = (
+        {"task": "pretrain", "objective": task}
+        if task == "continued-pretraining"
+        else {"task": task}
+    )
+    brief = TrainingBrief(goal="x", model=name, seq_len=seq, global_batch_size=64, **kind)  # type: ignore[arg-type]
+    dp = gpus // (split[0] * split[1])
+    config = _config(1, dp)
+    return model, brief, megatron.megatron_args(brief, model, split, config, 100, "bf16"), dp
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def _expected(model: ModelSpec) -> dict[str, str | None]:
+    """What the config says, as flag -> value (None: a switch that must be there)."""
+    cfg = model.hf_config or {}
+    want: dict[str, str | None] = {
+        "--num-layers": str(cfg["num_hidden_layers"]),
+        "--hidden-size": str(cfg["hidden_size"]),
+        "--num-attention-heads": str(cfg["num_attention_heads"]),
+        "--ffn-hidden-size": str(cfg["intermediate_size"]),
+        "--swiglu": None,
+        "--normalization": "rmsnorm",
+        "--layernorm-epsilon": f"{cfg['rms_norm_eps']:g}",
+        "--use-rotary-position-embeddings": None,
+        "--rotary-position-embeddings-theta": str(int(cfg.get("rope_theta") or 10000)),
+        "--untie-embeddings-and-output-weights": None,
+        "--disable-bias-linear": None,
+    }
+    if cfg.get("num_key_value_heads", cfg["num_attention_heads"]) != cfg["num_attention_heads"]:
+        want["--num-key-value-heads"] = str(cfg["num_key_value_heads"])
+    if cfg.get("num_local_experts"):
+        want |= {
+            "--num-experts": str(cfg["num_local_experts"]),
+            "--topk": str(cfg["num_experts_per_tok"]),
+            "--moe-loss-coeff": f"{cfg['router_aux_loss_coef']:g}",
+            "--expert-interval": "1",
+            "--moe-expert-parallel-size": "1",
+            "--disable-moe-token-dropping": None,
+        }
+    return want
+
+
+@pytest.mark.parametrize(
+    ("name", "task", "seq", "split", "gpus"), [p[1:] for p in PLANS], ids=[p[0] for p in PLANS]
+)
+def test_megatron_flags_follow_the_model_config(
+    name: str, task: str, seq: int, split: tuple[int, int], gpus: int
+) -> None:
+    model, _, argv, _ = _plan(name, task, seq, split, gpus)
+    for flag, value in _expected(model).items():
+        assert flag in argv, (name, flag)
+        if value is not None:
+            assert _flag(argv, flag) == value, (name, flag)
+    if not (model.hf_config or {}).get("num_local_experts"):
+        assert "--num-experts" not in argv
+    # The padded vocabulary is the model's own: multiple x tensor degree divides it.
+    multiple = int(_flag(argv, "--make-vocab-size-divisible-by"))
+    assert model.vocab % (multiple * split[0]) == 0
+    assert int(_flag(argv, "--seq-length")) == seq
+
+
+@pytest.mark.parametrize(
+    ("name", "task", "seq", "split", "gpus"), [p[1:] for p in PLANS], ids=[p[0] for p in PLANS]
+)
+def test_megatron_deepspeed_parser_accepts_every_command(
+    name: str,
+    task: str,
+    seq: int,
+    split: tuple[int, int],
+    gpus: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model, brief, argv, _ = _plan(name, task, seq, split, gpus)
+    argv = [str(a) for a in megatron.first_run(argv)[1:]]
+    if brief.loads_weights:
+        # Weights come first from the converted checkpoint, model only: not random.
+        assert argv[argv.index("--load") + 1] == megatron.FINETUNE_CHECKPOINT
+        assert "--finetune" in argv
+    parser = _parser()
+    monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *argv])
+    monkeypatch.setenv("WORLD_SIZE", str(gpus))
+    monkeypatch.setenv("RANK", "0")
+    args = parser.validate_args(parser.parse_args())
+    assert args.num_layers == model.layers and args.hidden_size == model.hidden
+    assert args.num_key_value_heads == (model.kv_heads or model.heads)
+    assert args.swiglu and args.normalization == "rmsnorm" and not args.add_bias_linear
+    assert args.untie_embeddings_and_output_weights and not args.add_position_embedding
+    cfg = model.hf_config or {}
+    assert args.rope_theta == int(cfg.get("rope_theta") or 10000)
+    assert args.num_experts == [cfg.get("num_local_experts", 1)]
+    assert args.topk == cfg.get("num_experts_per_tok", 1)
+
+
+def test_mixtral_fine_tune_is_not_converted_as_a_dense_llama() -> None:
+    mixtral = lookup_model("mixtral-8x7b", 4096)
+    assert convert_refusal(mixtral) is not None and "experts" in str(convert_refusal(mixtral))
+    assert convert_refusal(lookup_model("llama-2-13b", 2048)) is None
+    assert "8 experts in every layer, top-2 routing" in architecture_note(mixtral)
+
+
+def test_what_megatron_cannot_build_is_said() -> None:
+    note = architecture_note(lookup_model("llama-3.1-8b", 4096))
+    assert "RoPE scaling (llama3)" in note and "cannot express" in note
+    assert "cannot express" not in architecture_note(lookup_model("llama-3-8b", 4096))
