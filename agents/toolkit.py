@@ -97,8 +97,12 @@ class PlanParallelismArgs(BaseModel):
 class EmitLaunchArgs(BaseModel):
     """Arguments of emit_launch."""
 
-    steps: int = Field(
-        default=1000, ge=1, le=10_000_000, description="optimizer steps the real run should take"
+    steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="optimizer steps the real run should take; omit for the plan's (the "
+        "request's dataset tokens over the tokens per step, else 1000)",
     )
 
 
@@ -293,8 +297,10 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
     """plan_parallelism, emit_deepspeed_config, emit_launch, run_smoke_test."""
     from tools.artifacts.deepspeed_config import emit_deepspeed_config as _emit
     from tools.artifacts.deepspeed_config import planned_total_steps
+    from tools.artifacts.deepspeed_config import with_run_steps as _with_run_steps
     from tools.artifacts.ds_validate import validate_deepspeed_config
     from tools.artifacts.launch import emit_launch as _emit_launch
+    from tools.artifacts.run_shape import run_steps
     from tools.planning import SearchOptions, data_parallel_size, search_strategy
     from tools.research.framework import follow_setup
 
@@ -368,11 +374,15 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         )
         return json.dumps({"deepspeed_config": config, "validated_world_size": dp})
 
-    def emit_launch(steps: int = 1000) -> str:
+    def emit_launch(steps: int | None = None) -> str:
         """Write ds_config.json, train.py, hostfile and launch.sh to the output directory."""
         hw = need(ws.hardware, "the hardware", "profile_hardware")
         model = need(ws.model, "the model", "lookup_model")
         fw = need(ws.framework, "the framework", "the researcher's select_framework")
+        if ws.deepspeed_config is not None:
+            # The plan's config, its schedule sized for the run launched (run_shape.py).
+            total = run_steps(ws.brief, steps)[0]
+            ws.deepspeed_config = _with_run_steps(ws.deepspeed_config, ws.brief, model, total)
         ws.launch = _emit_launch(
             ws.out_dir, ws.brief, hw, model, fw, ws.deepspeed_config, steps=steps, memory=ws.memory
         )

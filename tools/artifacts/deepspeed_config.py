@@ -28,8 +28,10 @@ from typing import Any
 from tools.core.errors import ToolFailure
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.core.strategies import OFFLOAD_STRATEGIES, ZERO_STAGE, check_strategy
-from tools.planning import data_parallel_size, resolve_precision, zero_settings
+from tools.planning import resolve_precision, zero_settings
 from tools.planning.batch import resolve_batch
+from tools.planning.batch_layout import BatchLayout
+from tools.planning.lr_schedule import DEFAULT_RUN_STEPS, LrSchedule, plan_schedule
 
 
 class ConfigError(ToolFailure):
@@ -41,18 +43,88 @@ class ConfigError(ToolFailure):
 
 
 # Optimizer recipes by task. Pretraining: LLaMA (Touvron et al. 2023, sec. 2.2) AdamW
-# betas (0.9, 0.95), weight decay 0.1, 2000 warmup steps, lr 3e-4 at 7B. Full fine-tuning:
-# lr 2e-5 (Stanford Alpaca's recipe). LoRA: lr 2e-4 (QLoRA, Dettmers et al. 2023, appendix).
+# betas (0.9, 0.95), weight decay 0.1. Fine-tuning and LoRA: AdamW's default betas, no weight
+# decay (Stanford Alpaca's recipe). The peak rate, warm-up and decay are the run's schedule
+# (tools/planning/lr_schedule.py: by model size, batch and planned steps, with its sources).
 _RECIPES: dict[str, dict[str, Any]] = {
-    "pretrain": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1, "warmup": 2000},
-    "finetune": {"lr": 2e-5, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup": 100},
-    "lora": {"lr": 2e-4, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup": 100},
+    "pretrain": {"betas": [0.9, 0.95], "weight_decay": 0.1},
+    "finetune": {"betas": [0.9, 0.999], "weight_decay": 0.0},
+    "lora": {"betas": [0.9, 0.999], "weight_decay": 0.0},
 }
 
 
 def task_recipe(task: str) -> dict[str, Any]:
-    """The optimizer recipe (lr, betas, weight decay, warm-up steps) for a training task."""
+    """The optimizer recipe (betas, weight decay) for a training task."""
     return dict(_RECIPES.get(task, _RECIPES["pretrain"]))
+
+
+def run_schedule(
+    brief: TrainingBrief, model: ModelSpec, total_steps: int, layout: BatchLayout | None = None
+) -> LrSchedule:
+    """The plan's learning-rate schedule for a ``total_steps`` run (lr_schedule.py's rules)."""
+    sequences = layout.global_batch if layout is not None else brief.batch
+    return plan_schedule(brief.task, model.params, sequences * brief.seq_len, total_steps)
+
+
+def scheduler_section(schedule: LrSchedule) -> dict[str, Any]:
+    """DeepSpeed's WarmupCosineLR for the schedule: it peaks at the optimizer's ``lr``.
+
+    deepspeed/runtime/lr_schedules.py ``WarmupCosineLR``: linear warm-up from
+    ``warmup_min_ratio`` x lr over ``warmup_num_steps`` (DeepSpeed raises it to 2 at the
+    least), then cosine to ``cos_min_ratio`` x lr at ``total_num_steps``.
+    """
+    return {
+        "type": "WarmupCosineLR",
+        "params": {
+            "total_num_steps": schedule.total_steps,
+            "warmup_min_ratio": 0.0,
+            "warmup_num_steps": schedule.warmup_steps,
+            "cos_min_ratio": schedule.min_lr_ratio,
+            "warmup_type": "linear",
+        },
+    }
+
+
+def optimizer_sections(
+    brief: TrainingBrief,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    layout: BatchLayout,
+    total_steps: int,
+) -> dict[str, Any]:
+    """ds_config.json's ``optimizer``, ``scheduler`` and ``gradient_clipping`` for the run."""
+    recipe = task_recipe(brief.task)
+    schedule = run_schedule(brief, model, total_steps, layout)
+    params: dict[str, Any] = {
+        "lr": schedule.peak_lr,
+        "betas": recipe["betas"],
+        "eps": 1e-8,
+        "weight_decay": recipe["weight_decay"],
+    }
+    if hardware.gpu is None:
+        # DeepSpeed's FusedAdam is a CUDA kernel; on CPU use torch.optim.AdamW.
+        params["torch_adam"] = True
+    return {
+        "optimizer": {"type": "AdamW", "params": params},
+        "scheduler": scheduler_section(schedule),
+        "gradient_clipping": 1.0,
+    }
+
+
+def with_run_steps(
+    config: dict[str, Any], brief: TrainingBrief, model: ModelSpec, total_steps: int
+) -> dict[str, Any]:
+    """The config with its schedule sized for a ``total_steps`` run (the launch's steps).
+
+    A config without an optimizer (no recipe for the task) is returned as it is.
+    """
+    if "optimizer" not in config:
+        return config
+    schedule = run_schedule(brief, model, total_steps, BatchLayout.of_deepspeed(config))
+    updated = copy.deepcopy(config)
+    updated["optimizer"]["params"]["lr"] = schedule.peak_lr
+    updated["scheduler"] = scheduler_section(schedule)
+    return updated
 
 
 # The keys the Hugging Face Trainer resolves when they say "auto" (Transformers docs: DeepSpeed
@@ -148,23 +220,24 @@ def emit_deepspeed_config(
         hardware: The target; its data-parallel size (the world size over the plan's tensor x
             pipeline degree) fixes train_batch_size.
         brief: The brief (task picks the optimizer recipe, precision the 16-bit section).
-        total_steps: Planned optimizer steps; with it the LR decays (WarmupDecayLR), without it
-            it stays at the peak after warmup (WarmupLR). Defaults to the brief's
-            ``dataset_tokens`` over the tokens per step (``planned_total_steps``), when given.
+        total_steps: Planned optimizer steps, which the schedule (WarmupCosineLR: warm-up,
+            then cosine decay, ``run_schedule``) spans. Defaults to the brief's
+            ``dataset_tokens`` over the tokens per step (``planned_total_steps``), else the
+            launch files' default run (``DEFAULT_RUN_STEPS``); the launch resizes it to the
+            steps it runs (``with_run_steps``).
         autotp: The plan's tensor parallelism runs on DeepSpeed AutoTP (the plan's framework is
             deepspeed, tools/research/framework.py ``setup_framework``): the config gets
             ``"tensor_parallel": {"autotp_size": t}``. Otherwise Megatron builds the split and
             hands DeepSpeed its process groups, and the config has no such section.
     """
     brief = resolve_batch(brief, model, hardware)[0]  # the default the search planned with
-    world = data_parallel_size(
-        hardware, plan.tensor_parallel, plan.pipeline_parallel, plan.context_parallel
-    )
-    train_batch = plan.micro_batch_size * plan.gradient_accumulation_steps * world
+    layout = BatchLayout.of_plan(plan, hardware)
+    train_batch = layout.global_batch
     if train_batch != brief.batch:
         raise ConfigError(
-            f"plan gives {plan.micro_batch_size} x {plan.gradient_accumulation_steps} x {world} "
-            f"= {train_batch} sequences per step, the brief asks {brief.batch}",
+            f"plan gives {plan.micro_batch_size} x {plan.gradient_accumulation_steps} x "
+            f"{layout.data_parallel} = {train_batch} sequences per step, the brief asks "
+            f"{brief.batch}",
             key="train_batch_size",
         )
     if plan.context_parallel > 1:
@@ -187,11 +260,9 @@ def emit_deepspeed_config(
             key="tensor_parallel.autotp_size",
         )
     if total_steps is None:
-        total_steps = planned_total_steps(brief)
+        total_steps = planned_total_steps(brief) or DEFAULT_RUN_STEPS
     config: dict[str, Any] = {
-        "train_batch_size": train_batch,
-        "train_micro_batch_size_per_gpu": plan.micro_batch_size,
-        "gradient_accumulation_steps": plan.gradient_accumulation_steps,
+        **layout.deepspeed_fields(),
         "steps_per_print": 10,
         "wall_clock_breakdown": False,
     }
@@ -215,32 +286,8 @@ def emit_deepspeed_config(
         # over groups of ``tp`` consecutive ranks and sizes batches by world / tp.
         config["tensor_parallel"] = {"autotp_size": tp}
 
-    recipe = _RECIPES.get(brief.task)
-    if recipe is not None:
-        params: dict[str, Any] = {
-            "lr": recipe["lr"],
-            "betas": recipe["betas"],
-            "eps": 1e-8,
-            "weight_decay": recipe["weight_decay"],
-        }
-        if hardware.gpu is None:
-            # DeepSpeed's FusedAdam is a CUDA kernel; on CPU use torch.optim.AdamW.
-            params["torch_adam"] = True
-        config["optimizer"] = {"type": "AdamW", "params": params}
-        warmup = recipe["warmup"]
-        scheduler_params: dict[str, Any] = {
-            "warmup_min_lr": 0.0,
-            "warmup_max_lr": recipe["lr"],
-            "warmup_num_steps": warmup,
-            "warmup_type": "linear",
-        }
-        if total_steps is not None:
-            scheduler_params["warmup_num_steps"] = min(warmup, max(1, total_steps // 10))
-            scheduler_params["total_num_steps"] = total_steps
-            config["scheduler"] = {"type": "WarmupDecayLR", "params": scheduler_params}
-        else:
-            config["scheduler"] = {"type": "WarmupLR", "params": scheduler_params}
-        config["gradient_clipping"] = 1.0
+    if brief.task in _RECIPES:
+        config |= optimizer_sections(brief, model, hardware, layout, total_steps)
     if plan.activation_checkpointing:
         # Configures deepspeed.checkpointing for models that call it; Hugging Face models turn
         # recomputation on with model.gradient_checkpointing_enable() instead.
