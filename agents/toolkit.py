@@ -381,8 +381,8 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         fw = need(ws.framework, "the framework", "the researcher's select_framework")
         if ws.deepspeed_config is not None:
             # The plan's config, its schedule sized for the run launched (run_shape.py).
-            total = run_steps(ws.brief, steps)[0]
-            ws.deepspeed_config = _with_run_steps(ws.deepspeed_config, ws.brief, model, total)
+            total = run_steps(ws.brief, steps, ws.deepspeed_config)[0]
+            ws.deepspeed_config = _with_run_steps(ws.deepspeed_config, total)
         ws.launch = _emit_launch(
             ws.out_dir, ws.brief, hw, model, fw, ws.deepspeed_config, steps=steps, memory=ws.memory
         )

@@ -31,7 +31,7 @@ from tools.core.strategies import OFFLOAD_STRATEGIES, ZERO_STAGE, check_strategy
 from tools.planning import resolve_precision, zero_settings
 from tools.planning.batch import resolve_batch
 from tools.planning.batch_layout import BatchLayout
-from tools.planning.lr_schedule import DEFAULT_RUN_STEPS, LrSchedule, plan_schedule
+from tools.planning.lr_schedule import DEFAULT_RUN_STEPS, LrSchedule, plan_schedule, warmup_steps
 
 
 class ConfigError(ToolFailure):
@@ -111,19 +111,36 @@ def optimizer_sections(
     }
 
 
-def with_run_steps(
-    config: dict[str, Any], brief: TrainingBrief, model: ModelSpec, total_steps: int
-) -> dict[str, Any]:
-    """The config with its schedule sized for a ``total_steps`` run (the launch's steps).
+def with_run_steps(config: dict[str, Any], total_steps: int) -> dict[str, Any]:
+    """The config with its schedule resized to a ``total_steps`` run (the launch's steps).
 
-    A config without an optimizer (no recipe for the task) is returned as it is.
+    A schedule emitted for another length keeps its type, peak and floor; its total becomes the
+    run's and its warm-up the planner's share of it (``warmup_steps``). A WarmupLR without a
+    total (never decays) becomes WarmupCosineLR over the run, peaking at its own rate. A config
+    with no scheduler, or already sized for the run, is returned as it is.
     """
-    if "optimizer" not in config:
+    section = config.get("scheduler")
+    if not isinstance(section, dict) or not isinstance(section.get("params"), dict):
         return config
-    schedule = run_schedule(brief, model, total_steps, BatchLayout.of_deepspeed(config))
+    params = section["params"]
+    if params.get("total_num_steps") == total_steps:
+        return config
     updated = copy.deepcopy(config)
-    updated["optimizer"]["params"]["lr"] = schedule.peak_lr
-    updated["scheduler"] = scheduler_section(schedule)
+    new = dict(params, total_num_steps=total_steps, warmup_num_steps=warmup_steps(total_steps))
+    if section.get("type") == "WarmupLR":
+        peak = params.get("warmup_max_lr")
+        if isinstance(peak, (int, float)) and "optimizer" in updated:
+            updated["optimizer"].setdefault("params", {})["lr"] = peak
+        new = {
+            "total_num_steps": total_steps,
+            "warmup_min_ratio": 0.0,
+            "warmup_num_steps": warmup_steps(total_steps),
+            "cos_min_ratio": 0.0,
+            "warmup_type": "linear",
+        }
+        updated["scheduler"] = {"type": "WarmupCosineLR", "params": new}
+        return updated
+    updated["scheduler"]["params"] = new
     return updated
 
 

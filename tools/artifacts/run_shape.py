@@ -29,10 +29,19 @@ class RunShape:
     notes: tuple[str, ...]
 
 
-def run_steps(brief: TrainingBrief, steps: int | None) -> tuple[int, str]:
-    """The run's optimizer steps and where they come from."""
+def run_steps(
+    brief: TrainingBrief, steps: int | None, config: dict[str, Any] | None = None
+) -> tuple[int, str]:
+    """The run's optimizer steps and where they come from.
+
+    The engineer's ``steps``, else the length the DeepSpeed config's schedule was emitted for,
+    else the brief's dataset tokens over the tokens per step, else the default run.
+    """
     if steps is not None:
         return steps, f"{steps} optimizer steps, as the launch was asked for"
+    emitted = ((config or {}).get("scheduler") or {}).get("params", {}).get("total_num_steps")
+    if isinstance(emitted, int) and emitted > 0:
+        return emitted, f"{emitted} optimizer steps, the length ds_config.json's schedule spans"
     planned = planned_total_steps(brief)
     if planned is not None:
         return planned, (
@@ -41,29 +50,43 @@ def run_steps(brief: TrainingBrief, steps: int | None) -> tuple[int, str]:
         )
     return DEFAULT_RUN_STEPS, (
         f"{DEFAULT_RUN_STEPS} optimizer steps: the default run, as the request gives no dataset "
-        "size (dataset_tokens); pass --steps to launch.sh and re-plan with the real length, "
-        "since the schedule is sized for these steps"
+        "size (dataset_tokens); the schedule is sized for these steps, so re-plan with the real "
+        "length rather than only passing --steps to launch.sh"
     )
 
 
 def layout_of(
-    memory: MemoryPlan | None,
-    hardware: HardwareSpec,
-    config: dict[str, Any] | None,
-    brief: TrainingBrief,
-) -> BatchLayout:
-    """The plan's batch layout: the memory plan's split, else the config's, else DDP's.
+    memory: MemoryPlan | None, hardware: HardwareSpec, config: dict[str, Any] | None
+) -> tuple[BatchLayout, str | None]:
+    """The plan's batch layout: the memory plan's split, else the config's, else one per rank.
 
-    Without either, every rank runs one sequence per micro-step and accumulates to the brief's
-    batch when the world divides it.
+    Without either (a launch written with no memory plan), every rank runs one sequence per
+    step, and the note says so.
     """
     if memory is not None:
-        return BatchLayout.of_plan(memory, hardware)
+        return BatchLayout.of_plan(memory, hardware), None
     if config is not None:
-        return BatchLayout.of_deepspeed(config)
-    world = max(1, hardware.world_size)
-    accumulation = brief.batch // world if brief.batch % world == 0 else 1
-    return BatchLayout(1, max(1, accumulation), world)
+        return BatchLayout.of_deepspeed(config), None
+    layout = BatchLayout(1, 1, max(1, hardware.world_size))
+    return layout, (
+        "no memory plan: one sequence per rank and step, no accumulation; plan the strategy "
+        "for the request's batch split"
+    )
+
+
+def config_schedule_note(config: dict[str, Any], schedule: LrSchedule) -> str:
+    """What ds_config.json's schedule is: the plan's rule, or the config's own."""
+    section = config.get("scheduler")
+    peak = ((config.get("optimizer") or {}).get("params") or {}).get("lr")
+    if not isinstance(section, dict):
+        return "ds_config.json has no scheduler: DeepSpeed keeps the optimizer's rate constant"
+    params = section.get("params") or {}
+    if peak == schedule.peak_lr and params.get("warmup_num_steps") == schedule.warmup_steps:
+        return schedule.note()
+    return (
+        f"learning rate: ds_config.json's {section.get('type')} (peak {peak}, warm-up "
+        f"{params.get('warmup_num_steps')} of {params.get('total_num_steps')} steps), as given"
+    )
 
 
 def shape_run(
@@ -75,12 +98,13 @@ def shape_run(
     steps: int | None,
 ) -> tuple[RunShape, dict[str, Any] | None]:
     """The run, and the DeepSpeed config with its schedule sized for it."""
-    total, why = run_steps(brief, steps)
-    layout = layout_of(memory, hardware, config, brief)
+    total, why = run_steps(brief, steps, config)
+    layout, assumed = layout_of(memory, hardware, config)
     schedule = run_schedule(brief, model, total, layout)
-    notes = [why, f"batch: {layout.describe()}"]
-    if brief.task in ("pretrain", "finetune", "lora"):
-        notes.append(schedule.note())
+    notes = [why, f"batch: {layout.describe()}" + (f" ({assumed})" if assumed else "")]
     if config is not None:
-        config = with_run_steps(config, brief, model, total)
+        config = with_run_steps(config, total)
+        notes.append(config_schedule_note(config, schedule))
+    elif brief.task in ("pretrain", "finetune", "lora"):
+        notes.append(schedule.note())
     return RunShape(total, layout, schedule, tuple(notes)), config
