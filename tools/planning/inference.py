@@ -63,6 +63,7 @@ from tools.planning.comm import (
     catalog_gpu,
 )
 from tools.planning.memory import GB
+from tools.planning.serve_flags import INT8_CHECKPOINT, vllm_precision_flags
 
 # Achieved fraction of dense peak for compute-bound prefill, by GPU class: (efficiency, why),
 # typical LLM MFU figures (the training speed model works per kernel instead:
@@ -393,6 +394,8 @@ def plan_inference(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrie
         _speed(plan, model, hardware, batch)
     else:
         plan.assumptions.append("no GPU datasheet figures: no throughput or latency estimate")
+    if engine == "vllm" and dtype == "int8":
+        plan.assumptions.append(INT8_CHECKPOINT)
     plan.command = serving_command(plan)
     return plan
 
@@ -532,14 +535,9 @@ def serving_command(plan: InferencePlan) -> list[str]:
             seqs,
             "--gpu-memory-utilization",
             f"{plan.gpu_memory_utilization:g}",
-            "--dtype",
-            act_dtype,
         ]
-        if plan.weight_dtype == "fp8":
-            cmd += ["--quantization", "fp8"]
-        elif plan.weight_dtype == "int4":
-            cmd += ["--quantization", "bitsandbytes"]
-        return cmd
+        # The plan's weight and KV formats, quantization included (serve_flags.py).
+        return cmd + vllm_precision_flags(plan)
     if plan.engine == "tgi":
         cmd = [
             "text-generation-launcher",
