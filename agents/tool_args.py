@@ -68,8 +68,12 @@ class PlanParallelismArgs(BaseModel):
 class EmitLaunchArgs(BaseModel):
     """Arguments of emit_launch."""
 
-    steps: int = Field(
-        default=1000, ge=1, le=10_000_000, description="optimizer steps the real run should take"
+    steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="optimizer steps the real run should take; omit for the plan's (the "
+        "request's dataset tokens over the tokens per step, else 1000)",
     )
 
 

@@ -121,7 +121,9 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
 
 def engineer_tools(ws: Workspace) -> list[BaseTool]:
     """plan_parallelism, emit_deepspeed_config, emit_launch, run_smoke_test."""
+    from tools.artifacts.deepspeed_config import with_run_steps as _with_run_steps
     from tools.artifacts.launch import emit_launch as _emit_launch
+    from tools.artifacts.run_shape import run_steps
     from tools.planning import SearchOptions, search_strategy
     from tools.research.framework import follow_setup
 
@@ -166,11 +168,15 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         """Write the DeepSpeed config for the chosen strategy and validate it with DeepSpeed itself."""
         return _emit_validated_config(ws)
 
-    def emit_launch(steps: int = 1000) -> str:
+    def emit_launch(steps: int | None = None) -> str:
         """Write ds_config.json, train.py, hostfile and launch.sh to the output directory."""
         hw = need(ws.hardware, "the hardware", "profile_hardware")
         model = need(ws.model, "the model", "lookup_model")
         fw = need(ws.framework, "the framework", "the researcher's select_framework")
+        if ws.deepspeed_config is not None:
+            # The plan's config, its schedule sized for the run launched (run_shape.py).
+            total = run_steps(ws.brief, steps, ws.deepspeed_config)[0]
+            ws.deepspeed_config = _with_run_steps(ws.deepspeed_config, total)
         ws.launch = _emit_launch(
             ws.out_dir, ws.brief, hw, model, fw, ws.deepspeed_config, steps=steps, memory=ws.memory
         )

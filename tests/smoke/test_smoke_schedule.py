@@ -26,7 +26,8 @@ def _lrs(run_dir: str | None) -> list[float]:
 @pytest.mark.parametrize(
     ("warmup", "total", "expected"),
     [
-        (2000, None, 3),
+        # No total (an older plan's WarmupLR): the planner's 3% of the run.
+        (2000, None, 1),
         (100, 1000, 3),
         (500, 10_000, 2),
         (0, 1000, 0),
@@ -71,8 +72,8 @@ def test_adapted_config_keeps_the_scheduler_only_when_told_the_steps() -> None:
     with_steps, notes = adapt_ds_config(
         plan_ds_config(2), device="cpu", ranks=2, micro_batch_size=1, steps=STEPS
     )
-    assert with_steps["scheduler"]["params"]["warmup_num_steps"] == 3
-    assert "plan's scheduler WarmupLR: warmup 100 -> 3 steps, peak lr default -> 0.003" in notes
+    assert with_steps["scheduler"]["params"]["warmup_num_steps"] == 1
+    assert "plan's scheduler WarmupLR: warmup 100 -> 1 steps, peak lr default -> 0.003" in notes
     without, notes = adapt_ds_config(plan_ds_config(2), device="cpu", ranks=2, micro_batch_size=1)
     assert "scheduler" not in without
     assert any(note.endswith("(dropped scheduler)") for note in notes)

@@ -28,8 +28,10 @@ from typing import Any
 from tools.core.errors import ToolFailure
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.core.strategies import OFFLOAD_STRATEGIES, ZERO_STAGE, check_strategy
-from tools.planning import data_parallel_size, resolve_precision, zero_settings
+from tools.planning import resolve_precision, zero_settings
 from tools.planning.batch import resolve_batch
+from tools.planning.batch_layout import BatchLayout
+from tools.planning.lr_schedule import DEFAULT_RUN_STEPS, LrSchedule, plan_schedule, warmup_steps
 
 
 class ConfigError(ToolFailure):
@@ -41,18 +43,105 @@ class ConfigError(ToolFailure):
 
 
 # Optimizer recipes by task. Pretraining: LLaMA (Touvron et al. 2023, sec. 2.2) AdamW
-# betas (0.9, 0.95), weight decay 0.1, 2000 warmup steps, lr 3e-4 at 7B. Full fine-tuning:
-# lr 2e-5 (Stanford Alpaca's recipe). LoRA: lr 2e-4 (QLoRA, Dettmers et al. 2023, appendix).
+# betas (0.9, 0.95), weight decay 0.1. Fine-tuning and LoRA: AdamW's default betas, no weight
+# decay (Stanford Alpaca's recipe). The peak rate, warm-up and decay are the run's schedule
+# (tools/planning/lr_schedule.py: by model size, batch and planned steps, with its sources).
 _RECIPES: dict[str, dict[str, Any]] = {
-    "pretrain": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1, "warmup": 2000},
-    "finetune": {"lr": 2e-5, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup": 100},
-    "lora": {"lr": 2e-4, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup": 100},
+    "pretrain": {"betas": [0.9, 0.95], "weight_decay": 0.1},
+    "finetune": {"betas": [0.9, 0.999], "weight_decay": 0.0},
+    "lora": {"betas": [0.9, 0.999], "weight_decay": 0.0},
 }
 
 
 def task_recipe(task: str) -> dict[str, Any]:
-    """The optimizer recipe (lr, betas, weight decay, warm-up steps) for a training task."""
+    """The optimizer recipe (betas, weight decay) for a training task."""
     return dict(_RECIPES.get(task, _RECIPES["pretrain"]))
+
+
+def run_schedule(
+    brief: TrainingBrief, model: ModelSpec, total_steps: int, layout: BatchLayout | None = None
+) -> LrSchedule:
+    """The plan's learning-rate schedule for a ``total_steps`` run (lr_schedule.py's rules)."""
+    sequences = layout.global_batch if layout is not None else brief.batch
+    return plan_schedule(brief.task, model.params, sequences * brief.seq_len, total_steps)
+
+
+def scheduler_section(schedule: LrSchedule) -> dict[str, Any]:
+    """DeepSpeed's WarmupCosineLR for the schedule: it peaks at the optimizer's ``lr``.
+
+    deepspeed/runtime/lr_schedules.py ``WarmupCosineLR``: linear warm-up from
+    ``warmup_min_ratio`` x lr over ``warmup_num_steps`` (DeepSpeed raises it to 2 at the
+    least), then cosine to ``cos_min_ratio`` x lr at ``total_num_steps``.
+    """
+    return {
+        "type": "WarmupCosineLR",
+        "params": {
+            "total_num_steps": schedule.total_steps,
+            "warmup_min_ratio": 0.0,
+            "warmup_num_steps": schedule.warmup_steps,
+            "cos_min_ratio": schedule.min_lr_ratio,
+            "warmup_type": "linear",
+        },
+    }
+
+
+def optimizer_sections(
+    brief: TrainingBrief,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    layout: BatchLayout,
+    total_steps: int,
+) -> dict[str, Any]:
+    """ds_config.json's ``optimizer``, ``scheduler`` and ``gradient_clipping`` for the run."""
+    recipe = task_recipe(brief.task)
+    schedule = run_schedule(brief, model, total_steps, layout)
+    params: dict[str, Any] = {
+        "lr": schedule.peak_lr,
+        "betas": recipe["betas"],
+        "eps": 1e-8,
+        "weight_decay": recipe["weight_decay"],
+    }
+    if hardware.gpu is None:
+        # DeepSpeed's FusedAdam is a CUDA kernel; on CPU use torch.optim.AdamW.
+        params["torch_adam"] = True
+    return {
+        "optimizer": {"type": "AdamW", "params": params},
+        "scheduler": scheduler_section(schedule),
+        "gradient_clipping": 1.0,
+    }
+
+
+def with_run_steps(config: dict[str, Any], total_steps: int) -> dict[str, Any]:
+    """The config with its schedule resized to a ``total_steps`` run (the launch's steps).
+
+    A schedule emitted for another length keeps its type, peak and floor; its total becomes the
+    run's and its warm-up the planner's share of it (``warmup_steps``). A WarmupLR without a
+    total (never decays) becomes WarmupCosineLR over the run, peaking at its own rate. A config
+    with no scheduler, or already sized for the run, is returned as it is.
+    """
+    section = config.get("scheduler")
+    if not isinstance(section, dict) or not isinstance(section.get("params"), dict):
+        return config
+    params = section["params"]
+    if params.get("total_num_steps") == total_steps:
+        return config
+    updated = copy.deepcopy(config)
+    new = dict(params, total_num_steps=total_steps, warmup_num_steps=warmup_steps(total_steps))
+    if section.get("type") == "WarmupLR":
+        peak = params.get("warmup_max_lr")
+        if isinstance(peak, (int, float)) and "optimizer" in updated:
+            updated["optimizer"].setdefault("params", {})["lr"] = peak
+        new = {
+            "total_num_steps": total_steps,
+            "warmup_min_ratio": 0.0,
+            "warmup_num_steps": warmup_steps(total_steps),
+            "cos_min_ratio": 0.0,
+            "warmup_type": "linear",
+        }
+        updated["scheduler"] = {"type": "WarmupCosineLR", "params": new}
+        return updated
+    updated["scheduler"]["params"] = new
+    return updated
 
 
 # The keys the Hugging Face Trainer resolves when they say "auto" (Transformers docs: DeepSpeed
@@ -148,23 +237,24 @@ def emit_deepspeed_config(
         hardware: The target; its data-parallel size (the world size over the plan's tensor x
             pipeline degree) fixes train_batch_size.
         brief: The brief (task picks the optimizer recipe, precision the 16-bit section).
-        total_steps: Planned optimizer steps; with it the LR decays (WarmupDecayLR), without it
-            it stays at the peak after warmup (WarmupLR). Defaults to the brief's
-            ``dataset_tokens`` over the tokens per step (``planned_total_steps``), when given.
+        total_steps: Planned optimizer steps, which the schedule (WarmupCosineLR: warm-up,
+            then cosine decay, ``run_schedule``) spans. Defaults to the brief's
+            ``dataset_tokens`` over the tokens per step (``planned_total_steps``), else the
+            launch files' default run (``DEFAULT_RUN_STEPS``); the launch resizes it to the
+            steps it runs (``with_run_steps``).
         autotp: The plan's tensor parallelism runs on DeepSpeed AutoTP (the plan's framework is
             deepspeed, tools/research/framework.py ``setup_framework``): the config gets
             ``"tensor_parallel": {"autotp_size": t}``. Otherwise Megatron builds the split and
             hands DeepSpeed its process groups, and the config has no such section.
     """
     brief = resolve_batch(brief, model, hardware)[0]  # the default the search planned with
-    train_batch = _train_batch(plan, hardware, brief)
+    layout = BatchLayout.of_plan(plan, hardware)
+    _check_batch(plan, layout, brief)
     _check_parallelism(plan, autotp)
     if total_steps is None:
-        total_steps = planned_total_steps(brief)
+        total_steps = planned_total_steps(brief) or DEFAULT_RUN_STEPS
     config: dict[str, Any] = {
-        "train_batch_size": train_batch,
-        "train_micro_batch_size_per_gpu": plan.micro_batch_size,
-        "gradient_accumulation_steps": plan.gradient_accumulation_steps,
+        **layout.deepspeed_fields(),
         "steps_per_print": 10,
         "wall_clock_breakdown": False,
     }
@@ -176,27 +266,22 @@ def emit_deepspeed_config(
         # TPTrainingConfig.autotp_size): deepspeed.initialize shards the model's linear layers
         # over groups of ``tp`` consecutive ranks and sizes batches by world / tp.
         config["tensor_parallel"] = {"autotp_size": tp}
-    recipe = _RECIPES.get(brief.task)
-    if recipe is not None:
-        config.update(_optimizer_sections(recipe, hardware, total_steps))
+    if brief.task in _RECIPES:
+        config |= optimizer_sections(brief, model, hardware, layout, total_steps)
     if plan.activation_checkpointing:
         config["activation_checkpointing"] = _checkpointing_section(plan, autotp)
     return config
 
 
-def _train_batch(plan: MemoryPlan, hardware: HardwareSpec, brief: TrainingBrief) -> int:
-    """Sequences per optimizer step (micro x accumulation x data-parallel size): the brief's."""
-    world = data_parallel_size(
-        hardware, plan.tensor_parallel, plan.pipeline_parallel, plan.context_parallel
-    )
-    train_batch = plan.micro_batch_size * plan.gradient_accumulation_steps * world
-    if train_batch != brief.batch:
+def _check_batch(plan: MemoryPlan, layout: BatchLayout, brief: TrainingBrief) -> None:
+    """Refuse a split whose sequences per step (micro x accumulation x data parallel) miss the brief's."""
+    if layout.global_batch != brief.batch:
         raise ConfigError(
-            f"plan gives {plan.micro_batch_size} x {plan.gradient_accumulation_steps} x {world} "
-            f"= {train_batch} sequences per step, the brief asks {brief.batch}",
+            f"plan gives {plan.micro_batch_size} x {plan.gradient_accumulation_steps} x "
+            f"{layout.data_parallel} = {layout.global_batch} sequences per step, the brief asks "
+            f"{brief.batch}",
             key="train_batch_size",
         )
-    return train_batch
 
 
 def _check_parallelism(plan: MemoryPlan, autotp: bool) -> None:
@@ -240,37 +325,6 @@ def _precision_section(brief: TrainingBrief, hardware: HardwareSpec) -> dict[str
             }
         }
     return {}
-
-
-def _optimizer_sections(
-    recipe: dict[str, Any], hardware: HardwareSpec, total_steps: int | None
-) -> dict[str, Any]:
-    """AdamW, its warm-up schedule (decaying over ``total_steps`` when known) and clipping."""
-    params: dict[str, Any] = {
-        "lr": recipe["lr"],
-        "betas": recipe["betas"],
-        "eps": 1e-8,
-        "weight_decay": recipe["weight_decay"],
-    }
-    if hardware.gpu is None:
-        # DeepSpeed's FusedAdam is a CUDA kernel; on CPU use torch.optim.AdamW.
-        params["torch_adam"] = True
-    sections: dict[str, Any] = {"optimizer": {"type": "AdamW", "params": params}}
-    warmup = recipe["warmup"]
-    scheduler_params: dict[str, Any] = {
-        "warmup_min_lr": 0.0,
-        "warmup_max_lr": recipe["lr"],
-        "warmup_num_steps": warmup,
-        "warmup_type": "linear",
-    }
-    if total_steps is not None:
-        scheduler_params["warmup_num_steps"] = min(warmup, max(1, total_steps // 10))
-        scheduler_params["total_num_steps"] = total_steps
-        sections["scheduler"] = {"type": "WarmupDecayLR", "params": scheduler_params}
-    else:
-        sections["scheduler"] = {"type": "WarmupLR", "params": scheduler_params}
-    sections["gradient_clipping"] = 1.0
-    return sections
 
 
 def _checkpointing_section(plan: MemoryPlan, autotp: bool) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from typing import Any
 from tools.artifacts import cluster, guides, megatron, torchtitan
 from tools.artifacts.cluster import MASTER_PORT
 from tools.artifacts.deepspeed_config import hf_trainer_config, task_recipe
+from tools.artifacts.run_shape import RunShape, shape_run
 from tools.artifacts.scripts import Shell, comment_text, shell_quote
 from tools.core.errors import ToolFailure
 from tools.core.outputs import check_files, copy_file, listed, remove_file, write_file
@@ -140,6 +141,7 @@ class LaunchInputs:
     title: str  # the first comment line of every launch script
     strategy: str | None = None  # the memory plan's chosen strategy, when there is one
     memory: MemoryPlan | None = None  # the plan the setup comes from
+    run: RunShape | None = None  # steps, batch layout and schedule (tools/artifacts/run_shape.py)
 
 
 @dataclass
@@ -165,7 +167,7 @@ def emit_launch(
     framework: FrameworkChoice,
     deepspeed_config: dict[str, Any] | None,
     *,
-    steps: int = 1000,
+    steps: int | None = None,
     memory: MemoryPlan | None = None,
 ) -> LaunchSpec:
     """Write the files needed to start training on the target hardware and return the command.
@@ -173,9 +175,12 @@ def emit_launch(
     The command is an argument list (never a shell string); ``launch.sh`` quotes it for people.
     ``memory`` is the plan the config came from: a tensor/pipeline-parallel plan gets the
     Megatron-DeepSpeed launch. (The config alone cannot tell: its batch arithmetic gives the
-    product of the degrees at best, not the split.)
+    product of the degrees at best, not the split.) ``steps`` is the run's length (None: the
+    brief's dataset tokens over the tokens per step, else the default run); the schedule of
+    every launcher, ds_config.json's included, spans it (tools/artifacts/run_shape.py).
     """
     brief = resolve_batch(brief, model, hardware)[0]  # the default the search planned with
+    run, deepspeed_config = shape_run(brief, model, hardware, memory, deepspeed_config, steps)
     job = LaunchInputs(
         brief=brief,
         hardware=hardware,
@@ -189,7 +194,8 @@ def emit_launch(
             else None
         ),
         memory=memory,
-        steps=steps,
+        steps=run.steps,
+        run=run,
         gpus=hardware.gpus_per_node if hardware.gpus_per_node > 0 else 1,
         precision=resolve_precision(brief.precision, hardware),
         title=f"# Launch for: {comment_text(brief.goal or model.name)} ({framework.primary})",
@@ -221,7 +227,7 @@ def emit_launch(
     check_files(out_dir, texts)
     files = _write(out_dir, texts)
     _remove_stale(out_dir, files)
-    return LaunchSpec(command=launch.command, files=files)
+    return LaunchSpec(command=launch.command, files=files, notes=list(run.notes))
 
 
 def _launcher_for(framework: FrameworkChoice, job: LaunchInputs) -> str:
@@ -434,11 +440,10 @@ def _torchrun_how_to_run(hardware: HardwareSpec) -> str:
 
 def _train_py_args(job: LaunchInputs) -> list[str]:
     """train.py's arguments for the plan's job: model, weights, data, batch, schedule, checkpoints."""
-    micro = (job.deepspeed_config or {}).get("train_micro_batch_size_per_gpu")
-    if micro is None and job.memory is not None:
-        micro = job.memory.micro_batch_size
+    assert job.run is not None  # emit_launch shapes the run first
+    layout, schedule = job.run.layout, job.run.schedule
     args = [JOB_SCRIPT, *_model_args(job), "--steps", str(job.steps)]
-    args += ["--seq-len", str(job.brief.seq_len), "--micro-batch", str(micro or 1)]
+    args += ["--seq-len", str(job.brief.seq_len), "--micro-batch", str(layout.micro)]
     save_every = max(1, min(_MAX_SAVE_EVERY, job.steps // _SAVES_PER_RUN))
     args += ["--checkpoint-dir", "checkpoints", "--save-every", str(save_every)]
     args += ["--log-every", "10", "--metrics-dir", "metrics"]
@@ -446,14 +451,13 @@ def _train_py_args(job: LaunchInputs) -> list[str]:
     if job.deepspeed_config is not None:
         # Optimizer, schedule, clipping and accumulation are the config's.
         return [*args, "--deepspeed_config", "ds_config.json"]
+    # The run's schedule (tools/planning/lr_schedule.py); train.py's cosine ends at 0.
     recipe = task_recipe(job.brief.task)
-    warmup = min(int(recipe["warmup"]), max(1, job.steps // 10))
-    args += ["--lr", f"{recipe['lr']:g}", "--weight-decay", f"{recipe['weight_decay']:g}"]
-    args += ["--lr-schedule", "cosine", "--warmup-steps", str(warmup)]
-    if job.memory is not None:
-        args += ["--grad-accum", str(job.memory.gradient_accumulation_steps)]
-        if job.memory.activation_checkpointing:
-            args.append("--gradient-checkpointing")
+    args += ["--lr", f"{schedule.peak_lr:g}", "--weight-decay", f"{recipe['weight_decay']:g}"]
+    args += ["--lr-schedule", "cosine", "--warmup-steps", str(schedule.warmup_steps)]
+    args += ["--grad-accum", str(layout.accumulation)]
+    if job.memory is not None and job.memory.activation_checkpointing:
+        args.append("--gradient-checkpointing")
     return args
 
 

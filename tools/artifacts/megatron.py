@@ -22,6 +22,7 @@ from tools.artifacts import cluster
 from tools.artifacts.megatron_model import architecture_flags, architecture_note, convert_refusal
 from tools.artifacts.scripts import Shell, render, shell_join
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
+from tools.planning.batch_layout import BatchLayout
 
 # Megatron-DeepSpeed's training entry point, in the user's checkout. launch.sh runs from the
 # plan's directory (ds_config.json is there), so the script is named by the checkout's path:
@@ -166,11 +167,12 @@ def _batch_and_optimizer_flags(
 ) -> list[str]:
     """Sequence, batch sizes and steps from the config, then its optimizer, schedule and dtype.
 
-    Megatron-DeepSpeed hands DeepSpeed its own optimizer and LR schedule, which take precedence
-    over the config's (DeepSpeed uses a client optimizer when given one), so the recipe in
-    ds_config.json is repeated here as Megatron flags.
+    The batch is the config's layout (tools/planning/batch_layout.py: global = micro x
+    accumulation x data parallel; Megatron derives its micro-batches per step from the two
+    flags). Megatron-DeepSpeed hands DeepSpeed its own optimizer and LR schedule, which take
+    precedence over the config's (DeepSpeed uses a client optimizer when given one), so the
+    recipe in ds_config.json is repeated here as Megatron flags (``_schedule_flags``).
     """
-    optimizer = (config.get("optimizer") or {}).get("params") or {}
     scheduler = (config.get("scheduler") or {}).get("params") or {}
     total = scheduler.get("total_num_steps")
     args = [
@@ -178,40 +180,53 @@ def _batch_and_optimizer_flags(
         str(brief.seq_len),
         "--max-position-embeddings",
         str(max(brief.seq_len, model.seq_len)),
-        "--micro-batch-size",
-        str(config.get("train_micro_batch_size_per_gpu", 1)),
-        "--global-batch-size",
-        str(config.get("train_batch_size") or brief.batch),
+        *BatchLayout.of_deepspeed(config).megatron_flags(),
         "--train-iters",
         str(total or steps),
     ]
-    if optimizer:
-        betas = optimizer.get("betas") or [0.9, 0.999]
-        args += [
-            "--optimizer",
-            "adam",
-            "--lr",
-            f"{optimizer.get('lr', 1e-4):g}",
-            "--adam-beta1",
-            f"{betas[0]:g}",
-            "--adam-beta2",
-            f"{betas[1]:g}",
-            "--adam-eps",
-            f"{optimizer.get('eps', 1e-8):g}",
-            "--weight-decay",
-            f"{optimizer.get('weight_decay', 0.0):g}",
-            "--clip-grad",
-            f"{config.get('gradient_clipping', 1.0):g}",
-            "--lr-warmup-iters",
-            str(scheduler.get("warmup_num_steps", 0)),
-            "--lr-decay-style",
-            "linear" if total else "constant",
-            "--min-lr",
-            "0",
-        ]
+    args += _schedule_flags(config)
     if precision in ("bf16", "fp16"):
         args.append(f"--{precision}")
     return args
+
+
+def _schedule_flags(config: dict[str, Any]) -> list[str]:
+    """The config's AdamW and WarmupCosineLR as Megatron's flags (none without an optimizer).
+
+    Megatron's cosine (megatron/optimizer_param_scheduler.py) warms up linearly over
+    ``--lr-warmup-iters``, then decays from ``--lr`` to ``--min-lr`` at ``--lr-decay-iters``:
+    the same curve as DeepSpeed's WarmupCosineLR with ``cos_min_ratio`` = min / peak.
+    """
+    optimizer = (config.get("optimizer") or {}).get("params") or {}
+    if not optimizer:
+        return []
+    scheduler = (config.get("scheduler") or {}).get("params") or {}
+    peak = float(optimizer.get("lr", 1e-4))
+    total = scheduler.get("total_num_steps")
+    betas = optimizer.get("betas") or [0.9, 0.999]
+    args = [
+        "--optimizer",
+        "adam",
+        "--lr",
+        f"{peak:g}",
+        "--adam-beta1",
+        f"{betas[0]:g}",
+        "--adam-beta2",
+        f"{betas[1]:g}",
+        "--adam-eps",
+        f"{optimizer.get('eps', 1e-8):g}",
+        "--weight-decay",
+        f"{optimizer.get('weight_decay', 0.0):g}",
+        "--clip-grad",
+        f"{config.get('gradient_clipping', 1.0):g}",
+        "--lr-warmup-iters",
+        str(scheduler.get("warmup_num_steps", 0)),
+    ]
+    if total:
+        args += ["--lr-decay-iters", str(total), "--lr-decay-style", "cosine"]
+    else:
+        args += ["--lr-decay-style", "constant"]
+    return [*args, "--min-lr", f"{peak * float(scheduler.get('cos_min_ratio', 0.0)):g}"]
 
 
 def _parallelism_flags(

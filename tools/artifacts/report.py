@@ -355,9 +355,10 @@ def _config_and_launch(plan: TrainingPlan) -> list[str]:
         lines += ["", "## Launch", "", "```bash", command, "```", ""]
     else:
         lines += ["", "## Launch", "", "No launch files were generated for this plan.", ""]
-    return lines + [
-        f"- {md_code(name)}: {md_code(path)}" for name, path in plan.launch.files.items()
-    ]
+    lines += [f"- {md_code(name)}: {md_code(path)}" for name, path in plan.launch.files.items()]
+    if plan.launch.notes:
+        lines += ["", "Launch notes:", ""] + [f"- {md_text(n)}" for n in plan.launch.notes]
+    return lines
 
 
 def _smoke_section(plan: TrainingPlan) -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from tools.core.inference_types import InferencePlan
 from tools.core.outputs import check_files, write_file
 from tools.core.schemas import LaunchSpec
+from tools.planning.serve_flags import no_serve_reason
 
 SERVE_SCRIPT = "serve.sh"
 DS_SCRIPT = "serve_ds.py"
@@ -70,8 +71,10 @@ def serve_script(plan: InferencePlan) -> str:
         f"# Inference plan: {plan.engine}, tensor parallel {plan.tensor_parallel}"
         + (f" x pipeline parallel {plan.pipeline_parallel}" if plan.pipeline_parallel > 1 else ""),
         f"# context {plan.context_len} tokens, up to {plan.max_concurrency} concurrent "
-        f"sequences fit (planned {plan.concurrency}); {plan.weight_dtype} weights",
+        f"sequences fit (planned {plan.concurrency}); {plan.weight_dtype} weights, "
+        f"{plan.kv_dtype} KV cache",
     ]
+    lines += [f"# {comment}" for comment in plan.assumptions if "checkpoint quantized" in comment]
     if plan.replicas > 1:
         lines.append(
             f"# {plan.replicas} replicas: run this once per group of "
@@ -85,7 +88,17 @@ def serve_script(plan: InferencePlan) -> str:
 
 
 def emit_serving(out_dir: Path, plan: InferencePlan) -> LaunchSpec:
-    """Write serve.sh (and serve_ds.py for DeepSpeed-Inference) under ``out_dir``."""
+    """Write serve.sh (and serve_ds.py for DeepSpeed-Inference) under ``out_dir``.
+
+    Only for a plan that fits: when not one sequence fits, the engine would stop at start-up
+    (or, told a smaller format than the plan's, serve something else), so no file is written
+    and the plan and the launch notes say why (``no_serve_reason``).
+    """
+    why = no_serve_reason(plan)
+    if why is not None:
+        if why not in plan.assumptions:
+            plan.assumptions.append(why)
+        return LaunchSpec(command=[], files={}, notes=[why])
     texts = {SERVE_SCRIPT: serve_script(plan)}
     if plan.engine == "deepspeed-inference":
         texts[DS_SCRIPT] = _DS_SERVE

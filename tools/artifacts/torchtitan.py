@@ -27,8 +27,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tools.artifacts.deepspeed_config import task_recipe
 from tools.artifacts.scripts import comment_text, render
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
+from tools.planning.batch_layout import BatchLayout
+from tools.planning.lr_schedule import plan_schedule
 from tools.research.splits import torchtitan_flavor
 
 TORCHTITAN_CONFIG = "torchtitan.toml"
@@ -41,10 +44,6 @@ DUMP_FOLDER = "outputs"
 CHECKPOINT_FOLDER = "checkpoint"
 # Steps between saves: at most this many steps are lost to a crash or a preemption.
 SAVE_INTERVAL = 500
-# Learning rates for the torchtitan recipe by task: torchtitan's llama3 train configs use 8e-4
-# (8B) down to 8e-5 (405B) for pretraining; a fine-tune starts lower (the DeepSpeed recipe's
-# 2e-5, tools/artifacts/deepspeed_config.py _RECIPES).
-_LR = {"pretrain": 8e-5, "finetune": 2e-5}
 
 
 def setup_of(memory: MemoryPlan) -> dict[str, Any]:
@@ -97,7 +96,10 @@ def job_config(
     tp, pp, cp = setup["tensor_parallel"], setup["pipeline_parallel"], setup["context_parallel"]
     world = hardware.world_size
     dp = world // (tp * pp * cp)
-    micro, accumulation = setup["micro_batch_size"], setup["gradient_accumulation_steps"]
+    layout = BatchLayout(
+        setup["micro_batch_size"], setup["gradient_accumulation_steps"], dp, pipeline=pp
+    )
+    batch_keys, microbatch_key = layout.torchtitan_fields()
     virtual = setup["virtual_stages"]
     # DDP replicates; every ZeRO row shards (FSDP2 shards parameters, gradients and optimizer
     # states, at most the per-GPU bytes of the plan's ZeRO-1/2/3 rows).
@@ -109,12 +111,11 @@ def job_config(
         "pipeline_parallel_degree": pp,
         # Interleaved 1F1B with v stages per rank (Narayanan et al. 2021 sec. 2.2); 1F1B else.
         "pipeline_parallel_schedule": "Interleaved1F1B" if virtual > 1 else "1F1B",
-        "pipeline_parallel_microbatch_size": micro,
+        **microbatch_key,
         "context_parallel_degree": cp,
     }
     if pp > 1 and virtual > 1 and model.layers % (pp * virtual) == 0:
         parallelism["pipeline_parallel_layers_per_stage"] = model.layers // (pp * virtual)
-    task = "pretrain" if brief.task == "pretrain" else "finetune"
     config: dict[str, dict[str, Any]] = {
         "job": {
             "dump_folder": f"./{DUMP_FOLDER}",
@@ -125,14 +126,13 @@ def job_config(
             "flavor": torchtitan_flavor(model) or "",
             "tokenizer_path": "./assets/tokenizer/original/tokenizer.model",
         },
-        "optimizer": {"name": "AdamW", "lr": _LR[task], "eps": 1e-8},
-        "lr_scheduler": {"warmup_steps": max(1, min(200, steps // 10))},
+        **schedule_sections(brief, model, layout, steps),
         "training": {
             "dataset": "c4",
-            # Per data-parallel rank and step: with a pipeline it is split into micro-batches
-            # of pipeline_parallel_microbatch_size, the plan's accumulation steps.
-            "local_batch_size": micro * accumulation,
-            "global_batch_size": micro * accumulation * dp,
+            # One data-parallel rank's batch per forward-backward, and the step's batch:
+            # torchtitan accumulates global / (local x dp) times; with a pipeline the local
+            # batch is the plan's micro-batches (tools/planning/batch_layout.py).
+            **batch_keys,
             "seq_len": brief.seq_len,
             "max_norm": 1.0,
             "steps": steps,
@@ -156,6 +156,34 @@ def job_config(
             "initial_load_in_hf": True,
         }
     return config
+
+
+def schedule_sections(
+    brief: TrainingBrief, model: ModelSpec, layout: BatchLayout, steps: int
+) -> dict[str, dict[str, Any]]:
+    """``[optimizer]`` and ``[lr_scheduler]`` for the plan's schedule (lr_schedule.py).
+
+    torchtitan's LRScheduler at the module's commit: linear warm-up over ``warmup_steps``,
+    then (``decay_ratio`` unset) decay over the rest of ``training.steps`` in ``decay_type``
+    to ``lr_min`` x lr (a ratio).
+    """
+    schedule = plan_schedule(brief.task, model.params, layout.global_batch * brief.seq_len, steps)
+    betas = task_recipe(brief.task)["betas"]
+    return {
+        "optimizer": {
+            "name": "AdamW",
+            "lr": schedule.peak_lr,
+            "beta1": betas[0],
+            "beta2": betas[1],
+            "eps": 1e-8,
+            "weight_decay": task_recipe(brief.task)["weight_decay"],
+        },
+        "lr_scheduler": {
+            "warmup_steps": schedule.warmup_steps,
+            "decay_type": "cosine",
+            "lr_min": schedule.min_lr_ratio,
+        },
+    }
 
 
 def launch_preamble(config: dict[str, dict[str, Any]]) -> list[str]:

@@ -188,6 +188,8 @@ class LaunchSpec(BaseModel):
 
     command: list[str]
     files: dict[str, str] = Field(default_factory=dict)
+    # What the launch assumed or derived (run length, batch split, schedule and its sources).
+    notes: list[str] = Field(default_factory=list)
 
 
 class Finding(BaseModel):

@@ -52,6 +52,7 @@ from math import ceil
 from tools.core.inference_types import InferencePlan, ServingEngine, WeightDtype
 from tools.core.schemas import FrameworkChoice, FrameworkId, HardwareSpec, ModelSpec, TrainingBrief
 from tools.planning.memory import GB
+from tools.planning.serve_flags import INT8_CHECKPOINT
 from tools.planning.serving_engine import ENGINE_NAMES, engine_for, hf_id_of, serving_command
 from tools.planning.serving_speed import serving_speed
 
@@ -326,6 +327,8 @@ def plan_inference(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrie
         serving_speed(plan, model, hardware, batch)
     else:
         plan.assumptions.append("no GPU datasheet figures: no throughput or latency estimate")
+    if engine == "vllm" and dtype == "int8":
+        plan.assumptions.append(INT8_CHECKPOINT)
     plan.command = serving_command(plan)
     return plan
 

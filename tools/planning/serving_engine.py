@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tools.core.inference_types import InferencePlan, ServingEngine
 from tools.core.schemas import ModelSpec, TrainingBrief
+from tools.planning.serve_flags import vllm_precision_flags
 
 ENGINE_NAMES = {"vllm": "vLLM", "tgi": "TGI", "deepspeed-inference": "DeepSpeed-Inference"}
 
@@ -61,14 +62,9 @@ def serving_command(plan: InferencePlan) -> list[str]:
             seqs,
             "--gpu-memory-utilization",
             f"{plan.gpu_memory_utilization:g}",
-            "--dtype",
-            act_dtype,
         ]
-        if plan.weight_dtype == "fp8":
-            cmd += ["--quantization", "fp8"]
-        elif plan.weight_dtype == "int4":
-            cmd += ["--quantization", "bitsandbytes"]
-        return cmd
+        # The plan's weight and KV formats, quantization included (serve_flags.py).
+        return cmd + vllm_precision_flags(plan)
     if plan.engine == "tgi":
         cmd = [
             "text-generation-launcher",

@@ -9,6 +9,7 @@ from typing import Any
 from tools.core.inference_types import InferencePlan
 from tools.core.schemas import Finding, HardwareSpec, LaunchSpec, ModelSpec, SmokeResult
 from tools.planning.memory import GB
+from tools.planning.serve_flags import no_serve_reason, vllm_precision_flags
 from tools.smoke.policy import INFERENCE_SMOKE
 
 # The flag each engine's command gives its tensor-parallel degree by.
@@ -148,6 +149,13 @@ def _check_files(
     problems = []
     if deepspeed_config is not None:
         problems.append("an inference plan has a training DeepSpeed config")
+    why = no_serve_reason(plan)
+    if why is not None:
+        # Nothing fits (_check_fit says it): no serve.sh is right, one would be wrong.
+        if launch is not None and (launch.command or "serve.sh" in launch.files):
+            problems.append("serve.sh was written for a plan in which nothing fits")
+            return [_error("launch_agrees", "; ".join(problems), fix)]
+        return [Finding(severity="info", check="launch_agrees", message=why)]
     if launch is None or not launch.command:
         return [_error("launch_agrees", "no serving command was emitted", fix)]
     if launch.command != plan.command:
@@ -157,6 +165,8 @@ def _check_files(
         problems.append(
             f"the command's {TP_FLAGS[plan.engine]} is {tp}, the plan's TP is {plan.tensor_parallel}"
         )
+    if plan.engine == "vllm":
+        problems += _precision_problems(plan, launch.command)
     seqs = _flag(launch.command, "--max-num-seqs") or _flag(
         launch.command, "--max-concurrent-requests"
     )
@@ -179,3 +189,17 @@ def _check_files(
             f"{plan.tensor_parallel}, as the plan says",
         )
     ]
+
+
+def _precision_problems(plan: InferencePlan, command: list[str]) -> list[str]:
+    """The command's vLLM --dtype, --kv-cache-dtype and --quantization against the plan's formats."""
+    problems = []
+    want = vllm_precision_flags(plan)
+    for name in ("--dtype", "--kv-cache-dtype", "--quantization"):
+        expected = _flag(want, name) if name in want else None
+        if _flag(command, name) != expected:
+            problems.append(
+                f"the command's {name} is {_flag(command, name)}, the plan's "
+                f"{plan.weight_dtype} weights need {expected}"
+            )
+    return problems

@@ -13,9 +13,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-# Warm-up share of a run whose total length the plan does not give (DeepSpeed's WarmupLR): the
-# planner's own rule for the job, a tenth of the run (tools/artifacts/deepspeed_config.py).
-_UNKNOWN_TOTAL_WARMUP_SHARE = 0.1
+from tools.planning.lr_schedule import WARMUP_SHARE
+
+# Warm-up share of a run whose total length the plan does not give (an older plan's WarmupLR):
+# the planner's own rule for the job (tools/planning/lr_schedule.py, 3% of the run).
+_UNKNOWN_TOTAL_WARMUP_SHARE = WARMUP_SHARE
 # DeepSpeed scheduler parameters that are a number of steps (deepspeed/runtime/lr_schedules.py).
 _STEP_KEYS = ("warmup_num_steps", "total_num_steps", "cycle_first_step_size", "decay_step_size")
 # The parameter that is each scheduler's peak rate (DeepSpeed's default where it is left out:
@@ -72,6 +74,9 @@ def scale_ds_scheduler(
     if peak is not None:
         changes.append(f"peak lr {params.get(peak, 'default')} -> {lr:g}")
         params[peak] = lr
+    elif kind == "WarmupCosineLR":
+        # It peaks at the optimizer's rate, which the smoke run sets to ``lr`` (ds_adapt.py).
+        changes.append(f"peak lr (the optimizer's) -> {lr:g}")
     return section, f"plan's scheduler {kind}: " + ", ".join(changes or ["as emitted"])
 
 

@@ -1,0 +1,139 @@
+"""The learning-rate schedule of the planned run: peak rate, warm-up and decay, from the steps.
+
+One schedule per plan, which every launcher writes in its own terms (DeepSpeed WarmupCosineLR,
+Megatron ``--lr-warmup-iters/--lr-decay-iters/--lr-decay-style cosine/--min-lr``, torchtitan's
+``[lr_scheduler]``, train.py's ``--lr-schedule cosine --warmup-steps``):
+
+- **warm-up**: 3% of the run (Stanford Alpaca's ``warmup_ratio 0.03``, Taori et al. 2023), at
+  most Llama 2's 2,000 steps (Touvron et al. 2023, sec. 2.2, where 2,000 steps are 0.4% of the
+  run), at least one step; so always under a tenth of a run of 11 steps or more;
+- **decay**: cosine from the peak over the rest of the run, to 10% of the peak for pretraining
+  (Llama 2 sec. 2.2; Chinchilla, Hoffmann et al. 2022, decays by 10x), to 0 for fine-tuning and
+  LoRA (Alpaca's cosine schedule);
+- **peak rate**, pretraining: GPT-3's rate for the model's size at its batch (Brown et al. 2020,
+  Table 2.1; log-log interpolation between its rows, the end rows beyond them), times
+  sqrt(planned batch tokens / the row's batch tokens) when the plan's batch is smaller (the
+  square-root rule for Adam, Malladi et al. 2022, "On the SDEs and Scaling Rules for Adaptive
+  Gradient Algorithms"); never above the table's rate, since a larger batch than the
+  published one is untested there. Full fine-tuning: 2e-5 below 10B parameters, 1e-5 from 10B
+  (Alpaca's 7B and 13B runs); LoRA: 2e-4 up to 20B, 1e-4 above (QLoRA, Dettmers et al. 2023,
+  sec. 4: 7B/13B and 33B/65B); fine-tuning rates are not scaled by batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# GPT-3 (Brown et al. 2020, Table 2.1): (parameters, batch tokens, peak learning rate).
+GPT3_TABLE = (
+    (125e6, 0.5e6, 6.0e-4),
+    (350e6, 0.5e6, 3.0e-4),
+    (760e6, 0.5e6, 2.5e-4),
+    (1.3e9, 1e6, 2.0e-4),
+    (2.7e9, 1e6, 1.6e-4),
+    (6.7e9, 2e6, 1.2e-4),
+    (13e9, 2e6, 1.0e-4),
+    (175e9, 3.2e6, 0.6e-4),
+)
+# (parameters below, peak learning rate): Alpaca (full fine-tune) and QLoRA (LoRA).
+FINETUNE_LR = ((10e9, 2e-5), (math.inf, 1e-5))
+LORA_LR = ((20e9, 2e-4), (math.inf, 1e-4))
+WARMUP_SHARE = 0.03  # Alpaca's warmup_ratio
+MAX_WARMUP_STEPS = 2000  # Llama 2 sec. 2.2
+PRETRAIN_MIN_LR_RATIO = 0.1  # Llama 2 sec. 2.2: decay to 10% of the peak
+# The run length when neither the request (dataset_tokens) nor the engineer gives one: the
+# launch files' default (agents/toolkit.py emit_launch), said in the plan's notes.
+DEFAULT_RUN_STEPS = 1000
+
+
+@dataclass(frozen=True)
+class LrSchedule:
+    """Linear warm-up to ``peak_lr``, then cosine decay to ``min_lr_ratio`` x peak at the end."""
+
+    peak_lr: float
+    warmup_steps: int
+    total_steps: int
+    min_lr_ratio: float
+    rule: str  # where the peak rate comes from, for the notes
+
+    @property
+    def min_lr(self) -> float:
+        """The rate at the end of the decay."""
+        return self.peak_lr * self.min_lr_ratio
+
+    def lr_at(self, step: int) -> float:
+        """The rate after ``step`` optimizer steps (the curve the launchers implement)."""
+        if step < self.warmup_steps:
+            return self.peak_lr * (step + 1) / self.warmup_steps
+        span = max(1, self.total_steps - self.warmup_steps)
+        done = min(1.0, (step - self.warmup_steps) / span)
+        cosine = 0.5 * (1 + math.cos(math.pi * done))
+        return self.peak_lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine)
+
+    def note(self) -> str:
+        """The schedule in one line for the plan's notes, with its sources."""
+        floor = f"{self.min_lr:.3g}" if self.min_lr_ratio else "0"
+        return (
+            f"learning rate: peak {self.peak_lr:.3g} ({self.rule}); linear warm-up over "
+            f"{self.warmup_steps} of {self.total_steps} steps (3% of the run, Alpaca's "
+            "warmup_ratio, at most Llama 2's 2,000), then cosine decay to "
+            f"{floor} at step {self.total_steps}"
+            + (" (10% of the peak, Llama 2)" if self.min_lr_ratio else "")
+        )
+
+
+def warmup_steps(total_steps: int) -> int:
+    """Warm-up steps of a ``total_steps`` run (module docstring): 3%, at most 2,000, at least 1."""
+    return max(1, min(MAX_WARMUP_STEPS, math.floor(WARMUP_SHARE * total_steps)))
+
+
+def pretrain_peak_lr(params: float, batch_tokens: float) -> tuple[float, str]:
+    """GPT-3's peak rate for ``params`` (interpolated), square-root scaled to a smaller batch."""
+    rows = GPT3_TABLE
+    if params <= rows[0][0]:
+        _, ref_batch, lr = rows[0]
+    elif params >= rows[-1][0]:
+        _, ref_batch, lr = rows[-1]
+    else:
+        (p0, b0, l0), (p1, b1, l1) = next(
+            (a, b) for a, b in zip(rows, rows[1:], strict=False) if a[0] <= params <= b[0]
+        )
+        t = math.log(params / p0) / math.log(p1 / p0)
+        lr = math.exp(math.log(l0) + t * math.log(l1 / l0))
+        ref_batch = math.exp(math.log(b0) + t * math.log(b1 / b0))
+    factor = min(1.0, math.sqrt(max(1.0, batch_tokens) / ref_batch))
+    rule = (
+        f"GPT-3 Table 2.1's rate for {params / 1e9:.2g}B parameters at "
+        f"{ref_batch / 1e6:.2g}M tokens per step"
+    )
+    if factor < 1:
+        rule += (
+            f", x{factor:.2f} for this plan's {batch_tokens / 1e6:.2g}M tokens per step "
+            "(square-root rule for Adam, Malladi et al. 2022)"
+        )
+    return lr * factor, rule
+
+
+def peak_lr(task: str, params: float, batch_tokens: float) -> tuple[float, str]:
+    """The peak rate for the task, model size and tokens per step, and the rule it came from."""
+    if task == "lora":
+        lr = next(rate for limit, rate in LORA_LR if params < limit)
+        return lr, f"QLoRA's LoRA rate for {params / 1e9:.2g}B parameters"
+    if task == "finetune":
+        lr = next(rate for limit, rate in FINETUNE_LR if params < limit)
+        return lr, f"Alpaca's full fine-tuning rate for {params / 1e9:.2g}B parameters"
+    return pretrain_peak_lr(params, batch_tokens)
+
+
+def plan_schedule(task: str, params: float, batch_tokens: float, total_steps: int) -> LrSchedule:
+    """The run's schedule: ``peak_lr``, ``warmup_steps`` and the decay floor for the task."""
+    total = max(1, int(total_steps))
+    lr, rule = peak_lr(task, params, batch_tokens)
+    return LrSchedule(
+        peak_lr=lr,
+        warmup_steps=warmup_steps(total),
+        total_steps=total,
+        min_lr_ratio=PRETRAIN_MIN_LR_RATIO if task not in ("finetune", "lora") else 0.0,
+        rule=rule,
+    )
