@@ -82,16 +82,30 @@ TRAIN_PY_MODES = {"pytorch_fsdp": "fsdp"}
 # The environment variables launch.sh reads: the weights (a default from the plan) and the data.
 MODEL_PATH_ENV = "MODEL_PATH"
 DATA_ENV = "DATA"
+# A pretraining plan's data: trainer/prepare_data.py tokenizes the corpus once into token shards
+# here (relative to the plan's folder), and launch.sh gives them to the job when DATA is unset.
+PREPARE_SCRIPT = f"{JOB_DIR}/prepare_data.py"
+SHARDS_DIR = "data/tokens"
 # A script that runs train.py exports its pid and host (tools/smoke/scripts/harness.py JOB_ENV): the
 # ranks stop when it is gone, however it ended (SIGKILL of its process group included). The
 # host from uname -n (gethostname, as train.py reads it): $HOSTNAME may be inherited from
 # another machine (sbatch passes the submitting shell's environment on).
 JOB_PID_LINE = 'export TRAINWRIGHT_JOB_PID="$$@$(uname -n)"'
 _JOB_COMMENT = (
-    f"# Set {DATA_ENV} to your dataset (a .jsonl or .txt file or folder, or a datasets folder "
-    f"saved with save_to_disk); {MODEL_PATH_ENV} overrides where the weights load from. "
+    f"# Set {DATA_ENV} to your dataset (a .jsonl or .txt file or folder, a datasets folder "
+    f"saved with save_to_disk, or the token shards {JOB_DIR}/prepare_data.py writes); "
+    f"{MODEL_PATH_ENV} overrides where the weights load from. "
     "Checkpoints go to checkpoints/: run this again to resume from the latest. Arguments to "
     "this script go to train.py (./launch.sh --steps 50)."
+)
+_PREPARE_COMMENT = (
+    "# Pretraining data: tokenize your corpus once (.txt/.jsonl files or folders; in parallel, "
+    "resumable: the same command again finishes an interrupted run) with: {0} ; then {1} "
+    "(DATA unset: the shards in " + SHARDS_DIR + " when prepared). Each rank streams only its "
+    "slice of the shards, and a resumed job continues at the sample where it stopped."
+)
+_SHARDS_DEFAULT = (
+    f'[[ -n "${{{DATA_ENV}:-}}" || ! -f {SHARDS_DIR}/index.json ]] || {DATA_ENV}={SHARDS_DIR}'
 )
 _NO_QLORA_COMMENT = (
     "# QLoRA's 4-bit base needs bitsandbytes on a CUDA GPU and this plan's hardware has none: "
@@ -207,6 +221,9 @@ def emit_launch(
     job_script = JOB_SCRIPT in launch.files
     script_command = job_command(launch.command) if job_script else launch.command
     preamble = [*job_preamble(launch.command), *launch.preamble] if job_script else launch.preamble
+    data_steps = pretraining_data(brief, model) if job_script else None
+    if data_steps is not None:
+        preamble.append(_SHARDS_DEFAULT)  # a folder prepare_data.py wrote, when DATA is unset
     if launch.sbatch:
         texts["train.sbatch"] = cluster.sbatch(
             brief, hardware, model, job.gpus, script_command, preamble
@@ -220,6 +237,8 @@ def emit_launch(
         comments.append(_JOB_COMMENT)
         if "--qlora" in launch.command and hardware.gpu is None:
             comments.append(_NO_QLORA_COMMENT)
+        if data_steps is not None:
+            comments.append(comment_text(_PREPARE_COMMENT.format(*data_steps)))
         # Arguments to launch.sh go to train.py after the plan's (the last one wins).
         script_command = [*script_command, Shell('"$@"')]
     texts["launch.sh"] = cluster.launch_script(comments, script_command, preamble)
@@ -473,6 +492,21 @@ def _model_args(job: LaunchInputs) -> list[str]:
         return ["--model-config", "model_config.json"]
     where = weights_location(job.model) or job.model.name
     return ["--init", "pretrained", "--model-path", where]
+
+
+def pretraining_data(brief: TrainingBrief, model: ModelSpec) -> tuple[str, str] | None:
+    """A pretraining plan's data steps: tokenize the corpus into shards, then run on them.
+
+    None for other tasks (a fine-tune's dataset is tokenized by the job itself). The tokenizer
+    is the model's (its hub id or folder); a model given by size names none, so the command
+    says to give one.
+    """
+    if brief.task != "pretrain":
+        return None
+    tokenizer = weights_location(model)
+    named = shell_quote(tokenizer) if tokenizer else "YOUR_TOKENIZER_FOLDER"
+    prepare = f"python {PREPARE_SCRIPT} YOUR_CORPUS --out {SHARDS_DIR} --tokenizer {named}"
+    return prepare, f"{DATA_ENV}={SHARDS_DIR} ./launch.sh"
 
 
 def job_command(command: list[str]) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tools.artifacts.budget import plan_budget
 from tools.artifacts.headline import headline_caveats, headline_notes
+from tools.artifacts.launch import PREPARE_SCRIPT, pretraining_data
 from tools.artifacts.request_lists import report_request_section
 from tools.artifacts.text import CANDIDATE_HEADER, candidate_rows
 from tools.core.errors import printable
@@ -358,7 +359,28 @@ def _config_and_launch(plan: TrainingPlan) -> list[str]:
     lines += [f"- {md_code(name)}: {md_code(path)}" for name, path in plan.launch.files.items()]
     if plan.launch.notes:
         lines += ["", "Launch notes:", ""] + [f"- {md_text(n)}" for n in plan.launch.notes]
-    return lines
+    return lines + _pretraining_data_section(plan)
+
+
+def _pretraining_data_section(plan: TrainingPlan) -> list[str]:
+    """How a pretraining plan's corpus reaches its job: prepare_data.py, then launch.sh."""
+    steps = pretraining_data(plan.brief, plan.model) if plan.model is not None else None
+    if steps is None or PREPARE_SCRIPT not in plan.launch.files:
+        return []
+    return [
+        "",
+        "## Pretraining data",
+        "",
+        f"Tokenize the corpus once with {md_code(PREPARE_SCRIPT)} (.txt/.jsonl files or "
+        "folders, in parallel worker processes, into memory-mapped token shards with an index; "
+        "the same command again finishes an interrupted run), then start the job on the "
+        "shards: each rank streams only its own slice, and a resumed job continues at the "
+        "sample where it stopped.",
+        "",
+        "```bash",
+        *(one_line(step).replace("`", "'") for step in steps),
+        "```",
+    ]
 
 
 def _smoke_section(plan: TrainingPlan) -> list[str]:

@@ -24,7 +24,7 @@ STAGES = ("core", "research", "intake", "planning", "smoke", "review", "artifact
 # The standalone scripts (tools/smoke/scripts/) are copied whole to GPU boxes and into plans:
 # nothing of ours, few libraries. Each file names what it may import besides the standard library
 # and its siblings (plain ``import job_data``, the script's folder being first on sys.path):
-# torch and transformers, deepspeed, pynvml (the NVIDIA driver's bindings, only where it is
+# torch and transformers (numpy with them), deepspeed, pynvml (the NVIDIA driver's bindings, only where it is
 # installed), peft for LoRA, datasets, bitsandbytes and wandb only when a run asks for a saved
 # dataset, QLoRA or W&B; the TensorFlow worker runs in .venv-tf with TensorFlow (Keras with it)
 # only. A new file there must be added here.
@@ -32,6 +32,7 @@ SCRIPTS_DIR = ROOT / "tools" / "smoke" / "scripts"
 TORCH_JOB = {
     "torch",
     "transformers",
+    "numpy",  # the token shards' memmaps (token_shards.py); transformers requires it anyway
     "deepspeed",
     "pynvml",
     "peft",
@@ -60,6 +61,10 @@ STANDALONE: dict[str, set[str]] = {
     "tf_models.py": {"tensorflow"},
     # What all three share: the standard library only (tf_train.py runs where torch is not).
     "harness.py": set(),
+    # The pretraining data path: the tokenizing step runs without torch; the shard format and
+    # the ranks' slices are numpy.
+    "prepare_data.py": {"numpy", "transformers"},
+    "token_shards.py": {"numpy"},
 }
 
 

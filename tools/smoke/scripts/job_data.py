@@ -8,6 +8,11 @@ turn. Every rank reads and checks it before the model is built: an empty, unread
 non-UTF-8 file or a line that is not JSON stops every rank with one line naming the file (exit
 2). A long document is tokenized in pieces of at most 64 Ki characters, never whole. Without
 ``--data`` the run draws synthetic repeated-pattern sequences (the smoke test).
+
+``--data`` naming a folder ``prepare_data.py`` wrote (token shards and ``index.json``; the
+pretraining path) needs no tokenizer: each data-parallel rank streams only its own samples of
+``--seq-len + 1`` tokens from the memory-mapped shards, never the whole corpus (``ShardData``;
+token_shards.py says which samples each rank and micro-batch get).
 """
 
 from __future__ import annotations
@@ -22,6 +27,15 @@ from typing import Any
 import torch
 import transformers
 from harness import UsageError
+from token_shards import (
+    ShardError,
+    TokenStream,
+    batches_per_epoch,
+    is_shard_folder,
+    micro_batch_samples,
+    read_index,
+    sample_count,
+)
 
 # Token patterns are drawn from a small alphabet, so even a tiny random-init model sees a
 # large, quick drop from ln(vocab): first by learning which tokens occur at all, then by
@@ -267,6 +281,85 @@ def load_token_data(args: argparse.Namespace, rank: int, ranks: int) -> tuple[To
             f"{args.micro_batch} per data-parallel rank ({ranks} ranks); add data or lower --seq-len"
         )
     return TokenData(blocks, args.micro_batch, args.seed, rank, ranks), int(blocks.numel())
+
+
+# The sample ids a run's metrics list (rank{R}.json ``data_samples``), at most this many.
+_RECORDED_SAMPLES = 100_000
+
+
+class ShardData:
+    """This data rank's samples of a ``prepare_data.py`` folder, read from the memmaps as drawn.
+
+    Micro-batch ``position`` holds the samples token_shards.micro_batch_samples names for
+    (position, rank), ``[batch, seq_len + 1]`` tokens: the model's loss shifts them, so each
+    sample trains its ``seq_len`` targets. ``info`` is what the metrics say, the sample ids
+    drawn included.
+    """
+
+    def __init__(
+        self, folder: Path, seq_len: int, batch: int, seed: int, rank: int, ranks: int
+    ) -> None:
+        try:
+            self.index = read_index(folder)
+        except ShardError as exc:
+            raise UsageError(f"--data {exc}") from exc
+        self.stream = TokenStream(folder, self.index)
+        self.samples = sample_count(self.stream.tokens, seq_len)
+        if batches_per_epoch(self.samples, ranks, batch) < 1:
+            raise UsageError(
+                f"--data {folder}: {self.stream.tokens:,} tokens make {self.samples} samples of "
+                f"{seq_len + 1} tokens, fewer than {batch} per data-parallel rank ({ranks} ranks); "
+                "add data or lower --seq-len"
+            )
+        self.seq_len, self.batch, self.seed, self.rank, self.ranks = (
+            seq_len,
+            batch,
+            seed,
+            rank,
+            ranks,
+        )
+        self.position = 0  # micro-batches drawn so far (the checkpoint's data_position)
+        self.drawn: list[int] = []
+        self.info: dict[str, Any] = {
+            "data": str(folder),
+            "data_format": "token-shards",
+            "data_tokens": self.stream.tokens,
+            "data_samples_total": self.samples,
+            "data_rank": rank,
+            "data_start_position": 0,
+            "data_samples": self.drawn,
+        }
+
+    def skip(self, batches: int) -> None:
+        """Continue after ``batches`` micro-batches (a resumed run): nothing is read."""
+        self.position += batches
+        self.info["data_start_position"] = self.position
+
+    def batches_per_epoch(self) -> int:
+        """Micro-batches a rank draws before the order repeats (a new order each epoch)."""
+        return batches_per_epoch(self.samples, self.ranks, self.batch)
+
+    def next(self) -> torch.Tensor:
+        """Return the next ``[batch, seq_len + 1]`` LongTensor of this rank's slice."""
+        ids = micro_batch_samples(
+            self.position, self.rank, self.ranks, self.batch, self.samples, self.seed
+        )
+        self.position += 1
+        if len(self.drawn) < _RECORDED_SAMPLES:
+            self.drawn.extend(ids)
+        return torch.from_numpy(self.stream.samples(ids, self.seq_len))
+
+
+def shards_given(args: argparse.Namespace) -> bool:
+    """Whether ``--data`` names a ``prepare_data.py`` folder."""
+    return args.data is not None and is_shard_folder(args.data)
+
+
+def load_data(args: argparse.Namespace, rank: int, ranks: int) -> TokenData | ShardData:
+    """This data rank's data: token shards streamed, or the user's text tokenized here."""
+    if shards_given(args):
+        return ShardData(args.data, args.seq_len, args.micro_batch, args.seed, rank, ranks)
+    return load_token_data(args, rank, ranks)[0]
 
 
 class PatternData:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from harness import EXIT_NAN, UsageError, write_json_atomic
 from job_checkpoints import resume, save_checkpoint
-from job_data import PatternData, TokenData, load_token_data
+from job_data import PatternData, ShardData, TokenData, load_data
 from job_lock import JobLock
 from job_model import local_param_bytes, total_params, trainable_params
 from job_probes import FaultInjector, peak_memory_bytes, process_gpu_memory_bytes
@@ -63,7 +63,7 @@ class Job:
         raise NotImplementedError
 
 
-def preflight(args: argparse.Namespace, tensor_parallel: int = 1) -> TokenData | None:
+def preflight(args: argparse.Namespace, tensor_parallel: int = 1) -> TokenData | ShardData | None:
     """Before any model is built: take the checkpoint folder (rank 0), read the data (every rank).
 
     A problem on any rank stops all of them with one line (exit 2), so that no rank waits for
@@ -84,7 +84,7 @@ def preflight(args: argparse.Namespace, tensor_parallel: int = 1) -> TokenData |
         return None
     data = None
     try:
-        data = load_token_data(args, rank // tensor_parallel, max(1, world // tensor_parallel))[0]
+        data = load_data(args, rank // tensor_parallel, max(1, world // tensor_parallel))
     except UsageError as exc:
         problem = str(exc)
     agree(problem)
@@ -212,7 +212,7 @@ class RankMetrics:
 def train_loop(
     args: argparse.Namespace,
     job: Job,
-    token_data: TokenData | None,
+    token_data: TokenData | ShardData | None,
     *,
     baseline_bytes: int,
     extra: dict[str, Any],
@@ -299,8 +299,8 @@ def _memory_marks(job: Job) -> dict[str, int]:
 
 
 def _open_data(
-    args: argparse.Namespace, job: Job, token_data: TokenData | None, data_rank: int
-) -> tuple[TokenData | PatternData, dict[str, Any]]:
+    args: argparse.Namespace, job: Job, token_data: TokenData | ShardData | None, data_rank: int
+) -> tuple[TokenData | ShardData | PatternData, dict[str, Any]]:
     """The batches this rank draws, and what the metrics say about them; rank 0 says which."""
     vocab_size = int(getattr(job.model, "config").vocab_size)  # noqa: B009 - any HF model, peft's too
     if token_data is None:
@@ -308,6 +308,8 @@ def _open_data(
             print("data: synthetic repeated-pattern sequences (no --data given)", flush=True)
         data = PatternData(vocab_size, args.seq_len, args.micro_batch, args.seed, data_rank)
         return data, {"data": "synthetic"}
+    if isinstance(token_data, ShardData):
+        return token_data, _shard_info(token_data, vocab_size, args.seq_len)
     # Read and checked by preflight, before the model was built.
     tokens = int(token_data.blocks.numel())
     if get_rank() == 0:
@@ -319,8 +321,25 @@ def _open_data(
     return token_data, {"data": str(args.data), "data_tokens": tokens}
 
 
+def _shard_info(data: ShardData, vocab_size: int, seq_len: int) -> dict[str, Any]:
+    """Rank 0 says what the shards hold; ids the model's embedding cannot hold stop the run."""
+    if int(data.index["vocab_size"]) > vocab_size:
+        raise UsageError(
+            f"--data {data.info['data']}: tokenized with {data.index['tokenizer']} "
+            f"({data.index['vocab_size']:,} ids), more than the model's vocabulary ({vocab_size:,})"
+        )
+    if get_rank() == 0:
+        print(
+            f"data: {data.stream.tokens:,} tokens in {len(data.stream.shards)} shard(s) of "
+            f"{data.info['data']} ({data.index['tokenizer']}): {data.samples:,} samples of "
+            f"{seq_len + 1} tokens, {data.batches_per_epoch()} micro-batches per rank per epoch",
+            flush=True,
+        )
+    return data.info
+
+
 def _resume(
-    args: argparse.Namespace, job: Job, data: TokenData | PatternData
+    args: argparse.Namespace, job: Job, data: TokenData | ShardData | PatternData
 ) -> tuple[str | None, int]:
     """The checkpoint the run continues from (None: none) and its step; SIGTERM caught from now."""
     if args.checkpoint_dir is None:
@@ -339,7 +358,7 @@ def _resume(
 
 def _one_step(
     job: Job,
-    data: TokenData | PatternData,
+    data: TokenData | ShardData | PatternData,
     injector: FaultInjector,
     step: int,
     record: RankMetrics,

@@ -12,8 +12,8 @@ Run it from the plan's folder (``launch.sh`` does); ``python train.py --help`` l
   DDP otherwise (job_torch.py), neither needing DeepSpeed installed.
 - Model: ``--init random`` from ``--model-config``, or ``--init pretrained --model-path``;
   ``--lora-rank R`` trains adapters only, ``--qlora`` on a 4-bit base (job_model.py).
-- Data: ``--data`` (JSON lines, text, a saved ``datasets`` folder), else synthetic patterns
-  (job_data.py).
+- Data: ``--data`` (JSON lines, text, a saved ``datasets`` folder, or the token shards
+  ``prepare_data.py`` writes, streamed per rank), else synthetic patterns (job_data.py).
 - Checkpoints: ``--checkpoint-dir DIR --save-every N``; the same command again resumes, and
   SIGTERM saves and exits 0 (job_checkpoints.py, job_lock.py, job_loop.py).
 - Output: rank 0 prints a line per ``--log-every`` steps; each rank writes
@@ -156,7 +156,11 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
     """The user's data (without it: synthetic patterns)."""
     data = parser.add_argument_group("data")
     data.add_argument(
-        "--data", type=Path, default=None, help=".jsonl/.txt file or folder, or a datasets folder"
+        "--data",
+        type=Path,
+        default=None,
+        help=".jsonl/.txt file or folder, a datasets folder, or a prepare_data.py folder of "
+        "token shards (pretraining: each rank streams its slice)",
     )
     data.add_argument("--text-field", default="text", help="the JSON field holding the text")
     data.add_argument(
@@ -266,7 +270,14 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
     if args.save_every and args.checkpoint_dir is None:
         return "--save-every needs --checkpoint-dir"
     if args.data is not None and args.tokenizer is None and not args.model_path:
-        return "--data needs a tokenizer: --tokenizer, or --model-path with one"
+        from token_shards import is_shard_folder
+
+        if not is_shard_folder(args.data):
+            return (
+                f"--data {args.data} is text: give --tokenizer (or --model-path with one), or "
+                "tokenize it first with prepare_data.py (python trainer/prepare_data.py --help) "
+                "and give its --out folder"
+            )
     return None
 
 
