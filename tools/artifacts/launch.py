@@ -201,6 +201,9 @@ def emit_launch(
     job_script = JOB_SCRIPT in launch.files
     script_command = job_command(launch.command) if job_script else launch.command
     preamble = [*job_preamble(launch.command), *launch.preamble] if job_script else launch.preamble
+    if job_script:
+        # Arguments to launch.sh and train.sbatch go to train.py after the plan's (the last wins).
+        script_command = [*script_command, cluster.ARGS]
     if launch.sbatch:
         texts["train.sbatch"] = cluster.sbatch(
             brief, hardware, model, job.gpus, script_command, preamble
@@ -214,8 +217,6 @@ def emit_launch(
         comments.append(_JOB_COMMENT)
         if "--qlora" in launch.command and hardware.gpu is None:
             comments.append(_NO_QLORA_COMMENT)
-        # Arguments to launch.sh go to train.py after the plan's (the last one wins).
-        script_command = [*script_command, Shell('"$@"')]
     texts["launch.sh"] = cluster.launch_script(comments, script_command, preamble)
     # All or nothing: a file of the user's among them stops the launch before any is written.
     check_files(out_dir, texts)
