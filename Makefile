@@ -7,8 +7,11 @@ STAMP  := $(VENV)/.installed
 # with requirements.lock's.
 TF_VENV  := .venv-tf
 TF_STAMP := $(TF_VENV)/.installed
+# Written once SLURM's and munge's programs are all installed (make slurm).
+SLURM_STAMP := $(VENV)/.slurm-installed
+SLURM_PROGRAMS := munged slurmctld slurmd sbatch sinfo scancel scontrol
 
-.PHONY: run test test-fast lint venv tf-venv clean browser
+.PHONY: run test test-fast lint venv tf-venv clean browser slurm
 
 venv: $(STAMP)
 
@@ -34,7 +37,7 @@ run: $(STAMP)
 	$(PY) app.py plan --brief examples/briefs/local-smoke.yaml --out out/local-smoke --json out/local-smoke/plan.json
 
 # Every tier (tests/unit, graph, e2e, smoke), slow-marked real runs included.
-test: $(STAMP) $(TF_STAMP) browser
+test: $(STAMP) $(TF_STAMP) browser slurm
 	$(PY) -m pytest -q --durations=25
 
 # The fast tiers: tests/unit (pure, no process, each test under 2 s of CPU, enforced) and
@@ -60,6 +63,23 @@ browser:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
 	  else echo "make browser: chromium missing and not root (or no apt-get); the browser test will not run" >&2; fi
+
+# SLURM and munge for tests/smoke/test_slurm.py, which starts a one-node cluster of its own
+# (Debian's slurm-wlm: slurmctld, slurmd and the client commands; munge for their
+# authentication). Installs only as root; otherwise it says so, and the test fails under CI=true.
+# The test writes its own slurm.conf and munge key under its temp folder and starts the daemons
+# itself: the packages' system services are neither configured nor needed.
+slurm: $(SLURM_STAMP)
+
+$(SLURM_STAMP):
+	@missing=0; for p in $(SLURM_PROGRAMS); do command -v $$p >/dev/null || missing=1; done; \
+	  if [ $$missing = 1 ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	        --no-install-recommends slurm-wlm munge >/dev/null; \
+	    else echo "make slurm: slurm-wlm/munge missing and not root (or no apt-get); the SLURM test will not run" >&2; fi; \
+	  fi
+	@for p in $(SLURM_PROGRAMS); do command -v $$p >/dev/null || exit 0; done; mkdir -p $(VENV) && touch $@
 
 # The LangGraph dev server (langgraph-cli[inmem], in the lock) serving graphs.serve:graph as the
 # assistant `trainwright` on http://127.0.0.1:2024, offline: no browser, no CLI analytics, no

@@ -18,6 +18,8 @@ from tools.artifacts.scripts import Shell, comment_text, render, shell_join
 from tools.core.schemas import HardwareSpec, ModelSpec, TrainingBrief
 
 MASTER_PORT = 29500
+# A script's own arguments, passed on to the command (launch.sh's and train.sbatch's last word).
+ARGS = Shell('"$@"')
 
 
 def hosts(hardware: HardwareSpec) -> list[str]:
@@ -114,9 +116,11 @@ def sbatch(
     ``preamble``: the launch.sh lines before the command, run here once before srun.
 
     In the template: sbatch runs a copy of the script from the spool directory, so it changes
-    to ``$SLURM_SUBMIT_DIR``, not to ``$0``'s directory; and it takes the first host from
+    to ``$SLURM_SUBMIT_DIR``, not to ``$0``'s directory; it takes the first host from
     ``mapfile``, not ``| head -n 1``, whose SIGPIPE to scontrol would fail the job under
-    pipefail.
+    pipefail; and srun runs in the background while the script waits for it, passing SIGTERM
+    on (scancel and preemption signal the script too: one that died at once would let the
+    ranks' watch on it end them mid-save; tests/smoke/test_slurm.py runs it under slurmd).
     """
     job = "trainwright-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", model.name).strip("-") or "train")
     # Data loading and the launcher want a few cores per GPU; 8 is a common per-GPU share.
@@ -124,13 +128,15 @@ def sbatch(
     resources = [f"#SBATCH --cpus-per-task={cpus}"]
     if hardware.gpus_per_node > 0:
         resources.insert(0, f"#SBATCH --gpus-per-node={hardware.gpus_per_node}")
+    *setup, srun = _srun_lines(hardware, gpus, command)
     return render(
         "train.sbatch",
         goal=comment_text(brief.goal or model.name),
         job=job,
         nodes=hardware.nodes,
         resources="\n".join(resources),
-        launch="\n".join([*preamble, *_srun_lines(hardware, gpus, command)]),
+        launch="\n".join([*preamble, *setup]),
+        srun=srun,
     )
 
 
@@ -151,8 +157,11 @@ def _srun_lines(hardware: HardwareSpec, gpus: int, command: list[str]) -> list[s
             Shell('"hostfile.$SLURM_JOB_ID"'),
             script_args,
         )
-        # $SLURM_NODEID differs per task, so it must expand in the task's shell, not here.
-        return [make_hostfile, shell_join([*srun, "bash", "-c", "exec " + shell_join(inner)])]
+        # $SLURM_NODEID differs per task, so it must expand in the task's shell, not here; the
+        # script's own arguments, when it passes them on, reach that shell as its "$@".
+        forward = ["bash", ARGS] if any(arg is ARGS for arg in script_args) else []
+        task = [*srun, "bash", "-c", "exec " + shell_join(inner), *forward]
+        return [make_hostfile, shell_join(task)]
     if launcher == "torchrun" and hardware.nodes > 1:
         # torchrun(): the four --rdzv_backend/--rdzv_endpoint items; the job's own go instead.
         end = rest.index("--rdzv_backend")

@@ -224,6 +224,9 @@ def emit_launch(
     data_steps = pretraining_data(brief, model) if job_script else None
     if data_steps is not None:
         preamble.append(_SHARDS_DEFAULT)  # a folder prepare_data.py wrote, when DATA is unset
+    if job_script:
+        # Arguments to launch.sh and train.sbatch go to train.py after the plan's (the last wins).
+        script_command = [*script_command, cluster.ARGS]
     if launch.sbatch:
         texts["train.sbatch"] = cluster.sbatch(
             brief, hardware, model, job.gpus, script_command, preamble
@@ -239,8 +242,6 @@ def emit_launch(
             comments.append(_NO_QLORA_COMMENT)
         if data_steps is not None:
             comments.append(comment_text(_PREPARE_COMMENT.format(*data_steps)))
-        # Arguments to launch.sh go to train.py after the plan's (the last one wins).
-        script_command = [*script_command, Shell('"$@"')]
     texts["launch.sh"] = cluster.launch_script(comments, script_command, preamble)
     # All or nothing: a file of the user's among them stops the launch before any is written.
     check_files(out_dir, texts)
