@@ -183,3 +183,19 @@ def test_flavor_mlp_widths_are_the_models() -> None:
 def test_no_torchtitan_files_for_a_model_no_flavor_builds(tmp_path: Path) -> None:
     with pytest.raises(ToolFailure, match="RoPE scaling none"):
         _plan_files(tmp_path, "llama-3-70b", "pretrain", 4096, model_parallel_plan("zero1", 8, 2))
+
+
+@pytest.mark.parametrize("model", ["llama-2-70b", "llama-3-70b"])
+def test_a_llama_of_a_flavors_shape_runs_on_megatron_and_the_plan_says_why(model: str) -> None:
+    from tools.core.schemas import FrameworkChoice
+    from tools.research.framework import follow_setup
+
+    deepspeed = FrameworkChoice(primary="deepspeed", stack=["pytorch", "deepspeed"], rationale="x")
+    moved = follow_setup(deepspeed, lookup_model(model, 4096), model_parallel_plan("zero1", 8, 2))
+    assert moved.primary == "megatron"
+    assert "Not torchtitan: torchtitan's llama3 flavor 70B" in moved.rationale
+    assert "RoPE scaling none" in moved.rationale
+    llama31 = follow_setup(
+        deepspeed, lookup_model("llama-3.1-70b", 4096), model_parallel_plan("zero1", 8, 2)
+    )
+    assert llama31.primary == "torchtitan" and "Not torchtitan" not in llama31.rationale
