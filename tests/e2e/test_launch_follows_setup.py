@@ -31,6 +31,7 @@ from tools.core.schemas import (
     TrainingBrief,
 )
 from tools.research.framework import follow_setup, setup_framework
+from tools.research.model_catalog import lookup_model
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = GPUSpec(name="H100-80GB", memory_gb=80, bf16_tflops=989)
@@ -105,7 +106,7 @@ def test_tensor_parallel_alone_runs_on_deepspeed_autotp(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_tensor_by_pipeline_on_llama_runs_on_torchtitan(tmp_path: Path) -> None:
-    plan, out = _cli(tmp_path, "pretrain llama-3-70b on 4 nodes of 8 H100 with TP 4 and PP 4")
+    plan, out = _cli(tmp_path, "pretrain llama-3.1-70b on 4 nodes of 8 H100 with TP 4 and PP 4")
     memory = plan["memory"]
     assert (memory["tensor_parallel"], memory["pipeline_parallel"]) == (4, 4)
     assert plan["framework"]["primary"] == "torchtitan"
@@ -141,7 +142,8 @@ def test_setup_framework_picks_by_split_model_and_zero_stage() -> None:
     assert (
         setup_framework(LLAMA3_70B, model_parallel_plan("zero1", 8, 1)) == "megatron"
     )  # no HF config
-    llama = LLAMA3_70B.model_copy(update={"hf_config": {"model_type": "llama"}})
+    # Llama 3.1 70B: the model torchtitan's flavor 70B builds (tools/research/titan_flavors.py).
+    llama = lookup_model("llama-3.1-70b", 4096)
     assert setup_framework(llama, model_parallel_plan("zero1", 1, 1)) is None
     assert setup_framework(llama, model_parallel_plan("zero1", 8, 1)) == "deepspeed"
     assert setup_framework(gpt2, model_parallel_plan("zero2", 2, 1)) == "deepspeed"

@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from specs import LLAMA3_70B, model_parallel_plan, tiny_spec
+from specs import model_parallel_plan, tiny_spec
 
 from tools.artifacts.launch import emit_launch
 from tools.core.schemas import (
@@ -29,6 +29,7 @@ from tools.core.schemas import (
     LaunchSpec,
     TrainingBrief,
 )
+from tools.research.model_catalog import lookup_model
 
 H100 = GPUSpec(name="H100-80GB", memory_gb=80, bf16_tflops=989)
 HW = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=H100)
@@ -122,6 +123,10 @@ class Stand:
         titan.mkdir(parents=True)
         (titan / "__init__.py").write_text("")
         (titan / "train.py").write_text(FAKE_TITAN_TRAIN)
+        # The release launch.sh checks for (importlib.metadata reads it).
+        meta = tmp_path / "site" / "torchtitan-0.2.2.dist-info"
+        meta.mkdir()
+        (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: torchtitan\nVersion: 0.2.2\n")
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir()
         (bin_dir / "torchrun").write_text(FAKE_TORCHRUN)
@@ -313,7 +318,7 @@ def _torchtitan(out: Path, task: str) -> LaunchSpec:
         out,
         _brief(task),
         hw,
-        LLAMA3_70B,
+        lookup_model("llama-3.1-70b", 4096),  # the model torchtitan's flavor 70B builds
         TORCHTITAN,
         None,
         memory=model_parallel_plan("zero1", 8, 2, accumulation=4),
@@ -327,7 +332,7 @@ def test_torchtitan_fine_tune_loads_the_hf_weights_then_resumes_from_its_folder(
     _torchtitan(out, "finetune")
     job = tomllib.loads((out / "torchtitan.toml").read_text())
     checkpoint = job["checkpoint"]
-    assert checkpoint["enable_checkpoint"] and checkpoint["interval"] >= 1
+    assert checkpoint["enable"] and checkpoint["interval"] >= 1
     assert checkpoint["initial_load_in_hf"] and checkpoint["initial_load_model_only"]
 
     _refused(stand.run(out / "launch.sh"), "hf_checkpoint", "safetensors")
@@ -366,6 +371,11 @@ def test_torchtitan_pretraining_starts_without_weights(tmp_path: Path) -> None:
         "initial_load_path"
         not in tomllib.loads((out / "torchtitan.toml").read_text())["checkpoint"]
     )
+    # Pretraining reads its tokenizer from [model] hf_assets_path: refused until it is there.
+    refused = stand.run(out / "launch.sh")
+    assert refused.returncode == 2 and "no tokenizer in assets/tokenizer" in refused.stderr
+    (out / "assets" / "tokenizer").mkdir(parents=True)
+    (out / "assets" / "tokenizer" / "tokenizer.json").write_text("{}")
     res = stand.run(out / "launch.sh")
     assert res.returncode == 0, res.stderr
     assert stand.seen()["cwd"] == str(out)

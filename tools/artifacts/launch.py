@@ -421,7 +421,8 @@ def _torchtitan(job: LaunchInputs) -> Launch:
         torchtitan.TORCHTITAN_CONFIG,
     ]
     how_to_run = (
-        "# Full 3D parallel on torchtitan (TORCHTITAN.md): pip install torchtitan first"
+        "# Full 3D parallel on torchtitan (TORCHTITAN.md): pip install "
+        f"torchtitan=={torchtitan.TORCHTITAN_RELEASE} first (the release this TOML is for)"
         + (
             f"; run this same script on each of the {job.hardware.nodes} nodes"
             if job.hardware.nodes > 1

@@ -2,9 +2,12 @@
 
 A setup with pipeline parallelism on a Llama model whose shape torchtitan defines
 (tools/research/framework.py ``setup_framework``) runs on torchtitan (github.com/pytorch/torchtitan),
-PyTorch's FSDP2 x tensor x pipeline (x context) parallel trainer. The section and key names below
-are torchtitan's ``JobConfig`` dataclasses (torchtitan/config/job_config.py at pytorch/torchtitan
-commit 000204a4a8bf3d0f31adc44fc29855fbb6ea13d8): ``[parallelism]`` data_parallel_replicate_degree,
+PyTorch's FSDP2 x tensor x pipeline (x context) parallel trainer, release 0.2.2: the last on PyPI
+whose ``ConfigManager`` reads a TOML (``--job.config_file``; 0.3.0 dropped it), so TORCHTITAN.md
+says ``pip install torchtitan==0.2.2`` and launch.sh stops on any other version. The section and
+key names below are torchtitan's ``JobConfig`` dataclasses (torchtitan/config/job_config.py at tag
+v0.2.2, commit 73a0e6979dd10b6b1904098eb3c8f62c18ab87ce; tests/data/torchtitan_job_config.py is
+that file, and a test checks every generated key against it): ``[parallelism]`` data_parallel_replicate_degree,
 data_parallel_shard_degree, tensor_parallel_degree, pipeline_parallel_degree,
 pipeline_parallel_schedule, pipeline_parallel_microbatch_size, context_parallel_degree;
 ``[activation_checkpoint] mode`` none/selective/full; ``[training]`` local_batch_size,
@@ -18,8 +21,11 @@ fine-tune with none yet loads ``initial_load_path`` model-only; a folder holding
 ``*.safetensors`` is read as a Hugging Face checkpoint through the llama3 state-dict adapter
 (``_load_checkpoint_in_hf_format``), so no conversion step. From pytorch/torchtitan a44dff1a4
 (2025-07-28, "let user specify initial_load_path and initial_load_in_hf") the switch is
-``initial_load_in_hf = true``, which the config also sets: the TOML loader at this commit
-skips keys it does not know (torchtitan/config/manager.py ``_dict_to_dataclass``).
+``initial_load_in_hf = true``, which the config also sets. The TOML loader refuses a key it
+does not know (torchtitan/config/manager.py ``_dict_to_dataclass`` raises ValueError), so every
+key here must be one of 0.2.2's. The tokenizer is read from the folder ``[model] hf_assets_path``
+names (its ``tokenizer.json``; components/tokenizer.py ``build_hf_tokenizer``): the Hugging Face
+folder for a fine-tune, ``assets/tokenizer`` for pretraining.
 """
 
 from __future__ import annotations
@@ -29,15 +35,23 @@ from typing import Any
 
 from tools.artifacts.deepspeed_config import task_recipe
 from tools.artifacts.scripts import comment_text, render
+from tools.core.errors import ToolFailure
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.planning.batch_layout import BatchLayout
 from tools.planning.lr_schedule import plan_schedule
-from tools.research.splits import torchtitan_flavor
+from tools.research.titan_flavors import (
+    TORCHTITAN_RELEASE,
+    TORCHTITAN_RELEASE_COMMIT,
+    flavor_refusal,
+    torchtitan_flavor,
+)
 
 TORCHTITAN_CONFIG = "torchtitan.toml"
 TORCHTITAN_MODULE = "torchtitan.train"
-# The job-config keys' source, named in the TOML and the guide.
-TORCHTITAN_COMMIT = "000204a4a8bf3d0f31adc44fc29855fbb6ea13d8"
+# The job-config keys' source, named in the TOML and the guide: the release the files are for.
+TORCHTITAN_COMMIT = TORCHTITAN_RELEASE_COMMIT
+# Pretraining's tokenizer folder (a fine-tune reads the Hugging Face folder's own).
+TOKENIZER_DIR = "assets/tokenizer"
 # A fine-tune's Hugging Face weights: the user links (or copies) the model's folder here.
 HF_CHECKPOINT = "hf_checkpoint"
 DUMP_FOLDER = "outputs"
@@ -91,7 +105,20 @@ def job_config(
     steps: int,
     precision: str,
 ) -> dict[str, dict[str, Any]]:
-    """The torchtitan job config for the plan, section -> key -> value."""
+    """The torchtitan job config for the plan, section -> key -> value.
+
+    Only for a model one of torchtitan's flavors builds exactly: any other would train
+    another model (tools/research/titan_flavors.py), so it is refused.
+    """
+    flavor = torchtitan_flavor(model)
+    if flavor is None:
+        why = flavor_refusal(model) or (
+            f"torchtitan {TORCHTITAN_RELEASE} has no llama3 flavor of its shape"
+        )
+        raise ToolFailure(
+            f"torchtitan cannot build {model.name}: {why}; plan it on Megatron "
+            "(framework megatron), which builds it from its config"
+        )
     setup = setup_of(memory)
     tp, pp, cp = setup["tensor_parallel"], setup["pipeline_parallel"], setup["context_parallel"]
     world = hardware.world_size
@@ -123,8 +150,8 @@ def job_config(
         },
         "model": {
             "name": "llama3",
-            "flavor": torchtitan_flavor(model) or "",
-            "tokenizer_path": "./assets/tokenizer/original/tokenizer.model",
+            "flavor": flavor,
+            "hf_assets_path": f"./{HF_CHECKPOINT if brief.loads_weights else TOKENIZER_DIR}",
         },
         **schedule_sections(brief, model, layout, steps),
         "training": {
@@ -142,7 +169,7 @@ def job_config(
         "parallelism": parallelism,
         "activation_checkpoint": {"mode": setup["checkpointing"]},
         "checkpoint": {
-            "enable_checkpoint": True,
+            "enable": True,
             "folder": CHECKPOINT_FOLDER,
             "interval": min(SAVE_INTERVAL, steps),
         },
@@ -165,7 +192,7 @@ def schedule_sections(
 
     torchtitan's LRScheduler at the module's commit: linear warm-up over ``warmup_steps``,
     then (``decay_ratio`` unset) decay over the rest of ``training.steps`` in ``decay_type``
-    to ``lr_min`` x lr (a ratio).
+    to ``min_lr_factor`` x lr (a ratio; 0.2.2 has no ``lr_min``).
     """
     schedule = plan_schedule(brief.task, model.params, layout.global_batch * brief.seq_len, steps)
     betas = task_recipe(brief.task)["betas"]
@@ -181,7 +208,7 @@ def schedule_sections(
         "lr_scheduler": {
             "warmup_steps": schedule.warmup_steps,
             "decay_type": "cosine",
-            "lr_min": schedule.min_lr_ratio,
+            "min_lr_factor": schedule.min_lr_ratio,
         },
     }
 
@@ -198,9 +225,17 @@ def launch_preamble(config: dict[str, dict[str, Any]]) -> list[str]:
         f'    echo "no {TORCHTITAN_CONFIG} in $PWD: start this from the plan\'s folder" >&2',
         "    exit 2",
         "fi",
+        *version_check(),
     ]
     if "initial_load_path" not in config["checkpoint"]:
-        return lines
+        return [
+            *lines,
+            f"if [[ ! -f {TOKENIZER_DIR}/tokenizer.json ]]; then",
+            f"    echo \"no tokenizer in {TOKENIZER_DIR}: put the model's tokenizer.json "
+            '(and tokenizer_config.json) there, see TORCHTITAN.md" >&2',
+            "    exit 2",
+            "fi",
+        ]
     saved = f"{DUMP_FOLDER}/{config['checkpoint']['folder']}"
     return [
         *lines,
@@ -216,6 +251,23 @@ def launch_preamble(config: dict[str, dict[str, Any]]) -> list[str]:
         f'random weights, not {HF_CHECKPOINT}: move it away first" >&2',
         "        exit 2",
         "    fi",
+        "fi",
+    ]
+
+
+def version_check() -> list[str]:
+    """launch.sh lines that stop with one line (exit 2) unless torchtitan is the TOML's release.
+
+    torchtitan 0.3.0 and later no longer read ``--job.config_file``.
+    """
+    probe = "import importlib.metadata as m; print(m.version('torchtitan'))"
+    return [
+        f'titan_version=$("${{PYTHON:-python3}}" -c "{probe}" 2>/dev/null || echo none)',
+        f'if [[ "$titan_version" != "{TORCHTITAN_RELEASE}" ]]; then',
+        f'    echo "{TORCHTITAN_CONFIG} is for torchtitan {TORCHTITAN_RELEASE} (the last release '
+        f"that reads a TOML job config), found torchtitan $titan_version in "
+        f'${{PYTHON:-python3}}: pip install torchtitan=={TORCHTITAN_RELEASE}" >&2',
+        "    exit 2",
         "fi",
     ]
 
@@ -268,6 +320,7 @@ def torchtitan_md(
         config_file=TORCHTITAN_CONFIG,
         command=" ".join(command),
         commit=TORCHTITAN_COMMIT,
+        release=TORCHTITAN_RELEASE,
         schedule=par["pipeline_parallel_schedule"],
         mode=config["activation_checkpoint"]["mode"],
         local_batch=config["training"]["local_batch_size"],

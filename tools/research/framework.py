@@ -31,6 +31,7 @@ from tools.research.splits import (
     refused_in,
     setup_framework,
 )
+from tools.research.titan_flavors import flavor_refusal
 
 # Frameworks whose plan carries a DeepSpeed config (and runs the plan's ZeRO stage); those that
 # replicate every model state on every GPU are tools/research/splits.py's.
@@ -119,9 +120,11 @@ def follow_setup(
         "tensor and pipeline parallelism from a TOML job config",
         "megatron": "Megatron builds the tensor- and pipeline-parallel GPT model from flags",
     }[needed]
+    refusal = flavor_refusal(model) if needed != "torchtitan" else None
     rationale = (
         f"The setup is tensor parallel {tp} x pipeline parallel {pp}: {how}, so the plan runs "
         f"on {needed} ({choice.primary} alone does not implement this split for this model). "
+        + (f"Not torchtitan: {refusal}. " if refusal else "")
         + choice.rationale
     )
     alternatives = [a for a in choice.alternatives if a.name != needed]

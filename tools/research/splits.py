@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from tools.core.schemas import FrameworkId, MemoryPlan, ModelSpec, TrainingBrief
 from tools.core.strategies import ZERO_STAGE
+from tools.research.titan_flavors import torchtitan_flavor
 
 # Frameworks that replicate every model state on every GPU: they run DDP and nothing else.
 REPLICATING_FRAMEWORKS = frozenset({"pytorch", "pytorch_ddp", "tensorflow", "horovod"})
@@ -29,31 +30,11 @@ STACKS: dict[str, list[FrameworkId]] = {
     "autogen": ["autogen"],
 }
 
-# torchtitan's Llama 3 model flavors as (layers, hidden, heads, kv heads): the shapes its
-# model code builds (torchtitan/models/llama3/__init__.py ``llama3_configs``, pytorch/torchtitan
-# at commit 8c6bf93e5c5874c1f89c3a8e5a22fa5724ddebe7). A Llama-family model of one of these
-# shapes runs on torchtitan as it is; any other needs a model definition torchtitan lacks.
-TORCHTITAN_FLAVORS: dict[tuple[int, int, int, int], str] = {
-    (32, 4096, 32, 8): "8B",
-    (80, 8192, 64, 8): "70B",
-    (126, 16384, 128, 8): "405B",
-}
 # DeepSpeed AutoTP training (the ``tensor_parallel.autotp_size`` config, DeepSpeed >= 0.16.4)
 # runs with ZeRO stages 0, 1 and 2 (DeepSpeed's AutoTP training tutorial,
 # deepspeed.ai/tutorials/autotp-training: "ZeRO stage 3 is not supported"), on Hugging Face
 # models (it shards their nn.Linear layers; deepspeed/module_inject/auto_tp.py).
 AUTOTP_MAX_ZERO_STAGE = 2
-
-
-def torchtitan_flavor(model: ModelSpec | None) -> str | None:
-    """The torchtitan ``llama3`` flavor with the model's exact shape, else None."""
-    if model is None:
-        return None
-    family = str((model.hf_config or {}).get("model_type") or model.family or "").lower()
-    if family != "llama":
-        return None
-    shape = (model.layers, model.hidden, model.heads, model.kv_heads or model.heads)
-    return TORCHTITAN_FLAVORS.get(shape)
 
 
 def is_hf_model(model: ModelSpec | None) -> bool:
@@ -68,7 +49,7 @@ def split_framework(
 
     None for a data-parallel setup (any training framework runs it). Tensor parallelism alone
     on a Hugging Face model with ZeRO 0-2: DeepSpeed AutoTP. A pipeline on a Llama model
-    torchtitan defines: torchtitan. Anything else: Megatron (``pretrain_gpt.py``), which
+    one of torchtitan's flavors builds exactly (tools/research/titan_flavors.py): torchtitan. Anything else: Megatron (``pretrain_gpt.py``), which
     builds GPT-style models of any shape from flags.
     """
     if cp > 1:

@@ -14,6 +14,7 @@ against the curve their docs give.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shlex
 import tomllib
@@ -32,10 +33,12 @@ from tools.core.schemas import (
     GPUSpec,
     HardwareSpec,
     MemoryPlan,
+    ModelSpec,
     SetupCandidate,
     TrainingBrief,
 )
 from tools.planning.batch_layout import BatchLayout, torchtitan_layout
+from tools.research.model_catalog import lookup_model
 
 H100 = GPUSpec(name="H100-80GB", memory_gb=80, bf16_tflops=989)
 
@@ -112,12 +115,19 @@ def _plan(case: Case) -> MemoryPlan:
     )
 
 
+@functools.cache
+def _llama31_8b() -> ModelSpec:
+    return lookup_model("llama-3.1-8b", 4096)
+
+
 def _emit(case: Case, out: Path, steps: int | None) -> tuple[dict[str, Any], Any]:
     """The plan's launch files in ``out``: returns ds_config.json (or {}) and the LaunchSpec."""
     hardware = HardwareSpec(source="described", nodes=case.nodes, gpus_per_node=8, gpu=H100)
+    # torchtitan builds Llama 3.1 (its llama3 flavors), not Llama 3 (tools/research/titan_flavors.py).
+    model = _llama31_8b() if case.launcher == "torchtitan" else LLAMA3_8B
     brief = TrainingBrief(
         goal="x",
-        model="llama-3-8b",
+        model=model.name,
         task=case.task,  # type: ignore[arg-type]
         seq_len=case.seq_len,
         global_batch_size=case.batch,
@@ -128,12 +138,10 @@ def _emit(case: Case, out: Path, steps: int | None) -> tuple[dict[str, Any], Any
     config = None
     if case.launcher in ("deepspeed", "megatron"):
         config = emit_deepspeed_config(
-            memory, LLAMA3_8B, hardware, brief, autotp=case.launcher == "deepspeed"
+            memory, model, hardware, brief, autotp=case.launcher == "deepspeed"
         )
         validate_deepspeed_config(config, case.dp)
-    spec = emit_launch(
-        out, brief, hardware, LLAMA3_8B, framework, config, memory=memory, steps=steps
-    )
+    spec = emit_launch(out, brief, hardware, model, framework, config, memory=memory, steps=steps)
     written = out / "ds_config.json"
     return (json.loads(written.read_text()) if written.exists() else {}), spec
 
@@ -270,7 +278,7 @@ def test_every_launchers_schedule_warms_up_briefly_peaks_and_decays(
         assert toml["training"]["steps"] == total
         assert 1 <= sched["warmup_steps"] < 0.1 * total
         assert sched["decay_type"] == "cosine" and "decay_ratio" not in sched
-        assert 0 <= sched["lr_min"] < 1 and toml["optimizer"]["lr"] > 0
+        assert 0 <= sched["min_lr_factor"] < 1 and toml["optimizer"]["lr"] > 0
     elif not config:
         rates, warmup = _torchrun_curve(command)
         _check_curve(rates, float(_flag(command, "--lr")), warmup, total, f"{case} train.py")

@@ -352,10 +352,12 @@ def test_context_parallel_only_where_torchtitan_runs_it() -> None:
     # A Mistral model at 32k tokens: no torchtitan flavor, so no context-parallel layout.
     plan, _ = _plan("mistral-7b", "1x8xH100-80GB", 32768, 8, "pretrain")
     assert all(c.context_parallel == 1 for c in plan.candidates)
-    # Llama 3 8B at 64k tokens with CP pinned: torchtitan runs it; a DeepSpeed config refuses.
-    brief = _brief("llama-3-8b", "1x8xH100-80GB", 65536, 8, "pretrain")
+    # Llama 3.1 8B at 64k tokens with CP pinned: torchtitan runs it; a DeepSpeed config refuses.
+    # (Llama 3 8B was here: torchtitan's flavor 8B is Llama 3.1, RoPE scaling and all, so
+    # torchtitan would train another model; tests/unit/artifacts/test_torchtitan_config.py.)
+    brief = _brief("llama-3.1-8b", "1x8xH100-80GB", 65536, 8, "pretrain")
     hw = parse_hardware("1x8xH100-80GB")
-    model = lookup_model("llama-3-8b", 65536)
+    model = lookup_model("llama-3.1-8b", 65536)
     cp = search_strategy(model, hw, brief, SearchOptions(context_parallel=2, tensor_parallel=1, pipeline_parallel=1))  # fmt: skip
     assert cp.setup is not None and cp.setup.context_parallel == 2 and cp.context_parallel == 2
     assert cp.setup.data_parallel == 4

@@ -136,8 +136,10 @@ def _chosen_row(plan):
 
 def test_70b_pretraining_on_32_h100_needs_tensor_and_pipeline_parallelism() -> None:
     """ZeRO-3 alone needs ~92 GB per GPU at seq 16384; a Megatron split fits, and beats offload."""
-    plan, hw = _search("llama-3-70b", "4x8xH100-80GB", 16384, 512, task="pretrain")
-    model = lookup_model("llama-3-70b", 16384)
+    # Llama 3.1 70B, the model torchtitan's flavor 70B builds (Llama 3 70B has no flavor:
+    # tools/research/titan_flavors.py; without context parallelism its plan is ZeRO-3 offload).
+    plan, hw = _search("llama-3.1-70b", "4x8xH100-80GB", 16384, 512, task="pretrain")
+    model = lookup_model("llama-3.1-70b", 16384)
     tp, pp = plan.tensor_parallel, plan.pipeline_parallel
     setup = plan.setup
     assert setup is not None
@@ -168,7 +170,7 @@ def test_70b_pretraining_on_32_h100_needs_tensor_and_pipeline_parallelism() -> N
 
     # The row's numbers are the memory and speed models' for exactly this setup.
     brief = brief_from_dict(
-        {"model": "llama-3-70b", "hardware": "4x8xH100-80GB", "seq_len": 16384,
+        {"model": "llama-3.1-70b", "hardware": "4x8xH100-80GB", "seq_len": 16384,
          "global_batch_size": 512, "task": "pretrain"}
     )  # fmt: skip
     kw = {
@@ -286,7 +288,7 @@ def test_offload_that_overflows_the_nodes_ram_loses_with_a_reason() -> None:
 
 def test_the_chosen_tensor_pipeline_row_is_the_first_of_its_name() -> None:
     """Readers that look the choice up by name (report, reviewer, narrative) find its row."""
-    plan, _ = _search("llama-3-70b", "4x8xH100-80GB", 16384, 512, task="pretrain")
+    plan, _ = _search("llama-3.1-70b", "4x8xH100-80GB", 16384, 512, task="pretrain")
     first = next(s for s in plan.strategies if s.name == plan.chosen)
     assert first is _chosen_row(plan) and first.tensor_parallel == plan.tensor_parallel
     assert sum(s.name == plan.chosen for s in plan.strategies) == 2  # and the data-parallel one
