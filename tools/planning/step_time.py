@@ -108,23 +108,25 @@ def gemm_rate_floor(setup: StepSetup, device: Device, mb: MicroBatchCompute) -> 
     """``mb``, or ``mb`` slowed to the large-GEMM rate where it computes faster than that.
 
     No kernel runs faster than a large, well-tiled GEMM (``KernelFacts.gemm``), so one GPU's
-    share of a micro-batch's model FLOPs (6N + 12·L·h·s per token, what MFU counts) takes at
-    least FLOPs / (peak x gemm); hence MFU never exceeds the GEMM efficiency. The kernel shapes
-    can count less than that (an architecture's projections or routing they do not model, an
-    attention kernel whose causal skip halves the counted FLOPs): the time is raised, said in
-    the notes.
+    share of a micro-batch's executed FLOPs (6N + 12·L·h·s per token, 8N + 16·L·h·s with full
+    recomputation) takes at least FLOPs / (peak x gemm); hence neither MFU nor the executed
+    FLOPs' share of peak exceeds the GEMM efficiency. The kernel shapes can count less than
+    that (an architecture's projections or routing they do not model, an attention kernel whose
+    causal skip halves the counted FLOPs): the time is raised, said in the notes.
     """
-    model_flops = training_flops_per_token(setup.model, setup.seq, activation_checkpointing=False)
+    flops = training_flops_per_token(
+        setup.model, setup.seq, activation_checkpointing=setup.checkpointing
+    )
     tokens = setup.micro * setup.seq / (setup.tp * setup.pp * setup.cp)
-    floor_s = tokens * model_flops / (device.peak_flops * device.facts.gemm)
-    computed = mb.forward_s + mb.backward_s
+    floor_s = tokens * flops / (device.peak_flops * device.facts.gemm)
+    computed = mb.total_s
     if computed <= 0 or computed >= floor_s:
         return mb
     scale = floor_s / computed
     setup.notes.append(
         f"compute raised {scale - 1:.1%} to the large-GEMM rate ({device.facts.gemm:.0%} of "
-        "peak): the kernel shapes counted fewer than the 6N + 12·L·h·s FLOPs MFU counts, and "
-        "no kernel runs faster than a large GEMM"
+        "peak): the kernel shapes counted fewer FLOPs than 6N + 12·L·h·s (8N + 16·L·h·s with "
+        "full recomputation), and no kernel runs faster than a large GEMM"
     )
     return replace(
         mb,

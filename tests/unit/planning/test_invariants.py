@@ -8,6 +8,7 @@ search for the rows a plan shows). For each setup:
 
 - MFU is never above the large-GEMM efficiency the speed model uses for that GPU
   (tools/planning/kernels.py ``KernelFacts.gemm``): no kernel runs faster than a large GEMM;
+  nor is the executed FLOPs' share of peak while computing (recomputation included);
 - tokens/s is never above the roofline, world x peak / (6N + 12·L·h·s) FLOPs per token;
 - the memory terms add up to the total (params + gradients + optimizer + activations +
   buffers - the part of activations and gradients never live together), and torch's allocated
@@ -137,6 +138,7 @@ def test_memory_and_speed_invariants_hold_over_the_sweep(gpu: str) -> None:
         if speed.tokens_per_s is None or speed.mfu is None or speed.peak_tflops is None:
             continue
         assert speed.mfu <= gemm * (1 + 1e-9), (what, speed.mfu, gemm)
+        assert speed.efficiency is not None and speed.efficiency <= gemm * (1 + 1e-9), what
         assert speed.tokens_per_s <= _roofline(model, seq, hardware, speed.peak_tflops), what
     # Most points of the walk are layouts that run (about 300 of 333 per GPU).
     assert counted * len(GPUS) >= MIN_SETUPS, (gpu, counted)
