@@ -36,6 +36,7 @@ from tools.planning.estimate import EstimateRequest, estimate
 from tools.planning.experts import expert_shape
 from tools.planning.kernels import KERNEL_FACTS, kernel_class
 from tools.planning.memory import estimate_strategy
+from tools.planning.recipe import FRAMEWORKS, OPTIMIZERS, Recipe
 from tools.planning.speed import estimate_speed
 from tools.research.architectures import is_convolutional
 from tools.research.hardware import load_gpu_catalog, parse_hardware
@@ -218,3 +219,45 @@ def test_more_context_ranks_than_tokens_is_refused_not_a_crash() -> None:
             _model("gpt2", 4), _hardware("H100-80GB"), "zero1", micro_batch_size=1,
             gradient_accumulation_steps=1, seq_len=4, context_parallel=8,
         )  # fmt: skip
+
+
+# The memory terms for every framework's recipe (tools/planning/memory_terms.py prices each
+# its own way): precision x optimizer x LoRA/QLoRA x activation offload x recompute x strategy
+# x layout, a strided walk as above.
+RECIPE_MODELS = (
+    "gpt2", "llama-3-8b", "mixtral-8x7b", "qwen3-30b-a3b", "t5-base", "vit-large", "resnet-50",
+    "llama-3-70b",
+)  # fmt: skip
+ADAPTERS = ((None, False), (16, False), (16, True))  # full training, LoRA, QLoRA
+RECIPE_PRECISIONS = ("bf16", "fp16", "fp32", "pure-bf16", "fp8")
+RECIPE_STRATEGIES = ("ddp", "zero1", "zero3", "zero2_offload_optimizer", "zero3_offload_all")
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_memory_terms_add_up_for_every_recipe(framework: str) -> None:
+    """Before, QLoRA with zero3_offload_all was a KeyError (``estimate --qlora`` exit 1)."""
+    hardware = _hardware("H100-80GB")
+    axes = (
+        RECIPE_MODELS, RECIPE_PRECISIONS, OPTIMIZERS, ADAPTERS, (False, True),
+        (None, "full", "selective", "selective-op"), RECIPE_STRATEGIES, ((1, 1), (2, 2)),
+    )  # fmt: skip
+    grid = list(itertools.product(*axes))
+    counted = 0
+    for point in grid[FRAMEWORKS.index(framework) :: STRIDE]:
+        name, precision, optimizer, (rank, qlora), offload, ckpt, family, (tp, pp) = point
+        recipe = Recipe(
+            framework=framework, precision=precision, optimizer=optimizer, lora_rank=rank,
+            qlora=qlora, activation_offload=offload, checkpointing=ckpt,
+            gradient_accumulation_steps=4,
+        )  # fmt: skip
+        try:
+            row = estimate_strategy(
+                _model(name, 1 if name == "resnet-50" else 512), hardware, check_strategy(family),
+                task="lora" if rank else "pretrain", micro_batch_size=2, tensor_parallel=tp,
+                pipeline_parallel=pp, recipe=recipe, gradient_accumulation_steps=4,
+            )  # fmt: skip
+        except InputError:
+            continue  # a combination the recipe refuses (e.g. QLoRA's base under fp32)
+        counted += 1
+        _check_memory(row, f"{name}, {recipe.describe()}, {family} t{tp} p{pp}")
+    assert counted >= 250, (framework, counted)
