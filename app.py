@@ -252,6 +252,13 @@ def _add_estimate(sub: Any) -> None:
     est.add_argument(
         "--json", dest="json_path", type=_path_arg, help="write the estimate JSON here"
     )
+    est.add_argument(
+        "--batch",
+        type=_path_arg,
+        help="estimate every line of a JSON Lines file (the flags above as keys, seq_len for "
+        "--seq-len); one --json object per line to stdout or --json FILE; exit 1 when a line "
+        "was skipped",
+    )
 
 
 def _add_smoke(sub: Any) -> None:
@@ -362,10 +369,14 @@ def write_json(path: Path | None, data: Any) -> None:
         return
     import json
 
+    write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to the ``--json`` path the user named, as ``write_json`` does."""
     from tools.core.files import write_through
     from tools.core.outputs import check_no_link, owned, write_file
 
-    text = json.dumps(data, indent=2) + "\n"
     check_no_link(path.parent, "--json")
     if (path.is_symlink() or path.is_file() or not path.exists()) and owned(path.parent):
         write_file(path.parent, path.name, text, field="--json")
@@ -495,6 +506,8 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     from tools.artifacts.text import estimate_lines
     from tools.planning.estimate import estimate
 
+    if args.batch is not None:
+        return estimate_batch(args)
     request = estimate_request(args)
     request.check_source()
     check_output_path(args.json_path, "--json", "file")
@@ -504,6 +517,52 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     note = found.batch_note
     print("\n".join([*lines, *([f"  assumed: {note}"] if note else [])]))
     return 0
+
+
+def estimate_batch(args: argparse.Namespace) -> int:
+    """``estimate --batch FILE``: each line's estimate JSON, one per line, in one process.
+
+    Output goes to stdout (a line as soon as it is estimated) or, with ``--json``, to that file
+    when all are done. A skipped line is a line on stderr and ``{line, error}`` in the output.
+    Exit 0 when every line was estimated, 1 when a line was skipped, 2 when the file cannot be
+    read (nothing is written).
+    """
+    import json
+
+    from tools.artifacts.text import batch_error_line, batch_progress_line, batch_summary_line
+    from tools.planning.estimate_batch import estimate_lines
+
+    given = estimate_request(args).model_dump(exclude_defaults=True)
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise InputError("--batch", f"goes with --json only; put {flags} in each line")
+    check_output_path(args.json_path, "--json", "file")
+    try:
+        lines = args.batch.read_bytes().splitlines()
+    except OSError as exc:
+        raise InputError("--batch", f"{shown(args.batch, 120)}: {exc.strerror or exc}") from None
+    start = time.monotonic()
+    skipped: list[int] = []
+    out: list[str] = []
+
+    def progress(line: int, seconds: float) -> None:
+        print(batch_progress_line(line, len(lines), seconds), file=sys.stderr, flush=True)
+
+    for answer in estimate_lines(lines, number_flags()["estimate"], progress):
+        if answer.error is not None:
+            skipped.append(answer.line)
+            print(batch_error_line(answer.line, answer.error), file=sys.stderr, flush=True)
+        text = json.dumps(answer.record(), separators=(",", ":"))
+        if args.json_path is None:
+            print(text, flush=True)
+        else:
+            out.append(text + "\n")
+    if args.json_path is not None:
+        write_text(args.json_path, "".join(out))
+    setups = sum(1 for line in lines if line.strip())
+    summary = batch_summary_line(setups, skipped, time.monotonic() - start)
+    print(summary, file=sys.stderr)
+    return 1 if skipped else 0
 
 
 def check_smoke_args(args: argparse.Namespace) -> int | None:

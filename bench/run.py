@@ -10,6 +10,8 @@ Sections (each also importable from its module):
 - latency: CLI cold start, an offline plan, a batch of briefs, heavy imports (bench/suite/latency.py);
 - plan_cold: the CPU time of a cold offline plan without smoke, per graph node, and of `--help`
   against `python -c pass` (bench/suite/plan_cold.py);
+- estimate_batch: `app.py estimate --batch` on 1,000 varied setups in one cold process
+  (bench/suite/estimate_batch.py);
 - overhead: our smoke run vs a minimal DeepSpeed script (bench/suite/overhead.py, which
   runs bench/suite/smoke_overhead.py);
 - published: the speed model's tokens/s per GPU vs published throughputs (llm-foundry,
@@ -40,7 +42,7 @@ if str(ROOT) not in sys.path:
 from bench.common import load_average, machine_info  # noqa: E402
 
 SECTIONS = ("memory_grid", "planner_cases", "memory_gpu", "memory_smoke", "choice", "latency",
-            "plan_cold", "overhead", "published", "published_memory")  # fmt: skip
+            "plan_cold", "estimate_batch", "overhead", "published", "published_memory")  # fmt: skip
 GIB = 2**30
 
 
@@ -99,6 +101,12 @@ def _plan_cold(quick: bool) -> dict[str, Any]:
     return measure(quick)
 
 
+def _estimate_batch(quick: bool) -> dict[str, Any]:
+    from bench.suite.estimate_batch import measure
+
+    return measure()
+
+
 def _overhead(quick: bool) -> dict[str, Any]:
     from bench.suite.overhead import measure
 
@@ -125,6 +133,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "choice": _choice,
     "latency": _latency,
     "plan_cold": _plan_cold,
+    "estimate_batch": _estimate_batch,
     "overhead": _overhead,
     "published": _published,
     "published_memory": _published_memory,
@@ -294,6 +303,16 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
         ))  # fmt: skip
     if "plan_cold" in sec:
         rows += _plan_cold_rows(sec["plan_cold"])
+    if "estimate_batch" in sec:
+        e = sec["estimate_batch"]
+        rows.append((
+            f"`app.py estimate --batch`, {e['setups']:,} setups in one process",
+            f"{_s(e['wall_s'])} ({e['per_setup_ms']:.1f} ms per setup; target < "
+            f"{e['target_s']:g} s: {'met' if e['met'] else 'NOT met'}); {e['estimated']:,} "
+            f"estimated, {e['skipped']:,} refused by the estimate",
+            "bench/suite/estimate_batch.py: catalog GPUs x dense, MoE, encoder and vision models "
+            "x task, precision, seq, batch and pins; one cold process, wall time",
+        ))  # fmt: skip
     if "overhead" in sec:
         o = sec["overhead"]
         rows.append((

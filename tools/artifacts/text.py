@@ -212,6 +212,26 @@ def estimate_lines(
     return [printable(line) for line in lines]
 
 
+def batch_error_line(line: int, error: str) -> str:
+    """The stderr line for a batch line that was skipped (``estimate --batch``)."""
+    return printable(f"trainwright: estimate --batch: line {line}: {error}")
+
+
+def batch_progress_line(line: int, total: int, seconds: float) -> str:
+    """The stderr line on a long batch: how far it is and how long it has run."""
+    return f"trainwright: estimate --batch: line {line:,} of {total:,} ({seconds:.0f} s)"
+
+
+def batch_summary_line(setups: int, skipped: list[int], seconds: float) -> str:
+    """The stderr line that ends a batch: setups estimated, and the lines skipped."""
+    shown = ", ".join(str(n) for n in skipped[:20]) + (", ..." if len(skipped) > 20 else "")
+    return (
+        f"trainwright: estimate --batch: {setups - len(skipped):,} of {setups:,} setup(s) "
+        f"estimated in {seconds:.1f} s"
+        + (f"; {len(skipped):,} line(s) skipped: {shown}" if skipped else "")
+    )
+
+
 # How many of the search's best setups the terminal and the report list.
 CANDIDATES_SHOWN = 5
 

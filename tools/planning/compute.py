@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tools.core.schemas import ModelSpec
+from tools.planning.experts import expert_gemms, expert_shape, permute_bytes
 from tools.planning.kernels import Device, attention_s, matmul_s, memory_s
 from tools.planning.states import GATED_MLP_FAMILIES
 
@@ -63,25 +64,56 @@ def _gated(model: ModelSpec) -> bool:
     return abs(gated - model.params) < abs(plain - model.params)
 
 
-def _layer_gemms(model: ModelSpec, tokens: int, tp: int) -> list[tuple[int, int, int]]:
-    """The forward GEMMs of one layer as (m, n, k), after tensor parallelism of degree ``tp``."""
+def _attention_gemms(model: ModelSpec, tokens: int, tp: int) -> list[tuple[int, int, int]]:
+    """The attention projections of one layer as (m, n, k), after tensor parallelism ``tp``."""
     h = model.hidden
     heads = model.heads
     kv = model.kv_heads or heads
     d = h // heads
-    inter = model.intermediate or 4 * h
     gemms = []
     if kv == heads and not _gated(model):
         gemms.append((tokens, 3 * h // tp, h))  # fused QKV (GPT-2, MPT, Megatron GPT)
     else:
         gemms += [(tokens, h // tp, h), (tokens, kv * d // tp, h), (tokens, kv * d // tp, h)]
     gemms.append((tokens, h, h // tp))  # attention output projection (row-parallel)
+    return gemms
+
+
+def _mlp_gemms(model: ModelSpec, tokens: int, tp: int) -> list[tuple[int, int, int]]:
+    """A dense MLP's GEMMs as (m, n, k), after tensor parallelism of degree ``tp``."""
+    h = model.hidden
+    inter = model.intermediate or 4 * h
+    gemms = []
     if _gated(model):
         gemms += [(tokens, inter // tp, h), (tokens, inter // tp, h)]  # gate and up
     else:
         gemms.append((tokens, inter // tp, h))  # up
     gemms.append((tokens, h, inter // tp))  # down (row-parallel)
     return gemms
+
+
+def _mlp_s(
+    model: ModelSpec, device: Device, tokens: int, tp: int, bytes_per: int
+) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's MLP, averaged over the layers.
+
+    Dense: its GEMMs. A mixture of experts (tools/planning/experts.py): the router, each
+    routed expert over its share of the tokens, the shared experts, and moving the tokens to
+    the experts and back, on the MoE layers; a dense MLP on the others.
+    """
+    dense = _mlp_gemms(model, tokens, tp)
+    fwd = sum(matmul_s(device, m, n, k, bytes_per) for m, n, k in dense)
+    bwd = _backward_gemms_s(device, dense, bytes_per)
+    shape = expert_shape(model)
+    if shape is None or not shape.moe_layers:
+        return fwd, bwd
+    moved = memory_s(device, permute_bytes(shape, model.hidden, tokens) * bytes_per / 2, 4)
+    moe_fwd = moe_bwd = moved
+    for (m, n, k), count in expert_gemms(shape, model.hidden, tokens, tp):
+        moe_fwd += count * matmul_s(device, m, n, k, bytes_per)
+        moe_bwd += count * _backward_gemms_s(device, [(m, n, k)], bytes_per)
+    share = shape.moe_layers / model.layers
+    return (1 - share) * fwd + share * moe_fwd, (1 - share) * bwd + share * moe_bwd
 
 
 def _backward_gemms_s(device: Device, gemms: list[tuple[int, int, int]], bytes_per: int) -> float:
@@ -130,9 +162,10 @@ def micro_batch_compute(
     """Forward, backward and recompute seconds of one micro-batch on the busiest stage's GPU."""
     tokens = micro * seq // cp
     layers = max(1, model.layers // pp)
-    gemms = _layer_gemms(model, tokens, tp)
-    gemm_fwd = sum(matmul_s(device, m, n, k, bytes_per) for m, n, k in gemms)
-    gemm_bwd = _backward_gemms_s(device, gemms, bytes_per)
+    gemms = _attention_gemms(model, tokens, tp)
+    mlp_fwd, mlp_bwd = _mlp_s(model, device, tokens, tp, bytes_per)
+    gemm_fwd = sum(matmul_s(device, m, n, k, bytes_per) for m, n, k in gemms) + mlp_fwd
+    gemm_bwd = _backward_gemms_s(device, gemms, bytes_per) + mlp_bwd
     attn_args = {
         "batch_heads": micro * max(1, model.heads // tp),
         "q_len": seq // cp,

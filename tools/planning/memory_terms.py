@@ -111,7 +111,9 @@ def _deepspeed_terms(
     if moments:
         part = moments / OPTIMIZER_STATE_BYTES["adamw"]  # states.py priced AdamW
         gpu["optimizer_moments"] = int(optimizer_bytes(recipe, part, hidden))
-    if quantized:
+    if quantized and "params" in gpu:
+        # With the parameters offloaded (zero3_offload_all) the NF4 base is in host RAM, which
+        # stays priced at 16 bits (on the safe side).
         shard = world if strategy.startswith("zero3") else 1
         gpu["params"] -= int((2 - NF4_BYTES) * quantized / shard)
     return Terms(

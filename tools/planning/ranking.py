@@ -167,8 +167,13 @@ def family_rows(
     """One row per data-parallel strategy, then one per strategy with model parallelism.
 
     Each row is the fastest fitting setup of its kind, else the smallest; no two rows share a
-    label.
+    label. A smallest row the memory model calls fits (within the GPU, not within the search's
+    headroom) carries its speed too: a row that fits is never shown without one.
     """
+    smallest = {
+        fam: space.with_speed(row) if row.fits and row.tokens_per_s is None else row
+        for fam, row in smallest.items()
+    }
     families = [Setup(n) for n in space.names]
     plain = [best.get(f) or smallest[f] for f in families if f in smallest]
     fitting = {id(r) for r in best.values()}

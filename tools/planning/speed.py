@@ -139,6 +139,12 @@ def estimate_speed(
         recompute = "full" if activation_checkpointing else "none"
     check_recompute(recompute, "recompute")
     activation_checkpointing = recompute == "full"
+    if context_parallel > (seq_len or model.seq_len):
+        raise InputError(
+            "context_parallel",
+            f"{context_parallel} ranks cannot split a sequence of {seq_len or model.seq_len} "
+            "tokens (each needs at least one)",
+        )
     _check_speed_args(
         strategy, micro_batch_size, gradient_accumulation_steps, dataset_tokens, hardware
     )

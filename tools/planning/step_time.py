@@ -8,12 +8,13 @@ cost, the rest exposed, offload on top; then tokens/s, MFU and the bottleneck.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tools.core.schemas import Bottleneck
 from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy
 from tools.planning.comm import CONTENTION, StepSetup, comm_units
-from tools.planning.compute import micro_batch_compute, optimizer_step_s
+from tools.planning.compute import MicroBatchCompute, micro_batch_compute, optimizer_step_s
+from tools.planning.flops import training_flops_per_token
 from tools.planning.kernels import Device
 from tools.planning.parallel import model_parallel_params
 
@@ -66,6 +67,7 @@ def step_time(
         sequence_parallel=setup.sequence_parallel,
         bytes_per=setup.grad_bytes,
     )
+    mb = gemm_rate_floor(setup, device, mb)
     per_micro_cp = cp_s / m
     exposed_cp = max(0.0, per_micro_cp - mb.attention_s) * m
     # A stage's slot per micro-batch: compute plus what cannot overlap inside the stage.
@@ -100,6 +102,39 @@ def step_time(
         )
     step_s = m * slot + bubble_s + optimizer_s + exposed_dp + offload_s
     return StepTime(compute_s, bubble_s, exposed_dp, hidden, exposed_cp, step_s)
+
+
+def gemm_rate_floor(setup: StepSetup, device: Device, mb: MicroBatchCompute) -> MicroBatchCompute:
+    """``mb``, or ``mb`` slowed to the large-GEMM rate where it computes faster than that.
+
+    No kernel runs faster than a large, well-tiled GEMM (``KernelFacts.gemm``), so one GPU's
+    share of a micro-batch's executed FLOPs (6N + 12·L·h·s per token, 8N + 16·L·h·s with full
+    recomputation) takes at least FLOPs / (peak x gemm); hence neither MFU nor the executed
+    FLOPs' share of peak exceeds the GEMM efficiency. The kernel shapes can count less than
+    that (an architecture's projections or routing they do not model, an attention kernel whose
+    causal skip halves the counted FLOPs): the time is raised, said in the notes.
+    """
+    flops = training_flops_per_token(
+        setup.model, setup.seq, activation_checkpointing=setup.checkpointing
+    )
+    tokens = setup.micro * setup.seq / (setup.tp * setup.pp * setup.cp)
+    floor_s = tokens * flops / (device.peak_flops * device.facts.gemm)
+    computed = mb.total_s
+    if computed <= 0 or computed >= floor_s:
+        return mb
+    scale = floor_s / computed
+    setup.notes.append(
+        f"compute raised {scale - 1:.1%} to the large-GEMM rate ({device.facts.gemm:.0%} of "
+        "peak): the kernel shapes counted fewer FLOPs than 6N + 12·L·h·s (8N + 16·L·h·s with "
+        "full recomputation), and no kernel runs faster than a large GEMM"
+    )
+    return replace(
+        mb,
+        forward_s=mb.forward_s * scale,
+        backward_s=mb.backward_s * scale,
+        recompute_s=mb.recompute_s * scale,
+        attention_s=mb.attention_s * scale,
+    )
 
 
 def bottleneck(compute_s: float | None, comm_s: float, offload_s: float) -> Bottleneck:

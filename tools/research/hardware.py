@@ -11,6 +11,8 @@ import os
 import platform
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from importlib import metadata, resources
 from pathlib import Path
@@ -251,9 +253,32 @@ def _torch_cuda() -> tuple[bool, int, tuple[str, float] | None]:
     return True, count, (props.name, round(props.total_memory / 2**30, 1))
 
 
+# This machine's profile while ``local_profile_once`` is in force (None: probe every time).
+_LOCAL_ONCE: dict[str, HardwareSpec] | None = None
+
+
 def profile_local() -> HardwareSpec:
     """Profile this machine: CPU cores, RAM, and its GPUs as torch or the GPU driver sees them."""
-    return _local_hardware(gpu_probe.probe_gpus())
+    if _LOCAL_ONCE is None:
+        return _local_hardware(gpu_probe.probe_gpus())
+    if "local" not in _LOCAL_ONCE:
+        _LOCAL_ONCE["local"] = _local_hardware(gpu_probe.probe_gpus())
+    return _LOCAL_ONCE["local"]
+
+
+@contextmanager
+def local_profile_once() -> Iterator[None]:
+    """Inside: this machine is probed once (nvidia-smi, torch) and its profile reused.
+
+    For many estimates in one process (``estimate --batch``), where a probe per setup would
+    start a driver tool per line; a long-lived process (the chat, the server) probes anew.
+    """
+    global _LOCAL_ONCE
+    outer, _LOCAL_ONCE = _LOCAL_ONCE, {} if _LOCAL_ONCE is None else _LOCAL_ONCE
+    try:
+        yield
+    finally:
+        _LOCAL_ONCE = outer
 
 
 def _local_hardware(probe: GPUProbe) -> HardwareSpec:
