@@ -77,6 +77,7 @@ class SizingPlan(BaseModel):
 
     model: str = ""
     task: str = ""
+    seq_len: int = 0
     tokens: float | None = None
     deadline_s: float | None = None
     budget_usd: float | None = None

@@ -130,6 +130,7 @@ def size_training(
     plan = SizingPlan(
         model=model.name,
         task=brief.task,
+        seq_len=brief.seq_len,
         tokens=limits.tokens,
         deadline_s=limits.deadline_s,
         budget_usd=limits.budget_usd,
