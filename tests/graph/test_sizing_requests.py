@@ -96,3 +96,15 @@ def test_how_many_a100_40gb_sizes_a100s_and_plans_the_answer(tmp_path: Path) -> 
     assert f"How many A100-40GB: at least {answer.min_count} (" in done.stdout
     # Not the one GPU the words alone would have planned ("no GPU count given: one assumed").
     assert "one A100-40GB assumed" not in json.dumps(plan)
+
+
+def test_chat_answers_a_sizing_question_and_plan_it_names_the_planned_pick(tmp_path: Path) -> None:
+    script = "how many H100 do I need to fine-tune llama-3-8b\nplan it\n/quit\n"
+    done = run_main("chat", "--no-smoke", "--thread", "sizing-1", cwd=tmp_path, stdin=script)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    line = next(x for x in out.splitlines() if x.startswith("How many H100-80GB: at least "))
+    assert "Which GPUs (least count that fits" in out
+    plan = next(x for x in out.splitlines() if x.startswith("plan: llama-3-8b on "))
+    assert "already planned: the plan above is the sizing's pick, " in out
+    assert line and "H100" in plan

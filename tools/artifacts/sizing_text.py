@@ -6,6 +6,8 @@ question; the report's table and chart are tools/artifacts/report.py's and chart
 
 from __future__ import annotations
 
+from typing import Any
+
 from tools.core.schemas import SizingAnswer, SizingPlan, SizingRow
 
 DAY_S = 86_400.0
@@ -170,6 +172,23 @@ def sizing_lines(plan: SizingPlan) -> list[str]:
             f"  note: rows on {', '.join(offload)} use offload and depend on the host RAM they name"
         )
     return lines
+
+
+def plan_it_line(plan: dict[str, Any]) -> str:
+    """The chat's answer to "plan it" after a sizing: the plan shown is already the pick's."""
+    hw = plan.get("hardware") or {}
+    gpu = (hw.get("gpu") or {}).get("name", "GPU")
+    where = (plan.get("report") or {}).get("markdown") or "the report"
+    what = (
+        "the sizing's pick"
+        if (plan.get("sizing") or {}).get("pick")
+        else "the closest row (nothing met the limits)"
+    )
+    return (
+        f"already planned: the plan above is {what}, {hw.get('nodes')}x{hw.get('gpus_per_node')} "
+        f"{gpu}; its files and report: {where}. To plan another row, say e.g. 'what if I had "
+        "16 H100-80GB?'"
+    )
 
 
 def _limits(plan: SizingPlan) -> str:
