@@ -254,7 +254,14 @@ def _brief_from_request(
     pick; the sizing (plan JSON ``sizing``) comes last, None for any other request.
     """
     from agents.offline import OfflinePlaybookModel
-    from agents.sizing import account_sizing, drop_unclear, run_sizing, sizing_ask
+    from agents.sizing import (
+        account_sizing,
+        drop_unclear,
+        not_sized,
+        run_sizing,
+        sizing_ask,
+        trains,
+    )
     from tools.intake.brief import brief_from_request, model_reading, request_fields
     from tools.intake.llm_reading import merge_read_fields
     from tools.research.model_catalog import list_models
@@ -279,16 +286,18 @@ def _brief_from_request(
             events.progress(f"LLM read: {', '.join(sorted(read))}")
     unclear = (reading.question, reading.candidates) if reading and reading.question else None
     ask = sizing_ask(text, {**parsed, **overrides}, overrides)
-    if ask is not None:  # the sizing chooses the hardware: nothing to ask about it
-        parsed = drop_unclear(parsed)
+    if ask is not None and trains({**parsed, **overrides}):
+        parsed = drop_unclear(parsed)  # the sizing chooses the hardware: nothing to ask
     fields = _ask_missing({**parsed, **overrides}, overrides, models, events, unclear)
     notes += fields.get(MODEL_ASSUMED) or []
     notes += fields.get(HARDWARE_ASSUMED) or []
     notes += fields.get(NUMBER_NOTES) or []
     brief = brief_from_request(fields)
     account = account_request(text, fields, brief, overrides, said)
-    if ask is None or brief.task not in ("pretrain", "finetune", "lora"):
+    if ask is None:
         return brief, notes, account, None
+    if brief.task not in ("pretrain", "finetune", "lora"):
+        return brief, [*notes, not_sized(ask, brief.task)], account, None
     gpu = _gpu_type(fields.get("hardware"))
     sized = run_sizing(ask, brief, gpu)
     events.progress(sized.notes[0].removeprefix("intake: "))

@@ -42,9 +42,20 @@ def sizing_ask(
         return None
     assumed = " ".join(fields.get(HARDWARE_ASSUMED) or [])
     count_given = "hardware" in fields and _NO_COUNT not in assumed
-    if fields.get("task") in ("inference", "agent-app"):
-        return None
     return sizing_question(text, count_given)
+
+
+def trains(fields: Mapping[str, Any]) -> bool:
+    """Whether the request trains (a sizing is for training; the default task is finetune)."""
+    return fields.get("task", "finetune") in ("pretrain", "finetune", "lora")
+
+
+def not_sized(ask: SizingAsk, task: str) -> str:
+    """The note for a sizing question of a task the sizing does not answer."""
+    return (
+        f"intake: the request asks a sizing question ({ask.words!r}); sizing is for training, "
+        f"so this {task} plan uses the hardware the request names (or the default)"
+    )
 
 
 def drop_unclear(fields: dict[str, Any]) -> dict[str, Any]:

@@ -49,6 +49,10 @@ def test_a_deadline_question_gets_the_cheapest_pick_within_it(
     hw = plan["hardware"]
     assert (hw["nodes"], hw["gpus_per_node"]) == (pick.nodes, pick.gpus_per_node)
     assert plan["brief"]["hardware"] == f"{pick.nodes}x{pick.gpus_per_node}x{pick.gpu}"
+    # The plan's setup and speed are the pick's: the same search on the same hardware.
+    assert plan["speed"]["tokens_per_s"] == pytest.approx(pick.tokens_per_s, rel=1e-9)
+    assert plan["memory"]["setup"]["strategy"] == plan["memory"]["chosen"]
+    assert pick.setup.startswith(plan["memory"]["chosen"])
     wish = next(w for w in plan["request"]["wishes"] if w["wish"] == "deadline")
     assert wish["honoured"] is True and "days" in wish["how"]
     assumed = next(a for a in plan["request"]["assumed"] if a["field"] == "hardware")

@@ -207,6 +207,11 @@ def gpu_types(brief: TrainingBrief, limits: SizingLimits) -> tuple[list[_Type], 
         price = limits.prices.get(gpu_id)
         source = "the request's price" if price is not None else ""
         types.append(_Type(gpu, gpu_id, getattr(gpu, "node_gpus", 8), price, source, True))
+    if brief.price_per_gpu_hour is not None and not asked:
+        notes.append(
+            f"the request's price ({brief.price_per_gpu_hour:g} per GPU-hour) names no GPU type, "
+            "so it is not applied: each type's list price is used"
+        )
     unpriced = [t.gpu_id for t in types if t.price is None]
     if unpriced:
         notes.append(

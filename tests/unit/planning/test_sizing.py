@@ -173,3 +173,16 @@ def test_training_only_and_a_gpu_of_another_memory() -> None:
         _size("llama-3.2-1b", "inference")
     big = sizing_gpu("H100-80GB", 96.0)
     assert big.memory_gb == 96.0 and find_gpu("H100-80GB").memory_gb == 80
+
+
+def test_a_request_price_without_a_gpu_type_is_said_not_applied() -> None:
+    brief = brief_from_dict(
+        {"model": "llama-3.2-1b", "task": "finetune", "price_per_gpu_hour": 0.5}
+    )
+    model = lookup_model("llama-3.2-1b", brief.seq_len)
+    plan = size_training(model, brief, SizingLimits(max_gpus=2))
+    assert any("names no GPU type, so it is not applied" in n for n in plan.notes)
+    assert all(a.price_source != "the request's price" for a in plan.answers)
+    asked = size_training(model, brief, SizingLimits(max_gpus=2, asked=("L4",)))
+    l4 = next(a for a in asked.answers if a.gpu == "L4")
+    assert l4.price_per_gpu_hour == 0.5 and l4.price_source == "the request's price"
