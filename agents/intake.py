@@ -178,7 +178,8 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
         if state.get("brief"):
             brief = brief_from_dict({**state["brief"], **overrides})
             account = account_brief(dict(state["brief"]), brief, overrides)
-            sizing = None
+            brief, account, sizing, sized_notes = _sized_brief(brief, account, overrides, events)
+            notes += sized_notes
         else:
             brief, read_notes, account, sizing = _brief_from_request(
                 str(state.get("request") or ""), overrides, model, events
@@ -306,6 +307,34 @@ def _brief_from_request(
     if acc is not None:
         account = RequestAccount.model_validate(acc)
     return brief, notes + sized.notes, account, sized.plan.model_dump(mode="json")
+
+
+def _sized_brief(
+    brief: TrainingBrief, account: RequestAccount, overrides: dict[str, Any], events: Events
+) -> tuple[TrainingBrief, RequestAccount, dict[str, Any] | None, list[str]]:
+    """A brief whose goal asks a sizing question, on the default hardware: sized and planned.
+
+    A brief has no words for its hardware but its ``hardware`` key, so only a goal that asks
+    ("how many", "which GPUs", "cheapest") on ``local`` (the default; no ``--hardware``) is
+    sized (agents/sizing.py), as ``report`` and ``plan --brief`` both take briefs.
+    """
+    from agents.sizing import account_sizing, run_sizing, sizing_ask
+
+    if brief.hardware != "local" or brief.task not in ("pretrain", "finetune", "lora"):
+        return brief, account, None, []
+    ask = sizing_ask(brief.goal, {"hardware": "local"}, overrides)
+    if ask is None:
+        return brief, account, None, []
+    sized = run_sizing(ask, brief, None)
+    events.progress(sized.notes[0].removeprefix("intake: "))
+    note = "intake: the brief's goal asks a sizing question and its hardware is the default, local"
+    acc = account_sizing(account.model_dump(mode="json"), sized, ask)
+    return (
+        brief.model_copy(update={"hardware": sized.hardware}),
+        RequestAccount.model_validate(acc) if acc is not None else account,
+        sized.plan.model_dump(mode="json"),
+        [note, *sized.notes],
+    )
 
 
 def _gpu_type(hardware: Any) -> str | None:

@@ -112,3 +112,28 @@ def test_chat_answers_a_sizing_question_and_plan_it_names_the_planned_pick(tmp_p
     plan = next(x for x in out.splitlines() if x.startswith("plan: llama-3-8b on "))
     assert "already planned: the plan above is the sizing's pick, " in out
     assert line and "H100" in plan
+
+
+BRIEF = """\
+goal: Which GPUs should we rent to fine-tune llama-3-8b on 2B tokens within 3 days?
+model: llama-3-8b
+task: finetune
+dataset_tokens: 2.0e9
+smoke: false
+"""
+
+
+def test_a_brief_whose_goal_asks_on_the_default_hardware_is_sized(tmp_path: Path) -> None:
+    (tmp_path / "b.yaml").write_text(BRIEF, encoding="utf-8")
+    done = run_main(
+        "plan", "--brief", tmp_path / "b.yaml", "--out", tmp_path / "out",
+        "--json", tmp_path / "plan.json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = json.loads((tmp_path / "plan.json").read_text(encoding="utf-8"))
+    sizing = SizingPlan.model_validate(plan["sizing"])
+    assert sizing.deadline_s == 3 * DAY and sizing.pick is not None
+    assert sizing.pick.time_s is not None and sizing.pick.time_s <= 3 * DAY
+    pick = sizing.pick
+    assert plan["brief"]["hardware"] == f"{pick.nodes}x{pick.gpus_per_node}x{pick.gpu}"
+    assert "its hardware is the default, local" in plan["narrative"]["fallbacks"]
