@@ -8,6 +8,10 @@ row's count, with the row's sequence length and global batch (micro-batch x accu
 data-parallel ranks). Rows whose GPU memory is not stated ("A100" alone) are left out, and
 so are rows published_memory.py cannot map (it says why).
 
+Rows published_memory.py leaves out only because it pins one setup and their recompute policy
+(or fp4 recipe) is not stated are asked about too: the sizing searches the policy itself, and
+prices fp4 as fp8 (an upper bound: fp4 linears store less).
+
 Two kinds of row cannot be confirmed by design, and are classed, not hidden:
 - ``edge``: the run itself left less than ``MIN_HEADROOM`` of the GPU free (measured), so
   the sizing, which demands that margin, cannot call it fitting; it must at least predict
@@ -67,7 +71,11 @@ def sizing_cases(folder: Path | None = None) -> tuple[list[SizingCase], list[tup
             continue
         case = pm.map_row(row)
         if isinstance(case, Skip):
-            left.append((row["row_id"], case.reason))
+            opened = _unpinned(row) if case.reason in _SEARCHED else None
+            if opened is None:
+                left.append((row["row_id"], case.reason))
+            else:
+                cases.append(opened)
             continue
         kw = case.kwargs
         hw, model = kw["hardware"], kw["model"]
@@ -91,6 +99,51 @@ def sizing_cases(folder: Path | None = None) -> tuple[list[SizingCase], list[tup
             )
         )  # fmt: skip
     return cases, left
+
+
+# Rows published_memory.py cannot pin (it predicts one setup) that a sizing still can ask
+# about: the sizing searches the recompute policy itself, and an fp4 run is priced as fp8
+# (fp4 linears store less, so a fit at fp8 is a fit at fp4).
+_SEARCHED = ("activation checkpointing not stated", "fp4 precision: not modelled")
+_CAPACITY = re.compile(r"(\d+(?:\.\d+)?)\s*(GiB|GB)", re.I)
+_INT = re.compile(r"\d+")
+
+
+def _unpinned(row: dict[str, str]) -> SizingCase | None:
+    """A torchtitan row with its recompute (or fp4) unstated, as a sizing question, or None."""
+    from bench.calibration.published_memory import GPUS, MODELS
+    from tools.core.schemas import MemoryRecipe, TrainingBrief
+    from tools.research.hardware import find_gpu
+    from tools.research.model_catalog import lookup_model
+
+    name, cell = row["model"].lower(), row["gpu"].lower()
+    model_id = next((m for key, m in MODELS if name.startswith(key)), None)
+    rule = next((g for g in GPUS if g[0] in cell), None)
+    capacity = _CAPACITY.search(row.get("gpu_mem_capacity", ""))
+    numbers = [_INT.search(row[k]) for k in ("seq_len", "micro_batch", "n_gpus", "memory_value")]
+    if model_id is None or rule is None or rule[1] is None or capacity is None or None in numbers:
+        return None
+    seq, micro, n = (int(m[0]) for m in numbers[:3] if m is not None)
+    gib = capacity[2].lower() == "gib"
+    memory_gb = float(capacity[1]) * (2**30 / 1e9 if gib else 1.0)
+    low = any(p in row["precision"].lower() for p in ("fp8", "fp4"))
+    unit = 2**30 if row["memory_unit"].strip() == "GiB" else 1e9
+    measured = float(row["memory_value"]) * unit / (memory_gb * 1e9)
+    model = lookup_model(model_id, seq)
+    brief = TrainingBrief(
+        model=model.name,
+        task="finetune",
+        seq_len=seq,
+        global_batch_size=micro * n,
+        recipe=MemoryRecipe(framework="torchtitan", precision="fp8" if low else "bf16"),
+    )
+    label = (
+        f"{row['model']}, finetune, seq {seq}, torchtitan {row['precision']} "
+        "(recompute not stated: searched"
+        + ("; fp4 priced as fp8)" if "fp4" in row["precision"].lower() else ")")
+    )
+    gpu = find_gpu(rule[1]).model_copy(update={"memory_gb": round(memory_gb, 1)})
+    return SizingCase(row["row_id"], model, brief, gpu, n, measured, label)
 
 
 def verdict(case: SizingCase) -> tuple[str, Any]:
