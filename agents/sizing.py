@@ -137,20 +137,21 @@ def account_sizing(
     assumed.append({"field": "hardware", "value": sizing.hardware, "why": why})
     acc["assumed"] = assumed
     pick, binding = sizing.plan.pick, sizing.plan.binding
+    unchecked = "not checked: the request gives no token count ('on 1T tokens'), so no {}"
     if ask.deadline_words is not None:
-        met = pick is not None and pick.meets_deadline is not False and ask.deadline_s is not None
-        how = (
-            f"the sizing's pick takes {(pick.time_s or 0) / DAY_S:.1f} days"
-            if met and pick is not None and pick.time_s is not None
-            else (binding.text if binding else "no token count: no time to check")
-        )
+        met = pick is not None and pick.meets_deadline is True
+        if met and pick is not None and pick.time_s is not None:
+            how = f"the sizing's pick takes {pick.time_s / DAY_S:.1f} days"
+        elif ask.deadline_s is None:
+            how = f"not checked: no duration read from {ask.deadline_words!r}"
+        else:
+            how = binding.text if binding else unchecked.format("time to check")
         acc = mark_wish(acc, "deadline", met, how) or acc
     if ask.budget_words is not None:
-        met = pick is not None and pick.meets_budget is not False
-        how = (
-            f"the sizing's pick costs ${pick.cost_usd:,.0f}"
-            if met and pick is not None and pick.cost_usd is not None
-            else (binding.text if binding else "no token count: no cost to check")
-        )
+        met = pick is not None and pick.meets_budget is True
+        if met and pick is not None and pick.cost_usd is not None:
+            how = f"the sizing's pick costs ${pick.cost_usd:,.0f}"
+        else:
+            how = binding.text if binding else unchecked.format("cost to check")
         acc = mark_wish(acc, "money-budget", met, how) or acc
     return acc
