@@ -28,8 +28,8 @@ def a100_13b() -> SizingPlan:
 
 @pytest.fixture(scope="module")
 def free_1b() -> SizingPlan:
-    """Pretraining a 1B Llama on 100B tokens on up to 64 GPUs, unconstrained."""
-    return _size("llama-3.2-1b", "pretrain", tokens=1e11, max_gpus=64)
+    """Pretraining a 1B Llama on 100B tokens on up to 16 GPUs, unconstrained."""
+    return _size("llama-3.2-1b", "pretrain", tokens=1e11, max_gpus=16)
 
 
 def _fitting(plan: SizingPlan) -> list[SizingRow]:
@@ -93,7 +93,7 @@ def test_pareto_rows_are_not_dominated(a100_13b: SizingPlan) -> None:
 def test_a_deadline_picks_the_cheapest_row_that_meets_it(free_1b: SizingPlan) -> None:
     times = sorted(r.time_s for r in _fitting(free_1b) if r.time_s)
     deadline = times[len(times) // 3]  # met by a third of the rows
-    plan = _size("llama-3.2-1b", "pretrain", tokens=1e11, deadline_s=deadline, max_gpus=64)
+    plan = _size("llama-3.2-1b", "pretrain", tokens=1e11, deadline_s=deadline, max_gpus=16)
     assert plan.objective == "cheapest" and plan.binding is None and plan.pick is not None
     assert plan.pick.time_s is not None and plan.pick.time_s <= deadline
     ok = [r for r in _fitting(plan) if r.time_s and r.time_s <= deadline and r.cost_usd]
@@ -104,7 +104,7 @@ def test_a_deadline_picks_the_cheapest_row_that_meets_it(free_1b: SizingPlan) ->
 def test_a_budget_alone_picks_the_fastest_row_within_it(free_1b: SizingPlan) -> None:
     costs = sorted(r.cost_usd for r in _fitting(free_1b) if r.cost_usd)
     budget = costs[len(costs) // 2]
-    plan = _size("llama-3.2-1b", "pretrain", tokens=1e11, budget_usd=budget, max_gpus=64)
+    plan = _size("llama-3.2-1b", "pretrain", tokens=1e11, budget_usd=budget, max_gpus=16)
     assert plan.objective == "fastest" and plan.pick is not None
     assert plan.pick.cost_usd is not None and plan.pick.cost_usd <= budget
     ok = [r for r in _fitting(plan) if r.cost_usd is not None and r.cost_usd <= budget]
