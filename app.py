@@ -1,4 +1,4 @@
-"""trainwright command line: plan, chat, report, profile, estimate, smoke.
+"""trainwright command line: plan, chat, report, profile, estimate, size, smoke.
 
 A thin client: each command parses its flags, calls one graphs.run or tools function, and
 prints through tools.artifacts.text. Exit codes: 0 a plan was produced (whatever the smoke
@@ -77,6 +77,11 @@ def number_flags() -> dict[str, dict[str, tuple[float, float]]]:
             "--tp": (1, MAX_TENSOR_PARALLEL),
             "--pp": (1, MAX_PIPELINE_PARALLEL),
         },
+        "size": {
+            "--max-gpus": (1, 1024),
+            "--seq-len": (1, MAX_SEQ_LEN),
+            "--global-batch": (1, MAX_GLOBAL_BATCH),
+        },
         "smoke": {
             "--tp": local,
             "--pp": local,
@@ -111,7 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trainwright", description="Plan, configure and smoke-test distributed training."
     )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_add_plan, _add_chat, _add_profile, _add_estimate, _add_smoke, _add_report):
+    for add in (
+        _add_plan,
+        _add_chat,
+        _add_profile,
+        _add_estimate,
+        _add_size,
+        _add_smoke,
+        _add_report,
+    ):
         add(sub)
     return p
 
@@ -259,6 +272,30 @@ def _add_estimate(sub: Any) -> None:
         "--seq-len); one --json object per line to stdout or --json FILE; exit 1 when a line "
         "was skipped",
     )
+
+
+def _add_size(sub: Any) -> None:
+    size = sub.add_parser(
+        "size", help="which GPUs, how many, how long and how much, for a model and a task"
+    )
+    size.add_argument("--model", required=True, help="catalog id or config.json path")
+    size.add_argument("--task", help="pretrain | finetune (default) | lora")
+    size.add_argument("--tokens", help="tokens to train on, e.g. 1e9, 300B or 1T (time and cost)")
+    size.add_argument("--deadline-days", help="finish within this many days")
+    size.add_argument("--budget", help="spend at most this many US dollars, e.g. 50000 or 50k")
+    size.add_argument(
+        "--gpus",
+        help="GPU types to answer for, comma-separated, each optionally with your price per "
+        "GPU-hour: A100-40GB=1.20,H100-80GB (the table also covers every priced type)",
+    )
+    size.add_argument("--refuse", help="GPU types never to size, comma-separated")
+    size.add_argument("--max-gpus", type=int, help="at most this many GPUs (default 1024)")
+    size.add_argument("--one-node", action="store_true", help="one node only")
+    size.add_argument("--seq-len", type=int, help="tokens per sequence (default 2048)")
+    size.add_argument(
+        "--global-batch", type=int, help="sequences per optimizer step (default: by model size)"
+    )
+    size.add_argument("--json", dest="json_path", type=_path_arg, help="write the sizing JSON here")
 
 
 def _add_smoke(sub: Any) -> None:
@@ -565,6 +602,19 @@ def estimate_batch(args: argparse.Namespace) -> int:
     return 1 if skipped else 0
 
 
+def cmd_size(args: argparse.Namespace, settings: Settings) -> int:
+    """Print the sizing: how many of the asked GPUs, the table per type, the pick, the Pareto set."""
+    from tools.artifacts.sizing_text import sizing_lines
+    from tools.planning.size_request import SizeRequest, size
+
+    check_output_path(args.json_path, "--json", "file")
+    request = SizeRequest(**{name: getattr(args, name) for name in SizeRequest.model_fields})
+    found = size(request)
+    write_json(args.json_path, found.sizing.model_dump(mode="json"))
+    print("\n".join(sizing_lines(found.sizing)))
+    return 0
+
+
 def check_smoke_args(args: argparse.Namespace) -> int | None:
     """One line and exit 2 for a bad smoke flag; the memory cap in bytes (None: default)."""
     from tools.core.settings import SMOKE_FAULTS, SMOKE_LOCAL_RANKS_MAX, parse_memory_cap
@@ -704,6 +754,7 @@ COMMANDS = {
     "report": cmd_report,
     "profile": cmd_profile,
     "estimate": cmd_estimate,
+    "size": cmd_size,
     "smoke": cmd_smoke,
 }
 

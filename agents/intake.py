@@ -178,8 +178,10 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
         if state.get("brief"):
             brief = brief_from_dict({**state["brief"], **overrides})
             account = account_brief(dict(state["brief"]), brief, overrides)
+            brief, account, sizing, sized_notes = _sized_brief(brief, account, overrides, events)
+            notes += sized_notes
         else:
-            brief, read_notes, account = _brief_from_request(
+            brief, read_notes, account, sizing = _brief_from_request(
                 str(state.get("request") or ""), overrides, model, events
             )
             notes += read_notes
@@ -195,6 +197,8 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
             "narrative": Overwrite({}),
             "notes": Overwrite([cap_text(n) for n in notes]),
             "request_account": account.model_dump(mode="json"),
+            # A sizing question's answer (agents/sizing.py), for the reporter; None otherwise.
+            "sizing": sizing,
         }
 
     return intake
@@ -244,9 +248,21 @@ def _smoke_flag(state: Mapping[str, Any], overrides: dict[str, Any], served: boo
 
 def _brief_from_request(
     text: str, overrides: dict[str, Any], model: BaseChatModel, events: Events
-) -> tuple[TrainingBrief, list[str], RequestAccount]:
-    """Read a request (parser, and a real LLM), ask what it lacks; the brief, notes, accounting."""
+) -> tuple[TrainingBrief, list[str], RequestAccount, dict[str, Any] | None]:
+    """Read a request (parser, and a real LLM), ask what it lacks; the brief, notes, accounting.
+
+    A sizing question (agents/sizing.py) is sized, and the brief's hardware is the sizing's
+    pick; the sizing (plan JSON ``sizing``) comes last, None for any other request.
+    """
     from agents.offline import OfflinePlaybookModel
+    from agents.sizing import (
+        account_sizing,
+        drop_unclear,
+        not_sized,
+        run_sizing,
+        sizing_ask,
+        trains,
+    )
     from tools.intake.brief import brief_from_request, model_reading, request_fields
     from tools.intake.llm_reading import merge_read_fields
     from tools.research.model_catalog import list_models
@@ -270,12 +286,65 @@ def _brief_from_request(
         if read:
             events.progress(f"LLM read: {', '.join(sorted(read))}")
     unclear = (reading.question, reading.candidates) if reading and reading.question else None
+    ask = sizing_ask(text, {**parsed, **overrides}, overrides)
+    if ask is not None and trains({**parsed, **overrides}):
+        parsed = drop_unclear(parsed)  # the sizing chooses the hardware: nothing to ask
     fields = _ask_missing({**parsed, **overrides}, overrides, models, events, unclear)
     notes += fields.get(MODEL_ASSUMED) or []
     notes += fields.get(HARDWARE_ASSUMED) or []
     notes += fields.get(NUMBER_NOTES) or []
     brief = brief_from_request(fields)
-    return brief, notes, account_request(text, fields, brief, overrides, said)
+    account = account_request(text, fields, brief, overrides, said)
+    if ask is None:
+        return brief, notes, account, None
+    if brief.task not in ("pretrain", "finetune", "lora"):
+        return brief, [*notes, not_sized(ask, brief.task)], account, None
+    gpu = _gpu_type(fields.get("hardware"))
+    sized = run_sizing(ask, brief, gpu)
+    events.progress(sized.notes[0].removeprefix("intake: "))
+    brief = brief.model_copy(update={"hardware": sized.hardware})
+    acc = account_sizing(account.model_dump(mode="json"), sized, ask)
+    if acc is not None:
+        account = RequestAccount.model_validate(acc)
+    return brief, notes + sized.notes, account, sized.plan.model_dump(mode="json")
+
+
+def _sized_brief(
+    brief: TrainingBrief, account: RequestAccount, overrides: dict[str, Any], events: Events
+) -> tuple[TrainingBrief, RequestAccount, dict[str, Any] | None, list[str]]:
+    """A brief whose goal asks a sizing question, on the default hardware: sized and planned.
+
+    A brief has no words for its hardware but its ``hardware`` key, so only a goal that asks
+    ("how many", "which GPUs", "cheapest") on ``local`` (the default; no ``--hardware``) is
+    sized (agents/sizing.py), as ``report`` and ``plan --brief`` both take briefs.
+    """
+    from agents.sizing import account_sizing, run_sizing, sizing_ask
+
+    if brief.hardware != "local" or brief.task not in ("pretrain", "finetune", "lora"):
+        return brief, account, None, []
+    ask = sizing_ask(brief.goal, {"hardware": "local"}, overrides)
+    if ask is None:
+        return brief, account, None, []
+    sized = run_sizing(ask, brief, None)
+    events.progress(sized.notes[0].removeprefix("intake: "))
+    note = "intake: the brief's goal asks a sizing question and its hardware is the default, local"
+    acc = account_sizing(account.model_dump(mode="json"), sized, ask)
+    return (
+        brief.model_copy(update={"hardware": sized.hardware}),
+        RequestAccount.model_validate(acc) if acc is not None else account,
+        sized.plan.model_dump(mode="json"),
+        [note, *sized.notes],
+    )
+
+
+def _gpu_type(hardware: Any) -> str | None:
+    """The catalog GPU type a hardware spec names (None: none, or local)."""
+    from tools.research.hardware import parse_hardware
+
+    if not isinstance(hardware, str) or hardware.strip().lower() == "local":
+        return None
+    gpu = parse_hardware(hardware).gpu
+    return getattr(gpu, "id", None)
 
 
 def _ask_missing(

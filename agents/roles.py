@@ -25,7 +25,7 @@ from agents.workspace import PRODUCT_KEYS, Workspace, dump, from_state, to_state
 from prompts import load_prompts, task_of
 from tools.core.imports import warm_up
 from tools.core.request_account import closed_account
-from tools.core.schemas import ScalingPlan, SmokeResult, TrainingPlan
+from tools.core.schemas import ScalingPlan, SizingPlan, SmokeResult, TrainingPlan
 from tools.core.settings import Settings
 from tools.core.strategies import ZERO_STAGE
 from tools.core.untrusted import cap_text
@@ -337,6 +337,7 @@ def make_reporter(settings: Settings) -> Node:
             speed=ws.speed,
             inference=ws.inference,
             scaling=scaling,
+            sizing=SizingPlan.model_validate(state["sizing"]) if state.get("sizing") else None,
             narrative=narrative,
             request=closed_account(
                 state.get("request_account"),
@@ -350,6 +351,10 @@ def make_reporter(settings: Settings) -> Node:
         paths = write_report(plan, ws.out_dir)
         ws.progress(f"report: {paths.markdown}")
         plan = plan.model_copy(update={"report": paths})
-        return {**dict.fromkeys(PRODUCT_KEYS), "plan": json.loads(plan.model_dump_json())}
+        return {
+            **dict.fromkeys(PRODUCT_KEYS),
+            "sizing": None,
+            "plan": json.loads(plan.model_dump_json()),
+        }
 
     return reporter

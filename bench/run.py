@@ -12,6 +12,8 @@ Sections (each also importable from its module):
   against `python -c pass` (bench/suite/plan_cold.py);
 - estimate_batch: `app.py estimate --batch` on 1,000 varied setups in one cold process
   (bench/suite/estimate_batch.py);
+- sizing_cold: the cold time of `app.py size` for a 70B model over the priced GPU catalog
+  (bench/suite/sizing_cold.py);
 - overhead: our smoke run vs a minimal DeepSpeed script (bench/suite/overhead.py, which
   runs bench/suite/smoke_overhead.py);
 - published: the speed model's tokens/s per GPU vs published throughputs (llm-foundry,
@@ -42,7 +44,8 @@ if str(ROOT) not in sys.path:
 from bench.common import load_average, machine_info  # noqa: E402
 
 SECTIONS = ("memory_grid", "planner_cases", "memory_gpu", "memory_smoke", "choice", "latency",
-            "plan_cold", "estimate_batch", "overhead", "published", "published_memory")  # fmt: skip
+            "plan_cold", "estimate_batch", "sizing_cold", "overhead", "published",
+            "published_memory")  # fmt: skip
 GIB = 2**30
 
 
@@ -107,6 +110,12 @@ def _estimate_batch(quick: bool) -> dict[str, Any]:
     return measure()
 
 
+def _sizing_cold(quick: bool) -> dict[str, Any]:
+    from bench.suite.sizing_cold import measure
+
+    return measure(quick)
+
+
 def _overhead(quick: bool) -> dict[str, Any]:
     from bench.suite.overhead import measure
 
@@ -134,6 +143,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "latency": _latency,
     "plan_cold": _plan_cold,
     "estimate_batch": _estimate_batch,
+    "sizing_cold": _sizing_cold,
     "overhead": _overhead,
     "published": _published,
     "published_memory": _published_memory,
@@ -312,6 +322,13 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"estimated, {e['skipped']:,} refused by the estimate",
             "bench/suite/estimate_batch.py: catalog GPUs x dense, MoE, encoder and vision models "
             "x task, precision, seq, batch and pins; one cold process, wall time",
+        ))  # fmt: skip
+    for name, c in sec.get("sizing_cold", {}).items():
+        rows.append((
+            f"Cold `app.py size`, {c['command'].split('size ')[1]}",
+            f"wall median {_s(c['wall_median_s'])}, CPU median {_s(c['cpu_median_s'])} "
+            f"(target < {c['target_s']:g} s; {c['rows']} rows over {c['gpu_types']} GPU types)",
+            f"{c['runs']} fresh processes ({name}); bench/suite/sizing_cold.py",
         ))  # fmt: skip
     if "overhead" in sec:
         o = sec["overhead"]
@@ -673,6 +690,10 @@ def render_markdown(results: dict[str, Any]) -> str:
         from bench.suite.plan_cold import render
 
         lines += ["", "## 3b. Cold plan and `--help`, CPU time", "", *render(sec["plan_cold"])]
+    if "sizing_cold" in sec:
+        from bench.suite.sizing_cold import render as render_sizing
+
+        lines += ["", "## 3c. Cold sizing of a 70B model", "", *render_sizing(sec["sizing_cold"])]
     if "published" in sec:
         lines += _published_lines(sec["published"])
     if "published_memory" in sec:

@@ -39,6 +39,13 @@ _FOLLOW_UP_RE = re.compile(
     re.I,
 )
 
+# "plan it" after a sizing answer: the plan of the sizing's pick (intake already made it).
+_PLAN_IT_RE = re.compile(
+    r"^\s*(?:ok(?:ay)?,?\s*)?(?:plan (?:it|that|the pick|this)|go (?:with|for) (?:it|that|the pick)"
+    r"|do it|就这个|按这个规划)\s*[.!]?\s*$",
+    re.I,
+)
+
 GraphFactory = Callable[[Any, Any, Settings], Any]
 """``(chat_model, checkpointer, settings) -> compiled graph``, e.g. ``graphs.build_graph``."""
 
@@ -147,6 +154,11 @@ class ChatSession:
         from tools.intake.follow_up import follow_up_goal
         from tools.research.model_catalog import list_models
 
+        if self.plan is not None and self.plan.get("sizing") and _PLAN_IT_RE.match(text):
+            from tools.artifacts.sizing_text import plan_it_line
+
+            self.say(plan_it_line(self.plan))
+            return
         models = list_models()
         run_input: dict[str, Any]
         if self.brief is not None and (

@@ -51,5 +51,7 @@ class PlanState(PlanInput, total=False):
     plan: dict[str, Any] | None
     narrative: Annotated[dict[str, str], merge_dicts]
     notes: Annotated[list[str], operator.add]
+    # A sizing question's answer (plan JSON ``sizing``, agents/sizing.py), from intake to the plan.
+    sizing: dict[str, Any] | None
     # The request's words accounted for (tools/core/request_account.py), from intake to the plan.
     request_account: dict[str, Any] | None

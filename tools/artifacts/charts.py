@@ -12,7 +12,7 @@ import io
 import threading
 from typing import Any
 
-from tools.core.schemas import SmokeResult, StrategyEstimate, TrainingPlan
+from tools.core.schemas import SizingPlan, SizingRow, SmokeResult, StrategyEstimate, TrainingPlan
 from tools.planning.memory import GB
 from tools.smoke import step_times_s as run_step_times_s
 
@@ -283,6 +283,89 @@ def scaling_chart(plan: TrainingPlan) -> bytes | None:
         return None if fig is None else _png(fig)
 
 
+# One colour per GPU type in the sizing chart (Okabe-Ito, then greys).
+SIZING_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
+                  "#000000", "#999999", "#666666")  # fmt: skip
+DAY_S = 86_400.0
+
+
+def _sizing_point(row: SizingRow, per_token: bool) -> tuple[float, float] | None:
+    """(days, USD) of a row: for the token budget, or per billion tokens without one."""
+    if not row.tokens_per_s or row.fit == "does not fit":
+        return None
+    if per_token:
+        cost = row.usd_per_billion_tokens
+        return (1e9 / row.tokens_per_s / DAY_S, cost) if cost is not None else None
+    if row.time_s is None or row.cost_usd is None:
+        return None
+    return row.time_s / DAY_S, row.cost_usd
+
+
+def sizing_caption(sizing: SizingPlan) -> str:
+    """What the sizing chart draws, in words."""
+    per = "" if sizing.tokens else " per billion tokens"
+    return (
+        f"Time against cost{per} of every fitting row the sizing considered (speed model, not "
+        "measured; one colour per GPU type, labels: GPUs x type on the Pareto set and each "
+        "type's cost-optimal count; star: the pick; dashed: the deadline and the budget)."
+    )
+
+
+def sizing_figure(sizing: SizingPlan) -> Any:
+    """Time vs cost of the sizing's rows as a ``Figure`` (None: nothing priced fits)."""
+    per_token = not sizing.tokens
+    points = [(r, _sizing_point(r, per_token)) for r in sizing.rows]
+    drawn = [(r, p) for r, p in points if p is not None]
+    if not drawn:
+        return None
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 5))
+    ax = fig.add_subplot(1, 1, 1)
+    kinds = list(dict.fromkeys(r.gpu for r, _ in drawn))
+    for i, kind in enumerate(kinds):
+        xs, ys = zip(*(p for r, p in drawn if r.gpu == kind), strict=True)
+        colour = SIZING_COLOURS[i % len(SIZING_COLOURS)]
+        ax.plot(xs, ys, marker="o", linestyle="-", alpha=0.8, color=colour, label=kind, gid=kind)
+    best = {(a.gpu, a.cost_optimal_count) for a in sizing.answers}
+    labelled = {(r.gpu, r.count) for r in sizing.pareto} | best
+    for r, (x, y) in drawn:
+        if (r.gpu, r.count) in labelled:
+            ax.annotate(f"{r.count}x{r.gpu}", (x, y), textcoords="offset points", xytext=(4, 4),
+                        fontsize=7)  # fmt: skip
+    pick = sizing.pick and _sizing_point(sizing.pick, per_token)
+    if pick:
+        ax.plot(*pick, marker="*", markersize=18, color="#D55E00", linestyle="none",
+                label="pick", gid="pick")  # fmt: skip
+    if sizing.deadline_s is not None and not per_token:
+        ax.axvline(sizing.deadline_s / DAY_S, linestyle="--", color="#444444", label="deadline")
+    if sizing.budget_usd is not None and not per_token:
+        ax.axhline(sizing.budget_usd, linestyle=":", color="#444444", label="budget")
+    days = [p[0] for _, p in drawn]
+    costs = [p[1] for _, p in drawn]
+    # Log axes where the points span more than a decade, so that small rows stay readable.
+    if max(days) > 10 * min(days):
+        ax.set_xscale("log")
+    if max(costs) > 10 * min(costs):
+        ax.set_yscale("log")
+    ax.set_xlabel("days to train" + (" a billion tokens" if per_token else ""))
+    ax.set_ylabel("cost (USD)" + (" per billion tokens" if per_token else ""))
+    ax.set_title(f"Which GPUs: time vs cost, {sizing.model} {sizing.task}")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def sizing_chart(plan: TrainingPlan) -> bytes | None:
+    """The sizing's time-vs-cost chart as PNG bytes (None: no sizing, or nothing to draw)."""
+    if plan.sizing is None:
+        return None
+    with _LOCK:
+        fig = sizing_figure(plan.sizing)
+        return None if fig is None else _png(fig)
+
+
 def step_times_s(smoke: SmokeResult) -> list[float]:
     """Per-step wall times of a smoke run, the slowest rank per step (tools/smoke/verdict.py)."""
     return run_step_times_s(smoke.run_dir) if smoke.run_dir else []
@@ -318,6 +401,7 @@ def smoke_chart(plan: TrainingPlan) -> bytes | None:
 def plan_charts(plan: TrainingPlan) -> list[tuple[str, bytes]]:
     """Every chart that applies to a plan, as (caption, PNG bytes)."""
     charts = [
+        (sizing_caption(plan.sizing) if plan.sizing else "", sizing_chart(plan)),
         (memory_caption(plan) if plan.memory else "", memory_chart(plan)),
         (
             "Estimated tokens/s of the whole job by strategy (speed model, not measured; "

@@ -12,6 +12,7 @@ from tools.artifacts.budget import plan_budget
 from tools.artifacts.headline import headline_caveats, headline_notes
 from tools.artifacts.launch import PREPARE_SCRIPT, pretraining_data
 from tools.artifacts.request_lists import report_request_section
+from tools.artifacts.sizing_report import sizing_section
 from tools.artifacts.text import CANDIDATE_HEADER, candidate_rows
 from tools.core.errors import printable
 from tools.core.outputs import check_files, write_file
@@ -71,6 +72,7 @@ def render_markdown(plan: TrainingPlan) -> str:
     """The human report: decision first, then the numbers behind it."""
     sections = (
         _headline,
+        lambda p: sizing_section(p.sizing, md_text),
         lambda p: report_request_section(p.request, md_text),
         _brief_section,
         _framework_section,

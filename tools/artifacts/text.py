@@ -110,6 +110,11 @@ def summary_lines(plan: dict[str, Any], *, headline: str = "plan") -> list[str]:
     lines[1:1] = [f"not as asked: {note}" for note in headline_notes(plan)] + [
         f"note: {note}" for note in headline_caveats(plan)
     ]
+    if plan.get("sizing"):
+        from tools.artifacts.sizing_text import sizing_lines
+        from tools.core.schemas import SizingPlan
+
+        lines[1:1] = sizing_lines(SizingPlan.model_validate(plan["sizing"]))
     # Names, paths and reasons come from briefs, files and runs: no escapes reach the terminal.
     return [printable(line) for line in lines]
 

@@ -51,6 +51,7 @@ from tools.core.estimate_types import (
 )
 from tools.core.inference_types import InferencePlan
 from tools.core.request_account import RequestAccount
+from tools.core.sizing_types import FitLevel, SizingAnswer, SizingBinding, SizingPlan, SizingRow
 from tools.core.smoke_types import FailureKind, SmokeResult
 from tools.core.strategies import StrategyName
 
@@ -63,6 +64,7 @@ __all__ = [
     "Deployment",
     "Experience",
     "Finding",
+    "FitLevel",
     "FitOption",
     "FrameworkChoice",
     "FrameworkId",
@@ -95,6 +97,10 @@ __all__ = [
     "ScalingPlan",
     "ScalingRow",
     "SetupCandidate",
+    "SizingAnswer",
+    "SizingBinding",
+    "SizingPlan",
+    "SizingRow",
     "SmokeResult",
     "SpeedEstimate",
     "Stack",
@@ -292,6 +298,8 @@ class TrainingPlan(BaseModel):
     inference: InferencePlan | None = None
     # Time and cost at other cluster sizes of the same GPU; empty for old plans and CPU machines.
     scaling: ScalingPlan = Field(default_factory=ScalingPlan)
+    # A sizing question's answer (which GPUs, how many; tools/planning/sizing.py); None otherwise.
+    sizing: SizingPlan | None = None
     narrative: dict[str, str] = Field(default_factory=dict)
     # The request's words accounted for: read, assumed, wished, not understood (plan JSON ``request``).
     request: RequestAccount = Field(default_factory=RequestAccount)

@@ -14,6 +14,7 @@ from tools.planning.parallel import (
     model_parallel_setups,
 )
 from tools.planning.search import search_strategy
+from tools.planning.sizing import SizingLimits, size_training
 from tools.planning.speed import estimate_speed, training_flops_per_token
 from tools.planning.states import (
     ModelStates,
@@ -27,6 +28,7 @@ from tools.planning.states import (
 __all__ = [
     "ModelStates",
     "SearchOptions",
+    "SizingLimits",
     "ZeroSettings",
     "activation_bytes",
     "capacity_bytes",
@@ -41,6 +43,7 @@ __all__ = [
     "node_ram_bytes",
     "resolve_precision",
     "search_strategy",
+    "size_training",
     "training_flops_per_token",
     "zero_settings",
 ]

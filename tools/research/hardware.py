@@ -56,6 +56,9 @@ class CatalogGPU(GPUSpec):
     gpu_to_gpu_gbs: float | None = None
     link: Literal["nvlink", "infinity_fabric", "pcie"] = "pcie"
     aliases: list[str] = Field(default_factory=list)
+    # GPUs in one server of this part, the node shape a sizing counts whole nodes of
+    # (knowledge/gpus.yaml conventions: 8 unless an entry says otherwise).
+    node_gpus: int = Field(default=8, ge=1, le=16)
 
 
 def _norm(text: str) -> str:

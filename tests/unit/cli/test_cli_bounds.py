@@ -24,6 +24,7 @@ from tools.core.settings import ENV_NUMBERS
 PREFIX = "trainwright: error: "
 BASE = {
     "estimate": ["estimate", "--model", "llama-3-8b"],
+    "size": ["size", "--model", "llama-3-8b"],
     "smoke": ["smoke", "--model", "gpt2"],
     "report": ["report", "brief.yaml", "--out", "reports"],
 }

@@ -32,6 +32,10 @@ FLAGS = {
         "--lora-rank", "--micro-batch", "--model", "--optimizer", "--pp", "--precision",
         "--qlora", "--seq-len", "--strategy", "--task", "--tp",
     },
+    "size": {
+        "--budget", "--deadline-days", "--global-batch", "--gpus", "--json", "--max-gpus",
+        "--model", "--one-node", "--refuse", "--seq-len", "--task", "--tokens",
+    },
     "smoke": {
         "--dp", "--force", "--framework", "--fsdp-sharding", "--inject", "--inject-step",
         "--json", "--memory-cap", "--micro-batch", "--model", "--nodes", "--pp", "--pp-schedule",
@@ -78,6 +82,17 @@ def test_estimate_flags_are_the_request_fields_one_for_one() -> None:
     )
     request = app.estimate_request(args)
     assert request == EstimateRequest(model="llama-3-8b", tp=2, seq_len=4096, qlora=True)
+
+
+def test_size_flags_are_the_request_fields_one_for_one() -> None:
+    """Each size flag is a field of SizeRequest, spelled ``--`` + the field with dashes."""
+    from tools.planning.size_request import SizeRequest
+
+    sub = _commands()["size"]
+    actions = [a for a in sub._actions if a.option_strings and a.dest not in ("help", "json_path")]
+    assert {a.dest for a in actions} == set(SizeRequest.model_fields)
+    for action in actions:
+        assert action.option_strings == ["--" + action.dest.replace("_", "-")], action.dest
 
 
 def test_every_estimate_flag_reaches_its_request_field() -> None:
