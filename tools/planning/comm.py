@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from tools.core.errors import InputError
 from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, ResolvedPrecision, StrategyName
 from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy
-from tools.planning.parallel import model_parallel_params
+from tools.planning.parallel import heaviest_stage_layers, model_parallel_params
 from tools.research.hardware import CatalogGPU, find_gpu
 
 # Inter-node links, GB/s per direction per NIC: 400/200/100/25 Gb/s divided by 8. How many NICs
@@ -274,7 +274,7 @@ def _collectives(setup: StepSetup, model_bytes: float) -> float:
     ZeRO-2.
     """
     base = base_strategy(setup.strategy)
-    layers = max(1, setup.model.layers // setup.pp)
+    layers = heaviest_stage_layers(setup.model.layers, setup.pp)
     if base == "zero3":
         return 3.0 * layers * setup.accumulation
     buckets = math.ceil(model_bytes / 25e6)
@@ -298,7 +298,7 @@ def context_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
     kv_dim = (model.kv_heads or model.heads) * (model.hidden // model.heads) // setup.tp
     block = 2 * setup.micro * setup.seq // cp * kv_dim * setup.grad_bytes
     passes = 3 + (1 if setup.recompute == "full" else 0)
-    layers = max(1, model.layers // setup.pp)
+    layers = heaviest_stage_layers(model.layers, setup.pp)
     cp_bytes = int(passes * (cp - 1) * block * layers * setup.accumulation)
     inside = setup.tp * cp <= max(1, setup.hardware.gpus_per_node)
     gbs = links.intra_gbs if inside or setup.hardware.nodes == 1 else links.inter_gbs / 8
@@ -322,7 +322,7 @@ def tensor_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
     tp = setup.tp
     if tp <= 1:
         return 0, 0.0
-    layers_here = setup.model.layers // setup.pp
+    layers_here = heaviest_stage_layers(setup.model.layers, setup.pp)
     per_layer = 6 if setup.checkpointing else 4
     tp_bytes = int(
         per_layer * layers_here * setup.accumulation * 2 * (tp - 1) / tp * setup.micro_bytes

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from tools.core.schemas import ModelSpec
 from tools.planning.kernels import Device, attention_s, matmul_s, memory_s
+from tools.planning.parallel import heaviest_stage_layers
 from tools.planning.states import GATED_MLP_FAMILIES
 
 
@@ -129,7 +130,7 @@ def micro_batch_compute(
 ) -> MicroBatchCompute:
     """Forward, backward and recompute seconds of one micro-batch on the busiest stage's GPU."""
     tokens = micro * seq // cp
-    layers = max(1, model.layers // pp)
+    layers = heaviest_stage_layers(model.layers, pp)
     gemms = _layer_gemms(model, tokens, tp)
     gemm_fwd = sum(matmul_s(device, m, n, k, bytes_per) for m, n, k in gemms)
     gemm_bwd = _backward_gemms_s(device, gemms, bytes_per)

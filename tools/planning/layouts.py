@@ -2,7 +2,8 @@
 
 Layouts follow Megatron-LM (Narayanan et al. 2021): t x p x c x d = the world size, the global
 batch divides by the data-parallel degree d, tensor parallelism stays inside a node and divides
-the heads, pipeline parallelism divides the layers (interleaved where they split evenly), and
+the heads, pipeline parallelism splits the layers (into uneven stages where p does not divide
+them, as Llama 3.1 405B's 126 layers over 16 stages; interleaved where they split evenly), and
 context parallelism runs from ``LONG_SEQUENCE`` tokens on. Each layout combines with the
 strategies its launcher runs, on a framework the request allows.
 """
@@ -113,11 +114,9 @@ def _layouts(space: SearchSpace) -> list[Setup]:
                 if t <= max(1, hw.gpus_per_node) and model.heads % t == 0 and kv_heads % t == 0
             ]
         )
-        pps = (
-            [pp_pin]
-            if pp_pin
-            else [p for p in range(1, min(model.layers, world) + 1) if model.layers % p == 0]
-        )
+        # Any p up to the layers: where p does not divide them the stages are uneven
+        # (tools/planning/parallel.py ``pipeline_split``) and the heaviest is priced.
+        pps = [pp_pin] if pp_pin else list(range(1, min(model.layers, world) + 1))
         # Context parallelism runs on torchtitan (FSDP2 x TP x PP x CP for its Llama models);
         # DeepSpeed and the Hugging Face script have no ring attention, so other models get none.
         cps = (

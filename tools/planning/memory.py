@@ -29,7 +29,7 @@ from tools.planning.overheads import (
     cpu_bytes_per_node,
     fits_cpu_ram,
 )
-from tools.planning.parallel import check_model_parallel
+from tools.planning.parallel import check_model_parallel, pipeline_split
 from tools.planning.recipe import Recipe, resolve_recipe
 from tools.planning.states import DEFAULT_LORA_RANK, ResolvedPrecision, resolve_precision
 
@@ -321,6 +321,7 @@ def _estimate(setup: _Priced) -> StrategyEstimate:
         tensor_parallel=s.tp,
         pipeline_parallel=s.pp,
         context_parallel=s.cp,
+        stage_layers=list(pipeline_split(s.model.layers, s.pp)),
         data_parallel=s.world,
         gradient_accumulation_steps=max(1, s.micro_batches or 1),
         checkpointing=_recompute_label(recipe),

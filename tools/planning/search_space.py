@@ -169,6 +169,7 @@ class SearchSpace:
             micro_batch_size=row.micro_batch_size,
             gradient_accumulation_steps=max(1, per_rank // row.micro_batch_size),
             checkpointing=row.checkpointing,
+            stage_layers=row.stage_layers,
             per_gpu_bytes={
                 "params": t.params,
                 "gradients": t.gradients,

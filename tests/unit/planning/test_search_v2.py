@@ -41,6 +41,8 @@ CANDIDATE_KEYS = {
     "peak_allocated_bytes",
     "peak_reserved_bytes",
     "device_used_bytes",
+    # Layers per pipeline stage where the pipeline degree does not divide them ([] else).
+    "stage_layers",
 }
 BYTES_KEYS = {"params", "gradients", "optimizer", "activations", "buffers", "total"}
 # What the estimate JSON held before this search; every key stays.
@@ -217,7 +219,9 @@ def test_global_batch_divides_by_the_data_parallel_degree_not_the_world(tmp_path
     [
         (["--tp", "16"], "--tp", "exceeds the 8 GPUs of one node"),
         (["--tp", "3"], "--tp", "attention heads"),
-        (["--pp", "3"], "--pp", "32 layers"),
+        (["--pp", "3"], "--pp", "must divide the 16 GPUs"),
+        # Stages need not divide the layers (uneven stages), but each needs one.
+        (["--pp", "33"], "--pp", "exceed the 32 layers"),
     ],
 )
 def test_a_setup_that_cannot_run_is_exit_2_naming_the_flag(
