@@ -23,6 +23,7 @@ from tools.artifacts.megatron_model import architecture_flags, architecture_note
 from tools.artifacts.scripts import Shell, render, shell_join
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.planning.batch_layout import BatchLayout
+from tools.planning.parallel import pipeline_split
 
 # Megatron-DeepSpeed's training entry point, in the user's checkout. launch.sh runs from the
 # plan's directory (ds_config.json is there), so the script is named by the checkout's path:
@@ -293,6 +294,30 @@ def megatron_md(
         train_batch_size=config.get("train_batch_size"),
         micro_batch=config.get("train_micro_batch_size_per_gpu"),
         accumulation=config.get("gradient_accumulation_steps"),
+        stages=stages_note(model, pp),
+    )
+
+
+def stages_note(model: ModelSpec, pp: int) -> str:
+    """MEGATRON.md's line on how the pipeline splits the layers (uneven where p does not divide).
+
+    Megatron-DeepSpeed builds the pipeline model (GPTModelPipe) as DeepSpeed's
+    ``PipelineModule`` with ``partition_method='type:transformer'``: ``partition_balanced``
+    over one unit per transformer layer, so the first L mod p stages take one layer more
+    (tools/planning/parallel.py ``pipeline_split``, the split the plan priced). No flag sets
+    it: Megatron-DeepSpeed has no ``--decoder-first-pipeline-num-layers`` (megatron-core's).
+    """
+    if pp <= 1:
+        return "No pipeline: every rank of a tensor group holds all the layers."
+    split = pipeline_split(model.layers, pp)
+    if not split:
+        return f"The pipeline's {pp} stages hold {model.layers // pp} layers each."
+    return (
+        f"The pipeline's {pp} stages hold {', '.join(str(n) for n in split)} layers: "
+        f"{model.layers} layers do not divide by {pp}, and DeepSpeed's PipelineModule "
+        "(`partition_method='type:transformer'` in Megatron-DeepSpeed's GPTModelPipe) gives "
+        "the first stages one more, the first also holding the embedding. No flag sets the "
+        f"split; the memory and speed estimates priced the {max(split)}-layer stages."
     )
 
 
