@@ -67,8 +67,10 @@ SAVE_INTERVAL = 500
 
 
 def model_parallel(memory: MemoryPlan | None) -> tuple[int, int] | None:
-    """(tensor degree, pipeline degree) of a tensor/pipeline-parallel plan, else None."""
-    if memory is None or memory.tensor_parallel * memory.pipeline_parallel == 1:
+    """(tensor degree, pipeline degree) of a model-parallel plan (context parallel too), else None."""
+    if memory is None or (
+        memory.tensor_parallel * memory.pipeline_parallel * memory.context_parallel == 1
+    ):
         return None
     return memory.tensor_parallel, memory.pipeline_parallel
 
@@ -80,17 +82,24 @@ def megatron_args(
     config: dict[str, Any],
     steps: int,
     precision: str,
+    context_parallel: int = 1,
 ) -> list[str]:
-    """``pretrain_gpt.py`` and its arguments for the plan: degrees, model, batch, parallelism."""
+    """``pretrain_gpt.py`` and its arguments for the plan: degrees, model, batch, parallelism.
+
+    Context parallelism is DeepSpeed-Ulysses here (``--ds-sequence-parallel-size``, Megatron-
+    DeepSpeed's megatron/arguments.py; its data-parallel size is world / (t x p x c)).
+    """
     tp, pp = split
     batch = _batch_and_optimizer_flags(brief, model, config, steps, precision)
     iterations = int(batch[batch.index("--train-iters") + 1])
+    ulysses = ["--ds-sequence-parallel-size", str(context_parallel)] if context_parallel > 1 else []
     return [
         SCRIPT_ARG,
         "--tensor-model-parallel-size",
         str(tp),
         "--pipeline-model-parallel-size",
         str(pp),
+        *ulysses,
         *architecture_flags(model, tp),
         *batch,
         *_parallelism_flags(split, config, pipeline_model=convertible(brief, config)),
@@ -273,15 +282,25 @@ def megatron_md(
     model: ModelSpec,
     split: tuple[int, int],
     config: dict[str, Any],
+    context_parallel: int = 1,
 ) -> str:
     """MEGATRON.md: why the plan needs Megatron-DeepSpeed, how to start it, what the config says."""
     tp, pp = split
     world = hardware.world_size
-    dp = world // (tp * pp)
+    dp = world // (tp * pp * context_parallel)
+    ulysses = (
+        f" x sequence (context) parallel {context_parallel}, DeepSpeed-Ulysses "
+        "(`--ds-sequence-parallel-size`: each rank holds 1/"
+        f"{context_parallel} of every sequence, and an all-to-all gives attention whole "
+        "sequences of a share of the heads)"
+        if context_parallel > 1
+        else ""
+    )
     return render(
         "MEGATRON.md",
         model=model.name,
-        degrees=f"tensor parallel {tp} x pipeline parallel {pp} x data parallel {dp} = {world} GPUs",
+        degrees=f"tensor parallel {tp} x pipeline parallel {pp}{ulysses} x data parallel {dp} "
+        f"= {world} GPUs",
         script=MEGATRON_SCRIPT,
         megatron_dir=MEGATRON_DIR,
         nodes=hardware.nodes,

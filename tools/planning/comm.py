@@ -129,6 +129,10 @@ class StepSetup:
     vpp: int = 1
     sequence_parallel: bool = True
     attention: str = "sdpa"
+    # Context parallelism by all-to-all of the attention heads (DeepSpeed-Ulysses, what
+    # Megatron-DeepSpeed's ``--ds-sequence-parallel-size`` runs) rather than ring attention
+    # (torchtitan's); see ``context_parallel_comm``.
+    all_to_all_cp: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -294,6 +298,8 @@ def context_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
     cp = setup.cp
     if cp <= 1:
         return 0, 0.0
+    if setup.all_to_all_cp:
+        return _ulysses_comm(setup, links)
     model = setup.model
     kv_dim = (model.kv_heads or model.heads) * (model.hidden // model.heads) // setup.tp
     block = 2 * setup.micro * setup.seq // cp * kv_dim * setup.grad_bytes
@@ -307,6 +313,32 @@ def context_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
         f"context parallel {cp}: ring attention sends {cp_bytes / 1e9:.2f} GB of keys and values "
         f"per GPU per step {'inside the node' if inside else 'across nodes'} ({cp_s:.3f} s), "
         "hidden behind the attention it feeds where that is longer"
+    )
+    return cp_bytes, cp_s
+
+
+def _ulysses_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
+    """DeepSpeed-Ulysses all-to-alls per GPU per step (Jacobs et al. 2023, sec. 3.1).
+
+    Each layer swaps the sequence split for a head split before attention and back after it:
+    all-to-alls of the query, key, value (s/c·b·(h + 2·kv_dim) values) and of the output
+    (s/c·b·h), each sending (c-1)/c of its buffer; backward sends their gradients the same
+    way, and full recomputation repeats the forward's. They sit on the critical path (the
+    attention needs them first), inside a node when c fits one.
+    """
+    cp, model = setup.cp, setup.model
+    kv_dim = (model.kv_heads or model.heads) * (model.hidden // model.heads)
+    per_layer = setup.micro * setup.seq // cp * (2 * model.hidden + 2 * kv_dim) * setup.grad_bytes
+    passes = 2 + (1 if setup.recompute == "full" else 0)
+    layers = heaviest_stage_layers(model.layers, setup.pp)
+    cp_bytes = int(passes * per_layer * (cp - 1) / cp * layers * setup.accumulation)
+    inside = setup.tp * cp <= max(1, setup.hardware.gpus_per_node)
+    gbs = links.intra_gbs if inside or setup.hardware.nodes == 1 else links.inter_gbs / 8
+    cp_s = cp_bytes / (gbs * 1e9) + 4 * passes * layers * setup.accumulation * COLLECTIVE_S
+    setup.notes.append(
+        f"context parallel {cp} (DeepSpeed-Ulysses): 4 all-to-alls of queries, keys, values "
+        f"and outputs per layer and pass send {cp_bytes / 1e9:.2f} GB per GPU per step "
+        f"{'inside the node' if inside else 'across nodes'} ({cp_s:.3f} s), not overlapped"
     )
     return cp_bytes, cp_s
 

@@ -4,7 +4,8 @@ Layouts follow Megatron-LM (Narayanan et al. 2021): t x p x c x d = the world si
 batch divides by the data-parallel degree d, tensor parallelism stays inside a node and divides
 the heads, pipeline parallelism splits the layers (into uneven stages where p does not divide
 them, as Llama 3.1 405B's 126 layers over 16 stages; interleaved where they split evenly), and
-context parallelism runs from ``LONG_SEQUENCE`` tokens on. Each layout combines with the
+context parallelism runs from ``LONG_SEQUENCE`` tokens on (ring attention on torchtitan, DeepSpeed-
+Ulysses on Megatron-DeepSpeed). Each layout combines with the
 strategies its launcher runs, on a framework the request allows.
 """
 
@@ -81,7 +82,9 @@ def build_space(
         space.notes.extend(f"assumed {a}" for a in space.recipe.assumed)
     space.layouts = _layouts(space)
     if not space.layouts:
-        raise InputError("global_batch_size", batch_message(brief, hardware))
+        raise InputError(
+            "global_batch_size", batch_message(brief, hardware, step=space.smallest_dp)
+        )
     if hardware.gpu is not None and (line := _not_searched(space)):
         space.notes.append(line)
     if micro_batch_size is not None:
@@ -117,23 +120,45 @@ def _layouts(space: SearchSpace) -> list[Setup]:
         # Any p up to the layers: where p does not divide them the stages are uneven
         # (tools/planning/parallel.py ``pipeline_split``) and the heaviest is priced.
         pps = [pp_pin] if pp_pin else list(range(1, min(model.layers, world) + 1))
-        # Context parallelism runs on torchtitan (FSDP2 x TP x PP x CP for its Llama models);
-        # DeepSpeed and the Hugging Face script have no ring attention, so other models get none.
-        cps = (
-            [c for c in CONTEXT_PARALLEL_CANDIDATES if brief.seq_len % (2 * c) == 0]
-            if brief.seq_len >= LONG_SEQUENCE and torchtitan_flavor(model) is not None
-            else [1]
-        )
+        cps = _context_degrees(model, brief.seq_len)
     if space.cp_pin is not None:
         cps = [space.cp_pin]
-    layouts = []
+    splits = []
     for tp in tps:
         for pp in pps:
             for cp in cps:
                 lay = Setup(tp=tp, pp=pp, cp=cp)
-                if world % lay.split == 0 and brief.batch % (world // lay.split) == 0:
-                    layouts.append(lay)
-    return layouts
+                if cp > 1 and tp * pp > 1 and torchtitan_flavor(model) is None:
+                    continue  # Ulysses runs beside data parallelism only (_context_degrees)
+                if world % lay.split == 0:
+                    splits.append(lay)
+    # The fewest data-parallel ranks a layout leaves: the batch step the refusal suggests.
+    space.smallest_dp = min((world // lay.split for lay in splits), default=world)
+    return [lay for lay in splits if brief.batch % (world // lay.split) == 0]
+
+
+def _context_degrees(model: ModelSpec, seq_len: int) -> list[int]:
+    """The context-parallel degrees searched for a sequence of ``seq_len`` tokens.
+
+    From ``LONG_SEQUENCE`` tokens on. A Llama model a torchtitan flavor builds gets ring
+    attention there (FSDP2 x TP x PP x CP); 2 x c chunks must divide the sequence. Any other
+    model runs it on Megatron-DeepSpeed as DeepSpeed-Ulysses (``--ds-sequence-parallel-size``,
+    Jacobs et al. 2023): an all-to-all splits the attention heads, so c divides the query and
+    key-value heads and the sequence; it is searched beside ZeRO data parallelism only, as the
+    Ulysses recipes run it: Megatron-DeepSpeed refuses it with Megatron's own sequence
+    parallelism (megatron/initialize.py), which the memory model assumes under tensor
+    parallelism, and its pipeline model is not among the recipes.
+    """
+    if seq_len < LONG_SEQUENCE:
+        return [1]
+    if torchtitan_flavor(model) is not None:
+        return [c for c in CONTEXT_PARALLEL_CANDIDATES if seq_len % (2 * c) == 0]
+    kv_heads = model.kv_heads or model.heads
+    return [
+        c
+        for c in CONTEXT_PARALLEL_CANDIDATES
+        if model.heads % c == 0 and kv_heads % c == 0 and seq_len % c == 0
+    ]
 
 
 def _split_names(space: SearchSpace, layout: Setup) -> list[StrategyName]:

@@ -12,10 +12,16 @@ from tools.core.strategies import OFFLOAD_STRATEGIES
 from tools.planning.search_space import PIPELINE_STRATEGIES
 
 
-def batch_message(brief: TrainingBrief, hardware: HardwareSpec, dp: int | None = None) -> str:
-    """Why the global batch cannot be split, with the nearest batches that can."""
+def batch_message(
+    brief: TrainingBrief, hardware: HardwareSpec, dp: int | None = None, step: int | None = None
+) -> str:
+    """Why the global batch cannot be split, with the nearest batches that can.
+
+    ``dp``: the pinned layout's data-parallel degree; ``step``: the fewest data-parallel ranks
+    any layout leaves, whose multiples split (default: the world size).
+    """
     world = hardware.world_size
-    step = dp or world
+    step = dp or step or world
     lower = brief.batch // step * step
     nearest = f"{lower} or {lower + step}" if lower else f"{step} or {2 * step}"
     if dp is not None:

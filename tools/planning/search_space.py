@@ -60,6 +60,8 @@ class SearchSpace:
     cp_pin: int | None = None
     # The model-parallel layouts searched (t x p x c, as setups of no strategy of their own).
     layouts: list[Setup] = field(default_factory=list)
+    # The fewest data-parallel ranks any layout leaves (what a refused batch must divide by).
+    smallest_dp: int = 1
     # The framework recipe memory is priced for (tools/planning/recipe.py); None: DeepSpeed's.
     recipe: Recipe | None = None
 

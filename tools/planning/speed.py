@@ -44,6 +44,7 @@ from tools.planning.flops import device_for, flops_notes, training_flops_per_tok
 from tools.planning.parallel import check_model_parallel
 from tools.planning.states import resolve_precision
 from tools.planning.step_time import bottleneck, step_time, throughput
+from tools.research.splits import split_framework
 
 
 def _check_speed_args(
@@ -167,6 +168,11 @@ def estimate_speed(
         vpp=virtual_stages,
         sequence_parallel=sequence_parallel,
         attention=attention,
+        # The framework that runs the split decides the algorithm: ring attention on
+        # torchtitan, DeepSpeed-Ulysses on Megatron-DeepSpeed (tools/research/splits.py).
+        all_to_all_cp=context_parallel > 1
+        and split_framework(model, strategy, tensor_parallel, pipeline_parallel, context_parallel)
+        == "megatron",
     )
     return _estimate(setup, inter_node_gbs, dataset_tokens)
 

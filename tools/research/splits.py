@@ -53,8 +53,8 @@ def split_framework(
     builds GPT-style models of any shape from flags.
     """
     if cp > 1:
-        # Ring attention over context-parallel ranks: torchtitan's (the search offers context
-        # parallelism only for the Llama models torchtitan builds).
+        # Ring attention over context-parallel ranks on torchtitan for the Llama models it
+        # builds; DeepSpeed-Ulysses on Megatron-DeepSpeed (--ds-sequence-parallel-size) else.
         return "torchtitan" if torchtitan_flavor(model) is not None else "megatron"
     if tp * pp == 1:
         return None

@@ -1,10 +1,10 @@
-"""Llama 3.1 405B on 64 nodes of 8 H100 at 8192 tokens: tensor 8 x pipeline 16, and it launches.
+"""The layouts big models need, planned by the CLI in process, launched (issue 30, item 4).
 
-126 layers do not divide by 16; the stages are uneven (the first 14 of 8 layers, the last 2 of
+Llama 3.1 405B on 64 nodes of 8 H100 at 8192 tokens: tensor 8 x pipeline 16. 126 layers do not divide by 16; the stages are uneven (the first 14 of 8 layers, the last 2 of
 7). The plan is built by the CLI in process, as a user would ask for the layout Llama 3 was
 trained with (Dubey et al. 2024 sec. 3.3.2: TP 8, PP 16); its launch files carry the split, and
 the frameworks' own code (torchtitan 0.2.2's JobConfig, Megatron-DeepSpeed's parser) accepts
-them.
+them. Qwen2.5-32B at 32k tokens: context parallelism searched and launched (DeepSpeed-Ulysses).
 """
 
 from __future__ import annotations
@@ -94,3 +94,63 @@ def test_megatron_plan_runs_the_same_split_and_its_parser_accepts_it(
     assert args.tensor_model_parallel_size == 8 and args.data_parallel_size == 4
     guide = (out / "MEGATRON.md").read_text()
     assert "126 layers do not divide by 16" in guide and "8, 8, 8" in guide
+
+
+QWEN_32K = """\
+goal: Long-context pretraining of Qwen2.5 32B
+model: qwen2.5-32b
+task: pretrain
+seq_len: 32768
+global_batch_size: 16
+hardware: 2x8xH100-80GB
+precision: bf16
+team: {experience: expert, existing_stack: pytorch}
+deployment: none
+smoke: false
+"""
+
+
+def test_a_32k_qwen_plan_searches_context_parallel_and_launches_ulysses(
+    cli_main: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Qwen2.5-32B is no torchtitan flavor: its context parallelism is DeepSpeed-Ulysses.
+
+    The search offers it (c dividing the 40 query and 8 key-value heads, beside ZeRO data
+    parallelism); the plan that takes it runs on Megatron-DeepSpeed with
+    ``--ds-sequence-parallel-size``, which the parser accepts with data parallel world / c.
+    """
+    brief = tmp_path / "brief.yaml"
+    brief.write_text(QWEN_32K)
+    out = tmp_path / "plan"
+    res = cli_main("plan", "--brief", str(brief), "--no-smoke", "--out", str(out), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads((out / "plan.json").read_text())
+    memory = plan["memory"]
+    searched = [memory["setup"], *memory["candidates"]]
+    assert any(c["context_parallel"] > 1 for c in searched)
+    assert all(
+        c["tensor_parallel"] * c["pipeline_parallel"] == 1
+        for c in searched
+        if c["context_parallel"] > 1
+    )
+    setup = memory["setup"]
+    if setup["context_parallel"] == 1:
+        pytest.skip("the speed model ranks a split without context parallelism first")
+    cp = setup["context_parallel"]
+    assert plan["framework"]["primary"] == "megatron" and setup["fits"]
+    command = [str(a) for a in plan["launch"]["command"]]
+    at = next(i for i, a in enumerate(command) if a.rstrip('"').endswith("pretrain_gpt.py"))
+    argv = command[at + 1 :]
+    assert argv[argv.index("--ds-sequence-parallel-size") + 1] == str(cp)
+    assert "--sequence-parallel" not in argv  # Megatron-DeepSpeed refuses it with Ulysses
+    parser = megatron_parser()
+    monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *argv])
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    monkeypatch.setenv("RANK", "0")
+    args = parser.validate_args(parser.parse_args())
+    assert args.ds_sequence_parallel_size == cp
+    assert args.data_parallel_size == 16 // cp == setup["data_parallel"]
+    assert args.global_batch_size == 16
+    config = json.loads((out / "ds_config.json").read_text())
+    assert config["train_batch_size"] == 16
+    assert "DeepSpeed-Ulysses" in (out / "MEGATRON.md").read_text()
