@@ -191,9 +191,7 @@ def job_config(
     return config
 
 
-def stage_modules(
-    layers: int, pp: int, virtual: int, stage_layers: list[int]
-) -> list[list[str]]:
+def stage_modules(layers: int, pp: int, virtual: int, stage_layers: list[int]) -> list[list[str]]:
     """The module names of each pipeline stage, first to last: the plan's split, written out.
 
     torchtitan 0.2.2 builds one stage per list (``pipeline_module_split``), stage ``s`` on
