@@ -29,7 +29,7 @@ from tools.planning.recipe import resolve_recipe
 from tools.planning.scale_out import TRAINING_TASKS
 from tools.planning.search_space import PIPELINE_STRATEGIES, SearchSpace
 from tools.planning.states import resolve_precision
-from tools.research.splits import runs_setup, split_framework, torchtitan_flavor
+from tools.research.splits import runs_on, runs_setup, split_framework, torchtitan_flavor
 
 # Context parallelism from this sequence length on (the Llama 3 paper, Dubey et al. 2024 sec.
 # 3.3.2, turns it on for long-context training; shorter sequences split over TP/DP instead).
@@ -201,8 +201,17 @@ def _not_searched(space: SearchSpace) -> str | None:
 
 
 def virtual_stages(space: SearchSpace, layout: Setup, accumulation: int) -> list[int]:
-    """The interleaving degrees v a pipeline of ``accumulation`` micro-batches can run."""
+    """The interleaving degrees v a pipeline of ``accumulation`` micro-batches can run.
+
+    Only torchtitan's pipelines interleave (``Interleaved1F1B``); Megatron-DeepSpeed runs its
+    pipeline on DeepSpeed's PipelineEngine, whose schedule is 1F1B alone (its launcher writes
+    no virtual-stage flag), so a Megatron plan is priced with v = 1.
+    """
     if layout.pp == 1:
+        return [1]
+    if runs_on(space.brief, space.model, layout.strategy, layout.tp, layout.pp, layout.cp) != (
+        "torchtitan"
+    ):
         return [1]
     return [
         v

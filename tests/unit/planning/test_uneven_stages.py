@@ -91,3 +91,21 @@ def test_405b_on_64_nodes_of_h100_runs_tp8_x_pp16_with_uneven_stages() -> None:
     assert any(label.startswith("zero1+tp8+pp16(7-8 layers)") for label in searched.why_not) or (
         searched.chosen_label.startswith("zero1+tp8+pp16")
     )
+
+
+def test_a_megatron_pipeline_is_priced_without_interleaving() -> None:
+    """Megatron-DeepSpeed's pipeline is DeepSpeed's 1F1B; only torchtitan's interleaves."""
+
+    def candidates(model: str, hardware: str):
+        brief = brief_from_dict(
+            {"model": model, "hardware": hardware, "seq_len": 8192,
+             "global_batch_size": 32, "task": "pretrain"}
+        )  # fmt: skip
+        options = SearchOptions(pipeline_parallel=4)
+        plan = search_strategy(lookup_model(model, 8192), parse_hardware(hardware), brief, options)
+        return plan.candidates
+
+    qwen = candidates("qwen2.5-32b", "2x8xH100-80GB")  # no torchtitan flavor: Megatron
+    assert qwen and all(c.virtual_stages == 1 for c in qwen)
+    llama = candidates("llama-3.1-70b", "4x8xH100-80GB")  # torchtitan's 70B flavor
+    assert any(c.virtual_stages > 1 for c in llama)
