@@ -5,6 +5,7 @@ Llama 3.1 405B on 64 nodes of 8 H100 at 8192 tokens: tensor 8 x pipeline 16. 126
 trained with (Dubey et al. 2024 sec. 3.3.2: TP 8, PP 16); its launch files carry the split, and
 the frameworks' own code (torchtitan 0.2.2's JobConfig, Megatron-DeepSpeed's parser) accepts
 them. Qwen2.5-32B at 32k tokens: context parallelism searched and launched (DeepSpeed-Ulysses).
+Mixtral 8x7B on 32 H100: expert parallelism searched and launched (DeepSpeed-MoE).
 """
 
 from __future__ import annotations
@@ -154,3 +155,48 @@ def test_a_32k_qwen_plan_searches_context_parallel_and_launches_ulysses(
     config = json.loads((out / "ds_config.json").read_text())
     assert config["train_batch_size"] == 16
     assert "DeepSpeed-Ulysses" in (out / "MEGATRON.md").read_text()
+
+
+MIXTRAL = """\
+goal: Pretrain Mixtral 8x7B
+model: mixtral-8x7b
+task: pretrain
+seq_len: 4096
+global_batch_size: 256
+hardware: 4x8xH100-80GB
+precision: bf16
+team: {experience: expert, existing_stack: pytorch}
+deployment: none
+smoke: false
+"""
+
+
+def test_a_mixtral_plan_can_choose_expert_parallelism_and_launches_it(
+    cli_main: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mixtral 8x7B on 32 H100: expert parallelism searched; the Megatron command carries it."""
+    brief = tmp_path / "brief.yaml"
+    brief.write_text(MIXTRAL)
+    out = tmp_path / "plan"
+    res = cli_main("plan", "--brief", str(brief), "--no-smoke", "--out", str(out), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads((out / "plan.json").read_text())
+    setup = plan["memory"]["setup"]
+    searched = [setup, *plan["memory"]["candidates"]]
+    assert any(c["expert_parallel"] > 1 for c in searched)
+    if setup["expert_parallel"] == 1:
+        pytest.skip("the speed model ranks a setup without expert parallelism first")
+    ep = setup["expert_parallel"]
+    assert plan["framework"]["primary"] == "megatron" and setup["fits"]
+    command = [str(a) for a in plan["launch"]["command"]]
+    at = next(i for i, a in enumerate(command) if a.rstrip('"').endswith("pretrain_gpt.py"))
+    argv = command[at + 1 :]
+    assert argv[argv.index("--moe-expert-parallel-size") + 1] == str(ep)
+    parser = megatron_parser()
+    monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *argv])
+    monkeypatch.setenv("WORLD_SIZE", "32")
+    monkeypatch.setenv("RANK", "0")
+    args = parser.validate_args(parser.parse_args())
+    assert args.moe_expert_parallel_size == ep and args.num_experts == [8]
+    assert args.data_parallel_size % ep == 0
+    assert f"expert parallel {ep}" in (out / "MEGATRON.md").read_text()

@@ -382,8 +382,16 @@ def _megatron(job: LaunchInputs) -> Launch:
     config, split = job.deepspeed_config, job.split
     assert config is not None and split is not None  # _launcher_for picks this row only then
     cp = job.memory.context_parallel if job.memory is not None else 1
+    ep = job.memory.chosen_setup.ep if job.memory is not None else 1
     args = megatron.megatron_args(
-        job.brief, job.model, split, config, job.steps, job.precision, context_parallel=cp
+        job.brief,
+        job.model,
+        split,
+        config,
+        job.steps,
+        job.precision,
+        context_parallel=cp,
+        expert_parallel=ep,
     )
     command = cluster.torchrun(job.hardware, job.gpus, "node0") + args
     nodes = job.hardware.nodes
@@ -395,7 +403,7 @@ def _megatron(job: LaunchInputs) -> Launch:
     files: dict[str, str | Path] = {
         "ds_config.json": _json(config),
         "MEGATRON.md": megatron.megatron_md(
-            command, job.hardware, job.model, split, config, context_parallel=cp
+            command, job.hardware, job.model, split, config, context_parallel=cp, expert_parallel=ep
         ),
     }
     preamble = megatron.folder_check("ds_config.json")

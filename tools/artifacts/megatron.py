@@ -67,9 +67,10 @@ SAVE_INTERVAL = 500
 
 
 def model_parallel(memory: MemoryPlan | None) -> tuple[int, int] | None:
-    """(tensor degree, pipeline degree) of a model-parallel plan (context parallel too), else None."""
+    """(tensor degree, pipeline degree) of a model-parallel plan (context, expert too), else None."""
+    experts = memory.setup.expert_parallel if memory is not None and memory.setup else 1
     if memory is None or (
-        memory.tensor_parallel * memory.pipeline_parallel * memory.context_parallel == 1
+        memory.tensor_parallel * memory.pipeline_parallel * memory.context_parallel * experts == 1
     ):
         return None
     return memory.tensor_parallel, memory.pipeline_parallel
@@ -83,8 +84,11 @@ def megatron_args(
     steps: int,
     precision: str,
     context_parallel: int = 1,
+    expert_parallel: int = 1,
 ) -> list[str]:
     """``pretrain_gpt.py`` and its arguments for the plan: degrees, model, batch, parallelism.
+
+    Expert parallelism is DeepSpeed-MoE's ``--moe-expert-parallel-size`` (megatron_model.py).
 
     Context parallelism is DeepSpeed-Ulysses here (``--ds-sequence-parallel-size``, Megatron-
     DeepSpeed's megatron/arguments.py; its data-parallel size is world / (t x p x c)).
@@ -100,7 +104,7 @@ def megatron_args(
         "--pipeline-model-parallel-size",
         str(pp),
         *ulysses,
-        *architecture_flags(model, tp),
+        *architecture_flags(model, tp, expert_parallel),
         *batch,
         *_parallelism_flags(split, config, pipeline_model=convertible(brief, config)),
         *_checkpoint_flags(brief, iterations),
@@ -283,6 +287,7 @@ def megatron_md(
     split: tuple[int, int],
     config: dict[str, Any],
     context_parallel: int = 1,
+    expert_parallel: int = 1,
 ) -> str:
     """MEGATRON.md: why the plan needs Megatron-DeepSpeed, how to start it, what the config says."""
     tp, pp = split
@@ -296,6 +301,12 @@ def megatron_md(
         if context_parallel > 1
         else ""
     )
+    if expert_parallel > 1:
+        ulysses += (
+            f", the routed experts split over {expert_parallel} of the data-parallel ranks "
+            f"(expert parallel {expert_parallel}, DeepSpeed-MoE's `--moe-expert-parallel-size`: "
+            "each holds 1/" + f"{expert_parallel} of the experts and all-to-alls route tokens)"
+        )
     return render(
         "MEGATRON.md",
         model=model.name,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from tools.core.errors import InputError
 from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, ResolvedPrecision, StrategyName
 from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy
-from tools.planning.parallel import heaviest_stage_layers, model_parallel_params
+from tools.planning.parallel import expert_params, heaviest_stage_layers, model_parallel_params
 from tools.research.hardware import CatalogGPU, find_gpu
 
 # Inter-node links, GB/s per direction per NIC: 400/200/100/25 Gb/s divided by 8. How many NICs
@@ -133,6 +133,8 @@ class StepSetup:
     # Megatron-DeepSpeed's ``--ds-sequence-parallel-size`` runs) rather than ring attention
     # (torchtitan's); see ``context_parallel_comm``.
     all_to_all_cp: bool = False
+    # Expert parallelism of a mixture of experts (DeepSpeed-MoE; see ``expert_parallel_comm``).
+    ep: int = 1
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -232,6 +234,10 @@ def data_parallel_comm(
     units, why_units = comm_units(base_strategy(setup.strategy), setup.accumulation)
     # All experts' gradients, not only the active ones; under t x p, this GPU's share.
     params_here = model_parallel_params(setup.model, tp, setup.pp)[0]
+    if setup.ep > 1:
+        # Each rank holds 1/e of the experts: their gradients reduce over its d/e peers only.
+        experts = expert_params(setup.model)
+        params_here = params_here - experts + experts // setup.ep
     model_bytes = params_here * setup.grad_bytes
     comm_bytes = int(units * (dp - 1) / dp * model_bytes)
     if dp <= 1:
@@ -341,6 +347,36 @@ def _ulysses_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
         f"{'inside the node' if inside else 'across nodes'} ({cp_s:.3f} s), not overlapped"
     )
     return cp_bytes, cp_s
+
+
+def expert_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
+    """Expert-parallel all-to-alls per GPU per step (DeepSpeed-MoE, Rajbhandari et al. 2022).
+
+    Every MoE layer dispatches each token's hidden state to its top-k experts' ranks and
+    combines the results back: two all-to-alls of s·b·k·h values in forward, two of their
+    gradients in backward, two more under full recomputation; each sends (e-1)/e of its buffer.
+    They sit on the critical path, inside a node when e fits one.
+    """
+    ep = setup.ep
+    if ep <= 1:
+        return 0, 0.0
+    model = setup.model
+    cfg = model.hf_config or {}
+    top_k = int(cfg.get("num_experts_per_tok") or cfg.get("moe_top_k") or 2)
+    passes = 4 + (2 if setup.recompute == "full" else 0)
+    layers = heaviest_stage_layers(model.layers, setup.pp)
+    buffer = setup.micro * setup.seq * top_k * model.hidden * setup.grad_bytes
+    ep_bytes = int(passes * buffer * (ep - 1) / ep * layers * setup.accumulation)
+    inside = ep <= max(1, setup.hardware.gpus_per_node)
+    gbs = links.intra_gbs if inside or setup.hardware.nodes == 1 else links.inter_gbs / 8
+    ep_s = ep_bytes / (gbs * 1e9) + passes * layers * setup.accumulation * COLLECTIVE_S
+    setup.notes.append(
+        f"expert parallel {ep}: {passes} all-to-alls of the tokens' top-{top_k} hidden states "
+        f"per MoE layer and micro-batch send {ep_bytes / 1e9:.2f} GB per GPU per step "
+        f"{'inside the node' if inside else 'across nodes'} ({ep_s:.3f} s), not overlapped; "
+        "expert compute taken as without expert parallelism (the same FLOPs per GPU)"
+    )
+    return ep_bytes, ep_s
 
 
 def tensor_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:

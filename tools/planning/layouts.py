@@ -23,7 +23,7 @@ from tools.core.strategies import (
     check_strategy,
 )
 from tools.planning.options import SearchOptions
-from tools.planning.parallel import TENSOR_PARALLEL_CANDIDATES
+from tools.planning.parallel import TENSOR_PARALLEL_CANDIDATES, routed_experts
 from tools.planning.pins import batch_message, check_pins
 from tools.planning.recipe import resolve_recipe
 from tools.planning.scale_out import TRAINING_TASKS
@@ -40,6 +40,10 @@ CONTEXT_PARALLEL_CANDIDATES = (1, 2, 4, 8)
 # Interleaved 1F1B (Narayanan et al. 2021 sec. 2.2.2): v model chunks per GPU; the layers must
 # split into p x v whole chunks and Megatron needs the micro-batches per step to divide by p.
 VIRTUAL_STAGE_CANDIDATES = (1, 2, 4)
+# Expert-parallel degrees tried for a mixture of experts (each dividing its experts), and the
+# strategies DeepSpeed-MoE runs them with (its MoE layers take ZeRO stage 0 to 2).
+EXPERT_PARALLEL_CANDIDATES = (2, 4, 8, 16, 32, 64)
+EXPERT_STRATEGIES: tuple[StrategyName, ...] = ("ddp", "zero1", "zero2")
 
 
 def build_space(
@@ -61,6 +65,12 @@ def build_space(
     check_pins(
         model, hardware, brief, tensor_parallel, pipeline_parallel, names if strategies else None
     )
+    ep = options.expert_parallel
+    if ep is not None and ep > 1 and routed_experts(model) % ep:
+        raise InputError(
+            "expert_parallel",
+            f"{ep} must divide the {routed_experts(model)} routed experts of {model.name}",
+        )
     if micro_batch_size is not None and micro_batch_size < 1:
         raise InputError("micro_batch_size", "must be at least 1")
     if options.recompute is not None:
@@ -76,6 +86,7 @@ def build_space(
     )
     space.pinned = (tensor_parallel, pipeline_parallel)
     space.cp_pin = options.context_parallel
+    space.ep_pin = options.expert_parallel
     if options.recipe is not None:
         space.recipe = resolve_recipe(options.recipe)
         space.notes.append(f"memory priced for: {space.recipe.describe()}")
@@ -134,7 +145,31 @@ def _layouts(space: SearchSpace) -> list[Setup]:
                     splits.append(lay)
     # The fewest data-parallel ranks a layout leaves: the batch step the refusal suggests.
     space.smallest_dp = min((world // lay.split for lay in splits), default=world)
-    return [lay for lay in splits if brief.batch % (world // lay.split) == 0]
+    layouts = [lay for lay in splits if brief.batch % (world // lay.split) == 0]
+    experts = _expert_layouts(space, layouts)
+    if space.ep_pin is not None and space.ep_pin > 1:
+        return experts  # pinned: expert-parallel layouts only
+    return layouts + experts
+
+
+def _expert_layouts(space: SearchSpace, layouts: list[Setup]) -> list[Setup]:
+    """Expert-parallel layouts of a mixture of experts: e ranks split its routed experts.
+
+    DeepSpeed-MoE on Megatron-DeepSpeed (``--moe-expert-parallel-size``): e divides the experts
+    and the data-parallel ranks it runs within; searched beside plain data parallelism (t x p
+    x c = 1), the layout the DeepSpeed-MoE recipes run, with ZeRO stage 0 to 2.
+    """
+    hw, model, brief = space.hardware, space.model, space.brief
+    experts = routed_experts(model)
+    if experts <= 1 or hw.gpu is None or brief.task not in ("pretrain", "finetune"):
+        return []
+    if space.ep_pin is not None:
+        eps = [space.ep_pin] if space.ep_pin > 1 else []
+    else:
+        eps = [e for e in EXPERT_PARALLEL_CANDIDATES if experts % e == 0]
+    return [
+        lay.but(ep=e) for lay in layouts if lay.split == 1 for e in eps if space.dp(lay) % e == 0
+    ]
 
 
 def _context_degrees(model: ModelSpec, seq_len: int) -> list[int]:
@@ -163,6 +198,8 @@ def _context_degrees(model: ModelSpec, seq_len: int) -> list[int]:
 
 def _split_names(space: SearchSpace, layout: Setup) -> list[StrategyName]:
     """The strategies a layout combines with (offload is data-parallel only, see parallel.py)."""
+    if layout.ep > 1:
+        return [n for n in space.names if n in EXPERT_STRATEGIES]
     if layout.split == 1:
         return space.names
     names = [n for n in space.names if n not in OFFLOAD_STRATEGIES]
@@ -174,17 +211,17 @@ def names_for(space: SearchSpace, layout: Setup) -> list[StrategyName]:
     return [
         n
         for n in _split_names(space, layout)
-        if runs_setup(space.brief, space.model, n, layout.tp, layout.pp, layout.cp)
+        if runs_setup(space.brief, space.model, n, layout.tp, layout.pp, layout.cp, layout.ep)
     ]
 
 
 def _not_searched(space: SearchSpace) -> str | None:
     """The line saying which splits the request's framework wishes keep out of the search."""
     needs = {
-        split_framework(space.model, n, lay.tp, lay.pp, lay.cp)
+        split_framework(space.model, n, lay.tp, lay.pp, lay.cp, lay.ep)
         for lay in space.layouts
         for n in _split_names(space, lay)
-        if not runs_setup(space.brief, space.model, n, lay.tp, lay.pp, lay.cp)
+        if not runs_setup(space.brief, space.model, n, lay.tp, lay.pp, lay.cp, lay.ep)
     }
     if not needs:
         return None

@@ -53,6 +53,31 @@ def heaviest_stage_layers(layers: int, pipeline_parallel: int) -> int:
     return -(-layers // max(1, pipeline_parallel))
 
 
+# The Hugging Face config keys that count a mixture of experts' routed experts.
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
+
+def routed_experts(model: ModelSpec) -> int:
+    """Routed experts per MoE layer (1: a dense model)."""
+    cfg = model.hf_config or {}
+    return max([1, *(int(cfg[k]) for k in EXPERT_KEYS if isinstance(cfg.get(k), int))])
+
+
+def expert_params(model: ModelSpec) -> int:
+    """Parameters of the routed experts' MLPs: L x E x (3 if gated else 2) x h x i (0: dense).
+
+    Mixtral 8x7B: 32 x 8 x 3 x 4096 x 14336 = 45.1 B of its 46.7 B. The width is the
+    experts' (``moe_intermediate_size`` where the config has one, else the MLP's).
+    """
+    experts = routed_experts(model)
+    if experts <= 1:
+        return 0
+    cfg = model.hf_config or {}
+    width = int(cfg.get("moe_intermediate_size") or model.intermediate or 4 * model.hidden)
+    gated = 3 if str(cfg.get("hidden_act", "silu")) in ("silu", "swiglu") else 2
+    return min(model.params, model.layers * experts * gated * model.hidden * width)
+
+
 def data_parallel_size(
     hardware: HardwareSpec,
     tensor_parallel: int = 1,

@@ -35,6 +35,7 @@ from tools.planning.comm import (
     StepSetup,
     context_parallel_comm,
     data_parallel_comm,
+    expert_parallel_comm,
     offload_cost,
     pipeline_comm,
     step_links,
@@ -109,6 +110,7 @@ def estimate_speed(
     recompute: Recompute | None = None,
     virtual_stages: int = 1,
     context_parallel: int = 1,
+    expert_parallel: int = 1,
     sequence_parallel: bool = True,
     attention: str = "sdpa",
 ) -> SpeedEstimate:
@@ -133,6 +135,7 @@ def estimate_speed(
         recompute: none, selective or full; None: full when ``activation_checkpointing``.
         virtual_stages: Interleaved pipeline stages per GPU, v (Narayanan et al. 2021 sec. 2.2.2).
         context_parallel: Context-parallel degree c (the sequence split over c GPUs).
+        expert_parallel: Expert-parallel degree e of a mixture of experts (within data parallel).
         sequence_parallel: Megatron sequence parallelism with tensor parallelism.
         attention: The attention kernel, sdpa (FlashAttention-style) or eager.
     """
@@ -170,6 +173,7 @@ def estimate_speed(
         attention=attention,
         # The framework that runs the split decides the algorithm: ring attention on
         # torchtitan, DeepSpeed-Ulysses on Megatron-DeepSpeed (tools/research/splits.py).
+        ep=expert_parallel,
         all_to_all_cp=context_parallel > 1
         and split_framework(model, strategy, tensor_parallel, pipeline_parallel, context_parallel)
         == "megatron",
@@ -197,13 +201,15 @@ def _estimate(
     tp_bytes, tp_s = tensor_parallel_comm(setup, links)
     pp_bytes, pp_s, bubble_fraction = pipeline_comm(setup, links)
     cp_bytes, cp_s = context_parallel_comm(setup, links)
+    ep_bytes, ep_s = expert_parallel_comm(setup, links)
     offload_bytes, offload_s = offload_cost(setup)
-    step = step_time(setup, device, dp_s, tp_s, pp_s, cp_s, offload_s)
+    # Expert all-to-alls sit on the critical path as tensor-parallel collectives do.
+    step = step_time(setup, device, dp_s, tp_s + ep_s, pp_s, cp_s, offload_s)
     compute_s = step.compute_s if device is not None else None
     step_s = step.step_s if device is not None else None
     bubble_s = step.bubble_s
-    exposed_s = step.exposed_dp_s + tp_s + pp_s + step.exposed_cp_s
-    comm_s = dp_s + tp_s + pp_s + cp_s
+    exposed_s = step.exposed_dp_s + tp_s + ep_s + pp_s + step.exposed_cp_s
+    comm_s = dp_s + tp_s + ep_s + pp_s + cp_s
     efficiency = None
     if compute_s and peak:
         # Achieved share of peak while computing: executed FLOPs over compute time.
@@ -222,7 +228,7 @@ def _estimate(
         peak_tflops=peak,
         efficiency=efficiency,
         compute_time_s=compute_s,
-        comm_bytes_per_step=dp_bytes + tp_bytes + pp_bytes + cp_bytes,
+        comm_bytes_per_step=dp_bytes + tp_bytes + ep_bytes + pp_bytes + cp_bytes,
         comm_time_s=comm_s,
         exposed_comm_time_s=exposed_s,
         offload_bytes_per_step=offload_bytes,

@@ -43,6 +43,8 @@ CANDIDATE_KEYS = {
     "device_used_bytes",
     # Layers per pipeline stage where the pipeline degree does not divide them ([] else).
     "stage_layers",
+    # Ranks a mixture of experts' routed experts are split over (1: none).
+    "expert_parallel",
 }
 BYTES_KEYS = {"params", "gradients", "optimizer", "activations", "buffers", "total"}
 # What the estimate JSON held before this search; every key stays.
