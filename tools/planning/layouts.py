@@ -163,6 +163,13 @@ def _expert_layouts(space: SearchSpace, layouts: list[Setup]) -> list[Setup]:
     experts = routed_experts(model)
     if experts <= 1 or hw.gpu is None or brief.task not in ("pretrain", "finetune"):
         return []
+    if space.recipe is not None and space.recipe.framework != "deepspeed":
+        # The expert groups' states are priced as DeepSpeed's ZeRO shards them (memory_terms).
+        space.notes.append(
+            f"expert parallelism not searched: its memory is priced for DeepSpeed-MoE's ZeRO "
+            f"(Megatron-DeepSpeed), not the {space.recipe.framework} recipe this plan is priced for"
+        )
+        return []
     if space.ep_pin is not None:
         eps = [space.ep_pin] if space.ep_pin > 1 else []
     else:

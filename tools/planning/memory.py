@@ -196,6 +196,12 @@ def _check_experts(setup: _Priced, ep: int) -> None:
             "expert_parallel",
             f"{ep} must divide the {experts} experts and the {setup.world} data-parallel ranks",
         )
+    if setup.recipe.framework != "deepspeed":
+        raise InputError(
+            "expert_parallel",
+            f"expert parallelism is priced for DeepSpeed-MoE's ZeRO, not the "
+            f"{setup.recipe.framework} recipe",
+        )
     if setup.strategy not in ("ddp", "zero1", "zero2"):
         raise InputError(
             "expert_parallel",

@@ -102,3 +102,15 @@ def test_a_mixtral_plan_searches_expert_parallelism_on_megatron() -> None:
         lookup_model("llama-3-8b", 4096), hw, brief.model_copy(update={"model": "llama-3-8b"})
     )
     assert all(c.expert_parallel == 1 for c in dense.candidates)
+
+
+def test_expert_parallelism_under_another_recipe_is_left_out_and_said() -> None:
+    """Its states are priced as DeepSpeed's ZeRO shards them; another recipe is not guessed."""
+    model, hw = _mixtral(), parse_hardware(HW)
+    brief = brief_from_dict(
+        {"model": "mixtral-8x7b", "hardware": HW, "seq_len": 4096, "global_batch_size": 256,
+         "task": "pretrain", "framework": "megatron"}
+    )  # fmt: skip
+    plan = search_strategy(model, hw, brief)
+    assert all(c.expert_parallel == 1 for c in plan.candidates)
+    assert any(a.startswith("expert parallelism not searched") for a in plan.assumptions)
