@@ -31,11 +31,11 @@ How close it is: bench/calibration/published.py compares it with published train
 from tools.core.errors import InputError
 from tools.core.schemas import HardwareSpec, ModelSpec, SpeedEstimate, StrategyName
 from tools.core.strategies import OFFLOAD_STRATEGIES, Recompute, check_recompute, check_strategy
+from tools.planning.all_to_all import expert_parallel_comm, ulysses_comm
 from tools.planning.comm import (
     StepSetup,
     context_parallel_comm,
     data_parallel_comm,
-    expert_parallel_comm,
     offload_cost,
     pipeline_comm,
     step_links,
@@ -200,7 +200,7 @@ def _estimate(
     dp_bytes, dp_s = data_parallel_comm(setup, links, inter_node_gbs)
     tp_bytes, tp_s = tensor_parallel_comm(setup, links)
     pp_bytes, pp_s, bubble_fraction = pipeline_comm(setup, links)
-    cp_bytes, cp_s = context_parallel_comm(setup, links)
+    cp_bytes, cp_s = (ulysses_comm if setup.all_to_all_cp else context_parallel_comm)(setup, links)
     ep_bytes, ep_s = expert_parallel_comm(setup, links)
     offload_bytes, offload_s = offload_cost(setup)
     # Expert all-to-alls sit on the critical path as tensor-parallel collectives do.
