@@ -188,13 +188,24 @@ def test_a_users_batch_is_kept_and_a_bad_one_names_the_field() -> None:
     # over 256 GPUs, but over the data-parallel ranks of some tensor x pipeline layout.
     odd = search_strategy(spec, hw, mine.model_copy(update={"global_batch_size": 300}))
     assert odd.setup is not None and 300 % odd.setup.data_parallel == 0
-    # On 3 nodes of 8, every layout keeps 3, 6, 12 or 24 data-parallel ranks: 100 splits over none.
+    # On 3 nodes of 8, 100 sequences split over 4 data-parallel ranks of tensor 2 x pipeline 3
+    # (32 layers in uneven stages); a divisor-only pipeline kept 3, 6, 12 or 24 ranks.
     three = parse_hardware("3x8xH100-80GB")
-    bad = mine.model_copy(update={"global_batch_size": 100, "hardware": "3x8xH100-80GB"})
+    hundred = mine.model_copy(update={"global_batch_size": 100, "hardware": "3x8xH100-80GB"})
+    kept = search_strategy(spec, three, hundred)
+    assert kept.setup is not None and 100 % kept.setup.data_parallel == 0
+    assert kept.setup.pipeline_parallel > 1 and 32 % kept.setup.pipeline_parallel
+    # GPT-2 (12 heads, 12 layers) on 256 GPUs keeps at least 8 data-parallel ranks (tensor 4 x
+    # pipeline 8): 100 splits over none, and the nearest batches that do are multiples of 8.
+    gpt2 = lookup_model("gpt2", 1024)
+    wide = parse_hardware("32x8xH100-80GB")
+    bad = TrainingBrief(
+        model="gpt2", global_batch_size=100, seq_len=1024, hardware="32x8xH100-80GB"
+    )
     with pytest.raises(InputError) as err:
-        search_strategy(spec, three, bad)
+        search_strategy(gpt2, wide, bad)
     assert err.value.field == "global_batch_size"
-    assert "the requested 100" in err.value.message and "try 96 or 120" in err.value.message
+    assert "the requested 100" in err.value.message and "try 96 or 104" in err.value.message
 
 
 def test_the_default_is_stated_in_the_plan() -> None:
@@ -305,13 +316,13 @@ def test_cli_405b_on_256_gpus_plans_with_a_stated_default_batch(tmp_path: Path) 
 def test_cli_a_users_batch_the_cluster_cannot_split_exits_2(tmp_path: Path) -> None:
     res, _ = _cli(
         tmp_path,
-        "fine-tune llama-3-8b on 3 nodes of 8 H100 with global batch 100",
+        "fine-tune gpt2 on 32 nodes of 8 H100 with global batch 100",
         "--hardware",
-        "3x8xH100-80GB",
+        "32x8xH100-80GB",
     )
     assert res.returncode == 2
     line = res.stderr.strip().splitlines()[-1]
-    assert "global_batch_size" in line and "try 96 or 120" in line
+    assert "global_batch_size" in line and "try 96 or 104" in line
 
 
 def test_cli_fsdp_no_deepspeed_gives_an_fsdp_plan(tmp_path: Path) -> None:

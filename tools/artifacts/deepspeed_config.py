@@ -32,6 +32,7 @@ from tools.planning import resolve_precision, zero_settings
 from tools.planning.batch import resolve_batch
 from tools.planning.batch_layout import BatchLayout
 from tools.planning.lr_schedule import DEFAULT_RUN_STEPS, LrSchedule, plan_schedule, warmup_steps
+from tools.research.titan_flavors import torchtitan_flavor
 
 
 class ConfigError(ToolFailure):
@@ -250,7 +251,7 @@ def emit_deepspeed_config(
     brief = resolve_batch(brief, model, hardware)[0]  # the default the search planned with
     layout = BatchLayout.of_plan(plan, hardware)
     _check_batch(plan, layout, brief)
-    _check_parallelism(plan, autotp)
+    _check_parallelism(plan, autotp, ring=torchtitan_flavor(model) is not None)
     if total_steps is None:
         total_steps = planned_total_steps(brief) or DEFAULT_RUN_STEPS
     config: dict[str, Any] = {
@@ -284,9 +285,13 @@ def _check_batch(plan: MemoryPlan, layout: BatchLayout, brief: TrainingBrief) ->
         )
 
 
-def _check_parallelism(plan: MemoryPlan, autotp: bool) -> None:
-    """Refuse the splits DeepSpeed cannot run: context parallel, ZeRO-2/3 with pipeline, AutoTP's."""
-    if plan.context_parallel > 1:
+def _check_parallelism(plan: MemoryPlan, autotp: bool, ring: bool = True) -> None:
+    """Refuse the splits DeepSpeed cannot run: ring context parallel, ZeRO-2/3 with pipeline, AutoTP's.
+
+    Context parallelism runs on Megatron-DeepSpeed as DeepSpeed-Ulysses, with this config
+    (tools/artifacts/megatron.py); ``ring``: the plan's is torchtitan's ring attention instead.
+    """
+    if plan.context_parallel > 1 and (ring or autotp):
         raise ConfigError(
             f"context parallel {plan.context_parallel}: DeepSpeed has no ring attention over "
             "context-parallel ranks; the plan runs on torchtitan (torchtitan.toml)",

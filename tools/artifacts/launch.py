@@ -381,7 +381,18 @@ def _megatron(job: LaunchInputs) -> Launch:
     """Megatron-DeepSpeed's pretrain_gpt.py under torchrun, with ds_config.json; MEGATRON.md."""
     config, split = job.deepspeed_config, job.split
     assert config is not None and split is not None  # _launcher_for picks this row only then
-    args = megatron.megatron_args(job.brief, job.model, split, config, job.steps, job.precision)
+    cp = job.memory.context_parallel if job.memory is not None else 1
+    ep = job.memory.chosen_setup.ep if job.memory is not None else 1
+    args = megatron.megatron_args(
+        job.brief,
+        job.model,
+        split,
+        config,
+        job.steps,
+        job.precision,
+        context_parallel=cp,
+        expert_parallel=ep,
+    )
     command = cluster.torchrun(job.hardware, job.gpus, "node0") + args
     nodes = job.hardware.nodes
     how_to_run = (
@@ -391,7 +402,9 @@ def _megatron(job: LaunchInputs) -> Launch:
     )
     files: dict[str, str | Path] = {
         "ds_config.json": _json(config),
-        "MEGATRON.md": megatron.megatron_md(command, job.hardware, job.model, split, config),
+        "MEGATRON.md": megatron.megatron_md(
+            command, job.hardware, job.model, split, config, context_parallel=cp, expert_parallel=ep
+        ),
     }
     preamble = megatron.folder_check("ds_config.json")
     if megatron.is_fine_tune(job.brief):

@@ -23,6 +23,7 @@ from tools.artifacts.megatron_model import architecture_flags, architecture_note
 from tools.artifacts.scripts import Shell, render, shell_join
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.planning.batch_layout import BatchLayout
+from tools.planning.parallel import pipeline_split
 
 # Megatron-DeepSpeed's training entry point, in the user's checkout. launch.sh runs from the
 # plan's directory (ds_config.json is there), so the script is named by the checkout's path:
@@ -66,8 +67,11 @@ SAVE_INTERVAL = 500
 
 
 def model_parallel(memory: MemoryPlan | None) -> tuple[int, int] | None:
-    """(tensor degree, pipeline degree) of a tensor/pipeline-parallel plan, else None."""
-    if memory is None or memory.tensor_parallel * memory.pipeline_parallel == 1:
+    """(tensor degree, pipeline degree) of a model-parallel plan (context, expert too), else None."""
+    experts = memory.setup.expert_parallel if memory is not None and memory.setup else 1
+    if memory is None or (
+        memory.tensor_parallel * memory.pipeline_parallel * memory.context_parallel * experts == 1
+    ):
         return None
     return memory.tensor_parallel, memory.pipeline_parallel
 
@@ -79,18 +83,28 @@ def megatron_args(
     config: dict[str, Any],
     steps: int,
     precision: str,
+    context_parallel: int = 1,
+    expert_parallel: int = 1,
 ) -> list[str]:
-    """``pretrain_gpt.py`` and its arguments for the plan: degrees, model, batch, parallelism."""
+    """``pretrain_gpt.py`` and its arguments for the plan: degrees, model, batch, parallelism.
+
+    Expert parallelism is DeepSpeed-MoE's ``--moe-expert-parallel-size`` (megatron_model.py).
+
+    Context parallelism is DeepSpeed-Ulysses here (``--ds-sequence-parallel-size``, Megatron-
+    DeepSpeed's megatron/arguments.py; its data-parallel size is world / (t x p x c)).
+    """
     tp, pp = split
     batch = _batch_and_optimizer_flags(brief, model, config, steps, precision)
     iterations = int(batch[batch.index("--train-iters") + 1])
+    ulysses = ["--ds-sequence-parallel-size", str(context_parallel)] if context_parallel > 1 else []
     return [
         SCRIPT_ARG,
         "--tensor-model-parallel-size",
         str(tp),
         "--pipeline-model-parallel-size",
         str(pp),
-        *architecture_flags(model, tp),
+        *ulysses,
+        *architecture_flags(model, tp, expert_parallel),
         *batch,
         *_parallelism_flags(split, config, pipeline_model=convertible(brief, config)),
         *_checkpoint_flags(brief, iterations),
@@ -272,15 +286,32 @@ def megatron_md(
     model: ModelSpec,
     split: tuple[int, int],
     config: dict[str, Any],
+    context_parallel: int = 1,
+    expert_parallel: int = 1,
 ) -> str:
     """MEGATRON.md: why the plan needs Megatron-DeepSpeed, how to start it, what the config says."""
     tp, pp = split
     world = hardware.world_size
-    dp = world // (tp * pp)
+    dp = world // (tp * pp * context_parallel)
+    ulysses = (
+        f" x sequence (context) parallel {context_parallel}, DeepSpeed-Ulysses "
+        "(`--ds-sequence-parallel-size`: each rank holds 1/"
+        f"{context_parallel} of every sequence, and an all-to-all gives attention whole "
+        "sequences of a share of the heads)"
+        if context_parallel > 1
+        else ""
+    )
+    if expert_parallel > 1:
+        ulysses += (
+            f", the routed experts split over {expert_parallel} of the data-parallel ranks "
+            f"(expert parallel {expert_parallel}, DeepSpeed-MoE's `--moe-expert-parallel-size`: "
+            "each holds 1/" + f"{expert_parallel} of the experts and all-to-alls route tokens)"
+        )
     return render(
         "MEGATRON.md",
         model=model.name,
-        degrees=f"tensor parallel {tp} x pipeline parallel {pp} x data parallel {dp} = {world} GPUs",
+        degrees=f"tensor parallel {tp} x pipeline parallel {pp}{ulysses} x data parallel {dp} "
+        f"= {world} GPUs",
         script=MEGATRON_SCRIPT,
         megatron_dir=MEGATRON_DIR,
         nodes=hardware.nodes,
@@ -293,6 +324,30 @@ def megatron_md(
         train_batch_size=config.get("train_batch_size"),
         micro_batch=config.get("train_micro_batch_size_per_gpu"),
         accumulation=config.get("gradient_accumulation_steps"),
+        stages=stages_note(model, pp),
+    )
+
+
+def stages_note(model: ModelSpec, pp: int) -> str:
+    """MEGATRON.md's line on how the pipeline splits the layers (uneven where p does not divide).
+
+    Megatron-DeepSpeed builds the pipeline model (GPTModelPipe) as DeepSpeed's
+    ``PipelineModule`` with ``partition_method='type:transformer'``: ``partition_balanced``
+    over one unit per transformer layer, so the first L mod p stages take one layer more
+    (tools/planning/parallel.py ``pipeline_split``, the split the plan priced). No flag sets
+    it: Megatron-DeepSpeed has no ``--decoder-first-pipeline-num-layers`` (megatron-core's).
+    """
+    if pp <= 1:
+        return "No pipeline: every rank of a tensor group holds all the layers."
+    split = pipeline_split(model.layers, pp)
+    if not split:
+        return f"The pipeline's {pp} stages hold {model.layers // pp} layers each."
+    return (
+        f"The pipeline's {pp} stages hold {', '.join(str(n) for n in split)} layers: "
+        f"{model.layers} layers do not divide by {pp}, and DeepSpeed's PipelineModule "
+        "(`partition_method='type:transformer'` in Megatron-DeepSpeed's GPTModelPipe) gives "
+        "the first stages one more, the first also holding the embedding. No flag sets the "
+        f"split; the memory and speed estimates priced the {max(split)}-layer stages."
     )
 
 

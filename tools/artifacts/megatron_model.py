@@ -158,8 +158,8 @@ def moe_flags(arch: Architecture, expert_parallel: int = 1) -> list[str]:
     Experts in every layer (``--expert-interval 1``; its default 2 is GShard's every other
     layer), the router's top-k and auxiliary-loss weight from the config, no token dropping
     unless the config names a capacity factor (Mixtral-style routers drop nothing), and the
-    expert-parallel degree: the plan prices no expert parallelism, so 1 (every data-parallel
-    rank holds all experts, as the memory estimate counts them).
+    plan's expert-parallel degree (1: every data-parallel rank holds all experts; e: each holds
+    1/e of them, as the memory estimate counts them).
     """
     if arch.experts <= 1:
         return []

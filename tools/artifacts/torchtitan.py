@@ -9,7 +9,8 @@ key names below are torchtitan's ``JobConfig`` dataclasses (torchtitan/config/jo
 v0.2.2, commit 73a0e6979dd10b6b1904098eb3c8f62c18ab87ce; tests/data/torchtitan_job_config.py is
 that file, and a test checks every generated key against it): ``[parallelism]`` data_parallel_replicate_degree,
 data_parallel_shard_degree, tensor_parallel_degree, pipeline_parallel_degree,
-pipeline_parallel_schedule, pipeline_parallel_microbatch_size, context_parallel_degree;
+pipeline_parallel_schedule, pipeline_parallel_microbatch_size, module_fqns_per_model_part (the
+plan's split of the layers over the stages, uneven ones included), context_parallel_degree;
 ``[activation_checkpoint] mode`` none/selective/full; ``[training]`` local_batch_size,
 global_batch_size, seq_len, steps, max_norm, enable_cpu_offload, mixed_precision_param. The
 launch is torchtitan's own (run_train.sh): ``torchrun ... -m torchtitan.train --job.config_file``.
@@ -85,11 +86,14 @@ def setup_of(memory: MemoryPlan) -> dict[str, Any]:
             field("gradient_accumulation_steps", memory.gradient_accumulation_steps)
         ),
         "checkpointing": str(checkpointing),
+        "stage_layers": [int(n) for n in field("stage_layers", [])],
     }
 
 
 def _toml_value(value: Any) -> str:
-    """A TOML scalar: booleans lower-case, strings as JSON strings (a subset of TOML's)."""
+    """A TOML value: booleans lower-case, strings as JSON strings, lists of those (a subset)."""
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -141,8 +145,10 @@ def job_config(
         **microbatch_key,
         "context_parallel_degree": cp,
     }
-    if pp > 1 and virtual > 1 and model.layers % (pp * virtual) == 0:
-        parallelism["pipeline_parallel_layers_per_stage"] = model.layers // (pp * virtual)
+    if pp > 1:
+        parallelism["module_fqns_per_model_part"] = stage_modules(
+            model.layers, pp, virtual, setup["stage_layers"]
+        )
     config: dict[str, dict[str, Any]] = {
         "job": {
             "dump_folder": f"./{DUMP_FOLDER}",
@@ -183,6 +189,34 @@ def job_config(
             "initial_load_in_hf": True,
         }
     return config
+
+
+def stage_modules(layers: int, pp: int, virtual: int, stage_layers: list[int]) -> list[list[str]]:
+    """The module names of each pipeline stage, first to last: the plan's split, written out.
+
+    torchtitan 0.2.2 builds one stage per list (``pipeline_module_split``), stage ``s`` on
+    pipeline rank ``s mod p`` (the looped schedules' order), so p x v lists for v virtual
+    stages. Without them it splits by its own rule (``generate_llm_fqn_per_model_part``, which
+    counts the embedding and the output layer as a layer each: 20, 21, 20, 19 for 80 layers
+    over 4), not the plan's, and its ``pipeline_parallel_layers_per_stage`` adds those two
+    weights to the layers before dividing, which no interleaved split of L/(p x v) survives.
+    The plan's split: equal stages, or ``stage_layers`` (the first stages a layer longer,
+    tools/planning/parallel.py ``pipeline_split``).
+    """
+    stages = pp * virtual
+    counts = (
+        list(stage_layers)
+        if len(stage_layers) == stages
+        else [layers // stages + (1 if s < layers % stages else 0) for s in range(stages)]
+    )
+    parts: list[list[str]] = []
+    first = 0
+    for count in counts:
+        parts.append([f"layers.{i}" for i in range(first, first + count)])
+        first += count
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "output"]
+    return parts
 
 
 def schedule_sections(
@@ -322,8 +356,29 @@ def torchtitan_md(
         commit=TORCHTITAN_COMMIT,
         release=TORCHTITAN_RELEASE,
         schedule=par["pipeline_parallel_schedule"],
+        stages=_stages_note(par),
         mode=config["activation_checkpoint"]["mode"],
         local_batch=config["training"]["local_batch_size"],
         global_batch=config["training"]["global_batch_size"],
         convert=convert,
+    )
+
+
+def _stages_note(parallelism: dict[str, Any]) -> str:
+    """TORCHTITAN.md's line on ``module_fqns_per_model_part``: how the layers are split."""
+    parts = parallelism.get("module_fqns_per_model_part")
+    if not parts:
+        return "No pipeline: every rank holds all the layers."
+    counts = [sum(name.startswith("layers.") for name in part) for part in parts]
+    split = (
+        f"{len(parts)} stages of {counts[0]} layers"
+        if len(set(counts)) == 1
+        else f"{len(parts)} stages of {min(counts)} to {max(counts)} layers ("
+        + ", ".join(str(c) for c in counts)
+        + "; the layers do not divide evenly, the first stages take one more)"
+    )
+    return (
+        f"`module_fqns_per_model_part` names each stage's modules: {split}, the embedding on "
+        "the first and the norm and output layer on the last, the split the memory and speed "
+        "estimates priced (torchtitan's own split would differ)."
     )

@@ -47,6 +47,8 @@ def _setup_of(strategy: str, row: StrategyEstimate | SetupCandidate) -> Setup:
         micro_batch=row.micro_batch_size,
         accumulation=row.gradient_accumulation_steps,
         recompute=row.checkpointing,
+        stage_layers=tuple(row.stage_layers),
+        ep=row.expert_parallel,
     )
 
 
@@ -75,6 +77,11 @@ class StrategyEstimate(BaseModel):
     # the estimate was made for.
     data_parallel: int = Field(default=1, ge=1)
     gradient_accumulation_steps: int = Field(default=1, ge=1)
+    # Transformer layers on each pipeline stage, first to last, where the pipeline degree does
+    # not divide the layers (the heaviest stage is the one priced); [] for equal stages.
+    stage_layers: list[int] = Field(default_factory=list)
+    # Ranks a mixture of experts' routed experts are split over (within data parallel).
+    expert_parallel: int = Field(default=1, ge=1)
 
     @property
     def setup(self) -> Setup:
@@ -100,6 +107,11 @@ class SetupCandidate(BaseModel):
     micro_batch_size: int = 1
     gradient_accumulation_steps: int = 1
     checkpointing: Recompute = "none"
+    # Transformer layers on each pipeline stage, first to last, where the pipeline degree does
+    # not divide the layers; [] for equal stages (and without a pipeline).
+    stage_layers: list[int] = Field(default_factory=list)
+    # Ranks a mixture of experts' routed experts are split over (within data parallel).
+    expert_parallel: int = 1
     # params, gradients, optimizer, activations, buffers, total: bytes per GPU.
     per_gpu_bytes: dict[str, int]
     # torch's max_memory_allocated, max_memory_reserved, and the device memory used (CUDA
@@ -240,6 +252,12 @@ class MemoryPlan(BaseModel):
             micro_batch=self.micro_batch_size,
             accumulation=self.gradient_accumulation_steps,
             recompute=recompute,
+            ep=extra.expert_parallel if extra is not None else 1,
+            stage_layers=(
+                tuple(extra.stage_layers)
+                if extra is not None and len(extra.stage_layers) == self.pipeline_parallel
+                else ()
+            ),
         )
 
     def is_chosen(self, row: StrategyEstimate) -> bool:

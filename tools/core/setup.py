@@ -36,6 +36,10 @@ class Setup:
     micro_batch: int = 1
     accumulation: int = 1
     recompute: Recompute = "none"
+    # Transformer layers on each pipeline stage, first to last, when the pipeline degree does
+    # not divide the layers (``pipeline_split``: the first stages one layer longer); () when
+    # every stage holds the same number.
+    stage_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch", "accumulation"):
@@ -44,15 +48,31 @@ class Setup:
                 raise ValueError(f"Setup.{name} must be a whole number >= 1, got {value!r}")
         if self.recompute not in RECOMPUTE_POLICIES:
             raise ValueError(f"Setup.recompute must be one of {RECOMPUTE_POLICIES}")
+        if self.stage_layers and (len(self.stage_layers) != self.pp or min(self.stage_layers) < 1):
+            raise ValueError(
+                f"Setup.stage_layers must give {self.pp} stages at least one layer each, "
+                f"got {self.stage_layers!r}"
+            )
 
     def label(self) -> str:
         """The setup's name, e.g. ``zero1``, ``zero3+tp8``, ``zero1+tp8+pp16+vpp2+cp2+ep8``.
 
         The one place a setup is spelled: plan rows, reasons, reports and the review use it.
+        A pipeline of uneven stages says their sizes after its degree:
+        ``zero1+tp8+pp16(7-8 layers)``.
         """
         parts = [self.strategy]
-        parts += [f"{axis}{getattr(self, axis)}" for axis in LABEL_AXES if getattr(self, axis) > 1]
+        for axis in LABEL_AXES:
+            if getattr(self, axis) > 1:
+                parts.append(f"{axis}{getattr(self, axis)}")
+                if axis == "pp" and self.uneven:
+                    parts[-1] += f"({min(self.stage_layers)}-{max(self.stage_layers)} layers)"
         return "+".join(parts)
+
+    @property
+    def uneven(self) -> bool:
+        """Whether the pipeline's stages hold different numbers of layers."""
+        return len(set(self.stage_layers)) > 1
 
     @property
     def split(self) -> int:
@@ -81,7 +101,14 @@ class Setup:
 
     def family(self) -> Setup:
         """The family the search ranks a setup in: its strategy and model-parallel degrees."""
-        return Setup(self.strategy, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep)
+        return Setup(
+            self.strategy,
+            tp=self.tp,
+            pp=self.pp,
+            cp=self.cp,
+            ep=self.ep,
+            stage_layers=self.stage_layers,
+        )
 
     def but(self, **changes: Any) -> Setup:
         """This setup with ``changes`` (field=value) applied."""

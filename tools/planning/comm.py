@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from tools.core.errors import InputError
 from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, ResolvedPrecision, StrategyName
 from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy
-from tools.planning.parallel import model_parallel_params
+from tools.planning.parallel import expert_params, heaviest_stage_layers, model_parallel_params
 from tools.research.hardware import CatalogGPU, find_gpu
 
 # Inter-node links, GB/s per direction per NIC: 400/200/100/25 Gb/s divided by 8. How many NICs
@@ -129,6 +129,12 @@ class StepSetup:
     vpp: int = 1
     sequence_parallel: bool = True
     attention: str = "sdpa"
+    # Context parallelism by all-to-all of the attention heads (DeepSpeed-Ulysses, what
+    # Megatron-DeepSpeed's ``--ds-sequence-parallel-size`` runs) rather than ring attention
+    # (torchtitan's); see ``context_parallel_comm``.
+    all_to_all_cp: bool = False
+    # Expert parallelism of a mixture of experts (DeepSpeed-MoE; see ``expert_parallel_comm``).
+    ep: int = 1
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -228,6 +234,10 @@ def data_parallel_comm(
     units, why_units = comm_units(base_strategy(setup.strategy), setup.accumulation)
     # All experts' gradients, not only the active ones; under t x p, this GPU's share.
     params_here = model_parallel_params(setup.model, tp, setup.pp)[0]
+    if setup.ep > 1:
+        # Each rank holds 1/e of the experts: their gradients reduce over its d/e peers only.
+        experts = expert_params(setup.model)
+        params_here = params_here - experts + experts // setup.ep
     model_bytes = params_here * setup.grad_bytes
     comm_bytes = int(units * (dp - 1) / dp * model_bytes)
     if dp <= 1:
@@ -274,7 +284,7 @@ def _collectives(setup: StepSetup, model_bytes: float) -> float:
     ZeRO-2.
     """
     base = base_strategy(setup.strategy)
-    layers = max(1, setup.model.layers // setup.pp)
+    layers = heaviest_stage_layers(setup.model.layers, setup.pp)
     if base == "zero3":
         return 3.0 * layers * setup.accumulation
     buckets = math.ceil(model_bytes / 25e6)
@@ -294,11 +304,13 @@ def context_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
     cp = setup.cp
     if cp <= 1:
         return 0, 0.0
+    if setup.all_to_all_cp:
+        return 0, 0.0  # all-to-alls instead: tools/planning/all_to_all.py ulysses_comm
     model = setup.model
     kv_dim = (model.kv_heads or model.heads) * (model.hidden // model.heads) // setup.tp
     block = 2 * setup.micro * setup.seq // cp * kv_dim * setup.grad_bytes
     passes = 3 + (1 if setup.recompute == "full" else 0)
-    layers = max(1, model.layers // setup.pp)
+    layers = heaviest_stage_layers(model.layers, setup.pp)
     cp_bytes = int(passes * (cp - 1) * block * layers * setup.accumulation)
     inside = setup.tp * cp <= max(1, setup.hardware.gpus_per_node)
     gbs = links.intra_gbs if inside or setup.hardware.nodes == 1 else links.inter_gbs / 8
@@ -322,7 +334,7 @@ def tensor_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
     tp = setup.tp
     if tp <= 1:
         return 0, 0.0
-    layers_here = setup.model.layers // setup.pp
+    layers_here = heaviest_stage_layers(setup.model.layers, setup.pp)
     per_layer = 6 if setup.checkpointing else 4
     tp_bytes = int(
         per_layer * layers_here * setup.accumulation * 2 * (tp - 1) / tp * setup.micro_bytes

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from tools.core.schemas import ModelSpec
 from tools.planning.experts import expert_gemms, expert_shape, permute_bytes
 from tools.planning.kernels import Device, attention_s, matmul_s, memory_s
+from tools.planning.parallel import heaviest_stage_layers
 from tools.planning.states import GATED_MLP_FAMILIES
 
 
@@ -161,7 +162,7 @@ def micro_batch_compute(
 ) -> MicroBatchCompute:
     """Forward, backward and recompute seconds of one micro-batch on the busiest stage's GPU."""
     tokens = micro * seq // cp
-    layers = max(1, model.layers // pp)
+    layers = heaviest_stage_layers(model.layers, pp)
     gemms = _attention_gemms(model, tokens, tp)
     mlp_fwd, mlp_bwd = _mlp_s(model, device, tokens, tp, bytes_per)
     gemm_fwd = sum(matmul_s(device, m, n, k, bytes_per) for m, n, k in gemms) + mlp_fwd

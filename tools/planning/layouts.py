@@ -2,8 +2,10 @@
 
 Layouts follow Megatron-LM (Narayanan et al. 2021): t x p x c x d = the world size, the global
 batch divides by the data-parallel degree d, tensor parallelism stays inside a node and divides
-the heads, pipeline parallelism divides the layers (interleaved where they split evenly), and
-context parallelism runs from ``LONG_SEQUENCE`` tokens on. Each layout combines with the
+the heads, pipeline parallelism splits the layers (into uneven stages where p does not divide
+them, as Llama 3.1 405B's 126 layers over 16 stages; interleaved where they split evenly), and
+context parallelism runs from ``LONG_SEQUENCE`` tokens on (ring attention on torchtitan, DeepSpeed-
+Ulysses on Megatron-DeepSpeed). Each layout combines with the
 strategies its launcher runs, on a framework the request allows.
 """
 
@@ -21,13 +23,13 @@ from tools.core.strategies import (
     check_strategy,
 )
 from tools.planning.options import SearchOptions
-from tools.planning.parallel import TENSOR_PARALLEL_CANDIDATES
+from tools.planning.parallel import TENSOR_PARALLEL_CANDIDATES, routed_experts
 from tools.planning.pins import batch_message, check_pins
 from tools.planning.recipe import resolve_recipe
 from tools.planning.scale_out import TRAINING_TASKS
 from tools.planning.search_space import PIPELINE_STRATEGIES, SearchSpace
 from tools.planning.states import resolve_precision
-from tools.research.splits import runs_setup, split_framework, torchtitan_flavor
+from tools.research.splits import runs_on, runs_setup, split_framework, torchtitan_flavor
 
 # Context parallelism from this sequence length on (the Llama 3 paper, Dubey et al. 2024 sec.
 # 3.3.2, turns it on for long-context training; shorter sequences split over TP/DP instead).
@@ -38,6 +40,10 @@ CONTEXT_PARALLEL_CANDIDATES = (1, 2, 4, 8)
 # Interleaved 1F1B (Narayanan et al. 2021 sec. 2.2.2): v model chunks per GPU; the layers must
 # split into p x v whole chunks and Megatron needs the micro-batches per step to divide by p.
 VIRTUAL_STAGE_CANDIDATES = (1, 2, 4)
+# Expert-parallel degrees tried for a mixture of experts (each dividing its experts), and the
+# strategies DeepSpeed-MoE runs them with (its MoE layers take ZeRO stage 0 to 2).
+EXPERT_PARALLEL_CANDIDATES = (2, 4, 8, 16, 32, 64)
+EXPERT_STRATEGIES: tuple[StrategyName, ...] = ("ddp", "zero1", "zero2")
 
 
 def build_space(
@@ -59,6 +65,12 @@ def build_space(
     check_pins(
         model, hardware, brief, tensor_parallel, pipeline_parallel, names if strategies else None
     )
+    ep = options.expert_parallel
+    if ep is not None and ep > 1 and routed_experts(model) % ep:
+        raise InputError(
+            "expert_parallel",
+            f"{ep} must divide the {routed_experts(model)} routed experts of {model.name}",
+        )
     if micro_batch_size is not None and micro_batch_size < 1:
         raise InputError("micro_batch_size", "must be at least 1")
     if options.recompute is not None:
@@ -74,13 +86,16 @@ def build_space(
     )
     space.pinned = (tensor_parallel, pipeline_parallel)
     space.cp_pin = options.context_parallel
+    space.ep_pin = options.expert_parallel
     if options.recipe is not None:
         space.recipe = resolve_recipe(options.recipe)
         space.notes.append(f"memory priced for: {space.recipe.describe()}")
         space.notes.extend(f"assumed {a}" for a in space.recipe.assumed)
     space.layouts = _layouts(space)
     if not space.layouts:
-        raise InputError("global_batch_size", batch_message(brief, hardware))
+        raise InputError(
+            "global_batch_size", batch_message(brief, hardware, step=space.smallest_dp)
+        )
     if hardware.gpu is not None and (line := _not_searched(space)):
         space.notes.append(line)
     if micro_batch_size is not None:
@@ -113,32 +128,85 @@ def _layouts(space: SearchSpace) -> list[Setup]:
                 if t <= max(1, hw.gpus_per_node) and model.heads % t == 0 and kv_heads % t == 0
             ]
         )
-        pps = (
-            [pp_pin]
-            if pp_pin
-            else [p for p in range(1, min(model.layers, world) + 1) if model.layers % p == 0]
-        )
-        # Context parallelism runs on torchtitan (FSDP2 x TP x PP x CP for its Llama models);
-        # DeepSpeed and the Hugging Face script have no ring attention, so other models get none.
-        cps = (
-            [c for c in CONTEXT_PARALLEL_CANDIDATES if brief.seq_len % (2 * c) == 0]
-            if brief.seq_len >= LONG_SEQUENCE and torchtitan_flavor(model) is not None
-            else [1]
-        )
+        # Any p up to the layers: where p does not divide them the stages are uneven
+        # (tools/planning/parallel.py ``pipeline_split``) and the heaviest is priced.
+        pps = [pp_pin] if pp_pin else list(range(1, min(model.layers, world) + 1))
+        cps = _context_degrees(model, brief.seq_len)
     if space.cp_pin is not None:
         cps = [space.cp_pin]
-    layouts = []
+    splits = []
     for tp in tps:
         for pp in pps:
             for cp in cps:
                 lay = Setup(tp=tp, pp=pp, cp=cp)
-                if world % lay.split == 0 and brief.batch % (world // lay.split) == 0:
-                    layouts.append(lay)
-    return layouts
+                if cp > 1 and tp * pp > 1 and torchtitan_flavor(model) is None:
+                    continue  # Ulysses runs beside data parallelism only (_context_degrees)
+                if world % lay.split == 0:
+                    splits.append(lay)
+    # The fewest data-parallel ranks a layout leaves: the batch step the refusal suggests.
+    space.smallest_dp = min((world // lay.split for lay in splits), default=world)
+    layouts = [lay for lay in splits if brief.batch % (world // lay.split) == 0]
+    experts = _expert_layouts(space, layouts)
+    if space.ep_pin is not None and space.ep_pin > 1:
+        return experts  # pinned: expert-parallel layouts only
+    return layouts + experts
+
+
+def _expert_layouts(space: SearchSpace, layouts: list[Setup]) -> list[Setup]:
+    """Expert-parallel layouts of a mixture of experts: e ranks split its routed experts.
+
+    DeepSpeed-MoE on Megatron-DeepSpeed (``--moe-expert-parallel-size``): e divides the experts
+    and the data-parallel ranks it runs within; searched beside plain data parallelism (t x p
+    x c = 1), the layout the DeepSpeed-MoE recipes run, with ZeRO stage 0 to 2.
+    """
+    hw, model, brief = space.hardware, space.model, space.brief
+    experts = routed_experts(model)
+    if experts <= 1 or hw.gpu is None or brief.task not in ("pretrain", "finetune"):
+        return []
+    if space.recipe is not None and space.recipe.framework != "deepspeed":
+        # The expert groups' states are priced as DeepSpeed's ZeRO shards them (memory_terms).
+        space.notes.append(
+            f"expert parallelism not searched: its memory is priced for DeepSpeed-MoE's ZeRO "
+            f"(Megatron-DeepSpeed), not the {space.recipe.framework} recipe this plan is priced for"
+        )
+        return []
+    if space.ep_pin is not None:
+        eps = [space.ep_pin] if space.ep_pin > 1 else []
+    else:
+        eps = [e for e in EXPERT_PARALLEL_CANDIDATES if experts % e == 0]
+    return [
+        lay.but(ep=e) for lay in layouts if lay.split == 1 for e in eps if space.dp(lay) % e == 0
+    ]
+
+
+def _context_degrees(model: ModelSpec, seq_len: int) -> list[int]:
+    """The context-parallel degrees searched for a sequence of ``seq_len`` tokens.
+
+    From ``LONG_SEQUENCE`` tokens on. A Llama model a torchtitan flavor builds gets ring
+    attention there (FSDP2 x TP x PP x CP); 2 x c chunks must divide the sequence. Any other
+    model runs it on Megatron-DeepSpeed as DeepSpeed-Ulysses (``--ds-sequence-parallel-size``,
+    Jacobs et al. 2023): an all-to-all splits the attention heads, so c divides the query and
+    key-value heads and the sequence; it is searched beside ZeRO data parallelism only, as the
+    Ulysses recipes run it: Megatron-DeepSpeed refuses it with Megatron's own sequence
+    parallelism (megatron/initialize.py), which the memory model assumes under tensor
+    parallelism, and its pipeline model is not among the recipes.
+    """
+    if seq_len < LONG_SEQUENCE:
+        return [1]
+    if torchtitan_flavor(model) is not None:
+        return [c for c in CONTEXT_PARALLEL_CANDIDATES if seq_len % (2 * c) == 0]
+    kv_heads = model.kv_heads or model.heads
+    return [
+        c
+        for c in CONTEXT_PARALLEL_CANDIDATES
+        if model.heads % c == 0 and kv_heads % c == 0 and seq_len % c == 0
+    ]
 
 
 def _split_names(space: SearchSpace, layout: Setup) -> list[StrategyName]:
     """The strategies a layout combines with (offload is data-parallel only, see parallel.py)."""
+    if layout.ep > 1:
+        return [n for n in space.names if n in EXPERT_STRATEGIES]
     if layout.split == 1:
         return space.names
     names = [n for n in space.names if n not in OFFLOAD_STRATEGIES]
@@ -150,17 +218,17 @@ def names_for(space: SearchSpace, layout: Setup) -> list[StrategyName]:
     return [
         n
         for n in _split_names(space, layout)
-        if runs_setup(space.brief, space.model, n, layout.tp, layout.pp, layout.cp)
+        if runs_setup(space.brief, space.model, n, layout.tp, layout.pp, layout.cp, layout.ep)
     ]
 
 
 def _not_searched(space: SearchSpace) -> str | None:
     """The line saying which splits the request's framework wishes keep out of the search."""
     needs = {
-        split_framework(space.model, n, lay.tp, lay.pp, lay.cp)
+        split_framework(space.model, n, lay.tp, lay.pp, lay.cp, lay.ep)
         for lay in space.layouts
         for n in _split_names(space, lay)
-        if not runs_setup(space.brief, space.model, n, lay.tp, lay.pp, lay.cp)
+        if not runs_setup(space.brief, space.model, n, lay.tp, lay.pp, lay.cp, lay.ep)
     }
     if not needs:
         return None
@@ -177,8 +245,17 @@ def _not_searched(space: SearchSpace) -> str | None:
 
 
 def virtual_stages(space: SearchSpace, layout: Setup, accumulation: int) -> list[int]:
-    """The interleaving degrees v a pipeline of ``accumulation`` micro-batches can run."""
+    """The interleaving degrees v a pipeline of ``accumulation`` micro-batches can run.
+
+    Only torchtitan's pipelines interleave (``Interleaved1F1B``); Megatron-DeepSpeed runs its
+    pipeline on DeepSpeed's PipelineEngine, whose schedule is 1F1B alone (its launcher writes
+    no virtual-stage flag), so a Megatron plan is priced with v = 1.
+    """
     if layout.pp == 1:
+        return [1]
+    if runs_on(space.brief, space.model, layout.strategy, layout.tp, layout.pp, layout.cp) != (
+        "torchtitan"
+    ):
         return [1]
     return [
         v

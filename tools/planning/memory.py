@@ -13,7 +13,7 @@ chooses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tools.core.errors import InputError
 from tools.core.schemas import HardwareSpec, MemoryBreakdown, ModelSpec, StrategyEstimate, Task
@@ -29,7 +29,7 @@ from tools.planning.overheads import (
     cpu_bytes_per_node,
     fits_cpu_ram,
 )
-from tools.planning.parallel import check_model_parallel
+from tools.planning.parallel import check_model_parallel, pipeline_split, routed_experts
 from tools.planning.recipe import Recipe, resolve_recipe
 from tools.planning.states import DEFAULT_LORA_RANK, ResolvedPrecision, resolve_precision
 
@@ -122,6 +122,7 @@ def estimate_strategy(
     attention: str = "sdpa",
     recipe: Recipe | None = None,
     context_parallel: int = 1,
+    expert_parallel: int = 1,
 ) -> StrategyEstimate:
     """Estimate per-GPU memory (and CPU memory per node) of one strategy for one micro batch.
 
@@ -150,6 +151,8 @@ def estimate_strategy(
             optimizer, the recompute flags and the accumulation steps. Default: DeepSpeed with
             the arguments above.
         context_parallel: Ranks each sequence is split over (states shard over them too).
+        expert_parallel: Ranks a mixture of experts' routed experts are split over, within
+            the data-parallel ranks (DeepSpeed-MoE); ZeRO-0 to 2 without offload.
     """
     strategy = check_strategy(strategy)
     _check_request(hardware, strategy, micro_batch_size)
@@ -177,7 +180,33 @@ def estimate_strategy(
         attention=attention,
         lora_rank=lora_rank,
     )
+    if expert_parallel > 1:
+        _check_experts(setup, expert_parallel)
+        setup = replace(setup, ep=expert_parallel)
     return _estimate(setup)
+
+
+def _check_experts(setup: _Priced, ep: int) -> None:
+    """Refuse expert parallelism a model or setup cannot run (naming the field)."""
+    experts = routed_experts(setup.model)
+    if experts <= 1:
+        raise InputError("expert_parallel", f"{setup.model.name} has no routed experts to split")
+    if experts % ep or setup.world % ep:
+        raise InputError(
+            "expert_parallel",
+            f"{ep} must divide the {experts} experts and the {setup.world} data-parallel ranks",
+        )
+    if setup.recipe.framework != "deepspeed":
+        raise InputError(
+            "expert_parallel",
+            f"expert parallelism is priced for DeepSpeed-MoE's ZeRO, not the "
+            f"{setup.recipe.framework} recipe",
+        )
+    if setup.strategy not in ("ddp", "zero1", "zero2"):
+        raise InputError(
+            "expert_parallel",
+            f"expert parallelism runs with ZeRO stage 0 to 2, not {setup.strategy}",
+        )
 
 
 @dataclass(frozen=True)
@@ -199,6 +228,7 @@ class _Priced:
     micro_batches: int | None
     attention: str
     lora_rank: int
+    ep: int = 1  # expert parallel, within the data-parallel ranks
 
 
 def _check_request(hardware: HardwareSpec, strategy: StrategyName, micro_batch_size: int) -> None:
@@ -270,6 +300,7 @@ def _per_gpu(setup: _Priced, notes: list[str]) -> MemoryBreakdown:
         attention=s.attention,
         lora_rank=s.lora_rank,
         notes=notes,
+        expert_parallel=s.ep,
     )
     on_gpu = s.hardware.gpu is not None
     breakdown = breakdown_of(terms, buffers, on_gpu, s.world * s.cp * s.tp * s.pp, notes)
@@ -321,6 +352,8 @@ def _estimate(setup: _Priced) -> StrategyEstimate:
         tensor_parallel=s.tp,
         pipeline_parallel=s.pp,
         context_parallel=s.cp,
+        stage_layers=list(pipeline_split(s.model.layers, s.pp)),
+        expert_parallel=s.ep,
         data_parallel=s.world,
         gradient_accumulation_steps=max(1, s.micro_batches or 1),
         checkpointing=_recompute_label(recipe),

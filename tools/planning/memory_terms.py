@@ -28,7 +28,7 @@ from tools.planning.footprint import (
     quantized_share,
 )
 from tools.planning.overheads import buffer_bytes
-from tools.planning.parallel import model_parallel_params
+from tools.planning.parallel import expert_params, model_parallel_params
 from tools.planning.recipe import Recipe
 from tools.planning.states import (
     OPTIMIZER_STATE_BYTES,
@@ -50,9 +50,21 @@ def _model_states(
     optimizer: str,
     lora_rank: int,
     notes: list[str],
+    expert_parallel: int = 1,
 ) -> tuple[ModelStates, int]:
-    """Model states on the most loaded GPU, and the parameters it holds before ZeRO shards them."""
+    """Model states on the most loaded GPU, and the parameters it holds before ZeRO shards them.
+
+    Expert parallelism (DeepSpeed-MoE, Rajbhandari et al. 2022 sec. 4; Megatron-DeepSpeed's
+    ``--moe-expert-parallel-size``, searched beside data parallelism only) gives each of e
+    ranks 1/e of the routed experts; ZeRO shards the experts' states over the d/e ranks that
+    hold the same experts (DeepSpeed's expert-data-parallel group), the rest over all d.
+    """
     params_here, largest_here = model_parallel_params(model, tp, pp)
+    if expert_parallel > 1 and task in ("pretrain", "finetune"):
+        return _expert_states(
+            model, strategy, world, expert_parallel, params_here, largest_here,
+            precision, optimizer, notes,
+        )  # fmt: skip
     share = params_here / model.params if model.params else 1.0
     if tp * pp > 1:
         notes.append(
@@ -75,6 +87,37 @@ def _model_states(
         largest_layer_trainable_params=layer_trainable,
     )
     return states, params_here
+
+
+def _expert_states(
+    model: ModelSpec,
+    strategy: StrategyName,
+    world: int,
+    ep: int,
+    params_here: int,
+    largest_here: int,
+    precision: ResolvedPrecision,
+    optimizer: str,
+    notes: list[str],
+) -> tuple[ModelStates, int]:
+    """The states of a rank of e-way expert parallelism: its experts' and the shared rest."""
+    experts = expert_params(model)
+    local = experts // ep
+    rest = params_here - experts
+    shared = model_state_bytes(
+        rest, rest, largest_here, world, strategy, precision=precision, optimizer=optimizer
+    )
+    mine = model_state_bytes(
+        local, local, largest_here, max(1, world // ep), strategy,
+        precision=precision, optimizer=optimizer,
+    )  # fmt: skip
+    gpu = {k: shared.gpu.get(k, 0) + mine.gpu.get(k, 0) for k in {*shared.gpu, *mine.gpu}}
+    notes.append(
+        f"expert parallel {ep} (DeepSpeed-MoE): {local:,} of the {experts:,} expert parameters "
+        f"on each GPU, their ZeRO states over the {max(1, world // ep)} ranks holding the same "
+        f"experts; the other {rest:,} parameters over all {world}"
+    )
+    return ModelStates(gpu=gpu, cpu_per_rank={}), rest + local
 
 
 def _trainable(
@@ -143,12 +186,13 @@ def recipe_terms(
     attention: str,
     lora_rank: int,
     notes: list[str],
+    expert_parallel: int = 1,
 ) -> tuple[Terms, int, list[str]]:
     """The recipe's terms on the most loaded GPU, and the DeepSpeed buckets (with their notes)."""
     cp = recipe.context_parallel
     rank = recipe.lora_rank or lora_rank
     states, params_here = _model_states(
-        model, strategy, task, world * cp, tp, pp, resolved, "adamw", rank, notes
+        model, strategy, task, world * cp, tp, pp, resolved, "adamw", rank, notes, expert_parallel
     )
     share = params_here / model.params if model.params else 1.0
     trainable = _trainable(model, task, params_here, share, tp, rank, [])

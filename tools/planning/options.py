@@ -24,7 +24,8 @@ class SearchOptions:
     recompute (True) or none (False). ``strategies``: only these strategies.
     ``objective``: ``speed`` (the fastest setup that fits with headroom) or ``memory`` (the
     simplest data-parallel strategy that fits, ignoring speed). ``tensor_parallel``,
-    ``pipeline_parallel``, ``context_parallel``, ``recompute``: only this degree or policy.
+    ``pipeline_parallel``, ``context_parallel``, ``expert_parallel``, ``recompute``: only this
+    degree or policy.
     ``recipe``: the framework recipe memory is priced for (None: the brief's, DeepSpeed with
     its precision by default). ``replicating``: the plan's framework keeps a full model
     replica per GPU (PyTorch DDP, Horovod, TensorFlow's mirrored strategies: no ZeRO stage or
@@ -40,6 +41,8 @@ class SearchOptions:
     pipeline_parallel: int | None = None
     recompute: str | None = None
     context_parallel: int | None = None
+    # The expert-parallel degree of a mixture of experts (1: none); None: searched.
+    expert_parallel: int | None = None
     recipe: Recipe | None = None
     replicating: str | None = None
 

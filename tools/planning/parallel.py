@@ -26,6 +26,58 @@ PIPELINE_STAGES: tuple[StrategyName, ...] = ("zero1",)
 TENSOR_ONLY_STAGES: tuple[StrategyName, ...] = ("zero1", "zero2", "zero3")
 
 
+def pipeline_split(layers: int, pipeline_parallel: int) -> tuple[int, ...]:
+    """Transformer layers on each of ``pipeline_parallel`` stages, first to last; () if equal.
+
+    Where p does not divide the L layers, the first L mod p stages take one layer more: what
+    DeepSpeed's ``PipelineModule`` does under Megatron-DeepSpeed (``partition_method=
+    'type:transformer'``: ``partition_balanced`` over one unit per transformer layer,
+    deepspeed/runtime/utils.py) and what torchtitan builds from the module names the plan
+    writes for each stage (``module_fqns_per_model_part``). Llama 3.1 405B's 126 layers over 16
+    stages: 14 of 8 and 2 of 7.
+    """
+    p = pipeline_parallel
+    if p <= 1 or layers % p == 0:
+        return ()
+    base, extra = divmod(layers, p)
+    return tuple(base + 1 if stage < extra else base for stage in range(p))
+
+
+def heaviest_stage_layers(layers: int, pipeline_parallel: int) -> int:
+    """Transformer layers on the most loaded pipeline stage: ceil(L/p).
+
+    The pipeline runs at the pace of its slowest stage and the memory check is for the fullest
+    GPU, so both price this stage (with the first stage's embedding, see
+    ``model_parallel_params``).
+    """
+    return -(-layers // max(1, pipeline_parallel))
+
+
+# The Hugging Face config keys that count a mixture of experts' routed experts.
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
+
+def routed_experts(model: ModelSpec) -> int:
+    """Routed experts per MoE layer (1: a dense model)."""
+    cfg = model.hf_config or {}
+    return max([1, *(int(cfg[k]) for k in EXPERT_KEYS if isinstance(cfg.get(k), int))])
+
+
+def expert_params(model: ModelSpec) -> int:
+    """Parameters of the routed experts' MLPs: L x E x (3 if gated else 2) x h x i (0: dense).
+
+    Mixtral 8x7B: 32 x 8 x 3 x 4096 x 14336 = 45.1 B of its 46.7 B. The width is the
+    experts' (``moe_intermediate_size`` where the config has one, else the MLP's).
+    """
+    experts = routed_experts(model)
+    if experts <= 1:
+        return 0
+    cfg = model.hf_config or {}
+    width = int(cfg.get("moe_intermediate_size") or model.intermediate or 4 * model.hidden)
+    gated = 3 if str(cfg.get("hidden_act", "silu")) in ("silu", "swiglu") else 2
+    return min(model.params, model.layers * experts * gated * model.hidden * width)
+
+
 def data_parallel_size(
     hardware: HardwareSpec,
     tensor_parallel: int = 1,
@@ -46,13 +98,15 @@ def check_model_parallel(
 ) -> int:
     """Check a tensor x pipeline split of ``model`` on ``hardware``; return the data-parallel size.
 
-    ``framework`` relaxes what its own pipeline supports: torchtitan and Megatron split layers
-    unevenly (the heaviest stage takes ceil(L/p)), and torchtitan shards a pipeline's stages
+    ``framework`` relaxes what its own pipeline supports: torchtitan shards a pipeline's stages
     with FSDP2 (any ZeRO stage without offload).
 
     Megatron-LM's constraints (Narayanan et al. 2021 sec. 3.3 for t within a node): t divides
-    the attention heads and the key-value heads, p divides the layers, t x p divides the GPUs.
-    Pipelines combine with ZeRO-1 at most (DeepSpeed's PipelineEngine); offload is not combined.
+    the attention heads and the key-value heads, t x p divides the GPUs. p need not divide the
+    layers: every pipeline a plan runs (Megatron-DeepSpeed's DeepSpeed ``PipelineModule``,
+    torchtitan) splits them unevenly (``pipeline_split``; the heaviest stage takes ceil(L/p)),
+    but every stage needs a layer. Pipelines combine with ZeRO-1 at most (DeepSpeed's
+    PipelineEngine); offload is not combined.
     """
     t, p = tensor_parallel, pipeline_parallel
     if t < 1 or p < 1:
@@ -77,9 +131,10 @@ def check_model_parallel(
             "tensor_parallel",
             f"{t} must divide the {model.heads} attention heads and {kv_heads} key-value heads",
         )
-    uneven = framework in ("torchtitan", "megatron", "nanotron")
-    if model.layers % p and not (uneven and p <= model.layers):
-        raise InputError("pipeline_parallel", f"{p} must divide the {model.layers} layers")
+    if p > model.layers:
+        raise InputError(
+            "pipeline_parallel", f"{p} stages exceed the {model.layers} layers of the model"
+        )
     if strategy in OFFLOAD_STRATEGIES:
         raise InputError(
             "strategy", f"{strategy} is not combined with tensor/pipeline parallelism here"
@@ -100,15 +155,19 @@ def model_parallel_params(
     Narayanan et al. 2021 sec. 2.2-2.3: each pipeline stage takes L/p layers and tensor
     parallelism splits every weight matrix t ways (the embedding and output layer by vocabulary).
     Megatron puts the input embedding on the first stage and the output layer on the last, so the
-    heaviest stage holds (Ψ - V·h)/p + V·h; for a model with untied embeddings this counts the
-    second V·h matrix in the body, which overstates a stage by V·h/p. Replicated layer norms are
-    left out (a few hidden-sized vectors per layer).
+    heaviest stage holds (Ψ - V·h)·ceil(L/p)/L + V·h (the first stage is one of the longer ones
+    where p does not divide L, ``pipeline_split``); for a model with untied embeddings this
+    counts the second V·h matrix in the body, which overstates a stage by V·h/p. Replicated
+    layer norms are left out (a few hidden-sized vectors per layer).
     """
     t, p = tensor_parallel, pipeline_parallel
     stage = model.params
     if p > 1:
         embedding = model.vocab * model.hidden
-        stage = math.ceil(max(0, model.params - embedding) / p) + min(embedding, model.params)
+        body = max(0, model.params - embedding)
+        layers = max(1, model.layers)
+        heaviest = min(layers, heaviest_stage_layers(layers, p))
+        stage = -(-body * heaviest // layers) + min(embedding, model.params)
     return math.ceil(stage / t), math.ceil(model.largest_layer_params / t)
 
 
@@ -118,13 +177,14 @@ def model_parallel_setups(
     """Every valid (strategy, t, p) with t x p > 1 among ``names``, smallest t x p first.
 
     t from ``TENSOR_PARALLEL_CANDIDATES`` (within a node, dividing heads and key-value heads),
-    p dividing the layers, t x p dividing the GPUs; pipelines take ZeRO-1 only.
+    p up to the layers (uneven stages, ``pipeline_split``), t x p dividing the GPUs; pipelines
+    take ZeRO-1 only.
     """
     world = hardware.world_size
     setups: list[tuple[StrategyName, int, int]] = []
     for tp in TENSOR_PARALLEL_CANDIDATES:
         for pp in range(1, min(model.layers, world) + 1):
-            if tp * pp == 1 or world % (tp * pp) or model.layers % pp:
+            if tp * pp == 1 or world % (tp * pp):
                 continue
             for name in PIPELINE_STAGES if pp > 1 else TENSOR_ONLY_STAGES:
                 if name not in names:

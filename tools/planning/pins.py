@@ -12,10 +12,16 @@ from tools.core.strategies import OFFLOAD_STRATEGIES
 from tools.planning.search_space import PIPELINE_STRATEGIES
 
 
-def batch_message(brief: TrainingBrief, hardware: HardwareSpec, dp: int | None = None) -> str:
-    """Why the global batch cannot be split, with the nearest batches that can."""
+def batch_message(
+    brief: TrainingBrief, hardware: HardwareSpec, dp: int | None = None, step: int | None = None
+) -> str:
+    """Why the global batch cannot be split, with the nearest batches that can.
+
+    ``dp``: the pinned layout's data-parallel degree; ``step``: the fewest data-parallel ranks
+    any layout leaves, whose multiples split (default: the world size).
+    """
     world = hardware.world_size
-    step = dp or world
+    step = dp or step or world
     lower = brief.batch // step * step
     nearest = f"{lower} or {lower + step}" if lower else f"{step} or {2 * step}"
     if dp is not None:
@@ -42,7 +48,8 @@ def check_pins(
     """Refuse a pinned tensor/pipeline degree that cannot run, naming the field.
 
     Megatron-LM's constraints (Narayanan et al. 2021 sec. 3.3): t within one node and dividing
-    the attention heads and key-value heads, p dividing the layers, t x p dividing the GPUs, and
+    the attention heads and key-value heads, p at most the layers (uneven stages where it does
+    not divide them, tools/planning/parallel.py ``pipeline_split``), t x p dividing the GPUs, and
     the global batch dividing by the data-parallel degree world / (t x p).
     """
     tp, pp = tensor_parallel or 1, pipeline_parallel or 1
@@ -67,9 +74,10 @@ def check_pins(
             f"{tp} must divide the {model.heads} attention heads and {kv_heads} key-value heads "
             f"of {model.name}",
         )
-    if model.layers % pp:
+    if pp > model.layers:
         raise InputError(
-            "pipeline_parallel", f"{pp} must divide the {model.layers} layers of {model.name}"
+            "pipeline_parallel",
+            f"{pp} stages exceed the {model.layers} layers of {model.name} (each stage needs one)",
         )
     if world % (tp * pp):
         raise InputError(

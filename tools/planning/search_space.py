@@ -56,10 +56,13 @@ class SearchSpace:
     speeds: dict[int, SpeedEstimate] = field(default_factory=dict)
     # The (tensor, pipeline) degrees the request pinned; None: searched.
     pinned: tuple[int | None, int | None] = (None, None)
-    # The context-parallel degree the caller pinned; None: searched.
+    # The context- and expert-parallel degrees the caller pinned; None: searched.
     cp_pin: int | None = None
+    ep_pin: int | None = None
     # The model-parallel layouts searched (t x p x c, as setups of no strategy of their own).
     layouts: list[Setup] = field(default_factory=list)
+    # The fewest data-parallel ranks any layout leaves (what a refused batch must divide by).
+    smallest_dp: int = 1
     # The framework recipe memory is priced for (tools/planning/recipe.py); None: DeepSpeed's.
     recipe: Recipe | None = None
 
@@ -119,6 +122,7 @@ class SearchSpace:
             pipeline_parallel=layout.pp,
             gradient_accumulation_steps=steps,
             recipe=recipe,
+            expert_parallel=layout.ep,
         )
         return est.model_copy(
             update={
@@ -148,6 +152,7 @@ class SearchSpace:
             recompute=est.checkpointing,
             virtual_stages=est.virtual_stages,
             context_parallel=cp,
+            expert_parallel=est.expert_parallel,
         )
         row = est.model_copy(update={"tokens_per_s": speed.tokens_per_s})
         self.speeds[id(row)] = speed
@@ -169,6 +174,8 @@ class SearchSpace:
             micro_batch_size=row.micro_batch_size,
             gradient_accumulation_steps=max(1, per_rank // row.micro_batch_size),
             checkpointing=row.checkpointing,
+            stage_layers=row.stage_layers,
+            expert_parallel=row.expert_parallel,
             per_gpu_bytes={
                 "params": t.params,
                 "gradients": t.gradients,

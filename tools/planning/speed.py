@@ -31,6 +31,7 @@ How close it is: bench/calibration/published.py compares it with published train
 from tools.core.errors import InputError
 from tools.core.schemas import HardwareSpec, ModelSpec, SpeedEstimate, StrategyName
 from tools.core.strategies import OFFLOAD_STRATEGIES, Recompute, check_recompute, check_strategy
+from tools.planning.all_to_all import expert_parallel_comm, ulysses_comm
 from tools.planning.comm import (
     StepSetup,
     context_parallel_comm,
@@ -44,6 +45,7 @@ from tools.planning.flops import device_for, flops_notes, training_flops_per_tok
 from tools.planning.parallel import check_model_parallel
 from tools.planning.states import resolve_precision
 from tools.planning.step_time import bottleneck, step_time, throughput
+from tools.research.splits import split_framework
 
 
 def _check_speed_args(
@@ -108,6 +110,7 @@ def estimate_speed(
     recompute: Recompute | None = None,
     virtual_stages: int = 1,
     context_parallel: int = 1,
+    expert_parallel: int = 1,
     sequence_parallel: bool = True,
     attention: str = "sdpa",
 ) -> SpeedEstimate:
@@ -132,6 +135,7 @@ def estimate_speed(
         recompute: none, selective or full; None: full when ``activation_checkpointing``.
         virtual_stages: Interleaved pipeline stages per GPU, v (Narayanan et al. 2021 sec. 2.2.2).
         context_parallel: Context-parallel degree c (the sequence split over c GPUs).
+        expert_parallel: Expert-parallel degree e of a mixture of experts (within data parallel).
         sequence_parallel: Megatron sequence parallelism with tensor parallelism.
         attention: The attention kernel, sdpa (FlashAttention-style) or eager.
     """
@@ -173,6 +177,12 @@ def estimate_speed(
         vpp=virtual_stages,
         sequence_parallel=sequence_parallel,
         attention=attention,
+        # The framework that runs the split decides the algorithm: ring attention on
+        # torchtitan, DeepSpeed-Ulysses on Megatron-DeepSpeed (tools/research/splits.py).
+        ep=expert_parallel,
+        all_to_all_cp=context_parallel > 1
+        and split_framework(model, strategy, tensor_parallel, pipeline_parallel, context_parallel)
+        == "megatron",
     )
     return _estimate(setup, inter_node_gbs, dataset_tokens)
 
@@ -196,14 +206,16 @@ def _estimate(
     dp_bytes, dp_s = data_parallel_comm(setup, links, inter_node_gbs)
     tp_bytes, tp_s = tensor_parallel_comm(setup, links)
     pp_bytes, pp_s, bubble_fraction = pipeline_comm(setup, links)
-    cp_bytes, cp_s = context_parallel_comm(setup, links)
+    cp_bytes, cp_s = (ulysses_comm if setup.all_to_all_cp else context_parallel_comm)(setup, links)
+    ep_bytes, ep_s = expert_parallel_comm(setup, links)
     offload_bytes, offload_s = offload_cost(setup)
-    step = step_time(setup, device, dp_s, tp_s, pp_s, cp_s, offload_s)
+    # Expert all-to-alls sit on the critical path as tensor-parallel collectives do.
+    step = step_time(setup, device, dp_s, tp_s + ep_s, pp_s, cp_s, offload_s)
     compute_s = step.compute_s if device is not None else None
     step_s = step.step_s if device is not None else None
     bubble_s = step.bubble_s
-    exposed_s = step.exposed_dp_s + tp_s + pp_s + step.exposed_cp_s
-    comm_s = dp_s + tp_s + pp_s + cp_s
+    exposed_s = step.exposed_dp_s + tp_s + ep_s + pp_s + step.exposed_cp_s
+    comm_s = dp_s + tp_s + ep_s + pp_s + cp_s
     efficiency = None
     if compute_s and peak:
         # Achieved share of peak while computing: executed FLOPs over compute time.
@@ -222,7 +234,7 @@ def _estimate(
         peak_tflops=peak,
         efficiency=efficiency,
         compute_time_s=compute_s,
-        comm_bytes_per_step=dp_bytes + tp_bytes + pp_bytes + cp_bytes,
+        comm_bytes_per_step=dp_bytes + tp_bytes + ep_bytes + pp_bytes + cp_bytes,
         comm_time_s=comm_s,
         exposed_comm_time_s=exposed_s,
         offload_bytes_per_step=offload_bytes,

@@ -45,7 +45,7 @@ def step_time(
     A pipeline stage runs m micro-batches plus (p-1)/v micro-batch slots of bubble (Narayanan
     et al. 2021 sec. 2.2: 1F1B and the interleaved schedule). Tensor-parallel collectives and
     pipeline sends sit on the critical path; context-parallel ring exchanges hide behind the
-    attention they feed (Liu et al. 2023, "Ring Attention", sec. 3). Data-parallel collectives
+    attention they feed (Liu et al. 2023, "Ring Attention", sec. 3), Ulysses' all-to-alls do not. Data-parallel collectives
     overlap compute: ZeRO-3/FSDP prefetch parameters during forward and backward, DDP and
     ZeRO-1/2 reduce buckets during backward (Li et al. 2020 sec. 3.2.3); ZeRO-1/2's parameter
     all-gather after the optimizer step and the first layer's gather do not overlap, and
@@ -69,7 +69,8 @@ def step_time(
     )
     mb = gemm_rate_floor(setup, device, mb)
     per_micro_cp = cp_s / m
-    exposed_cp = max(0.0, per_micro_cp - mb.attention_s) * m
+    # Ring exchanges hide behind the attention they feed; Ulysses' all-to-alls come first.
+    exposed_cp = cp_s if setup.all_to_all_cp else max(0.0, per_micro_cp - mb.attention_s) * m
     # A stage's slot per micro-batch: compute plus what cannot overlap inside the stage.
     slot = mb.total_s + (tp_s + pp_s) / m + exposed_cp / m
     bubble_s = slot * (p - 1) / v if p > 1 else 0.0

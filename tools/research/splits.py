@@ -43,7 +43,7 @@ def is_hf_model(model: ModelSpec | None) -> bool:
 
 
 def split_framework(
-    model: ModelSpec | None, strategy: str, tp: int = 1, pp: int = 1, cp: int = 1
+    model: ModelSpec | None, strategy: str, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1
 ) -> FrameworkId | None:
     """The framework that implements a t x p x c split with ``strategy`` for this model.
 
@@ -52,9 +52,13 @@ def split_framework(
     one of torchtitan's flavors builds exactly (tools/research/titan_flavors.py): torchtitan. Anything else: Megatron (``pretrain_gpt.py``), which
     builds GPT-style models of any shape from flags.
     """
+    if ep > 1:
+        # Expert parallelism: DeepSpeed-MoE's all-to-all, which Megatron-DeepSpeed builds
+        # (--moe-expert-parallel-size); the Hugging Face MoE loop has none.
+        return "megatron"
     if cp > 1:
-        # Ring attention over context-parallel ranks: torchtitan's (the search offers context
-        # parallelism only for the Llama models torchtitan builds).
+        # Ring attention over context-parallel ranks on torchtitan for the Llama models it
+        # builds; DeepSpeed-Ulysses on Megatron-DeepSpeed (--ds-sequence-parallel-size) else.
         return "torchtitan" if torchtitan_flavor(model) is not None else "megatron"
     if tp * pp == 1:
         return None
@@ -81,6 +85,7 @@ def setup_framework(model: ModelSpec | None, memory: MemoryPlan | None) -> Frame
         memory.tensor_parallel,
         memory.pipeline_parallel,
         memory.context_parallel,
+        memory.setup.expert_parallel if memory.setup is not None else 1,
     )
 
 
@@ -95,7 +100,13 @@ def refused_in(framework: str, avoided: Iterable[str]) -> list[str]:
 
 
 def runs_setup(
-    brief: TrainingBrief, model: ModelSpec | None, strategy: str, tp: int, pp: int, cp: int
+    brief: TrainingBrief,
+    model: ModelSpec | None,
+    strategy: str,
+    tp: int,
+    pp: int,
+    cp: int,
+    ep: int = 1,
 ) -> bool:
     """Whether the request allows the framework this setup needs.
 
@@ -103,7 +114,7 @@ def runs_setup(
     request names). A split needs ``split_framework``'s pick: never one the request refuses,
     and, when the request names a framework, that one (Megatron runs every split).
     """
-    needed = split_framework(model, strategy, tp, pp, cp)
+    needed = split_framework(model, strategy, tp, pp, cp, ep)
     if needed is None:
         return brief.framework not in REPLICATING_FRAMEWORKS or strategy == "ddp"
     if refused_in(needed, brief.avoid_frameworks):

@@ -10,13 +10,11 @@ arguments).
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from launch_checks import MEGATRON_PARSER, megatron_parser
 
 from tools.artifacts import megatron
 from tools.artifacts.megatron_model import architecture_note, convert_refusal
@@ -25,16 +23,6 @@ from tools.research.model_catalog import lookup_model
 
 # The copied parser's help strings hold an upstream "\\ " escape.
 pytestmark = pytest.mark.filterwarnings("ignore:invalid escape sequence:DeprecationWarning")
-
-PARSER = Path(__file__).parents[2] / "data" / "megatron_deepspeed_arguments.py"
-
-
-def _parser() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("megatron_deepspeed_arguments", PARSER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _config(stage: int, dp: int) -> dict[str, Any]:
@@ -55,6 +43,8 @@ PLANS = [
     ("long-context", "mistral-7b", "pretrain", 32768, (4, 1), 8),
     ("fine-tune", "llama-2-13b", "finetune", 2048, (2, 2), 8),
     ("continued-pretraining", "mixtral-8x22b", "continued-pretraining", 4096, (8, 4), 64),
+    # 126 layers over 16 stages: uneven, the first 14 of 8 layers and the last 2 of 7.
+    ("uneven-stages", "llama-3.1-405b", "pretrain", 8192, (8, 16), 512),
 ]
 
 
@@ -142,7 +132,7 @@ def test_megatron_deepspeed_parser_accepts_every_command(
         # Weights come first from the converted checkpoint, model only: not random.
         assert argv[argv.index("--load") + 1] == megatron.FINETUNE_CHECKPOINT
         assert "--finetune" in argv
-    parser = _parser()
+    parser = megatron_parser()
     monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *argv])
     monkeypatch.setenv("WORLD_SIZE", str(gpus))
     monkeypatch.setenv("RANK", "0")
@@ -168,3 +158,32 @@ def test_what_megatron_cannot_build_is_said() -> None:
     note = architecture_note(lookup_model("llama-3.1-8b", 4096))
     assert "RoPE scaling (llama3)" in note and "cannot express" in note
     assert "cannot express" not in architecture_note(lookup_model("llama-3-8b", 4096))
+
+
+@pytest.mark.parametrize(
+    ("name", "pp"),
+    [("llama-3.1-405b", 16), ("llama-3.1-405b", 8), ("mixtral-8x7b", 3), ("llama-3-70b", 4)],
+)
+def test_deepspeed_splits_the_pipeline_model_as_the_plan_priced(name: str, pp: int) -> None:
+    """DeepSpeed's own partition of GPTModelPipe's layers is the plan's ``pipeline_split``.
+
+    Megatron-DeepSpeed (megatron/model/gpt_model.py at the parser's commit) lists the pipeline
+    model's layers as a bf16 cast, the embedding, one spec per transformer layer, the final
+    norm, the output layer and an fp32 cast (an MoE model adds its loss hook after the layers),
+    and builds a ``PipelineModule`` with ``partition_method='type:transformer'``: DeepSpeed's
+    ``partition_balanced`` over one unit per transformer layer. No flag sets the split.
+    """
+    from deepspeed.runtime.utils import partition_balanced
+
+    from tools.planning.parallel import pipeline_split
+
+    model = lookup_model(name, 4096)
+    moe = 1 if (model.hf_config or {}).get("num_local_experts") else 0
+    weights = [0, 0] + [1] * model.layers + [0] * moe + [0, 0, 0]
+    bounds = partition_balanced(weights, pp)
+    stages = [sum(weights[bounds[i] : bounds[i + 1]]) for i in range(pp)]
+    assert list(pipeline_split(model.layers, pp) or [model.layers // pp] * pp) == stages
+    # The guide says the split, and that no flag sets it (the parser has none).
+    note = megatron.stages_note(model, pp)
+    assert ("do not divide" in note) == (model.layers % pp != 0)
+    assert "--decoder-first-pipeline-num-layers" not in MEGATRON_PARSER.read_text()

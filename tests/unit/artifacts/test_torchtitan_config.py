@@ -10,13 +10,12 @@ clashes with the main lock (DEVELOPERS.md), and 0.3.0, PyPI's newest, no longer 
 
 from __future__ import annotations
 
-import ast
 import tomllib
-import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
+from launch_checks import job_config_classes, toml_value_fits, torchtitan_key_errors
 from specs import model_parallel_plan
 
 from tools.core.errors import ToolFailure
@@ -26,44 +25,7 @@ from tools.intake.brief import brief_from_dict
 from tools.research.model_catalog import lookup_model
 from tools.research.titan_flavors import FLAVORS, flavor_refusal, torchtitan_flavor
 
-JOB_CONFIG = Path(__file__).parents[2] / "data" / "torchtitan_job_config.py"
 H100 = GPUSpec(name="H100-80GB", memory_gb=80, bf16_tflops=989)
-
-
-def _dataclasses() -> dict[str, dict[str, Any]]:
-    """Class name -> field name -> its annotation, evaluated (Literal, unions, lists)."""
-    tree = ast.parse(JOB_CONFIG.read_text())
-    names = {"Literal": Literal, "Any": Any}
-    classes: dict[str, dict[str, Any]] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            classes[node.name] = {
-                item.target.id: ast.unparse(item.annotation)
-                for item in node.body
-                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
-            }
-    for fields in classes.values():
-        for key, text in fields.items():
-            fields[key] = text if text in classes else eval(text, names)  # noqa: S307
-    return classes
-
-
-def _fits(value: Any, annotation: Any) -> bool:
-    """Whether a TOML value is of the field's type (bool is not an int here)."""
-    origin = typing.get_origin(annotation)
-    if origin is Literal:
-        return value in typing.get_args(annotation)
-    if origin in (typing.Union, __import__("types").UnionType):
-        return any(_fits(value, arm) for arm in typing.get_args(annotation))
-    if origin is list:
-        return isinstance(value, list)
-    if annotation is type(None):
-        return value is None
-    if annotation is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, annotation)
 
 
 def _plan_files(tmp_path: Path, model: str, task: str, seq: int, memory) -> dict[str, Any]:
@@ -116,19 +78,7 @@ PLANS = {
 def test_every_toml_key_is_a_torchtitan_0_2_2_field_of_its_type(tmp_path: Path, case: str) -> None:
     model, task, seq, memory = PLANS[case]
     files = _plan_files(tmp_path, model, task, seq, memory)
-    classes = _dataclasses()
-    sections = classes["JobConfig"]
-    wrong = []
-    for section, values in files["toml"].items():
-        if section not in sections:
-            wrong.append(f"[{section}] is no JobConfig section")
-            continue
-        fields = classes[sections[section]]
-        for key, value in values.items():
-            if key not in fields:
-                wrong.append(f"[{section}] {key} is no {sections[section]} field")
-            elif not _fits(value, fields[key]):
-                wrong.append(f"[{section}] {key} = {value!r} is not {fields[key]}")
+    wrong = torchtitan_key_errors(files["toml"])
     assert not wrong, wrong
     assert files["toml"]["checkpoint"]["enable"] is True
     assert files["toml"]["model"]["flavor"] == torchtitan_flavor(lookup_model(model, seq))
@@ -140,12 +90,12 @@ def test_every_toml_key_is_a_torchtitan_0_2_2_field_of_its_type(tmp_path: Path, 
 
 def test_the_checker_refuses_what_torchtitan_refuses() -> None:
     """The check itself: an unknown key and a value of the wrong type are caught."""
-    classes = _dataclasses()
+    classes = job_config_classes()
     assert "enable_checkpoint" not in classes["Checkpoint"] and "enable" in classes["Checkpoint"]
-    assert not _fits("fp16", classes["Training"]["mixed_precision_param"])
-    assert _fits("bfloat16", classes["Training"]["mixed_precision_param"])
-    assert not _fits(True, classes["Training"]["local_batch_size"])
-    assert _fits(None, classes["Checkpoint"]["initial_load_path"])
+    assert not toml_value_fits("fp16", classes["Training"]["mixed_precision_param"])
+    assert toml_value_fits("bfloat16", classes["Training"]["mixed_precision_param"])
+    assert not toml_value_fits(True, classes["Training"]["local_batch_size"])
+    assert toml_value_fits(None, classes["Checkpoint"]["initial_load_path"])
 
 
 # torchtitan v0.2.2's flavors are Llama 3.1 (vocabulary 128256, rope theta 500000, llama3 RoPE
@@ -199,3 +149,58 @@ def test_a_llama_of_a_flavors_shape_runs_on_megatron_and_the_plan_says_why(model
         deepspeed, lookup_model("llama-3.1-70b", 4096), model_parallel_plan("zero1", 8, 2)
     )
     assert llama31.primary == "torchtitan" and "Not torchtitan" not in llama31.rationale
+
+
+def _split_plan(tp: int, pp: int, dp: int, virtual: int, stage_layers: list[int]) -> MemoryPlan:
+    """A tensor x pipeline plan whose setup records virtual stages and the stages' layers."""
+    setup = SetupCandidate(
+        strategy="zero1",
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        data_parallel=dp,
+        virtual_stages=virtual,
+        gradient_accumulation_steps=2 * pp,
+        checkpointing="full",
+        stage_layers=stage_layers,
+        per_gpu_bytes={"total": 1},
+        fits=True,
+    )
+    plan = model_parallel_plan("zero1", tp, pp, accumulation=2 * pp)
+    return plan.model_copy(update={"setup": setup})
+
+
+@pytest.mark.parametrize(
+    ("model", "tp", "pp", "virtual", "split"),
+    [
+        # 126 layers over 16 stages (dp 1 on 2 x 8 GPUs at tp 1): 14 of 8, then 2 of 7.
+        ("llama-3.1-405b", 1, 16, 1, [8] * 14 + [7] * 2),
+        # 80 layers, 4 ranks x 2 virtual stages: 8 chunks of 10, chunk s on rank s mod 4.
+        ("llama-3.1-70b", 2, 4, 2, []),
+    ],
+)
+def test_the_stages_torchtitan_builds_are_the_plans(
+    tmp_path: Path, model: str, tp: int, pp: int, virtual: int, split: list[int]
+) -> None:
+    """``module_fqns_per_model_part`` is the plan's split, one list per (virtual) stage.
+
+    torchtitan 0.2.2 (distributed/pipeline_parallel.py ``pipeline_module_split``) builds one
+    stage per list and needs their number to divide by the pipeline degree; a single-stage
+    schedule (1F1B) takes one per rank, a looped one (Interleaved1F1B) two or more. Without
+    the lists, ``pipeline_parallel_layers_per_stage`` = L/(p x v) gave ceil((L + 2)/(L/(p x v)))
+    stages, which p does not divide, and torchtitan stopped.
+    """
+    dp = 16 // (tp * pp)
+    files = _plan_files(tmp_path, model, "pretrain", 4096, _split_plan(tp, pp, dp, virtual, split))
+    par = files["toml"]["parallelism"]
+    parts = par["module_fqns_per_model_part"]
+    layers = lookup_model(model, 4096).layers
+    assert "pipeline_parallel_layers_per_stage" not in par
+    assert len(parts) == pp * virtual and len(parts) % par["pipeline_parallel_degree"] == 0
+    assert par["pipeline_parallel_schedule"] == ("Interleaved1F1B" if virtual > 1 else "1F1B")
+    # Every layer once, in order; the embedding first, the norm and output layer last.
+    names = [name for part in parts for name in part]
+    assert names == ["tok_embeddings", *(f"layers.{i}" for i in range(layers)), "norm", "output"]
+    counts = [sum(n.startswith("layers.") for n in part) for part in parts]
+    assert counts == (split or [layers // (pp * virtual)] * (pp * virtual))
+    guide = files["guide"]
+    assert ("do not divide evenly" in guide) == bool(split)

@@ -41,6 +41,10 @@ CANDIDATE_KEYS = {
     "peak_allocated_bytes",
     "peak_reserved_bytes",
     "device_used_bytes",
+    # Layers per pipeline stage where the pipeline degree does not divide them ([] else).
+    "stage_layers",
+    # Ranks a mixture of experts' routed experts are split over (1: none).
+    "expert_parallel",
 }
 BYTES_KEYS = {"params", "gradients", "optimizer", "activations", "buffers", "total"}
 # What the estimate JSON held before this search; every key stays.
@@ -217,7 +221,9 @@ def test_global_batch_divides_by_the_data_parallel_degree_not_the_world(tmp_path
     [
         (["--tp", "16"], "--tp", "exceeds the 8 GPUs of one node"),
         (["--tp", "3"], "--tp", "attention heads"),
-        (["--pp", "3"], "--pp", "32 layers"),
+        (["--pp", "3"], "--pp", "must divide the 16 GPUs"),
+        # Stages need not divide the layers (uneven stages), but each needs one.
+        (["--pp", "33"], "--pp", "exceed the 32 layers"),
     ],
 )
 def test_a_setup_that_cannot_run_is_exit_2_naming_the_flag(
@@ -344,14 +350,21 @@ def test_interconnect_flag_reads_names_counts_and_rates_per_gpu(tmp_path: Path) 
     assert bad.returncode == 2 and "--interconnect:" in bad.stderr
 
 
-def test_context_parallel_only_where_torchtitan_runs_it() -> None:
-    """Ring attention over CP ranks runs on torchtitan (its Llama models); DeepSpeed has none."""
+def test_context_parallel_runs_where_a_launcher_runs_it() -> None:
+    """Ring attention over CP ranks runs on torchtitan (its Llama models); DeepSpeed has none.
+
+    Other models get DeepSpeed-Ulysses on Megatron-DeepSpeed, beside data parallelism only.
+    """
     from tools.artifacts.deepspeed_config import ConfigError, emit_deepspeed_config
     from tools.research.framework import setup_framework
 
-    # A Mistral model at 32k tokens: no torchtitan flavor, so no context-parallel layout.
+    # A Mistral model at 32k tokens: no torchtitan flavor, so Ulysses, never with a t x p split.
     plan, _ = _plan("mistral-7b", "1x8xH100-80GB", 32768, 8, "pretrain")
-    assert all(c.context_parallel == 1 for c in plan.candidates)
+    ulysses = [c for c in plan.candidates if c.context_parallel > 1]
+    assert all(c.tensor_parallel * c.pipeline_parallel == 1 for c in ulysses)
+    mistral = lookup_model("mistral-7b", 32768)
+    if plan.context_parallel > 1:
+        assert setup_framework(mistral, plan) == "megatron"
     # Llama 3.1 8B at 64k tokens with CP pinned: torchtitan runs it; a DeepSpeed config refuses.
     # (Llama 3 8B was here: torchtitan's flavor 8B is Llama 3.1, RoPE scaling and all, so
     # torchtitan would train another model; tests/unit/artifacts/test_torchtitan_config.py.)

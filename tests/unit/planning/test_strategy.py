@@ -242,16 +242,17 @@ def test_model_parallel_setups_respect_megatron_constraints() -> None:
     setups = model_parallel_setups(model, hw, ["zero1", "zero2", "zero3"])
     assert setups and all(tp * pp > 1 for _, tp, pp in setups)
     for name, tp, pp in setups:
-        assert tp <= 8 and 64 % tp == 0 and 8 % tp == 0 and 80 % pp == 0
+        assert tp <= 8 and 64 % tp == 0 and 8 % tp == 0 and pp <= 80
         assert 32 % (tp * pp) == 0
         assert pp == 1 or name == "zero1"
     assert ("zero3", 8, 1) in setups and ("zero1", 8, 4) in setups
     assert not any(name == "zero3" and pp > 1 for name, _, pp in setups)
-    # 405B has 126 layers: of the powers of two only p = 2 divides them.
+    # 405B has 126 layers: no power of two above 2 divides them, and uneven stages (the first
+    # ones a layer longer) give it the pipelines it is trained with (Llama 3: PP 16).
     big = lookup_model("llama-3.1-405b", 8192)
     assert {
         pp for _, _, pp in model_parallel_setups(big, parse_hardware("8x8xH100-80GB"), ["zero1"])
-    } == {1, 2}
+    } == {1, 2, 4, 8, 16, 32, 64}
 
 
 def test_405b_on_64_h100_still_does_not_fit_and_names_a_cluster_that_does() -> None:

@@ -1,0 +1,116 @@
+"""Expert parallelism for a mixture of experts (issue 30, item 4): searched, priced, launched.
+
+DeepSpeed-MoE (Rajbhandari et al. 2022) on Megatron-DeepSpeed (``--moe-expert-parallel-size``):
+e ranks of the data-parallel group split the routed experts; each holds 1/e of their weights
+and gradients, ZeRO shards their optimizer states over the d/e ranks holding the same experts,
+and every MoE layer pays all-to-alls to route tokens to their experts and back.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tools.core.errors import InputError
+from tools.intake.brief import brief_from_dict
+from tools.planning import SearchOptions, estimate_strategy, search_strategy
+from tools.planning.parallel import expert_params, routed_experts
+from tools.planning.speed import estimate_speed
+from tools.research.framework import setup_framework
+from tools.research.hardware import parse_hardware
+from tools.research.model_catalog import lookup_model
+
+HW = "4x8xH100-80GB"
+
+
+def _mixtral():
+    return lookup_model("mixtral-8x7b", 4096)
+
+
+def test_mixtral_experts_are_most_of_its_weights() -> None:
+    model = _mixtral()
+    assert routed_experts(model) == 8
+    assert expert_params(model) == 32 * 8 * 3 * 4096 * 14336
+    assert expert_params(lookup_model("llama-3-8b", 4096)) == 0
+
+
+def test_expert_weights_and_gradients_are_split_and_their_states_sharded() -> None:
+    model, hw = _mixtral(), parse_hardware(HW)
+
+    def est(ep: int):
+        return estimate_strategy(
+            model, hw, "zero1", task="pretrain", micro_batch_size=1,
+            activation_checkpointing=True, seq_len=4096, expert_parallel=ep,
+        )  # fmt: skip
+
+    one, eight = est(1), est(8)
+    experts = expert_params(model)
+    # 16-bit weights: 2 bytes x the 7/8 of the experts this GPU no longer holds.
+    assert one.per_gpu_bytes.params - eight.per_gpu_bytes.params == 2 * (experts - experts // 8)
+    assert eight.per_gpu_bytes.gradients < one.per_gpu_bytes.gradients
+    # ZeRO-1 states: experts/8 over 32/8 ranks = experts over 32, as before.
+    assert abs(eight.per_gpu_bytes.optimizer - one.per_gpu_bytes.optimizer) < 1e6
+    assert eight.label == "zero1+ep8" and eight.expert_parallel == 8
+    assert any("expert parallel 8" in n for n in eight.notes)
+    with pytest.raises(InputError) as err:
+        estimate_strategy(model, hw, "zero1", task="pretrain", expert_parallel=3)
+    assert err.value.field == "expert_parallel"
+    with pytest.raises(InputError):
+        estimate_strategy(model, hw, "zero3", task="pretrain", expert_parallel=2)
+
+
+def test_all_to_alls_are_priced_on_the_critical_path() -> None:
+    model, hw = _mixtral(), parse_hardware(HW)
+
+    def speed(ep: int):
+        return estimate_speed(
+            model, hw, "zero2", micro_batch_size=1, gradient_accumulation_steps=8,
+            precision="bf16", seq_len=4096, recompute="none", expert_parallel=ep,
+        )  # fmt: skip
+
+    one, eight = speed(1), speed(8)
+    assert any("all-to-alls" in a and "expert parallel 8" in a for a in eight.assumptions)
+    assert not any("expert parallel" in a for a in one.assumptions)
+    # Less gradient traffic (each rank reduces 1/8 of the experts), plus the all-to-alls.
+    assert eight.exposed_comm_time_s > 0
+
+
+def test_a_mixtral_plan_searches_expert_parallelism_on_megatron() -> None:
+    model, hw = _mixtral(), parse_hardware(HW)
+    brief = brief_from_dict(
+        {"model": "mixtral-8x7b", "hardware": HW, "seq_len": 4096,
+         "global_batch_size": 256, "task": "pretrain"}
+    )  # fmt: skip
+    plan = search_strategy(model, hw, brief)
+    searched = [*plan.candidates, *(r for r in plan.strategies)]
+    assert any(c.expert_parallel > 1 for c in searched) or any("+ep" in k for k in plan.why_not)
+    for c in plan.candidates:
+        if c.expert_parallel > 1:
+            assert c.tensor_parallel * c.pipeline_parallel * c.context_parallel == 1
+            assert c.strategy in ("ddp", "zero1", "zero2") and 8 % c.expert_parallel == 0
+    pinned = search_strategy(model, hw, brief, SearchOptions(expert_parallel=4))
+    assert pinned.setup is not None and pinned.setup.expert_parallel == 4
+    assert setup_framework(model, pinned) == "megatron"
+    assert pinned.chosen_label.endswith("+ep4")
+    with pytest.raises(InputError) as err:
+        search_strategy(
+            lookup_model("llama-3-8b", 4096), hw,
+            brief.model_copy(update={"model": "llama-3-8b"}), SearchOptions(expert_parallel=2),
+        )  # fmt: skip
+    assert err.value.field == "expert_parallel"
+    # A dense model is offered none.
+    dense = search_strategy(
+        lookup_model("llama-3-8b", 4096), hw, brief.model_copy(update={"model": "llama-3-8b"})
+    )
+    assert all(c.expert_parallel == 1 for c in dense.candidates)
+
+
+def test_expert_parallelism_under_another_recipe_is_left_out_and_said() -> None:
+    """Its states are priced as DeepSpeed's ZeRO shards them; another recipe is not guessed."""
+    model, hw = _mixtral(), parse_hardware(HW)
+    brief = brief_from_dict(
+        {"model": "mixtral-8x7b", "hardware": HW, "seq_len": 4096, "global_batch_size": 256,
+         "task": "pretrain", "framework": "megatron"}
+    )  # fmt: skip
+    plan = search_strategy(model, hw, brief)
+    assert all(c.expert_parallel == 1 for c in plan.candidates)
+    assert any(a.startswith("expert parallelism not searched") for a in plan.assumptions)
