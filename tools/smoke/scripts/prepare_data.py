@@ -169,6 +169,11 @@ def _done(out: Path, index: dict[str, Any], shard: int) -> bool:
 def prepare(args: argparse.Namespace) -> int:
     """Tokenize every chunk not yet done, in ``--workers`` processes; then mark the index complete."""
     files = input_files(args.inputs)
+    if args.workers > 1:
+        # The worker processes are the parallelism. A fast tokenizer's own thread pool, once
+        # used in this process, can hold a lock at the moment a worker is forked, and that
+        # worker then waits on it for ever: the pool stays off (set before the first call).
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
     global _TOKENIZER
     _TOKENIZER = _load_tokenizer(args.tokenizer)
     base = settings(args, _TOKENIZER, files)
