@@ -241,8 +241,8 @@ def _emit_validated_config(ws: Workspace) -> str:
     ws.config_validated = True
     ws.progress(
         f"deepspeed config: ZeRO stage {config.get('zero_optimization', {}).get('stage', 0)}, "
-        f"within DeepSpeed 0.19's config rules at data-parallel size {dp} "
-        "(checked without importing DeepSpeed; it parses the config at launch)"
+        f"checked against DeepSpeed 0.19's config rules at data-parallel size {dp} "
+        "(DeepSpeed itself parses it at launch)"
     )
     return json.dumps({"deepspeed_config": config, "validated_world_size": dp})
 
