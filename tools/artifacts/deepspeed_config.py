@@ -3,8 +3,10 @@
 ``emit_deepspeed_config`` writes only concrete numbers: DeepSpeed's pydantic configs drop any
 ``"auto"`` value and fall back to the default (``DeepSpeedConfigModel.__init__``), and plain
 DeepSpeed never resolves ``auto`` batch sizes, which only the Hugging Face integration fills.
-``validate_deepspeed_config`` runs DeepSpeed's own ``DeepSpeedConfig`` at the target world size
-and rejects what DeepSpeed would silently ignore.
+``validate_deepspeed_config`` (ds_validate.py) runs DeepSpeed's own ``DeepSpeedConfig`` at the
+target world size and rejects what DeepSpeed would silently ignore; the planning engineer
+checks its config with ``check_deepspeed_rules`` (ds_rules.py), tested to give the same verdict
+on every config emitted here, without importing DeepSpeed and torch.
 
 A plan with tensor/pipeline parallelism (``plan.tensor_parallel`` x ``plan.pipeline_parallel``
 > 1) runs under Megatron-DeepSpeed, which builds the parallel layers and hands DeepSpeed its

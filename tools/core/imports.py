@@ -18,7 +18,8 @@ import threading
 from collections.abc import Iterable
 
 # Imported lazily by the tools: DeepSpeed validates configs, the researcher embeds its query
-# with torch (knowledge.minilm), the reporter draws with matplotlib.
+# in numpy (knowledge.minilm; chromadb only when the index is built), the reporter draws with
+# matplotlib.
 LAZY_IMPORTS = (
     "numpy",
     "torch",
@@ -35,7 +36,6 @@ LAZY_IMPORTS = (
     "langgraph.config",
     "knowledge.minilm",
     "tokenizers",
-    "safetensors.torch",
 )
 
 _LOCK = threading.Lock()
