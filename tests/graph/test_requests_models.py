@@ -213,7 +213,9 @@ def test_cli_plans_an_image_classifier(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     report = (tmp_path / "r50" / "report.md").read_text()
     assert "resnet-50 is a convolutional network" in report
-    assert "NOT a model of feature-map memory" in report
+    assert "step time and activation memory come from its layer shapes" in report
+    assert "- Images: " in report and "images/s (" in report
+    assert "speed: " in res.stdout and " images/s (" in res.stdout
     assert "is not a causal language model" in report
     assert "N = 25,557,032" in report
 

@@ -37,6 +37,8 @@ def _setup(plan: dict[str, Any]) -> str:
     speed = (plan.get("speed") or {}).get("tokens_per_s")
     if speed:
         parts.append(f"{speed:,.0f} tokens/s")
+    if images := (plan.get("speed") or {}).get("images_per_s"):
+        parts.append(f"{images:,.0f} images/s")
     return ", ".join(parts)
 
 

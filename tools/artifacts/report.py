@@ -276,6 +276,12 @@ def _speed_section(plan: TrainingPlan) -> list[str]:
         f"- Throughput: {sp.tokens_per_s:,.0f} tokens/s; MFU {sp.mfu:.0%} at an assumed efficiency of "
         f"{sp.efficiency:.0%} of {sp.peak_tflops:g} TFLOP/s peak",
     ]
+    if sp.images_per_s:
+        gpus = max(1, plan.hardware.nodes * plan.hardware.gpus_per_node)
+        lines.append(
+            f"- Images: {sp.images_per_s:,.0f} images/s ({sp.images_per_s / gpus:,.0f} per GPU); "
+            f"one image is {sp.seq_len} positions of the tokens/s above"
+        )
     return lines + [f"- {md_text(a)}" for a in sp.assumptions]
 
 

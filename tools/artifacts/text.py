@@ -12,7 +12,14 @@ from tools.artifacts.budget import budget_line
 from tools.artifacts.headline import headline_caveats, headline_notes
 from tools.artifacts.inference_report import inference_line
 from tools.core.errors import printable
-from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, SmokeResult, TrainingBrief
+from tools.core.schemas import (
+    HardwareSpec,
+    MemoryPlan,
+    ModelSpec,
+    SmokeResult,
+    SpeedEstimate,
+    TrainingBrief,
+)
 from tools.core.units import GB, gb_text
 from tools.planning.alternatives import fit_line
 from tools.research.hardware import PACKAGES
@@ -107,6 +114,8 @@ def summary_lines(plan: dict[str, Any], *, headline: str = "plan") -> list[str]:
         lines.insert(3, f["fit_line"])
     if budget := budget_line(plan):
         lines.insert(1, budget)
+    if images := images_text(plan):
+        lines.insert(1, f"speed: {images}, predicted (an image model: one sample is one image)")
     lines[1:1] = [f"not as asked: {note}" for note in headline_notes(plan)] + [
         f"note: {note}" for note in headline_caveats(plan)
     ]
@@ -208,6 +217,7 @@ def estimate_lines(
             f"{c.peak_reserved_bytes / 1e9:.2f} GB, device used {c.device_used_bytes / 1e9:.2f} GB"
         )
     lines += [f"  {a}" for a in memory.assumptions if a.startswith(("fit check", "memory priced"))]
+    lines += image_lines(memory.speed, hw)
     lines += candidate_lines(memory)
     lines += [f"  not {name}: {why}" for name, why in memory.why_not.items()]
     if memory.smallest_fitting_hardware:
@@ -215,6 +225,27 @@ def estimate_lines(
     if memory.binding:
         lines.append("  " + fit_line(memory.binding, memory.fit_options))
     return [printable(line) for line in lines]
+
+
+def image_lines(speed: SpeedEstimate | None, hw: HardwareSpec) -> list[str]:
+    """An image model's images/s and the input pipeline it assumes (nothing for other models)."""
+    if speed is None or not speed.images_per_s:
+        return []
+    lines = [
+        f"  images/s: {speed.images_per_s:,.0f} ({speed.images_per_s / hw.world_size:,.0f} per "
+        f"GPU; {speed.tokens_per_s or 0:,.0f} tokens/s is images x {speed.seq_len} positions)"
+    ]
+    return lines + [f"  {a}" for a in speed.assumptions if a.startswith("input pipeline")]
+
+
+def images_text(plan: dict[str, Any]) -> str | None:
+    """``8,930 images/s (1,116 per GPU)`` for an image model's plan, else None."""
+    images = (plan.get("speed") or {}).get("images_per_s")
+    if not images:
+        return None
+    hw = plan.get("hardware") or {}
+    gpus = max(1, int(hw.get("nodes") or 1) * int(hw.get("gpus_per_node") or 1))
+    return f"{images:,.0f} images/s ({images / gpus:,.0f} per GPU)"
 
 
 def batch_error_line(line: int, error: str) -> str:

@@ -175,6 +175,10 @@ class SpeedEstimate(BaseModel):
     step_time_s: float | None = None
     tokens_per_s: float | None = None
     mfu: float | None = None
+    # An image model's images per second (cluster), and the host input pipeline's assumed
+    # ceiling on it where the host's cores are known (tools/planning/vision.py).
+    images_per_s: float | None = None
+    input_images_per_s: float | None = None
     time_to_train_s: float | None = None
     bottleneck: Bottleneck
     assumptions: list[str] = Field(default_factory=list)
@@ -222,6 +226,11 @@ class MemoryPlan(BaseModel):
     # The chosen (or pinned) setup, and, when the search ran, the best setups first (bounded).
     setup: SetupCandidate | None = None
     candidates: list[SetupCandidate] = Field(default_factory=list)
+    # An image model's chosen setup: images per second of the whole cluster (one sample is one
+    # image), and the host input pipeline's assumed ceiling where the host's cores are known.
+    # None for other models (the candidates' keys are the contract's, so they are not there).
+    images_per_s: float | None = None
+    input_images_per_s: float | None = None
     # The speed model's estimate for the chosen setup, as the search computed it (None without
     # a GPU). Carried with the result, not dumped: the plan JSON holds it once, as "speed".
     speed: SpeedEstimate | None = Field(default=None, exclude=True)

@@ -137,35 +137,57 @@ def brief_from_request(fields: dict[str, Any]) -> TrainingBrief:
         )
     data = {k: v for k, v in fields.items() if k not in _PRIVATE_KEYS}
     if "seq_len" not in data and isinstance(data.get("model"), str):
-        # No length given: the default, but never past the model's position table (gpt2: 1024).
-        from tools.research.model_catalog import lookup_model
-
-        spec = lookup_model(data["model"], 1)
-        cfg = spec.hf_config or {}
-        limit = cfg.get("n_positions") or cfg.get("max_position_embeddings")
-        if (positions := conv_positions(spec.name, spec.params, cfg)) is not None:
-            limit = positions
-        if cfg.get("image_size") and cfg.get("patch_size"):
-            # A vision transformer's sequence is its patches plus the class token.
-            limit = (int(cfg["image_size"]) // int(cfg["patch_size"])) ** 2 + 1
-        if isinstance(limit, int) and limit < DEFAULT_SEQ_LEN:
+        if (limit := default_seq_len(data["model"])) is not None:
             data["seq_len"] = limit
     return brief_from_dict(data)
+
+
+def default_seq_len(model: str) -> int | None:
+    """The sample length of a catalog model when none is given, if not the planner's default.
+
+    Never past the model's position table (gpt2: 1024); an image model's sample is one image:
+    a vision transformer's patches plus the class token, a convolutional network's
+    FLOPs-equivalent positions (``conv_positions``).
+    """
+    from tools.research.model_catalog import lookup_model
+
+    spec = lookup_model(model, 1)
+    cfg = spec.hf_config or {}
+    limit = image_seq_len(spec.name, spec.params, cfg)
+    if limit is None:
+        limit = cfg.get("n_positions") or cfg.get("max_position_embeddings")
+    return limit if isinstance(limit, int) and limit < DEFAULT_SEQ_LEN else None
+
+
+def image_seq_len(name: str, params: int, config: dict[str, Any]) -> int | None:
+    """An image model's sample length (one image), None for a model that does not take pixels.
+
+    A vision transformer: its patches plus the class token; a convolutional network: its
+    FLOPs-equivalent positions (``conv_positions``).
+    """
+    from tools.research.vision_shapes import vit_positions
+
+    if (patches := vit_positions(config)) is not None:
+        return patches
+    return conv_positions(name, params, config)
 
 
 def conv_positions(name: str, params: int, config: dict[str, Any]) -> int | None:
     """A convolutional network's sample length for the planner: FLOPs-equivalent positions.
 
-    The speed model costs a sample 6·N FLOPs per position; a convolutional network reuses
-    each weight at every position of its feature maps, so its published forward
-    multiply-accumulates per image (``forward_macs`` in the catalog, e.g. 4.1e9 for
-    ResNet-50) over N give the positions that make that cost right (160 for ResNet-50).
-    None for a model that is not convolutional or has no published figure.
+    The memory model costs a sample's activations per position; a convolutional network
+    reuses each weight at every position of its feature maps, so its forward
+    multiply-accumulates per image over N give the positions (160 for ResNet-50): counted
+    from its layer shapes (tools/research/vision_shapes.py) where the architecture is known,
+    else the catalog's published ``forward_macs``. None for a model that is not
+    convolutional or has neither.
     """
     from tools.research.architectures import is_convolutional
     from tools.research.model_catalog import load_model_catalog
+    from tools.research.vision_shapes import conv_net
 
-    macs = load_model_catalog().get(name, {}).get("forward_macs")
+    net = conv_net(config)
+    macs = net.forward_macs if net else load_model_catalog().get(name, {}).get("forward_macs")
     if not is_convolutional(config) or not macs or params <= 0:
         return None
     return max(1, round(float(macs) / params))

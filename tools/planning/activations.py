@@ -14,6 +14,7 @@ from tools.core.errors import InputError
 from tools.core.schemas import ModelSpec, Task
 from tools.planning.footprint import loss_bytes
 from tools.planning.states import GATED_MLP_FAMILIES, ResolvedPrecision
+from tools.planning.vision import conv_activation_bytes, conv_net_of
 
 # Attention kernels the activation model knows (activation_bytes).
 ATTENTION_KERNELS = ("sdpa", "eager")
@@ -168,6 +169,17 @@ def activation_bytes(
             precision=precision,
             activation_checkpointing=activation_checkpointing,
             tensor_parallel=tensor_parallel,
+        )
+    net = conv_net_of(model)
+    if net is not None and task not in ("inference", "agent-app"):
+        # A convolutional network keeps its feature maps (tools/planning/vision.py).
+        return conv_activation_bytes(
+            net,
+            images=micro_batch_size,
+            act_bytes=4 if precision == "fp32" else 2,
+            full_recompute=activation_checkpointing,
+            tp=tensor_parallel,
+            pp=pipeline_parallel,
         )
     shape = _Shape(seq_len, micro_batch_size, precision, tensor_parallel, pipeline_parallel)
     one_layer = _layer_bytes(

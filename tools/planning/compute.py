@@ -27,6 +27,7 @@ from tools.planning.experts import expert_gemms, expert_shape, permute_bytes
 from tools.planning.kernels import Device, attention_s, matmul_s, memory_s
 from tools.planning.parallel import heaviest_stage_layers
 from tools.planning.states import GATED_MLP_FAMILIES
+from tools.planning.vision import cnn_compute_s, conv_net_of, image_model
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,17 @@ def micro_batch_compute(
     sequence_parallel: bool,
     bytes_per: int,
 ) -> MicroBatchCompute:
-    """Forward, backward and recompute seconds of one micro-batch on the busiest stage's GPU."""
+    """Forward, backward and recompute seconds of one micro-batch on the busiest stage's GPU.
+
+    A convolutional network's micro-batch is ``micro`` images, timed layer by layer
+    (tools/planning/vision.py); everything else is a transformer.
+    """
+    net = conv_net_of(model)
+    if net is not None:
+        fwd, bwd, re = cnn_compute_s(
+            net, device, images=micro, tp=tp, pp=pp, recompute=recompute, bytes_per=bytes_per
+        )
+        return MicroBatchCompute(fwd, bwd, re, 0.0, max(1, model.layers // pp))
     tokens = micro * seq // cp
     layers = heaviest_stage_layers(model.layers, pp)
     gemms = _attention_gemms(model, tokens, tp)
@@ -172,7 +183,7 @@ def micro_batch_compute(
         "q_len": seq // cp,
         "kv_len": seq,
         "head_dim": model.hidden // model.heads,
-        "causal": True,
+        "causal": not image_model(model),  # a vision transformer attends both ways
         "kernel": attention,
     }
     attn_fwd = attention_s(device, backward=False, **attn_args)  # type: ignore[arg-type]

@@ -142,9 +142,10 @@ def _brief_and_hardware(
     request: EstimateRequest, recipe: Recipe | None
 ) -> tuple[TrainingBrief, HardwareSpec]:
     """The brief the request describes (its file, with the flags over it) and its hardware."""
-    from tools.intake.brief import brief_from_dict, load_brief
+    from tools.intake.brief import brief_from_dict, image_seq_len, load_brief
     from tools.intake.hardware_text import network_fields
     from tools.research.hardware import hardware_for_brief
+    from tools.research.model_catalog import lookup_model
 
     data: dict[str, Any] = (
         load_brief(request.brief).model_dump(mode="json")
@@ -160,6 +161,12 @@ def _brief_and_hardware(
         "precision": "bf16" if request.precision in ("pure-bf16", "fp8") else request.precision,
     }
     data.update({k: v for k, v in flags.items() if v is not None})
+    if "seq_len" not in data and isinstance(data.get("model"), str):
+        # An image model's sample is one image (its patches, or a convolutional network's
+        # FLOPs-equivalent positions), not the planner's default sequence.
+        spec = lookup_model(data["model"], 1)
+        if (limit := image_seq_len(spec.name, spec.params, spec.hf_config or {})) is not None:
+            data["seq_len"] = limit
     brief = brief_from_dict(data)
     if request.interconnect is not None:
         # The brief's network fields; a rate per GPU needs the node's GPU count.

@@ -17,6 +17,7 @@ from tools.planning.overheads import (
     node_ram_bytes,
 )
 from tools.planning.states import ZERO12_BUCKET_ELEMENTS
+from tools.planning.vision import conv_net_of
 from tools.research.architectures import is_convolutional, trains_as_causal_lm
 
 MEGATRON_NOTE = (
@@ -138,13 +139,27 @@ def base_assumptions(
 
 def conv_caveat(model: ModelSpec) -> str:
     """What the plan can and cannot say about a convolutional network (ResNet, ConvNeXt)."""
+    if conv_net_of(model) is None:
+        return (
+            f"{model.name} is a convolutional network: its parameter, gradient and optimizer "
+            "memory are exact (counted on meta), and step time costs each image its published "
+            f"forward multiply-accumulates ({model.seq_len} FLOPs-equivalent positions of 6N, "
+            "so 'tokens' below are those positions), but the activation memory uses the "
+            "transformer formula over those positions, a stand-in that is NOT a model of "
+            "feature-map memory: measure the peak with a short run on the target GPU before "
+            "trusting the micro-batch"
+        )
     return (
         f"{model.name} is a convolutional network: its parameter, gradient and optimizer "
-        "memory are exact (counted on meta), and step time costs each image its published "
-        f"forward multiply-accumulates ({model.seq_len} FLOPs-equivalent positions of 6N, so "
-        "'tokens' below are those positions), but the activation memory uses the transformer "
-        "formula over those positions, a stand-in that is NOT a model of feature-map memory: "
-        "measure the peak with a short run on the target GPU before trusting the micro-batch"
+        "memory are exact (counted on meta); step time and activation memory come from its "
+        "layer shapes (each convolution an implicit GEMM, the normalization, activation, "
+        "pooling and residual layers timed by the feature-map bytes they move and kept for "
+        f"backward; one image is {model.seq_len} FLOPs-equivalent positions, so 'tokens' below "
+        "are those positions and images/s = tokens/s / "
+        f"{model.seq_len}); cuDNN's algorithm choice (Winograd, FFT), fused "
+        "normalization and the memory format (NCHW or NHWC) are not modelled, and the "
+        "activation memory leaves out the convolutions' workspace: measure the peak with a "
+        "short run on the target GPU before trusting the micro-batch"
     )
 
 

@@ -12,6 +12,7 @@ from tools.core.schemas import GPUSpec, ModelSpec, ResolvedPrecision
 from tools.planning.comm import StepSetup
 from tools.planning.kernels import Device
 from tools.research.architectures import is_convolutional
+from tools.research.vision_shapes import conv_net
 
 
 def training_flops_per_token(
@@ -27,6 +28,12 @@ def training_flops_per_token(
     one more 2N + 4·L·h·s.
     """
     n = model.active_params or model.params
+    net = conv_net(model.hf_config or {})
+    if net is not None:
+        # A convolutional network: 2 FLOPs per multiply-accumulate of its layers (one image is
+        # ``seq_len`` FLOPs-equivalent positions), no attention.
+        forward = 2.0 * net.forward_macs / max(1, seq_len)
+        return float((4 if activation_checkpointing else 3) * forward)
     # A convolutional network has no attention scores: its cost is the weights' 2N per position.
     attention = 0 if is_convolutional(model.hf_config or {}) else 4 * model.layers * model.hidden
     forward = 2 * n + attention * seq_len
@@ -77,10 +84,14 @@ def flops_notes(setup: StepSetup, flops: float) -> None:
     """The FLOPs count, the tokens per step and the model-parallel share, into ``setup.notes``."""
     model = setup.model
     conv = is_convolutional(model.hf_config or {})
+    net = conv_net(model.hf_config or {})
     setup.notes += [
         f"FLOPs per token {flops:.3e}: "
         + (
-            "6N per FLOPs-equivalent position (a convolutional network has no attention)"
+            f"2 FLOPs x 3 (forward and backward) x {net.forward_macs:,} multiply-accumulates "
+            "per image (its convolutions' shapes) over its FLOPs-equivalent positions"
+            if net is not None
+            else "6N per FLOPs-equivalent position (a convolutional network has no attention)"
             if conv
             else "PaLM appendix B, 6N + 12·L·h·s"
         )

@@ -257,6 +257,8 @@ def finish(
             "setup": space.candidate(row) if row is not None else None,
             "candidates": [space.candidate(r) for r in candidates],
             "assumptions": assumptions,
+            "images_per_s": plan.speed.images_per_s if plan.speed else None,
+            "input_images_per_s": plan.speed.input_images_per_s if plan.speed else None,
         }
     )
 

@@ -25,12 +25,16 @@ from tools.core.strategies import MIN_HEADROOM, RECOMPUTE_POLICIES, Recompute, c
 from tools.planning.memory import capacity_bytes, estimate_strategy
 from tools.planning.recipe import Recipe
 from tools.planning.speed import estimate_speed
+from tools.planning.vision import image_model
 
 # The memory-only choice tries these micro-batches, largest first.
 MICRO_BATCH_CANDIDATES = (8, 4, 2, 1)
 # The speed search tries every divisor of the per-rank batch up to this many sequences
 # (Megatron-LM's and torchtitan's published recipes run micro-batches of 1-16 sequences).
 MAX_MICRO_BATCH = 16
+# For an image model, images: NVIDIA's DeepLearningExamples ResNet-50 recipes run 128-256
+# images per GPU, timm's training benchmarks 64-512.
+MAX_IMAGE_MICRO_BATCH = 256
 # Strategies a pipeline takes: DeepSpeed's PipelineEngine refuses ZeRO-2/3
 # (runtime/pipe/engine.py); Megatron's distributed optimizer is ZeRO-1 (parallel.py).
 PIPELINE_STRATEGIES: tuple[StrategyName, ...] = ("ddp", "zero1")
@@ -84,7 +88,8 @@ class SearchSpace:
         """The speed search's micro-batches, smallest first (or the pinned one)."""
         if self.micro:
             return [self.micro] if per_rank % self.micro == 0 else []
-        return [m for m in range(1, min(per_rank, MAX_MICRO_BATCH) + 1) if per_rank % m == 0]
+        most = MAX_IMAGE_MICRO_BATCH if image_model(self.model) else MAX_MICRO_BATCH
+        return [m for m in range(1, min(per_rank, most) + 1) if per_rank % m == 0]
 
     def estimate(self, name: StrategyName, micro: int, ckpt: bool) -> StrategyEstimate:
         """The memory estimate of one data-parallel setup (full or no recompute)."""

@@ -45,6 +45,7 @@ from tools.planning.flops import device_for, flops_notes, training_flops_per_tok
 from tools.planning.parallel import check_model_parallel
 from tools.planning.states import resolve_precision
 from tools.planning.step_time import bottleneck, step_time, throughput
+from tools.planning.vision import image_fields
 from tools.research.splits import split_framework
 
 
@@ -224,6 +225,8 @@ def _estimate(
         )
         efficiency = tokens_here * flops / (compute_s * peak * 1e12)
     tokens_per_s, mfu, time_to_train = throughput(setup, step_s, peak, model_flops, dataset_tokens)
+    images = image_fields(model, hardware, tokens_per_s, setup.seq)
+    setup.notes += images.get("notes", [])
     return SpeedEstimate(
         strategy=strategy,
         precision=setup.precision,
@@ -252,6 +255,8 @@ def _estimate(
         step_time_s=step_s,
         tokens_per_s=tokens_per_s,
         mfu=mfu,
+        images_per_s=images.get("images_per_s"),
+        input_images_per_s=images.get("input_images_per_s"),
         time_to_train_s=time_to_train,
         bottleneck=bottleneck(compute_s, exposed_s + step.hidden_dp_s, offload_s),
         assumptions=setup.notes,
