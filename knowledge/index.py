@@ -29,8 +29,6 @@ cross-process lock, only the per-instance thread lock. This module imports nothi
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -42,13 +40,14 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from knowledge.vectors import SearchTable, read_table, write_table
+
 CARDS_DIR = Path(__file__).resolve().with_name("cards")
 COLLECTION = "knowledge_cards"
 EMBEDDING_NAME = "trainwright_all_minilm_l6_v2"
 # Bump when the chunking or the passage text format changes, so old indexes are rebuilt.
 INDEX_VERSION = "1"
 INTRO = "intro"
-TABLE_FILE = "vectors.npz"
 
 
 class Passage(BaseModel):
@@ -244,71 +243,6 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
-class SearchTable(BaseModel):
-    """The index's passages and vectors as a search reads them (``<path>/vectors.npz``)."""
-
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
-
-    digest: str = Field(description="cards_digest of the cards the collection was built from.")
-    ids: list[str] = Field(description="Passage ids, card#section, in the vectors' row order.")
-    documents: list[str] = Field(description="The passage texts, as embedded.")
-    metadatas: list[dict[str, Any]] = Field(description="card, section, title and heading.")
-    vectors: Any = Field(description="float32 array (passages, 384) of unit-length embeddings.")
-
-
-def read_table(path: Path, digest: str) -> SearchTable | None:
-    """The search table under ``path`` if it was written for ``digest``; None if absent or stale.
-
-    A table that cannot be read (cut short, not a table) counts as absent: the next search opens
-    the chromadb collection, which is the index of record, and writes it again.
-    """
-    import zipfile
-
-    import numpy as np
-
-    try:
-        with np.load(path / TABLE_FILE, allow_pickle=False) as data:
-            meta = json.loads(data["meta"].tobytes())
-            if meta.get("digest") != digest:
-                return None
-            vectors = data["vectors"]
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
-        return None
-    return SearchTable(
-        digest=digest,
-        ids=meta["ids"],
-        documents=meta["documents"],
-        metadatas=meta["metadatas"],
-        vectors=vectors,
-    )
-
-
-def write_table(path: Path, collection: Any, digest: str) -> SearchTable:
-    """Write the collection's passages and vectors to ``path``'s search table (atomic replace)."""
-    import numpy as np
-
-    found = collection.get(include=["embeddings", "documents", "metadatas"])
-    ids = list(found["ids"])
-    vectors = np.asarray(found["embeddings"], dtype=np.float32).reshape(len(ids), -1)
-    table = SearchTable(
-        digest=digest,
-        ids=ids,
-        documents=list(found["documents"]),
-        metadatas=[dict(m) for m in found["metadatas"]],
-        vectors=vectors,
-    )
-    meta = table.model_dump(exclude={"vectors"})
-    tmp = path / f".{TABLE_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
-    with tmp.open("wb") as handle:
-        np.savez(
-            handle, vectors=vectors, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-        )
-    os.replace(tmp, path / TABLE_FILE)
-    return table
 
 
 class KnowledgeIndex:

@@ -16,16 +16,15 @@ import yaml
 
 from knowledge.index import (
     CARDS_DIR,
-    TABLE_FILE,
     KnowledgeIndex,
     MiniLMEmbeddingFunction,
     Passage,
     cards_digest,
     load_passages,
-    read_table,
     sentence_model,
     slug,
 )
+from knowledge.vectors import TABLE_FILE, read_table
 from tools.core.settings import Settings
 from tools.research.knowledge import cite, search_knowledge
 
