@@ -109,8 +109,15 @@ def test_injected_fault_gives_its_reason_and_leaves_no_process(
     # The hang comes after step 5, when the ranks have written their partial metrics once.
     at = 6 if inject == "hang" else 3
     config = smoke_ds_config(tiny_spec(GPT2_TINY), "zero2", world_size=2)
+    # The hung run is stopped by the stall watch 10 s after its last step, well inside the limit.
+    stall = 10.0 if inject == "hang" else None
     spec = SmokeSpec(
-        mode=DeepSpeedRun(config), steps=30, inject=inject, inject_step=at, timeout_s=limit
+        mode=DeepSpeedRun(config),
+        steps=30,
+        inject=inject,
+        inject_step=at,
+        timeout_s=limit,
+        stall_s=stall,
     )
     lines: list[str] = []
     result = run_smoke_test(tiny_spec(GPT2_TINY), spec, settings, on_progress=lines.append)
@@ -124,6 +131,9 @@ def test_injected_fault_gives_its_reason_and_leaves_no_process(
         # loaded machine may stop the run before it gets there, never after).
         last = re.search(r"last: step (\d+)/30", result.reason)
         assert last is not None and 1 <= int(last.group(1)) <= 5, result.reason
+        # Stopped as stalled (no new step for the stall limit), not at the 90 s limit.
+        assert result.reason.startswith("timeout: stalled: no new step for "), result.reason
+        assert result.wall_time_s is not None and result.wall_time_s < limit, result.wall_time_s
         # The timeout's kill had the ranks (grandchildren of the launcher) to reach, and the
         # partial metrics survive it, so the report still shows how far the run got.
         assert "spawned with command" in (Path(result.run_dir or "") / "smoke.log").read_text()

@@ -59,6 +59,7 @@ SERVE_MAX_ACTIVE_MAX = 64
 ENV_NUMBERS: dict[str, tuple[type, float, float]] = {
     "smoke_steps": (int, SMOKE_STEPS_MIN, SMOKE_STEPS_MAX),
     "smoke_timeout_s": (float, 0.0, SMOKE_TIMEOUT_MAX_S),
+    "smoke_stall_s": (float, 0.0, SMOKE_TIMEOUT_MAX_S),
     "max_review_rounds": (int, 1, MAX_REVIEW_ROUNDS),
     "llm_timeout_s": (float, 0.0, LLM_TIMEOUT_MAX_S),
     "serve_max_active": (int, 1, SERVE_MAX_ACTIVE_MAX),
@@ -140,6 +141,10 @@ class Settings:
     max_agent_steps: int = 12
     smoke_steps: int = 30
     smoke_timeout_s: float = 300.0
+    # A run that has reached a step and then shows no new step for this long (or for
+    # STALL_STEP_FACTOR times its slowest step so far, if longer) is stopped as stalled, a
+    # timeout, without waiting out smoke_timeout_s: a rank hung in a collective (0: off).
+    smoke_stall_s: float = 120.0
     smoke_cpu_ranks: int = 2
     llm_timeout_s: float = 60.0
     # The most resident memory all processes of one smoke run may hold together, in bytes

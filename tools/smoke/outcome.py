@@ -13,6 +13,10 @@ class Outcome:
         self.last_progress = ""
         self.log_text = ""
         self.timeout_s = 0.0
+        # The stall limit the run had (0: none), and the seconds without a new step after which
+        # it was stopped as stalled (None: it was not).
+        self.stall_s = 0.0
+        self.stalled_after_s: float | None = None
         # Set when the run's processes held more than the memory cap: (cap, held) in bytes.
         self.over_cap: tuple[int, int] | None = None
         self.address_space = 0

@@ -63,6 +63,13 @@ def check_arguments(settings: Settings, spec: SmokeSpec) -> tuple[int, float, in
     return steps, timeout_s, cap
 
 
+def stall_limit(settings: Settings, spec: SmokeSpec) -> float:
+    """The seconds without a new step after which the run counts as stalled (0: off)."""
+    stall_s = settings.smoke_stall_s if spec.stall_s is None else spec.stall_s
+    check_seconds("stall", stall_s, SMOKE_TIMEOUT_MAX_S)
+    return stall_s
+
+
 def run_files(ranks: int, nodes: int) -> list[str]:
     """Every file a run writes in its run dir (the ranks' and launchers' included)."""
     names = ["model_config.json", "ds_config.json", "launch.json", "result.json"]

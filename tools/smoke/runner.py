@@ -47,6 +47,7 @@ from tools.smoke.rundir import (
     fresh_tmp_dir,
     make_run_dir,
     run_files,
+    stall_limit,
     write_run_json,
 )
 from tools.smoke.scale import (
@@ -96,6 +97,7 @@ def run_smoke_test(
         return run_tf_smoke(model, spec, settings, on_progress)
     mode = spec.mode
     steps, timeout_s, cap = check_arguments(settings, spec)
+    stall_s = stall_limit(settings, spec)
     started = time.monotonic()
     run_dir = make_run_dir(spec.run_dir, settings, spec.force)
     if isinstance(mode, LayoutRun):  # CPU ranks, one per shard of the layout
@@ -156,6 +158,7 @@ def run_smoke_test(
                 memory_cap=cap,
                 address_space=address_space,
                 keep_alive=lambda: keep_reserved(run_dir, children),
+                stall_s=stall_s,
             )
     finally:
         # What the launchers and ranks wrote is ours: a rerun in this folder may replace it.

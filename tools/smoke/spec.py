@@ -129,9 +129,9 @@ SmokeMode = DeepSpeedRun | TorchrunRun | LayoutRun | TensorFlowRun
 class SmokeSpec:
     """One smoke run: its mode, and what every mode shares.
 
-    ``steps``, ``timeout_s`` and ``memory_cap`` None take the settings' (``smoke_steps``,
-    ``smoke_timeout_s``, ``smoke_memory_cap``, else ``default_memory_cap()``; a cap of 0 turns
-    it off). ``world_size`` caps the local GPUs used (CPU runs use ``smoke_cpu_ranks``).
+    ``steps``, ``timeout_s``, ``stall_s`` and ``memory_cap`` None take the settings'
+    (``smoke_steps``, ``smoke_timeout_s``, ``smoke_stall_s``, ``smoke_memory_cap``, else
+    ``default_memory_cap()``; a stall limit or cap of 0 turns it off). ``world_size`` caps the local GPUs used (CPU runs use ``smoke_cpu_ranks``).
     ``strategy`` is the name recorded (None: the mode's). ``nodes``: that many "nodes" on this
     machine through the real multi-node mechanism. ``inject``: a fault (``SMOKE_FAULTS``) made
     for real at ``inject_step``. ``task``: the planned task, for the memory prediction.
@@ -149,6 +149,7 @@ class SmokeSpec:
     inject: str | None = None
     inject_step: int = 3
     timeout_s: float | None = None
+    stall_s: float | None = None
     task: str = "pretrain"
     attn_implementation: str | None = None
     memory_cap: int | None = None

@@ -44,6 +44,9 @@ from tools.smoke.stopping import (
 # the launchers' own interpreter teardown (seconds) would use a longer grace.
 INTERRUPT_GRACE_S = 1.0
 POLL_S = 0.2
+# A run is stalled when no new step came for its stall limit or for this many times the longest
+# wait between two of its steps so far, whichever is longer (a slow machine is not a stall).
+STALL_STEP_FACTOR = 10.0
 # Starts every launcher: with the supervisor's pid in its environment, asks for SIGKILL when
 # the supervisor dies (Linux's PR_SET_PDEATHSIG, kept across exec; the check of the parent
 # after it closes the race with a supervisor that died first), joins the cgroup when one is
@@ -76,6 +79,7 @@ def launch_and_wait(
     memory_cap: int = 0,
     address_space: int = 0,
     keep_alive: Callable[[], None] | None = None,
+    stall_s: float = 0.0,
 ) -> Outcome:
     """Start one launcher per node, each in its own process group, and supervise them all.
 
@@ -90,11 +94,15 @@ def launch_and_wait(
     With a cap, the launchers also start in a cgroup v2 of their own whose ``memory.max`` is
     the cap where this process's cgroup allows one (``memory_cgroup``); the kernel then holds
     the sum itself, and an OOM kill inside it is the verdict ``oom`` too.
+    ``stall_s`` (0: off): once the run has printed a step, no new step for that long (or for
+    STALL_STEP_FACTOR times the longest wait between its steps so far, if longer) stops it as
+    the timeout does, recorded as stalled (``Outcome.stalled_after_s``).
     ``keep_alive`` is called every KEEP_RESERVED_S from a thread of its own while the run lives
     (the run dir's reservations, tools/core/outputs.py ``keep_reserved``).
     """
     outcome = Outcome()
     outcome.timeout_s = timeout_s
+    outcome.stall_s = stall_s
     outcome.address_space = address_space
     env = {**env, SUPERVISOR_ENV: str(os.getpid())}
     cgroup, outcome.cgroup = memory_cgroup(run_dir.name, memory_cap) if memory_cap else (None, "")
@@ -266,6 +274,7 @@ def _watch(
     watch = RunMemory([p.pid for p in procs]) if memory_cap else None
     period = MEMORY_POLL_S if memory_cap else POLL_S
     next_log = next_groups = 0.0
+    stall = _StallWatch(outcome.stall_s)
     while True:
         tick = time.monotonic()
         if run.stop.is_set():
@@ -286,10 +295,36 @@ def _watch(
             if held > memory_cap:
                 outcome.over_cap = (memory_cap, held)
                 return offset, pending
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if now >= deadline:
             outcome.timed_out = True
             return offset, pending
+        if stall.stalled(outcome.last_progress, now):
+            outcome.timed_out = True
+            outcome.stalled_after_s = round(now - stall.since, 1)
+            return offset, pending
         time.sleep(max(0.0, period - (time.monotonic() - tick)))
+
+
+class _StallWatch:
+    """When the run's last step line last changed, and whether it has been quiet too long."""
+
+    def __init__(self, stall_s: float) -> None:
+        self.stall_s = stall_s
+        self.line = ""
+        self.since = 0.0
+        self.longest = 0.0  # the longest wait between two step lines so far
+
+    def stalled(self, line: str, now: float) -> bool:
+        """Note ``line`` (the last step line read) at ``now``; True when the run has stalled."""
+        if self.stall_s <= 0 or not line:
+            return False  # off, or no step yet: starting up is the timeout's to bound
+        if line != self.line:
+            if self.line:
+                self.longest = max(self.longest, now - self.since)
+            self.line, self.since = line, now
+            return False
+        return now - self.since > max(self.stall_s, STALL_STEP_FACTOR * self.longest)
 
 
 def _write_memory_record(run_dir: Path, outcome: Outcome, memory_cap: int) -> None:

@@ -28,6 +28,7 @@ from tools.smoke.rundir import (
     fresh_tmp_dir,
     make_run_dir,
     run_files,
+    stall_limit,
 )
 from tools.smoke.spec import SmokeSpec, TensorFlowRun
 from tools.smoke.supervise import launch_and_wait
@@ -60,6 +61,7 @@ def run_tf_smoke(
     if not isinstance(mode, TensorFlowRun):
         raise InputError("framework", "run_tf_smoke runs a TensorFlowRun spec")
     steps, timeout_s, cap = check_arguments(settings, spec)
+    stall_s = stall_limit(settings, spec)
     inject, inject_step = spec.inject, spec.inject_step
     if not TF_PYTHON.exists():
         raise InputError(
@@ -108,6 +110,7 @@ def run_tf_smoke(
                 on_progress,
                 memory_cap=cap,
                 keep_alive=lambda: keep_reserved(run_dir, children),
+                stall_s=stall_s,
             )
     finally:
         record(run_dir, children)

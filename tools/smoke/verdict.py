@@ -94,6 +94,13 @@ def run_verdict(
         )
     if outcome.timed_out:
         where = outcome.last_progress or "before the first step"
+        if outcome.stalled_after_s is not None:
+            return failed(
+                "timeout",
+                f"stalled: no new step for {outcome.stalled_after_s:g} s (stall limit "
+                f"{outcome.stall_s:g} s; a rank hung in a collective or a loop); stopped; "
+                f"last: {where}",
+            )
         return failed("timeout", f"stopped after {outcome.timeout_s:g} s; last: {where}")
     oom = _oom_error(base, outcome, metrics)
     if oom:
