@@ -60,13 +60,15 @@ def test_plan_llama_8b_writes_json_that_deepspeed_accepts_at_world_size_8(tmp_pa
     assert "report: " in res.stdout
     # stdout is the answer, for scripts: library log lines stay off it.
     assert all(line.split(":")[0] in STDOUT_KEYS for line in res.stdout.splitlines()), res.stdout
-    # One plan per process: each library is imported where it is used (DeepSpeed validates the
-    # config, chromadb serves the knowledge search), none that the plan does not use.
-    # (-X importtime names a package imported by importlib.import_module by its submodules only.)
+    # One plan per process: each library is imported where it is used (matplotlib draws the
+    # report's charts), none that the plan does not use: the DeepSpeed config is checked against
+    # DeepSpeed's rules without importing it, the query is embedded in numpy (no torch), and
+    # chromadb only when the index is (re)built. (-X importtime names a package imported by
+    # importlib.import_module by its submodules only.)
     names = {line.split("|")[-1].strip() for line in res.stderr.splitlines() if "|" in line}
     roots = {name.split(".")[0] for name in names}
-    assert {"deepspeed", "chromadb", "matplotlib"} <= roots
-    assert roots & {"transformers", "sentence_transformers"} == set()
+    assert "matplotlib" in roots
+    assert roots & {"deepspeed", "torch", "transformers", "sentence_transformers"} == set()
     assert not any(name.startswith("torch._dynamo") for name in names)
 
 
