@@ -247,7 +247,23 @@ def emit_launch(
     check_files(out_dir, texts)
     files = _write(out_dir, texts)
     _remove_stale(out_dir, files)
-    return LaunchSpec(command=launch.command, files=files, notes=list(run.notes))
+    notes = [*run.notes, *([_router_loss_note(model)] if job_script else [])]
+    return LaunchSpec(command=launch.command, files=files, notes=[n for n in notes if n])
+
+
+def _router_loss_note(model: ModelSpec) -> str:
+    """What train.py changes in a mixture of experts' config to train it (job_model.py)."""
+    cfg = model.hf_config or {}
+    coef = cfg.get("router_aux_loss_coef")
+    if "output_router_logits" not in cfg or not isinstance(coef, int | float) or coef <= 0:
+        return ""
+    return (
+        f"mixture of experts: train.py trains with the router's load-balancing loss on "
+        f"(output_router_logits, weight router_aux_loss_coef {coef:g} from the model's config; "
+        "transformers leaves it out of the loss while that switch is off, as released configs "
+        "have it). train.py does not split the experts across ranks (the plan's expert parallelism runs "
+        "on Megatron-DeepSpeed)"
+    )
 
 
 def _launcher_for(framework: FrameworkChoice, job: LaunchInputs) -> str:
