@@ -501,10 +501,12 @@ def _train_py_args(job: LaunchInputs) -> list[str]:
     if job.deepspeed_config is not None:
         # Optimizer, schedule, clipping and accumulation are the config's.
         return [*args, "--deepspeed_config", "ds_config.json"]
-    # The run's schedule (tools/planning/lr_schedule.py); train.py's cosine ends at 0.
+    # The run's schedule (tools/planning/lr_schedule.py), its floor included.
     recipe = task_recipe(job.brief.task)
     args += ["--lr", f"{schedule.peak_lr:g}", "--weight-decay", f"{recipe['weight_decay']:g}"]
     args += ["--lr-schedule", "cosine", "--warmup-steps", str(schedule.warmup_steps)]
+    if schedule.min_lr_ratio:
+        args += ["--min-lr-ratio", f"{schedule.min_lr_ratio:g}"]
     args += ["--grad-accum", str(layout.accumulation)]
     if job.memory is not None and job.memory.activation_checkpointing:
         args.append("--gradient-checkpointing")
