@@ -8,7 +8,7 @@ train.sbatch as bash does (tools/review/launch_script.py) and checks their train
 ds_config.json and model_config.json against the plan JSON and the model catalog: the model
 (its config, or the weights' hub id), the sequence length, the batch identity (global = micro x
 accumulation x data parallel, the data-parallel degree the launcher's world over the tensor
-degree), the learning-rate schedule (tools/planning/lr_schedule.py's rules for the planned run),
+degree; DeepSpeed's own DeepSpeedConfig accepts ds_config.json at that size), the learning-rate schedule (tools/planning/lr_schedule.py's rules for the planned run),
 and what the launcher cannot express (pipeline, context and expert parallelism: the plan has
 none of them, and a mixture of experts says that train.py turns its router loss on).
 """
@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tools.artifacts.ds_validate import validate_deepspeed_config
 from tools.planning.lr_schedule import plan_schedule
 from tools.research.model_catalog import lookup_model, weights_location
 from tools.review.launch_script import command_argv
@@ -156,6 +157,8 @@ def _check_batch(args: list[str], world: int, files: Files, case: Case) -> tuple
         accumulation = config["gradient_accumulation_steps"]
         assert config["train_micro_batch_size_per_gpu"] == micro
         assert config["train_batch_size"] == micro * accumulation * (world // tensor)
+        # DeepSpeed's own DeepSpeedConfig checks the same identity at the data-parallel size.
+        validate_deepspeed_config(config, world // tensor)
         assert "--grad-accum" not in args  # DeepSpeed mode reads the config's
     else:
         tensor = 1
