@@ -277,3 +277,19 @@ def test_hf_launch_files_train_the_plans_model_batch_and_schedule(
         f"batch: {case.batch} sequences per step = micro-batch {layout['micro_batch_size']}" in n
         for n in files.plan["launch"]["notes"]
     )
+
+
+def test_a_mixture_of_experts_without_a_balance_loss_in_transformers_says_so(
+    cli_main: Any, tmp_path: Path
+) -> None:
+    """DeepSeek-V2's transformers model has no load-balancing loss to turn on: the plan says so."""
+    case = Case("deepseek-v2-lite", "finetune", 4096, 64, "2x8xH100-80GB")
+    files = _build(cli_main, tmp_path, case, "deepspeed")
+    assert "output_router_logits" not in files.model_config
+    notes = [n for n in files.plan["launch"]["notes"] if n.startswith("mixture of experts")]
+    (note,) = notes
+    assert f"transformers' {files.model_config['model_type']} computes no load-balancing" in note
+    assert "language-model loss alone" in note
+    from job_model import training_overrides
+
+    assert training_overrides(files.model_config) == {}

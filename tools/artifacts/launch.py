@@ -255,6 +255,13 @@ def _router_loss_note(model: ModelSpec) -> str:
     """What train.py changes in a mixture of experts' config to train it (job_model.py)."""
     cfg = model.hf_config or {}
     coef = cfg.get("router_aux_loss_coef")
+    moe = model.active_params is not None and model.active_params < model.params
+    if moe and "output_router_logits" not in cfg:
+        return (
+            f"mixture of experts: transformers' {cfg.get('model_type', 'model')} computes no "
+            "load-balancing loss (nor DeepSeek-V3's bias balancing), so train.py trains its router "
+            "on the language-model loss alone: watch how evenly the experts are loaded"
+        )
     if "output_router_logits" not in cfg or not isinstance(coef, int | float) or coef <= 0:
         return ""
     return (
