@@ -358,6 +358,48 @@ def test_sbatch_starts_one_launcher_per_node(tmp_path: Path, plan: str) -> None:
         parse_args(script_args(argv))
 
 
+# The launcher stand-in: a rank that saved on SIGTERM writes the stop file (train.py's rank 0,
+# harness.record_stop), then the launcher exits as torchrun and DeepSpeed's launcher do.
+_STOPPING_LAUNCHER = """\
+[[ -n "${TRAINWRIGHT_STOP_FILE:-}" ]] || { echo "no TRAINWRIGHT_STOP_FILE" >&2; exit 9; }
+[[ "$SAVED" == 1 ]] && echo "stopped at step 12 on SIGTERM, saved in checkpoints/step12" > "$TRAINWRIGHT_STOP_FILE"
+exit "$LAUNCHER_EXIT"
+"""
+
+
+@pytest.mark.parametrize("plan", ["deepspeed-2x8", "ddp-2x8"])
+@pytest.mark.parametrize(
+    ("saved", "launcher_exit", "job_exit"),
+    [(1, 1, 0), (0, 1, 1), (0, 0, 0), (1, 0, 0)],
+    ids=["saved-launcher-1", "not-saved", "clean", "saved-launcher-0"],
+)
+def test_sbatch_ends_a_stop_that_saved_with_exit_0(
+    tmp_path: Path, plan: str, saved: int, launcher_exit: int, job_exit: int
+) -> None:
+    """torchrun and DeepSpeed's launcher exit 1 on SIGTERM after the ranks saved: the job exits 0.
+
+    A launcher that fails without the ranks' word that they saved keeps its exit code (the job
+    ends FAILED); the stop file is gone after the job either way.
+    """
+    out = tmp_path / "plan"
+    emit(out, plan)
+    env = {**os.environ, **_fake_tools(tmp_path / "bin", tmp_path / "args.txt")}
+    for launcher in ("deepspeed", "torchrun"):
+        (tmp_path / "bin" / launcher).write_text("#!/usr/bin/env bash\n" + _STOPPING_LAUNCHER)
+    env |= {"SLURM_SUBMIT_DIR": str(out), "SLURM_JOB_NODELIST": "node[A-B]", "SLURM_JOB_ID": "7"}
+    env |= {"SAVED": str(saved), "LAUNCHER_EXIT": str(launcher_exit)}
+    stale = out / ".trainwright-stopped.7"
+    stale.write_text("stopped at step 3 on SIGTERM, an earlier run\n")  # not this run's word
+    proc = subprocess.run(
+        ["bash", str(out / "train.sbatch")], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == job_exit, proc.stdout + proc.stderr
+    said = "stopped at step 12 on SIGTERM, saved in checkpoints/step12" in proc.stdout
+    assert said == (saved == 1 and launcher_exit != 0), proc.stdout
+    assert "step 3" not in proc.stdout
+    assert not stale.exists()
+
+
 @pytest.mark.parametrize(
     ("plan", "distributed_type", "processes", "machines"),
     [

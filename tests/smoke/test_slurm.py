@@ -5,7 +5,8 @@ slurmctld and slurmd; ``make slurm`` installs Debian's slurm-wlm and munge) for 
 fine-tune on 2 CPU ranks (tests/train_fixture.py), three times on one checkpoint folder:
 
 1. SIGTERM to the batch script only (``scancel --batch``; scancel and preemption signal it too):
-   the script passes it to the job step, and the ranks save the step they stopped at.
+   the script passes it to the job step, and the ranks save the step they stopped at; the job
+   ends COMPLETED, exit code 0 (torchrun's own exit 1 on the signal is not the job's).
 2. A resubmit resumes there; SIGTERM to the job step only (``scancel --signal=TERM``, what
    ``#SBATCH --signal=TERM@120`` sends before the time limit): they save again.
 3. A resubmit resumes there and runs to the end: the job completes, exit code 0.
@@ -105,8 +106,12 @@ def _signal_after(slurm: Cluster, out: Path, job: str, step: int, *scancel: str)
         assert time.monotonic() < deadline, _log(out, job)
         time.sleep(0.2)
     slurm.run("scancel", *scancel, job)
-    slurm.wait_job(job, _JOB_GUARD_S)
-    return _log(out, job)
+    fields = slurm.wait_job(job, _JOB_GUARD_S)
+    log = _log(out, job)
+    # The ranks saved and exited 0; the launcher's exit 1 on the signal does not fail the job.
+    assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), log[-4000:]
+    assert re.search(r"^train.sbatch: stopped at step \d+ on SIGTERM, saved in ", log, re.M), log
+    return log
 
 
 def _stopped(out: Path, log: str) -> int:

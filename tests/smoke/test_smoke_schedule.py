@@ -86,6 +86,9 @@ def test_torchrun_schedule_comes_from_the_plan_command() -> None:
         ["--lr-schedule", "cosine", "--warmup-steps", "3"],
         "plan's schedule cosine: warmup 100 -> 3 steps, decay over 1000 -> 30 steps",
     )
+    floored = plan_torchrun_schedule([*command, "--min-lr-ratio", "0.1"], STEPS)
+    assert floored is not None and floored[0][-2:] == ["--min-lr-ratio", "0.1"]
+    assert floored[1].endswith("down to 0.1 x the peak")
     assert plan_torchrun_schedule(["torchrun", "train.py", "--steps", "10"], STEPS) is None
 
 

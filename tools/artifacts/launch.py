@@ -247,7 +247,30 @@ def emit_launch(
     check_files(out_dir, texts)
     files = _write(out_dir, texts)
     _remove_stale(out_dir, files)
-    return LaunchSpec(command=launch.command, files=files, notes=list(run.notes))
+    notes = [*run.notes, *([_router_loss_note(model)] if job_script else [])]
+    return LaunchSpec(command=launch.command, files=files, notes=[n for n in notes if n])
+
+
+def _router_loss_note(model: ModelSpec) -> str:
+    """What train.py changes in a mixture of experts' config to train it (job_model.py)."""
+    cfg = model.hf_config or {}
+    coef = cfg.get("router_aux_loss_coef")
+    moe = model.active_params is not None and model.active_params < model.params
+    if moe and "output_router_logits" not in cfg:
+        return (
+            f"mixture of experts: transformers' {cfg.get('model_type', 'model')} computes no "
+            "load-balancing loss (nor DeepSeek-V3's bias balancing), so train.py trains its router "
+            "on the language-model loss alone: watch how evenly the experts are loaded"
+        )
+    if "output_router_logits" not in cfg or not isinstance(coef, int | float) or coef <= 0:
+        return ""
+    return (
+        f"mixture of experts: train.py trains with the router's load-balancing loss on "
+        f"(output_router_logits, weight router_aux_loss_coef {coef:g} from the model's config; "
+        "transformers leaves it out of the loss while that switch is off, as released configs "
+        "have it). train.py does not split the experts across ranks (the plan's expert parallelism runs "
+        "on Megatron-DeepSpeed)"
+    )
 
 
 def _launcher_for(framework: FrameworkChoice, job: LaunchInputs) -> str:
@@ -485,10 +508,12 @@ def _train_py_args(job: LaunchInputs) -> list[str]:
     if job.deepspeed_config is not None:
         # Optimizer, schedule, clipping and accumulation are the config's.
         return [*args, "--deepspeed_config", "ds_config.json"]
-    # The run's schedule (tools/planning/lr_schedule.py); train.py's cosine ends at 0.
+    # The run's schedule (tools/planning/lr_schedule.py), its floor included.
     recipe = task_recipe(job.brief.task)
     args += ["--lr", f"{schedule.peak_lr:g}", "--weight-decay", f"{recipe['weight_decay']:g}"]
     args += ["--lr-schedule", "cosine", "--warmup-steps", str(schedule.warmup_steps)]
+    if schedule.min_lr_ratio:
+        args += ["--min-lr-ratio", f"{schedule.min_lr_ratio:g}"]
     args += ["--grad-accum", str(layout.accumulation)]
     if job.memory is not None and job.memory.activation_checkpointing:
         args.append("--gradient-checkpointing")

@@ -48,7 +48,7 @@ from tools.planning.ranking import family_rows, family_setups, pick, rank, simpl
 from tools.planning.recipe import recipe_from_brief
 from tools.planning.search_space import SearchSpace
 from tools.research.framework import replicas_fit
-from tools.research.splits import setup_framework
+from tools.research.splits import autotp_shards, is_hf_model, setup_framework
 
 # Nothing pinned: the search over the whole space.
 ALL = SearchOptions()
@@ -289,7 +289,13 @@ def _fastest_fit(space: SearchSpace) -> MemoryPlan:
         raise InputError(
             "strategy",
             "no searched strategy runs with the pinned tensor/pipeline degrees"
-            + (f" on a framework the request allows ({wish})" if wish else ""),
+            + (f" on a framework the request allows ({wish})" if wish else "")
+            + (
+                "; DeepSpeed AutoTP does not split a mixture of experts' experts (transformers "
+                "holds them as fused parameters), so this model's tensor parallelism runs on megatron"
+                if is_hf_model(space.model) and not autotp_shards(space.model)
+                else ""
+            ),
         )
     found.sort(key=rank)
     if found:

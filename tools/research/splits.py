@@ -42,13 +42,26 @@ def is_hf_model(model: ModelSpec | None) -> bool:
     return model is not None and bool((model.hf_config or {}).get("model_type"))
 
 
+def autotp_shards(model: ModelSpec | None) -> bool:
+    """Whether DeepSpeed AutoTP splits the model's weights: a dense Hugging Face model.
+
+    AutoTP replaces nn.Linear (and embedding) layers only; transformers 5 (the lock's) holds a
+    mixture of experts' experts as fused 3-D parameters (``MixtralExperts.gate_up_proj``), which
+    AutoTP leaves whole on every tensor-parallel rank: most of the model, unsplit.
+    """
+    moe = (
+        model is not None and model.active_params is not None and model.active_params < model.params
+    )
+    return is_hf_model(model) and not moe
+
+
 def split_framework(
     model: ModelSpec | None, strategy: str, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1
 ) -> FrameworkId | None:
     """The framework that implements a t x p x c split with ``strategy`` for this model.
 
     None for a data-parallel setup (any training framework runs it). Tensor parallelism alone
-    on a Hugging Face model with ZeRO 0-2: DeepSpeed AutoTP. A pipeline on a Llama model
+    on a dense Hugging Face model with ZeRO 0-2: DeepSpeed AutoTP (``autotp_shards``). A pipeline on a Llama model
     one of torchtitan's flavors builds exactly (tools/research/titan_flavors.py): torchtitan. Anything else: Megatron (``pretrain_gpt.py``), which
     builds GPT-style models of any shape from flags.
     """
@@ -65,7 +78,7 @@ def split_framework(
     stage = ZERO_STAGE.get(strategy, 3)  # type: ignore[call-overload]
     if (
         pp == 1
-        and is_hf_model(model)
+        and autotp_shards(model)
         and stage <= AUTOTP_MAX_ZERO_STAGE
         and "offload" not in strategy
     ):

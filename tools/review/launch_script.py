@@ -25,6 +25,29 @@ def runs_command(script: str, command: list[str]) -> bool:
     return False
 
 
+def command_argv(script: str, program: str) -> list[str] | None:
+    """The arguments of the script's first line that runs ``program``, as bash reads them.
+
+    From ``program`` on (an ``srun ... deepspeed ...`` line of train.sbatch gives the
+    ``deepspeed ...`` part, also inside ``srun bash -c '...'``), without a trailing ``&``, with the script's overridable variables
+    at their defaults and ``"$@"`` and ``${DATA:+...}`` unset; None when no line runs it.
+    """
+    defaults = _script_defaults(script)
+    for line in script.splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        if program in words:
+            argv = _unset_expansions(words[words.index(program) :], defaults)
+            return argv[:-1] if argv and argv[-1] == "&" else argv
+        if "-c" in words[:-1]:  # srun bash -c 'exec deepspeed ...' (a multi-node sbatch)
+            inner = command_argv(words[words.index("-c") + 1], program)
+            if inner is not None:
+                return inner
+    return None
+
+
 _DEFAULTED = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*:-(.*)\}$")
 # ``[[ -n "${NAME:-}" ]] || NAME=VALUE``: the script's value for NAME when it is unset.
 _FALLBACK = re.compile(

@@ -85,8 +85,10 @@ def plan_torchrun_schedule(command: list[str], steps: int) -> tuple[list[str], s
 
     None when the command sets no ``--lr-schedule`` (then the smoke run's rate is constant).
     """
-    values = _flag_values(command, ("--lr-schedule", "--warmup-steps", "--steps"))
+    values = _flag_values(command, ("--lr-schedule", "--warmup-steps", "--steps", "--min-lr-ratio"))
     kind = values.get("--lr-schedule")
+    # The decay's floor is a share of the peak: the same at any length.
+    floor = ["--min-lr-ratio", values["--min-lr-ratio"]] if "--min-lr-ratio" in values else []
     if kind is None:
         return None
     try:
@@ -94,14 +96,15 @@ def plan_torchrun_schedule(command: list[str], steps: int) -> tuple[list[str], s
         total = int(values["--steps"]) if "--steps" in values else None
     except ValueError:
         # The plan's flags as they are: train.py rejects them and the smoke run fails.
-        return ["--lr-schedule", kind, "--warmup-steps", values.get("--warmup-steps", "0")], (
-            f"plan's schedule {kind} as emitted"
-        )
+        as_emitted = ["--lr-schedule", kind, "--warmup-steps", values.get("--warmup-steps", "0")]
+        return [*as_emitted, *floor], f"plan's schedule {kind} as emitted"
     new = scaled_warmup(warmup, total, steps)
     note = f"plan's schedule {kind}: warmup {warmup} -> {new} steps"
     if total is not None:
         note += f", decay over {total} -> {steps} steps"
-    return ["--lr-schedule", kind, "--warmup-steps", str(new)], note
+    if floor:
+        note += f", down to {floor[1]} x the peak"
+    return ["--lr-schedule", kind, "--warmup-steps", str(new), *floor], note
 
 
 def _flag_values(command: list[str], flags: tuple[str, ...]) -> dict[str, str]:

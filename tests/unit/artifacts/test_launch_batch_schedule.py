@@ -232,6 +232,7 @@ def _torchrun_curve(command: list[str]) -> tuple[list[float], int]:
         steps=int(_flag(command, "--steps")),
         warmup_steps=int(_flag(command, "--warmup-steps")),
         lr_schedule=_flag(command, "--lr-schedule"),
+        min_lr_ratio=float(_flag(command, "--min-lr-ratio")) if "--min-lr-ratio" in command else 0,
     )
     peak = float(_flag(command, "--lr"))
     return [peak * schedule_factor(args, s) for s in range(args.steps)], args.warmup_steps

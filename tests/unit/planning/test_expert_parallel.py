@@ -114,3 +114,33 @@ def test_expert_parallelism_under_another_recipe_is_left_out_and_said() -> None:
     plan = search_strategy(model, hw, brief)
     assert all(c.expert_parallel == 1 for c in plan.candidates)
     assert any(a.startswith("expert parallelism not searched") for a in plan.assumptions)
+
+
+def test_tensor_parallelism_for_a_mixture_of_experts_is_not_autotp() -> None:
+    """AutoTP splits nn.Linear layers; transformers 5 holds Mixtral's experts as fused tensors.
+
+    The experts would stay whole on every tensor-parallel rank (deepspeed/module_inject/
+    auto_tp.py replaces nn.Linear and embeddings only), so a MoE's tensor split runs on
+    Megatron-DeepSpeed, while a dense Hugging Face model of the same shape keeps AutoTP.
+    """
+    from tools.research.splits import autotp_shards, split_framework
+
+    mixtral = lookup_model("mixtral-8x7b", 4096)
+    dense = lookup_model("mistral-7b", 4096)
+    assert not autotp_shards(mixtral) and autotp_shards(dense)
+    assert split_framework(mixtral, "zero1", tp=2) == "megatron"
+    assert split_framework(dense, "zero1", tp=2) == "deepspeed"
+    brief = brief_from_dict(
+        {
+            "goal": "x",
+            "model": "mixtral-8x7b",
+            "seq_len": 4096,
+            "global_batch_size": 256,
+            "hardware": "4x8xH100-80GB",
+            "framework": "deepspeed",
+            "pins": {"tensor_parallel": 2},
+        }
+    )
+    plan = search_strategy(mixtral, parse_hardware("4x8xH100-80GB"), brief)
+    assert plan.tensor_parallel == 1  # the pin is refused, saying why
+    assert any("AutoTP does not split a mixture of experts" in n for n in plan.not_honoured)

@@ -84,6 +84,24 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+# ---- a stop on SIGTERM, for the script that started the launcher --------------------------------
+# torchrun and DeepSpeed's launcher exit 1 when SIGTERM reaches them, also when every rank saved
+# and exited 0. train.sbatch exports STOP_FILE_ENV; rank 0 writes the file once the final
+# checkpoint is saved, and the script ends the job with exit 0 (tools/artifacts/templates/).
+STOP_FILE_ENV = "TRAINWRIGHT_STOP_FILE"
+
+
+def record_stop(step: int, checkpoint: Path) -> None:
+    """Say, in ``$TRAINWRIGHT_STOP_FILE`` when it is set, that the run saved ``checkpoint`` and stopped."""
+    where = os.environ.get(STOP_FILE_ENV)
+    if not where:
+        return
+    path = Path(where)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"stopped at step {step} on SIGTERM, saved in {checkpoint}\n")
+    os.replace(tmp, path)
+
+
 # ---- memory ------------------------------------------------------------------------------------
 
 

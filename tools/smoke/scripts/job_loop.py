@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from harness import EXIT_NAN, UsageError, write_json_atomic
+from harness import EXIT_NAN, UsageError, record_stop, write_json_atomic
 from job_checkpoints import resume, save_checkpoint
 from job_data import PatternData, ShardData, TokenData, load_data
 from job_lock import JobLock
@@ -277,6 +277,10 @@ def train_loop(
                     f"stopped at step {step} on SIGTERM; rerun the same command to resume",
                     flush=True,
                 )
+                if (
+                    args.checkpoint_dir is not None
+                ):  # the run saved: the launcher's exit 1 is not a failure
+                    record_stop(step, args.checkpoint_dir / f"step{step}")
             return 0
     record.write("ok")
     log.close()

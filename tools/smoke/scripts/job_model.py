@@ -21,6 +21,23 @@ from harness import UsageError
 
 # Config keys that count a mixture-of-experts model's routed experts.
 _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+# transformers' MoE models (Mixtral, Qwen2-MoE, OLMoE, ...) add the router's load-balancing loss
+# (router_aux_loss_coef x aux loss, Switch Transformer's) to the training loss only when the
+# config's output_router_logits is on, and their released configs turn it off (inference).
+_ROUTER_LOSS_SWITCH = "output_router_logits"
+_ROUTER_LOSS_COEF = "router_aux_loss_coef"
+
+
+def training_overrides(config_dict: dict[str, Any]) -> dict[str, Any]:
+    """Config values training needs that a released config may lack: the router's balance loss.
+
+    Without it a mixture of experts trains on the language-model loss alone and its router
+    may send most tokens to a few experts. Empty for a model with no such switch.
+    """
+    coef = config_dict.get(_ROUTER_LOSS_COEF)
+    if _ROUTER_LOSS_SWITCH in config_dict and isinstance(coef, int | float) and coef > 0:
+        return {_ROUTER_LOSS_SWITCH: True}
+    return {}
 
 
 def model_config_dict(args: argparse.Namespace) -> dict[str, Any]:
@@ -41,7 +58,7 @@ def build_model(
     Under an active ``HfDeepSpeedConfig`` with ZeRO-3 (``zero3_context``) transformers builds it
     inside ``deepspeed.zero.Init``: each parameter is partitioned as it is created.
     """
-    cfg = dict(config_dict)
+    cfg = dict(config_dict) | training_overrides(config_dict)
     model_type = cfg.pop("model_type")
     for key in ("architectures", "transformers_version", "torch_dtype", "dtype"):
         cfg.pop(key, None)
@@ -69,7 +86,7 @@ def load_model(
     if args.init == "random":
         with where:
             return build_model(config_dict, args.attn_implementation, dtype)
-    kwargs: dict[str, Any] = {"dtype": dtype}
+    kwargs: dict[str, Any] = {"dtype": dtype, **training_overrides(config_dict)}
     if args.attn_implementation:
         kwargs["attn_implementation"] = args.attn_implementation
     if args.qlora:

@@ -178,9 +178,11 @@ def schedule_factor(args: argparse.Namespace, step: int) -> float:
         return 1.0
     span = max(1, args.steps - args.warmup_steps)
     done = min(1.0, (step - args.warmup_steps) / span)
+    # The decay ends at min_lr_ratio x the peak (DeepSpeed WarmupCosineLR's cos_min_ratio).
+    floor = args.min_lr_ratio
     if args.lr_schedule == "linear":
-        return max(0.0, 1.0 - done)
-    return 0.5 * (1.0 + math.cos(math.pi * done))
+        return floor + (1.0 - floor) * max(0.0, 1.0 - done)
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * done))
 
 
 def _amp_dtype(args: argparse.Namespace, on_cuda: bool) -> torch.dtype | None:

@@ -240,6 +240,12 @@ def _ddp_arguments(parser: argparse.ArgumentParser) -> None:
     )
     ddp.add_argument("--lr-schedule", choices=SCHEDULES, default="constant", help="after warm-up")
     ddp.add_argument("--warmup-steps", type=int, default=0, help="linear warm-up steps")
+    ddp.add_argument(
+        "--min-lr-ratio",
+        type=float,
+        default=0.0,
+        help="where the linear or cosine decay ends, as a fraction of --lr (Llama 2: 0.1)",
+    )
     half = ddp.add_mutually_exclusive_group()
     half.add_argument(
         "--bf16", action="store_true", help="bf16 compute on CUDA (fp16 where unsupported)"
@@ -267,6 +273,8 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
             return f"--{name.replace('_', '-')} must be at least 1"
     if args.save_every < 0 or args.lora_rank < 0 or args.warmup_steps < 0:
         return "--save-every, --lora-rank and --warmup-steps cannot be negative"
+    if not 0.0 <= args.min_lr_ratio < 1.0:
+        return "--min-lr-ratio must be at least 0 and below 1"
     if args.save_every and args.checkpoint_dir is None:
         return "--save-every needs --checkpoint-dir"
     if args.data is not None and args.tokenizer is None and not args.model_path:
