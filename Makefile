@@ -36,9 +36,13 @@ $(TF_STAMP): requirements-tf.lock
 run: $(STAMP)
 	$(PY) app.py plan --brief examples/briefs/local-smoke.yaml --out out/local-smoke --json out/local-smoke/plan.json
 
-# Every tier (tests/unit, graph, e2e, smoke), slow-marked real runs included.
+# Every tier (tests/unit, graph, e2e, smoke), slow-marked real runs included. The unit, graph and
+# e2e tiers run in two pytest-xdist workers: most of their tests keep one core busy (the graph
+# in process, or one CLI process), so two of them fill a 2-core machine. The smoke tier runs in
+# one: each real run already starts two ranks, one per core.
 test: $(STAMP) $(TF_STAMP) browser slurm
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -n 2 --durations=25 tests/unit tests/graph tests/e2e
+	$(PY) -m pytest -q --durations=25 tests/smoke
 
 # The fast tiers: tests/unit (pure, no process, each test under 2 s of CPU, enforced) and
 # tests/graph (the graph in process), without the slow-marked tests. Needs only .venv.
