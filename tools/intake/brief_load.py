@@ -56,7 +56,11 @@ def _number(value: int | float) -> str:
 
 def shown_field(field: str) -> str:
     """A field path for an error line; an unknown key a brief invented is cut and escaped."""
-    return field if field.isprintable() and len(field) <= 80 else shown(field, 60)
+    if field.isprintable() and len(field) <= 80:
+        return field
+    # Escaped without quotes, so the path still starts where it is (brief.team.\x1f).
+    text = field.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= 80 else f"{text[:60]}..."
 
 
 def brief_from_dict(data: Any) -> TrainingBrief:

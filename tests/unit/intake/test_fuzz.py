@@ -286,7 +286,9 @@ def test_planner_and_emitter(inputs: tuple[str, str, TrainingBrief]) -> None:
     RUN["planner fits"] += 1
     brief = inputs[2]
     config = emit_deepspeed_config(plan, model, hw, brief)
-    world = data_parallel_size(hw, plan.tensor_parallel, plan.pipeline_parallel)
+    world = data_parallel_size(
+        hw, plan.tensor_parallel, plan.pipeline_parallel, plan.context_parallel
+    )
     assert config["train_batch_size"] == brief.global_batch_size
     assert (
         config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"] * world
@@ -308,7 +310,9 @@ def test_emitted_config_accepted_by_deepspeed(inputs: tuple[str, str, TrainingBr
     assume(_chosen_fits(plan))
     RUN["deepspeed validated"] += 1
     config = emit_deepspeed_config(plan, model, hw, inputs[2])
-    world = data_parallel_size(hw, plan.tensor_parallel, plan.pipeline_parallel)
+    world = data_parallel_size(
+        hw, plan.tensor_parallel, plan.pipeline_parallel, plan.context_parallel
+    )
     validate_deepspeed_config(config, world)
 
 
