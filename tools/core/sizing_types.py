@@ -95,7 +95,8 @@ class SizingPlan(BaseModel):
     pareto: list[SizingRow] = Field(default_factory=list)
     binding: SizingBinding | None = None
     answers: list[SizingAnswer] = Field(default_factory=list)
-    # The widest row's throughput error band as a share, and where the bands come from.
+    # The pick's throughput error band as a share (0.0: no pick, or uncalibrated; each row
+    # carries its own), and where the bands come from.
     speed_error: float = 0.0
     speed_error_source: str = ""
     notes: list[str] = Field(default_factory=list)

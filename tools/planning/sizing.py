@@ -138,14 +138,15 @@ def size_training(
         one_node=limits.one_node,
         rows=rows,
         answers=answers,
-        speed_error=max((r.speed_error for r in rows if r.speed_error is not None), default=0.0),
         speed_error_source=SPEED_ERROR_SOURCE,
         notes=notes,
     )
     plan = finish_sizing(plan)
     if plan.binding is not None and plan.binding.constraint in ("one_node", "max_gpus"):
         plan = _beyond_cap(model, brief, limits, types, plan, options)
-    return plan
+    # The pick's band (each row has its own; 0.0 without a pick or where it is uncalibrated).
+    pick_error = plan.pick.speed_error if plan.pick is not None else None
+    return plan.model_copy(update={"speed_error": pick_error or 0.0})
 
 
 def _beyond_cap(

@@ -137,3 +137,4 @@ def test_each_row_carries_the_band_of_its_gpu_family(a100: tuple[Any, SizingPlan
     assert "a100/*" in kinds
     a100 = lookup("tokens_per_s", find_gpu("A100-40GB"), None)
     assert f"(+-{a100.band:.0%}, a100/*)" in done.stdout
+    assert plan.pick is not None and plan.speed_error == plan.pick.speed_error == a100.band
