@@ -1,5 +1,6 @@
 """A report never contradicts its plan (issue 28, item 6): every sentence that names the
-framework, the recompute policy or the launcher says what the plan's fields say.
+framework, the recompute policy or the launcher says what the plan's fields say; the speed and
+peak memory error bands (issue 30, item 6) are in the plan JSON and the report.
 
 Plans are built in process from the planner functions the agents call (search, framework
 choice, DeepSpeed config, launch files, review checks) over a table of briefs: data parallel,
@@ -20,7 +21,7 @@ import pytest
 
 from tools.artifacts.deepspeed_config import emit_deepspeed_config, planned_total_steps
 from tools.artifacts.launch import emit_launch
-from tools.artifacts.report import render_markdown
+from tools.artifacts.report import md_text, render_markdown
 from tools.core.schemas import Review, SmokeResult, TrainingPlan
 from tools.intake.brief import brief_from_dict
 from tools.planning import SearchOptions, search_strategy
@@ -192,6 +193,22 @@ def _launcher_sentences(plan: TrainingPlan, report: str) -> list[str]:
     return wrong
 
 
+def _band_sentences(plan: TrainingPlan, report: str) -> list[str]:
+    """The plan's speed and peak memory bands (issue 30 item 6) are in its JSON and report."""
+    dumped = plan.model_dump(mode="json")
+    bands = {b["quantity"]: b for b in (dumped["memory"] or {}).get("error_bands", [])}
+    wrong = []
+    if set(bands) != {"tokens_per_s", "peak_memory"}:
+        wrong.append(f"plan JSON memory.error_bands holds {sorted(bands)}")
+    speed_band = (dumped["speed"] or {}).get("error_band")
+    if speed_band != bands.get("tokens_per_s"):
+        wrong.append(f"plan JSON speed.error_band is {speed_band}")
+    for band in bands.values():
+        if md_text(band["text"]) not in report:
+            wrong.append(f"the report lacks the band {band['text']!r}")
+    return wrong
+
+
 @pytest.mark.parametrize("name", sorted(BRIEFS))
 def test_report_sentences_follow_the_plan(name: str, tmp_path: Path) -> None:
     plan = _plan(BRIEFS[name], tmp_path / name)
@@ -200,6 +217,7 @@ def test_report_sentences_follow_the_plan(name: str, tmp_path: Path) -> None:
         *_framework_sentences(plan, report),
         *_recompute_sentences(plan, report),
         *_launcher_sentences(plan, report),
+        *_band_sentences(plan, report),
     ]
     assert not wrong, f"{name} ({plan.framework.primary}, {plan.memory.chosen_label}): {wrong}"  # type: ignore[union-attr]
 

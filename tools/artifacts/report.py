@@ -258,6 +258,8 @@ def _memory_section(plan: TrainingPlan) -> list[str]:
                 + (f" ({md_text(figures)})" if figures else "")
                 + (f"; {md_text(o.detail)}" if o.detail else "")
             )
+    bands = [b for b in mem.error_bands if b.quantity == "peak_memory"]
+    lines += ["", *[f"Error band: {md_text(b.text)}." for b in bands]] if bands else []
     if mem.assumptions:
         lines += ["", "Assumptions:", ""] + [f"- {md_text(a)}" for a in mem.assumptions]
     return lines
@@ -282,6 +284,8 @@ def _speed_section(plan: TrainingPlan) -> list[str]:
             f"- Images: {sp.images_per_s:,.0f} images/s ({sp.images_per_s / gpus:,.0f} per GPU); "
             f"one image is {sp.seq_len} positions of the tokens/s above"
         )
+    if sp.error_band is not None:
+        lines.append(f"- Error band: {md_text(sp.error_band.text)}")
     return lines + [f"- {md_text(a)}" for a in sp.assumptions]
 
 

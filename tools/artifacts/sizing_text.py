@@ -42,7 +42,9 @@ def usd_text(value: float | None) -> str:
 def row_text(row: SizingRow) -> str:
     """One row in a line: count x GPU (nodes), setup, speed, time, cost, fit."""
     shape = f"{row.nodes} nodes x {row.gpus_per_node}" if row.nodes > 1 else "one node"
-    band = f" (+-{_band(row):.0%})" if row.tokens_per_s_band else ""
+    band = f" (+-{_band(row):.0%}, {row.speed_error_kind})" if row.tokens_per_s_band else ""
+    if row.tokens_per_s and not row.tokens_per_s_band:
+        band = f" ({row.speed_error_kind or 'uncalibrated'})"
     tps = f"{row.tokens_per_s:,.0f} tokens/s{band}" if row.tokens_per_s else "no speed"
     parts = [f"{row.count} x {row.gpu} ({shape}), {row.setup or 'nothing fits'}", tps]
     if row.time_s is not None:

@@ -218,6 +218,7 @@ def estimate_lines(
         )
     lines += [f"  {a}" for a in memory.assumptions if a.startswith(("fit check", "memory priced"))]
     lines += image_lines(memory.speed, hw)
+    lines += [f"  error band: {band.text}" for band in memory.error_bands]
     lines += candidate_lines(memory)
     lines += [f"  not {name}: {why}" for name, why in memory.why_not.items()]
     if memory.smallest_fitting_hardware:

@@ -140,6 +140,23 @@ class SetupCandidate(BaseModel):
         return self.setup.label()
 
 
+class ErrorBand(BaseModel):
+    """How far a prediction of this kind was off on published runs (knowledge/error_bands.yaml).
+
+    ``band``: the quantile of |predicted / measured - 1| on ``n`` published rows the model was
+    not fitted on; None (and n 0) when no published run is of this kind: uncalibrated.
+    ``kind``: the prediction's GPU family/framework; ``matched``: the kind whose rows gave the
+    band (``family/*`` when the framework had none), None when uncalibrated.
+    """
+
+    quantity: str  # tokens_per_s, images_per_s or peak_memory
+    kind: str
+    matched: str | None = None
+    band: float | None = None
+    n: int = 0
+    text: str = ""
+
+
 class SpeedEstimate(BaseModel):
     """Predicted time and throughput of one optimizer step for one strategy.
 
@@ -182,6 +199,9 @@ class SpeedEstimate(BaseModel):
     time_to_train_s: float | None = None
     bottleneck: Bottleneck
     assumptions: list[str] = Field(default_factory=list)
+    # The published comparison's band for tokens/s (images/s for image models), by GPU family
+    # and framework (tools/planning/bands.py); None where no band was looked up.
+    error_band: ErrorBand | None = None
 
 
 class FitOption(BaseModel):
@@ -234,6 +254,9 @@ class MemoryPlan(BaseModel):
     # The speed model's estimate for the chosen setup, as the search computed it (None without
     # a GPU). Carried with the result, not dumped: the plan JSON holds it once, as "speed".
     speed: SpeedEstimate | None = Field(default=None, exclude=True)
+    # The published comparison's band for the chosen setup's speed (tokens/s or images/s) and
+    # peak memory, by GPU family and framework (tools/planning/bands.py).
+    error_bands: list[ErrorBand] = Field(default_factory=list)
 
     @property
     def context_parallel(self) -> int:

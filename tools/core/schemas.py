@@ -42,6 +42,7 @@ from tools.core.brief_types import (
     TrainingBrief,
 )
 from tools.core.estimate_types import (
+    ErrorBand,
     FitOption,
     MemoryBreakdown,
     MemoryPlan,
@@ -57,6 +58,7 @@ from tools.core.strategies import StrategyName
 
 # The contract's names, wherever they are defined: callers import them from here.
 __all__ = [
+    "ErrorBand",
     "Alternative",
     "Amount",
     "Bottleneck",

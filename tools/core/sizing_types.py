@@ -37,6 +37,10 @@ class SizingRow(BaseModel):
     usd_per_billion_tokens: float | None = None
     # The throughput's error band: tokens/s low and high (the speed model's published error).
     tokens_per_s_band: tuple[float, float] | None = None
+    # That band as a share (None: no published runs of the row's kind, uncalibrated), and the
+    # GPU family/framework whose published runs gave it (tools/planning/bands.py).
+    speed_error: float | None = None
+    speed_error_kind: str = ""
     # Set when the setup keeps states in host RAM (ZeRO offload, activation offload): what it needs.
     offload: str | None = None
     meets_deadline: bool | None = None
@@ -91,7 +95,8 @@ class SizingPlan(BaseModel):
     pareto: list[SizingRow] = Field(default_factory=list)
     binding: SizingBinding | None = None
     answers: list[SizingAnswer] = Field(default_factory=list)
-    # The throughput's error band as a share, and where it was measured.
+    # The pick's throughput error band as a share (0.0: no pick, or uncalibrated; each row
+    # carries its own), and where the bands come from.
     speed_error: float = 0.0
     speed_error_source: str = ""
     notes: list[str] = Field(default_factory=list)

@@ -37,6 +37,7 @@ from tools.core.strategies import (
 )
 from tools.core.units import gb_text
 from tools.planning import explain
+from tools.planning.bands import attach_bands, band_framework
 from tools.planning.batch import resolve_batch
 from tools.planning.layouts import build_space, names_for
 from tools.planning.memory import GB, capacity_bytes
@@ -89,8 +90,9 @@ def search_strategy(
     else:
         fastest = run_search(model, hardware, brief, plain)
     if options.replicating is not None and options.strategies is None:
-        return _replicated(fastest, options.replicating, model, hardware, brief, plain)
-    return fastest
+        fastest = _replicated(fastest, options.replicating, model, hardware, brief, plain)
+    recipe = options.recipe or recipe_from_brief(brief)
+    return attach_bands(fastest, hardware, band_framework(brief, recipe))
 
 
 def run_search(

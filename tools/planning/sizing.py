@@ -49,13 +49,13 @@ from tools.research.prices import list_price
 
 # The most GPUs a sizing considers (the range: 1 to 1,024).
 MAX_SIZING_GPUS = 1024
-# The speed model's error on the published runs it was not fitted on: tokens/s per GPU within
-# 10% on 89% of the 165 held-out rows, within 20% on 98% (bench/results/2026-11-30-suite-full.md
-# section 5, ``python bench/calibration/published.py``). Each row's band is +-SPEED_ERROR.
-SPEED_ERROR = 0.10
+# Each row's band is the published comparison's for its GPU family and framework
+# (tools/planning/bands.py, knowledge/error_bands.yaml); said so in the plan.
 SPEED_ERROR_SOURCE = (
-    "the speed model's tokens/s per GPU is within 10% on 89% of 165 held-out published runs "
-    "and within 20% on 98% (bench/results/2026-11-30-suite-full.md, section 5)"
+    "each row's tokens/s band is the published comparison's for its GPU family and framework "
+    "(knowledge/error_bands.yaml, from bench/calibration/bands.py): 80% of the published runs "
+    "of that kind the model was not fitted on were within it; a row with no such runs says "
+    "uncalibrated"
 )
 # Counts past a GPU type's cheapest row before it stops (a dip later is rare: per-GPU speed
 # falls as the count grows, so the cost per token rises).
@@ -138,14 +138,15 @@ def size_training(
         one_node=limits.one_node,
         rows=rows,
         answers=answers,
-        speed_error=SPEED_ERROR,
         speed_error_source=SPEED_ERROR_SOURCE,
         notes=notes,
     )
     plan = finish_sizing(plan)
     if plan.binding is not None and plan.binding.constraint in ("one_node", "max_gpus"):
         plan = _beyond_cap(model, brief, limits, types, plan, options)
-    return plan
+    # The pick's band (each row has its own; 0.0 without a pick or where it is uncalibrated).
+    pick_error = plan.pick.speed_error if plan.pick is not None else None
+    return plan.model_copy(update={"speed_error": pick_error or 0.0})
 
 
 def _beyond_cap(
@@ -398,15 +399,17 @@ def _from_plan(row: SizingRow, memory: MemoryPlan, hardware: HardwareSpec) -> Si
         why = memory.binding or "no setup fits"
         return row.model_copy(update={"memory_share": share, "note": why})
     tps = memory.speed.tokens_per_s if memory.speed else None
+    band = memory.speed.error_band if memory.speed else None
+    err = band.band if band else None
     return row.model_copy(
         update={
             "setup": memory.chosen_label,
             "fit": fit,
             "memory_share": share,
             "tokens_per_s": tps,
-            "tokens_per_s_band": (tps * (1 - SPEED_ERROR), tps * (1 + SPEED_ERROR))
-            if tps
-            else None,
+            "tokens_per_s_band": (tps * (1 - err), tps * (1 + err)) if tps and err else None,
+            "speed_error": err,
+            "speed_error_kind": (band.matched or f"{band.kind}: uncalibrated") if band else "",
             "offload": _offload(memory, hardware),
         }
     )
@@ -459,7 +462,6 @@ def sizing_gpu(name: str, memory_gb: float | None = None) -> GPUSpec:
 
 __all__ = [
     "MAX_SIZING_GPUS",
-    "SPEED_ERROR",
     "SizingLimits",
     "counts_for",
     "fit_level",

@@ -113,3 +113,28 @@ def test_bad_flags_are_one_line_and_exit_2(cli_main: Any, flags: list[str], star
 def test_an_unknown_model_is_one_line_naming_the_flag(cli_main: Any) -> None:
     done = cli_main("size", "--model", "no-such-model-xyz")
     assert done.returncode == 2 and done.stderr.startswith(PREFIX + "--model: "), done.stderr
+
+
+def test_each_row_carries_the_band_of_its_gpu_family(a100: tuple[Any, SizingPlan]) -> None:
+    from tools.planning.bands import lookup
+    from tools.research.hardware import find_gpu
+
+    done, plan = a100
+    rows = [r for r in plan.rows if r.tokens_per_s]
+    assert rows
+    kinds = set()
+    for row in rows:
+        band = lookup("tokens_per_s", find_gpu(row.gpu), None)
+        assert row.speed_error == band.band
+        kinds.add(row.speed_error_kind)
+        if band.band is None:  # no published runs of the kind: no band, said so
+            assert row.tokens_per_s_band is None
+            assert row.speed_error_kind == f"{band.kind}: uncalibrated"
+            continue
+        assert row.speed_error_kind == band.matched and row.tokens_per_s_band is not None
+        low, high = row.tokens_per_s_band
+        assert low == row.tokens_per_s * (1 - band.band) and high > row.tokens_per_s
+    assert "a100/*" in kinds
+    a100 = lookup("tokens_per_s", find_gpu("A100-40GB"), None)
+    assert f"(+-{a100.band:.0%}, a100/*)" in done.stdout
+    assert plan.pick is not None and plan.speed_error == plan.pick.speed_error == a100.band
