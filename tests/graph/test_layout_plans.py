@@ -135,8 +135,9 @@ def test_a_32k_qwen_plan_searches_context_parallel_and_launches_ulysses(
         if c["context_parallel"] > 1
     )
     setup = memory["setup"]
-    if setup["context_parallel"] == 1:
-        pytest.skip("the speed model ranks a split without context parallelism first")
+    # At 32k tokens on 16 H100 the speed model ranks Ulysses first (CP4 at the time of writing);
+    # a change that ranks it lower must show here, not skip the launch checks below.
+    assert setup["context_parallel"] > 1, setup
     cp = setup["context_parallel"]
     assert plan["framework"]["primary"] == "megatron" and setup["fits"]
     command = [str(a) for a in plan["launch"]["command"]]
@@ -184,8 +185,9 @@ def test_a_mixtral_plan_can_choose_expert_parallelism_and_launches_it(
     setup = plan["memory"]["setup"]
     searched = [setup, *plan["memory"]["candidates"]]
     assert any(c["expert_parallel"] > 1 for c in searched)
-    if setup["expert_parallel"] == 1:
-        pytest.skip("the speed model ranks a setup without expert parallelism first")
+    # Expert parallelism is the fastest fitting setup here (EP8 at the time of writing); a
+    # change that ranks it lower must show here, not skip the launch checks below.
+    assert setup["expert_parallel"] > 1, setup
     ep = setup["expert_parallel"]
     assert plan["framework"]["primary"] == "megatron" and setup["fits"]
     command = [str(a) for a in plan["launch"]["command"]]
