@@ -266,17 +266,8 @@ def _check_scheduler(scheduler: Any) -> None:
         )
 
 
-def check_deepspeed_rules(config: dict[str, Any], world_size: int) -> None:
-    """Check ``config`` against DeepSpeed 0.19's rules at ``world_size`` data-parallel ranks.
-
-    Args:
-        config: The ds_config.json contents.
-        world_size: Data-parallel ranks the config will run on.
-
-    Raises:
-        ConfigError: a rule of the module docstring fails; the message names it, as
-            ``validate_deepspeed_config`` would.
-    """
+def check_written_form(config: Any, world_size: int) -> None:
+    """What both checks refuse before any rule: not an object, no ranks, an ``"auto"`` value."""
     if not isinstance(config, dict):
         raise ConfigError(f"expected a JSON object, got {type(config).__name__}")
     if world_size < 1:
@@ -288,6 +279,20 @@ def check_deepspeed_rules(config: dict[str, Any], world_size: int) -> None:
             "uses its default. Write a number.",
             key=autos[0],
         )
+
+
+def check_deepspeed_rules(config: dict[str, Any], world_size: int) -> None:
+    """Check ``config`` against DeepSpeed 0.19's rules at ``world_size`` data-parallel ranks.
+
+    Args:
+        config: The ds_config.json contents.
+        world_size: Data-parallel ranks the config will run on.
+
+    Raises:
+        ConfigError: a rule of the module docstring fails; the message names it, as
+            ``validate_deepspeed_config`` would.
+    """
+    check_written_form(config, world_size)
     _check_top_level(config)
     _check_batch(config, world_size)
     if config.get("zero_optimization") is not None:

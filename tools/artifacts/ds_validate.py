@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from tools.artifacts.deepspeed_config import ConfigError
+from tools.artifacts.ds_rules import check_written_form
 from tools.core.imports import import_deepspeed_quietly
-from tools.review.config_keys import auto_paths
 
 
 class _RecordingKeys:
@@ -179,17 +179,7 @@ def validate_deepspeed_config(config: dict[str, Any], world_size: int) -> None:
         ConfigError: DeepSpeed rejects the config, or it has an ``"auto"`` value or a
             top-level key DeepSpeed does not read.
     """
-    if not isinstance(config, dict):
-        raise ConfigError(f"expected a JSON object, got {type(config).__name__}")
-    if world_size < 1:
-        raise ConfigError(f"world size must be at least 1, got {world_size}", key="world_size")
-    autos = auto_paths(config)
-    if autos:
-        raise ConfigError(
-            '"auto" is only resolved by the Hugging Face integration; DeepSpeed drops it and '
-            "uses its default. Write a number.",
-            key=autos[0],
-        )
+    check_written_form(config, world_size)
 
     import_deepspeed_quietly()
     from deepspeed.runtime import config as config_module
