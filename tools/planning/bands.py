@@ -48,17 +48,22 @@ def band_framework(brief: TrainingBrief, recipe: Recipe | None) -> str | None:
 
 
 @cache
+def _bands_file() -> dict[str, Any]:
+    """knowledge/error_bands.yaml, read and parsed once per process."""
+    text = resources.files("knowledge").joinpath(FILE).read_text(encoding="utf-8")
+    return yaml.safe_load(text) or {}
+
+
+@cache
 def load_bands() -> dict[str, dict[str, dict[str, Any]]]:
     """Quantity -> "family/framework" -> {band, n}, from knowledge/error_bands.yaml."""
-    text = resources.files("knowledge").joinpath(FILE).read_text(encoding="utf-8")
-    data = yaml.safe_load(text) or {}
+    data = _bands_file()
     return {q: dict(data.get(q) or {}) for q in QUANTITIES}
 
 
 def quantile() -> float:
     """The quantile of |error| the bands are (the file's ``quantile``)."""
-    text = resources.files("knowledge").joinpath(FILE).read_text(encoding="utf-8")
-    return float((yaml.safe_load(text) or {}).get("quantile", 0.8))
+    return float(_bands_file().get("quantile", 0.8))
 
 
 def lookup(quantity: str, gpu: GPUSpec | None, framework: str | None) -> ErrorBand:
