@@ -127,6 +127,7 @@ def size_training(
         found, answer = _size_type(model, brief, kind, limits, options)
         rows += found
         answers.append(answer)
+    notes += _batch_notes(brief, rows)
     plan = SizingPlan(
         model=model.name,
         task=brief.task,
@@ -377,6 +378,25 @@ def _batched(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief) -> 
         base = brief.global_batch_size
     batch = max(world, -(-base // world) * world)
     return brief.model_copy(update={"global_batch_size": batch})
+
+
+def _batch_notes(brief: TrainingBrief, rows: list[SizingRow]) -> list[str]:
+    """What each row's global batch is, where it is not the one the request gave."""
+    if brief.global_batch_size is None:
+        return [
+            "global batch not given: each row uses the default for the model's size, rounded "
+            "up to a multiple of its GPU count (its global_batch_size)"
+        ]
+    asked = brief.global_batch_size
+    changed = sorted({(r.count, r.global_batch_size) for r in rows if r.global_batch_size != asked})
+    if not changed:
+        return []
+    shown = ", ".join(f"{batch} at {count} GPUs" for count, batch in changed[:4])
+    more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+    return [
+        f"global batch {asked} does not divide over every count: rounded up to a multiple of "
+        f"the GPU count ({shown}{more}); each row's global_batch_size is its batch"
+    ]
 
 
 def fit_level(memory: MemoryPlan, hardware: HardwareSpec) -> tuple[FitLevel, float | None]:

@@ -186,3 +186,17 @@ def test_a_request_price_without_a_gpu_type_is_said_not_applied() -> None:
     asked = size_training(model, brief, SizingLimits(max_gpus=2, asked=("L4",)))
     l4 = next(a for a in asked.answers if a.gpu == "L4")
     assert l4.price_per_gpu_hour == 0.5 and l4.price_source == "the request's price"
+
+
+def test_a_batch_the_count_does_not_divide_is_rounded_up_out_loud() -> None:
+    brief = brief_from_dict({"model": "llama-3.2-1b", "task": "pretrain", "global_batch_size": 100})
+    limits = SizingLimits(max_gpus=16, asked=("H100-80GB",))  # type: ignore[arg-type]
+    plan = size_training(lookup_model("llama-3.2-1b", brief.seq_len), brief, limits)
+    odd = [r for r in plan.rows if 100 % r.count]
+    assert odd and all(r.global_batch_size % r.count == 0 for r in odd)
+    assert all(r.global_batch_size > 100 for r in odd)
+    assert any(
+        n.startswith("global batch 100 does not divide over every count") for n in plan.notes
+    )
+    default = _size("llama-3.2-1b", "pretrain", max_gpus=8)
+    assert any(n.startswith("global batch not given: ") for n in default.notes)
