@@ -24,6 +24,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -156,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     """Print the band table; with ``--write`` store it in knowledge/error_bands.yaml."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"write {OUT.relative_to(ROOT)}")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help=f"exit 1 when {OUT.relative_to(ROOT)} differs from what the model gives now",
+    )
     args = parser.parse_args(argv)
     from tools.core.settings import disable_telemetry
 
@@ -174,10 +181,30 @@ def main(argv: list[str] | None = None) -> int:
     for qty, kinds in table.items():
         for kind, v in kinds.items():
             print(f"{qty:<14} {kind:<24} {v['band']:>6.1%} {v['n']:>5}")
+    if args.check:
+        stale = stale_kinds(table, yaml.safe_load(OUT.read_text(encoding="utf-8")) or {})
+        for line in stale:
+            print(f"stale: {line}")
+        if stale:
+            print(f"{OUT.relative_to(ROOT)} is stale: run {COMMAND}")
+            return 1
+        print(f"{OUT.relative_to(ROOT)} matches the model")
     if args.write:
         OUT.write_text(to_yaml(table))
         print(f"wrote {OUT.relative_to(ROOT)}")
     return 0
+
+
+def stale_kinds(now: dict[str, dict[str, dict[str, Any]]], stored: dict[str, Any]) -> list[str]:
+    """Kinds whose band or row count differs between the model now and the stored file."""
+    out = []
+    for qty in sorted(set(now) | {k for k in stored if k != "quantile"}):
+        a, b = now.get(qty, {}), stored.get(qty) or {}
+        for kind in sorted(set(a) | set(b)):
+            x, y = a.get(kind), b.get(kind)
+            if x is None or y is None or x["n"] != y["n"] or abs(x["band"] - y["band"]) > 0.0015:
+                out.append(f"{qty} {kind}: now {x}, stored {y}")
+    return out
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ rows the model was not fitted on, and the row count, per quantity, GPU family an
 The product never reads the published folder. A prediction's kind is its GPU family
 (tools/planning/kernels.py ``kernel_class``) and framework; the lookup takes that kind's band,
 else the family's band over all frameworks (``family/*``, said so), else none: uncalibrated.
+A band from fewer than ``MIN_ROWS`` runs gives way to the family's when that has more, and
+says that it rests on too few runs when it is all there is.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from tools.planning.recipe import Recipe
 
 QUANTITIES = ("tokens_per_s", "images_per_s", "peak_memory")
 FILE = "error_bands.yaml"
+# A band from fewer published runs than this is a weak quantile: the family's band over all
+# frameworks is preferred when it has this many, and a band that rests on fewer says so.
+MIN_ROWS = 5
 _WHAT = {"tokens_per_s": "tokens/s", "images_per_s": "images/s", "peak_memory": "peak memory"}
 
 
@@ -72,18 +77,29 @@ def lookup(quantity: str, gpu: GPUSpec | None, framework: str | None) -> ErrorBa
     kind = f"{family}/{framework or '*'}"
     table = load_bands().get(quantity, {})
     what = _WHAT.get(quantity, quantity)
-    for key in dict.fromkeys((kind, f"{family}/*")):
-        found = table.get(key)
-        if found and int(found.get("n", 0)) >= 1:
-            band, n = float(found["band"]), int(found["n"])
-            note = "" if key == kind else f": any framework, none for {kind}"
-            text = (
-                f"{what} +-{band:.0%} on {n} published run{'s' if n != 1 else ''} of this kind"
-                f" ({key}{note}; {quantile():.0%} of them within it)"
-            )
-            return ErrorBand(quantity=quantity, kind=kind, matched=key, band=band, n=n, text=text)
+    found = [(key, table[key]) for key in dict.fromkeys((kind, f"{family}/*")) if key in table]
+    found = [(k, v) for k, v in found if int(v.get("n", 0)) >= 1]
+    # The framework's own band when it has enough rows, else the family's over all frameworks
+    # when that has, else the larger of the two, said to rest on too few runs.
+    enough = [(k, v) for k, v in found if int(v["n"]) >= MIN_ROWS]
+    if enough or found:
+        key, entry = enough[0] if enough else max(found, key=lambda kv: int(kv[1]["n"]))
+        band, n = float(entry["band"]), int(entry["n"])
+        note = "" if key == kind else f": any framework, {_why_family(table, kind)}"
+        few = "" if n >= MIN_ROWS else f"; only {n}, too few to rely on (under {MIN_ROWS})"
+        text = (
+            f"{what} +-{band:.0%} on {n} published run{'s' if n != 1 else ''} of this kind"
+            f" ({key}{note}; {quantile():.0%} of them within it{few})"
+        )
+        return ErrorBand(quantity=quantity, kind=kind, matched=key, band=band, n=n, text=text)
     text = f"{what}: no published runs of this kind ({kind}): uncalibrated"
     return ErrorBand(quantity=quantity, kind=kind, text=text)
+
+
+def _why_family(table: dict[str, Any], kind: str) -> str:
+    """Why a kind fell back to its family's band: no rows of its own, or too few."""
+    n = int((table.get(kind) or {}).get("n", 0))
+    return f"none for {kind}" if n == 0 else f"only {n} for {kind}"
 
 
 def attach_bands(plan: MemoryPlan, hardware: HardwareSpec, framework: str | None) -> MemoryPlan:

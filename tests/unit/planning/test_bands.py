@@ -56,3 +56,39 @@ def test_the_bands_file_is_generated_aggregates_only() -> None:
                 sums[(quantity, family)] += entry["n"]
     for (quantity, family), n in sums.items():
         assert data[quantity][f"{family}/*"]["n"] == n  # the family's pool is its frameworks'
+
+
+def _table(monkeypatch: object, table: dict[str, dict[str, object]]) -> None:
+    import tools.planning.bands as bands
+
+    monkeypatch.setattr(bands, "load_bands", lambda: {"tokens_per_s": table})  # type: ignore[attr-defined]
+
+
+def test_a_kind_with_too_few_rows_gives_way_to_its_family(monkeypatch: object) -> None:
+    _table(monkeypatch, {"a100/torchtitan": {"band": 0.02, "n": 3},
+                         "a100/*": {"band": 0.07, "n": 104}})  # fmt: skip
+    band = lookup("tokens_per_s", find_gpu("A100-80GB"), "torchtitan")
+    assert band.matched == "a100/*" and band.band == 0.07 and band.n == 104
+    assert "only 3 for a100/torchtitan" in band.text and "too few" not in band.text
+
+
+def test_a_band_on_too_few_rows_says_so(monkeypatch: object) -> None:
+    _table(monkeypatch, {"b200/torchtitan": {"band": 0.63, "n": 2},
+                         "b200/*": {"band": 0.63, "n": 2}})  # fmt: skip
+    band = lookup("tokens_per_s", find_gpu("B200"), "torchtitan")
+    assert band.matched == "b200/torchtitan" and band.n == 2
+    assert "only 2, too few to rely on" in band.text
+    _table(monkeypatch, {"b200/torchtitan": {"band": 0.1, "n": 6}, "b200/*": {"band": 0.2, "n": 9}})
+    band = lookup("tokens_per_s", find_gpu("B200"), "torchtitan")
+    assert band.matched == "b200/torchtitan" and "too few" not in band.text
+
+
+def test_the_staleness_check_names_changed_bands_counts_and_kinds() -> None:
+    from bench.calibration.bands import stale_kinds
+
+    stored = {"quantile": 0.8, "tokens_per_s": {"a100/*": {"band": 0.07, "n": 10}}}
+    assert stale_kinds({"tokens_per_s": {"a100/*": {"band": 0.071, "n": 10}}}, stored) == []
+    changed = stale_kinds({"tokens_per_s": {"a100/*": {"band": 0.09, "n": 10},
+                                            "h100/*": {"band": 0.1, "n": 3}}}, stored)  # fmt: skip
+    assert [c.split(":")[0] for c in changed] == ["tokens_per_s a100/*", "tokens_per_s h100/*"]
+    assert stale_kinds({"tokens_per_s": {"a100/*": {"band": 0.07, "n": 11}}}, stored)
