@@ -333,6 +333,7 @@ def _estimate(setup: _Priced) -> StrategyEstimate:
             s.model, s.strategy, s.task, s.world, s.tp, s.pp, s.resolved, recipe, s.lora_rank
         ),
         notes,
+        fsdp=recipe.fsdp_like,
     )
     capacity = capacity_bytes(s.hardware)
     fits = capacity is None or total <= capacity

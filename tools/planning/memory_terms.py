@@ -327,10 +327,47 @@ def terms_cpu(
     recipe: Recipe,
     lora_rank: int,
 ) -> dict[str, int]:
-    """Offloaded states per rank in host RAM (DeepSpeed's offload strategies)."""
+    """Offloaded states per rank in host RAM: DeepSpeed's offload strategies, or FSDP's.
+
+    FSDP's CPU offload (FSDP1 ``CPUOffload(offload_params=True)``, FSDP2 ``CPUOffloadPolicy``)
+    keeps each rank's shard of the parameters and of their gradients in host memory in the
+    parameters' stored dtype (fp32 under a mixed-precision policy) and steps the optimizer
+    there on the fp32 shard: no 16-bit copy and no second fp32 gradient copy, unlike
+    DeepSpeed's offload (whose CPU Adam steps an fp32 partition beside the 16-bit one).
+    """
     if strategy not in OFFLOAD_STRATEGIES:
         return {}
+    if recipe.fsdp_like:
+        return _fsdp_host(model, task, world, tp, pp, recipe, lora_rank)
     states, _ = _model_states(
         model, strategy, task, world, tp, pp, resolved, "adamw", recipe.lora_rank or lora_rank, []
     )
     return dict(states.cpu_per_rank)
+
+
+# torch.optim.AdamW's multi-tensor (foreach) step, the default on CPU tensors too, makes one
+# temporary the size of the second moment (``torch._foreach_sqrt(exp_avg_sqs)`` in
+# torch/optim/adamw.py _multi_tensor_adamw) while it steps: fp32, 4 bytes per trained parameter.
+ADAM_STEP_TEMP_BYTES = 4
+
+
+def _fsdp_host(
+    model: ModelSpec, task: Task, world: int, tp: int, pp: int, recipe: Recipe, lora_rank: int
+) -> dict[str, int]:
+    """FSDP CPU offload's host bytes per rank: parameter, gradient and optimizer shards."""
+    shards = world * recipe.context_parallel
+    params_here, _ = model_parallel_params(model, tp, pp)
+    share = params_here / model.params if model.params else 1.0
+    held, trained, _ = _trainable(
+        model, task, params_here, share, tp, recipe.lora_rank or lora_rank, []
+    )
+    store = 4 if (recipe.mixed or recipe.precision == "fp32") else 2
+    frozen = held - trained
+    out = {
+        "params": math.ceil((store * trained + 2 * frozen) / shards),
+        "grads": math.ceil(store * trained / shards),
+        "optimizer_moments": math.ceil(optimizer_bytes(recipe, trained, model.hidden) / shards),
+    }
+    if recipe.optimizer in ("adamw", "adam"):
+        out["optimizer_step_temp"] = math.ceil(ADAM_STEP_TEMP_BYTES * trained / shards)
+    return out

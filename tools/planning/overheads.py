@@ -174,17 +174,28 @@ def breakdown_of(
 
 
 def cpu_bytes_per_node(
-    hardware: HardwareSpec, cpu_per_rank: dict[str, int], notes: list[str]
+    hardware: HardwareSpec, cpu_per_rank: dict[str, int], notes: list[str], *, fsdp: bool = False
 ) -> int:
     """Offloaded states in host RAM per node (0 without offload).
 
-    DeepSpeed's estimate_zero3_model_states_mem_needs / estimate_zero2_model_states_mem_needs
-    CPU figure: the offloaded states of every rank on the node, x1.5.
+    DeepSpeed: its estimate_zero3_model_states_mem_needs / estimate_zero2_model_states_mem_needs
+    CPU figure, the offloaded states of every rank on the node, x1.5. FSDP: the shards
+    themselves (pinned in place, no staging buffers), with the optimizer step's temporary
+    counted as a term of its own.
     """
     if not cpu_per_rank:
         return 0
     ranks_per_node = max(1, hardware.gpus_per_node)
-    cpu_per_node = int(sum(cpu_per_rank.values()) * ranks_per_node * CPU_BUFFER_FACTOR)
+    factor = 1.0 if fsdp else CPU_BUFFER_FACTOR
+    cpu_per_node = int(sum(cpu_per_rank.values()) * ranks_per_node * factor)
+    if fsdp:
+        parts = ", ".join(f"{k.replace('_', ' ')} {v / GB:.2f}" for k, v in cpu_per_rank.items())
+        notes.append(
+            f"CPU per node {cpu_per_node / GB:.1f} GB: FSDP CPU offload keeps each of "
+            f"{ranks_per_node} ranks' shards in host memory (GB per rank: {parts}; parameters "
+            "and gradients in their stored dtype, the optimizer stepping there)"
+        )
+        return cpu_per_node
     notes.append(
         f"CPU per node {cpu_per_node / GB:.1f} GB: offloaded states of {ranks_per_node} ranks "
         "x1.5 (DeepSpeed's additional_buffer_factor for pinned buffers)"
