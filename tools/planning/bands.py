@@ -86,7 +86,7 @@ def lookup(quantity: str, gpu: GPUSpec | None, framework: str | None) -> ErrorBa
         key, entry = enough[0] if enough else max(found, key=lambda kv: int(kv[1]["n"]))
         band, n = float(entry["band"]), int(entry["n"])
         note = "" if key == kind else f": any framework, {_why_family(table, kind)}"
-        few = "" if n >= MIN_ROWS else f"; only {n}, too few to rely on (under {MIN_ROWS})"
+        few = "" if n >= MIN_ROWS else f"; only {n}, fewer than {MIN_ROWS}: too few to rely on"
         text = (
             f"{what} +-{band:.0%} on {n} published run{'s' if n != 1 else ''} of this kind"
             f" ({key}{note}; {quantile():.0%} of them within it{few})"

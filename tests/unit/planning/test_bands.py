@@ -77,7 +77,7 @@ def test_a_band_on_too_few_rows_says_so(monkeypatch: object) -> None:
                          "b200/*": {"band": 0.63, "n": 2}})  # fmt: skip
     band = lookup("tokens_per_s", find_gpu("B200"), "torchtitan")
     assert band.matched == "b200/torchtitan" and band.n == 2
-    assert "only 2, too few to rely on" in band.text
+    assert "only 2, fewer than 5: too few to rely on" in band.text
     _table(monkeypatch, {"b200/torchtitan": {"band": 0.1, "n": 6}, "b200/*": {"band": 0.2, "n": 9}})
     band = lookup("tokens_per_s", find_gpu("B200"), "torchtitan")
     assert band.matched == "b200/torchtitan" and "too few" not in band.text
