@@ -37,6 +37,10 @@ BRIEF_FRAMEWORKS = {
 }
 
 
+# The framework suffix of fp8 linears' speed bands (bench/calibration/bands.py).
+FP8_SUFFIX = "+fp8"
+
+
 def band_framework(brief: TrainingBrief, recipe: Recipe | None) -> str | None:
     """The framework a plan's band is looked up for.
 
@@ -72,7 +76,8 @@ def lookup(quantity: str, gpu: GPUSpec | None, framework: str | None) -> ErrorBa
     kind = f"{family}/{framework or '*'}"
     table = load_bands().get(quantity, {})
     what = _WHAT.get(quantity, quantity)
-    for key in dict.fromkeys((kind, f"{family}/*")):
+    every = f"{family}/*" + (FP8_SUFFIX if kind.endswith(FP8_SUFFIX) else "")
+    for key in dict.fromkeys((kind, every)):
         found = table.get(key)
         if found and int(found.get("n", 0)) >= 1:
             band, n = float(found["band"]), int(found["n"])
@@ -86,10 +91,17 @@ def lookup(quantity: str, gpu: GPUSpec | None, framework: str | None) -> ErrorBa
     return ErrorBand(quantity=quantity, kind=kind, text=text)
 
 
-def attach_bands(plan: MemoryPlan, hardware: HardwareSpec, framework: str | None) -> MemoryPlan:
-    """``plan`` with the bands of its speed (tokens/s or images/s) and peak memory set."""
+def attach_bands(
+    plan: MemoryPlan, hardware: HardwareSpec, framework: str | None, *, fp8: bool = False
+) -> MemoryPlan:
+    """``plan`` with the bands of its speed (tokens/s or images/s) and peak memory set.
+
+    ``fp8``: the speed band is fp8 linears' (``NAME+fp8``, else ``family/*+fp8``); the memory
+    model prices fp8 as bf16, so its band is the framework's.
+    """
     speed_qty = "images_per_s" if plan.images_per_s else "tokens_per_s"
-    speed = lookup(speed_qty, hardware.gpu, framework)
+    speed_fw = f"{framework or '*'}{FP8_SUFFIX}" if fp8 else framework
+    speed = lookup(speed_qty, hardware.gpu, speed_fw)
     plan.error_bands = [speed, lookup("peak_memory", hardware.gpu, framework)]
     if plan.speed is not None:
         plan.speed.error_band = speed
