@@ -64,12 +64,25 @@ def torchtitan_key_errors(toml: dict[str, Any]) -> list[str]:
         if section not in sections:
             wrong.append(f"[{section}] is no JobConfig section")
             continue
-        fields = classes[sections[section]]
-        for key, value in values.items():
-            if key not in fields:
-                wrong.append(f"[{section}] {key} is no {sections[section]} field")
-            elif not toml_value_fits(value, fields[key]):
-                wrong.append(f"[{section}] {key} = {value!r} is not {fields[key]}")
+        wrong += _table_errors(classes, section, sections[section], values)
+    return wrong
+
+
+def _table_errors(
+    classes: dict[str, dict[str, Any]], where: str, name: str, values: dict[str, Any]
+) -> list[str]:
+    """A table's unknown keys and wrongly typed values; a nested table ([a.b.c]) recursively."""
+    fields, wrong = classes[name], []
+    for key, value in values.items():
+        if key not in fields:
+            wrong.append(f"[{where}] {key} is no {name} field")
+        elif isinstance(fields[key], str) and fields[key] in classes:
+            if not isinstance(value, dict):
+                wrong.append(f"[{where}] {key} = {value!r} is not a {fields[key]} table")
+            else:
+                wrong += _table_errors(classes, f"{where}.{key}", fields[key], value)
+        elif not toml_value_fits(value, fields[key]):
+            wrong.append(f"[{where}] {key} = {value!r} is not {fields[key]}")
     return wrong
 
 

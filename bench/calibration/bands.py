@@ -32,6 +32,7 @@ if str(ROOT) not in sys.path:
 
 from bench.calibration import published, published_memory, vision  # noqa: E402
 from tools.core.errors import InputError, one_line  # noqa: E402
+from tools.planning.bands import FP8_SUFFIX  # noqa: E402
 
 OUT = ROOT / "knowledge" / "error_bands.yaml"
 BAND_QUANTILE = 0.8
@@ -78,6 +79,8 @@ def speed_errors(folder: Path) -> dict[Key, list[float]]:
     out: dict[Key, list[float]] = defaultdict(list)
     for case in result["_cases"]:
         fw = framework_of(by_id[case.row_id]["framework"])
+        if case.setup["precision"] == "fp8":
+            fw += FP8_SUFFIX  # fp8 linears get bands of their own (tools/planning/bands.py)
         out[("tokens_per_s", family_of(case.hardware.gpu), fw)].append(abs(case.ratio - 1))
     return out
 
@@ -113,11 +116,14 @@ def image_errors() -> dict[Key, list[float]]:
 
 
 def bands(errors: dict[Key, list[float]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Quantity -> "family/framework" -> {band, n}; plus "family/*" over all frameworks."""
+    """Quantity -> "family/framework" -> {band, n}; plus "family/*" over all frameworks.
+
+    fp8 rows (framework "NAME+fp8") pool into "family/*+fp8", apart from the 16-bit ones.
+    """
     pooled: dict[Key, list[float]] = defaultdict(list)
     for (qty, fam, fw), errs in errors.items():
         pooled[(qty, fam, fw)] += errs
-        pooled[(qty, fam, "*")] += errs
+        pooled[(qty, fam, "*" + FP8_SUFFIX if fw.endswith(FP8_SUFFIX) else "*")] += errs
     out: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for (qty, fam, fw), errs in sorted(pooled.items()):
         out[qty][f"{fam}/{fw}"] = {"band": round(quantile(errs, BAND_QUANTILE), 3), "n": len(errs)}
@@ -144,7 +150,7 @@ def to_yaml(table: dict[str, dict[str, dict[str, Any]]]) -> str:
         f"{BAND_QUANTILE:.0%} quantile of |predicted/measured - 1| (band)",
         "# on published rows the model was not fitted on, and how many rows (n). No row ids,",
         "# no measured values. GPU family: tools/planning/kernels.py kernel_class; framework:",
-        "# tools/planning/recipe.py names ('*': all frameworks on that family).",
+        "# tools/planning/recipe.py names ('*': all frameworks on that family; '+fp8': fp8 linears).",
         f"quantile: {BAND_QUANTILE}",
     ]
     for qty, kinds in table.items():

@@ -6,7 +6,9 @@ and H100), the share of dense peak that large GEMMs reach and the share attentio
 measured tokens/s per GPU on the ``fit`` rows of bench/calibration/published.py. It prints the best values
 and their fit-split error; tools/planning/kernels.py ``KERNEL_FACTS`` holds the values it found
 (rounded to the grid), and bench/calibration/published.py reports the error on the held-out rows, which
-this script never reads.
+this script never reads. The 16-bit fractions are fitted on the 16-bit rows; then, with them
+fixed, the fp8 GEMM share of the FP8 peak (tools/planning/fp8.py ``FP8_GEMM``) on the fp8 rows of
+the fit split, per class with such rows.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.calibration.published import Case, fit_rows, map_row, predict, published_dir  # noqa: E402
-from tools.planning import kernels  # noqa: E402
+from tools.planning import fp8, kernels  # noqa: E402
 
 GEMM_GRID = [round(0.50 + 0.025 * i, 3) for i in range(15)]  # 0.50 .. 0.85
 ATTENTION_GRID = [round(0.15 + 0.05 * j, 2) for j in range(14)]  # 0.15 .. 0.80
 S_HALF_GRID = [0, 256, 512, 1024, 2048]  # tokens: kernels.ATTENTION_S_HALF
+FP8_GRID = [round(0.30 + 0.025 * i, 3) for i in range(23)]  # 0.30 .. 0.85
 BACKWARD_OVER_FORWARD = 0.8
 
 
@@ -102,6 +105,38 @@ def fit_all(cases: list[Case]) -> dict[str, object]:
     }
 
 
+def fit_fp8(cases: list[Case]) -> dict[str, dict[str, float]]:
+    """The fp8 GEMM share with the lowest mean log error on the fp8 cases, per GPU class."""
+    found: dict[str, dict[str, float]] = {}
+    original = dict(fp8.FP8_GEMM)
+    try:
+        for arch in sorted({kernels.kernel_class(c.hardware.gpu) for c in cases if c.hardware.gpu}):
+            mine = [
+                c for c in cases if c.hardware.gpu and kernels.kernel_class(c.hardware.gpu) == arch
+            ]
+            best: tuple[float, float, float, int] | None = None
+            for share in FP8_GRID:
+                fp8.FP8_GEMM[arch] = share
+                kernels.clear_caches()
+                mean, median, n = _log_error(mine)
+                if best is None or mean < best[0]:
+                    best = (mean, median, share, n)
+            assert best is not None
+            found[arch] = {
+                "fp8_gemm": best[2],
+                "mean_abs_log_error": round(best[0], 4),
+                "median_abs_log_error": round(best[1], 4),
+                "rows": best[3],
+            }
+            fp8.FP8_GEMM.clear()
+            fp8.FP8_GEMM.update(original)
+    finally:
+        fp8.FP8_GEMM.clear()
+        fp8.FP8_GEMM.update(original)
+        kernels.clear_caches()
+    return found
+
+
 def main() -> int:
     """Fit on the fit split and print the values per GPU class."""
     from tools.core.settings import disable_telemetry
@@ -111,7 +146,8 @@ def main() -> int:
     if not folder.is_dir():
         print(f"fit_kernels: no published folder at {folder}; skipped")
         return 0
-    cases = [c for c in map(map_row, fit_rows(folder)) if isinstance(c, Case)]
+    mapped = [c for c in map(map_row, fit_rows(folder)) if isinstance(c, Case)]
+    cases = [c for c in mapped if c.setup["precision"] != "fp8"]
     result = fit_all(cases)
     print(
         f"attention half-efficiency key length: {result['attention_s_half']} tokens (in code "
@@ -125,6 +161,12 @@ def main() -> int:
             f"{arch}: gemm {values['gemm']:.3f} (in code {current.gemm}), attention forward "
             f"{values['attention_fwd']:.2f} (in code {current.attention_fwd}); "
             f"{values['rows']} fit rows, median |log error| {values['median_abs_log_error']:.3f}"
+        )
+    for arch, values in fit_fp8([c for c in mapped if c.setup["precision"] == "fp8"]).items():
+        print(
+            f"{arch} fp8: GEMM share of the FP8 peak {values['fp8_gemm']:.3f} (in code "
+            f"{fp8.FP8_GEMM.get(arch)}); {values['rows']} fit rows, median |log error| "
+            f"{values['median_abs_log_error']:.3f}"
         )
     return 0
 

@@ -342,21 +342,32 @@ def recompute_of(row: Row) -> tuple[str, str]:
 
 
 LOW_PRECISION = ("fp8", "float8", "fp4", "mxfp", "nvfp")
+# fp8 linears, as each source names them: llm-foundry's amp_fp8 (Transformer Engine fp8),
+# torchtitan's "Float8 linears" / "float8" tensorwise or rowwise (torchao Float8Linear) and
+# mxfp8 (torchao MX, block-scaled FP8 on Blackwell, which NVIDIA's Blackwell datasheets rate at
+# the FP8 peak: one FP8/FP6 row). FP4 (NVFP4, MXFP4) has no path.
+FP8_WORDS = ("fp8", "float8")
+FP4_WORDS = ("fp4", "nvfp")
 
 
 def precision_of(row: Row) -> str:
-    """bf16 or fp16; FP8/FP4 rows are skipped (knowledge/gpus.yaml has no fp8 peaks)."""
+    """bf16, fp16 or fp8 (fp8 linears over bf16); FP4 rows are skipped."""
     cell = row["precision"].lower()
-    if any(w in cell for w in LOW_PRECISION):
-        raise _Skipped(
-            "low precision (fp8/fp4): knowledge/gpus.yaml has no fp8 peak and the speed model "
-            "no fp8 path"
-        )
+    if any(w in cell for w in FP4_WORDS):
+        raise _Skipped("fp4 (NVFP4/MXFP4): the speed model has an fp8 path only")
+    if any(w in cell for w in FP8_WORDS):
+        return "fp8"
     if "fp16" in cell and "bf16" not in cell:
         return "fp16"
     if "bf16" in cell or "bfloat16" in cell:
         return "bf16"
-    raise _Skipped("precision not mapped (bf16/fp16 only)")
+    raise _Skipped("precision not mapped (bf16/fp16/fp8 only)")
+
+
+def fp8_all_gather(row: Row) -> bool:
+    """Whether the row says FSDP all-gathers its weights in float8 (torchtitan's option)."""
+    text = f"{row['precision']} {row.get('notes', '')}".lower()
+    return "float8 all-gather" in text or "float8_all_gather" in text
 
 
 # torchtitan's JobConfig: parallelism.pipeline_parallel_microbatch_size = 1, so a pipeline's
@@ -413,6 +424,9 @@ def setup_of(row: Row) -> tuple[dict[str, Any], list[str]]:
         "context_parallel": cp,
         "recompute": recompute,
     }
+    if setup["precision"] == "fp8" and fp8_all_gather(row):
+        setup["fp8_all_gather"] = True
+        notes.append("FSDP float8 all-gather (the row says so)")
     return setup, notes
 
 
@@ -630,6 +644,10 @@ def evaluate(
             stats["n_skipped"] = len(ss)
             stats["skip_reasons"] = dict(Counter(s.reason for s in ss).most_common())
             groups[name][source] = stats
+        # The same rows by precision: 16-bit runs and fp8 linears (tools/planning/fp8.py).
+        for label, wanted in (("16-bit", False), ("fp8", True)):
+            cs = [c for c in in_split if (c.setup["precision"] == "fp8") == wanted]
+            groups[name][label] = error_stats(cs) | {"n_skipped": 0, "skip_reasons": {}}
         ranks[name] = ranking(in_split)
         loose[name] = ranking(in_split, loose_grid)
     return {
@@ -693,6 +711,9 @@ def render(result: dict[str, Any], worst: int = 10) -> str:
             )
     lines += ["", "skipped rows by reason (all splits):"]
     top = result["errors"][next(reversed(result["errors"]))]["all"]["skip_reasons"]
+    lines.insert(
+        3, "(16-bit and fp8: the used rows of all sources by precision; skips are under all)"
+    )
     lines += [f"  {n:>4}  {reason}" for reason, n in top.items()] or ["  none"]
     lines += ["", "ranking within grids (same source, model, GPU, count, seq, precision):"]
     lines += _rank_lines(result["ranking"])

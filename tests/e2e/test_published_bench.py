@@ -129,10 +129,20 @@ def test_nodes_of_eight_and_networks() -> None:
     assert any("not named" in n for n in blackwell.notes)
 
 
-def test_low_precision_and_unknown_rows_are_skipped_with_reasons() -> None:
-    for precision in ("amp_fp8 (MP mode DEFAULT)", "BF16 + Float8 linears", "MXFP8", "NVFP4"):
-        skip = pub.map_row(titan_row("D1", precision=precision))
-        assert isinstance(skip, pub.Skip) and skip.reason.startswith("low precision"), precision
+def test_fp8_rows_map_to_the_fp8_path_and_fp4_rows_are_skipped() -> None:
+    for precision in ("amp_fp8 (MP mode DEFAULT)", "BF16 + Float8 linears", "MXFP8",
+                      "float8 rowwise", "mxfp8_cublas"):  # fmt: skip
+        case = mapped(titan_row("D1", precision=precision))
+        assert case.setup["precision"] == "fp8", precision
+        assert "fp8_all_gather" not in case.setup
+    gathered = mapped(titan_row("D5", precision="BF16 + Float8 linears (fsdp float8 all-gather)"))
+    assert gathered.setup["fp8_all_gather"] is True
+    for precision in ("NVFP4 (bf16 tail)", "MXFP4"):
+        skip = pub.map_row(titan_row("D6", precision=precision))
+        assert isinstance(skip, pub.Skip) and skip.reason.startswith("fp4"), precision
+
+
+def test_unknown_rows_are_skipped_with_reasons() -> None:
     no_arch = pub.map_row(titan_row("D2", n_heads="", ffn_hidden=""))
     assert isinstance(no_arch, pub.Skip) and "n_heads" in no_arch.reason
     moe = pub.map_row(mpt_row("D3", model_type="moe"))
@@ -195,7 +205,7 @@ def test_error_figures_from_controlled_predictions() -> None:
         for i, name in enumerate(ratios, 1)
     ]
     est = _fixed_ratio({n: (100 * i, r) for i, (n, r) in enumerate(ratios.items(), 1)})
-    result = pub.evaluate([*rows, mpt_row("F9", precision="amp_fp8")], "all", est)
+    result = pub.evaluate([*rows, mpt_row("F9", precision="NVFP4")], "all", est)
     stats = result["errors"]["all"]["llm-foundry"]
     assert stats["n"] == 4 and stats["n_skipped"] == 1
     assert stats["median_abs_error"] == pytest.approx((0.15 + 0.5) / 2)
@@ -205,6 +215,8 @@ def test_error_figures_from_controlled_predictions() -> None:
     assert stats["worst_over"] == pytest.approx(2.0)
     assert stats["worst_under"] == pytest.approx(0.85)
     assert list(stats["skip_reasons"].values()) == [1]
+    # By precision: the four 16-bit rows, no fp8 row (the NVFP4 one is skipped).
+    assert result["errors"]["all"]["16-bit"]["n"] == 4 and result["errors"]["all"]["fp8"]["n"] == 0
     # Each row lands in its own split, and the splits add up to all.
     n_fit = result["errors"]["fit"]["all"]["n"]
     assert n_fit + result["errors"]["held-out"]["all"]["n"] == 4

@@ -2,7 +2,7 @@
 
 From the plan's own fields (the plan contract JSON): the framework the request named when the
 plan runs on another (``framework.not_honoured``), a pin or framework the search could not
-honour (``memory.not_honoured``), and the request's ``objective`` where it changes what a plan
+honour (``memory.not_honoured``), fp8 linears a launcher cannot apply (``launch.notes``), and the request's ``objective`` where it changes what a plan
 means: RL with rollouts is not planned (the plan is the policy's supervised fine-tune, and the
 tools that do RL are named), continued pretraining starts from the weights, and DPO and
 distillation keep a second model in memory that the memory model does not price.
@@ -25,6 +25,8 @@ RL_WHY = (
     "speed models price"
 )
 _BYTES_16BIT = 2
+# The launch note of a launcher with no fp8 path (tools/artifacts/launch.py): not as asked.
+FP8_NOT_APPLIED = "fp8 linears are not applied"
 
 
 def _setup(plan: dict[str, Any]) -> str:
@@ -80,6 +82,8 @@ def headline_notes(plan: dict[str, Any]) -> list[str]:
     if missed := (plan.get("framework") or {}).get("not_honoured"):
         notes.append(str(missed))
     notes += [_sentence(str(n)) for n in (plan.get("memory") or {}).get("not_honoured") or []]
+    launch = (plan.get("launch") or {}).get("notes") or []
+    notes += [_sentence(str(n)) for n in launch if str(n).startswith(FP8_NOT_APPLIED)]
     if (plan.get("brief") or {}).get("objective") == "rl" and (rl := objective_note(plan)):
         notes.append(rl)
     return notes

@@ -48,6 +48,7 @@ from typing import Any
 from tools.artifacts import cluster, guides, megatron, torchtitan
 from tools.artifacts.cluster import MASTER_PORT
 from tools.artifacts.deepspeed_config import hf_trainer_config, task_recipe
+from tools.artifacts.headline import FP8_NOT_APPLIED
 from tools.artifacts.run_shape import RunShape, shape_run
 from tools.artifacts.scripts import Shell, comment_text, shell_quote
 from tools.core.errors import ToolFailure
@@ -156,6 +157,7 @@ class LaunchInputs:
     strategy: str | None = None  # the memory plan's chosen strategy, when there is one
     memory: MemoryPlan | None = None  # the plan the setup comes from
     run: RunShape | None = None  # steps, batch layout and schedule (tools/artifacts/run_shape.py)
+    fp8: bool = False  # the recipe asks for fp8 linears (tools/planning/fp8.py)
 
 
 @dataclass
@@ -168,6 +170,7 @@ class Launch:
     sbatch: bool = True
     accelerate: bool = False
     preamble: list[str] = field(default_factory=list)  # launch.sh lines before the command
+    fp8: bool = False  # the launch applies the plan's fp8 linears
 
 
 Launcher = Callable[[LaunchInputs], Launch]
@@ -214,8 +217,10 @@ def emit_launch(
         precision=resolve_precision(brief.precision, hardware),
         title=f"# Launch for: {comment_text(brief.goal or model.name)} ({framework.primary})",
         strategy=memory.chosen if memory is not None else None,
+        fp8=brief.recipe is not None and brief.recipe.precision == "fp8",
     )
-    launch = LAUNCHERS[_launcher_for(framework, job)](job)
+    launcher = _launcher_for(framework, job)
+    launch = LAUNCHERS[launcher](job)
     texts: dict[str, str | Path] = {"model_config.json": _json(model.hf_config or {})}
     texts |= launch.files
     job_script = JOB_SCRIPT in launch.files
@@ -248,7 +253,17 @@ def emit_launch(
     files = _write(out_dir, texts)
     _remove_stale(out_dir, files)
     notes = [*run.notes, *([_router_loss_note(model)] if job_script else [])]
+    if job.fp8 and not launch.fp8:
+        notes.insert(0, _FP8_NOT_APPLIED.format(launcher=launcher))
     return LaunchSpec(command=launch.command, files=files, notes=[n for n in notes if n])
+
+
+# A launcher without an fp8 path: said in one line, never an fp8 label on a bf16 run.
+_FP8_NOT_APPLIED = (
+    FP8_NOT_APPLIED + ": the {launcher} launch has no fp8 path here, so it trains "
+    "bf16 mixed precision and runs slower than the fp8 estimate (torchtitan and Megatron "
+    "launches apply fp8)"
+)
 
 
 def _router_loss_note(model: ModelSpec) -> str:
@@ -415,6 +430,7 @@ def _megatron(job: LaunchInputs) -> Launch:
         job.precision,
         context_parallel=cp,
         expert_parallel=ep,
+        fp8=job.fp8,
     )
     command = cluster.torchrun(job.hardware, job.gpus, "node0") + args
     nodes = job.hardware.nodes
@@ -440,14 +456,14 @@ def _megatron(job: LaunchInputs) -> Launch:
         how_to_run += (
             f" The job starts from the weights: run ./{megatron.CONVERT_SCRIPT} HF_MODEL_DIR first."
         )
-    return Launch(command, how_to_run, files, preamble=preamble)
+    return Launch(command, how_to_run, files, preamble=preamble, fp8=job.fp8)
 
 
 def _torchtitan(job: LaunchInputs) -> Launch:
     """The torchtitan trainer under torchrun with the plan's TOML job config; TORCHTITAN.md."""
     assert job.memory is not None  # _launcher_for picks this row only then
     config = torchtitan.job_config(
-        job.brief, job.model, job.hardware, job.memory, job.steps, job.precision
+        job.brief, job.model, job.hardware, job.memory, job.steps, job.precision, fp8=job.fp8
     )
     # As torchtitan's run_train.sh starts it: torchrun ... -m torchtitan.train.
     command = cluster.torchrun(job.hardware, job.gpus, "node0") + [
@@ -470,7 +486,9 @@ def _torchtitan(job: LaunchInputs) -> Launch:
         torchtitan.TORCHTITAN_CONFIG: torchtitan.job_toml(config),
         "TORCHTITAN.md": torchtitan.torchtitan_md(command, job.hardware, job.model, config),
     }
-    return Launch(command, how_to_run, files, preamble=torchtitan.launch_preamble(config))
+    return Launch(
+        command, how_to_run, files, preamble=torchtitan.launch_preamble(config), fp8=job.fp8
+    )
 
 
 # Keyed by launch (train.py's two modes, Megatron, torchtitan) or, for a script the user

@@ -85,16 +85,23 @@ def megatron_args(
     precision: str,
     context_parallel: int = 1,
     expert_parallel: int = 1,
+    fp8: bool = False,
 ) -> list[str]:
     """``pretrain_gpt.py`` and its arguments for the plan: degrees, model, batch, parallelism.
 
     Expert parallelism is DeepSpeed-MoE's ``--moe-expert-parallel-size`` (megatron_model.py).
+
+    ``fp8``: fp8 linears through Transformer Engine, ``FP8_FLAGS`` (Megatron-DeepSpeed's
+    megatron/arguments.py ``_add_transformer_engine_args``: ``--fp8-hybrid`` is E4M3 forward,
+    E5M2 backward, and ``validate_args`` requires ``--transformer-impl transformer_engine``).
 
     Context parallelism is DeepSpeed-Ulysses here (``--ds-sequence-parallel-size``, Megatron-
     DeepSpeed's megatron/arguments.py; its data-parallel size is world / (t x p x c)).
     """
     tp, pp = split
     batch = _batch_and_optimizer_flags(brief, model, config, steps, precision)
+    if fp8:
+        batch += FP8_FLAGS
     iterations = int(batch[batch.index("--train-iters") + 1])
     ulysses = ["--ds-sequence-parallel-size", str(context_parallel)] if context_parallel > 1 else []
     return [
@@ -280,6 +287,16 @@ def _parallelism_flags(
     ]
 
 
+# fp8 linears on Megatron-DeepSpeed: Transformer Engine's layers with its hybrid format.
+FP8_FLAGS = ["--transformer-impl", "transformer_engine", "--fp8-hybrid"]
+FP8_NOTE = (
+    "fp8 linears: `--transformer-impl transformer_engine --fp8-hybrid` runs the transformer "
+    "layers' linears on FP8 tensor cores (E4M3 forward, E5M2 gradients, delayed scaling over "
+    "`--fp8-amax-history-len` steps) with bf16 everywhere else; it needs NVIDIA Transformer "
+    "Engine installed and a GPU of compute capability 8.9 or later (Ada, Hopper, Blackwell)."
+)
+
+
 def megatron_md(
     command: list[str],
     hardware: HardwareSpec,
@@ -316,7 +333,8 @@ def megatron_md(
         megatron_dir=MEGATRON_DIR,
         nodes=hardware.nodes,
         finetune=_finetune_note(command, config, model),
-        architecture=architecture_note(model),
+        architecture=architecture_note(model)
+        + ("\n\n" + FP8_NOTE if "--fp8-hybrid" in command else ""),
         command=shell_join(first_run(command)),
         stage=(config.get("zero_optimization") or {}).get("stage", 0),
         dp=dp,

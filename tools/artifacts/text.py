@@ -216,7 +216,11 @@ def estimate_lines(
             f"  peak allocated {c.peak_allocated_bytes / 1e9:.2f} GB, reserved "
             f"{c.peak_reserved_bytes / 1e9:.2f} GB, device used {c.device_used_bytes / 1e9:.2f} GB"
         )
-    lines += [f"  {a}" for a in memory.assumptions if a.startswith(("fit check", "memory priced"))]
+    lines += [
+        f"  {a}"
+        for a in memory.assumptions
+        if a.startswith(("fit check", "memory priced", "fp8 linears"))
+    ]
     lines += image_lines(memory.speed, hw)
     lines += [f"  error band: {band.text}" for band in memory.error_bands]
     lines += candidate_lines(memory)

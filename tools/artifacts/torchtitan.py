@@ -15,6 +15,15 @@ plan's split of the layers over the stages, uneven ones included), context_paral
 global_batch_size, seq_len, steps, max_norm, enable_cpu_offload, mixed_precision_param. The
 launch is torchtitan's own (run_train.sh): ``torchrun ... -m torchtitan.train --job.config_file``.
 
+fp8 linears (a recipe with precision fp8): ``[model] converters = ["quantize.linear.float8"]``
+(0.2.2's registry name, torchtitan/components/quantization/float8.py) and a
+``[quantize.linear.float8]`` table: tensorwise dynamic scaling (no ``recipe_name``: the converter
+refuses one together with the FSDP float8 all-gather), ``enable_fsdp_float8_all_gather`` and
+``precompute_float8_dynamic_scale_for_fsdp`` when FSDP shards the weights (what the speed model
+priced), ``filter_fqns = ["output"]`` (the output layer stays bf16, as priced); ``[compile]
+enable`` fuses the casts (torchtitan's float8 docs ask for it). The converter only warns and
+trains bf16 on a GPU below compute capability 8.9, so launch.sh checks the GPU first.
+
 Checkpoints (``[checkpoint]``, torchtitan/components/checkpoint.py ``CheckpointManager.load`` at
 that commit): the job saves DCP checkpoints every ``interval`` steps into
 ``{dump_folder}/{folder}`` and, started again, resumes from the newest ``step-N`` there. A
@@ -59,6 +68,9 @@ DUMP_FOLDER = "outputs"
 CHECKPOINT_FOLDER = "checkpoint"
 # Steps between saves: at most this many steps are lost to a crash or a preemption.
 SAVE_INTERVAL = 500
+# fp8 linears: torchao Float8Linear through torchtitan's model converter (module docstring).
+FLOAT8_CONVERTER = "quantize.linear.float8"
+FLOAT8_SECTION = "quantize.linear.float8"
 
 
 def setup_of(memory: MemoryPlan) -> dict[str, Any]:
@@ -108,11 +120,14 @@ def job_config(
     memory: MemoryPlan,
     steps: int,
     precision: str,
+    *,
+    fp8: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """The torchtitan job config for the plan, section -> key -> value.
 
     Only for a model one of torchtitan's flavors builds exactly: any other would train
-    another model (tools/research/titan_flavors.py), so it is refused.
+    another model (tools/research/titan_flavors.py), so it is refused. ``fp8``: fp8 linears
+    (the module docstring); a dotted section name is a nested TOML table.
     """
     flavor = torchtitan_flavor(model)
     if flavor is None:
@@ -180,6 +195,14 @@ def job_config(
             "interval": min(SAVE_INTERVAL, steps),
         },
     }
+    if fp8:
+        config["model"]["converters"] = [FLOAT8_CONVERTER]
+        config[FLOAT8_SECTION] = {
+            "enable_fsdp_float8_all_gather": shard > 1,
+            "precompute_float8_dynamic_scale_for_fsdp": shard > 1,
+            "filter_fqns": ["output"],
+        }
+        config["compile"] = {"enable": True, "components": ["model", "loss"]}
     if brief.loads_weights:
         # The Hugging Face safetensors themselves, model only (the module docstring: how
         # torchtitan reads them); ignored once the job has a checkpoint of its own.
@@ -260,6 +283,7 @@ def launch_preamble(config: dict[str, dict[str, Any]]) -> list[str]:
         "    exit 2",
         "fi",
         *version_check(),
+        *(fp8_check() if FLOAT8_SECTION in config else []),
     ]
     if "initial_load_path" not in config["checkpoint"]:
         return [
@@ -285,6 +309,25 @@ def launch_preamble(config: dict[str, dict[str, Any]]) -> list[str]:
         f'random weights, not {HF_CHECKPOINT}: move it away first" >&2',
         "        exit 2",
         "    fi",
+        "fi",
+    ]
+
+
+def fp8_check() -> list[str]:
+    """launch.sh lines that stop (exit 2) unless the GPU has FP8 tensor cores (sm_89 or later).
+
+    torchtitan's float8 converter only logs a warning below 8.9 and trains bf16.
+    """
+    probe = (
+        "import torch; import sys; "
+        "sys.exit(0 if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9) "
+        "else 1)"
+    )
+    return [
+        f'if ! "${{PYTHON:-python3}}" -c "{probe}"; then',
+        '    echo "fp8 linears need FP8 tensor cores (compute capability 8.9 or later: Ada, '
+        'Hopper, Blackwell); this GPU has none and torchtitan would train bf16" >&2',
+        "    exit 2",
         "fi",
     ]
 
@@ -358,9 +401,29 @@ def torchtitan_md(
         schedule=par["pipeline_parallel_schedule"],
         stages=_stages_note(par),
         mode=config["activation_checkpoint"]["mode"],
+        fp8=_fp8_note(config),
         local_batch=config["training"]["local_batch_size"],
         global_batch=config["training"]["global_batch_size"],
         convert=convert,
+    )
+
+
+def _fp8_note(config: dict[str, Any]) -> str:
+    """TORCHTITAN.md's line on fp8 linears (after the recompute line), or nothing for bf16."""
+    table = config.get(FLOAT8_SECTION)
+    if table is None:
+        return ""
+    gather = (
+        "FSDP all-gathers the weights in fp8 (`enable_fsdp_float8_all_gather`, with "
+        "`precompute_float8_dynamic_scale_for_fsdp`)"
+        if table["enable_fsdp_float8_all_gather"]
+        else "no FSDP sharding, so no float8 all-gather"
+    )
+    return (
+        f'\n- `[model] converters = ["{FLOAT8_CONVERTER}"]` and `[{FLOAT8_SECTION}]`: fp8 linears '
+        "(torchao `Float8Linear`, tensorwise dynamic scaling; install torchao) on every linear "
+        f"but the output layer (`filter_fqns`); {gather}; `[compile] enable` fuses the casts. "
+        "launch.sh stops on a GPU without FP8 tensor cores (torchtitan would train bf16)."
     )
 
 

@@ -5,6 +5,8 @@ Part of the plan contract (tools/core/schemas.py re-exports every name here).
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field, computed_field
 
 from tools.core.brief_types import Bottleneck, ResolvedPrecision
@@ -192,6 +194,12 @@ class SpeedEstimate(BaseModel):
     step_time_s: float | None = None
     tokens_per_s: float | None = None
     mfu: float | None = None
+    # fp8 linears (precision fp8): the linear layers' GEMMs ran at the FP8 peak; ``mfu`` stays
+    # against the 16-bit peak (as torchtitan and llm-foundry report fp8 runs), ``fp8_mfu`` is
+    # the same FLOPs against the FP8 dense peak. None for a 16/32-bit run.
+    gemm_precision: Literal["fp8"] | None = None
+    fp8_peak_tflops: float | None = None
+    fp8_mfu: float | None = None
     # An image model's images per second (cluster), and the host input pipeline's assumed
     # ceiling on it where the host's cores are known (tools/planning/vision.py).
     images_per_s: float | None = None

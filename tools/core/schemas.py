@@ -123,6 +123,8 @@ class GPUSpec(BaseModel):
     bf16_tflops: float | None = None
     fp16_tflops: float | None = None
     fp32_tflops: float | None = None
+    # Dense FP8 tensor-core peak (FP32 accumulate); None: no FP8 tensor cores (or no figure).
+    fp8_tflops: float | None = None
     memory_bandwidth_gbs: float | None = None
     source: str = ""
 

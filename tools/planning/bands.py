@@ -42,6 +42,10 @@ BRIEF_FRAMEWORKS = {
 }
 
 
+# The framework suffix of fp8 linears' speed bands (bench/calibration/bands.py).
+FP8_SUFFIX = "+fp8"
+
+
 def band_framework(brief: TrainingBrief, recipe: Recipe | None) -> str | None:
     """The framework a plan's band is looked up for.
 
@@ -77,7 +81,8 @@ def lookup(quantity: str, gpu: GPUSpec | None, framework: str | None) -> ErrorBa
     kind = f"{family}/{framework or '*'}"
     table = load_bands().get(quantity, {})
     what = _WHAT.get(quantity, quantity)
-    found = [(key, table[key]) for key in dict.fromkeys((kind, f"{family}/*")) if key in table]
+    every = f"{family}/*" + (FP8_SUFFIX if kind.endswith(FP8_SUFFIX) else "")
+    found = [(key, table[key]) for key in dict.fromkeys((kind, every)) if key in table]
     found = [(k, v) for k, v in found if int(v.get("n", 0)) >= 1]
     # The framework's own band when it has enough rows, else the family's over all frameworks
     # when that has, else the larger of the two, said to rest on too few runs.
@@ -102,10 +107,17 @@ def _why_family(table: dict[str, Any], kind: str) -> str:
     return f"none for {kind}" if n == 0 else f"only {n} for {kind}"
 
 
-def attach_bands(plan: MemoryPlan, hardware: HardwareSpec, framework: str | None) -> MemoryPlan:
-    """``plan`` with the bands of its speed (tokens/s or images/s) and peak memory set."""
+def attach_bands(
+    plan: MemoryPlan, hardware: HardwareSpec, framework: str | None, *, fp8: bool = False
+) -> MemoryPlan:
+    """``plan`` with the bands of its speed (tokens/s or images/s) and peak memory set.
+
+    ``fp8``: the speed band is fp8 linears' (``NAME+fp8``, else ``family/*+fp8``); the memory
+    model prices fp8 as bf16, so its band is the framework's.
+    """
     speed_qty = "images_per_s" if plan.images_per_s else "tokens_per_s"
-    speed = lookup(speed_qty, hardware.gpu, framework)
+    speed_fw = f"{framework or '*'}{FP8_SUFFIX}" if fp8 else framework
+    speed = lookup(speed_qty, hardware.gpu, speed_fw)
     plan.error_bands = [speed, lookup("peak_memory", hardware.gpu, framework)]
     if plan.speed is not None:
         plan.speed.error_band = speed

@@ -135,6 +135,9 @@ class StepSetup:
     all_to_all_cp: bool = False
     # Expert parallelism of a mixture of experts (DeepSpeed-MoE; see ``expert_parallel_comm``).
     ep: int = 1
+    # fp8 linears (tools/planning/fp8.py), and FSDP2's float8 all-gather of their weights.
+    fp8: bool = False
+    fp8_all_gather: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -232,6 +235,11 @@ def data_parallel_comm(
     """
     hardware, dp, tp = setup.hardware, setup.dp, setup.tp
     units, why_units = comm_units(base_strategy(setup.strategy), setup.accumulation)
+    if setup.fp8_all_gather and base_strategy(setup.strategy) == "zero3":
+        # torchtitan enable_fsdp_float8_all_gather: the forward and backward gathers move fp8
+        # weights (1 byte), the reduce-scatter stays 16-bit: 2 x 1/2 + 1 of the 3 units.
+        units *= 2.0 / 3.0
+        why_units += "; the two gathers in fp8 (FSDP2 float8 all-gather), so 2Ψ in 16-bit terms"
     # All experts' gradients, not only the active ones; under t x p, this GPU's share.
     params_here = model_parallel_params(setup.model, tp, setup.pp)[0]
     if setup.ep > 1:

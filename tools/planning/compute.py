@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from tools.core.schemas import ModelSpec
 from tools.planning.experts import expert_gemms, expert_shape, permute_bytes
+from tools.planning.fp8 import cast_bytes
 from tools.planning.kernels import Device, attention_s, matmul_s, memory_s
 from tools.planning.parallel import heaviest_stage_layers
 from tools.planning.states import GATED_MLP_FAMILIES
@@ -95,27 +96,57 @@ def _mlp_gemms(model: ModelSpec, tokens: int, tp: int) -> list[tuple[int, int, i
 
 
 def _mlp_s(
-    model: ModelSpec, device: Device, tokens: int, tp: int, bytes_per: int
+    model: ModelSpec, device: Device, tokens: int, tp: int, bytes_per: int, linear: Linears
 ) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's MLP, averaged over the layers.
 
     Dense: its GEMMs. A mixture of experts (tools/planning/experts.py): the router, each
     routed expert over its share of the tokens, the shared experts, and moving the tokens to
-    the experts and back, on the MoE layers; a dense MLP on the others.
+    the experts and back, on the MoE layers; a dense MLP on the others. ``linear``: the
+    device and bytes the linears run at (fp8 linears: tools/planning/fp8.py); the router stays
+    16-bit (its few outputs are below fp8's 16-multiple shapes).
     """
     dense = _mlp_gemms(model, tokens, tp)
-    fwd = sum(matmul_s(device, m, n, k, bytes_per) for m, n, k in dense)
-    bwd = _backward_gemms_s(device, dense, bytes_per)
+    fwd, bwd = linear.gemms_s(dense)
     shape = expert_shape(model)
     if shape is None or not shape.moe_layers:
         return fwd, bwd
     moved = memory_s(device, permute_bytes(shape, model.hidden, tokens) * bytes_per / 2, 4)
     moe_fwd = moe_bwd = moved
-    for (m, n, k), count in expert_gemms(shape, model.hidden, tokens, tp):
-        moe_fwd += count * matmul_s(device, m, n, k, bytes_per)
-        moe_bwd += count * _backward_gemms_s(device, [(m, n, k)], bytes_per)
+    for index, ((m, n, k), count) in enumerate(expert_gemms(shape, model.hidden, tokens, tp)):
+        if index == 0:  # the router
+            moe_fwd += matmul_s(device, m, n, k, bytes_per)
+            moe_bwd += _backward_gemms_s(device, [(m, n, k)], bytes_per)
+            continue
+        f, b = linear.gemms_s([(m, n, k)])
+        moe_fwd += count * f
+        moe_bwd += count * b
     share = shape.moe_layers / model.layers
     return (1 - share) * fwd + share * moe_fwd, (1 - share) * bwd + share * moe_bwd
+
+
+@dataclass(frozen=True)
+class Linears:
+    """The device the transformer layers' linear GEMMs run on, and their casts' cost.
+
+    16-bit: the step's own device. fp8: the FP8 peak at the fp8 GEMM share, 1-byte operands,
+    plus each linear's amax-and-cast passes on the 16-bit device (tools/planning/fp8.py).
+    """
+
+    device: Device
+    bytes_per: int
+    cast_device: Device | None = None
+
+    def gemms_s(self, gemms: list[tuple[int, int, int]]) -> tuple[float, float]:
+        """(forward, backward) seconds of ``gemms``, casts included."""
+        fwd = sum(matmul_s(self.device, m, n, k, self.bytes_per) for m, n, k in gemms)
+        bwd = _backward_gemms_s(self.device, gemms, self.bytes_per)
+        if self.cast_device is not None:
+            for m, n, k in gemms:
+                f, b = cast_bytes(m, n, k)
+                fwd += memory_s(self.cast_device, f, kernels=2)
+                bwd += memory_s(self.cast_device, b, kernels=3)
+        return fwd, bwd
 
 
 def _backward_gemms_s(device: Device, gemms: list[tuple[int, int, int]], bytes_per: int) -> float:
@@ -160,11 +191,14 @@ def micro_batch_compute(
     attention: str,
     sequence_parallel: bool,
     bytes_per: int,
+    fp8: Device | None = None,
 ) -> MicroBatchCompute:
     """Forward, backward and recompute seconds of one micro-batch on the busiest stage's GPU.
 
     A convolutional network's micro-batch is ``micro`` images, timed layer by layer
-    (tools/planning/vision.py); everything else is a transformer.
+    (tools/planning/vision.py); everything else is a transformer. ``fp8``: the device its
+    linear layers run on with fp8 linears (tools/planning/fp8.py ``fp8_device``); the
+    attention core, the elementwise work and the output layer stay 16-bit.
     """
     net = conv_net_of(model)
     if net is not None:
@@ -175,9 +209,11 @@ def micro_batch_compute(
     tokens = micro * seq // cp
     layers = heaviest_stage_layers(model.layers, pp)
     gemms = _attention_gemms(model, tokens, tp)
-    mlp_fwd, mlp_bwd = _mlp_s(model, device, tokens, tp, bytes_per)
-    gemm_fwd = sum(matmul_s(device, m, n, k, bytes_per) for m, n, k in gemms) + mlp_fwd
-    gemm_bwd = _backward_gemms_s(device, gemms, bytes_per) + mlp_bwd
+    linear = Linears(fp8, 1, device) if fp8 is not None else Linears(device, bytes_per)
+    mlp_fwd, mlp_bwd = _mlp_s(model, device, tokens, tp, bytes_per, linear)
+    proj_fwd, proj_bwd = linear.gemms_s(gemms)
+    gemm_fwd = proj_fwd + mlp_fwd
+    gemm_bwd = proj_bwd + mlp_bwd
     attn_args = {
         "batch_heads": micro * max(1, model.heads // tp),
         "q_len": seq // cp,

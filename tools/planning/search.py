@@ -39,6 +39,7 @@ from tools.core.units import gb_text
 from tools.planning import explain
 from tools.planning.bands import attach_bands, band_framework
 from tools.planning.batch import resolve_batch
+from tools.planning.fp8 import fp8_plan_note
 from tools.planning.layouts import build_space, names_for
 from tools.planning.memory import GB, capacity_bytes
 from tools.planning.options import Objective, SearchOptions
@@ -92,7 +93,8 @@ def search_strategy(
     if options.replicating is not None and options.strategies is None:
         fastest = _replicated(fastest, options.replicating, model, hardware, brief, plain)
     recipe = options.recipe or recipe_from_brief(brief)
-    return attach_bands(fastest, hardware, band_framework(brief, recipe))
+    fp8 = recipe is not None and recipe.precision == "fp8"
+    return attach_bands(fastest, hardware, band_framework(brief, recipe), fp8=fp8)
 
 
 def run_search(
@@ -142,12 +144,20 @@ def _search_brief(
     """The search for one brief: its default batch, recipe and pins."""
     brief, batch_note = resolve_batch(brief, model, hardware)
     options = options.but(recipe=options.recipe or recipe_from_brief(brief))
+    fp8_note = None
+    if options.recipe is not None and options.recipe.precision == "fp8":
+        # One line naming the GPU when it has no FP8 tensor cores, never a silent bf16 run.
+        fp8_note = fp8_plan_note(hardware, options.recipe.framework)
     if brief.pins.stated():
-        return pinned_search(model, hardware, brief, batch_note, options)
-    space = build_space(model, hardware, brief, options)
-    if batch_note:
-        space.notes.append(batch_note)
-    return _search(space, options.objective)
+        plan = pinned_search(model, hardware, brief, batch_note, options)
+    else:
+        space = build_space(model, hardware, brief, options)
+        if batch_note:
+            space.notes.append(batch_note)
+        plan = _search(space, options.objective)
+    if fp8_note is not None:
+        plan.assumptions.insert(0, fp8_note)
+    return plan
 
 
 def _replicated(

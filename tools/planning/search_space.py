@@ -70,6 +70,11 @@ class SearchSpace:
     # The framework recipe memory is priced for (tools/planning/recipe.py); None: DeepSpeed's.
     recipe: Recipe | None = None
 
+    @property
+    def fp8(self) -> bool:
+        """Whether the recipe trains with fp8 linears (tools/planning/fp8.py)."""
+        return self.recipe is not None and self.recipe.precision == "fp8"
+
     def dp(self, layout: Setup = DATA_PARALLEL) -> int:
         """Data-parallel ranks of ``layout``: world / (t x p x c)."""
         return max(1, self.hardware.world_size // layout.split)
@@ -149,7 +154,7 @@ class SearchSpace:
             micro_batch_size=est.micro_batch_size,
             gradient_accumulation_steps=self.per_rank(est.setup) // est.micro_batch_size,
             activation_checkpointing=est.activation_checkpointing,
-            precision=self.precision,
+            precision="fp8" if self.fp8 else self.precision,
             seq_len=self.brief.seq_len,
             dataset_tokens=self.brief.dataset_tokens,
             tensor_parallel=tp,
@@ -158,6 +163,10 @@ class SearchSpace:
             virtual_stages=est.virtual_stages,
             context_parallel=cp,
             expert_parallel=est.expert_parallel,
+            # torchtitan's launch file turns FSDP2's float8 all-gather on with fp8 linears.
+            fp8_all_gather=self.fp8
+            and self.recipe is not None
+            and self.recipe.framework == "torchtitan",
         )
         row = est.model_copy(update={"tokens_per_s": speed.tokens_per_s})
         self.speeds[id(row)] = speed

@@ -42,6 +42,7 @@ from tools.planning.comm import (
     tensor_parallel_comm,
 )
 from tools.planning.flops import device_for, flops_notes, training_flops_per_token
+from tools.planning.fp8 import fp8_notes, require_fp8
 from tools.planning.parallel import check_model_parallel
 from tools.planning.states import resolve_precision
 from tools.planning.step_time import bottleneck, step_time, throughput
@@ -114,6 +115,7 @@ def estimate_speed(
     expert_parallel: int = 1,
     sequence_parallel: bool = True,
     attention: str = "sdpa",
+    fp8_all_gather: bool = False,
 ) -> SpeedEstimate:
     """Estimate step time, tokens/s, MFU and the bottleneck of one training setup.
 
@@ -125,7 +127,9 @@ def estimate_speed(
         micro_batch_size: Sequences per GPU per forward pass.
         gradient_accumulation_steps: Micro batches per optimizer step.
         activation_checkpointing: Whether every transformer layer is recomputed in backward.
-        precision: bf16, fp16, fp32 or auto (CPU-only machines run fp32).
+        precision: bf16, fp16, fp32, auto (CPU-only machines run fp32) or fp8: the linear
+            layers' GEMMs on FP8 tensor cores over bf16 mixed precision (tools/planning/fp8.py;
+            a GPU without an FP8 peak is refused).
         dataset_tokens: Tokens to train on; gives ``time_to_train_s`` when set.
         seq_len: Tokens per sequence; defaults to ``model.seq_len``.
         inter_node_gbs: Network GB/s per direction per node, overriding the interconnect table
@@ -139,6 +143,8 @@ def estimate_speed(
         expert_parallel: Expert-parallel degree e of a mixture of experts (within data parallel).
         sequence_parallel: Megatron sequence parallelism with tensor parallelism.
         attention: The attention kernel, sdpa (FlashAttention-style) or eager.
+        fp8_all_gather: With fp8 and ZeRO-3/FSDP, the weights are all-gathered in fp8
+            (torchtitan ``enable_fsdp_float8_all_gather``).
     """
     if recompute is None:
         recompute = "full" if activation_checkpointing else "none"
@@ -153,6 +159,9 @@ def estimate_speed(
     _check_speed_args(
         strategy, micro_batch_size, gradient_accumulation_steps, dataset_tokens, hardware
     )
+    fp8 = precision == "fp8"
+    if fp8:
+        require_fp8(hardware)
     setup = StepSetup(
         model=model,
         hardware=hardware,
@@ -160,7 +169,7 @@ def estimate_speed(
         micro=micro_batch_size,
         accumulation=gradient_accumulation_steps,
         checkpointing=activation_checkpointing,
-        precision=resolve_precision(precision, hardware),
+        precision=resolve_precision("bf16" if fp8 else precision, hardware),
         seq=seq_len or model.seq_len,
         tp=tensor_parallel,
         pp=pipeline_parallel,
@@ -184,6 +193,8 @@ def estimate_speed(
         all_to_all_cp=context_parallel > 1
         and split_framework(model, strategy, tensor_parallel, pipeline_parallel, context_parallel)
         == "megatron",
+        fp8=fp8,
+        fp8_all_gather=fp8 and fp8_all_gather,
     )
     return _estimate(setup, inter_node_gbs, dataset_tokens)
 
@@ -225,6 +236,7 @@ def _estimate(
         )
         efficiency = tokens_here * flops / (compute_s * peak * 1e12)
     tokens_per_s, mfu, time_to_train = throughput(setup, step_s, peak, model_flops, dataset_tokens)
+    fp8_peak = fp8_notes(setup, hardware.gpu) if setup.fp8 else None
     images = image_fields(model, hardware, tokens_per_s, setup.seq)
     setup.notes += images.get("notes", [])
     return SpeedEstimate(
@@ -255,6 +267,9 @@ def _estimate(
         step_time_s=step_s,
         tokens_per_s=tokens_per_s,
         mfu=mfu,
+        gemm_precision="fp8" if setup.fp8 else None,
+        fp8_peak_tflops=fp8_peak,
+        fp8_mfu=mfu * peak / fp8_peak if mfu is not None and peak and fp8_peak else None,
         images_per_s=images.get("images_per_s"),
         input_images_per_s=images.get("input_images_per_s"),
         time_to_train_s=time_to_train,

@@ -15,6 +15,7 @@ from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy
 from tools.planning.comm import CONTENTION, StepSetup, comm_units
 from tools.planning.compute import MicroBatchCompute, micro_batch_compute, optimizer_step_s
 from tools.planning.flops import training_flops_per_token
+from tools.planning.fp8 import fp8_device
 from tools.planning.kernels import Device
 from tools.planning.parallel import model_parallel_params
 
@@ -66,6 +67,7 @@ def step_time(
         attention=setup.attention,
         sequence_parallel=setup.sequence_parallel,
         bytes_per=setup.grad_bytes,
+        fp8=linear_device(setup, device),
     )
     mb = gemm_rate_floor(setup, device, mb)
     per_micro_cp = cp_s / m
@@ -119,14 +121,17 @@ def gemm_rate_floor(setup: StepSetup, device: Device, mb: MicroBatchCompute) -> 
         setup.model, setup.seq, activation_checkpointing=setup.checkpointing
     )
     tokens = setup.micro * setup.seq / (setup.tp * setup.pp * setup.cp)
-    floor_s = tokens * flops / (device.peak_flops * device.facts.gemm)
+    fastest = linear_device(setup, device) or device
+    rate = max(fastest.peak_flops * fastest.facts.gemm, device.peak_flops * device.facts.gemm)
+    floor_s = tokens * flops / rate
     computed = mb.total_s
     if computed <= 0 or computed >= floor_s:
         return mb
     scale = floor_s / computed
     setup.notes.append(
-        f"compute raised {scale - 1:.1%} to the large-GEMM rate ({device.facts.gemm:.0%} of "
-        "peak): the kernel shapes counted fewer FLOPs than 6N + 12·L·h·s (8N + 16·L·h·s with "
+        f"compute raised {scale - 1:.1%} to the large-GEMM rate ({rate / 1e12:,.0f} TFLOP/s"
+        + (" with fp8 linears" if setup.fp8 else "")
+        + "): the kernel shapes counted fewer FLOPs than 6N + 12·L·h·s (8N + 16·L·h·s with "
         "full recomputation), and no kernel runs faster than a large GEMM"
     )
     return replace(
@@ -136,6 +141,13 @@ def gemm_rate_floor(setup: StepSetup, device: Device, mb: MicroBatchCompute) -> 
         recompute_s=mb.recompute_s * scale,
         attention_s=mb.attention_s * scale,
     )
+
+
+def linear_device(setup: StepSetup, device: Device) -> Device | None:
+    """The device the linear GEMMs run on with fp8 linears (None: the step's own device)."""
+    if not setup.fp8 or setup.hardware.gpu is None:
+        return None
+    return fp8_device(setup.hardware.gpu, device)[0]
 
 
 def bottleneck(compute_s: float | None, comm_s: float, offload_s: float) -> Bottleneck:
@@ -162,7 +174,8 @@ def throughput(
             setup.notes.append("time to train unknown: no step time")
         return None, None, None
     tokens_per_s = setup.tokens_per_step / step_s
-    # PaLM appendix B: MFU = observed tokens/s x 6N + 12·L·h·s over the cluster's peak.
+    # PaLM appendix B: MFU = observed tokens/s x 6N + 12·L·h·s over the cluster's peak (the
+    # 16-bit peak with fp8 linears too, as torchtitan and llm-foundry report fp8 runs).
     mfu = tokens_per_s * model_flops / (setup.hardware.world_size * peak * 1e12)
     time_to_train = None
     if dataset_tokens is not None:

@@ -187,3 +187,22 @@ def test_deepspeed_splits_the_pipeline_model_as_the_plan_priced(name: str, pp: i
     note = megatron.stages_note(model, pp)
     assert ("do not divide" in note) == (model.layers % pp != 0)
     assert "--decoder-first-pipeline-num-layers" not in MEGATRON_PARSER.read_text()
+
+
+def test_fp8_linears_are_transformer_engine_flags_the_parser_accepts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = lookup_model("llama-3-70b", 4096)
+    brief = TrainingBrief(goal="x", model="llama-3-70b", seq_len=4096, global_batch_size=64)
+    bf16 = megatron.megatron_args(brief, model, (4, 2), _config(1, 2), 100, "bf16")
+    argv = megatron.megatron_args(brief, model, (4, 2), _config(1, 2), 100, "bf16", fp8=True)
+    assert "--fp8-hybrid" not in bf16 and "--transformer-impl" not in bf16
+    assert _flag(argv, "--transformer-impl") == "transformer_engine" and "--fp8-hybrid" in argv
+    parser = megatron_parser()
+    first = [str(a) for a in megatron.first_run(argv)[1:]]
+    monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *first])
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    monkeypatch.setenv("RANK", "0")
+    args = parser.validate_args(parser.parse_args())  # TE is required for fp8: it is there
+    assert args.fp8_hybrid and not args.fp8_e4m3 and args.transformer_impl == "transformer_engine"
+    assert args.bf16  # everything but the linears stays bf16

@@ -28,22 +28,66 @@ from tools.research.titan_flavors import FLAVORS, flavor_refusal, torchtitan_fla
 H100 = GPUSpec(name="H100-80GB", memory_gb=80, bf16_tflops=989)
 
 
-def _plan_files(tmp_path: Path, model: str, task: str, seq: int, memory) -> dict[str, Any]:
+def _plan_files(
+    tmp_path: Path, model: str, task: str, seq: int, memory, precision: str = "bf16"
+) -> dict[str, Any]:
     from tools.artifacts.launch import emit_launch
     from tools.core.schemas import FrameworkChoice
 
     brief = brief_from_dict(
-        {"model": model, "task": task, "seq_len": seq, "global_batch_size": 32, "goal": "x"}
-    )
+        {"model": model, "task": task, "seq_len": seq, "global_batch_size": 32, "goal": "x",
+         "recipe": {"framework": "torchtitan", "precision": precision}}
+    )  # fmt: skip
     hw = HardwareSpec(source="described", nodes=2, gpus_per_node=8, gpu=H100)
     choice = FrameworkChoice(primary="torchtitan", stack=["pytorch", "torchtitan"], rationale="x")
     out = tmp_path / model
-    emit_launch(out, brief, hw, lookup_model(model, seq), choice, None, memory=memory)
+    spec = emit_launch(out, brief, hw, lookup_model(model, seq), choice, None, memory=memory)
     return {
         "toml": tomllib.loads((out / "torchtitan.toml").read_text()),
         "launch": (out / "launch.sh").read_text(),
         "guide": (out / "TORCHTITAN.md").read_text(),
+        "notes": spec.notes,
     }
+
+
+@pytest.mark.parametrize("strategy", ["zero1", "ddp"])
+def test_fp8_linears_are_torchtitan_0_2_2_float8_keys(tmp_path: Path, strategy: str) -> None:
+    memory = model_parallel_plan(strategy, 2, 2, 1, 4)
+    files = _plan_files(tmp_path, "llama-3.1-8b", "pretrain", 8192, memory, precision="fp8")
+    toml = files["toml"]
+    assert not torchtitan_key_errors(toml), torchtitan_key_errors(toml)
+    assert toml["model"]["converters"] == ["quantize.linear.float8"]
+    table = toml["quantize"]["linear"]["float8"]
+    assert table["filter_fqns"] == ["output"]  # the output layer stays bf16, as priced
+    assert "recipe_name" not in table  # torchtitan refuses it with the float8 all-gather
+    sharded = strategy != "ddp"  # FSDP shards the weights: they are gathered in fp8
+    assert table["enable_fsdp_float8_all_gather"] is sharded
+    assert table["precompute_float8_dynamic_scale_for_fsdp"] is sharded
+    assert toml["compile"]["enable"] is True
+    # launch.sh stops on a GPU without FP8 tensor cores, before torchrun.
+    launch = files["launch"]
+    assert "get_device_capability() >= (8, 9)" in launch
+    assert launch.index("get_device_capability") < launch.index("torchrun")
+    assert "quantize.linear.float8" in files["guide"] and "filter_fqns" in files["guide"]
+    assert not any("fp8" in note for note in files["notes"])  # applied, so nothing to say
+
+
+def test_a_bf16_torchtitan_job_has_no_float8_keys(tmp_path: Path) -> None:
+    files = _plan_files(tmp_path, "llama-3.1-8b", "pretrain", 8192,
+                        model_parallel_plan("zero1", 2, 2, 1, 4))  # fmt: skip
+    assert "converters" not in files["toml"]["model"] and "quantize" not in files["toml"]
+    assert "get_device_capability" not in files["launch"]
+    assert "converters" not in files["guide"]
+
+
+def test_the_checker_reads_nested_tables() -> None:
+    bad = {"quantize": {"linear": {"float8": {"enable_fsdp_float8_all_gather": "yes"}}}}
+    assert torchtitan_key_errors(bad) == [
+        "[quantize.linear.float8] enable_fsdp_float8_all_gather = 'yes' is not <class 'bool'>"
+    ]
+    assert torchtitan_key_errors({"quantize": {"linear": {"fp8": {}}}}) == [
+        "[quantize.linear] fp8 is no QuantizedLinear field"
+    ]
 
 
 def _long_context() -> MemoryPlan:

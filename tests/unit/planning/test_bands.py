@@ -8,7 +8,7 @@ from importlib import resources
 
 import yaml
 
-from tools.planning.bands import BRIEF_FRAMEWORKS, QUANTITIES, load_bands, lookup
+from tools.planning.bands import BRIEF_FRAMEWORKS, FP8_SUFFIX, QUANTITIES, load_bands, lookup
 from tools.planning.kernels import KERNEL_FACTS
 from tools.planning.recipe import FRAMEWORKS
 from tools.research.hardware import find_gpu
@@ -48,14 +48,20 @@ def test_the_bands_file_is_generated_aggregates_only() -> None:
     for quantity in QUANTITIES:
         for kind, entry in data[quantity].items():
             family, framework = kind.split("/")  # a kind, never a row id
-            assert family in families and framework in frameworks, kind
+            # fp8 linears' speed runs are kept apart (NAME+fp8, pooled in family/*+fp8).
+            base, fp8 = framework.removesuffix(FP8_SUFFIX), framework.endswith(FP8_SUFFIX)
+            assert family in families and base in frameworks, kind
+            assert not fp8 or quantity == "tokens_per_s", kind
             assert set(entry) == {"band", "n"}, kind
             assert isinstance(entry["n"], int) and entry["n"] >= 1
             assert 0 <= entry["band"] < 10
-            if framework != "*":
-                sums[(quantity, family)] += entry["n"]
+            if base != "*":
+                sums[(quantity, family + (FP8_SUFFIX if fp8 else ""))] += entry["n"]
     for (quantity, family), n in sums.items():
-        assert data[quantity][f"{family}/*"]["n"] == n  # the family's pool is its frameworks'
+        pool = (
+            family.replace(FP8_SUFFIX, "/*" + FP8_SUFFIX) if FP8_SUFFIX in family else family + "/*"
+        )
+        assert data[quantity][pool]["n"] == n  # the family's pool is its frameworks'
 
 
 def _table(monkeypatch: object, table: dict[str, dict[str, object]]) -> None:

@@ -14,7 +14,9 @@ search for the rows a plan shows). For each setup:
   buffers - the part of activations and gradients never live together), and torch's allocated
   <= reserved <= device used = total;
 - a setup the memory model calls fits always has a speed (a step time, tokens/s, MFU), and so
-  does every row and candidate of a searched plan that fits.
+  does every row and candidate of a searched plan that fits;
+- with fp8 linears, on every GPU with an FP8 peak, MFU against the FP8 peak (``fp8_mfu``) is
+  never above the fp8 GEMM share (tools/planning/fp8.py), nor is the executed FLOPs' rate.
 
 One test per GPU type keeps each under the unit tier's 2 s; the setups are a fixed, strided
 walk through the axes (no randomness), about 300 per GPU, 7,600 in all; each GPU's test
@@ -34,6 +36,7 @@ from tools.core.schemas import HardwareSpec, ModelSpec, StrategyEstimate
 from tools.core.strategies import check_strategy
 from tools.planning.estimate import EstimateRequest, estimate
 from tools.planning.experts import expert_shape
+from tools.planning.fp8 import gemm_efficiency
 from tools.planning.kernels import KERNEL_FACTS, kernel_class
 from tools.planning.memory import estimate_strategy
 from tools.planning.recipe import FRAMEWORKS, OPTIMIZERS, Recipe
@@ -43,6 +46,7 @@ from tools.research.hardware import load_gpu_catalog, parse_hardware
 from tools.research.model_catalog import lookup_model
 
 GPUS = sorted(load_gpu_catalog())
+FP8_GPUS = [g for g in GPUS if load_gpu_catalog()[g].fp8_tflops]
 # (catalog id, the longest sequence it takes): dense, mixture of experts, encoder, vision.
 MODELS = (
     ("gpt2", 1024), ("qwen2.5-0.5b", 32768), ("llama-3.2-1b", 32768), ("phi-3-mini", 4096),
@@ -261,3 +265,45 @@ def test_memory_terms_add_up_for_every_recipe(framework: str) -> None:
         counted += 1
         _check_memory(row, f"{name}, {recipe.describe()}, {family} t{tp} p{pp}")
     assert counted >= 250, (framework, counted)
+
+
+# The sweep on the fp8 path (tools/planning/fp8.py): every GPU with an FP8 peak x models x
+# layouts x micro-batch x sequence x recompute, a strided walk (every 7th point per GPU).
+FP8_MODELS = (("gpt2", 1024), ("llama-3.2-1b", 32768), ("llama-3-8b", 8192),
+                ("qwen2.5-32b", 32768), ("mixtral-8x7b", 32768), ("qwen3-30b-a3b", 32768))  # fmt: skip
+FP8_LAYOUTS = (("zero3", 1, 1, 1), ("zero1", 2, 1, 1), ("ddp", 8, 1, 1), ("zero1", 2, 2, 1),
+                 ("zero2", 2, 1, 4), ("zero1", 4, 2, 2), ("zero3_offload_all", 1, 1, 1))  # fmt: skip
+FP8_SWEEP = list(itertools.product(FP8_MODELS, FP8_LAYOUTS, (1, 2, 4), (512, 4096, 32768),
+                               ("none", "selective", "full")))  # fmt: skip
+
+
+@pytest.mark.parametrize("gpu", FP8_GPUS)
+def test_fp8_mfu_never_above_the_fp8_gemm_share_over_the_sweep(gpu: str) -> None:
+    hardware = _hardware(gpu)
+    assert hardware.gpu is not None and hardware.gpu.fp8_tflops
+    share, _ = gemm_efficiency(hardware.gpu)
+    counted = 0
+    for (name, longest), (strategy, tp, pp, cp), micro, seq, recompute in FP8_SWEEP[
+        FP8_GPUS.index(gpu) :: 7
+    ]:
+        seq = min(seq, longest)
+        what = f"{name} on {gpu}, {strategy} t{tp} p{pp} c{cp}, mb {micro}, seq {seq}, {recompute}"
+        try:
+            speed = estimate_speed(
+                _model(name, seq), hardware, strategy, micro_batch_size=micro,  # type: ignore[arg-type]
+                gradient_accumulation_steps=4, precision="fp8", seq_len=seq, tensor_parallel=tp,
+                pipeline_parallel=pp, context_parallel=cp, recompute=recompute,  # type: ignore[arg-type]
+                fp8_all_gather=strategy == "zero3",
+            )  # fmt: skip
+        except InputError as exc:
+            assert exc.field != "precision", what  # only layouts the model cannot take
+            continue
+        counted += 1
+        assert speed.fp8_mfu is not None and speed.mfu is not None, what
+        assert speed.fp8_mfu <= share * (1 + 1e-9), (what, speed.fp8_mfu, share)
+        assert speed.fp8_peak_tflops == hardware.gpu.fp8_tflops
+        # The executed FLOPs' rate while computing is bounded by the fp8 GEMM rate too.
+        assert speed.efficiency is not None and speed.peak_tflops is not None
+        rate = speed.efficiency * speed.peak_tflops
+        assert rate <= share * hardware.gpu.fp8_tflops * (1 + 1e-9), what
+    assert counted >= 25, (gpu, counted)
