@@ -95,7 +95,7 @@ def _mlp_gemms(model: ModelSpec, tokens: int, tp: int) -> list[tuple[int, int, i
 
 
 def _mlp_s(
-    model: ModelSpec, device: Device, tokens: int, tp: int, bytes_per: int
+    model: ModelSpec, device: Device, tokens: int, tp: int, bytes_per: int, ep: int = 1
 ) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's MLP, averaged over the layers.
 
@@ -111,7 +111,7 @@ def _mlp_s(
         return fwd, bwd
     moved = memory_s(device, permute_bytes(shape, model.hidden, tokens) * bytes_per / 2, 4)
     moe_fwd = moe_bwd = moved
-    for (m, n, k), count in expert_gemms(shape, model.hidden, tokens, tp):
+    for (m, n, k), count in expert_gemms(shape, model.hidden, tokens, tp, ep):
         moe_fwd += count * matmul_s(device, m, n, k, bytes_per)
         moe_bwd += count * _backward_gemms_s(device, [(m, n, k)], bytes_per)
     share = shape.moe_layers / model.layers
@@ -160,6 +160,7 @@ def micro_batch_compute(
     attention: str,
     sequence_parallel: bool,
     bytes_per: int,
+    ep: int = 1,
 ) -> MicroBatchCompute:
     """Forward, backward and recompute seconds of one micro-batch on the busiest stage's GPU.
 
@@ -175,7 +176,7 @@ def micro_batch_compute(
     tokens = micro * seq // cp
     layers = heaviest_stage_layers(model.layers, pp)
     gemms = _attention_gemms(model, tokens, tp)
-    mlp_fwd, mlp_bwd = _mlp_s(model, device, tokens, tp, bytes_per)
+    mlp_fwd, mlp_bwd = _mlp_s(model, device, tokens, tp, bytes_per, ep)
     gemm_fwd = sum(matmul_s(device, m, n, k, bytes_per) for m, n, k in gemms) + mlp_fwd
     gemm_bwd = _backward_gemms_s(device, gemms, bytes_per) + mlp_bwd
     attn_args = {

@@ -16,7 +16,7 @@ from tools.planning.comm import CONTENTION, StepSetup, comm_units
 from tools.planning.compute import MicroBatchCompute, micro_batch_compute, optimizer_step_s
 from tools.planning.flops import training_flops_per_token
 from tools.planning.kernels import Device
-from tools.planning.parallel import model_parallel_params
+from tools.planning.parallel import params_per_rank
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ def step_time(
         attention=setup.attention,
         sequence_parallel=setup.sequence_parallel,
         bytes_per=setup.grad_bytes,
+        ep=setup.ep,
     )
     mb = gemm_rate_floor(setup, device, mb)
     per_micro_cp = cp_s / m
@@ -75,7 +76,7 @@ def step_time(
     slot = mb.total_s + (tp_s + pp_s) / m + exposed_cp / m
     bubble_s = slot * (p - 1) / v if p > 1 else 0.0
     base = base_strategy(setup.strategy)
-    params_here: float = model_parallel_params(model, setup.tp, p)[0]
+    params_here: float = params_per_rank(model, setup.tp, p, setup.ep)
     if base != "ddp":
         params_here = params_here / setup.dp
     optimizer_s = (
