@@ -221,6 +221,9 @@ def _family(row: Row) -> str:
 NAME_FAMILIES: tuple[tuple[str, str], ...] = (
     ("gpt-oss", "gpt_oss"),
     ("mixtral", "mixtral"),
+    # FlagPerf's qwen1.5_MoE case trains the script's MoE: 8 SwiGLU experts, top-2 (the
+    # Mixtral block), not the released Qwen1.5-MoE-A2.7B.
+    ("qwen1.5-moe", "mixtral"),
     ("llama", "llama"),
     ("mistral", "llama"),  # Mistral 7B is the Llama block with GQA (Jiang et al. 2023, Table 1)
 )
@@ -348,6 +351,9 @@ GPU_RULES: tuple[tuple[str, str, str], ...] = (
         "DGX-2's V100 SXM3 32GB: the catalog V100 SXM2 32GB (same tensor rate)",
     ),
     ("v100", "V100-16GB", ""),
+    ("a800", "A800-80GB", ""),
+    ("h800", "H800", ""),
+    ("h100-sxm-80gb", "H100-80GB", ""),
     ("l40s", "L40S", ""),
     ("l4", "L4", ""),
     ("a10g", "A10G", ""),
@@ -395,6 +401,11 @@ def strategy_of(row: Row) -> str:
         return "zero3"
     if cell.startswith("DDP") or (not cell and source_of(row) == "Megatron-LM"):
         return "ddp"
+    zero = re.search(r"ZERO[- ]?(?:STAGE )?([123])", cell)
+    if zero:
+        return ("zero1", "zero2", "zero3")[int(zero[1]) - 1]  # type: ignore[return-value]
+    if cell.startswith("MEGATRON DDP"):
+        return "ddp"
     if "DISTRIBUTED OPTIMIZER" in cell:
         return "zero1"  # Megatron's distributed optimizer shards optimizer states over DP
     raise _Skipped("dp_sharding not mapped to a strategy")
@@ -417,8 +428,13 @@ MEMORY_BOUND_MODULES = {"layernorm", "moe_act"}
 def recompute_of(row: Row) -> tuple[str, str]:
     """The recompute policy (none, selective, full) from act_ckpt; empty: the framework's default, with the reason."""
     cell = row["act_ckpt"].lower()
-    if cell in ("none", "full"):
-        return cell, ""
+    if cell.split(" ")[0] in ("none", "full"):
+        return cell.split(" ")[0], ""
+    if "core attention only" in cell:
+        return "none", (
+            "Megatron's --recompute-activations recomputes only the core attention (Korthikanti "
+            "et al. 2022 sec. 5), which FlashAttention's backward recomputes anyway: no GEMMs"
+        )
     modules = re.search(r"recompute_modules\s+([\w ,]+)", cell)
     if modules and set(re.findall(r"\w+", modules[1])) <= MEMORY_BOUND_MODULES:
         return "none", (
@@ -505,6 +521,12 @@ def setup_of(row: Row) -> tuple[dict[str, Any], list[str]]:
         "context_parallel": cp,
         "recompute": recompute,
     }
+    if tp > 1 and "no sequence parallelism" in row.get("notes", ""):
+        # Megatron before 2022 all-reduced tensor-parallel activations and ran norms and
+        # dropout on the whole sequence on every rank (Korthikanti et al. 2022 introduced
+        # sequence parallelism); the speed model's default is Megatron's current one.
+        setup["sequence_parallel"] = False
+        notes.append("sequence parallelism off: the row's notes say the run predates it")
     if ep > 1:
         if dp % ep:
             raise _Skipped("ep does not divide the data-parallel degree")
