@@ -157,9 +157,10 @@ def test_pipeline_stages_hold_their_share_of_the_experts() -> None:
     assert stage_expert_params(model, 2, 1) == -(-experts // 2)
     here = params_per_rank(model, 1, 4, 8)
     assert 0 < here < params_per_rank(model, 1, 4, 1)
-    assert params_per_rank(model, 1, 4, 8) == params_per_rank(model, 1, 4) - experts // 4 + (
-        experts // 4
-    ) // 8
+    assert (
+        params_per_rank(model, 1, 4, 8)
+        == params_per_rank(model, 1, 4) - experts // 4 + (experts // 4) // 8
+    )
 
 
 def test_expert_parallel_runs_fewer_taller_expert_gemms_at_the_same_flops() -> None:

@@ -9,6 +9,7 @@ models with transformers on meta, so it runs once at collection, not inside a te
 from __future__ import annotations
 
 import csv
+import re
 
 import pytest
 
@@ -53,7 +54,10 @@ def test_mixture_of_experts_rows_carry_their_experts_and_expert_parallelism() ->
     for row in moe:
         case = MAPPED[row["row_id"]]
         assert isinstance(case, Case), getattr(case, "reason", "")
-        assert case.model.active_params and case.model.active_params < case.model.params / 5
+        experts, top_k = (int(x) for x in re.findall(r"experts=(\d+) top_k=(\d+)", row["notes"])[0])
+        assert case.model.active_params and case.model.active_params < case.model.params
+        assert case.model.hf_config and case.model.hf_config["num_local_experts"] == experts
+        assert case.model.hf_config["num_experts_per_tok"] == top_k
         assert case.setup.get("expert_parallel", 1) == int(row["ep"])
 
 
