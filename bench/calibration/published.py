@@ -44,6 +44,8 @@ from tools.core.schemas import HardwareSpec, ModelSpec, SpeedEstimate  # noqa: E
 
 ENV_VAR = "TRAINWRIGHT_PUBLISHED"
 DEFAULT_DIR = ROOT.parent / "shared" / "published"
+# The project's own published measurements (other GPUs, MoE), same layout, ids X0001...
+EXTRA_DIR = ROOT / "bench" / "calibration" / "published_extra"
 TSV = "throughput.tsv"
 SPLITS = ("fit", "held-out", "all")
 # The share of rows the fit split takes: one in FIT_MODULUS row ids (by hash, not by order).
@@ -56,6 +58,7 @@ REQUIRED_COLUMNS = (
     "tokens_per_s_total", "tokens_per_s_per_gpu", "samples_per_s",
 )  # fmt: skip
 GPUS_PER_NODE = 8  # HGX/DGX A100, H100, H200, B200 nodes hold 8 GPUs (NVIDIA DGX datasheets)
+DGX2_GPUS = 16  # a DGX-2 holds 16 V100s on NVSwitch (NVIDIA DGX-2 datasheet)
 # Megatron-LM 2021 ran on Selene: 8 x 200 Gb/s HDR InfiniBand per DGX A100 node (Narayanan et
 # al. 2021, arXiv:2104.04473 sec. 5: eight Mellanox 200 Gb/s HDR InfiniBand HCAs per node).
 SELENE_NICS, SELENE_NIC_GBPS = 8, 200.0
@@ -202,7 +205,37 @@ def _family(row: Row) -> str:
         return "llama"
     if source == "Megatron-LM":
         return "gpt2"
-    raise _Skipped("model family not known for this source (only MPT, Llama, GPT are mapped)")
+    name = row["model"].lower()
+    family = next((f for key, f in NAME_FAMILIES if key in name), None)
+    if family is None:
+        raise _Skipped(
+            "model family not known (mapped: MPT, Llama, GPT-2, and by name "
+            + ", ".join(k for k, _ in NAME_FAMILIES)
+            + ")"
+        )
+    return family
+
+
+# Families recognised by the model name, for sources other than the three above; each is
+# built from the row's architecture columns as transformers' config of that model_type.
+NAME_FAMILIES: tuple[tuple[str, str], ...] = (
+    ("gpt-oss", "gpt_oss"),
+    ("mixtral", "mixtral"),
+    # FlagPerf's qwen1.5_MoE case trains the script's MoE: 8 SwiGLU experts, top-2 (the
+    # Mixtral block), not the released Qwen1.5-MoE-A2.7B.
+    ("qwen1.5-moe", "mixtral"),
+    ("llama", "llama"),
+    ("mistral", "llama"),  # Mistral 7B is the Llama block with GQA (Jiang et al. 2023, Table 1)
+)
+EXPERTS = re.compile(r"experts=(\d+)\s+top_k=(\d+)")
+
+
+def experts_of(row: Row) -> tuple[int, int]:
+    """(routed experts, top-k) of a MoE row, from ``experts=E top_k=K`` in its notes."""
+    match = EXPERTS.search(row.get("notes", ""))
+    if match is None:
+        raise _Skipped("mixture of experts without 'experts=E top_k=K' in the notes")
+    return int(match[1]), int(match[2])
 
 
 def model_config(row: Row) -> dict[str, Any]:
@@ -233,6 +266,8 @@ def model_config(row: Row) -> dict[str, Any]:
             "no_bias": True,
             "attn_config": {"alibi": True},
         }
+    if family in ("gpt_oss", "mixtral"):
+        return moe_config(row, family, layers, hidden, heads, vocab)
     if family == "llama":
         from tools.research.architectures import llama_config
 
@@ -252,6 +287,35 @@ def model_config(row: Row) -> dict[str, Any]:
         "n_positions": _int(row["seq_len"], "seq_len"),
         "vocab_size": vocab,
     }
+
+
+def moe_config(
+    row: Row, family: str, layers: int, hidden: int, heads: int, vocab: int
+) -> dict[str, Any]:
+    """Transformers' GptOssConfig / MixtralConfig from the columns and the notes' expert counts.
+
+    GPT-OSS (openai/gpt-oss-120b config.json): head_dim 64, sliding window 128 on alternate
+    layers, expert width = ffn_hidden. Mixtral (mistralai/Mixtral-8x7B-v0.1 config.json):
+    the Mistral block, every MLP a top-k of E experts of width ffn_hidden.
+    """
+    experts, top_k = experts_of(row)
+    kv = _int(row["n_kv_heads"], "n_kv_heads", required=False) or heads
+    ffn = _need(row["ffn_hidden"], "ffn_hidden")
+    config: dict[str, Any] = {
+        "model_type": family,
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "intermediate_size": ffn,
+        "num_local_experts": experts,
+        "num_experts_per_tok": top_k,
+        "vocab_size": vocab,
+        "max_position_embeddings": 131072,
+    }
+    if family == "gpt_oss":
+        config.update({"head_dim": 64, "sliding_window": 128})
+    return config
 
 
 def build_model(row: Row) -> ModelSpec:
@@ -279,6 +343,26 @@ GPU_RULES: tuple[tuple[str, str, str], ...] = (
         "(the folder's README); the catalog H100 is used, no derate invented",
     ),
     ("a100 80gb", "A100-80GB", ""),
+    ("a100 sxm4 40gb", "A100-40GB", ""),
+    ("h100 sxm 80gb", "H100-80GB", ""),
+    (
+        "v100 sxm3 32gb",
+        "V100-32GB",
+        "DGX-2's V100 SXM3 32GB: the catalog V100 SXM2 32GB (same tensor rate)",
+    ),
+    ("v100", "V100-16GB", ""),
+    ("a800", "A800-80GB", ""),
+    ("h800", "H800", ""),
+    ("h100-sxm-80gb", "H100-80GB", ""),
+    ("l40s", "L40S", ""),
+    ("l4", "L4", ""),
+    ("a10g", "A10G", ""),
+    ("t4", "T4", ""),
+    ("rtx 3090", "RTX3090", ""),
+    ("rtx 4090", "RTX4090", ""),
+    ("a6000", "RTX-A6000", ""),
+    ("mi300x", "MI300X", ""),
+    ("mi250", "MI250X", ""),
     ("h200", "H200", ""),
     ("b200", "B200", "power-limited B200: the catalog B200 datasheet figures are used"),
     ("blackwell", "B200", "Blackwell part not named: the catalog B200 is assumed"),
@@ -296,9 +380,10 @@ def build_hardware(row: Row) -> tuple[HardwareSpec, list[str]]:
     n = _need(row["n_gpus"], "n_gpus")
     if n < 1:
         raise _Skipped("n_gpus not stated as a number")
-    if n > GPUS_PER_NODE and n % GPUS_PER_NODE:
-        raise _Skipped("n_gpus is not whole nodes of 8")
-    nodes, per_node = (n // GPUS_PER_NODE, GPUS_PER_NODE) if n >= GPUS_PER_NODE else (1, n)
+    size = DGX2_GPUS if "dgx-2" in cell else GPUS_PER_NODE
+    if n > size and n % size:
+        raise _Skipped(f"n_gpus is not whole nodes of {size}")
+    nodes, per_node = (n // size, size) if n >= size else (1, n)
     hw = parse_hardware(f"{nodes}x{per_node}x{rule[1]}")
     notes = [rule[2]] if rule[2] else []
     if source_of(row) == "Megatron-LM":
@@ -316,6 +401,13 @@ def strategy_of(row: Row) -> str:
         return "zero3"
     if cell.startswith("DDP") or (not cell and source_of(row) == "Megatron-LM"):
         return "ddp"
+    zero = re.search(r"ZERO[- ]?(?:STAGE )?([123])", cell)
+    if zero:
+        return ("zero1", "zero2", "zero3")[int(zero[1]) - 1]  # type: ignore[return-value]
+    if cell.startswith("MEGATRON DDP"):
+        return "ddp"
+    if "DISTRIBUTED OPTIMIZER" in cell:
+        return "zero1"  # Megatron's distributed optimizer shards optimizer states over DP
     raise _Skipped("dp_sharding not mapped to a strategy")
 
 
@@ -329,11 +421,26 @@ DEFAULT_RECOMPUTE = {
 }
 
 
+# Megatron-Core's output-discarding recompute modules that hold no matmul (MoE README).
+MEMORY_BOUND_MODULES = {"layernorm", "moe_act"}
+
+
 def recompute_of(row: Row) -> tuple[str, str]:
     """The recompute policy (none, selective, full) from act_ckpt; empty: the framework's default, with the reason."""
     cell = row["act_ckpt"].lower()
-    if cell in ("none", "full"):
-        return cell, ""
+    if cell.split(" ")[0] in ("none", "full"):
+        return cell.split(" ")[0], ""
+    if "core attention only" in cell:
+        return "none", (
+            "Megatron's --recompute-activations recomputes only the core attention (Korthikanti "
+            "et al. 2022 sec. 5), which FlashAttention's backward recomputes anyway: no GEMMs"
+        )
+    modules = re.search(r"recompute_modules\s+([\w ,]+)", cell)
+    if modules and set(re.findall(r"\w+", modules[1])) <= MEMORY_BOUND_MODULES:
+        return "none", (
+            "Megatron's recompute_modules " + modules[1].strip() + " re-run memory-bound ops "
+            "only (Megatron-Core MoE README, output-discarding checkpointing), no GEMMs"
+        )
     if cell.startswith("selective"):
         return "selective", ""
     if not cell and source_of(row) in DEFAULT_RECOMPUTE:
@@ -383,6 +490,7 @@ def setup_of(row: Row) -> tuple[dict[str, Any], list[str]]:
     pp = _opt(row["pp"], "pp")
     cp = _opt(row["cp"], "cp")
     vpp = _opt(row["vpp"], "vpp")
+    ep = _opt(row.get("ep", ""), "ep")
     if n % (tp * pp * cp):
         raise _Skipped("n_gpus does not divide by tp x pp x cp")
     dp = _int(row["dp"], "dp", required=False) or n // (tp * pp * cp)
@@ -427,6 +535,16 @@ def setup_of(row: Row) -> tuple[dict[str, Any], list[str]]:
     if setup["precision"] == "fp8" and fp8_all_gather(row):
         setup["fp8_all_gather"] = True
         notes.append("FSDP float8 all-gather (the row says so)")
+    if tp > 1 and "no sequence parallelism" in row.get("notes", ""):
+        # Megatron before 2022 all-reduced tensor-parallel activations and ran norms and
+        # dropout on the whole sequence on every rank (Korthikanti et al. 2022 introduced
+        # sequence parallelism); the speed model's default is Megatron's current one.
+        setup["sequence_parallel"] = False
+        notes.append("sequence parallelism off: the row's notes say the run predates it")
+    if ep > 1:
+        if dp % ep:
+            raise _Skipped("ep does not divide the data-parallel degree")
+        setup["expert_parallel"] = ep
     return setup, notes
 
 
@@ -489,7 +607,7 @@ def map_row(row: Row) -> Case | Skip:
     source, split = source_of(row), split_of(row["row_id"])
     try:
         if row.get("model_type", "dense").lower() == "moe":
-            raise _Skipped("mixture of experts: expert parallel routing not in the columns")
+            experts_of(row)  # skipped without the expert counts
         precision_of(row)  # a low-precision row is skipped before any model is built
         setup, notes = setup_of(row)
         measured, how = measured_of(row)
@@ -615,6 +733,12 @@ def ranking(
     }
 
 
+def gpu_family(case: Case) -> str:
+    """The catalog GPU a case ran on (its datasheet name), for errors by GPU family."""
+    gpu = case.hardware.gpu
+    return gpu.name if gpu is not None else "cpu"
+
+
 def evaluate(
     rows: Iterable[Row], split: str = "all", estimator: Estimator | None = None
 ) -> dict[str, Any]:
@@ -633,6 +757,7 @@ def evaluate(
     groups: dict[str, dict[str, Any]] = {}
     ranks: dict[str, Any] = {}
     loose: dict[str, Any] = {}
+    by_gpu: dict[str, dict[str, Any]] = {}
     for name in splits:
         in_split = [c for c in done if name == "all" or c.split == name]
         skip_split = [s for s in skipped if name == "all" or s.split == name]
@@ -648,6 +773,10 @@ def evaluate(
         for label, wanted in (("16-bit", False), ("fp8", True)):
             cs = [c for c in in_split if (c.setup["precision"] == "fp8") == wanted]
             groups[name][label] = error_stats(cs) | {"n_skipped": 0, "skip_reasons": {}}
+        by_gpu[name] = {
+            gpu: error_stats([c for c in in_split if gpu_family(c) == gpu])
+            for gpu in sorted({gpu_family(c) for c in in_split})
+        }
         ranks[name] = ranking(in_split)
         loose[name] = ranking(in_split, loose_grid)
     return {
@@ -660,6 +789,7 @@ def evaluate(
         "rows": len(chosen),
         "measured_from": dict(Counter(c.measured_how for c in done).most_common()),
         "errors": groups,
+        "errors_by_gpu": by_gpu,
         "ranking": ranks,
         "ranking_loose": loose,
         "_cases": done,
@@ -709,6 +839,18 @@ def render(result: dict[str, Any], worst: int = 10) -> str:
                 f"{_p(s.get('within_20pct')):>6} {s.get('off_by_2x', 0):>4} "
                 f"{_r(s.get('worst_over')):>10} {_r(s.get('worst_under')):>11}"
             )
+    lines += [
+        "",
+        f"{'split':<9} {'GPU':<32} {'used':>4} {'med|err|':>8} {'<=20%':>6} "
+        f"{'worst over':>10} {'worst under':>11}",
+    ]
+    for split, by_gpu in result.get("errors_by_gpu", {}).items():
+        for gpu, s in by_gpu.items():
+            lines.append(
+                f"{split:<9} {gpu[:32]:<32} {s['n']:>4} {_p(s.get('median_abs_error')):>8} "
+                f"{_p(s.get('within_20pct')):>6} {_r(s.get('worst_over')):>10} "
+                f"{_r(s.get('worst_under')):>11}"
+            )
     lines += ["", "skipped rows by reason (all splits):"]
     top = result["errors"][next(reversed(result["errors"]))]["all"]["skip_reasons"]
     lines.insert(
@@ -748,15 +890,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="all", help="fit, held-out or all (default)")
     parser.add_argument("--json", type=Path, help="write the aggregates (no per-row values)")
     parser.add_argument("--worst", type=int, default=10, help="worst rows to list by row_id")
+    parser.add_argument(
+        "--folder",
+        type=Path,
+        help=f"the published folder (default ${ENV_VAR} or ../shared/published); "
+        f"the project's own rows: {EXTRA_DIR.relative_to(ROOT)}",
+    )
     args = parser.parse_args(argv)
     from tools.core.settings import disable_telemetry
 
     disable_telemetry()
     try:
         check_split(args.split)
-        folder = published_dir()
+        folder = args.folder or published_dir()
         if not folder.is_dir():
-            print(f"published: no folder at {folder} (set {ENV_VAR}=DIR); skipped")
+            print(f"published: no folder at {folder} (set {ENV_VAR}=DIR or --folder); skipped")
             return 0
         result = evaluate(read_rows(folder), args.split)
     except InputError as exc:

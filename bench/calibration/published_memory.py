@@ -100,6 +100,7 @@ class Case:
         return (self.predicted - self.measured) / self.measured
 
 
+from bench.calibration.memory_linked import linked, linked_inputs  # noqa: E402
 from bench.calibration.published import Skip, _Skipped  # noqa: E402  (after the path set-up above)
 
 
@@ -225,12 +226,27 @@ def _recipe_torchtune(row: Row, kwargs: dict[str, Any]) -> tuple[dict[str, Any],
     return recipe, group
 
 
-def map_row(row: Row) -> Case | Skip:
+def _linked_case(row: Row, folder: Path | None) -> Case | Skip:
+    """A memory row of the project's own folder, priced from its throughput row's setup."""
+    from bench.calibration.published import split_of
+
+    source, split = row["framework"].split(" ")[0], split_of(row["row_id"])
+    try:
+        kwargs, group, measured = linked_inputs(row, folder)
+    except _Skipped as exc:
+        return Skip(row["row_id"], source, split, str(exc))
+    gpu = kwargs["hardware"].gpu
+    return Case(row["row_id"], source, split, group, "used", measured, gpu.memory_gb * 1e9, kwargs)
+
+
+def map_row(row: Row, folder: Path | None = None) -> Case | Skip:
     """A row as estimate_strategy's arguments, or why it cannot be compared."""
     from bench.calibration.published import split_of
     from tools.research.model_catalog import lookup_model
 
     source, split = _source(row), split_of(row["row_id"])
+    if linked(row):
+        return _linked_case(row, folder)
     try:
         name = row["model"].lower()
         model_id = next((m for key, m in MODELS if name.startswith(key)), None)
@@ -315,7 +331,8 @@ def predict(case: Case, *, legacy: bool = False) -> Case:
 
     est = estimate_strategy(model, hw, strategy, recipe=Recipe(**recipe), **kw)
     b = est.per_gpu_bytes
-    case.predicted = float(b.peak_allocated if case.quantity == "allocated" else b.peak_reserved)
+    quantity = {"allocated": b.peak_allocated, "used": b.device_used}
+    case.predicted = float(quantity.get(case.quantity, b.peak_reserved))
     case.device_used = float(b.device_used)
     case.notes = est.notes
     return case
@@ -396,7 +413,7 @@ def evaluate(folder: Path | None = None, *, legacy: bool = False) -> dict[str, A
     """Every row mapped and predicted; aggregates per split, source and recipe."""
     from tools.core.errors import InputError
 
-    mapped = [map_row(r) for r in read_rows(folder)]
+    mapped = [map_row(r, folder) for r in read_rows(folder)]
     cases: list[Case] = []
     skips = [s for s in mapped if isinstance(s, Skip)]
     for case in mapped:
@@ -521,6 +538,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--row", help="print one row's terms and the model's notes")
     parser.add_argument(
+        "--folder", type=Path, help="the published folder (default: published.py's)"
+    )
+    parser.add_argument(
         "--baseline", type=Path, help="a checkout of the planner before recipes, to compare"
     )
     args = parser.parse_args(argv)
@@ -537,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.row:
             return _explain_row(args.row)
-        result = evaluate(legacy=bool(args.baseline))
+        result = evaluate(args.folder, legacy=bool(args.baseline))
     except InputError as exc:
         print(f"published memory: {exc}", file=sys.stderr)
         return 0 if "no memory.tsv" in str(exc) else 2

@@ -65,6 +65,6 @@ def expert_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
         f"expert parallel {ep}: {passes} all-to-alls of the tokens' top-{top_k} hidden states "
         f"per MoE layer and micro-batch send {ep_bytes / 1e9:.2f} GB per GPU per step "
         f"{'inside the node' if inside else 'across nodes'} ({ep_s:.3f} s), not overlapped; "
-        "expert compute taken as without expert parallelism (the same FLOPs per GPU)"
+        f"each rank runs {ep}x taller GEMMs for 1/{ep} of the experts (the same FLOPs per GPU)"
     )
     return ep_bytes, ep_s

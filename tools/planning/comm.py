@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from tools.core.errors import InputError
 from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, ResolvedPrecision, StrategyName
 from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy
-from tools.planning.parallel import expert_params, heaviest_stage_layers, model_parallel_params
+from tools.planning.parallel import heaviest_stage_layers, params_per_rank
 from tools.research.hardware import CatalogGPU, find_gpu
 
 # Inter-node links, GB/s per direction per NIC: 400/200/100/25 Gb/s divided by 8. How many NICs
@@ -241,11 +241,8 @@ def data_parallel_comm(
         units *= 2.0 / 3.0
         why_units += "; the two gathers in fp8 (FSDP2 float8 all-gather), so 2Ψ in 16-bit terms"
     # All experts' gradients, not only the active ones; under t x p, this GPU's share.
-    params_here = model_parallel_params(setup.model, tp, setup.pp)[0]
-    if setup.ep > 1:
-        # Each rank holds 1/e of the experts: their gradients reduce over its d/e peers only.
-        experts = expert_params(setup.model)
-        params_here = params_here - experts + experts // setup.ep
+    # Each rank holds 1/e of its stage's experts: their gradients reduce over its d/e peers only.
+    params_here = params_per_rank(setup.model, tp, setup.pp, setup.ep)
     model_bytes = params_here * setup.grad_bytes
     comm_bytes = int(units * (dp - 1) / dp * model_bytes)
     if dp <= 1:

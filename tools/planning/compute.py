@@ -96,7 +96,13 @@ def _mlp_gemms(model: ModelSpec, tokens: int, tp: int) -> list[tuple[int, int, i
 
 
 def _mlp_s(
-    model: ModelSpec, device: Device, tokens: int, tp: int, bytes_per: int, linear: Linears
+    model: ModelSpec,
+    device: Device,
+    tokens: int,
+    tp: int,
+    bytes_per: int,
+    linear: Linears,
+    ep: int = 1,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's MLP, averaged over the layers.
 
@@ -113,7 +119,7 @@ def _mlp_s(
         return fwd, bwd
     moved = memory_s(device, permute_bytes(shape, model.hidden, tokens) * bytes_per / 2, 4)
     moe_fwd = moe_bwd = moved
-    for index, ((m, n, k), count) in enumerate(expert_gemms(shape, model.hidden, tokens, tp)):
+    for index, ((m, n, k), count) in enumerate(expert_gemms(shape, model.hidden, tokens, tp, ep)):
         if index == 0:  # the router
             moe_fwd += matmul_s(device, m, n, k, bytes_per)
             moe_bwd += _backward_gemms_s(device, [(m, n, k)], bytes_per)
@@ -192,6 +198,7 @@ def micro_batch_compute(
     sequence_parallel: bool,
     bytes_per: int,
     fp8: Device | None = None,
+    ep: int = 1,
 ) -> MicroBatchCompute:
     """Forward, backward and recompute seconds of one micro-batch on the busiest stage's GPU.
 
@@ -210,7 +217,7 @@ def micro_batch_compute(
     layers = heaviest_stage_layers(model.layers, pp)
     gemms = _attention_gemms(model, tokens, tp)
     linear = Linears(fp8, 1, device) if fp8 is not None else Linears(device, bytes_per)
-    mlp_fwd, mlp_bwd = _mlp_s(model, device, tokens, tp, bytes_per, linear)
+    mlp_fwd, mlp_bwd = _mlp_s(model, device, tokens, tp, bytes_per, linear, ep)
     proj_fwd, proj_bwd = linear.gemms_s(gemms)
     gemm_fwd = proj_fwd + mlp_fwd
     gemm_bwd = proj_bwd + mlp_bwd

@@ -80,20 +80,30 @@ def expert_shape(model: ModelSpec) -> ExpertShape | None:
 Gemm = tuple[int, int, int]
 
 
-def expert_gemms(shape: ExpertShape, hidden: int, tokens: int, tp: int) -> list[tuple[Gemm, int]]:
+def expert_gemms(
+    shape: ExpertShape, hidden: int, tokens: int, tp: int, ep: int = 1
+) -> list[tuple[Gemm, int]]:
     """One MoE layer's forward MLP GEMMs as ((m, n, k), how many), split over ``tp``.
 
     The router (tokens x E logits); each routed expert's gate, up and down over the
     ceil(tokens x k / E) tokens routed to it (E of each: one GEMM per expert, as a loop over
     experts runs them; a grouped GEMM runs the same shapes in one launch); the shared experts'
     gated MLP over every token. Experts are split over tensor parallelism like a dense MLP.
+
+    Under e-way expert parallelism a rank runs only its E/e experts, each over the tokens
+    routed to it from all e ranks of its group after the dispatch all-to-all: e times the
+    rows (Rajbhandari et al. 2022, DeepSpeed-MoE sec. 4; Megatron-Core's MoE README, "each
+    worker processes one or more experts"). The FLOPs per rank are the same with a balanced
+    router; the GEMMs are e times taller, so small micro-batches no longer price E tiny GEMMs.
     """
-    routed = max(1, math.ceil(tokens * shape.top_k / shape.experts))
+    ep = max(1, min(ep, shape.experts))
+    routed = max(1, math.ceil(tokens * shape.top_k * ep / shape.experts))
+    local = max(1, shape.experts // ep)
     width = max(1, shape.expert_width // tp)
     gemms: list[tuple[Gemm, int]] = [
         ((tokens, shape.experts, hidden), 1),
-        ((routed, width, hidden), 2 * shape.experts),  # gate and up
-        ((routed, hidden, width), shape.experts),  # down
+        ((routed, width, hidden), 2 * local),  # gate and up
+        ((routed, hidden, width), local),  # down
     ]
     if shape.shared_width:
         shared = max(1, shape.shared_width // tp)

@@ -78,6 +78,40 @@ def expert_params(model: ModelSpec) -> int:
     return min(model.params, model.layers * experts * gated * model.hidden * width)
 
 
+def stage_expert_params(
+    model: ModelSpec, tensor_parallel: int = 1, pipeline_parallel: int = 1
+) -> int:
+    """The routed experts' parameters on the busiest GPU under t x p, before expert parallelism.
+
+    ``expert_params`` counts every layer's experts; a pipeline stage holds ceil(L/p) of the L
+    layers' (Narayanan et al. 2021 sec. 2.2, as ``model_parallel_params``) and tensor
+    parallelism splits each expert's matrices t ways. Without the stage share, a stage's
+    parameters less the whole model's experts went negative under pipelining (issue 30).
+    """
+    experts = expert_params(model)
+    if not experts:
+        return 0
+    layers = max(1, model.layers)
+    stage = -(-experts * heaviest_stage_layers(layers, pipeline_parallel) // layers)
+    return math.ceil(stage / tensor_parallel)
+
+
+def params_per_rank(
+    model: ModelSpec, tensor_parallel: int = 1, pipeline_parallel: int = 1, expert_parallel: int = 1
+) -> int:
+    """Parameters one GPU holds and reduces over data parallelism.
+
+    Its stage and shard, with only 1/e of its stage's experts under e-way expert parallelism
+    (DeepSpeed-MoE, Rajbhandari et al. 2022 sec. 4: each rank keeps E/e of every MoE layer's
+    experts).
+    """
+    here = model_parallel_params(model, tensor_parallel, pipeline_parallel)[0]
+    if expert_parallel <= 1:
+        return here
+    experts = min(here, stage_expert_params(model, tensor_parallel, pipeline_parallel))
+    return here - experts + experts // expert_parallel
+
+
 def data_parallel_size(
     hardware: HardwareSpec,
     tensor_parallel: int = 1,

@@ -17,7 +17,7 @@ from tools.planning.compute import MicroBatchCompute, micro_batch_compute, optim
 from tools.planning.flops import training_flops_per_token
 from tools.planning.fp8 import fp8_device
 from tools.planning.kernels import Device
-from tools.planning.parallel import model_parallel_params
+from tools.planning.parallel import params_per_rank
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ def step_time(
         sequence_parallel=setup.sequence_parallel,
         bytes_per=setup.grad_bytes,
         fp8=linear_device(setup, device),
+        ep=setup.ep,
     )
     mb = gemm_rate_floor(setup, device, mb)
     per_micro_cp = cp_s / m
@@ -77,7 +78,7 @@ def step_time(
     slot = mb.total_s + (tp_s + pp_s) / m + exposed_cp / m
     bubble_s = slot * (p - 1) / v if p > 1 else 0.0
     base = base_strategy(setup.strategy)
-    params_here: float = model_parallel_params(model, setup.tp, p)[0]
+    params_here: float = params_per_rank(model, setup.tp, p, setup.ep)
     if base != "ddp":
         params_here = params_here / setup.dp
     optimizer_s = (

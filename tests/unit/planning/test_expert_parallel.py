@@ -144,3 +144,35 @@ def test_tensor_parallelism_for_a_mixture_of_experts_is_not_autotp() -> None:
     plan = search_strategy(mixtral, parse_hardware("4x8xH100-80GB"), brief)
     assert plan.tensor_parallel == 1  # the pin is refused, saying why
     assert any("AutoTP does not split a mixture of experts" in n for n in plan.not_honoured)
+
+
+def test_pipeline_stages_hold_their_share_of_the_experts() -> None:
+    # A stage holds ceil(L/p) of the layers' experts: with p = 4 the stage's parameters less
+    # its experts stay positive (the whole model's experts were subtracted before).
+    from tools.planning.parallel import params_per_rank, stage_expert_params
+
+    model = _mixtral()
+    experts = expert_params(model)
+    assert stage_expert_params(model, 1, 4) == experts // 4
+    assert stage_expert_params(model, 2, 1) == -(-experts // 2)
+    here = params_per_rank(model, 1, 4, 8)
+    assert 0 < here < params_per_rank(model, 1, 4, 1)
+    assert (
+        params_per_rank(model, 1, 4, 8)
+        == params_per_rank(model, 1, 4) - experts // 4 + (experts // 4) // 8
+    )
+
+
+def test_expert_parallel_runs_fewer_taller_expert_gemms_at_the_same_flops() -> None:
+    from tools.planning.experts import expert_gemms, expert_shape
+
+    shape = expert_shape(_mixtral())
+    assert shape is not None
+
+    def flops(gemms):  # type: ignore[no-untyped-def]
+        return sum(2 * m * n * k * count for (m, n, k), count in gemms[1:])
+
+    one, eight = expert_gemms(shape, 4096, 4096, 1), expert_gemms(shape, 4096, 4096, 1, ep=8)
+    assert one[1][1] == 2 * 8 and eight[1][1] == 2 * 1  # gate and up: E experts vs E/e
+    assert eight[1][0][0] == 8 * one[1][0][0]  # e times the rows each
+    assert flops(eight) == flops(one)

@@ -1,0 +1,110 @@
+"""The project's own published measurements (bench/calibration/published_extra) parse and map.
+
+Memory rows (``memory.tsv``, ids ``XM``) name the throughput row of the same run and map
+through it (bench/calibration/memory_linked.py).
+
+Each row of ``throughput.tsv`` must become a pinned setup for the speed model or be skipped
+with a stated reason (bench/calibration/published.py ``map_row``); the file keeps the shared
+folder's column layout and its own ``X`` row ids so the two never collide. Mapping builds the
+models with transformers on meta, so it runs once at collection, not inside a test's call.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+
+import pytest
+
+from bench.calibration.memory_linked import linked
+from bench.calibration.published import (
+    EXTRA_DIR,
+    REQUIRED_COLUMNS,
+    TSV,
+    Case,
+    Skip,
+    main,
+    map_row,
+    read_rows,
+    split_of,
+)
+from bench.calibration.published_memory import map_row as map_memory_row
+from bench.calibration.published_memory import read_rows as read_memory_rows
+
+ROWS = read_rows(EXTRA_DIR)
+MAPPED = {row["row_id"]: map_row(row) for row in ROWS}
+
+
+def test_the_file_keeps_the_layout_and_its_own_ids() -> None:
+    with (EXTRA_DIR / TSV).open(encoding="utf-8") as fh:
+        header = next(csv.reader(fh, delimiter="\t"))
+    assert set(REQUIRED_COLUMNS) <= set(header)
+    assert ROWS and all(r["row_id"].startswith("X") for r in ROWS)
+    assert all(r["source"] and r["locator"] for r in ROWS), "every row names where it is printed"
+    assert {split_of(r["row_id"]) for r in ROWS} == {"fit", "held-out"}
+
+
+@pytest.mark.parametrize("row_id", sorted(MAPPED))
+def test_each_row_maps_or_says_why_not(row_id: str) -> None:
+    mapped = MAPPED[row_id]
+    if isinstance(mapped, Skip):
+        assert mapped.reason.strip(), f"{row_id} skipped without a reason"
+        return
+    assert isinstance(mapped, Case) and mapped.measured > 0
+    assert mapped.hardware.world_size >= 1 and mapped.setup["seq_len"] >= 1
+
+
+def test_mixture_of_experts_rows_carry_their_experts_and_expert_parallelism() -> None:
+    moe = [r for r in ROWS if r["model_type"] == "moe"]
+    assert moe
+    for row in moe:
+        case = MAPPED[row["row_id"]]
+        assert isinstance(case, Case), getattr(case, "reason", "")
+        experts, top_k = (int(x) for x in re.findall(r"experts=(\d+) top_k=(\d+)", row["notes"])[0])
+        assert case.model.active_params and case.model.active_params < case.model.params
+        assert case.model.hf_config and case.model.hf_config["num_local_experts"] == experts
+        assert case.model.hf_config["num_experts_per_tok"] == top_k
+        assert case.setup.get("expert_parallel", 1) == int(row["ep"])
+
+
+def test_a_moe_row_without_expert_counts_is_skipped_with_the_reason() -> None:
+    row = dict(next(r for r in ROWS if r["model_type"] == "moe"))
+    row["notes"] = "no counts"
+    skipped = map_row(row)
+    assert isinstance(skipped, Skip) and "experts=E top_k=K" in skipped.reason
+
+
+def test_the_folder_flag_reads_another_folder(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["--folder", str(tmp_path / "absent")]) == 0
+    assert "no folder at" in capsys.readouterr().out
+    (tmp_path / TSV).write_text("row_id\tsource\n")
+    assert main(["--folder", str(tmp_path)]) == 2
+
+
+MEMORY_ROWS = read_memory_rows(EXTRA_DIR)
+MEMORY_MAPPED = {row["row_id"]: map_memory_row(row, EXTRA_DIR) for row in MEMORY_ROWS}
+
+
+def test_memory_rows_name_a_throughput_row_and_keep_their_own_ids() -> None:
+    ids = {r["row_id"] for r in ROWS}
+    assert MEMORY_ROWS and all(r["row_id"].startswith("XM") for r in MEMORY_ROWS)
+    assert all(linked(r) in ids for r in MEMORY_ROWS)
+
+
+@pytest.mark.parametrize("row_id", sorted(MEMORY_MAPPED))
+def test_each_memory_row_maps_to_its_runs_setup_or_says_why_not(row_id: str) -> None:
+    case = MEMORY_MAPPED[row_id]
+    if isinstance(case, Skip):
+        assert case.reason.strip()
+        return
+    # An "80 GB" card holds 80 GiB (81,920 MiB, knowledge/gpus.yaml conventions).
+    assert case.quantity == "used" and 0 < case.measured <= case.capacity / 1e9 * 2**30
+    recipe = case.kwargs["recipe"]
+    assert recipe["framework"] in ("megatron", "deepspeed")
+    assert case.kwargs["strategy"] in ("zero1", "zero3")
+
+
+def test_a_memory_row_pointing_nowhere_is_skipped_with_the_reason() -> None:
+    row = dict(MEMORY_ROWS[0], notes="throughput row X9999")
+    skipped = map_memory_row(row, EXTRA_DIR)
+    assert isinstance(skipped, Skip) and "X9999" in skipped.reason
