@@ -1,7 +1,8 @@
 """Error bands per GPU family and framework: ``python bench/calibration/bands.py [--write]``.
 
 Runs the three published comparisons (speed: ``published.py``, memory: ``published_memory.py``,
-images/s: ``vision.py``) and groups each row's |predicted / measured - 1| by (quantity, GPU
+images/s: ``vision.py``) on the shared published folder and the project's own rows
+(``published_extra/``) and groups each row's |predicted / measured - 1| by (quantity, GPU
 family, framework). A group's band is the BAND_QUANTILE quantile of its |errors| on the rows the
 model was not fitted on (speed and memory: the ``held-out`` split; images/s: every row, since
 nothing of the vision model is fitted on them), with the row count. Each quantity also gets a
@@ -35,6 +36,8 @@ from tools.core.errors import InputError, one_line  # noqa: E402
 from tools.planning.bands import FP8_SUFFIX  # noqa: E402
 
 OUT = ROOT / "knowledge" / "error_bands.yaml"
+# The project's own published rows (bench/calibration/published_extra/README.md cites each).
+EXTRA = Path(__file__).with_name("published_extra")
 BAND_QUANTILE = 0.8
 COMMAND = "TRAINWRIGHT_PUBLISHED=DIR python bench/calibration/bands.py --write"
 
@@ -115,6 +118,25 @@ def image_errors() -> dict[Key, list[float]]:
     return out
 
 
+def all_errors(folders: list[Path]) -> dict[Key, list[float]]:
+    """Every comparison's |errors| by kind, over the folders that exist, plus the vision rows.
+
+    The shared published folder and the project's own rows (``published_extra/``, each row
+    citing its source) are read alike; a folder without a memory file adds speed rows only.
+    """
+    out: dict[Key, list[float]] = defaultdict(list)
+    parts = [image_errors()]
+    for folder in folders:
+        if (folder / published.TSV).is_file():
+            parts.append(speed_errors(folder))
+        if (folder / published_memory.TSV).is_file():
+            parts.append(memory_errors(folder))
+    for part in parts:
+        for key, errs in part.items():
+            out[key] += errs
+    return dict(out)
+
+
 def bands(errors: dict[Key, list[float]]) -> dict[str, dict[str, dict[str, Any]]]:
     """Quantity -> "family/framework" -> {band, n}; plus "family/*" over all frameworks.
 
@@ -178,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bands: no published folder at {folder} (set {published.ENV_VAR}=DIR); skipped")
         return 0
     try:
-        errors = {**speed_errors(folder), **memory_errors(folder), **image_errors()}
+        errors = all_errors([folder, EXTRA])
     except InputError as exc:
         print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return 2

@@ -23,10 +23,10 @@ def test_a_kind_with_published_rows_gets_its_band_and_count() -> None:
 
 
 def test_a_framework_without_rows_falls_back_to_the_family_and_says_so() -> None:
-    assert "h100/megatron" not in load_bands()["tokens_per_s"]
-    band = lookup("tokens_per_s", find_gpu("H100-80GB"), "megatron")
+    assert "h100/nanotron" not in load_bands()["tokens_per_s"]
+    band = lookup("tokens_per_s", find_gpu("H100-80GB"), "nanotron")
     assert band.matched == "h100/*" and band.n == load_bands()["tokens_per_s"]["h100/*"]["n"]
-    assert "any framework" in band.text and "h100/megatron" in band.text
+    assert "any framework" in band.text and "h100/nanotron" in band.text
 
 
 def test_a_kind_without_published_rows_is_uncalibrated() -> None:
