@@ -18,7 +18,12 @@ Sections (each also importable from its module):
   runs bench/suite/smoke_overhead.py);
 - published: the speed model's tokens/s per GPU vs published throughputs (llm-foundry,
   torchtitan, Megatron-LM) in ../shared/published or $TRAINWRIGHT_PUBLISHED, per source and
-  fit/held-out split (bench/calibration/published.py); skipped when the folder is absent.
+  fit/held-out split (bench/calibration/published.py); skipped when the folder is absent;
+- published_memory: the memory model vs published peak memory (bench/calibration/
+  published_memory.py);
+- families: the speed, images/s and memory comparisons per split, GPU family and model family
+  against the accuracy targets, over the shared folder and bench/calibration/published_extra
+  (bench/calibration/families.py).
 
 ``--quick`` (``make bench-quick``) runs fewer cases, steps and repeats, under 5 minutes on a
 quiet 2-core machine; ``--full`` (``make bench``) more of each, roughly 10-20 minutes.
@@ -45,7 +50,7 @@ from bench.common import load_average, machine_info  # noqa: E402
 
 SECTIONS = ("memory_grid", "planner_cases", "memory_gpu", "memory_smoke", "choice", "latency",
             "plan_cold", "estimate_batch", "sizing_cold", "overhead", "published",
-            "published_memory")  # fmt: skip
+            "published_memory", "families")  # fmt: skip
 GIB = 2**30
 
 
@@ -134,6 +139,12 @@ def _published_memory(quick: bool) -> dict[str, Any]:
     return measure()
 
 
+def _families(quick: bool) -> dict[str, Any]:
+    from bench.calibration.families import measure
+
+    return measure()
+
+
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "memory_grid": _memory_grid,
     "planner_cases": _planner_cases,
@@ -147,6 +158,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "overhead": _overhead,
     "published": _published,
     "published_memory": _published_memory,
+    "families": _families,
 }
 
 
@@ -698,6 +710,13 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines += _published_lines(sec["published"])
     if "published_memory" in sec:
         lines += _published_memory_lines(sec["published_memory"])
+    if "families" in sec:
+        from bench.calibration.families import render as render_families
+
+        f = sec["families"]
+        text = render_families(f["groups"], f["oom_called_fits"], f["read"])
+        lines += ["", "## 7. Per GPU family and model family, against the targets", ""]
+        lines += text.splitlines()[2:]  # without its own title
     lines += [
         "",
         "## Where the bench time goes",

@@ -206,6 +206,17 @@ def render(lines: list[dict[str, Any]], oom: list[str], read: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def measure() -> dict[str, Any]:
+    """bench/run.py's ``families`` section: the groups against the targets (aggregates only)."""
+    ratios, oom, read = collect()
+    return {
+        "targets": {"speed": SPEED_TARGET, "memory": MEMORY_TARGET},
+        "groups": table(ratios),
+        "oom_called_fits": oom,
+        "read": read,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the report; ``--md``/``--json`` write it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -216,19 +227,16 @@ def main(argv: list[str] | None = None) -> int:
 
     disable_telemetry()
     try:
-        ratios, oom, read = collect()
+        result = measure()
     except InputError as exc:
         print(f"families.py: {one_line(str(exc))}", file=sys.stderr)
         return 2
-    lines = table(ratios)
-    text = render(lines, oom, read)
+    text = render(result["groups"], result["oom_called_fits"], result["read"])
     print(text, end="")
     if args.md:
         args.md.write_text(text, encoding="utf-8")
     if args.json:
-        payload = {"targets": {"speed": SPEED_TARGET, "memory": MEMORY_TARGET},
-                   "groups": lines, "oom_called_fits": oom, "read": read}  # fmt: skip
-        args.json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
