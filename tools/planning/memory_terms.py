@@ -233,8 +233,9 @@ def recipe_terms(
     ):
         terms.gradients_persistent = True
     terms.activations, terms.loss, terms.working = _activation_terms(
-        model, task, recipe, resolved, tp, pp, seq // cp, micro_batch_size, micro_batches, attention
-    )
+        model, task, recipe, resolved, tp, pp, seq // cp, micro_batch_size, micro_batches, attention,
+        moe_dispatcher(recipe, expert_parallel),
+    )  # fmt: skip
     if recipe.qlora:
         notes.append(
             f"QLoRA: {quantized:,} base parameters in NF4 ({NF4_BYTES:.3f} bytes each, "
@@ -254,6 +255,20 @@ def recipe_terms(
     return terms, buffers, buffer_notes
 
 
+def moe_dispatcher(recipe: Recipe, expert_parallel: int = 1) -> str:
+    """Whose MoE token dispatcher a recipe runs (tools/planning/moe_activations.py).
+
+    Megatron-LM: Megatron-Core's all-gather dispatcher; DeepSpeed with expert parallelism:
+    DeepSpeed-MoE (the only expert parallelism the planner prices there); otherwise the model's
+    transformers modeling code (a DeepSpeed or FSDP recipe trains the Hugging Face model).
+    """
+    if recipe.framework == "megatron":
+        return "megatron"
+    if recipe.framework == "deepspeed" and expert_parallel > 1:
+        return "deepspeed-moe"
+    return "transformers"
+
+
 def _activation_terms(
     model: ModelSpec,
     task: Task,
@@ -265,6 +280,7 @@ def _activation_terms(
     micro: int,
     micro_batches: int | None,
     attention: str,
+    dispatcher: str = "transformers",
 ) -> tuple[int, int, int]:
     """(activations, loss, recompute working set) per GPU for one micro-batch of ``seq`` tokens.
 
@@ -294,6 +310,7 @@ def _activation_terms(
             loss=str(recipe.loss),
             offload=recipe.activation_offload,
             target_len=recipe.target_len,
+            moe_dispatcher=dispatcher,
         )
         return acts, 0, 0
     tokens = seq * micro

@@ -106,7 +106,8 @@ def test_megatron_fp16_keeps_its_gradient_buffer_in_fp16() -> None:
     assert fp16.per_gpu_bytes.optimizer == bf16.per_gpu_bytes.optimizer
     # The same flag under DeepSpeed is not Megatron's buffer: unchanged there.
     ds16, ds_bf16 = (
-        _est(hw, "zero1", recipe=Recipe(checkpointing="full", precision=p)) for p in ("fp16", "bf16")
+        _est(hw, "zero1", recipe=Recipe(checkpointing="full", precision=p))
+        for p in ("fp16", "bf16")
     )
     assert ds16.per_gpu_bytes.gradients == ds_bf16.per_gpu_bytes.gradients
 
