@@ -69,7 +69,9 @@ def linked_inputs(row: dict[str, str], folder: Path | None) -> tuple[dict[str, A
     if framework == "megatron":
         recipe["distributed_optimizer"] = strategy == "zero1"
         recipe["sequence_parallel"] = bool(setup.get("sequence_parallel", True))
-        strategy = "zero1"  # the memory model prices Megatron's DDP through the recipe flag
+        # Megatron's DDP is ``ddp``: tools/planning/footprint.py ``megatron_states`` shards the
+        # optimizer for the flag or a ZeRO strategy, so ``zero1`` here would shard it anyway.
+        strategy = "zero1" if recipe["distributed_optimizer"] else "ddp"
     kwargs: dict[str, Any] = {
         "model": speed.model,
         "hardware": speed.hardware,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from tools.core.errors import InputError
 from tools.core.schemas import ModelSpec, Task
 from tools.planning.footprint import loss_bytes
+from tools.planning.moe_activations import MOE_DISPATCHERS, moe_extra_bytes
 from tools.planning.states import GATED_MLP_FAMILIES, ResolvedPrecision
 from tools.planning.vision import conv_activation_bytes, conv_net_of
 
@@ -37,6 +38,26 @@ def layer_coefficient(model: ModelSpec) -> float:
         # 16-bit tensors (+24); the attention kernel also keeps its output (+2).
         return 60.0
     return 34.0
+
+
+def mlp_bytes_per_width(model: ModelSpec) -> int:
+    """Bytes ``layer_coefficient`` counts per MLP intermediate element at 16-bit: 8 gated, 4 GPT.
+
+    A gated MLP keeps its gate, SiLU, up and product outputs (2 bytes each); Korthikanti's GPT
+    MLP its 4h-wide first projection output and GeLU output (8 + 8 bytes per s*b*h over 4h).
+    """
+    family = str((model.hf_config or {}).get("model_type", ""))
+    return 8 if family in GATED_MLP_FAMILIES and model.intermediate else 4
+
+
+def dense_mlp_bytes(model: ModelSpec) -> int:
+    """Bytes per token ``layer_coefficient`` counts for the MLP's intermediates at 16-bit.
+
+    8 x i for a gated MLP of width i, 4 x 4h for Korthikanti's GPT MLP (its 34 assume 4h).
+    """
+    per_width = mlp_bytes_per_width(model)
+    width = model.intermediate if per_width == 8 and model.intermediate else 4 * model.hidden
+    return per_width * width
 
 
 def replicated_coefficient(model: ModelSpec) -> float:
@@ -141,6 +162,7 @@ def activation_bytes(
     loss: str = "standard",
     offload: bool = False,
     target_len: int | None = None,
+    moe_dispatcher: str = "transformers",
 ) -> int:
     """Activation bytes per GPU for one micro batch (Korthikanti et al. 2022, eq. 1).
 
@@ -155,8 +177,12 @@ def activation_bytes(
     ``loss_bytes``); ``offload`` moves the stored per-layer tensors to host memory (activation
     CPU offload), leaving about two layers' on the GPU. Encoder-decoder models (T5, BART) take
     ``encoder_decoder_bytes`` with ``seq_len`` source tokens and ``target_len`` (default
-    ``seq_len``) target tokens.
+    ``seq_len``) target tokens. A mixture of experts' layers keep their routed copies and the
+    experts' intermediates as ``moe_dispatcher`` saves them (tools/planning/moe_activations.py:
+    ``transformers``, ``megatron`` or ``deepspeed-moe``) in training.
     """
+    if moe_dispatcher not in MOE_DISPATCHERS:
+        raise InputError("moe_dispatcher", f"must be one of {', '.join(MOE_DISPATCHERS)}")
     if attention not in ATTENTION_KERNELS:
         raise InputError("attention", f"must be one of {', '.join(ATTENTION_KERNELS)}")
     if is_encoder_decoder(model) and task not in ("inference", "agent-app"):
@@ -182,12 +208,14 @@ def activation_bytes(
             pp=pipeline_parallel,
         )
     shape = _Shape(seq_len, micro_batch_size, precision, tensor_parallel, pipeline_parallel)
+    training = task not in ("inference", "agent-app")
     one_layer = _layer_bytes(
         model,
         shape,
         attention,
         selective_recompute=selective_recompute,
         sequence_parallel=sequence_parallel,
+        moe_dispatcher=moe_dispatcher if training else None,
     )
     if task in ("inference", "agent-app"):
         s, b, h, a, t = seq_len, micro_batch_size, model.hidden, model.heads, tensor_parallel
@@ -239,6 +267,7 @@ def _layer_bytes(
     *,
     selective_recompute: bool,
     sequence_parallel: bool,
+    moe_dispatcher: str | None = None,
 ) -> int:
     """One transformer layer's activations on one GPU, without recomputation.
 
@@ -265,6 +294,10 @@ def _layer_bytes(
     tensors at the block boundaries are replicated on every tensor-parallel rank (Korthikanti
     eq. 2, sbh(10 + 24/t + 5as/(ht)) for GPT layers): the norms' inputs and outputs
     (``replicated_coefficient``) are not divided by t.
+
+    A mixture of experts (``moe_dispatcher`` given) swaps the dense MLP's intermediates for
+    its experts' (k routed copies at the expert width, split over t) and the dispatcher's
+    h-wide copies, which every tensor-parallel rank keeps whole (``moe_extra_bytes``).
     """
     s, b, h, a = shape.s, shape.b, model.hidden, model.heads
     t, precision, scale = shape.t, shape.precision, shape.scale
@@ -275,8 +308,19 @@ def _layer_bytes(
     score_bytes = (4 if precision == "fp32" else 6) * a * s * s * b if keeps_scores else 0
     coefficient = layer_coefficient(model)
     replicated = 0.0 if sequence_parallel or t == 1 else replicated_coefficient(model)
-    sharded = int(s * b * (coefficient - replicated) * h) * scale + score_bytes
-    return -(-sharded // t) + int(s * b * replicated * h) * scale
+    moe_split, moe_whole = 0.0, 0.0
+    if moe_dispatcher is not None:
+        moe_split, moe_whole = moe_extra_bytes(
+            model,
+            s * b,
+            mlp_bytes_per_width=mlp_bytes_per_width(model),
+            dense_mlp_bytes=dense_mlp_bytes(model),
+            dispatcher=moe_dispatcher,
+            tp=t,
+            sequence_parallel=sequence_parallel,
+        )
+    sharded = int(s * b * (coefficient - replicated) * h + moe_split) * scale + score_bytes
+    return -(-sharded // t) + int(s * b * replicated * h + moe_whole) * scale
 
 
 def _training_bytes(

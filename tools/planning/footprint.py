@@ -309,12 +309,20 @@ def megatron_states(recipe: Recipe, strategy: str, lay: Layout, hidden: int, ter
     distributed optimizer (ZeRO-1, ``zero1``) shards the fp32 master weights and moments over
     the data-parallel ranks: 6 + 12/d bytes per parameter, against 18 without it. nanotron
     keeps the bf16 gradient next to its fp32 accumulator (accumulate_grad_in_fp32).
+
+    The buffer is fp32 because Megatron turns ``accumulate_allreduce_grads_in_fp32`` on for
+    bf16 (megatron/training/arguments.py: "bfloat16 requires gradient accumulation and
+    all-reduce to be done in fp32"); with ``--fp16`` it stays off and the buffer takes the
+    parameters' dtype, 2 bytes (megatron/core/distributed/distributed_data_parallel.py,
+    core_v0.6.0: ``grad_dtype = torch.float if accumulate_allreduce_grads_in_fp32 else
+    param.dtype``).
     """
     distributed = bool(recipe.distributed_optimizer) or strategy.startswith(("zero1", "zero2"))
     shard = lay.shards if distributed else 1
     weight = 4 if recipe.precision == "fp32" else 2
     terms.params = int(weight * lay.params_here)
-    grad_buffer = 4 if recipe.precision != "pure-bf16" else 2
+    fp16_megatron = recipe.framework == "megatron" and recipe.precision == "fp16"
+    grad_buffer = 2 if recipe.precision == "pure-bf16" or fp16_megatron else 4
     extra = 2 if recipe.framework == "nanotron" and recipe.mixed else 0
     terms.gradients = int((grad_buffer + extra) * lay.trainable_here)
     terms.gradients_persistent = True

@@ -28,7 +28,7 @@ from tools.planning.footprint import (
     quantized_share,
 )
 from tools.planning.overheads import buffer_bytes
-from tools.planning.parallel import expert_params, model_parallel_params
+from tools.planning.parallel import model_parallel_params, stage_expert_params
 from tools.planning.recipe import Recipe
 from tools.planning.states import (
     OPTIMIZER_STATE_BYTES,
@@ -63,7 +63,7 @@ def _model_states(
     if expert_parallel > 1 and task in ("pretrain", "finetune"):
         return _expert_states(
             model, strategy, world, expert_parallel, params_here, largest_here,
-            precision, optimizer, notes,
+            stage_expert_params(model, tp, pp), precision, optimizer, notes,
         )  # fmt: skip
     share = params_here / model.params if model.params else 1.0
     if tp * pp > 1:
@@ -96,12 +96,20 @@ def _expert_states(
     ep: int,
     params_here: int,
     largest_here: int,
+    stage_experts: int,
     precision: ResolvedPrecision,
     optimizer: str,
     notes: list[str],
 ) -> tuple[ModelStates, int]:
-    """The states of a rank of e-way expert parallelism: its experts' and the shared rest."""
-    experts = expert_params(model)
+    """The states of a rank of e-way expert parallelism: its experts' and the shared rest.
+
+    ``stage_experts`` are the routed experts' parameters of this GPU's pipeline stage and
+    tensor shard (``stage_expert_params``), not the whole model's: a stage of ceil(L/p) layers
+    holds that share of them, and the whole model's count left a stage's other parameters
+    negative under pipelining (issue 30; ``params_per_rank`` in parallel.py is the speed
+    model's count of the same parameters).
+    """
+    experts = min(params_here, stage_experts)
     local = experts // ep
     rest = params_here - experts
     shared = model_state_bytes(
@@ -113,8 +121,8 @@ def _expert_states(
     )  # fmt: skip
     gpu = {k: shared.gpu.get(k, 0) + mine.gpu.get(k, 0) for k in {*shared.gpu, *mine.gpu}}
     notes.append(
-        f"expert parallel {ep} (DeepSpeed-MoE): {local:,} of the {experts:,} expert parameters "
-        f"on each GPU, their ZeRO states over the {max(1, world // ep)} ranks holding the same "
+        f"expert parallel {ep} (DeepSpeed-MoE): {local:,} of the stage's {experts:,} expert "
+        f"parameters on each GPU, their ZeRO states over the {max(1, world // ep)} ranks holding the same "
         f"experts; the other {rest:,} parameters over all {world}"
     )
     return ModelStates(gpu=gpu, cpu_per_rank={}), rest + local
@@ -225,8 +233,9 @@ def recipe_terms(
     ):
         terms.gradients_persistent = True
     terms.activations, terms.loss, terms.working = _activation_terms(
-        model, task, recipe, resolved, tp, pp, seq // cp, micro_batch_size, micro_batches, attention
-    )
+        model, task, recipe, resolved, tp, pp, seq // cp, micro_batch_size, micro_batches, attention,
+        moe_dispatcher(recipe, expert_parallel),
+    )  # fmt: skip
     if recipe.qlora:
         notes.append(
             f"QLoRA: {quantized:,} base parameters in NF4 ({NF4_BYTES:.3f} bytes each, "
@@ -246,6 +255,20 @@ def recipe_terms(
     return terms, buffers, buffer_notes
 
 
+def moe_dispatcher(recipe: Recipe, expert_parallel: int = 1) -> str:
+    """Whose MoE token dispatcher a recipe runs (tools/planning/moe_activations.py).
+
+    Megatron-LM: Megatron-Core's all-gather dispatcher; DeepSpeed with expert parallelism:
+    DeepSpeed-MoE (the only expert parallelism the planner prices there); otherwise the model's
+    transformers modeling code (a DeepSpeed or FSDP recipe trains the Hugging Face model).
+    """
+    if recipe.framework == "megatron":
+        return "megatron"
+    if recipe.framework == "deepspeed" and expert_parallel > 1:
+        return "deepspeed-moe"
+    return "transformers"
+
+
 def _activation_terms(
     model: ModelSpec,
     task: Task,
@@ -257,6 +280,7 @@ def _activation_terms(
     micro: int,
     micro_batches: int | None,
     attention: str,
+    dispatcher: str = "transformers",
 ) -> tuple[int, int, int]:
     """(activations, loss, recompute working set) per GPU for one micro-batch of ``seq`` tokens.
 
@@ -286,6 +310,7 @@ def _activation_terms(
             loss=str(recipe.loss),
             offload=recipe.activation_offload,
             target_len=recipe.target_len,
+            moe_dispatcher=dispatcher,
         )
         return acts, 0, 0
     tokens = seq * micro

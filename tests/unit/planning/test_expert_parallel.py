@@ -176,3 +176,28 @@ def test_expert_parallel_runs_fewer_taller_expert_gemms_at_the_same_flops() -> N
     assert one[1][1] == 2 * 8 and eight[1][1] == 2 * 1  # gate and up: E experts vs E/e
     assert eight[1][0][0] == 8 * one[1][0][0]  # e times the rows each
     assert flops(eight) == flops(one)
+
+
+def test_a_pipeline_stage_holds_its_own_layers_share_of_the_experts() -> None:
+    """Under pipeline 2 a stage holds 16 of Mixtral's 32 layers' experts, 1/e of them per GPU.
+
+    The memory path subtracted the whole model's experts from a stage's parameters, which went
+    negative under pipelining (issue 30); counted by hand from the config here.
+    """
+    from tools.planning.parallel import params_per_rank
+
+    model, hw = _mixtral(), parse_hardware(HW)
+    est = estimate_strategy(
+        model, hw, "zero1", task="pretrain", micro_batch_size=1, activation_checkpointing=True,
+        seq_len=4096, pipeline_parallel=2, expert_parallel=2,
+    )  # fmt: skip
+    h, i, layers, vocab = 4096, 14336, 32, 32000
+    embedding = vocab * h
+    stage = -(-(model.params - embedding) * (layers // 2) // layers) + embedding
+    stage_experts = (layers // 2) * 8 * 3 * h * i
+    held = stage - stage_experts + stage_experts // 2
+    assert held > 0 and held == params_per_rank(model, 1, 2, 2)
+    # ZeRO-1 keeps every 16-bit weight it holds: 2 bytes each.
+    assert est.per_gpu_bytes.params == 2 * held
+    assert est.per_gpu_bytes.gradients > 0 and est.per_gpu_bytes.optimizer > 0
+    assert any(f"of the stage's {stage_experts:,} expert parameters" in n for n in est.notes)

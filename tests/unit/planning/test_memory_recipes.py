@@ -90,6 +90,28 @@ def test_megatron_distributed_optimizer_is_6_plus_12_over_d() -> None:
     assert dist.per_gpu_bytes.not_concurrent == 0
 
 
+def test_megatron_fp16_keeps_its_gradient_buffer_in_fp16() -> None:
+    """Megatron forces fp32 gradient accumulation for bf16 only (training/arguments.py).
+
+    With --fp16 the buffer takes the parameters' dtype: 2 bytes per parameter, not 4; the fp32
+    master weights and moments are the same.
+    """
+    hw = "1x8xH100-80GB"
+    bf16, fp16 = (
+        _est(hw, "zero1", recipe=Recipe(framework="megatron", checkpointing="full", precision=p))
+        for p in ("bf16", "fp16")
+    )
+    assert bf16.per_gpu_bytes.gradients == 4 * PSI
+    assert fp16.per_gpu_bytes.gradients == 2 * PSI
+    assert fp16.per_gpu_bytes.optimizer == bf16.per_gpu_bytes.optimizer
+    # The same flag under DeepSpeed is not Megatron's buffer: unchanged there.
+    ds16, ds_bf16 = (
+        _est(hw, "zero1", recipe=Recipe(checkpointing="full", precision=p))
+        for p in ("fp16", "bf16")
+    )
+    assert ds16.per_gpu_bytes.gradients == ds_bf16.per_gpu_bytes.gradients
+
+
 def test_gradient_accumulation_keeps_gradients_with_activations() -> None:
     one = _est("1x8xH100-80GB", "zero1", micro_batch_size=1, gradient_accumulation_steps=1)
     four = _est("1x8xH100-80GB", "zero1", micro_batch_size=1, gradient_accumulation_steps=4)

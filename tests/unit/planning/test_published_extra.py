@@ -101,7 +101,34 @@ def test_each_memory_row_maps_to_its_runs_setup_or_says_why_not(row_id: str) -> 
     assert case.quantity == "used" and 0 < case.measured <= case.capacity / 1e9 * 2**30
     recipe = case.kwargs["recipe"]
     assert recipe["framework"] in ("megatron", "deepspeed")
-    assert case.kwargs["strategy"] in ("zero1", "zero3")
+    assert case.kwargs["strategy"] in ("ddp", "zero1", "zero3")
+    if recipe["framework"] == "megatron":
+        # Megatron's DDP keeps the whole optimizer; its distributed optimizer is ZeRO-1.
+        assert (case.kwargs["strategy"] == "zero1") == recipe["distributed_optimizer"]
+
+
+def test_a_megatron_ddp_run_keeps_its_whole_optimizer(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A run without --use-distributed-optimizer is priced with 12 bytes of states per parameter."""
+    from bench.calibration.published_memory import predict
+
+    rows = (EXTRA_DIR / "throughput.tsv").read_text().splitlines()
+    row = next(r for r in MEMORY_ROWS if r["row_id"] == "XM0012")
+    xid = linked(row)
+    lines = [
+        re.sub(r"\tMegatron distributed optimizer \([^\t]*\)\t", "\tMegatron DDP\t", line)
+        if line.startswith(f"{xid}\t")
+        else line
+        for line in rows
+    ]
+    (tmp_path / "throughput.tsv").write_text("\n".join(lines) + "\n")
+    plain = map_memory_row(row, tmp_path)
+    dist = map_memory_row(row, EXTRA_DIR)
+    assert not isinstance(dist, Skip) and not isinstance(plain, Skip)
+    assert plain.kwargs["strategy"] == "ddp" and dist.kwargs["strategy"] == "zero1"
+    predict(plain)
+    predict(dist)
+    assert any("not sharded" in n for n in plain.notes)
+    assert any("sharded over 4 ranks" in n for n in dist.notes)
 
 
 def test_a_memory_row_pointing_nowhere_is_skipped_with_the_reason() -> None:
