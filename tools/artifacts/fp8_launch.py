@@ -89,7 +89,9 @@ def fp8_launch(brief: TrainingBrief, model: ModelSpec) -> Fp8Launch | None:
             "LoRA adapters train with the Hugging Face job (train.py with peft), which has no "
             "fp8 path"
         )
-    if torchtitan_flavor(model) is not None and not refused_in("torchtitan", brief.avoid_frameworks):
+    if torchtitan_flavor(model) is not None and not refused_in(
+        "torchtitan", brief.avoid_frameworks
+    ):
         return Fp8Launch("torchtitan")
     gaps = unexpressed(model)
     convert = convert_refusal(model) if brief.loads_weights else None

@@ -47,7 +47,6 @@ from tools.artifacts.deepspeed_config import task_recipe
 from tools.artifacts.scripts import comment_text, render
 from tools.core.errors import ToolFailure
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
-from tools.core.strategies import ZERO_STAGE
 from tools.planning.batch_layout import BatchLayout
 from tools.planning.lr_schedule import plan_schedule
 from tools.research.titan_flavors import (
@@ -72,6 +71,7 @@ SAVE_INTERVAL = 500
 # fp8 linears: torchao Float8Linear through torchtitan's model converter (module docstring).
 FLOAT8_CONVERTER = "quantize.linear.float8"
 FLOAT8_SECTION = "quantize.linear.float8"
+ZERO_12 = ("zero1", "zero2", "zero2_offload_optimizer")  # one weight gather a step: no reshard
 
 
 def setup_of(memory: MemoryPlan) -> dict[str, Any]:
@@ -161,9 +161,7 @@ def job_config(
         **microbatch_key,
         "context_parallel_degree": cp,
     }
-    if ZERO_STAGE.get(memory.chosen) in (1, 2):
-        # ZeRO-1/2 keep whole weights through backward: FSDP2 without resharding after forward
-        # gathers them once per step, as priced (tools/planning/comm.py), not twice as ZeRO-3.
+    if memory.chosen in ZERO_12:
         parallelism["fsdp_reshard_after_forward"] = "never"
     if pp > 1:
         parallelism["module_fqns_per_model_part"] = stage_modules(

@@ -32,8 +32,7 @@ def fp8_refusal(brief: TrainingBrief, hardware: HardwareSpec) -> str | None:
         )
     if brief.recipe is not None and brief.recipe.qlora:
         return (
-            "fp8 not planned: QLoRA trains 16-bit adapters over a 4-bit base; the plan trains "
-            "bf16"
+            "fp8 not planned: QLoRA trains 16-bit adapters over a 4-bit base; the plan trains bf16"
         )
     return None
 

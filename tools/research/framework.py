@@ -25,6 +25,7 @@ from tools.core.schemas import (
     TrainingBrief,
 )
 from tools.core.strategies import MIN_HEADROOM
+from tools.research.fp8_framework import fp8_framework, fp8_rationale
 from tools.research.splits import (
     REPLICATING_FRAMEWORKS,
     STACKS,
@@ -99,18 +100,15 @@ def follow_setup(
 ) -> FrameworkChoice:
     """The choice, changed to the framework the setup needs when the chosen one cannot run it.
 
-    A plan that asked for Megatron keeps it (Megatron runs every split), as does a torchtitan
-    plan of a model a torchtitan flavor builds (an fp8 recipe's); otherwise a
-    tensor/pipeline setup runs on ``setup_framework``'s pick, and the rationale says why. A
-    framework the brief refuses is never taken (the search offers no setup that needs one).
-    With the brief, the wish sentences are rewritten for the framework the plan now runs on.
+    Megatron, and torchtitan for its flavors, run every split and are kept; otherwise a split
+    runs on ``setup_framework``'s pick, and the rationale says why. A framework the brief
+    refuses is never taken. With the brief, the wish sentences follow the framework.
     """
     needed = setup_framework(model, memory)
     if (
         needed is None
         or memory is None
         or choice.primary in (needed, "megatron")
-        # torchtitan runs every t x p x c split of a model one of its flavors builds.
         or (choice.primary == "torchtitan" and torchtitan_flavor(model) is not None)
         or (brief is not None and refused_in(needed, brief.avoid_frameworks))
     ):
@@ -391,27 +389,6 @@ def with_wishes(
     )
 
 
-# How each fp8 launcher applies fp8 linears (tools/artifacts/fp8_launch.py chose it).
-FP8_HOW = {
-    "torchtitan": "torchtitan's float8 converter (torchao Float8Linear) applies them",
-    "megatron": "Megatron-DeepSpeed applies them through Transformer Engine (--fp8-hybrid)",
-}
-
-
-def fp8_framework(brief: TrainingBrief) -> FrameworkId | None:
-    """The framework an fp8 recipe runs on when the request names none (None: no such recipe).
-
-    The workspace put the recipe on torchtitan or Megatron, the launches that apply fp8
-    (tools/artifacts/fp8_launch.py); the plan's framework follows it.
-    """
-    recipe = brief.recipe
-    if brief.framework is not None or recipe is None or recipe.precision != "fp8":
-        return None
-    return "torchtitan" if recipe.framework == "torchtitan" else (
-        "megatron" if recipe.framework == "megatron" else None
-    )
-
-
 def select_framework(
     brief: TrainingBrief,
     hardware: HardwareSpec,
@@ -446,11 +423,7 @@ def select_framework(
         + "; ".join(r.split(" ", 1)[1] for r in best.reasons if not r.startswith("-"))
         + "."
     )
-    if primary != best.framework:
-        rationale = (
-            f"{primary}: the recipe trains fp8 linears, and {FP8_HOW[primary]}; the "
-            f"{best.framework} launch has no fp8 path, so it is not the primary. " + rationale
-        )
+    rationale = fp8_rationale(primary, best.framework) + rationale
     if brief.task == "agent-app":
         rationale += (
             " Nothing is trained, so there is no parallelism plan, DeepSpeed config or smoke run."
