@@ -89,23 +89,27 @@ def fp8_launch(brief: TrainingBrief, model: ModelSpec) -> Fp8Launch | None:
             "LoRA adapters train with the Hugging Face job (train.py with peft), which has no "
             "fp8 path"
         )
-    if torchtitan_flavor(model) is not None and not refused_in(
-        "torchtitan", brief.avoid_frameworks
-    ):
+    # torchtitan is FSDP2's trainer: refusing FSDP ("no torchtitan" reads so) refuses it too.
+    titan_refused = {"torchtitan", "pytorch_fsdp"} & set(brief.avoid_frameworks)
+    if torchtitan_flavor(model) is not None and not titan_refused:
         return Fp8Launch("torchtitan")
     gaps = unexpressed(model)
     convert = convert_refusal(model) if brief.loads_weights else None
     megatron_refused = refused_in("megatron", brief.avoid_frameworks)
     if not gaps and convert is None and not megatron_refused:
         return Fp8Launch("megatron")
-    titan = flavor_refusal(model) or "no torchtitan flavor builds it"
+    titan = (
+        "the request refuses it"
+        if titan_refused
+        else flavor_refusal(model) or "no torchtitan flavor builds it"
+    )
     megatron = (
         f"the request refuses {', '.join(megatron_refused)}"
         if megatron_refused
-        else convert or f"Megatron-DeepSpeed cannot express {'; '.join(gaps)}"
+        else convert or f"it cannot express {'; '.join(gaps)}"
     )
     return _not_applied(
-        f"neither fp8 launch builds {model.name}: torchtitan ({titan}), Megatron-DeepSpeed "
+        f"neither fp8 launch runs {model.name}: torchtitan ({titan}), Megatron-DeepSpeed "
         f"({megatron})"
     )
 

@@ -135,3 +135,13 @@ def test_torchtitan_runs_an_fp8_plans_data_parallelism(tmp_path: Path) -> None:
         assert toml["model"]["converters"] == ["quantize.linear.float8"]
         assert toml["parallelism"]["data_parallel_shard_degree"] == 8
         assert toml["parallelism"].get("fsdp_reshard_after_forward") == reshard
+
+
+def test_refusing_torchtitan_leaves_a_llama_3_1_without_an_fp8_launch() -> None:
+    # "no torchtitan" reads as refusing FSDP (tools/intake/wishes.py); Megatron-DeepSpeed cannot
+    # express Llama 3.1's RoPE scaling, so neither launch runs it: bf16, said with both reasons.
+    model = lookup_model("llama-3.1-8b", 2048)
+    launch = fp8_launch(_brief("llama-3.1-8b", avoid_frameworks=["pytorch_fsdp"]), model)
+    assert launch is not None and launch.framework is None and launch.note is not None
+    assert "torchtitan (the request refuses it)" in launch.note
+    assert "RoPE scaling" in launch.note
