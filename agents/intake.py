@@ -34,8 +34,8 @@ from tools.core.schemas import TrainingBrief
 from tools.core.settings import Settings
 from tools.core.untrusted import cap_text
 from tools.intake.account import account_brief, account_request
-from tools.intake.fp8_wish import apply_fp8_wish
 from tools.intake.brief import brief_from_dict
+from tools.intake.fp8_wish import apply_fp8_wish
 from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_REFUSED, HARDWARE_UNCLEAR
 from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
 
