@@ -35,6 +35,7 @@ from tools.core.settings import Settings
 from tools.core.untrusted import cap_text
 from tools.intake.account import account_brief, account_request
 from tools.intake.brief import brief_from_dict
+from tools.intake.fp8_wish import apply_fp8_wish
 from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_REFUSED, HARDWARE_UNCLEAR
 from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
 
@@ -186,7 +187,9 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
             )
             notes += read_notes
         # Fail fast on a bad hardware spec, before any agent spends a turn on it.
-        parse_hardware(brief.hardware, brief.interconnect)
+        hardware = parse_hardware(brief.hardware, brief.interconnect)
+        # An fp8 wish is the recipe's precision on a GPU with FP8 tensor cores, else refused.
+        brief, account = apply_fp8_wish(brief, account, hardware)
         name = brief.model if isinstance(brief.model, str) else "custom model"
         events.progress(f"{name if brief.model is not None else brief.task} on {brief.hardware}")
         return {

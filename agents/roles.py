@@ -301,6 +301,19 @@ def _used_frameworks(ws: Workspace) -> list[str]:
     return used + (["deepspeed"] if ws.deepspeed_config is not None else [])
 
 
+def _fp8_marked(ws: Workspace, account: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The account with the fp8 wish marked from the plan made (tools/artifacts/fp8_launch.py)."""
+    from tools.artifacts.fp8_launch import mark_fp8_wish
+
+    return mark_fp8_wish(
+        account,
+        primary=ws.framework.primary if ws.framework else None,
+        gemm_precision=ws.speed.gemm_precision if ws.speed else None,
+        launch_notes=ws.launch.notes if ws.launch else [],
+        precision_note=ws.precision_note,
+    )
+
+
 def make_reporter(settings: Settings) -> Node:
     """Reporter: assemble the TrainingPlan, write report.md, report.html and plan.json.
 
@@ -340,7 +353,7 @@ def make_reporter(settings: Settings) -> Node:
             sizing=SizingPlan.model_validate(state["sizing"]) if state.get("sizing") else None,
             narrative=narrative,
             request=closed_account(
-                state.get("request_account"),
+                _fp8_marked(ws, state.get("request_account")),
                 _used_frameworks(ws),
                 ZERO_STAGE.get(ws.memory.chosen) if ws.memory else None,
                 primary=ws.framework.primary if ws.framework else None,

@@ -83,6 +83,8 @@ class Workspace:
     batch_note: str | None = None
     # The researcher's search (for the framework choice), which the engineer reuses.
     searched: SearchRecord | None = None
+    # Why an fp8 recipe trains bf16 here: no launch that applies it (tools/artifacts/fp8_launch.py).
+    precision_note: str | None = None
 
     def __post_init__(self) -> None:
         """Remember the review the workspace was built with."""
@@ -95,11 +97,40 @@ class Workspace:
         return self.prior_review is None or self.prior_review.verdict != "changes_requested"
 
     def settle_batch(self) -> None:
-        """Fill in the default global batch once the model and hardware are known (none given)."""
+        """Fill in the default global batch once the model and hardware are known (none given).
+
+        Then the precision (``settle_precision``), which needs the same two.
+        """
         if self.brief.global_batch_size is None and self.model and self.hardware:
             from tools.planning.batch import resolve_batch
 
             self.brief, self.batch_note = resolve_batch(self.brief, self.model, self.hardware)
+        self.settle_precision()
+
+    def settle_precision(self) -> None:
+        """Put an fp8 recipe on a launcher that applies it, else train bf16 and say why.
+
+        Deterministic in the brief and the model, like the batch, so every node settles the
+        same brief. A GPU without FP8 tensor cores is left to the planner, which refuses fp8
+        there in one line (exit 2).
+        """
+        recipe, gpu = self.brief.recipe, self.hardware.gpu if self.hardware else None
+        if recipe is None or self.model is None or gpu is None or not gpu.fp8_tflops:
+            return
+        from tools.artifacts.fp8_launch import fp8_launch
+
+        launch = fp8_launch(self.brief, self.model)
+        if launch is None:
+            return
+        if launch.framework is None:
+            self.brief = self.brief.model_copy(
+                update={"recipe": recipe.model_copy(update={"precision": "bf16"})}
+            )
+            self.precision_note = launch.note
+        elif recipe.framework != launch.framework:
+            self.brief = self.brief.model_copy(
+                update={"recipe": recipe.model_copy(update={"framework": launch.framework})}
+            )
 
     def progress(self, text: str) -> None:
         """Report progress to whoever is watching (CLI, REPL)."""

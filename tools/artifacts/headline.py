@@ -2,7 +2,9 @@
 
 From the plan's own fields (the plan contract JSON): the framework the request named when the
 plan runs on another (``framework.not_honoured``), a pin or framework the search could not
-honour (``memory.not_honoured``), fp8 linears a launcher cannot apply (``launch.notes``), and the request's ``objective`` where it changes what a plan
+honour (``memory.not_honoured``), fp8 linears a launcher cannot apply (``launch.notes``), a
+technique the planner refused (``request.wishes``: fp8 without FP8 tensor cores), and the
+request's ``objective`` where it changes what a plan
 means: RL with rollouts is not planned (the plan is the policy's supervised fine-tune, and the
 tools that do RL are named), continued pretraining starts from the weights, and DPO and
 distillation keep a second model in memory that the memory model does not price.
@@ -84,6 +86,11 @@ def headline_notes(plan: dict[str, Any]) -> list[str]:
     notes += [_sentence(str(n)) for n in (plan.get("memory") or {}).get("not_honoured") or []]
     launch = (plan.get("launch") or {}).get("notes") or []
     notes += [_sentence(str(n)) for n in launch if str(n).startswith(FP8_NOT_APPLIED)]
+    for wish in (plan.get("request") or {}).get("wishes") or []:
+        # A technique the planner refused (fp8 without FP8 tensor cores): its one line.
+        line = _sentence(str(wish.get("how")))
+        if wish["wish"].startswith("technique:") and wish.get("honoured") is False:
+            notes += [line] if line not in notes else []
     if (plan.get("brief") or {}).get("objective") == "rl" and (rl := objective_note(plan)):
         notes.append(rl)
     return notes

@@ -292,7 +292,7 @@ def _launcher_for(framework: FrameworkChoice, job: LaunchInputs) -> str:
     """The ``LAUNCHERS`` row for a plan: the framework's own, else by config and split.
 
     The row follows the plan's framework, which follows the setup (tools/research/framework.py
-    ``setup_framework``): torchtitan runs its own trainer; megatron runs pretrain_gpt.py; a
+    ``setup_framework``, or an fp8 recipe's launcher): torchtitan runs its own trainer; megatron runs pretrain_gpt.py; a
     deepspeed plan, tensor-parallel or not, runs train.py under the DeepSpeed launcher (AutoTP
     reads the degree from ds_config.json). A tensor/pipeline split under any other framework
     is refused: its files would not run the plan.
@@ -302,14 +302,9 @@ def _launcher_for(framework: FrameworkChoice, job: LaunchInputs) -> str:
     if framework.primary in TRAIN_PY_MODES and job.split is None:
         return TRAIN_PY_MODES[framework.primary]
     if framework.primary == "torchtitan":
-        if (
-            job.memory is None
-            or job.memory.pipeline_parallel
-            * job.memory.tensor_parallel
-            * job.memory.context_parallel
-            == 1
-        ):
-            raise ToolFailure("a torchtitan launch needs the plan's tensor/pipeline setup")
+        # A split, or an fp8 plan's data parallelism (FSDP2 or DDP, tools/artifacts/fp8_launch.py).
+        if job.memory is None:
+            raise ToolFailure("a torchtitan launch needs the plan's setup")
         return "torchtitan"
     if job.deepspeed_config is None:
         if job.split is None:

@@ -71,6 +71,7 @@ SAVE_INTERVAL = 500
 # fp8 linears: torchao Float8Linear through torchtitan's model converter (module docstring).
 FLOAT8_CONVERTER = "quantize.linear.float8"
 FLOAT8_SECTION = "quantize.linear.float8"
+ZERO_12 = ("zero1", "zero2", "zero2_offload_optimizer")  # one weight gather a step: no reshard
 
 
 def setup_of(memory: MemoryPlan) -> dict[str, Any]:
@@ -160,6 +161,8 @@ def job_config(
         **microbatch_key,
         "context_parallel_degree": cp,
     }
+    if memory.chosen in ZERO_12:
+        parallelism["fsdp_reshard_after_forward"] = "never"
     if pp > 1:
         parallelism["module_fqns_per_model_part"] = stage_modules(
             model.layers, pp, virtual, setup["stage_layers"]

@@ -25,13 +25,14 @@ from tools.core.schemas import (
     TrainingBrief,
 )
 from tools.core.strategies import MIN_HEADROOM
+from tools.research.fp8_framework import fp8_framework, fp8_rationale
 from tools.research.splits import (
     REPLICATING_FRAMEWORKS,
     STACKS,
     refused_in,
     setup_framework,
 )
-from tools.research.titan_flavors import flavor_refusal
+from tools.research.titan_flavors import flavor_refusal, torchtitan_flavor
 
 # Frameworks whose plan carries a DeepSpeed config (and runs the plan's ZeRO stage); those that
 # replicate every model state on every GPU are tools/research/splits.py's.
@@ -99,16 +100,16 @@ def follow_setup(
 ) -> FrameworkChoice:
     """The choice, changed to the framework the setup needs when the chosen one cannot run it.
 
-    A plan that asked for Megatron keeps it (Megatron runs every split); otherwise a
-    tensor/pipeline setup runs on ``setup_framework``'s pick, and the rationale says why. A
-    framework the brief refuses is never taken (the search offers no setup that needs one).
-    With the brief, the wish sentences are rewritten for the framework the plan now runs on.
+    Megatron, and torchtitan for its flavors, run every split and are kept; otherwise a split
+    runs on ``setup_framework``'s pick, and the rationale says why. A framework the brief
+    refuses is never taken. With the brief, the wish sentences follow the framework.
     """
     needed = setup_framework(model, memory)
     if (
         needed is None
         or memory is None
         or choice.primary in (needed, "megatron")
+        or (choice.primary == "torchtitan" and torchtitan_flavor(model) is not None)
         or (brief is not None and refused_in(needed, brief.avoid_frameworks))
     ):
         return choice
@@ -402,15 +403,16 @@ def select_framework(
             f"refuses every framework that can train this ({', '.join(brief.avoid_frameworks)})",
         )
     best = ranked[0]
-    stack = list(STACKS[best.framework])
-    if best.framework == "horovod" and brief.team.existing_stack == "tensorflow":
+    primary: FrameworkId = fp8_framework(brief) or best.framework
+    stack = list(STACKS[primary])
+    if primary == "horovod" and brief.team.existing_stack == "tensorflow":
         stack = ["tensorflow", "horovod"]  # horovod.tensorflow.keras (HOROVOD.md)
     points = {sc.framework: sc.points for sc in ranked}
     # The primary's next steps first, then any other candidate that scored above zero.
-    order = NEXT_STEPS[best.framework] + [sc.framework for sc in ranked[1:] if sc.points > 0]
+    order = NEXT_STEPS[primary] + [sc.framework for sc in ranked if sc.points > 0]
     names = list(
         dict.fromkeys(
-            f for f in order if f != best.framework and not refused_in(f, brief.avoid_frameworks)
+            f for f in order if f != primary and not refused_in(f, brief.avoid_frameworks)
         )
     )[:3]
     alternatives = [
@@ -421,11 +423,12 @@ def select_framework(
         + "; ".join(r.split(" ", 1)[1] for r in best.reasons if not r.startswith("-"))
         + "."
     )
+    rationale = fp8_rationale(primary, best.framework) + rationale
     if brief.task == "agent-app":
         rationale += (
             " Nothing is trained, so there is no parallelism plan, DeepSpeed config or smoke run."
         )
-    elif best.framework == "deepspeed" and model is not None:
+    elif primary == "deepspeed" and model is not None:
         # Said only of what the plan runs: a split is explained by follow_setup, from the setup.
         if memory is None and model.params >= PIPELINE_PARAMS:
             rationale += " At this size add pipeline parallelism (DeepSpeed's PipelineModule or Megatron-LM) to ZeRO."
@@ -436,11 +439,11 @@ def select_framework(
                 "data-parallel ranks."
             )
     choice = FrameworkChoice(
-        primary=best.framework,
+        primary=primary,
         stack=stack,
         alternatives=alternatives,
         rationale=rationale,
-        citations=cite(best.framework, *(a.name for a in alternatives)),
+        citations=cite(primary, *(a.name for a in alternatives)),
     )
     if brief.task != "agent-app":
         choice = follow_setup(choice, model, memory)
