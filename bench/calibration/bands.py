@@ -103,18 +103,9 @@ def memory_errors(folder: Path) -> dict[Key, list[float]]:
 
 def image_errors() -> dict[Key, list[float]]:
     """Every vision row (none is fitted on): |error| of images/s per kind."""
-    from tools.research.hardware import parse_hardware
-
     out: dict[Key, list[float]] = defaultdict(list)
-    for row in vision.read_rows():
-        predicted, _why = vision.predict(row)
-        if predicted is None:
-            continue
-        measured = float(row["images_per_s_total"]) / int(row["n_gpus"])
-        gpu = parse_hardware(f"1x1x{row['gpu']}").gpu
-        out[("images_per_s", family_of(gpu), framework_of(row["framework"]))].append(
-            abs(predicted / measured - 1)
-        )
+    for row, gpu, ratio in vision.priced_rows():
+        out[("images_per_s", family_of(gpu), framework_of(row["framework"]))].append(abs(ratio - 1))
     return out
 
 

@@ -90,17 +90,9 @@ def memory_errors(folder: Path) -> tuple[dict[Key, list[float]], list[str]]:
 
 def image_errors() -> dict[Key, list[float]]:
     """Predicted / measured images/s per GPU for every vision row the planner can price."""
-    from tools.research.hardware import parse_hardware
-
     out: dict[Key, list[float]] = defaultdict(list)
-    for row in vision.read_rows():
-        predicted, _why = vision.predict(row)
-        if predicted is None:
-            continue
-        measured = float(row["images_per_s_total"]) / int(row["n_gpus"])
-        gpu = parse_hardware(f"1x1x{row['gpu']}").gpu
-        key = ("speed", published.split_of(row["row_id"]), family_of(gpu), "vision")
-        out[key].append(predicted / measured)
+    for row, gpu, ratio in vision.priced_rows():
+        out[("speed", published.split_of(row["row_id"]), family_of(gpu), "vision")].append(ratio)
     return out
 
 

@@ -88,6 +88,20 @@ def predict(row: dict[str, str]) -> tuple[float | None, str]:
     return est.tokens_per_s / seq / n, ""
 
 
+def priced_rows() -> list[tuple[dict[str, str], Any, float]]:
+    """(row, its catalog GPU, predicted / measured images/s per GPU) for each row it prices."""
+    from tools.research.hardware import parse_hardware
+
+    out = []
+    for row in read_rows():
+        predicted, _why = predict(row)
+        if predicted is None:
+            continue
+        measured = float(row["images_per_s_total"]) / int(row["n_gpus"])
+        out.append((row, parse_hardware(f"1x1x{row['gpu']}").gpu, predicted / measured))
+    return out
+
+
 def family(row: dict[str, str]) -> str:
     """The model family of the row: a convolutional network (cnn) or a vision transformer (vit)."""
     return "vit" if row["model"].startswith("vit") else "cnn"
