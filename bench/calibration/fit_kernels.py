@@ -45,15 +45,21 @@ def _log_error(cases: list[Case]) -> tuple[float, float, int]:
     return statistics.fmean(errors), statistics.median(errors), len(errors)
 
 
+def by_class(cases: list[Case]) -> dict[str, list[Case]]:
+    """The cases per GPU class (tools/planning/kernels.py ``kernel_class``), classes sorted."""
+    out: dict[str, list[Case]] = {}
+    for c in cases:
+        if c.hardware.gpu:
+            out.setdefault(kernels.kernel_class(c.hardware.gpu), []).append(c)
+    return dict(sorted(out.items()))
+
+
 def fit(cases: list[Case]) -> dict[str, dict[str, float]]:
     """The grid point with the lowest mean log error, per GPU class with cases."""
     found: dict[str, dict[str, float]] = {}
     original = dict(kernels.KERNEL_FACTS)
     try:
-        for arch in sorted({kernels.kernel_class(c.hardware.gpu) for c in cases if c.hardware.gpu}):
-            mine = [
-                c for c in cases if c.hardware.gpu and kernels.kernel_class(c.hardware.gpu) == arch
-            ]
+        for arch, mine in by_class(cases).items():
             best: tuple[float, float, float, float, int] | None = None
             for gemm in GEMM_GRID:
                 for attn in ATTENTION_GRID:
@@ -110,10 +116,7 @@ def fit_fp8(cases: list[Case]) -> dict[str, dict[str, float]]:
     found: dict[str, dict[str, float]] = {}
     original = dict(fp8.FP8_GEMM)
     try:
-        for arch in sorted({kernels.kernel_class(c.hardware.gpu) for c in cases if c.hardware.gpu}):
-            mine = [
-                c for c in cases if c.hardware.gpu and kernels.kernel_class(c.hardware.gpu) == arch
-            ]
+        for arch, mine in by_class(cases).items():
             best: tuple[float, float, float, int] | None = None
             for share in FP8_GRID:
                 fp8.FP8_GEMM[arch] = share
