@@ -541,6 +541,12 @@ def setup_of(row: Row) -> tuple[dict[str, Any], list[str]]:
         # sequence parallelism); the speed model's default is Megatron's current one.
         setup["sequence_parallel"] = False
         notes.append("sequence parallelism off: the row's notes say the run predates it")
+    if "unfused attention" in row.get("notes", "").lower():
+        # Before FlashAttention (Dao et al. 2022) Megatron computed the s x s scores, a fused
+        # scale-mask-softmax over them in HBM, and the product with V: the speed model's
+        # ``eager`` attention kernel, not its FlashAttention-style default.
+        setup["attention"] = "eager"
+        notes.append("attention with materialised scores: the row's notes say it ran unfused")
     if ep > 1:
         if dp % ep:
             raise _Skipped("ep does not divide the data-parallel degree")
