@@ -259,16 +259,21 @@ def attention_s(
     FLOPs: 4·s_q·s_kv·d per head forward (QK^T and PV, 2 FLOPs per multiply-add), half of it
     under a causal mask for kernels that skip masked blocks (FlashAttention: Dao et al. 2022,
     sec. 3.1); backward runs 2.5x the forward's matmuls (Dao 2023, FlashAttention-2, sec. 3.2:
-    five matmuls instead of two). ``eager`` materializes the s x s scores in HBM: its time is
-    the larger of the math at the GEMM rate and reading and writing the scores and softmax
-    (about 4 passes of 2 bytes each forward, twice that backward).
+    five matmuls instead of two). ``eager`` materializes the s x s scores in HBM (about 4
+    passes of 2 bytes each forward, twice that backward): the score GEMMs take the larger of
+    their math at the GEMM rate and their half of the passes, and the softmax kernel between
+    them adds the other half.
     """
     facts = device.facts
     flops = 4.0 * batch_heads * q_len * kv_len * head_dim
     if kernel == "eager":
         mem = 8.0 * batch_heads * q_len * kv_len * (2.0 if backward else 1.0)
         math_s = flops * (2.5 if backward else 1.0) / (device.peak_flops * facts.gemm * 0.7)
-        return max(math_s, mem / device.bandwidth) + 4 * LAUNCH_S
+        # The score GEMMs write and read the scores while they compute (their share of the
+        # passes hides behind the math); the softmax between them is a kernel of its own
+        # that only moves the scores, so half of the passes add to the time.
+        passes_s = mem / device.bandwidth
+        return max(math_s, passes_s / 2) + passes_s / 2 + 4 * LAUNCH_S
     if causal:
         flops *= 0.5
     # Short sequences do not fill the machine: one thread block per 128 query rows per head.
