@@ -141,8 +141,9 @@ def runs_setup(
     every dense split of the models it builds).
     """
     needed = split_framework(model, strategy, tp, pp, cp, ep)
-    if needed is not None and titan_runs(brief, model):
-        return ep == 1
+    if needed is not None and brief.framework == "torchtitan":
+        # torchtitan runs every dense split of what it runs; FSDP in its place runs none.
+        return ep == 1 and titan_runs(brief, model)
     if needed is None:
         return brief.framework not in REPLICATING_FRAMEWORKS or strategy == "ddp"
     if refused_in(needed, brief.avoid_frameworks):
