@@ -202,7 +202,8 @@ def score_frameworks(
     params = model.params if model else 0
     research = brief.deployment == "research" or bool(_RESEARCH.search(text))
     serving = brief.deployment in {"production-serving", "mobile"}
-    s = scores = {f: Score(f) for f in TRAINING_FRAMEWORKS}
+    scores: dict[str, Score] = {f: Score(f) for f in TRAINING_FRAMEWORKS}
+    s = scores
 
     for fid, pattern in _NAMED.items() if brief.framework is None else ():
         if pattern.search(text) and fid not in brief.avoid_frameworks:
