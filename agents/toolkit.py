@@ -44,7 +44,6 @@ def _dump(obj: BaseModel | dict[str, Any], **exclude: Any) -> str:
 
 def researcher_tools(ws: Workspace) -> list[BaseTool]:
     """profile_hardware, lookup_model, select_framework."""
-    from tools.intake.wishes import torchtitan_note
     from tools.planning import search_strategy
     from tools.research.framework import select_framework as _select
 
@@ -83,8 +82,6 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
                 inputs=search_inputs(ws.brief, hw, model), plan=searched, speed=searched.speed
             )
             ws.framework = _select(ws.brief, hw, model, searched)
-        if ws.framework.primary != "torchtitan" and (note := torchtitan_note(ws.brief.goal)):
-            ws.framework.rationale += f" {note}."
         ws.progress(f"framework: {ws.framework.primary}")
         return _dump(ws.framework)
 

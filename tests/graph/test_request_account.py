@@ -80,6 +80,8 @@ TABLE: list[Row] = [
     ("pretrain llama-3-8b on 16 H100 using Megatron-LM, TP 4", {"framework": "megatron", "pins": {"tensor_parallel": 4}}, {"framework:megatron"}, []),
     ("fine-tune mistral-7b on 8 A100 80GB with DeepSpeed ZeRO-2", {"framework": "deepspeed", "pins": {"zero_stage": 2}}, {"framework:deepspeed"}, []),
     ("fine-tune llama-3-8b on 8 H100, do not use ZeRO-3", {}, {"avoid:zero-3"}, []),
+    ("pretrain llama-3.1-8b on 8 H100 with torchtitan and fp8", {"framework": "torchtitan"}, {"framework:torchtitan", "technique:fp8"}, []),
+    ("fine-tune llama-3.1-8b on 8 H100 with FSDP, not torchtitan", {"framework": "pytorch_fsdp", "avoid_frameworks": ["torchtitan"]}, {"framework:pytorch_fsdp", "avoid:torchtitan"}, []),
     ("fine-tune llama-3-8b on 8 H100 with NeMo", {"framework": "megatron"}, {"framework:megatron", "trainer:nemo"}, []),
     # ---- techniques
     ("pretrain qwen3-235b-a22b on 8 nodes of 8 H100 with expert parallelism", {}, {"technique:expert-parallelism"}, []),

@@ -37,7 +37,7 @@ TABLE: list[tuple[str, str | None, list[str] | None, dict[str, Any] | None, int 
         None,
     ),
     ("fine-tune llama-3-8b on 8 A100 with Megatron", "megatron", None, None, None),
-    ("pretrain llama-3-8b on 2 nodes of 8 H100 with torchtitan", "pytorch_fsdp", None, None, None),
+    ("pretrain llama-3-8b on 2 nodes of 8 H100 with torchtitan", "torchtitan", None, None, None),
     (
         "our team uses TensorFlow; use Horovod with Keras to fine-tune gpt2 on 4 A100",
         "horovod",

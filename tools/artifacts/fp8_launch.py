@@ -21,7 +21,8 @@ from tools.core.request_account import RequestAccount, mark_wish
 from tools.core.schemas import ModelSpec, TrainingBrief
 from tools.intake.fp8_wish import FP8_WISH
 from tools.research.splits import refused_in
-from tools.research.titan_flavors import flavor_refusal, torchtitan_flavor
+from tools.research.titan_flavors import build_refusal, titan_refusal, torchtitan_flavor
+from tools.research.titan_wish import IN_ITS_PLACE
 
 # The recipe frameworks whose launch applies fp8 linears.
 FP8_FRAMEWORKS = ("torchtitan", "megatron")
@@ -79,9 +80,14 @@ def fp8_launch(brief: TrainingBrief, model: ModelSpec) -> Fp8Launch | None:
         return _not_applied(
             f"the request asks for {_NO_FP8_PATH[pinned]}, whose launch here has no fp8 path"
         )
-    if pinned == "torchtitan" and torchtitan_flavor(model) is None:
-        why = flavor_refusal(model) or "it has no llama3 flavor of this shape"
-        return _not_applied(f"torchtitan was asked for and cannot build {model.name} ({why})")
+    if pinned == "torchtitan" and (why := titan_refusal(model, brief.task)) is not None:
+        if brief.framework == "torchtitan":
+            # The framework line says why torchtitan is not used (tools/research/titan_wish.py).
+            return _not_applied(
+                f"torchtitan cannot run this job, and {_NO_FP8_PATH[IN_ITS_PLACE]}, which runs "
+                "in its place, has no fp8 path"
+            )
+        return _not_applied(f"torchtitan was asked for and cannot run {model.name} ({why})")
     if pinned is not None:
         return Fp8Launch(pinned)
     if brief.task == "lora":
@@ -89,7 +95,7 @@ def fp8_launch(brief: TrainingBrief, model: ModelSpec) -> Fp8Launch | None:
             "LoRA adapters train with the Hugging Face job (train.py with peft), which has no "
             "fp8 path"
         )
-    # torchtitan is FSDP2's trainer: refusing FSDP ("no torchtitan" reads so) refuses it too.
+    # torchtitan is FSDP2's trainer: refusing FSDP refuses it too.
     titan_refused = {"torchtitan", "pytorch_fsdp"} & set(brief.avoid_frameworks)
     if torchtitan_flavor(model) is not None and not titan_refused:
         return Fp8Launch("torchtitan")
@@ -101,7 +107,7 @@ def fp8_launch(brief: TrainingBrief, model: ModelSpec) -> Fp8Launch | None:
     titan = (
         "the request refuses it"
         if titan_refused
-        else flavor_refusal(model) or "no torchtitan flavor builds it"
+        else build_refusal(model) or "no torchtitan flavor builds it"
     )
     megatron = (
         f"the request refuses {', '.join(megatron_refused)}"

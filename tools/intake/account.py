@@ -23,7 +23,7 @@ from tools.intake.model_text import read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, Read
 from tools.intake.serving_text import serving_reads
-from tools.intake.wishes import framework_reads, named_wishes, pin_reads, torchtitan_note
+from tools.intake.wishes import framework_reads, named_wishes, pin_reads
 from tools.intake.words import word_reads
 
 # A number in the request: digits not glued to a letter before them ("H100", "bf16" are names),
@@ -263,8 +263,6 @@ def _wishes(reads: list[Read], brief: TrainingBrief) -> list[Wish]:
         wish = Wish(wish=r.field, quote=r.quote)
         if kind == "avoid" and r.value in brief.avoid_frameworks:
             wish.honoured, wish.how = True, "not used: recorded in avoid_frameworks"
-        elif r.field == "trainer:torchtitan" and (note := torchtitan_note(r.quote)):
-            wish.honoured, wish.how = False, note
         out.append(wish)
     return out
 

@@ -2,11 +2,12 @@
 
 "we want to use FSDP, no deepspeed" -> framework pytorch_fsdp, avoid deepspeed; "with
 Megatron" -> megatron; "use Horovod with Keras" -> horovod (the team's stack, TensorFlow, is
-read by the brief parser); "PyTorch DDP only" -> pytorch_ddp; "torchtitan" -> pytorch_fsdp
-(torchtitan is PyTorch's FSDP2 + tensor/pipeline reference trainer; trainwright writes no
-torchtitan config, and the plan says so). Pins: "ZeRO-2", "ZeRO stage 3", "TP 4", "tensor
-parallel 8", "PP 2", "pipeline parallelism of 4", "no tensor parallelism" (degree 1),
-"no offload", "with offload"; "do not use ZeRO-3" refuses that stage (``avoid_zero_stages``).
+read by the brief parser); "PyTorch DDP only" -> pytorch_ddp; "with torchtitan" -> torchtitan
+(its launch files where one of its flavors builds the model; otherwise the plan says in one
+line why not and what runs instead: tools/research/titan_wish.py). Pins: "ZeRO-2", "ZeRO
+stage 3", "TP 4", "tensor parallel 8", "PP 2", "pipeline parallelism of 4", "no tensor
+parallelism" (degree 1), "no offload", "with offload"; "do not use ZeRO-3" refuses that stage
+(``avoid_zero_stages``).
 
 Offline and deterministic, like the rest of the request parser (tools/intake/brief.py); every
 pattern is linear (no nested quantifiers), and the request is already capped in length.
@@ -21,7 +22,8 @@ from tools.intake.readings import Read
 
 # Each framework's names in a request, most specific first (a longer name wins its span).
 _NAMES: tuple[tuple[str, str], ...] = (
-    ("pytorch_fsdp", r"torch\s*titan|fsdp2?|fully[ -]sharded(?:\s+data[ -]parallel)?"),
+    ("torchtitan", r"torch\s*titan"),
+    ("pytorch_fsdp", r"fsdp2?|fully[ -]sharded(?:\s+data[ -]parallel)?"),
     ("megatron", r"megatron(?:[ -](?:lm|deepspeed|core))?|nemo"),
     ("deepspeed", r"deep[ -]?speed"),
     ("horovod", r"horovod"),
@@ -158,16 +160,6 @@ def _refused_zero_stages(text: str) -> Read | None:
     return Read("pins.avoid_zero_stages", stages, text[at : first.end()], at, first.end())
 
 
-def torchtitan_note(goal: str) -> str | None:
-    """The wish trainwright cannot honour as asked: torchtitan, planned as PyTorch FSDP."""
-    if re.search(r"\btorch\s*titan\b", goal, re.I):
-        return (
-            "torchtitan asked for: trainwright writes no torchtitan config, so this plans PyTorch "
-            "FSDP (which torchtitan builds on: FSDP2 with tensor and pipeline parallelism)"
-        )
-    return None
-
-
 # Techniques, trainers and objectives a request may name: each becomes a wish with its words,
 # which the planner honours or refuses out loud (plan JSON ``request.wishes``). Id, pattern.
 _NAMED: tuple[tuple[str, str], ...] = (
@@ -205,7 +197,6 @@ _NAMED: tuple[tuple[str, str], ...] = (
     ("trainer:nemo", r"\bnemo\b"),
     ("trainer:trl", r"\btrl\b"),
     ("trainer:unsloth", r"\bunsloth\b"),
-    ("trainer:torchtitan", r"\btorch\s*titan\b"),
     (
         "objective:sft",
         r"\bsft\b|\bsupervised\s+fine-?tun\w*|\binstruction[ -]tun\w*|指令微调|监督微调",

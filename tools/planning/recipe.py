@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from tools.core.errors import InputError
-from tools.core.schemas import TrainingBrief
+from tools.core.schemas import ModelSpec, TrainingBrief
+from tools.research.titan_wish import recipe_framework
 
 # deepspeed: DeepSpeed ZeRO 0-3 (the planner's default); fsdp: PyTorch FSDP1/FSDP2 as in a plain
 # training loop or the Hugging Face Trainer; torchtitan: FSDP2 + TP/PP/CP as torchtitan runs
@@ -162,19 +163,24 @@ _BRIEF_FRAMEWORKS = {
 }
 
 
-def recipe_from_brief(brief: TrainingBrief) -> Recipe | None:
-    """The brief's ``recipe`` block as a resolved Recipe (None when the brief has none)."""
+def recipe_from_brief(brief: TrainingBrief, model: ModelSpec | None = None) -> Recipe | None:
+    """The brief's ``recipe`` block as a resolved Recipe (None when the brief has none).
+
+    A torchtitan wish is priced as torchtitan where it runs the job (``model``), else as the
+    FSDP that runs in its place (tools/research/titan_wish.py).
+    """
     spec = brief.recipe
+    brief_frameworks = {**_BRIEF_FRAMEWORKS, "torchtitan": recipe_framework(brief, model)}
     if spec is None:
         # A framework the request names whose memory differs from DeepSpeed's is priced as
         # it runs (FSDP's fp32 shards, Megatron's gradient buffer) with its defaults.
-        named = {"pytorch_fsdp": "fsdp", "megatron": "megatron"}.get(str(brief.framework))
-        if named is None:
+        named = brief_frameworks.get(str(brief.framework))
+        if brief.framework not in ("pytorch_fsdp", "megatron", "torchtitan") or named is None:
             return None
         precision = brief.precision if brief.precision != "auto" else "bf16"
         return resolve_recipe(Recipe(framework=named, precision=precision))
     fields = spec.model_dump(exclude_none=True)
-    framework = fields.pop("framework", None) or _BRIEF_FRAMEWORKS.get(
+    framework = fields.pop("framework", None) or brief_frameworks.get(
         str(brief.framework), "deepspeed"
     )
     precision = fields.pop("precision", None) or (

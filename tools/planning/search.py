@@ -92,7 +92,7 @@ def search_strategy(
         fastest = run_search(model, hardware, brief, plain)
     if options.replicating is not None and options.strategies is None:
         fastest = _replicated(fastest, options.replicating, model, hardware, brief, plain)
-    recipe = options.recipe or recipe_from_brief(brief)
+    recipe = options.recipe or recipe_from_brief(brief, model)
     fp8 = recipe is not None and recipe.precision == "fp8"
     return attach_bands(fastest, hardware, band_framework(brief, recipe), fp8=fp8)
 
@@ -143,7 +143,7 @@ def _search_brief(
 ) -> MemoryPlan:
     """The search for one brief: its default batch, recipe and pins."""
     brief, batch_note = resolve_batch(brief, model, hardware)
-    options = options.but(recipe=options.recipe or recipe_from_brief(brief))
+    options = options.but(recipe=options.recipe or recipe_from_brief(brief, model))
     fp8_note = None
     if options.recipe is not None and options.recipe.precision == "fp8":
         # One line naming the GPU when it has no FP8 tensor cores, never a silent bf16 run.

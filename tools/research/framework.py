@@ -29,10 +29,12 @@ from tools.research.fp8_framework import fp8_framework, fp8_rationale
 from tools.research.splits import (
     REPLICATING_FRAMEWORKS,
     STACKS,
+    TRAINING_FRAMEWORKS,
     refused_in,
     setup_framework,
 )
 from tools.research.titan_flavors import flavor_refusal, torchtitan_flavor
+from tools.research.titan_wish import titan_not_honoured, titan_score
 
 # Frameworks whose plan carries a DeepSpeed config (and runs the plan's ZeRO stage); those that
 # replicate every model state on every GPU are tools/research/splits.py's.
@@ -200,18 +202,7 @@ def score_frameworks(
     params = model.params if model else 0
     research = brief.deployment == "research" or bool(_RESEARCH.search(text))
     serving = brief.deployment in {"production-serving", "mobile"}
-    scores = {
-        f: Score(f)
-        for f in (
-            "pytorch",
-            "pytorch_ddp",
-            "pytorch_fsdp",
-            "deepspeed",
-            "horovod",
-            "tensorflow",
-            "megatron",
-        )
-    }
+    scores: dict[str, Score] = {f: Score(f) for f in TRAINING_FRAMEWORKS}
     s = scores
 
     for fid, pattern in _NAMED.items() if brief.framework is None else ():
@@ -269,6 +260,8 @@ def score_frameworks(
     wished = brief.framework
     if wished in s and not (wished in REPLICATING_FRAMEWORKS and not fits):
         s[wished].add(100, "the request asks for it")  # type: ignore[index]
+    if (titan := titan_score(brief, model)) is not None:  # torchtitan, or FSDP in its place
+        s.setdefault(titan[0], Score(titan[0])).add(100, titan[1])
     # A refused framework is no candidate at all, nor one whose stack carries it (Megatron-
     # DeepSpeed when DeepSpeed is refused).
     ranked = sorted(
@@ -338,6 +331,8 @@ def _not_honoured(
     wished = brief.framework
     if wished is None or wished == chosen:
         return None
+    if (titan := titan_not_honoured(brief, chosen, model)) is not None:
+        return titan
     if wished in REPLICATING_FRAMEWORKS and not replicas_fit(memory):
         why = (
             "it replicates parameters, gradients and optimizer states on every GPU, and they "

@@ -13,9 +13,21 @@ from collections.abc import Iterable
 from tools.core.schemas import FrameworkId, MemoryPlan, ModelSpec, TrainingBrief
 from tools.core.strategies import ZERO_STAGE
 from tools.research.titan_flavors import torchtitan_flavor
+from tools.research.titan_wish import titan_runs
 
 # Frameworks that replicate every model state on every GPU: they run DDP and nothing else.
 REPLICATING_FRAMEWORKS = frozenset({"pytorch", "pytorch_ddp", "tensorflow", "horovod"})
+# The training frameworks every request's framework choice scores (tools/research/framework.py);
+# torchtitan joins them when the request asks for it (tools/research/titan_wish.py).
+TRAINING_FRAMEWORKS: tuple[FrameworkId, ...] = (
+    "pytorch",
+    "pytorch_ddp",
+    "pytorch_fsdp",
+    "deepspeed",
+    "horovod",
+    "tensorflow",
+    "megatron",
+)
 STACKS: dict[str, list[FrameworkId]] = {
     "pytorch": ["pytorch"],
     "pytorch_ddp": ["pytorch", "pytorch_ddp"],
@@ -125,9 +137,13 @@ def runs_setup(
 
     A data-parallel setup runs on any framework (plain DDP only, on a replicating one the
     request names). A split needs ``split_framework``'s pick: never one the request refuses,
-    and, when the request names a framework, that one (Megatron runs every split).
+    and, when the request names a framework, that one (Megatron runs every split, torchtitan
+    every dense split of the models it builds).
     """
     needed = split_framework(model, strategy, tp, pp, cp, ep)
+    if needed is not None and brief.framework == "torchtitan":
+        # torchtitan runs every dense split of what it runs; FSDP in its place runs none.
+        return ep == 1 and titan_runs(brief, model)
     if needed is None:
         return brief.framework not in REPLICATING_FRAMEWORKS or strategy == "ddp"
     if refused_in(needed, brief.avoid_frameworks):
@@ -140,8 +156,11 @@ def runs_on(
 ) -> FrameworkId | None:
     """The framework a plan for this brief runs a split on (None: data parallel, any).
 
-    A brief that names Megatron keeps it (Megatron runs every split); otherwise
-    ``split_framework``'s pick, as ``follow_setup`` makes the plan's framework.
+    A brief that names Megatron keeps it (Megatron runs every split), one that names
+    torchtitan too where torchtitan runs the job; otherwise ``split_framework``'s pick, as
+    ``follow_setup`` makes the plan's framework.
     """
     needed = split_framework(model, strategy, tp, pp, cp)
+    if needed is not None and titan_runs(brief, model):
+        return "torchtitan"
     return "megatron" if needed is not None and brief.framework == "megatron" else needed

@@ -142,3 +142,28 @@ def flavor_refusal(model: ModelSpec | None) -> str | None:
         f"(torchtitan {TORCHTITAN_RELEASE}); {model.name} differs in {', '.join(found)}, which "
         "torchtitan's job config cannot set, so torchtitan would train another model"
     )
+
+
+def build_refusal(model: ModelSpec | None) -> str | None:
+    """Why torchtitan cannot build the model, in words (None: one of its flavors builds it)."""
+    if torchtitan_flavor(model) is not None:
+        return None
+    name = model.name if model is not None else "the model"
+    return flavor_refusal(model) or (
+        f"torchtitan {TORCHTITAN_RELEASE} builds only the Llama 3.1 8B, 70B and 405B of its "
+        f"llama3 flavors, and {name} is none of them"
+    )
+
+
+def titan_refusal(model: ModelSpec | None, task: str) -> str | None:
+    """Why torchtitan cannot run this training job (None: it can): LoRA, or a model it cannot build.
+
+    The torchtitan launch here trains every weight; LoRA adapters train with the Hugging Face
+    job (train.py with peft).
+    """
+    if task == "lora":
+        return (
+            "torchtitan's launch here trains every weight, not LoRA adapters (those train with "
+            "the Hugging Face job, train.py with peft)"
+        )
+    return build_refusal(model)

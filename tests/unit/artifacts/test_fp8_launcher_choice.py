@@ -80,7 +80,23 @@ def test_pinned_megatron_keeps_fp8_and_pinned_torchtitan_needs_a_flavor() -> Non
     assert kept is not None and kept.framework == "megatron"
     titan = fp8_launch(_brief("llama-3-8b", recipe={"framework": "torchtitan"}), llama3)
     assert titan is not None and titan.framework is None
-    assert titan.note is not None and "cannot build llama-3-8b" in titan.note
+    assert (
+        titan.note is not None
+        and "torchtitan was asked for and cannot run llama-3-8b" in titan.note
+    )
+    assert "differs in RoPE scaling" in titan.note  # titan_flavors.py's reason, quoted
+    # The framework wish runs FSDP in torchtitan's place, and its own line says why: this one
+    # says only that the launch that runs has no fp8 path.
+    wished = fp8_launch(_brief("llama-3-8b", framework="torchtitan"), llama3)
+    assert wished is not None and wished.framework is None and wished.note is not None
+    assert "PyTorch FSDP (torchrun), which runs in its place, has no fp8 path" in wished.note
+    assert "RoPE" not in wished.note
+    # A LoRA job: torchtitan's launch trains every weight.
+    llama31 = lookup_model("llama-3.1-8b", 2048)
+    lora = fp8_launch(_brief("llama-3.1-8b", task="lora", framework="torchtitan"), llama31)
+    assert lora is not None and lora.framework is None
+    flavor = fp8_launch(_brief("llama-3.1-8b", framework="torchtitan"), llama31)
+    assert flavor is not None and flavor.framework == "torchtitan"
 
 
 def _account(honoured: bool | None = None) -> dict[str, Any]:
