@@ -236,6 +236,11 @@ def _not_searched(space: SearchSpace) -> str | None:
     why = (
         f"the request refuses {', '.join(brief.avoid_frameworks)}" if brief.avoid_frameworks else ""
     )
+    if brief.task == "lora" and needs - {None, "deepspeed"}:
+        why += ("; " if why else "") + (
+            "LoRA trains adapters on the Hugging Face trainer, and the launches of those "
+            "frameworks here train every weight"
+        )
     if brief.framework is not None:
         why += ("; " if why else "") + f"the request asks for {brief.framework}"
     return (

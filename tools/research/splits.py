@@ -136,11 +136,17 @@ def runs_setup(
     """Whether the request allows the framework this setup needs.
 
     A data-parallel setup runs on any framework (plain DDP only, on a replicating one the
-    request names). A split needs ``split_framework``'s pick: never one the request refuses,
+    request names). A LoRA job runs only what the Hugging Face trainer runs (data parallel,
+    AutoTP): torchtitan's and Megatron's launches train every weight. A split needs
+    ``split_framework``'s pick: never one the request refuses,
     and, when the request names a framework, that one (Megatron runs every split, torchtitan
     every dense split of the models it builds).
     """
     needed = split_framework(model, strategy, tp, pp, cp, ep)
+    if brief.task == "lora" and needed not in (None, "deepspeed"):
+        # LoRA trains adapters through the Hugging Face trainer (train.py with PEFT); the
+        # torchtitan and Megatron launches that run these splits train every weight.
+        return False
     if needed is not None and brief.framework == "torchtitan":
         # torchtitan runs every dense split of what it runs; FSDP in its place runs none.
         return ep == 1 and titan_runs(brief, model)
