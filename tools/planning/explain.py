@@ -112,7 +112,9 @@ def base_assumptions(
         f"CUDA context {CUDA_CONTEXT_BYTES / GB:.2f} GB; "
         f"fragmentation margin {FRAGMENTATION_MARGIN:.0%} of the total",
         "ZeRO-3 assumes the model is built under deepspeed.zero.Init "
-        "(Hugging Face does this for stage 3)",
+        "(Hugging Face does this for stage 3); its 16-bit gradient partition exists from the "
+        "start (live with the activations), and where forward turns into backward the last "
+        "stage3_max_reuse_distance/2 parameters are still gathered (all of a smaller model)",
     ]
     if hardware.gpu is not None and any(n in OFFLOAD_STRATEGIES for n in names):
         ram, assumed = node_ram_bytes(hardware)
