@@ -103,7 +103,7 @@ def base_assumptions(
         "model states: ZeRO paper (2+2+12 bytes/param for mixed-precision Adam) plus the "
         "fp32 gradient copy DeepSpeed steps on (4 bytes/param, partitioned like the optimizer)",
         "activations: Korthikanti et al. 2022 eq. 1 with the SDPA/FlashAttention kernel "
-        "(no s x s scores; llama-style layers 22 + 8·i/h per s·b·h instead of 34), full "
+        "(no s x s scores; llama-style layers 24 + 8·i/h per s·b·h instead of 34), full "
         "checkpointing keeps 2·s·b·h per layer; activations and gradients are not live "
         "together, so the peak counts the larger",
         "logits: 16-bit logits, the fp32 copy and the fp32 log-softmax cross-entropy saves (s·b·V·(2+4+4) bytes)",

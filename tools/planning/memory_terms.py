@@ -346,6 +346,10 @@ def _activation_terms(
             offload=recipe.activation_offload,
             target_len=recipe.target_len,
             moe_dispatcher=dispatcher,
+            # DeepSpeed's and FSDP's launches run Hugging Face's modeling code.
+            modeling="transformers"
+            if recipe.framework in ("deepspeed", "fsdp")
+            else str(recipe.framework),
         )
         return acts, 0, 0
     tokens = seq * micro
