@@ -203,7 +203,7 @@ def zero_section(plan: MemoryPlan, model: ModelSpec) -> dict[str, Any]:
                 "stage3_prefetch_bucket_size": sizes.prefetch_bucket_size,
                 "stage3_param_persistence_threshold": sizes.param_persistence_threshold,
                 "stage3_max_live_parameters": sizes.max_live_parameters,
-                "stage3_max_reuse_distance": sizes.max_live_parameters,
+                "stage3_max_reuse_distance": sizes.max_reuse_distance,
                 "sub_group_size": sizes.sub_group_size,
                 # Without it, a ZeRO-3 save holds only this rank's shard of the weights.
                 "stage3_gather_16bit_weights_on_model_save": True,

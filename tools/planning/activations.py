@@ -22,16 +22,18 @@ ATTENTION_KERNELS = ("sdpa", "eager")
 # GATED_MLP_FAMILIES (tools/planning/states.py): RMSNorm + a gated SiLU/GeLU MLP with no dropout.
 
 
-def layer_coefficient(model: ModelSpec) -> float:
+def layer_coefficient(model: ModelSpec, *, hf: bool = True) -> float:
     """Bytes per s*b*h one transformer layer keeps for backward at 16-bit, without the scores.
 
-    34 for GPT-style layers (Korthikanti et al. 2022, eq. 1); 22 + 8*i/h for llama-style
-    layers (see ``activation_bytes``).
+    34 for GPT-style layers (Korthikanti et al. 2022, eq. 1); 24 + 8*i/h for llama-style
+    layers as the Hugging Face modeling code saves them (see ``_layer_bytes``). ``hf=False``
+    (Megatron's and nanotron's own layers, which fuse their norms differently) keeps the
+    earlier count, 22 + 8*i/h, not re-derived for them.
     """
     config = model.hf_config or {}
     family = str(config.get("model_type", ""))
     if family in GATED_MLP_FAMILIES and model.intermediate:
-        return 22 + 8 * model.intermediate / model.hidden
+        return (24 if hf else 22) + 8 * model.intermediate / model.hidden
     if config.get("activation_function") == "gelu_new" or family == "gpt2":
         # Hugging Face's NewGELUActivation is composed of elementwise ops, which save the tanh
         # output, the half input and the (1 + tanh) factor besides its input: 3 more 4h-wide
@@ -163,6 +165,7 @@ def activation_bytes(
     offload: bool = False,
     target_len: int | None = None,
     moe_dispatcher: str = "transformers",
+    modeling: str = "transformers",
 ) -> int:
     """Activation bytes per GPU for one micro batch (Korthikanti et al. 2022, eq. 1).
 
@@ -179,7 +182,9 @@ def activation_bytes(
     ``encoder_decoder_bytes`` with ``seq_len`` source tokens and ``target_len`` (default
     ``seq_len``) target tokens. A mixture of experts' layers keep their routed copies and the
     experts' intermediates as ``moe_dispatcher`` saves them (tools/planning/moe_activations.py:
-    ``transformers``, ``megatron`` or ``deepspeed-moe``) in training.
+    ``transformers``, ``megatron`` or ``deepspeed-moe``) in training. ``modeling`` names whose
+    layers run: ``transformers`` (Hugging Face's modeling code, DeepSpeed's and FSDP's
+    launches) or the framework with its own (``megatron``, ``nanotron``).
     """
     if moe_dispatcher not in MOE_DISPATCHERS:
         raise InputError("moe_dispatcher", f"must be one of {', '.join(MOE_DISPATCHERS)}")
@@ -216,6 +221,7 @@ def activation_bytes(
         selective_recompute=selective_recompute,
         sequence_parallel=sequence_parallel,
         moe_dispatcher=moe_dispatcher if training else None,
+        hf=modeling == "transformers",
     )
     if task in ("inference", "agent-app"):
         s, b, h, a, t = seq_len, micro_batch_size, model.hidden, model.heads, tensor_parallel
@@ -268,6 +274,7 @@ def _layer_bytes(
     selective_recompute: bool,
     sequence_parallel: bool,
     moe_dispatcher: str | None = None,
+    hf: bool = True,
 ) -> int:
     """One transformer layer's activations on one GPU, without recomputation.
 
@@ -281,12 +288,17 @@ def _layer_bytes(
     The per-layer coefficient 34 is Korthikanti's for a GPT layer (LayerNorm, 4h GeLU MLP,
     dropout). Llama-style layers (``GATED_MLP_FAMILIES``: RMSNorm, a gated SiLU MLP of width i,
     no dropout) keep, per s*b*h at 16-bit, as the Hugging Face modeling code saves them for
-    backward: 12 for the two RMSNorms (each keeps its fp32 input, 4 bytes, and its 16-bit
-    normalised output, 2, which the next projections share), 10 for attention (q, k and v
-    repeated to all heads and the output, saved by the attention kernel, 8, plus the output
-    projection's input, 2) and 8*i/h for the MLP (gate, SiLU, up and product outputs, i wide):
-    22 + 8*i/h (44 for i = 2.75h). GPT-2 (composite tanh GeLU, ``layer_coefficient``) keeps 60.
-    How these compare with H200 runs: bench/results/2026-12-01-memory-model-notes.md.
+    backward: 16 for the two RMSNorms (LlamaRMSNorm's pow and multiply keep its fp32 input, 4
+    bytes; ``self.weight * hidden_states.to(input_dtype)`` keeps the 16-bit normalised tensor,
+    2, and returns a new one, the norm's output, 2, which the next projections keep: the same
+    4 per norm ``replicated_coefficient`` counts), 8 for attention (q, k and v and the
+    output, saved by the attention kernel; the output projection's input is a view of that
+    output: FlashAttention-2's and SDPA's (b, s, heads, d) output reshaped, no copy) and 8*i/h
+    for the MLP (gate, SiLU, up and product outputs, i wide): 24 + 8*i/h (46 for i = 2.75h;
+    the H200 run of the 1.1B llama-style model measured 47, where the earlier count, 22,
+    gave 44: bench/results/2026-12-01-memory-model-notes.md). Megatron's and nanotron's own
+    layers keep the earlier 22 (``layer_coefficient(hf=False)``). GPT-2 (composite tanh GeLU,
+    ``layer_coefficient``) keeps 60.
 
     Tensor parallelism of degree t is modelled with Megatron's sequence parallelism (sec. 4.2.2):
     every per-layer term is divided by t. Without sequence parallelism
@@ -306,7 +318,7 @@ def _layer_bytes(
     # dtype=torch.float32) and, at 16-bit, its cast that the scores-times-values matmul saves:
     # 6 bytes per score (Korthikanti's 5 assume a 16-bit softmax plus dropout), 4 in fp32.
     score_bytes = (4 if precision == "fp32" else 6) * a * s * s * b if keeps_scores else 0
-    coefficient = layer_coefficient(model)
+    coefficient = layer_coefficient(model, hf=hf)
     replicated = 0.0 if sequence_parallel or t == 1 else replicated_coefficient(model)
     moe_split, moe_whole = 0.0, 0.0
     if moe_dispatcher is not None:

@@ -103,7 +103,7 @@ def base_assumptions(
         "model states: ZeRO paper (2+2+12 bytes/param for mixed-precision Adam) plus the "
         "fp32 gradient copy DeepSpeed steps on (4 bytes/param, partitioned like the optimizer)",
         "activations: Korthikanti et al. 2022 eq. 1 with the SDPA/FlashAttention kernel "
-        "(no s x s scores; llama-style layers 22 + 8·i/h per s·b·h instead of 34), full "
+        "(no s x s scores; llama-style layers 24 + 8·i/h per s·b·h instead of 34), full "
         "checkpointing keeps 2·s·b·h per layer; activations and gradients are not live "
         "together, so the peak counts the larger",
         "logits: 16-bit logits, the fp32 copy and the fp32 log-softmax cross-entropy saves (s·b·V·(2+4+4) bytes)",
@@ -112,7 +112,9 @@ def base_assumptions(
         f"CUDA context {CUDA_CONTEXT_BYTES / GB:.2f} GB; "
         f"fragmentation margin {FRAGMENTATION_MARGIN:.0%} of the total",
         "ZeRO-3 assumes the model is built under deepspeed.zero.Init "
-        "(Hugging Face does this for stage 3)",
+        "(Hugging Face does this for stage 3); its 16-bit gradient partition exists from the "
+        "start (live with the activations), and where forward turns into backward the last "
+        "stage3_max_reuse_distance/2 parameters are still gathered (all of a smaller model)",
     ]
     if hardware.gpu is not None and any(n in OFFLOAD_STRATEGIES for n in names):
         ram, assumed = node_ram_bytes(hardware)

@@ -68,18 +68,22 @@ class Terms:
     # Of ``gradients``: what exists only at the optimizer step (DeepSpeed's fp32 gradient copy,
     # made from the 16-bit partition when the step runs), so never with the activations.
     step_gradients: int = 0
+    # Of ``gradients``: a buffer allocated before the first forward and kept, so live with the
+    # activations (ZeRO-3's flat 16-bit gradient partition, ``grad_partitions_flat_buffer``).
+    resident_gradients: int = 0
     notes: list[str] = field(default_factory=list)
 
     def peak(self) -> int:
         """The largest allocation over forward, backward and the optimizer step."""
-        live = self.params + self.optimizer + self.transient
+        resident = self.resident_gradients
+        live = self.params + self.optimizer + self.transient + resident
         if self.gradients_persistent:
-            kept = self.gradients - self.step_gradients
+            kept = self.gradients - self.step_gradients - resident
             return live + kept + max(self.activations + self.loss, self.step_gradients)
         # Backward frees saved tensors as it produces gradients: the start (activations and
         # the loss's gradients, no parameter gradients yet) or the end (every gradient, and
         # the last recomputed layer's working set).
-        return live + max(self.activations + self.loss, self.gradients + self.working)
+        return live + max(self.activations + self.loss, self.gradients - resident + self.working)
 
 
 def _gated(model: ModelSpec) -> bool:

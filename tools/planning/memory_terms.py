@@ -13,6 +13,7 @@ import math
 
 from tools.core.schemas import HardwareSpec, ModelSpec, Task
 from tools.core.strategies import OFFLOAD_STRATEGIES, StrategyName
+from tools.core.units import GB
 from tools.planning.activations import activation_bytes, is_encoder_decoder
 from tools.planning.footprint import (
     NF4_BYTES,
@@ -36,6 +37,8 @@ from tools.planning.states import (
     ResolvedPrecision,
     lora_adapter_params,
     model_state_bytes,
+    zero3_kept_gathered,
+    zero_settings,
 )
 
 
@@ -174,7 +177,34 @@ def _deepspeed_terms(
         # stage_1_and_2.py / stage3.py make the fp32 gradients from the 16-bit partition when
         # the step runs; through accumulation only the 16-bit gradients are kept.
         step_gradients=gpu.get("grads_fp32", 0),
+        # stage3.py allocates the flat 16-bit gradient partition (grad_partitions_flat_buffer,
+        # torch.zeros of every parameter's partition) when the optimizer is built
+        # (v0.11.1 lines 467-482; _setup_for_real_optimizer in 0.16), so it is there in forward.
+        resident_gradients=gpu.get("grads", 0) if strategy.startswith("zero3") else 0,
     )
+
+
+def _zero3_kept(
+    model: ModelSpec,
+    strategy: StrategyName,
+    params_here: int,
+    largest_here: int,
+    resolved: ResolvedPrecision,
+    notes: list[str],
+) -> int:
+    """Bytes ZeRO-3 keeps gathered at the forward/backward turn beyond the largest layer."""
+    if not strategy.startswith("zero3"):
+        return 0
+    distance = zero_settings(model, strategy).max_reuse_distance
+    kept = zero3_kept_gathered(params_here, distance)
+    extra = (4 if resolved == "fp32" else 2) * max(0, kept - largest_here)
+    if extra:
+        notes.append(
+            f"ZeRO-3 keeps {kept / 1e6:,.0f}M parameters gathered where forward turns into "
+            f"backward (stage3_max_reuse_distance {distance:.0e}: modules reused within it are "
+            f"not released): {extra / GB:.2f} GB beyond the largest layer"
+        )
+    return extra
 
 
 def recipe_terms(
@@ -207,6 +237,11 @@ def recipe_terms(
     quantized = int(params_here * quantized_share(model)) if recipe.qlora else 0
     if recipe.framework == "deepspeed":
         terms = _deepspeed_terms(states, recipe, quantized, world * cp, strategy, model.hidden)
+        if task in ("pretrain", "finetune", "lora"):
+            largest_here = model_parallel_params(model, tp, pp)[1]
+            terms.transient += _zero3_kept(
+                model, strategy, params_here, largest_here, resolved, notes
+            )
     else:
         lay = Layout(
             params_here=trainable[0],
@@ -311,6 +346,10 @@ def _activation_terms(
             offload=recipe.activation_offload,
             target_len=recipe.target_len,
             moe_dispatcher=dispatcher,
+            # DeepSpeed's and FSDP's launches run Hugging Face's modeling code.
+            modeling="transformers"
+            if recipe.framework in ("deepspeed", "fsdp")
+            else str(recipe.framework),
         )
         return acts, 0, 0
     tokens = seq * micro

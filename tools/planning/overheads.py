@@ -130,9 +130,17 @@ def breakdown_of(
     allocated = terms.peak() + buffers
     together = terms.activations + terms.loss
     if terms.gradients and together and not terms.gradients_persistent:
+        resident = terms.resident_gradients
         notes.append(
-            f"activations ({together / GB:.2f} GB) and gradients ({terms.gradients / GB:.2f} GB) "
-            "are not live together: the peak counts the larger"
+            f"activations ({together / GB:.2f} GB) and gradients "
+            f"({(terms.gradients - resident) / GB:.2f} GB) are not live together: the peak "
+            "counts the larger"
+            + (
+                f"; the 16-bit gradient partition ({resident / GB:.2f} GB, allocated with "
+                "the optimizer) lives with both"
+                if resident
+                else ""
+            )
         )
     elif terms.gradients and together:
         notes.append(
