@@ -65,3 +65,16 @@ def test_a_lora_plan_nothing_fits_says_the_splits_were_not_searched(
     assert LORA_AUTOTP_REFUSAL in _not_searched(plan)
     first = next(a for a in memory["assumptions"] if a.startswith("nothing fits"))
     assert "data parallelism alone" in first and "would fit at" not in first
+
+
+def test_a_lora_request_that_pins_tp_is_told_why_it_runs_data_parallel(
+    cli_main: Any, tmp_path: Path
+) -> None:
+    plan, _ = _plan(
+        cli_main,
+        tmp_path,
+        "LoRA fine-tune llama-3.1-8b with 32768-token sequences on 8 A100 80GB with TP 4",
+    )
+    assert plan["memory"]["tensor_parallel"] == 1
+    (missed,) = [n for n in plan["memory"]["not_honoured"] if "tensor parallel 4" in n]
+    assert LORA_AUTOTP_REFUSAL in missed
