@@ -202,10 +202,21 @@ def no_fit(
     )
 
 
-def nothing_fits_note(bigger: str | None, max_nodes: int) -> str:
-    """The first assumption of a plan on which nothing fits with headroom."""
+def nothing_fits_note(bigger: str | None, max_nodes: int, *, splits: bool = True) -> str:
+    """The first assumption of a plan on which nothing fits with headroom.
+
+    ``splits``: whether the search priced tensor/pipeline splits (a LoRA job's prices none).
+    """
     if bigger:
         return f"nothing fits with {MIN_HEADROOM:.0%} headroom; the same GPU would fit at {bigger}"
+    if not splits:
+        return (
+            f"nothing fits with {MIN_HEADROOM:.0%} headroom, and more GPUs of this type do not "
+            f"help up to {max_nodes} nodes with data parallelism alone (the splits are not "
+            "searched for this request; see 'not searched'): one sequence's activations or the "
+            "model states stay too large on each GPU; this needs a shorter sequence or GPUs "
+            "with more memory"
+        )
     return (
         f"nothing fits with {MIN_HEADROOM:.0%} headroom, and more GPUs of this type do "
         f"not help up to {max_nodes} nodes, even with tensor (up to one node) and "

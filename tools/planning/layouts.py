@@ -29,7 +29,13 @@ from tools.planning.recipe import resolve_recipe
 from tools.planning.scale_out import TRAINING_TASKS
 from tools.planning.search_space import PIPELINE_STRATEGIES, SearchSpace
 from tools.planning.states import resolve_precision
-from tools.research.splits import runs_on, runs_setup, split_framework, torchtitan_flavor
+from tools.research.splits import (
+    lora_split_refusal,
+    runs_on,
+    runs_setup,
+    split_framework,
+    torchtitan_flavor,
+)
 
 # Context parallelism from this sequence length on (the Llama 3 paper, Dubey et al. 2024 sec.
 # 3.3.2, turns it on for long-context training; shorter sequences split over TP/DP instead).
@@ -236,11 +242,8 @@ def _not_searched(space: SearchSpace) -> str | None:
     why = (
         f"the request refuses {', '.join(brief.avoid_frameworks)}" if brief.avoid_frameworks else ""
     )
-    if brief.task == "lora" and needs - {None, "deepspeed"}:
-        why += ("; " if why else "") + (
-            "LoRA trains adapters on the Hugging Face trainer, and the launches of those "
-            "frameworks here train every weight"
-        )
+    if brief.task == "lora" and needs - {None}:
+        why += ("; " if why else "") + lora_split_refusal(needs)
     if brief.framework is not None:
         why += ("; " if why else "") + f"the request asks for {brief.framework}"
     return (

@@ -13,6 +13,7 @@ from tools.core.schemas import MemoryBreakdown, MemoryPlan, StrategyEstimate
 from tools.core.setup import Setup
 from tools.core.strategies import MIN_HEADROOM, SAFE_HEADROOM
 from tools.planning import alternatives, explain
+from tools.planning.layouts import names_for
 from tools.planning.memory import GB, capacity_bytes
 from tools.planning.ranking import SIMPLER_WITHIN
 from tools.planning.scale_out import MAX_NODES_SUGGESTED, smallest_fitting
@@ -76,10 +77,11 @@ def why_not_reasons(
 
 
 def search_line(space: SearchSpace, families: int, fitting: int) -> str:
-    """One line on what the speed search covered."""
-    tps = sorted({lay.tp for lay in space.layouts})
-    pps = sorted({lay.pp for lay in space.layouts})
-    cps = sorted({lay.cp for lay in space.layouts})
+    """One line on what the speed search covered (the layouts some allowed strategy runs)."""
+    runs = runs_any(space) or space.layouts
+    tps = sorted({lay.tp for lay in runs})
+    pps = sorted({lay.pp for lay in runs})
+    cps = sorted({lay.cp for lay in runs})
     return (
         f"search: {families} families (strategy x tensor {tps} x pipeline {pps} x context "
         f"{cps}) x micro-batch x recompute {list(space.policies)} (virtual pipeline stages "
@@ -87,6 +89,11 @@ def search_line(space: SearchSpace, families: int, fitting: int) -> str:
         "headroom, ranked by estimated tokens/s, offload included (chosen when it is the only "
         "fit or predicted faster)"
     )
+
+
+def runs_any(space: SearchSpace) -> list[Setup]:
+    """The layouts the search prices: those some strategy the request allows runs on."""
+    return [lay for lay in space.layouts if names_for(space, lay)]
 
 
 def nothing_fits(
@@ -115,7 +122,11 @@ def nothing_fits(
     tp, pp = chosen.tensor_parallel, chosen.pipeline_parallel
     per_rank = space.per_rank(chosen.setup)
     notes = [
-        explain.nothing_fits_note(bigger, MAX_NODES_SUGGESTED),
+        explain.nothing_fits_note(
+            bigger, MAX_NODES_SUGGESTED, splits=any(lay.split > 1 for lay in runs_any(space))
+        ),
+        # What the search left out (a LoRA job's splits, a refused framework's) is said here too.
+        *(n for n in space.notes if n.startswith("not searched")),
         searched,
         f"nothing fits: {chosen.label} has the smallest footprint "
         f"({chosen.per_gpu_bytes.total / GB:.1f} GB per device); it does not fit either",

@@ -8,6 +8,7 @@ from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, STRATEGY_ORD
 from tools.planning.memory import capacity_bytes, estimate_strategy
 from tools.planning.parallel import model_parallel_setups
 from tools.planning.states import resolve_precision
+from tools.research.splits import runs_setup
 
 # How far the search scales a cluster out, in nodes, to name hardware on which something fits.
 MAX_NODES_SUGGESTED = 64
@@ -15,14 +16,22 @@ TRAINING_TASKS = ("pretrain", "finetune", "lora")
 
 
 def fits_somewhere(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief) -> bool:
-    """Does any strategy, or tensor x pipeline split, fit at micro-batch 1 with checkpointing?"""
+    """Does any strategy, or tensor x pipeline split, fit at micro-batch 1 with checkpointing?
+
+    Only the splits the search would run for this request (``runs_setup``): a LoRA job's
+    none, a refused framework's none, so that a suggested cluster is one the plan fits on.
+    """
     world = hardware.world_size
     limit = (1 - MIN_HEADROOM) * (capacity_bytes(hardware) or 0)
     precision = resolve_precision(brief.precision, hardware)
     names = [n for n in STRATEGY_ORDER if hardware.gpu is not None or n not in OFFLOAD_STRATEGIES]
     setups = [(name, 1, 1) for name in names]
     if brief.task in TRAINING_TASKS:
-        setups += model_parallel_setups(model, hardware, list(STRATEGY_ORDER))
+        setups += [
+            (name, tp, pp)
+            for name, tp, pp in model_parallel_setups(model, hardware, list(STRATEGY_ORDER))
+            if runs_setup(brief, model, name, tp, pp, 1)
+        ]
     for name, tp, pp in setups:
         # The global batch divides by the data-parallel degree world / (t x p), not the world.
         if brief.batch % (world // (tp * pp)):

@@ -50,7 +50,13 @@ from tools.planning.ranking import family_rows, family_setups, pick, rank, simpl
 from tools.planning.recipe import recipe_from_brief
 from tools.planning.search_space import SearchSpace
 from tools.research.framework import replicas_fit
-from tools.research.splits import autotp_shards, is_hf_model, setup_framework
+from tools.research.splits import (
+    autotp_shards,
+    is_hf_model,
+    lora_split_refusal,
+    setup_framework,
+    split_framework,
+)
 
 # Nothing pinned: the search over the whole space.
 ALL = SearchOptions()
@@ -306,6 +312,16 @@ def _fastest_fit(space: SearchSpace) -> MemoryPlan:
                 "; DeepSpeed AutoTP does not split a mixture of experts' experts (transformers "
                 "holds them as fused parameters), so this model's tensor parallelism runs on megatron"
                 if is_hf_model(space.model) and not autotp_shards(space.model)
+                else ""
+            )
+            + (
+                "; "
+                + lora_split_refusal(
+                    split_framework(space.model, n, lay.tp, lay.pp, lay.cp, lay.ep)
+                    for lay in space.layouts
+                    for n in space.names
+                )
+                if space.brief.task == "lora" and any(lay.split > 1 for lay in space.layouts)
                 else ""
             ),
         )

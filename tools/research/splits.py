@@ -48,6 +48,35 @@ STACKS: dict[str, list[FrameworkId]] = {
 # models (it shards their nn.Linear layers; deepspeed/module_inject/auto_tp.py).
 AUTOTP_MAX_ZERO_STAGE = 2
 
+# Why a LoRA job searches no split (``runs_setup``; tools/planning/layouts.py says it). Checked
+# with DeepSpeed 0.19.8 and peft 0.21.2 on 2 CPU gloo ranks, a 2-layer Llama, autotp_size 2:
+# AutoTP shards a PEFT-wrapped model wrongly. With the model's Hugging Face tp_plan (Llama has
+# one) AutoTP._replace_module (deepspeed/module_inject/auto_tp.py, the partition_config branch)
+# replaces every module with a 2-D ``weight``; peft's lora.Linear has one (the base layer's,
+# through BaseTunerLayer.weight), so each adapted projection becomes a plain LinearLayer and
+# lora_A/lora_B are gone: ZeRO 1/2 stop in deepspeed.initialize (KeyError in
+# stage_1_and_2._create_param_mapping: the optimizer's adapters are no longer in the model),
+# ZeRO 0 at the first backward (nothing left requires grad). Without a tp_plan AutoTP splits
+# lora_A's rank dimension like a column-parallel layer and leaves lora_B's input whole, and the
+# forward fails on the mismatch. DeepSpeed's AutoTP training (PR #6922) has no PEFT handling;
+# peft's tensor-parallel LoRA (huggingface/peft#3044, PR #3079) targets transformers' own
+# tensor parallelism, where lora_A/lora_B take the base layer's column/row roles.
+LORA_AUTOTP_REFUSAL = (
+    "DeepSpeed 0.19 AutoTP replaces each PEFT-adapted projection with a plain sharded linear "
+    "and drops lora_A/lora_B (deepspeed/module_inject/auto_tp.py AutoTP._replace_module; on 2 "
+    "ranks it fails in deepspeed.initialize, or at the first backward under ZeRO 0)"
+)
+LORA_FULL_WEIGHT_REFUSAL = "the torchtitan and Megatron launches here train every weight"
+
+
+def lora_split_refusal(frameworks: Iterable[str | None]) -> str:
+    """Why a LoRA job searches none of the splits that run only on ``frameworks``."""
+    needs = {f for f in frameworks if f is not None}
+    parts = [LORA_AUTOTP_REFUSAL] if "deepspeed" in needs else []
+    if needs - {"deepspeed"}:
+        parts.append(LORA_FULL_WEIGHT_REFUSAL)
+    return "LoRA trains PEFT adapters on the Hugging Face trainer: " + "; ".join(parts)
+
 
 def is_hf_model(model: ModelSpec | None) -> bool:
     """Whether the model comes as a Hugging Face config (what DeepSpeed AutoTP shards)."""
@@ -136,16 +165,18 @@ def runs_setup(
     """Whether the request allows the framework this setup needs.
 
     A data-parallel setup runs on any framework (plain DDP only, on a replicating one the
-    request names). A LoRA job runs only what the Hugging Face trainer runs (data parallel,
-    AutoTP): torchtitan's and Megatron's launches train every weight. A split needs
+    request names). A LoRA job runs data parallel only (``lora_split_refusal``): torchtitan's
+    and Megatron's launches train every weight, and DeepSpeed AutoTP drops or mis-shards the
+    PEFT adapters. A split needs
     ``split_framework``'s pick: never one the request refuses,
     and, when the request names a framework, that one (Megatron runs every split, torchtitan
     every dense split of the models it builds).
     """
     needed = split_framework(model, strategy, tp, pp, cp, ep)
-    if brief.task == "lora" and needed not in (None, "deepspeed"):
+    if brief.task == "lora" and needed is not None:
         # LoRA trains adapters through the Hugging Face trainer (train.py with PEFT); the
-        # torchtitan and Megatron launches that run these splits train every weight.
+        # torchtitan and Megatron launches that run these splits train every weight, and
+        # DeepSpeed AutoTP breaks the adapters (lora_split_refusal).
         return False
     if needed is not None and brief.framework == "torchtitan":
         # torchtitan runs every dense split of what it runs; FSDP in its place runs none.
