@@ -183,6 +183,9 @@ def recipe_from_brief(brief: TrainingBrief, model: ModelSpec | None = None) -> R
     framework = fields.pop("framework", None) or brief_frameworks.get(
         str(brief.framework), "deepspeed"
     )
+    if framework == "torchtitan" and brief.framework == "torchtitan":
+        # Priced as what runs: FSDP in torchtitan's place where torchtitan cannot run the job.
+        framework = brief_frameworks["torchtitan"]
     precision = fields.pop("precision", None) or (
         brief.precision if brief.precision != "auto" else "bf16"
     )

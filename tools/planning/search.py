@@ -120,7 +120,11 @@ def _framework_fallback(
     wished, row = brief.framework, plan.chosen_row
     if wished in (None, "megatron") or row is None or row.fits or hardware.gpu is None:
         return plan
-    free = _search_brief(model, hardware, brief.model_copy(update={"framework": None}), options)
+    # The recipe's framework is the wished one's (tools/core/brief_types.py): it goes with it,
+    # so memory is priced for what runs instead.
+    recipe = brief.recipe.model_copy(update={"framework": None}) if brief.recipe else None
+    unwished = brief.model_copy(update={"framework": None, "recipe": recipe})
+    free = _search_brief(model, hardware, unwished, options)
     needed, free_row = setup_framework(model, free), free.chosen_row
     if free_row is None or not free_row.fits:
         return plan
