@@ -42,6 +42,7 @@ from tools.core.brief_types import (
     Task,
     Team,
     TrainingBrief,
+    recipe_contradiction,
 )
 from tools.core.estimate_types import (
     ErrorBand,
@@ -92,6 +93,7 @@ __all__ = [
     "MemoryRecipe",
     "RECIPE_LAUNCH",
     "RECIPES_OF",
+    "recipe_contradiction",
     "ModelParams",
     "ModelShape",
     "ModelSpec",

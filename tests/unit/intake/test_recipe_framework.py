@@ -9,7 +9,7 @@ import pytest
 from tools.core.errors import InputError
 from tools.core.schemas import RECIPE_LAUNCH, RECIPES_OF, TrainingBrief
 from tools.intake.account import account_brief
-from tools.intake.brief import brief_from_dict
+from tools.intake.brief import brief_from_dict, follow_up_fields
 from tools.intake.recipe_framework import TORCHTUNE_NOT_USED, settle_recipe
 from tools.planning.recipe import recipe_from_brief
 from tools.research.model_catalog import lookup_model
@@ -128,3 +128,15 @@ def test_a_torchtitan_recipe_torchtitan_cannot_run_is_priced_as_the_fsdp_in_its_
         settle_recipe(_brief("torchtitan"))[0], lookup_model("llama-3.1-8b", 2048)
     )
     assert flavor is not None and flavor.framework == "torchtitan"
+
+
+def test_a_follow_up_naming_another_framework_drops_the_recipes_own() -> None:
+    brief = _brief("torchtitan").model_dump(mode="json")
+    changes = follow_up_fields("what if with deepspeed?", brief, ["llama-3.1-8b"])
+    assert changes["framework"] == "deepspeed"
+    assert "framework" not in changes["recipe"]
+    assert changes["recipe"]["optimizer"] == "adamw"
+    merged = brief_from_dict({**brief, **changes})  # no contradiction left
+    assert merged.framework == "deepspeed"
+    # A follow-up that changes nothing of the framework keeps the recipe as it is.
+    assert "recipe" not in follow_up_fields("with seq len 8192", brief, ["llama-3.1-8b"])
