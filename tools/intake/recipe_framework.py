@@ -7,7 +7,8 @@ Megatron-DeepSpeed, or torchtitan, which the torchtitan wish then runs where one
 builds the model and the job trains every weight, else FSDP in its place, priced as FSDP, with
 its one line (tools/research/titan_wish.py). Two recipe frameworks have no launch here: a
 torchtune recipe runs on PyTorch FSDP and is priced as FSDP, a nanotron recipe is priced as the
-plan's own framework runs; each says so in one line. A brief naming both that disagree is
+plan's own framework runs, and so is a Megatron recipe of a LoRA job (Megatron-DeepSpeed's launch
+trains every weight); each says so in one line. A brief naming both that disagree is
 refused when it is read (tools/core/brief_types.py ``recipe_contradiction``).
 """
 
@@ -34,10 +35,22 @@ def _nanotron_not_used(framework: str | None) -> str:
     return f"recipe.framework nanotron not used: trainwright writes no nanotron launch, so {priced}"
 
 
+MEGATRON_LORA_NOT_USED = (
+    "recipe.framework megatron not used: Megatron-DeepSpeed's launch (pretrain_gpt.py) trains "
+    "every weight, and LoRA adapters train with the Hugging Face job (train.py with peft), so "
+    "memory is priced as the plan's launch runs"
+)
+
+
 def recipe_launch(brief: TrainingBrief) -> str | None:
-    """The framework the brief's recipe plans on when the brief names none (None: no such)."""
+    """The framework the brief's recipe plans on when the brief names none (None: no such).
+
+    None as well for a Megatron recipe of a LoRA job, which no Megatron launch here runs.
+    """
     named = brief.recipe.framework if brief.recipe is not None else None
     if brief.framework is not None or named is None or brief.task not in _TRAINING:
+        return None
+    if named == "megatron" and brief.task == "lora":
         return None
     return RECIPE_LAUNCH.get(named)
 
@@ -59,6 +72,9 @@ def settle_recipe(brief: TrainingBrief) -> tuple[TrainingBrief, str | None]:
     if named == "torchtune":
         update["recipe"] = recipe.model_copy(update={"framework": "fsdp"})
         note = TORCHTUNE_NOT_USED
+    elif named == "megatron" and brief.task == "lora" and brief.framework is None:
+        update["recipe"] = recipe.model_copy(update={"framework": None})
+        note = MEGATRON_LORA_NOT_USED
     elif named == "nanotron":
         update["recipe"] = recipe.model_copy(update={"framework": None})
         note = _nanotron_not_used(brief.framework)

@@ -10,7 +10,11 @@ from tools.core.errors import InputError
 from tools.core.schemas import RECIPE_LAUNCH, RECIPES_OF, TrainingBrief
 from tools.intake.account import account_brief
 from tools.intake.brief import brief_from_dict, follow_up_fields
-from tools.intake.recipe_framework import TORCHTUNE_NOT_USED, settle_recipe
+from tools.intake.recipe_framework import (
+    MEGATRON_LORA_NOT_USED,
+    TORCHTUNE_NOT_USED,
+    settle_recipe,
+)
 from tools.planning.recipe import recipe_from_brief
 from tools.research.model_catalog import lookup_model
 
@@ -140,3 +144,14 @@ def test_a_follow_up_naming_another_framework_drops_the_recipes_own() -> None:
     assert merged.framework == "deepspeed"
     # A follow-up that changes nothing of the framework keeps the recipe as it is.
     assert "recipe" not in follow_up_fields("with seq len 8192", brief, ["llama-3.1-8b"])
+
+
+def test_a_megatron_recipe_of_a_lora_job_is_not_megatrons_launch_and_says_so() -> None:
+    settled, note = settle_recipe(_brief("megatron", task="lora"))
+    assert settled.framework is None
+    assert settled.recipe is not None and settled.recipe.framework is None
+    assert note == MEGATRON_LORA_NOT_USED and "\n" not in note
+    data = _data("megatron", task="lora")
+    assert account_brief(data, brief_from_dict(data)).wishes == []
+    # A full-weight job keeps Megatron's launch.
+    assert settle_recipe(_brief("megatron", task="finetune"))[0].framework == "megatron"
