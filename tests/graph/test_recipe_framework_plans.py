@@ -16,18 +16,22 @@ from typing import Any
 
 import pytest
 
-from tools.intake.recipe_framework import TORCHTUNE_NOT_USED
+from tools.intake.recipe_framework import MEGATRON_LORA_NOT_USED, TORCHTUNE_NOT_USED
 from tools.research.model_catalog import lookup_model
 from tools.research.titan_flavors import build_refusal
 
 # The recipe framework memory is priced with for each plan framework (tools/planning/recipe.py).
 PRICED = {"torchtitan": "torchtitan", "pytorch_fsdp": "fsdp", "megatron": "megatron"}
+# A recipe that names none: DeepSpeed's, PyTorch's unsharded path for DDP replicas.
+UNNAMED = {"deepspeed": "deepspeed", "pytorch_ddp": "fsdp", **PRICED}
 
 
-def _brief(tmp_path: Path, model: str, recipe: str, extra: str = "") -> Path:
+def _brief(
+    tmp_path: Path, model: str, recipe: str, extra: str = "", task: str = "pretrain"
+) -> Path:
     brief = tmp_path / "brief.yaml"
     brief.write_text(
-        f"goal: train\nmodel: {model}\ntask: pretrain\nhardware: 1x8xH100-80GB\n"
+        f"goal: train\nmodel: {model}\ntask: {task}\nhardware: 1x8xH100-80GB\n"
         f"recipe: {{framework: {recipe}}}\nsmoke: false\n{extra}"
     )
     return brief
@@ -104,9 +108,22 @@ def test_a_nanotron_recipe_is_priced_as_the_plans_framework_and_says_so(
 ) -> None:
     plan, stdout = _plan(cli_main, tmp_path, _brief(tmp_path, "llama-3.1-8b", "nanotron"))
     primary = plan["framework"]["primary"]
-    assert _priced(plan) == {"deepspeed": "deepspeed", **PRICED}[primary]
+    assert _priced(plan) == UNNAMED[primary]
     said = _not_as_asked(stdout)
     assert len(said) == 1 and "recipe.framework nanotron not used" in said[0]
+
+
+def test_a_megatron_recipe_of_a_lora_job_is_priced_as_the_launch_that_runs_it(
+    cli_main: Any, tmp_path: Path
+) -> None:
+    brief = _brief(tmp_path, "llama-3.1-8b", "megatron", task="lora")
+    plan, stdout = _plan(cli_main, tmp_path, brief)
+    primary = plan["framework"]["primary"]
+    assert primary != "megatron" and "MEGATRON.md" not in plan["launch"]["files"]
+    assert "trainer/train.py" in plan["launch"]["command"]
+    assert _priced(plan) == UNNAMED[primary]
+    said = _not_as_asked(stdout)
+    assert len(said) == 1 and MEGATRON_LORA_NOT_USED in said[0]
 
 
 def test_a_brief_whose_framework_and_recipe_framework_disagree_is_refused(

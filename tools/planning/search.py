@@ -181,6 +181,11 @@ def _replicated(
     if not replicas_fit(fastest) or fastest.chosen_setup.family() == Setup("ddp"):
         return fastest
     ddp = options.but(strategies=["ddp"], tensor_parallel=1, pipeline_parallel=1)
+    if options.recipe is None and brief.recipe is not None and brief.recipe.framework is None:
+        # A recipe that names no framework is priced as what runs: the replicas as that
+        # framework keeps them (PyTorch DDP: FSDP's unsharded path, not DeepSpeed's ZeRO-0).
+        as_run = brief.model_copy(update={"framework": framework})
+        ddp = ddp.but(recipe=recipe_from_brief(as_run, model))
     plan = run_search(model, hardware, brief, ddp)
     ours, best = plan.speed, fastest.speed
     if ours and best and ours.tokens_per_s and best.tokens_per_s:
