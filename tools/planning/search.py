@@ -92,7 +92,7 @@ def search_strategy(
         fastest = run_search(model, hardware, brief, plain)
     if options.replicating is not None and options.strategies is None:
         fastest = _replicated(fastest, options.replicating, model, hardware, brief, plain)
-    recipe = options.recipe or recipe_from_brief(brief, model)
+    recipe = options.recipe or recipe_from_brief(_as_run(brief, options.replicating), model)
     fp8 = recipe is not None and recipe.precision == "fp8"
     return attach_bands(fastest, hardware, band_framework(brief, recipe), fp8=fp8)
 
@@ -164,6 +164,17 @@ def _search_brief(
     return plan
 
 
+def _as_run(brief: TrainingBrief, replicating: str | None) -> TrainingBrief:
+    """The brief a replicating plan's recipe is priced for (``brief`` itself: no change).
+
+    A recipe that names no framework is priced as what runs: the replicas as the replicating
+    framework keeps them (PyTorch DDP: FSDP's unsharded path, not DeepSpeed's ZeRO-0).
+    """
+    if replicating is None or brief.recipe is None or brief.recipe.framework is not None:
+        return brief
+    return brief.model_copy(update={"framework": replicating})
+
+
 def _replicated(
     fastest: MemoryPlan,
     framework: str,
@@ -181,10 +192,7 @@ def _replicated(
     if not replicas_fit(fastest) or fastest.chosen_setup.family() == Setup("ddp"):
         return fastest
     ddp = options.but(strategies=["ddp"], tensor_parallel=1, pipeline_parallel=1)
-    if options.recipe is None and brief.recipe is not None and brief.recipe.framework is None:
-        # A recipe that names no framework is priced as what runs: the replicas as that
-        # framework keeps them (PyTorch DDP: FSDP's unsharded path, not DeepSpeed's ZeRO-0).
-        as_run = brief.model_copy(update={"framework": framework})
+    if options.recipe is None and (as_run := _as_run(brief, framework)) is not brief:
         ddp = ddp.but(recipe=recipe_from_brief(as_run, model))
     plan = run_search(model, hardware, brief, ddp)
     ours, best = plan.speed, fastest.speed
