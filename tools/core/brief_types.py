@@ -87,7 +87,7 @@ def recipe_contradiction(
     fix = (
         f"set recipe.framework to {' or '.join(agree)}, or leave it out"
         if agree
-        else ("leave recipe.framework out")
+        else "leave recipe.framework out"
     )
     return (
         f"recipe.framework {recipe_framework} contradicts framework {framework}: the plan "
