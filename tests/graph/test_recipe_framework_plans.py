@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tools.intake.recipe_framework import MEGATRON_LORA_NOT_USED, TORCHTUNE_NOT_USED
+from tools.research.framework import MEGATRON_LORA
 from tools.research.model_catalog import lookup_model
 from tools.research.titan_flavors import build_refusal
 
@@ -124,6 +125,20 @@ def test_a_megatron_recipe_of_a_lora_job_is_priced_as_the_launch_that_runs_it(
     assert _priced(plan) == UNNAMED[primary]
     said = _not_as_asked(stdout)
     assert len(said) == 1 and MEGATRON_LORA_NOT_USED in said[0]
+
+
+def test_framework_megatron_on_a_lora_job_runs_the_hugging_face_job_and_says_why(
+    cli_main: Any, tmp_path: Path
+) -> None:
+    brief = _brief(tmp_path, "llama-3.1-8b", "megatron", "framework: megatron\n", task="lora")
+    plan, stdout = _plan(cli_main, tmp_path, brief)
+    primary = plan["framework"]["primary"]
+    assert primary != "megatron" and "trainer/train.py" in plan["launch"]["command"]
+    assert _priced(plan) == UNNAMED[primary]
+    said = _not_as_asked(stdout)
+    assert len(said) == 1 and MEGATRON_LORA in said[0] and "megatron was asked for" in said[0]
+    wish = next(w for w in plan["request"]["wishes"] if w["wish"] == "framework:megatron")
+    assert wish["honoured"] is False
 
 
 def test_a_brief_whose_framework_and_recipe_framework_disagree_is_refused(

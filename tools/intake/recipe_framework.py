@@ -72,9 +72,10 @@ def settle_recipe(brief: TrainingBrief) -> tuple[TrainingBrief, str | None]:
     if named == "torchtune":
         update["recipe"] = recipe.model_copy(update={"framework": "fsdp"})
         note = TORCHTUNE_NOT_USED
-    elif named == "megatron" and brief.task == "lora" and brief.framework is None:
+    elif named == "megatron" and brief.task == "lora":
         update["recipe"] = recipe.model_copy(update={"framework": None})
-        note = MEGATRON_LORA_NOT_USED
+        # Beside framework: megatron, the framework's own line says it (research/framework.py).
+        note = MEGATRON_LORA_NOT_USED if brief.framework is None else None
     elif named == "nanotron":
         update["recipe"] = recipe.model_copy(update={"framework": None})
         note = _nanotron_not_used(brief.framework)

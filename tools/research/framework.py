@@ -39,6 +39,11 @@ from tools.research.titan_wish import titan_not_honoured, titan_score
 # Frameworks whose plan carries a DeepSpeed config (and runs the plan's ZeRO stage); those that
 # replicate every model state on every GPU are tools/research/splits.py's.
 DEEPSPEED_FRAMEWORKS = frozenset({"deepspeed", "megatron"})
+# Why a LoRA job does not run on Megatron, whatever the request names.
+MEGATRON_LORA = (
+    "Megatron-DeepSpeed's launch here (pretrain_gpt.py) trains every weight, not LoRA adapters "
+    "(those train with the Hugging Face job, train.py with peft)"
+)
 # A model at or past this size needs pipeline or tensor parallelism on top of ZeRO in practice
 # (Megatron-LM and DeepSpeed's 3D parallelism papers train >100B models that way).
 PIPELINE_PARAMS = 100e9
@@ -258,6 +263,8 @@ def score_frameworks(
             if exp == "beginner":
                 s["pytorch_ddp"].add(1, "DDP is the best-documented path for a beginner team")
     wished = brief.framework
+    if wished == "megatron" and brief.task == "lora":
+        wished = None  # Megatron's launch trains every weight (MEGATRON_LORA)
     if wished in s and not (wished in REPLICATING_FRAMEWORKS and not fits):
         s[wished].add(100, "the request asks for it")  # type: ignore[index]
     if (titan := titan_score(brief, model)) is not None:  # torchtitan, or FSDP in its place
@@ -333,7 +340,9 @@ def _not_honoured(
         return None
     if (titan := titan_not_honoured(brief, chosen, model)) is not None:
         return titan
-    if wished in REPLICATING_FRAMEWORKS and not replicas_fit(memory):
+    if wished == "megatron" and brief.task == "lora":
+        why = MEGATRON_LORA
+    elif wished in REPLICATING_FRAMEWORKS and not replicas_fit(memory):
         why = (
             "it replicates parameters, gradients and optimizer states on every GPU, and they "
             "do not fit"

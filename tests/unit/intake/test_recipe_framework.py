@@ -155,3 +155,16 @@ def test_a_megatron_recipe_of_a_lora_job_is_not_megatrons_launch_and_says_so() -
     assert account_brief(data, brief_from_dict(data)).wishes == []
     # A full-weight job keeps Megatron's launch.
     assert settle_recipe(_brief("megatron", task="finetune"))[0].framework == "megatron"
+
+
+def test_beside_framework_megatron_a_lora_jobs_megatron_recipe_goes() -> None:
+    settled, note = settle_recipe(_brief("megatron", task="lora", framework="megatron"))
+    assert settled.framework == "megatron" and note is None  # the framework's line says it
+    assert settled.recipe is not None and settled.recipe.framework is None
+    priced = recipe_from_brief(settled)
+    assert priced is not None and priced.framework == "deepspeed"
+    # Without a recipe block, framework: megatron prices Megatron's recipe for a full-weight job
+    # only.
+    assert recipe_from_brief(_brief(None, task="lora", framework="megatron")) is None
+    full = recipe_from_brief(_brief(None, task="finetune", framework="megatron"))
+    assert full is not None and full.framework == "megatron"
