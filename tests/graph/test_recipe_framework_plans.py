@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from tools.intake.recipe_framework import MEGATRON_LORA_NOT_USED, TORCHTUNE_NOT_USED
-from tools.research.framework import MEGATRON_LORA
 from tools.research.model_catalog import lookup_model
+from tools.research.splits import MEGATRON_LORA
 from tools.research.titan_flavors import build_refusal
 
 # The recipe framework memory is priced with for each plan framework (tools/planning/recipe.py).

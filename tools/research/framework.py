@@ -27,6 +27,7 @@ from tools.core.schemas import (
 from tools.core.strategies import MIN_HEADROOM
 from tools.research.fp8_framework import fp8_framework, fp8_rationale
 from tools.research.splits import (
+    MEGATRON_LORA,
     REPLICATING_FRAMEWORKS,
     STACKS,
     TRAINING_FRAMEWORKS,
@@ -39,11 +40,6 @@ from tools.research.titan_wish import titan_not_honoured, titan_score
 # Frameworks whose plan carries a DeepSpeed config (and runs the plan's ZeRO stage); those that
 # replicate every model state on every GPU are tools/research/splits.py's.
 DEEPSPEED_FRAMEWORKS = frozenset({"deepspeed", "megatron"})
-# Why a LoRA job does not run on Megatron, whatever the request names.
-MEGATRON_LORA = (
-    "Megatron-DeepSpeed's launch here (pretrain_gpt.py) trains every weight, not LoRA adapters "
-    "(those train with the Hugging Face job, train.py with peft)"
-)
 # A model at or past this size needs pipeline or tensor parallelism on top of ZeRO in practice
 # (Megatron-LM and DeepSpeed's 3D parallelism papers train >100B models that way).
 PIPELINE_PARAMS = 100e9
