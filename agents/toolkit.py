@@ -149,6 +149,10 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         ws.memory = search_strategy(model, hw, ws.brief, options, searched=reuse)
         if ws.batch_note and ws.batch_note not in ws.memory.assumptions:
             ws.memory.assumptions.insert(0, ws.batch_note)
+        if ws.recipe_note and ws.recipe_note not in ws.memory.not_honoured:
+            # The recipe framework the brief names, not priced: said under "not as asked".
+            ws.memory.assumptions.insert(0, ws.recipe_note)
+            ws.memory.not_honoured.insert(0, ws.recipe_note)
         if ws.precision_note and ws.precision_note not in ws.memory.not_honoured:
             # The fp8 the request asked for, not applied: said first, and under "not as asked".
             ws.memory.assumptions.insert(0, ws.precision_note)

@@ -85,6 +85,9 @@ class Workspace:
     searched: SearchRecord | None = None
     # Why an fp8 recipe trains bf16 here: no launch that applies it (tools/artifacts/fp8_launch.py).
     precision_note: str | None = None
+    # Why the brief's recipe framework is not what memory is priced for: it has no launch here
+    # (tools/intake/recipe_framework.py).
+    recipe_note: str | None = None
 
     def __post_init__(self) -> None:
         """Remember the review the workspace was built with."""
@@ -99,13 +102,26 @@ class Workspace:
     def settle_batch(self) -> None:
         """Fill in the default global batch once the model and hardware are known (none given).
 
-        Then the precision (``settle_precision``), which needs the same two.
+        The recipe's framework first becomes the launch's when the brief names none
+        (``settle_recipe``), then the precision (``settle_precision``), which needs the same two.
         """
+        self.settle_recipe()
         if self.brief.global_batch_size is None and self.model and self.hardware:
             from tools.planning.batch import resolve_batch
 
             self.brief, self.batch_note = resolve_batch(self.brief, self.model, self.hardware)
         self.settle_precision()
+
+    def settle_recipe(self) -> None:
+        """Plan on the launch the recipe's framework prices (the numbers and the launch agree).
+
+        Deterministic in the brief, so every node settles the same brief; a second settle
+        changes nothing and keeps the line.
+        """
+        from tools.intake.recipe_framework import settle_recipe
+
+        self.brief, note = settle_recipe(self.brief)
+        self.recipe_note = note or self.recipe_note
 
     def settle_precision(self) -> None:
         """Put an fp8 recipe on a launcher that applies it, else train bf16 and say why.

@@ -41,6 +41,60 @@ FrameworkId = Literal[
     "autogen",
 ]
 
+# The launch a recipe framework (MemoryRecipe.framework) plans on when the brief names no
+# framework (tools/intake/recipe_framework.py): its own where trainwright writes one, PyTorch
+# FSDP for torchtune's recipes (FSDP2 is what they shard with); nanotron has none here.
+RECIPE_LAUNCH: dict[str, FrameworkId] = {
+    "deepspeed": "deepspeed",
+    "fsdp": "pytorch_fsdp",
+    "torchtune": "pytorch_fsdp",
+    "torchtitan": "torchtitan",
+    "megatron": "megatron",
+}
+# The recipe frameworks that price what each brief framework's launch runs; a brief naming
+# another beside it contradicts itself (nanotron, with no launch, is replaced and said).
+RECIPES_OF: dict[str, tuple[str, ...]] = {
+    "deepspeed": ("deepspeed",),
+    "pytorch_fsdp": ("fsdp", "torchtune"),
+    "pytorch": ("fsdp",),
+    "pytorch_ddp": ("fsdp",),
+    "megatron": ("megatron",),
+    "torchtitan": ("torchtitan",),
+}
+
+
+def recipe_contradiction(
+    framework: str | None, recipe_framework: str | None, avoided: list[str]
+) -> str | None:
+    """Why a brief's ``framework`` and ``recipe.framework`` cannot both hold (None: they can).
+
+    The plan launches one framework and prices memory as it runs, so the two must name the same
+    run; a recipe framework whose launch ``avoid_frameworks`` refuses contradicts it too.
+    """
+    if recipe_framework is None or recipe_framework == "nanotron":
+        return None
+    launch = RECIPE_LAUNCH[recipe_framework]
+    if framework is None:
+        if launch in avoided:
+            return (
+                f"recipe.framework {recipe_framework} plans on {launch}, which avoid_frameworks "
+                "refuses"
+            )
+        return None
+    agree = RECIPES_OF.get(framework, ())
+    if recipe_framework in agree:
+        return None
+    fix = (
+        f"set recipe.framework to {' or '.join(agree)}, or leave it out"
+        if agree
+        else "leave recipe.framework out"
+    )
+    return (
+        f"recipe.framework {recipe_framework} contradicts framework {framework}: the plan "
+        f"launches {framework} and prices memory as it runs; {fix} (or drop framework to "
+        f"plan on {launch})"
+    )
+
 
 def _not_a_bool(value: Any) -> Any:
     # YAML reads `true` as a boolean and pydantic would take it as 1: a count is a number.
@@ -222,6 +276,11 @@ class TrainingBrief(_Strict):
             raise ValueError("model is required (only an agent-app brief may omit it)")
         if self.framework is not None and self.framework in self.avoid_frameworks:
             raise ValueError(f"framework {self.framework} is also in avoid_frameworks")
+        recipe_framework = self.recipe.framework if self.recipe is not None else None
+        if why := recipe_contradiction(
+            self.framework, recipe_framework, list(self.avoid_frameworks)
+        ):
+            raise ValueError(why)
         if self.objective == "continued-pretraining" and self.task == "finetune":
             # Continued pretraining is pretraining (its batch and optimizer recipe) from the
             # weights; the plan's headline says so (tools/artifacts/text.py objective_note).

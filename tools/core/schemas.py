@@ -24,6 +24,8 @@ from tools.core.brief_types import (
     MAX_SEQ_LEN,
     MAX_TENSOR_PARALLEL,
     MAX_VOCAB,
+    RECIPE_LAUNCH,
+    RECIPES_OF,
     Amount,
     Bottleneck,
     Count,
@@ -40,6 +42,7 @@ from tools.core.brief_types import (
     Task,
     Team,
     TrainingBrief,
+    recipe_contradiction,
 )
 from tools.core.estimate_types import (
     ErrorBand,
@@ -88,6 +91,9 @@ __all__ = [
     "MemoryBreakdown",
     "MemoryPlan",
     "MemoryRecipe",
+    "RECIPE_LAUNCH",
+    "RECIPES_OF",
+    "recipe_contradiction",
     "ModelParams",
     "ModelShape",
     "ModelSpec",

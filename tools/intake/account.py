@@ -22,6 +22,7 @@ from tools.intake.hardware_text import read_hardware
 from tools.intake.model_text import read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, Read
+from tools.intake.recipe_framework import recipe_launch
 from tools.intake.serving_text import serving_reads
 from tools.intake.wishes import framework_reads, named_wishes, pin_reads
 from tools.intake.words import word_reads
@@ -380,6 +381,9 @@ def account_brief(
     wishes: list[Wish] = []
     if brief.framework is not None:
         wishes.append(Wish(wish=f"framework:{brief.framework}", quote="brief: framework"))
+    elif (launch := recipe_launch(brief)) is not None:
+        # The recipe's framework is the launch's (tools/intake/recipe_framework.py).
+        wishes.append(Wish(wish=f"framework:{launch}", quote="brief: recipe.framework"))
     for fid in brief.avoid_frameworks:
         wishes.append(
             Wish(

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from tools.core.errors import InputError
-from tools.core.schemas import TrainingBrief
+from tools.core.schemas import TrainingBrief, recipe_contradiction
 
 # Re-exported: callers load briefs through this module, requests and files alike.
 from tools.intake.brief_load import brief_from_dict as brief_from_dict
@@ -350,4 +350,17 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
             unclear = None  # a count of the brief's own GPUs
     if unclear:
         raise InputError("hardware", f"unclear: {unclear}; name the GPUs (e.g. '4 A100 40GB')")
+    recipe = brief.get("recipe")
+    if (
+        isinstance(recipe, dict)
+        and recipe.get("framework")
+        and recipe_contradiction(
+            said.get("framework", brief.get("framework")),
+            recipe["framework"],
+            list(said.get("avoid_frameworks", brief.get("avoid_frameworks")) or []),
+        )
+    ):
+        # The newer word wins: the recipe's framework, priced for the framework the follow-up
+        # replaces (or refuses), goes; the follow-up line lists the recipe's change.
+        said["recipe"] = {k: v for k, v in recipe.items() if k != "framework"}
     return said

@@ -171,11 +171,18 @@ def recipe_from_brief(brief: TrainingBrief, model: ModelSpec | None = None) -> R
     """
     spec = brief.recipe
     brief_frameworks = {**_BRIEF_FRAMEWORKS, "torchtitan": recipe_framework(brief, model)}
+    if brief.task == "lora":
+        # Megatron-DeepSpeed's launch trains every weight: a LoRA job runs (and is priced)
+        # elsewhere (tools/research/framework.py says why).
+        brief_frameworks["megatron"] = "deepspeed"
     if spec is None:
         # A framework the request names whose memory differs from DeepSpeed's is priced as
         # it runs (FSDP's fp32 shards, Megatron's gradient buffer) with its defaults.
         named = brief_frameworks.get(str(brief.framework))
-        if brief.framework not in ("pytorch_fsdp", "megatron", "torchtitan") or named is None:
+        if brief.framework not in ("pytorch_fsdp", "megatron", "torchtitan") or named in (
+            None,
+            "deepspeed",
+        ):
             return None
         precision = brief.precision if brief.precision != "auto" else "bf16"
         return resolve_recipe(Recipe(framework=named, precision=precision))
@@ -183,6 +190,9 @@ def recipe_from_brief(brief: TrainingBrief, model: ModelSpec | None = None) -> R
     framework = fields.pop("framework", None) or brief_frameworks.get(
         str(brief.framework), "deepspeed"
     )
+    if framework == "torchtitan" and brief.framework == "torchtitan":
+        # Priced as what runs: FSDP in torchtitan's place where torchtitan cannot run the job.
+        framework = brief_frameworks["torchtitan"]
     precision = fields.pop("precision", None) or (
         brief.precision if brief.precision != "auto" else "bf16"
     )

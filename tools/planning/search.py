@@ -98,7 +98,7 @@ def search_strategy(
         fastest = run_search(model, hardware, brief, plain)
     if options.replicating is not None and options.strategies is None:
         fastest = _replicated(fastest, options.replicating, model, hardware, brief, plain)
-    recipe = options.recipe or recipe_from_brief(brief, model)
+    recipe = options.recipe or recipe_from_brief(_as_run(brief, options.replicating), model)
     fp8 = recipe is not None and recipe.precision == "fp8"
     return attach_bands(fastest, hardware, band_framework(brief, recipe), fp8=fp8)
 
@@ -126,7 +126,11 @@ def _framework_fallback(
     wished, row = brief.framework, plan.chosen_row
     if wished in (None, "megatron") or row is None or row.fits or hardware.gpu is None:
         return plan
-    free = _search_brief(model, hardware, brief.model_copy(update={"framework": None}), options)
+    # The recipe's framework is the wished one's (tools/core/brief_types.py): it goes with it,
+    # so memory is priced for what runs instead.
+    recipe = brief.recipe.model_copy(update={"framework": None}) if brief.recipe else None
+    unwished = brief.model_copy(update={"framework": None, "recipe": recipe})
+    free = _search_brief(model, hardware, unwished, options)
     needed, free_row = setup_framework(model, free), free.chosen_row
     if free_row is None or not free_row.fits:
         return plan
@@ -166,6 +170,17 @@ def _search_brief(
     return plan
 
 
+def _as_run(brief: TrainingBrief, replicating: str | None) -> TrainingBrief:
+    """The brief a replicating plan's recipe is priced for (``brief`` itself: no change).
+
+    A recipe that names no framework is priced as what runs: the replicas as the replicating
+    framework keeps them (PyTorch DDP: FSDP's unsharded path, not DeepSpeed's ZeRO-0).
+    """
+    if replicating is None or brief.recipe is None or brief.recipe.framework is not None:
+        return brief
+    return brief.model_copy(update={"framework": replicating})
+
+
 def _replicated(
     fastest: MemoryPlan,
     framework: str,
@@ -183,6 +198,8 @@ def _replicated(
     if not replicas_fit(fastest) or fastest.chosen_setup.family() == Setup("ddp"):
         return fastest
     ddp = options.but(strategies=["ddp"], tensor_parallel=1, pipeline_parallel=1)
+    if options.recipe is None and (as_run := _as_run(brief, framework)) is not brief:
+        ddp = ddp.but(recipe=recipe_from_brief(as_run, model))
     plan = run_search(model, hardware, brief, ddp)
     ours, best = plan.speed, fastest.speed
     if ours and best and ours.tokens_per_s and best.tokens_per_s:

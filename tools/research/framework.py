@@ -27,6 +27,7 @@ from tools.core.schemas import (
 from tools.core.strategies import MIN_HEADROOM
 from tools.research.fp8_framework import fp8_framework, fp8_rationale
 from tools.research.splits import (
+    MEGATRON_LORA,
     REPLICATING_FRAMEWORKS,
     STACKS,
     TRAINING_FRAMEWORKS,
@@ -258,6 +259,8 @@ def score_frameworks(
             if exp == "beginner":
                 s["pytorch_ddp"].add(1, "DDP is the best-documented path for a beginner team")
     wished = brief.framework
+    if wished == "megatron" and brief.task == "lora":
+        wished = None  # Megatron's launch trains every weight (MEGATRON_LORA)
     if wished in s and not (wished in REPLICATING_FRAMEWORKS and not fits):
         s[wished].add(100, "the request asks for it")  # type: ignore[index]
     if (titan := titan_score(brief, model)) is not None:  # torchtitan, or FSDP in its place
@@ -333,7 +336,9 @@ def _not_honoured(
         return None
     if (titan := titan_not_honoured(brief, chosen, model)) is not None:
         return titan
-    if wished in REPLICATING_FRAMEWORKS and not replicas_fit(memory):
+    if wished == "megatron" and brief.task == "lora":
+        why = MEGATRON_LORA
+    elif wished in REPLICATING_FRAMEWORKS and not replicas_fit(memory):
         why = (
             "it replicates parameters, gradients and optimizer states on every GPU, and they "
             "do not fit"

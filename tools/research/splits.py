@@ -41,6 +41,11 @@ STACKS: dict[str, list[FrameworkId]] = {
     "crewai": ["crewai"],
     "autogen": ["autogen"],
 }
+# Why a LoRA job does not run on Megatron, whatever the request names (framework.py).
+MEGATRON_LORA = (
+    "Megatron-DeepSpeed's launch here (pretrain_gpt.py) trains every weight, not LoRA adapters "
+    "(those train with the Hugging Face job, train.py with peft)"
+)
 
 # DeepSpeed AutoTP training (the ``tensor_parallel.autotp_size`` config, DeepSpeed >= 0.16.4)
 # runs with ZeRO stages 0, 1 and 2 (DeepSpeed's AutoTP training tutorial,
