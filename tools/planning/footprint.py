@@ -196,6 +196,11 @@ def loss_bytes(
 # --- model states ----------------------------------------------------------------------------
 
 
+def stored_bytes(recipe: Recipe) -> int:
+    """Bytes per trained parameter FSDP keeps at rest: fp32 under mixed precision, else 16-bit."""
+    return 4 if (recipe.mixed or recipe.precision == "fp32") else 2
+
+
 def optimizer_bytes(recipe: Recipe, trainable: float, hidden: int) -> float:
     """Optimizer state bytes for ``trainable`` parameters (unsharded)."""
     name = recipe.optimizer
@@ -239,7 +244,7 @@ def fsdp_states(recipe: Recipe, strategy: str, lay: Layout, hidden: int, terms: 
     not resharded after forward (torchtitan sets reshard_after_forward=False for it).
     """
     pure = recipe.precision in ("pure-bf16", "fp32") or not recipe.mixed
-    store = 4 if (recipe.mixed or recipe.precision == "fp32") else 2
+    store = stored_bytes(recipe)
     shard = lay.shards if strategy.startswith(("zero3", "zero2", "zero1")) else 1
     frozen = lay.params_here - lay.trainable_here
     frozen_bytes = (lay.frozen_quantized * NF4_BYTES) + (frozen - lay.frozen_quantized) * 2

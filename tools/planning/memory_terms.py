@@ -27,6 +27,7 @@ from tools.planning.footprint import (
     optimizer_bytes,
     outside_params,
     quantized_share,
+    stored_bytes,
 )
 from tools.planning.overheads import buffer_bytes
 from tools.planning.parallel import model_parallel_params, stage_expert_params
@@ -425,7 +426,7 @@ def _fsdp_host(
     held, trained, _ = _trainable(
         model, task, params_here, share, tp, recipe.lora_rank or lora_rank, []
     )
-    store = 4 if (recipe.mixed or recipe.precision == "fp32") else 2
+    store = stored_bytes(recipe)
     frozen = held - trained
     out = {
         "params": math.ceil((store * trained + 2 * frozen) / shards),

@@ -172,8 +172,7 @@ def runs_setup(
     A data-parallel setup runs on any framework (plain DDP only, on a replicating one the
     request names). A LoRA job runs data parallel only (``lora_split_refusal``): torchtitan's
     and Megatron's launches train every weight, and DeepSpeed AutoTP drops or mis-shards the
-    PEFT adapters. A split needs
-    ``split_framework``'s pick: never one the request refuses,
+    PEFT adapters. A split needs ``split_framework``'s pick: never one the request refuses,
     and, when the request names a framework, that one (Megatron runs every split, torchtitan
     every dense split of the models it builds).
     """
