@@ -152,3 +152,23 @@ def test_a_brief_whose_framework_and_recipe_framework_disagree_is_refused(
     assert len(lines) == 1
     assert "recipe.framework torchtitan contradicts framework deepspeed" in lines[0]
     assert not (out / "plan.json").exists()
+
+
+def test_a_recipe_precision_is_what_the_launch_trains_in(cli_main: Any, tmp_path: Path) -> None:
+    brief = tmp_path / "brief.yaml"
+    brief.write_text(
+        "goal: train\nmodel: llama-3.1-8b\ntask: finetune\nhardware: 1x8xA100-80GB\n"
+        "recipe: {precision: fp16}\nsmoke: false\n"
+    )
+    plan, _ = _plan(cli_main, tmp_path, brief)
+    ds = json.loads((tmp_path / "plan" / "ds_config.json").read_text())
+    assert ds["fp16"]["enabled"] is True and not ds.get("bf16", {}).get("enabled")
+    assert plan["brief"]["precision"] == "fp16"
+    assert _priced(plan) == "deepspeed" and "fp16" in next(
+        a for a in plan["memory"]["assumptions"] if a.startswith("memory priced for: ")
+    )
+    brief.write_text(brief.read_text() + "precision: bf16\n")
+    res = cli_main("plan", "--brief", str(brief), "--no-smoke", "--out", str(tmp_path / "p2"))
+    assert res.returncode == 2 and not (tmp_path / "p2").exists()
+    assert "recipe.precision fp16 contradicts precision bf16" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

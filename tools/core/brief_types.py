@@ -96,6 +96,35 @@ def recipe_contradiction(
     )
 
 
+# The brief precision (the launch's tensors) each recipe precision trains under: pure-bf16 keeps
+# no fp32 master copy and fp8 runs its linears in fp8 around bf16 tensors (tools/planning/fp8.py).
+RECIPE_PRECISION_BASE: dict[str, ResolvedPrecision] = {
+    "bf16": "bf16",
+    "pure-bf16": "bf16",
+    "fp8": "bf16",
+    "fp16": "fp16",
+    "fp32": "fp32",
+}
+
+
+def precision_contradiction(precision: str, recipe_precision: str | None) -> str | None:
+    """Why a brief's ``precision`` and ``recipe.precision`` cannot both hold (None: they can).
+
+    The launch trains in ``precision`` and memory is priced for ``recipe.precision``: the two
+    must name the same run, or the plan would price one and launch the other.
+    """
+    if recipe_precision is None or precision == "auto":
+        return None
+    base = RECIPE_PRECISION_BASE[recipe_precision]
+    if base == precision:
+        return None
+    return (
+        f"recipe.precision {recipe_precision} contradicts precision {precision}: the launch "
+        f"trains in {precision} and memory would be priced for {recipe_precision}; set "
+        f"precision to {base} or auto, or leave recipe.precision out"
+    )
+
+
 def _not_a_bool(value: Any) -> Any:
     # YAML reads `true` as a boolean and pydantic would take it as 1: a count is a number.
     if isinstance(value, bool):
@@ -280,6 +309,9 @@ class TrainingBrief(_Strict):
         if why := recipe_contradiction(
             self.framework, recipe_framework, list(self.avoid_frameworks)
         ):
+            raise ValueError(why)
+        recipe_precision = self.recipe.precision if self.recipe is not None else None
+        if why := precision_contradiction(self.precision, recipe_precision):
             raise ValueError(why)
         if self.objective == "continued-pretraining" and self.task == "finetune":
             # Continued pretraining is pretraining (its batch and optimizer recipe) from the

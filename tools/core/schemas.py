@@ -25,6 +25,7 @@ from tools.core.brief_types import (
     MAX_TENSOR_PARALLEL,
     MAX_VOCAB,
     RECIPE_LAUNCH,
+    RECIPE_PRECISION_BASE,
     RECIPES_OF,
     Amount,
     Bottleneck,
@@ -42,6 +43,7 @@ from tools.core.brief_types import (
     Task,
     Team,
     TrainingBrief,
+    precision_contradiction,
     recipe_contradiction,
 )
 from tools.core.estimate_types import (
@@ -93,6 +95,8 @@ __all__ = [
     "MemoryRecipe",
     "RECIPE_LAUNCH",
     "RECIPES_OF",
+    "RECIPE_PRECISION_BASE",
+    "precision_contradiction",
     "recipe_contradiction",
     "ModelParams",
     "ModelShape",

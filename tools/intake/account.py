@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from tools.core.request_account import AssumedFact, ReadFact, RequestAccount, Wish
-from tools.core.schemas import TrainingBrief
+from tools.core.schemas import RECIPE_PRECISION_BASE, TrainingBrief
 from tools.intake.budget_text import price_reading
 from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import read_hardware
@@ -337,7 +337,15 @@ def _planner_defaults(brief: TrainingBrief, stated: set[str]) -> list[AssumedFac
             "not stated: the planner picks one for the model's size that the data-parallel "
             "degree divides (tools/planning/batch.py) and the plan says which",
         )
-    if "precision" not in stated:
+    recipe_precision = brief.recipe.precision if brief.recipe is not None else None
+    if "precision" not in stated and recipe_precision is not None:
+        add(
+            "precision",
+            RECIPE_PRECISION_BASE[recipe_precision],
+            f"not stated: the launch trains as recipe.precision {recipe_precision} is priced "
+            "(tools/intake/recipe_framework.py)",
+        )
+    elif "precision" not in stated:
         add(
             "precision",
             brief.precision,

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from tools.core.errors import InputError
-from tools.core.schemas import TrainingBrief, recipe_contradiction
+from tools.core.schemas import TrainingBrief, precision_contradiction, recipe_contradiction
 
 # Re-exported: callers load briefs through this module, requests and files alike.
 from tools.intake.brief_load import brief_from_dict as brief_from_dict
@@ -363,4 +363,13 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
         # The newer word wins: the recipe's framework, priced for the framework the follow-up
         # replaces (or refuses), goes; the follow-up line lists the recipe's change.
         said["recipe"] = {k: v for k, v in recipe.items() if k != "framework"}
+    recipe = said.get("recipe", recipe)
+    if (
+        isinstance(recipe, dict)
+        and recipe.get("precision")
+        and "precision" in said
+        and precision_contradiction(said["precision"], recipe["precision"])
+    ):
+        # Likewise a precision the follow-up names replaces the recipe's.
+        said["recipe"] = {k: v for k, v in recipe.items() if k != "precision"}
     return said

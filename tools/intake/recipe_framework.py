@@ -14,7 +14,7 @@ refused when it is read (tools/core/brief_types.py ``recipe_contradiction``).
 
 from __future__ import annotations
 
-from tools.core.schemas import RECIPE_LAUNCH, TrainingBrief
+from tools.core.schemas import RECIPE_LAUNCH, RECIPE_PRECISION_BASE, TrainingBrief
 
 _TRAINING = ("pretrain", "finetune", "lora")
 
@@ -59,13 +59,20 @@ def settle_recipe(brief: TrainingBrief) -> tuple[TrainingBrief, str | None]:
     """The brief whose framework launches what its recipe prices, and the line saying a change.
 
     The line is None when nothing of the request was dropped (the recipe's own framework
-    launches). Settling a settled brief changes nothing.
+    launches). A recipe precision under a brief precision left ``auto`` becomes the launch's
+    (fp16 trains fp16, pure-bf16 and fp8 train bf16 tensors); a brief stating another is refused
+    when it is read (tools/core/brief_types.py ``precision_contradiction``). Settling a settled
+    brief changes nothing.
     """
     recipe = brief.recipe
-    named = recipe.framework if recipe is not None else None
-    if recipe is None or named is None or brief.task not in _TRAINING:
+    if recipe is None or brief.task not in _TRAINING:
         return brief, None
     update: dict[str, object] = {}
+    if brief.precision == "auto" and recipe.precision is not None:
+        update["precision"] = RECIPE_PRECISION_BASE[recipe.precision]
+    named = recipe.framework
+    if named is None:
+        return brief.model_copy(update=update), None
     if (launch := recipe_launch(brief)) is not None:
         update["framework"] = launch
     note = None

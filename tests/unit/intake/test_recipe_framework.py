@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tools.core.errors import InputError
-from tools.core.schemas import RECIPE_LAUNCH, RECIPES_OF, TrainingBrief
+from tools.core.schemas import RECIPE_LAUNCH, RECIPE_PRECISION_BASE, RECIPES_OF, TrainingBrief
 from tools.intake.account import account_brief
 from tools.intake.brief import brief_from_dict, follow_up_fields
 from tools.intake.recipe_framework import (
@@ -74,7 +74,7 @@ def test_nanotron_has_no_launch_its_recipe_is_dropped_and_said(framework: str | 
 def test_no_recipe_framework_or_no_training_settles_nothing() -> None:
     for brief in (
         _brief(None),
-        brief_from_dict({"model": "llama-3.1-8b", "recipe": {"precision": "bf16"}}),
+        brief_from_dict({"model": "llama-3.1-8b", "recipe": {"optimizer": "sgd"}}),
         _brief("torchtitan", task="inference"),
     ):
         assert settle_recipe(brief) == (brief, None)
@@ -168,3 +168,56 @@ def test_beside_framework_megatron_a_lora_jobs_megatron_recipe_goes() -> None:
     assert recipe_from_brief(_brief(None, task="lora", framework="megatron")) is None
     full = recipe_from_brief(_brief(None, task="finetune", framework="megatron"))
     assert full is not None and full.framework == "megatron"
+
+
+def _precise(precision: str | None, recipe: str | None) -> dict[str, Any]:
+    data: dict[str, Any] = {"model": "llama-3.1-8b", "task": "finetune"}
+    if precision is not None:
+        data["precision"] = precision
+    if recipe is not None:
+        data["recipe"] = {"precision": recipe}
+    return data
+
+
+@pytest.mark.parametrize(
+    ("precision", "recipe"),
+    [("bf16", "fp16"), ("fp16", "bf16"), ("fp32", "pure-bf16"), ("fp16", "fp8"), ("bf16", "fp32")],
+)
+def test_a_brief_whose_two_precisions_disagree_is_one_line(precision: str, recipe: str) -> None:
+    with pytest.raises(InputError) as err:
+        brief_from_dict(_precise(precision, recipe))
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("brief")
+    assert f"recipe.precision {recipe} contradicts precision {precision}" in line
+    assert f"set precision to {RECIPE_PRECISION_BASE[recipe]} or auto" in line
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPE_PRECISION_BASE))
+def test_a_recipe_precision_is_the_launchs_when_the_brief_leaves_it_auto(recipe: str) -> None:
+    base = RECIPE_PRECISION_BASE[recipe]
+    assert brief_from_dict(_precise(base, recipe)).precision == base  # agreeing pairs are read
+    settled, note = settle_recipe(brief_from_dict(_precise(None, recipe)))
+    assert settled.precision == base and note is None
+    assert settled.recipe is not None and settled.recipe.precision == recipe
+    assert settle_recipe(settled)[0] == settled
+    data = _precise(None, recipe)
+    assumed = {a.field: a for a in account_brief(data, brief_from_dict(data)).assumed}
+    if "precision" in assumed:  # a brief file's fields are read, not assumed
+        assert f"recipe.precision {recipe}" in assumed["precision"].why
+
+
+def test_a_brief_precision_without_a_recipe_precision_is_left_as_it_is() -> None:
+    for precision in ("auto", "fp16"):
+        settled, _ = settle_recipe(brief_from_dict(_precise(precision, None)))
+        assert settled.precision == precision
+    plain = brief_from_dict({"model": "llama-3.1-8b", "task": "finetune"})
+    assert settle_recipe(plain)[0].precision == "auto"
+
+
+def test_a_follow_up_naming_another_precision_drops_the_recipes_own() -> None:
+    brief = brief_from_dict(_precise(None, "bf16")).model_dump(mode="json")
+    changes = follow_up_fields("what if in fp16?", brief, ["llama-3.1-8b"])
+    assert changes["precision"] == "fp16" and "precision" not in changes["recipe"]
+    assert brief_from_dict({**brief, **changes}).precision == "fp16"
+    same = follow_up_fields("what if in bf16?", brief, ["llama-3.1-8b"])
+    assert "recipe" not in same
