@@ -158,16 +158,69 @@ def _search_brief(
     if options.recipe is not None and options.recipe.precision == "fp8":
         # One line naming the GPU when it has no FP8 tensor cores, never a silent bf16 run.
         fp8_note = fp8_plan_note(hardware, options.recipe.framework)
-    if brief.pins.stated():
-        plan = pinned_search(model, hardware, brief, batch_note, options)
+    stated = brief.recipe.checkpointing if brief.recipe is not None else None
+    if options.recompute is None and stated is not None:
+        plan = _recipe_recompute(model, hardware, brief, batch_note, options, stated)
     else:
-        space = build_space(model, hardware, brief, options)
-        if batch_note:
-            space.notes.append(batch_note)
-        plan = _search(space, options.objective)
+        plan = _pins_search(model, hardware, brief, batch_note, options)
     if fp8_note is not None:
         plan.assumptions.insert(0, fp8_note)
     return plan
+
+
+def _pins_search(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    brief: TrainingBrief,
+    batch_note: str | None,
+    options: SearchOptions,
+) -> MemoryPlan:
+    """The search of one settled brief and options: its pins kept where any are stated."""
+    if brief.pins.stated():
+        return pinned_search(model, hardware, brief, batch_note, options)
+    space = build_space(model, hardware, brief, options)
+    if batch_note:
+        space.notes.append(batch_note)
+    return _search(space, options.objective)
+
+
+def _recipe_recompute(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    brief: TrainingBrief,
+    batch_note: str | None,
+    options: SearchOptions,
+    stated: str,
+) -> MemoryPlan:
+    """The search keeping the recompute a brief's recipe states; when nothing fits it, said.
+
+    A recipe that states its recompute describes the run, so the search keeps that policy
+    (torchtitan's per-op policy is the search's selective, priced per-op by the recipe) instead
+    of pricing its own with the recipe's name on it. When no setup fits with it, the plan is the
+    search over every policy, with one line under "not as asked".
+    """
+    policy = "selective" if stated == "selective-op" else stated
+    plan = _pins_search(model, hardware, brief, batch_note, options.but(recompute=policy))
+    row = plan.chosen_row
+    if row is not None and row.fits:
+        return plan
+    free = _pins_search(model, hardware, brief, batch_note, options)
+    alt = free.chosen_row
+    if alt is None or not alt.fits:
+        return plan  # nothing fits either way: the plan keeps what the recipe states
+    needs = (
+        f"its smallest setup needs {row.per_gpu_bytes.total / GB:.1f} GB per GPU; " if row else ""
+    )
+    note = (
+        f"recipe.checkpointing {stated} does not fit: {needs}planned {free.chosen_label} with "
+        f"recompute {alt.checkpointing} instead, which fits"
+    )
+    return free.model_copy(
+        update={
+            "assumptions": [note, *free.assumptions],
+            "not_honoured": [note, *free.not_honoured],
+        }
+    )
 
 
 def _as_run(brief: TrainingBrief, replicating: str | None) -> TrainingBrief:
