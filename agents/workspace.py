@@ -118,10 +118,13 @@ class Workspace:
         Deterministic in the brief, so every node settles the same brief; a second settle
         changes nothing and keeps the line.
         """
+        from tools.intake.recipe_fields import settle_recipe_fields
         from tools.intake.recipe_framework import settle_recipe
 
         self.brief, note = settle_recipe(self.brief)
-        self.recipe_note = note or self.recipe_note
+        self.brief, fields = settle_recipe_fields(self.brief)
+        said = "; ".join(line for line in (note, fields) if line)
+        self.recipe_note = said or self.recipe_note
 
     def settle_precision(self) -> None:
         """Put an fp8 recipe on a launcher that applies it, else train bf16 and say why.

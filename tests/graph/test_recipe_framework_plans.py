@@ -172,3 +172,35 @@ def test_a_recipe_precision_is_what_the_launch_trains_in(cli_main: Any, tmp_path
     assert res.returncode == 2 and not (tmp_path / "p2").exists()
     assert "recipe.precision fp16 contradicts precision bf16" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_recipe_fields_no_launch_applies_are_priced_as_it_runs_and_said(
+    cli_main: Any, tmp_path: Path
+) -> None:
+    brief = tmp_path / "brief.yaml"
+    brief.write_text(
+        "goal: train\nmodel: llama-3.1-8b\ntask: finetune\nhardware: 1x8xA100-80GB\n"
+        "recipe: {optimizer: adam8bit, loss: chunked}\nsmoke: false\n"
+    )
+    plan, stdout = _plan(cli_main, tmp_path, brief)
+    said = [line for line in _not_as_asked(stdout) if "not applied by the launch" in line.lower()]
+    assert len(said) == 1 and "recipe.optimizer adam8bit" in said[0]
+    assert "recipe.loss chunked" in said[0]
+    priced = next(a for a in plan["memory"]["assumptions"] if a.startswith("memory priced for: "))
+    assert "adamw" in priced and "standard loss" in priced
+    ds = json.loads((tmp_path / "plan" / "ds_config.json").read_text())
+    assert ds["optimizer"]["type"] == "AdamW"
+
+
+def test_a_compiling_torchtitan_recipe_runs_compiled(cli_main: Any, tmp_path: Path) -> None:
+    brief = _brief(tmp_path, "llama-3.1-8b", "torchtitan")
+    brief.write_text(
+        brief.read_text().replace(
+            "{framework: torchtitan}", "{framework: torchtitan, compile: true}"
+        )
+    )
+    plan, stdout = _plan(cli_main, tmp_path, brief)
+    assert plan["framework"]["primary"] == "torchtitan"
+    assert not [line for line in _not_as_asked(stdout) if "recipe.compile" in line]
+    config = (tmp_path / "plan" / "torchtitan.toml").read_text()
+    assert "[compile]" in config and "enable = true" in config.split("[compile]", 1)[1]

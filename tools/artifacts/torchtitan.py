@@ -20,9 +20,9 @@ fp8 linears (a recipe with precision fp8): ``[model] converters = ["quantize.lin
 ``[quantize.linear.float8]`` table: tensorwise dynamic scaling (no ``recipe_name``: the converter
 refuses one together with the FSDP float8 all-gather), ``enable_fsdp_float8_all_gather`` and
 ``precompute_float8_dynamic_scale_for_fsdp`` when FSDP shards the weights (what the speed model
-priced), ``filter_fqns = ["output"]`` (the output layer stays bf16, as priced); ``[compile]
-enable`` fuses the casts (torchtitan's float8 docs ask for it). The converter only warns and
-trains bf16 on a GPU below compute capability 8.9, so launch.sh checks the GPU first.
+priced), ``filter_fqns = ["output"]`` (the output layer stays bf16); ``[compile] enable`` fuses
+the casts (a compiling recipe has it too). The converter only warns and trains bf16 on a GPU
+below compute capability 8.9, so launch.sh checks the GPU first.
 
 Checkpoints (``[checkpoint]``, torchtitan/components/checkpoint.py ``CheckpointManager.load`` at
 that commit): the job saves DCP checkpoints every ``interval`` steps into
@@ -69,8 +69,7 @@ CHECKPOINT_FOLDER = "checkpoint"
 # Steps between saves: at most this many steps are lost to a crash or a preemption.
 SAVE_INTERVAL = 500
 # fp8 linears: torchao Float8Linear through torchtitan's model converter (module docstring).
-FLOAT8_CONVERTER = "quantize.linear.float8"
-FLOAT8_SECTION = "quantize.linear.float8"
+FLOAT8_CONVERTER = FLOAT8_SECTION = "quantize.linear.float8"  # the registry name and the table
 ZERO_12 = ("zero1", "zero2", "zero2_offload_optimizer")  # one weight gather a step: no reshard
 
 
@@ -205,6 +204,7 @@ def job_config(
             "precompute_float8_dynamic_scale_for_fsdp": shard > 1,
             "filter_fqns": ["output"],
         }
+    if fp8 or (brief.recipe is not None and brief.recipe.compile):  # intake/recipe_fields.py
         config["compile"] = {"enable": True, "components": ["model", "loss"]}
     if brief.loads_weights:
         # The Hugging Face safetensors themselves, model only (the module docstring: how
