@@ -19,6 +19,7 @@ from tools.core.schemas import RECIPE_PRECISION_BASE, TrainingBrief
 from tools.intake.budget_text import price_reading
 from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import read_hardware
+from tools.intake.lora_text import lora_reads
 from tools.intake.model_text import read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, Read
@@ -151,13 +152,14 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
     framework, avoided = framework_reads(text)
     reads += [r for r in (framework, *avoided) if r is not None]
     reads += named_wishes(text)
+    reads += [r for r in lora_reads(text, fields.get("task")) if "recipe" in fields]
     return reads
 
 
 def not_understood(text: str, spans: list[tuple[int, int]]) -> list[str]:
     """The words around each number no reading bound: its clause, cut to a few words each side.
 
-    A word before the number and one after ("rank 16", "for 3 epochs", "lr 2e-4"), or
+    A word before the number and one after ("for 3 epochs", "lr 2e-4"), or
     eight characters each side in unspaced (Chinese) text; numbers of one phrase are one entry.
     """
     out: list[str] = []

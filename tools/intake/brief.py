@@ -22,6 +22,7 @@ from tools.intake.hardware_text import (
     HARDWARE_UNCLEAR,
     hardware_fields,
 )
+from tools.intake.lora_text import lora_fields
 from tools.intake.model_sizes import read_size
 from tools.intake.model_text import ModelReading, read_model
 from tools.intake.numbers_text import number_reads
@@ -279,6 +280,7 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     data.update(wish_fields(text))
     # Serving a model is its own plan (tools/intake/serving_text.py).
     data.update(serving_fields(text, data))
+    data.update(lora_fields(text, data.get("task")))
     if (price := price_reading(text)) is not None:
         data["price_per_gpu_hour"] = price.value
     return data
@@ -326,6 +328,9 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
     said.pop(HARDWARE_REFUSED, None)
     unclear = said.pop(HARDWARE_UNCLEAR, None)
     said = {**serving_follow_up(text, {**brief, **said}), **said}
+    if "recipe" in said and isinstance(brief.get("recipe"), dict):
+        # "what if rank 32?" changes the adapters' rank, not the rest of the brief's recipe.
+        said["recipe"] = {**brief["recipe"], **said["recipe"]}
     if said.get("task") == "agent-app" and brief.get("model") is not None:
         del said["task"]  # "my assistant" in a follow-up does not drop the model
     spec = _SPEC_RE.match(str(brief.get("hardware") or ""))

@@ -1,0 +1,66 @@
+"""A LoRA request's "QLoRA" and adapter rank are the brief's recipe, not dropped or only listed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tools.core.schemas import TrainingBrief
+from tools.intake.account import account_request
+from tools.intake.brief import brief_from_dict, follow_up_fields, request_fields
+from tools.intake.lora_text import lora_reads
+
+MODELS = ["mistral-7b", "llama-3.1-8b"]
+
+
+def _brief(fields: dict[str, Any]) -> TrainingBrief:
+    return brief_from_dict({k: v for k, v in fields.items() if not k.startswith("_")})
+
+
+@pytest.mark.parametrize(
+    ("text", "qlora", "rank"),
+    [
+        ("fine-tune mistral-7b with QLoRA rank 64 on a single RTX 4090", True, 64),
+        ("LoRA fine-tune llama-3.1-8b, r=16, on 8 A100", None, 16),
+        ("qlora llama-3.1-8b on one A10G", True, None),
+        ("train LoRA adapters (rank-8) for llama-3.1-8b on 2 L4", None, 8),
+        ("LoRA on llama-3.1-8b with lora rank: 128", None, 128),
+    ],
+)
+def test_qlora_and_the_rank_are_read_into_the_recipe(
+    text: str, qlora: bool | None, rank: int | None
+) -> None:
+    fields = request_fields(text, MODELS)
+    assert fields["task"] == "lora"
+    recipe = fields.get("recipe", {})
+    assert recipe.get("qlora") == qlora and recipe.get("lora_rank") == rank
+    brief = _brief(fields)
+    account = account_request(text, fields, brief)
+    assert not [q for q in account.not_understood if str(rank) in q] if rank else True
+    read = next(f for f in account.read if f.field == "recipe")
+    assert "rank" in read.quote or "r=" in read.quote or "lora" in read.quote.lower()
+
+
+def test_rank_outside_a_lora_task_is_not_a_recipe() -> None:
+    assert lora_reads("pretrain llama-3.1-8b, rank 64 in the leaderboard", "pretrain") == []
+    fields = request_fields("pretrain llama-3.1-8b on 8 H100 with rank 64 data", MODELS)
+    assert "recipe" not in fields
+    account = account_request(
+        "pretrain llama-3.1-8b on 8 H100 with rank 64 data", fields, _brief(fields)
+    )
+    assert any("64" in q for q in account.not_understood)  # listed, never bound silently
+
+
+def test_a_rank_out_of_bounds_is_left_not_understood() -> None:
+    text = "LoRA fine-tune llama-3.1-8b with rank 99999"
+    fields = request_fields(text, MODELS)
+    assert "lora_rank" not in fields.get("recipe", {})
+    account = account_request(text, fields, _brief(fields))
+    assert any("99999" in q for q in account.not_understood)
+
+
+def test_a_follow_up_rank_keeps_the_rest_of_the_recipe() -> None:
+    brief = _brief(request_fields("QLoRA llama-3.1-8b rank 64 on one L40S", MODELS))
+    changes = follow_up_fields("what if LoRA rank 16?", brief.model_dump(mode="json"), MODELS)
+    assert changes["recipe"]["lora_rank"] == 16 and changes["recipe"]["qlora"] is True
