@@ -508,14 +508,14 @@ def render_tables(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _explain_row(row_id: str) -> int:
+def _explain_row(row_id: str, folder: Path | None = None) -> int:
     """One row's mapping, terms and notes (what a reader checks a miss with)."""
     from tools.core.errors import InputError
 
-    rows = [r for r in read_rows() if r["row_id"] == row_id]
+    rows = [r for r in read_rows(folder) if r["row_id"] == row_id]
     if not rows:
         raise InputError("--row", f"no row {row_id!r} in {TSV}")
-    case = map_row(rows[0])
+    case = map_row(rows[0], folder)
     if isinstance(case, Skip):
         print(f"{row_id} skipped: {case.reason}")
         return 0
@@ -556,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"allocator slack (fit rows, median reserved/allocated - 1): {slack}")
             return 0
         if args.row:
-            return _explain_row(args.row)
+            return _explain_row(args.row, args.folder)
         result = evaluate(args.folder, legacy=bool(args.baseline))
     except InputError as exc:
         print(f"published memory: {exc}", file=sys.stderr)
