@@ -188,17 +188,23 @@ def model_parallel_params(
 
     Narayanan et al. 2021 sec. 2.2-2.3: each pipeline stage takes L/p layers and tensor
     parallelism splits every weight matrix t ways (the embedding and output layer by vocabulary).
-    Megatron puts the input embedding on the first stage and the output layer on the last, so the
-    heaviest stage holds (Ψ - V·h)·ceil(L/p)/L + V·h (the first stage is one of the longer ones
-    where p does not divide L, ``pipeline_split``); for a model with untied embeddings this
-    counts the second V·h matrix in the body, which overstates a stage by V·h/p. Replicated
-    layer norms are left out (a few hidden-sized vectors per layer).
+    Megatron puts the input embedding on the first stage and the output layer on the last
+    (megatron/core/models/gpt/gpt_model.py at core_v0.6.0: ``self.embedding`` only when
+    ``pre_process``, ``self.output_layer`` only when ``post_process``), so the heaviest stage
+    holds (Ψ - e·V·h)·ceil(L/p)/L + V·h, e the embedding matrices Ψ counts: 2 for a model with
+    untied embeddings (``tie_word_embeddings`` false in its config: the output layer is not in
+    the body the stages share), else 1 (the first stage is one of the longer ones where p does
+    not divide L, ``pipeline_split``). Counting the untied output layer in the body overstated
+    the first stage by V·h/p (Llama 3 8B at p = 2: 0.26 B parameters, 2.2 GiB with Megatron's
+    6 + 12/d bytes each; issue 30). Replicated layer norms are left out (a few hidden-sized
+    vectors per layer).
     """
     t, p = tensor_parallel, pipeline_parallel
     stage = model.params
     if p > 1:
         embedding = model.vocab * model.hidden
-        body = max(0, model.params - embedding)
+        untied = (model.hf_config or {}).get("tie_word_embeddings") is False
+        body = max(0, model.params - embedding * (2 if untied else 1))
         layers = max(1, model.layers)
         heaviest = min(layers, heaviest_stage_layers(layers, p))
         stage = -(-body * heaviest // layers) + min(embedding, model.params)

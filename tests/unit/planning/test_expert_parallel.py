@@ -193,7 +193,8 @@ def test_a_pipeline_stage_holds_its_own_layers_share_of_the_experts() -> None:
     )  # fmt: skip
     h, i, layers, vocab = 4096, 14336, 32, 32000
     embedding = vocab * h
-    stage = -(-(model.params - embedding) * (layers // 2) // layers) + embedding
+    # Untied: the output layer sits on the last stage only, not in the body the stages share.
+    stage = -(-(model.params - 2 * embedding) * (layers // 2) // layers) + embedding
     stage_experts = (layers // 2) * 8 * 3 * h * i
     held = stage - stage_experts + stage_experts // 2
     assert held > 0 and held == params_per_rank(model, 1, 2, 2)

@@ -49,12 +49,14 @@ def test_the_label_says_the_stage_sizes_and_a_wrong_split_is_refused() -> None:
 def test_the_heaviest_stage_is_priced_in_memory_and_speed() -> None:
     model = lookup_model("llama-3.1-405b", 8192)
     embedding = model.vocab * model.hidden
-    body = model.params - embedding
+    # Untied embeddings: the body the stages share holds neither the input embedding (first
+    # stage) nor the output layer (last stage).
+    body = model.params - 2 * embedding
     params, _ = model_parallel_params(model, 1, 16)
     # 8 of the 126 layers' weights and the embedding, not 126/16 = 7.875 layers' worth.
     assert params == -(-body * 8 // 126) + embedding
     even = lookup_model("llama-3-70b", 8192)
-    e_body = even.params - even.vocab * even.hidden
+    e_body = even.params - 2 * even.vocab * even.hidden
     assert model_parallel_params(even, 1, 4)[0] == -(-e_body // 4) + even.vocab * even.hidden
     gpu = parse_hardware("64x8xH100-80GB").gpu
     assert gpu is not None
@@ -109,3 +111,25 @@ def test_a_megatron_pipeline_is_priced_without_interleaving() -> None:
     assert qwen and all(c.virtual_stages == 1 for c in qwen)
     llama = candidates("llama-3.1-70b", "4x8xH100-80GB")  # torchtitan's 70B flavor
     assert any(c.virtual_stages > 1 for c in llama)
+
+
+def test_the_first_stage_holds_the_input_embedding_but_not_an_untied_output_layer() -> None:
+    """Megatron's GPTModel builds the embedding on the first stage, the output layer on the last.
+
+    Llama 3 8B (untied, 32 layers of 218,112,000 parameters, V x h = 525,336,576) under p = 2:
+    the first stage holds 16 layers and the input embedding, 4.015 B, not 4.28 B (the untied
+    output layer counted in the body overstated it by V x h / p; issue 30, FlagPerf XM0001).
+    A tied model's single matrix is the embedding itself: its body is params - V x h.
+    """
+    untied = lookup_model("llama-3.1-8b", 8192)
+    embedding = untied.vocab * untied.hidden
+    layer = 4096 * (4096 + 1024 + 1024 + 4096) + 3 * 4096 * 14336 + 2 * 4096
+    params, _ = model_parallel_params(untied, 1, 2)
+    assert params == -(-(untied.params - 2 * embedding) * 16 // 32) + embedding
+    assert abs(params - (16 * layer + embedding)) < 4096  # the final norm's share, rounding
+    tied = lookup_model("llama-3.2-3b", 8192)
+    assert (tied.hf_config or {}).get("tie_word_embeddings") is True
+    t_embedding = tied.vocab * tied.hidden
+    t_layers = tied.layers
+    t_params, _ = model_parallel_params(tied, 1, 2)
+    assert t_params == -(-(tied.params - t_embedding) * (t_layers // 2) // t_layers) + t_embedding
