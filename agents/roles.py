@@ -314,6 +314,23 @@ def _fp8_marked(ws: Workspace, account: dict[str, Any] | None) -> dict[str, Any]
     )
 
 
+def _plan_marked(
+    ws: Workspace, account: dict[str, Any] | None, scaling: ScalingPlan
+) -> dict[str, Any] | None:
+    """The account with the deadline, budget and techniques the plan decides marked."""
+    from tools.artifacts.plan_wishes import mark_plan_wishes
+
+    model = ws.model
+    return mark_plan_wishes(
+        account,
+        memory=ws.memory,
+        scaling=scaling,
+        primary=ws.framework.primary if ws.framework else None,
+        brief=ws.brief,
+        experts=model is not None and (model.active_params or model.params) < model.params,
+    )
+
+
 def make_reporter(settings: Settings) -> Node:
     """Reporter: assemble the TrainingPlan, write report.md, report.html and plan.json.
 
@@ -353,7 +370,7 @@ def make_reporter(settings: Settings) -> Node:
             sizing=SizingPlan.model_validate(state["sizing"]) if state.get("sizing") else None,
             narrative=narrative,
             request=closed_account(
-                _fp8_marked(ws, state.get("request_account")),
+                _plan_marked(ws, _fp8_marked(ws, state.get("request_account")), scaling),
                 _used_frameworks(ws),
                 ZERO_STAGE.get(ws.memory.chosen) if ws.memory else None,
                 primary=ws.framework.primary if ws.framework else None,

@@ -89,7 +89,8 @@ def headline_notes(plan: dict[str, Any]) -> list[str]:
     for wish in (plan.get("request") or {}).get("wishes") or []:
         # A technique the planner refused (fp8 without FP8 tensor cores): its one line.
         line = _sentence(str(wish.get("how")))
-        if wish["wish"].startswith("technique:") and wish.get("honoured") is False:
+        limit = wish["wish"] in ("deadline", "money-budget")  # a plan's time or cost over it
+        if (wish["wish"].startswith("technique:") or limit) and wish.get("honoured") is False:
             notes += [line] if line not in notes else []
     if (plan.get("brief") or {}).get("objective") == "rl" and (rl := objective_note(plan)):
         notes.append(rl)

@@ -19,11 +19,11 @@ from tools.core.schemas import RECIPE_PRECISION_BASE, TrainingBrief
 from tools.intake.budget_text import price_reading
 from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import read_hardware
-from tools.intake.lora_text import lora_reads
 from tools.intake.model_text import read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, Read
 from tools.intake.recipe_framework import recipe_launch
+from tools.intake.recipe_text import recipe_reads
 from tools.intake.serving_text import serving_reads
 from tools.intake.wishes import framework_reads, named_wishes, pin_reads
 from tools.intake.words import word_reads
@@ -152,7 +152,7 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
     framework, avoided = framework_reads(text)
     reads += [r for r in (framework, *avoided) if r is not None]
     reads += named_wishes(text)
-    reads += [r for r in lora_reads(text, fields.get("task")) if "recipe" in fields]
+    reads += [r for r in recipe_reads(text, fields.get("task")) if "recipe" in fields]
     return reads
 
 

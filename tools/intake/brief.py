@@ -22,11 +22,11 @@ from tools.intake.hardware_text import (
     HARDWARE_UNCLEAR,
     hardware_fields,
 )
-from tools.intake.lora_text import lora_fields
 from tools.intake.model_sizes import read_size
 from tools.intake.model_text import ModelReading, read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
+from tools.intake.recipe_text import recipe_text_fields
 from tools.intake.serving_text import serving_fields, serving_follow_up
 from tools.intake.wishes import distill_pair, wish_fields
 from tools.intake.words import AGENT_APP, DEPLOYMENT, TASKS, TEAM, TRAINING
@@ -280,7 +280,7 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     data.update(wish_fields(text))
     # Serving a model is its own plan (tools/intake/serving_text.py).
     data.update(serving_fields(text, data))
-    data.update(lora_fields(text, data.get("task")))
+    data.update(recipe_text_fields(text, data.get("task")))
     if (price := price_reading(text)) is not None:
         data["price_per_gpu_hour"] = price.value
     return data

@@ -1,4 +1,4 @@
-"""A request's LoRA words as the brief's recipe: "QLoRA" loads a 4-bit base, "rank 64" sizes the adapters.
+"""A request's words that set the brief's recipe: QLoRA, the adapters' rank, activation checkpointing.
 
 "QLoRA" already makes the task ``lora`` (tools/intake/words.py); without this reading the plan
 priced and launched plain 16-bit LoRA at the default rank, and "rank 64" was only listed as not
@@ -6,6 +6,12 @@ understood. A QLoRA request becomes ``recipe.qlora: true`` (train.py ``--qlora``
 4-bit NF4 through bitsandbytes, Dettmers et al. 2023); an adapter rank ("rank 64", "r=16",
 "LoRA rank-8") becomes ``recipe.lora_rank``. Both only for a LoRA task: "rank" in a serving or
 pretraining request is left to the not-understood list.
+
+"with gradient checkpointing" / "activation checkpointing" / "recompute" (the wish
+``technique:activation-checkpointing``) becomes ``recipe.checkpointing: full``, the policy
+Hugging Face's gradient_checkpointing_enable runs, which the plan's search then keeps
+(tools/planning/search.py); refused in its clause ("no activation checkpointing") it is
+``none``. Before, the plan searched its own policy and left the wish "not checked".
 """
 
 from __future__ import annotations
@@ -15,17 +21,26 @@ from typing import Any
 
 from tools.core.schemas import MAX_LORA_RANK
 from tools.intake.readings import Read
+from tools.intake.wishes import named_wishes
+
+_TRAINING = ("pretrain", "finetune", "lora")
 
 _QLORA_RE = re.compile(r"\bq-?lora\b", re.I)
 # "rank 64", "rank-8", "rank=16", "rank: 32", "r=16", "r = 8" (a bare "r 16" is too loose).
 _RANK_RE = re.compile(r"\brank\s*[-=:]?\s*(\d{1,5})\b|\br\s*=\s*(\d{1,5})\b", re.I)
 
 
-def lora_reads(text: str, task: str | None) -> list[Read]:
-    """The recipe fields a LoRA request's words set (``recipe.qlora``, ``recipe.lora_rank``)."""
-    if task != "lora":
+def recipe_reads(text: str, task: str | None) -> list[Read]:
+    """The recipe fields a request's words set, each with its words (field ``recipe.<name>``)."""
+    if task not in _TRAINING:
         return []
     reads: list[Read] = []
+    for wish in named_wishes(text):
+        if wish.field.endswith(":activation-checkpointing"):
+            policy = "none" if wish.field.startswith("avoid:") else "full"
+            reads.append(Read("recipe.checkpointing", policy, wish.quote, wish.start, wish.end))
+    if task != "lora":
+        return reads
     if m := _QLORA_RE.search(text):
         reads.append(Read.of("recipe.qlora", True, m))
     if m := _RANK_RE.search(text):
@@ -35,7 +50,7 @@ def lora_reads(text: str, task: str | None) -> list[Read]:
     return reads
 
 
-def lora_fields(text: str, task: str | None) -> dict[str, Any]:
+def recipe_text_fields(text: str, task: str | None) -> dict[str, Any]:
     """The brief's ``recipe`` block those words give (empty: none)."""
-    recipe = {r.field.removeprefix("recipe."): r.value for r in lora_reads(text, task)}
+    recipe = {r.field.removeprefix("recipe."): r.value for r in recipe_reads(text, task)}
     return {"recipe": recipe} if recipe else {}

@@ -9,7 +9,7 @@ import pytest
 from tools.core.schemas import TrainingBrief
 from tools.intake.account import account_request
 from tools.intake.brief import brief_from_dict, follow_up_fields, request_fields
-from tools.intake.lora_text import lora_reads
+from tools.intake.recipe_text import recipe_reads
 
 MODELS = ["mistral-7b", "llama-3.1-8b"]
 
@@ -43,7 +43,7 @@ def test_qlora_and_the_rank_are_read_into_the_recipe(
 
 
 def test_rank_outside_a_lora_task_is_not_a_recipe() -> None:
-    assert lora_reads("pretrain llama-3.1-8b, rank 64 in the leaderboard", "pretrain") == []
+    assert recipe_reads("pretrain llama-3.1-8b, rank 64 in the leaderboard", "pretrain") == []
     fields = request_fields("pretrain llama-3.1-8b on 8 H100 with rank 64 data", MODELS)
     assert "recipe" not in fields
     account = account_request(
@@ -64,3 +64,25 @@ def test_a_follow_up_rank_keeps_the_rest_of_the_recipe() -> None:
     brief = _brief(request_fields("QLoRA llama-3.1-8b rank 64 on one L40S", MODELS))
     changes = follow_up_fields("what if LoRA rank 16?", brief.model_dump(mode="json"), MODELS)
     assert changes["recipe"]["lora_rank"] == 16 and changes["recipe"]["qlora"] is True
+
+
+@pytest.mark.parametrize(
+    ("text", "policy"),
+    [
+        ("fine-tune llama-3.1-8b on 8 A100 with gradient checkpointing", "full"),
+        ("pretrain llama-3.1-8b on 8 H100 with activation checkpointing", "full"),
+        ("LoRA llama-3.1-8b rank 8 on 2 L4, recompute everything", "full"),
+        ("fine-tune llama-3.1-8b on 8 A100, no activation checkpointing", "none"),
+    ],
+)
+def test_activation_checkpointing_words_are_the_recipes_recompute(text: str, policy: str) -> None:
+    fields = request_fields(text, MODELS)
+    assert fields["recipe"]["checkpointing"] == policy
+    account = account_request(text, fields, _brief(fields))
+    read = next(f for f in account.read if f.field == "recipe")
+    assert "checkpointing" in read.quote or "recompute" in read.quote
+
+
+def test_serving_words_set_no_recipe() -> None:
+    fields = request_fields("serve llama-3.1-8b on 2 L4 with activation checkpointing", MODELS)
+    assert "recipe" not in fields

@@ -1,0 +1,55 @@
+"""The wishes a finished plan decides are marked from the plan made, never left "not checked".
+
+A request on given hardware with a deadline, a budget and named techniques: the deadline and the
+budget against the plan's own size in the scaling table, activation checkpointing honoured
+(the recipe's recompute, kept by the search), 8-bit Adam and torch.compile refused with the
+launch's reason. Before, all five stayed "not checked" although the plan's numbers decided them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+REQUEST = (
+    "continued pretraining of llama-3.1-70b on 64 H100 for 50B tokens, budget $20k, finish "
+    "within 2 weeks, with gradient checkpointing, 8-bit Adam and torch.compile"
+)
+
+
+def _plan(cli_main: Any, tmp_path: Path, text: str) -> tuple[dict[str, Any], str]:
+    out = tmp_path / "plan"
+    res = cli_main("plan", text, "--no-smoke", "--out", str(out), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    return json.loads((out / "plan.json").read_text()), res.stdout
+
+
+def test_deadline_budget_and_techniques_are_decided_by_the_plan(
+    cli_main: Any, tmp_path: Path
+) -> None:
+    plan, stdout = _plan(cli_main, tmp_path, REQUEST)
+    wishes = {w["wish"]: w for w in plan["request"]["wishes"]}
+    row = next(r for r in plan["scaling"]["rows"] if r["chosen"])
+    days = row["hours"] / 24
+    assert wishes["deadline"]["honoured"] is (days <= 14)
+    assert f"{days:.1f} days" in wishes["deadline"]["how"]
+    assert wishes["money-budget"]["honoured"] is (row["cost"] <= 20_000) is False
+    assert f"{row['cost']:,.0f} USD" in wishes["money-budget"]["how"]
+    assert plan["memory"]["activation_checkpointing"] is True
+    assert wishes["technique:activation-checkpointing"]["honoured"] is True
+    assert plan["brief"]["recipe"]["checkpointing"] == "full"
+    for name in ("technique:8bit-optimizer", "technique:torch.compile"):
+        assert wishes[name]["honoured"] is False
+    refused = [line for line in stdout.splitlines() if line.startswith("not as asked:")]
+    assert any("budget not met" in line.lower() for line in refused)
+    assert any("8-bit Adam not planned" in line for line in refused)
+    assert not [w for w in wishes.values() if w["honoured"] is None]
+
+
+def test_a_refused_checkpointing_is_no_recompute(cli_main: Any, tmp_path: Path) -> None:
+    plan, _ = _plan(
+        cli_main, tmp_path, "fine-tune llama-3.1-8b on 8 A100 80GB without gradient checkpointing"
+    )
+    assert plan["brief"]["recipe"]["checkpointing"] == "none"
+    assert plan["memory"]["activation_checkpointing"] is False

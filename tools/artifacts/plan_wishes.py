@@ -1,0 +1,142 @@
+"""The request's wishes that the finished plan decides: its deadline, budget and named techniques.
+
+A request on given hardware may add a deadline ("within 2 weeks"), a budget ("$200k") or name
+techniques (activation checkpointing, 8-bit Adam, torch.compile, expert or context
+parallelism). Intake reads them as wishes; before, a plan left them "not checked" even when its
+own numbers decided them (a 9.1-day plan for a 2-week deadline). The reporter marks each from
+the plan made: the deadline and budget against the plan's own size in the scaling table (time
+to train ``dataset_tokens`` and its cost), the techniques against the chosen setup and the
+launch that runs it. A sizing question marks its deadline and budget itself
+(agents/sizing.py); a wish this module cannot decide stays as intake left it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools.core.request_account import RequestAccount, mark_wish
+from tools.core.schemas import MemoryPlan, ScalingPlan, TrainingBrief
+from tools.intake.sizing_text import budget_dollars, deadline_seconds
+
+DAY_S = 86_400.0
+_NO_TOKENS = "not checked: the request gives no token count ('on 1T tokens'), so no {} to check"
+
+
+def _chosen_row(scaling: ScalingPlan | None) -> Any:
+    return next((r for r in scaling.rows if r.chosen), None) if scaling else None
+
+
+def _deadline(quote: str, scaling: ScalingPlan | None) -> tuple[bool, str] | None:
+    limit = deadline_seconds(quote)
+    if limit is None:
+        return None
+    row = _chosen_row(scaling)
+    if row is None or row.hours is None:
+        return None if row is None else (False, _NO_TOKENS.format("time"))
+    days = row.hours * 3600 / DAY_S
+    if row.hours * 3600 <= limit:
+        return True, f"deadline met: the plan trains the tokens in {days:.1f} days"
+    return False, (
+        f"deadline not met: the plan takes {days:.1f} days on {row.gpus} GPUs, over {quote!r}; "
+        "the scaling table shows the sizes that are faster"
+    )
+
+
+def _budget(quote: str, scaling: ScalingPlan | None) -> tuple[bool, str] | None:
+    words = quote[quote.find("$") :] if "$" in quote else quote
+    dollars = budget_dollars(words)
+    row = _chosen_row(scaling)
+    if dollars is None or row is None:
+        return None
+    if row.cost is None:
+        return False, _NO_TOKENS.format("cost")
+    currency = scaling.currency if scaling and scaling.currency else "USD"
+    if currency != "USD":
+        return None
+    if row.cost <= dollars:
+        return True, f"budget met: the plan costs {row.cost:,.0f} USD at the price it names"
+    return False, (
+        f"budget not met: the plan costs {row.cost:,.0f} USD on {row.gpus} GPUs, over {quote!r}; "
+        "the scaling table shows each size's cost"
+    )
+
+
+def _techniques(
+    memory: MemoryPlan, primary: str | None, brief: TrainingBrief, experts: bool
+) -> dict[str, tuple[bool, str]]:
+    setup = memory.chosen_setup
+    marks: dict[str, tuple[bool, str]] = {}
+    if memory.activation_checkpointing:
+        marks["technique:activation-checkpointing"] = (
+            True,
+            f"planned: activation checkpointing, recompute {setup.recompute} in the chosen setup",
+        )
+    else:
+        marks["technique:activation-checkpointing"] = (
+            False,
+            "activation checkpointing not planned: the chosen setup recomputes nothing",
+        )
+    marks["technique:8bit-optimizer"] = (
+        False,
+        "8-bit Adam not planned: every launch here steps AdamW (none wires bitsandbytes' 8-bit "
+        "Adam), so memory is priced for AdamW",
+    )
+    compiled = primary == "torchtitan" and brief.recipe is not None and brief.recipe.compile
+    marks["technique:torch.compile"] = (
+        (True, "planned: torch.compile through torchtitan's [compile] enable")
+        if compiled
+        else (
+            False,
+            f"torch.compile not planned: only torchtitan's launch compiles the model; the "
+            f"{primary} launch runs eager",
+        )
+    )
+    if setup.ep > 1:
+        marks["technique:expert-parallelism"] = (True, f"planned: expert parallel {setup.ep}")
+    else:
+        marks["technique:expert-parallelism"] = (
+            False,
+            "expert parallelism not planned: the chosen setup keeps every expert on each rank "
+            "it shards"
+            if experts
+            else "expert parallelism not planned: the model has no experts to split",
+        )
+    marks["technique:context-parallelism"] = (
+        (True, f"planned: context parallel {setup.cp}")
+        if setup.cp > 1
+        else (
+            False,
+            "context parallelism not planned: the chosen setup fits and runs fastest with whole "
+            "sequences",
+        )
+    )
+    return marks
+
+
+def mark_plan_wishes(
+    account: dict[str, Any] | None,
+    *,
+    memory: MemoryPlan | None,
+    scaling: ScalingPlan | None,
+    primary: str | None,
+    brief: TrainingBrief,
+    experts: bool,
+) -> dict[str, Any] | None:
+    """The account with the wishes this plan decides marked (undecided ones only).
+
+    ``experts``: the model is a mixture of experts (an expert split is possible at all).
+    """
+    if account is None or memory is None or memory.chosen_row is None:
+        return account
+    acc = RequestAccount.model_validate(account)
+    marks = _techniques(memory, primary, brief, experts)
+    for wish in acc.undecided():
+        if wish.wish == "deadline":
+            mark = _deadline(wish.quote, scaling)
+        elif wish.wish == "money-budget":
+            mark = _budget(wish.quote, scaling)
+        else:
+            mark = marks.get(wish.wish)
+        if mark is not None:
+            account = mark_wish(account, wish.wish, *mark) or account
+    return account
