@@ -223,7 +223,7 @@ class MemoryRecipe(_Strict):
     framework: (
         Literal["deepspeed", "fsdp", "torchtitan", "torchtune", "megatron", "nanotron"] | None
     ) = None
-    precision: Literal["bf16", "fp16", "fp32", "pure-bf16", "fp8"] | None = None
+    precision: Literal["bf16", "fp16", "fp32", "pure-bf16", "fp8", "tf32"] | None = None
     optimizer: Literal["adamw", "adam8bit", "paged-adam8bit", "adafactor", "sgd"] | None = None
     checkpointing: Literal["none", "selective", "selective-op", "full"] | None = None
     loss: Literal["standard", "chunked", "fused"] | None = None

@@ -141,6 +141,16 @@ def weight_grad_s(device: Device, m: int, n: int, k: int, bytes_per: int) -> flo
     return matmul_s(device, k * splits, n, -(-m // splits), bytes_per) + reduce_s
 
 
+# The speed notes an image model's estimate shows beside its images/s: how its convolutions
+# were priced (conv_algos.py), the TF32 mode (flops.py) and the input pipeline.
+IMAGE_NOTE_PREFIXES = ("memory format", "assumed: cuDNN runs", "tf32:", "input pipeline")
+
+
+def image_notes(assumptions: list[str]) -> list[str]:
+    """The notes of ``assumptions`` that say how an image model's images/s were priced."""
+    return [a for a in assumptions if a.startswith(IMAGE_NOTE_PREFIXES)]
+
+
 def images_per_s(model: ModelSpec, tokens_per_s: float | None, seq_len: int) -> float | None:
     """Images/s of the whole cluster for an image model (one sample is one image), else None."""
     if tokens_per_s is None or not image_model(model) or seq_len < 1:
