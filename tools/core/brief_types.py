@@ -104,6 +104,8 @@ RECIPE_PRECISION_BASE: dict[str, ResolvedPrecision] = {
     "fp8": "bf16",
     "fp16": "fp16",
     "fp32": "fp32",
+    # fp32 tensors whose matmuls and convolutions run on TF32 tensor cores.
+    "tf32": "fp32",
 }
 
 
