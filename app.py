@@ -224,7 +224,8 @@ def _add_estimate(sub: Any) -> None:
     est.add_argument("--global-batch", type=int, help="sequences per optimizer step")
     est.add_argument("--micro-batch", type=int, help="sequences per GPU per step (default: chosen)")
     est.add_argument(
-        "--precision", help="bf16 | fp16 | fp32 | pure-bf16 | fp8 | auto (bf16/fp16: fp32 masters)"
+        "--precision",
+        help="bf16 | fp16 | fp32 | pure-bf16 | fp8 | tf32 | auto (bf16/fp16: fp32 masters)",
     )
     est.add_argument(
         "--framework",

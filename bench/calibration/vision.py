@@ -5,7 +5,8 @@
 Reads ``vision_published.tsv`` beside this script (each row cites its repository, commit, file
 and table), turns each row into the planner's inputs (the catalog model, ``1xNxGPU`` of the
 catalog GPU, data parallel with the row's batch per GPU, one micro-batch per step, the row's
-precision and, where the source says so, its attention kernel) and calls
+precision (tf32: fp32 tensors on TF32 tensor cores), its memory format (nhwc / nchw, from the
+source's command line or file name) and, where the source says so, its attention kernel) and calls
 ``tools.planning.speed.estimate_speed`` for exactly that setup. Images/s per GPU, predicted
 over published, per row on stdout; per split, GPU family and model family in the summary.
 
@@ -14,8 +15,8 @@ No constant of tools/planning/vision.py was fitted on these rows (the kernel fra
 from the LLM rows' fit split, the input-pipeline rate is an assumption), so both splits are
 out of sample; the split is kept so that a later fit has rows it never saw.
 
-Rows the planner cannot price are listed as skipped with why (TF32: the catalog's fp32 peak
-is the vector rate, no TF32 mode). Exit 0; 2 for bad input (one line).
+Rows the planner cannot price are listed as skipped with why. Exit 0; 2 for bad input (one
+line).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from bench.calibration.published import check_split, split_of  # noqa: E402
 from tools.core.errors import InputError, one_line  # noqa: E402
 
 TSV = Path(__file__).with_name("vision_published.tsv")
-PRECISION = {"amp": "fp16", "fp32": "fp32", "bf16": "bf16"}
+PRECISION = {"amp": "fp16", "fp32": "fp32", "bf16": "bf16", "tf32": "tf32"}
 WITHIN = (0.10, 0.20)
 
 
@@ -82,6 +83,7 @@ def predict(row: dict[str, str]) -> tuple[float | None, str]:
         precision=precision,
         seq_len=seq,
         attention=row.get("attention") or "sdpa",
+        memory_format=row.get("memory_format") or "nhwc",
     )
     if not est.tokens_per_s:
         return None, "no speed"

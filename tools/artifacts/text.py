@@ -22,6 +22,7 @@ from tools.core.schemas import (
 )
 from tools.core.units import GB, gb_text
 from tools.planning.alternatives import fit_line
+from tools.planning.vision import image_notes
 from tools.research.hardware import PACKAGES
 from tools.review import memory_comparison
 
@@ -240,7 +241,7 @@ def image_lines(speed: SpeedEstimate | None, hw: HardwareSpec) -> list[str]:
         f"  images/s: {speed.images_per_s:,.0f} ({speed.images_per_s / hw.world_size:,.0f} per "
         f"GPU; {speed.tokens_per_s or 0:,.0f} tokens/s is images x {speed.seq_len} positions)"
     ]
-    return lines + [f"  {a}" for a in speed.assumptions if a.startswith("input pipeline")]
+    return lines + [f"  {a}" for a in image_notes(speed.assumptions)]
 
 
 def images_text(plan: dict[str, Any]) -> str | None:

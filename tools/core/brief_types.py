@@ -104,6 +104,8 @@ RECIPE_PRECISION_BASE: dict[str, ResolvedPrecision] = {
     "fp8": "bf16",
     "fp16": "fp16",
     "fp32": "fp32",
+    # fp32 tensors whose matmuls and convolutions run on TF32 tensor cores.
+    "tf32": "fp32",
 }
 
 
@@ -223,7 +225,7 @@ class MemoryRecipe(_Strict):
     framework: (
         Literal["deepspeed", "fsdp", "torchtitan", "torchtune", "megatron", "nanotron"] | None
     ) = None
-    precision: Literal["bf16", "fp16", "fp32", "pure-bf16", "fp8"] | None = None
+    precision: Literal["bf16", "fp16", "fp32", "pure-bf16", "fp8", "tf32"] | None = None
     optimizer: Literal["adamw", "adam8bit", "paged-adam8bit", "adafactor", "sgd"] | None = None
     checkpointing: Literal["none", "selective", "selective-op", "full"] | None = None
     loss: Literal["standard", "chunked", "fused"] | None = None

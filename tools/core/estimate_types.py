@@ -196,8 +196,10 @@ class SpeedEstimate(BaseModel):
     mfu: float | None = None
     # fp8 linears (precision fp8): the linear layers' GEMMs ran at the FP8 peak; ``mfu`` stays
     # against the 16-bit peak (as torchtitan and llm-foundry report fp8 runs), ``fp8_mfu`` is
-    # the same FLOPs against the FP8 dense peak. None for a 16/32-bit run.
-    gemm_precision: Literal["fp8"] | None = None
+    # the same FLOPs against the FP8 dense peak. None for a 16/32-bit run. tf32 (precision
+    # tf32): fp32 tensors whose matmuls and convolutions ran at the TF32 tensor-core peak,
+    # which ``peak_tflops`` and ``mfu`` then use.
+    gemm_precision: Literal["fp8", "tf32"] | None = None
     fp8_peak_tflops: float | None = None
     fp8_mfu: float | None = None
     # An image model's images per second (cluster), and the host input pipeline's assumed

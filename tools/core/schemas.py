@@ -135,6 +135,8 @@ class GPUSpec(BaseModel):
     fp32_tflops: float | None = None
     # Dense FP8 tensor-core peak (FP32 accumulate); None: no FP8 tensor cores (or no figure).
     fp8_tflops: float | None = None
+    # Dense TF32 tensor-core peak (fp32 tensors, TF32 matmuls); None: no TF32 mode (or no figure).
+    tf32_tflops: float | None = None
     memory_bandwidth_gbs: float | None = None
     source: str = ""
 

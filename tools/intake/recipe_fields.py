@@ -7,7 +7,8 @@ block, train.py under torchrun, torchtitan's ``[optimizer]``, Megatron-DeepSpeed
 master weights (DeepSpeed's bf16 optimizer, FSDP2's fp32 shards, torchtitan, Megatron), keeps
 activations on the GPU and steps after backward; only torchtitan's launch compiles the model
 (``[compile] enable``). A brief's recipe that states another of these is priced as the launch
-runs instead (the field dropped, pure-bf16 read as bf16), with one line under "not as asked"
+runs instead (the field dropped, pure-bf16 read as bf16, tf32 as fp32: no launch turns on TF32
+matmuls), with one line under "not as asked"
 naming each field and why, as the recipe framework's own line does
 (tools/intake/recipe_framework.py). ``estimate`` launches nothing and prices the recipe as named.
 """
@@ -21,34 +22,45 @@ from tools.core.schemas import MemoryRecipe, TrainingBrief
 
 _TRAINING = ("pretrain", "finetune", "lora")
 
-# field -> (the stated value no launch applies, the value the launch runs, why), in note order.
-_UNAPPLIED: dict[str, tuple[Callable[[Any], bool], Any, str]] = {
-    "optimizer": (
+# (field, the stated value no launch applies, the value the launch runs, why), in note order.
+_UNAPPLIED: tuple[tuple[str, Callable[[Any], bool], Any, str], ...] = (
+    (
+        "optimizer",
         lambda v: v not in (None, "adamw"),
         None,
         "every launch here steps AdamW",
     ),
-    "precision": (
+    (
+        "precision",
         lambda v: v == "pure-bf16",
         "bf16",
         "every launch here keeps fp32 master weights",
     ),
-    "loss": (
+    (
+        "precision",
+        lambda v: v == "tf32",
+        "fp32",
+        "no launch here turns on TF32 matmuls (torch.backends.cuda.matmul.allow_tf32)",
+    ),
+    (
+        "loss",
         lambda v: v not in (None, "standard"),
         None,
         "every launch here computes the standard cross-entropy over the full logits",
     ),
-    "activation_offload": (
+    (
+        "activation_offload",
         bool,
         False,
         "no launch here offloads activations to the CPU",
     ),
-    "optimizer_in_backward": (
+    (
+        "optimizer_in_backward",
         bool,
         False,
         "no launch here steps the optimizer inside backward",
     ),
-}
+)
 _COMPILE_WHY = "only torchtitan's launch compiles the model"
 
 
@@ -67,7 +79,7 @@ def settle_recipe_fields(brief: TrainingBrief) -> tuple[TrainingBrief, str | Non
         return brief, None
     update: dict[str, Any] = {}
     said: list[str] = []
-    for field, (unapplied, runs, why) in _UNAPPLIED.items():
+    for field, unapplied, runs, why in _UNAPPLIED:
         value = getattr(recipe, field)
         if unapplied(value):
             update[field] = runs

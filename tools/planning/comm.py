@@ -138,6 +138,10 @@ class StepSetup:
     # fp8 linears (tools/planning/fp8.py), and FSDP2's float8 all-gather of their weights.
     fp8: bool = False
     fp8_all_gather: bool = False
+    # fp32 tensors with TF32 tensor-core matmuls and convolutions (tools/planning/flops.py).
+    tf32: bool = False
+    # An image model's tensor layout: nhwc (channels-last) or nchw (tools/planning/conv_algos.py).
+    memory_format: str = "nhwc"
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tools.core.schemas import ModelSpec
+from tools.planning.conv_algos import DEFAULT_MODE, ConvMode
 from tools.planning.experts import expert_gemms, expert_shape, permute_bytes
 from tools.planning.fp8 import cast_bytes
 from tools.planning.kernels import Device, attention_s, matmul_s, memory_s
@@ -199,18 +200,27 @@ def micro_batch_compute(
     bytes_per: int,
     fp8: Device | None = None,
     ep: int = 1,
+    conv_mode: ConvMode = DEFAULT_MODE,
 ) -> MicroBatchCompute:
     """Forward, backward and recompute seconds of one micro-batch on the busiest stage's GPU.
 
     A convolutional network's micro-batch is ``micro`` images, timed layer by layer
     (tools/planning/vision.py); everything else is a transformer. ``fp8``: the device its
     linear layers run on with fp8 linears (tools/planning/fp8.py ``fp8_device``); the
-    attention core, the elementwise work and the output layer stay 16-bit.
+    attention core, the elementwise work and the output layer stay 16-bit. ``conv_mode``: how a
+    convolutional network's convolutions run (tools/planning/conv_algos.py).
     """
     net = conv_net_of(model)
     if net is not None:
         fwd, bwd, re = cnn_compute_s(
-            net, device, images=micro, tp=tp, pp=pp, recompute=recompute, bytes_per=bytes_per
+            net,
+            device,
+            images=micro,
+            tp=tp,
+            pp=pp,
+            recompute=recompute,
+            bytes_per=bytes_per,
+            mode=conv_mode,
         )
         return MicroBatchCompute(fwd, bwd, re, 0.0, max(1, model.layers // pp))
     tokens = micro * seq // cp

@@ -157,8 +157,13 @@ def _brief_and_hardware(
         "task": "lora" if recipe is not None and recipe.lora_rank else request.task,
         "seq_len": request.seq_len,
         "global_batch_size": request.global_batch,
-        # pure-bf16 and fp8 compute in bf16; the recipe carries the difference.
-        "precision": "bf16" if request.precision in ("pure-bf16", "fp8") else request.precision,
+        # pure-bf16 and fp8 compute in bf16, tf32 keeps fp32 tensors; the recipe carries the
+        # difference.
+        "precision": "bf16"
+        if request.precision in ("pure-bf16", "fp8")
+        else "fp32"
+        if request.precision == "tf32"
+        else request.precision,
     }
     data.update({k: v for k, v in flags.items() if v is not None})
     if "seq_len" not in data and isinstance(data.get("model"), str):
@@ -188,7 +193,7 @@ def _recipe(request: EstimateRequest) -> Recipe | None:
         )
     named = [f for f in RECIPE_FIELDS if getattr(request, f) is not None]
     named = [f for f in named if getattr(request, f) is not False]  # qlora left off
-    special = request.precision in ("pure-bf16", "fp8")
+    special = request.precision in ("pure-bf16", "fp8", "tf32")
     selective_op = request.checkpointing == "selective-op"
     if not (named or special or selective_op or request.activation_offload):
         return None

@@ -158,8 +158,9 @@ def conv_caveat(model: ModelSpec) -> str:
         "pooling and residual layers timed by the feature-map bytes they move and kept for "
         f"backward; one image is {model.seq_len} FLOPs-equivalent positions, so 'tokens' below "
         "are those positions and images/s = tokens/s / "
-        f"{model.seq_len}); cuDNN's algorithm choice (Winograd, FFT), fused "
-        "normalization and the memory format (NCHW or NHWC) are not modelled, and the "
+        f"{model.seq_len}); the memory format is NHWC (channels-last) unless the estimate "
+        "says NCHW, whose transposes it prices, and fp32 on CUDA cores runs 3x3 convolutions "
+        "with Winograd; FFT algorithms and fused normalization are not modelled, and the "
         "activation memory leaves out the convolutions' workspace: measure the peak with a "
         "short run on the target GPU before trusting the micro-batch"
     )

@@ -8,7 +8,8 @@ tools/planning/speed.py builds a step from these.
 
 from __future__ import annotations
 
-from tools.core.schemas import GPUSpec, ModelSpec, ResolvedPrecision
+from tools.core.errors import InputError
+from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, ResolvedPrecision
 from tools.planning.comm import StepSetup
 from tools.planning.kernels import Device
 from tools.research.architectures import is_convolutional
@@ -40,8 +41,37 @@ def training_flops_per_token(
     return float((4 if activation_checkpointing else 3) * forward)
 
 
-def _peak_tflops(gpu: GPUSpec, precision: ResolvedPrecision, notes: list[str]) -> float | None:
-    """Dense peak for the precision from the catalog; fp32 where the part lacks that mode."""
+def require_tf32(hardware: HardwareSpec, field: str = "precision") -> float:
+    """The TF32 peak of ``hardware``'s GPU; InputError naming the GPU when it has none."""
+    gpu = hardware.gpu
+    if gpu is None:
+        raise InputError(
+            field, "tf32 needs a GPU with TF32 tensor cores (Ampere or later); use fp32"
+        )
+    if not gpu.tf32_tflops:
+        raise InputError(
+            field,
+            f"tf32 needs TF32 tensor cores and {gpu.name} has no TF32 peak in the catalog "
+            "(NVIDIA Ampere, Ada, Hopper and Blackwell have one); use fp32 or fp16",
+        )
+    return gpu.tf32_tflops
+
+
+def _peak_tflops(
+    gpu: GPUSpec, precision: ResolvedPrecision, notes: list[str], *, tf32: bool = False
+) -> float | None:
+    """Dense peak for the precision from the catalog; fp32 where the part lacks that mode.
+
+    ``tf32``: fp32 tensors with TF32 tensor-core matmuls and convolutions, at the catalog's
+    TF32 peak (``require_tf32`` has checked that the part has one).
+    """
+    if tf32 and gpu.tf32_tflops:
+        notes.append(
+            f"tf32: fp32 tensors, matmuls and convolutions on TF32 tensor cores at "
+            f"{gpu.tf32_tflops:g} TFLOP/s dense ({gpu.name} datasheet); memory-bound work moves "
+            "4-byte elements"
+        )
+        return gpu.tf32_tflops
     peak = {"bf16": gpu.bf16_tflops, "fp16": gpu.fp16_tflops, "fp32": gpu.fp32_tflops}[precision]
     if peak is None and precision != "fp32" and gpu.fp32_tflops:
         notes.append(
@@ -64,7 +94,7 @@ def device_for(setup: StepSetup, flops: float) -> tuple[float | None, Device | N
             "no GPU: no peak FLOP/s in the catalog for a CPU, so no step time, tokens/s or MFU"
         )
         return None, None
-    peak = _peak_tflops(gpu, setup.precision, setup.notes)
+    peak = _peak_tflops(gpu, setup.precision, setup.notes, tf32=setup.tf32)
     if peak is None:
         setup.notes.append(f"{gpu.name}: no {setup.precision} peak known, so no step time or MFU")
         return None, None
@@ -72,7 +102,7 @@ def device_for(setup: StepSetup, flops: float) -> tuple[float | None, Device | N
     facts = device.facts
     setup.notes.append(
         f"kernels on {gpu.name}: large GEMMs at {facts.gemm:.0%} of {peak:g} TFLOP/s dense "
-        f"{setup.precision} peak, less for small or badly tiled shapes ({facts.tile_m}x"
+        f"{'tf32' if setup.tf32 else setup.precision} peak, less for small or badly tiled shapes ({facts.tile_m}x"
         f"{facts.tile_n} tiles over {facts.sms} SMs); attention at {facts.attention_fwd:.0%} "
         f"forward / {facts.attention_bwd:.0%} backward ({setup.attention}); memory-bound ops "
         f"at {facts.hbm:.0%} of {gpu.memory_bandwidth_gbs or 900:g} GB/s: {facts.why}"

@@ -203,17 +203,25 @@ class Device:
     facts: KernelFacts
     peak_flops: float
     bandwidth: float
+    # ``K_HALF`` in units of this math mode's k: the short-k loss is a fixed time per output
+    # tile (prologue, epilogue), so a mode whose mainloop runs each k-step slower than the
+    # 16-bit tensor cores ``K_HALF`` was set on loses fewer k to it (peak / 16-bit peak).
+    k_scale: float = 1.0
 
     @classmethod
     def of(cls, gpu: GPUSpec, peak_tflops: float) -> Device:
         """``gpu`` at ``peak_tflops`` (the precision's dense peak from the catalog)."""
         cls_name = kernel_class(gpu)
         facts = KERNEL_FACTS[cls_name]
+        tensor_tflops = gpu.bf16_tflops or gpu.fp16_tflops
         if cls_name == "workstation":
-            # Scale the RTX 3090's SM count by peak, so a wave fills a bigger or smaller part.
-            facts = KernelFacts(**{**facts.__dict__, "sms": max(20, round(82 * peak_tflops / 71))})
+            # Scale the RTX 3090's SM count by its 16-bit peak (71), so a wave fills a bigger
+            # or smaller part; the part's, not the math mode's (fp32 and TF32 run on all SMs).
+            scale = (tensor_tflops or peak_tflops) / 71
+            facts = KernelFacts(**{**facts.__dict__, "sms": max(20, round(82 * scale))})
         bandwidth = (gpu.memory_bandwidth_gbs or 900.0) * 1e9 * facts.hbm
-        return cls(facts, peak_tflops * 1e12, bandwidth)
+        k_scale = min(1.0, peak_tflops / tensor_tflops) if tensor_tflops else 1.0
+        return cls(facts, peak_tflops * 1e12, bandwidth, k_scale)
 
 
 def _tile(size: int, largest: int) -> int:
@@ -235,7 +243,8 @@ def matmul_s(device: Device, m: int, n: int, k: int, bytes_per: int = 2) -> floa
     # with idle SMs. Together, the share of the machine's tile slots doing useful work.
     useful = (m * n) / (tiles * tile_m * tile_n) * tiles / (waves * facts.sms)
     # 1 at k = 4096 (where the ``gemm`` plateau is quoted), less below.
-    k_factor = min(1.0, k * (4096 + K_HALF) / (4096 * (k + K_HALF)))
+    k_half = K_HALF * device.k_scale
+    k_factor = min(1.0, k * (4096 + k_half) / (4096 * (k + k_half)))
     flops = 2.0 * m * n * k
     math_s = flops / (device.peak_flops * facts.gemm * useful * k_factor)
     memory_s = bytes_per * (m * k + k * n + m * n) / device.bandwidth

@@ -258,7 +258,12 @@ def _priced_setup(
     if recipe.lora_rank and task in ("pretrain", "finetune"):
         task = "lora"
     resolved = resolve_precision(
-        "bf16" if recipe.precision in ("pure-bf16", "fp8") else recipe.precision, hardware
+        "bf16"
+        if recipe.precision in ("pure-bf16", "fp8")
+        else "fp32"
+        if recipe.precision == "tf32"
+        else recipe.precision,
+        hardware,
     )
     if hardware.gpu is None:
         recipe = resolve_recipe(recipe, precision="fp32")

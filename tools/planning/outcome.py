@@ -18,6 +18,7 @@ from tools.planning.memory import GB, capacity_bytes
 from tools.planning.ranking import SIMPLER_WITHIN
 from tools.planning.scale_out import MAX_NODES_SUGGESTED, smallest_fitting
 from tools.planning.search_space import SearchSpace, recipe_policy
+from tools.planning.vision import image_notes
 from tools.research.splits import runs_on
 
 # How many runners-up the plan lists (then the best setup of every other family).
@@ -263,6 +264,9 @@ def finish(
         ]
     if row is not None and space.hardware.gpu is not None:
         assumptions.append(fit_verdict(row.per_gpu_bytes, capacity_bytes(space.hardware) or 0))
+    if plan.speed is not None and plan.speed.images_per_s:
+        # How the images/s were priced (layout, Winograd, TF32, input pipeline), in the JSON too.
+        assumptions += [a for a in image_notes(plan.speed.assumptions) if a not in assumptions]
     return plan.model_copy(
         update={
             "setup": space.candidate(row) if row is not None else None,

@@ -22,8 +22,9 @@ from tools.research.titan_wish import recipe_framework
 FRAMEWORKS = ("deepspeed", "fsdp", "torchtitan", "torchtune", "megatron", "nanotron")
 # bf16/fp16: mixed precision with fp32 master weights; fp32; pure-bf16: bf16 weights, gradients
 # and optimizer states, no fp32 copy; fp8: fp8 linears (torchao Float8Linear / Transformer
-# Engine) over bf16 mixed precision.
-PRECISIONS = ("bf16", "fp16", "fp32", "pure-bf16", "fp8", "auto")
+# Engine) over bf16 mixed precision; tf32: fp32 training whose matmuls and convolutions run on
+# TF32 tensor cores (allow_tf32), memory as fp32.
+PRECISIONS = ("bf16", "fp16", "fp32", "pure-bf16", "fp8", "tf32", "auto")
 OPTIMIZERS = ("adamw", "adam", "adam8bit", "paged-adam8bit", "adafactor", "sgd")
 # none; selective: Megatron's (Korthikanti et al. 2022 sec. 5: the attention core only);
 # selective-op: torchtitan's per-op policy (saves matmul outputs except every second one, and
@@ -133,7 +134,7 @@ def resolve_recipe(recipe: Recipe | None = None, **changes: object) -> Recipe:
         raise InputError("target_len", "must be at least 1")
     if base.lora_rank is not None and base.lora_rank < 1:
         raise InputError("lora_rank", "must be at least 1")
-    if base.qlora and base.precision in ("fp32", "fp8"):
+    if base.qlora and base.precision in ("fp32", "fp8", "tf32"):
         raise InputError("qlora", "QLoRA trains 16-bit adapters over a 4-bit base: use bf16")
     defaults = _DEFAULTS[base.framework]
     assumed = list(base.assumed)

@@ -39,6 +39,7 @@ from tools.core.units import gb_text
 from tools.planning import explain
 from tools.planning.bands import attach_bands, band_framework
 from tools.planning.batch import resolve_batch
+from tools.planning.flops import require_tf32
 from tools.planning.fp8 import fp8_plan_note
 from tools.planning.layouts import build_space, names_for
 from tools.planning.memory import GB, capacity_bytes
@@ -158,6 +159,8 @@ def _search_brief(
     if options.recipe is not None and options.recipe.precision == "fp8":
         # One line naming the GPU when it has no FP8 tensor cores, never a silent bf16 run.
         fp8_note = fp8_plan_note(hardware, options.recipe.framework)
+    if options.recipe is not None and options.recipe.precision == "tf32":
+        require_tf32(hardware)  # one line naming a GPU without TF32, never a silent fp32 run
     stated = brief.recipe.checkpointing if brief.recipe is not None else None
     if options.recompute is None and stated is not None:
         plan = _recipe_recompute(model, hardware, brief, batch_note, options, stated)

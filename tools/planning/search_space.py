@@ -75,6 +75,11 @@ class SearchSpace:
         """Whether the recipe trains with fp8 linears (tools/planning/fp8.py)."""
         return self.recipe is not None and self.recipe.precision == "fp8"
 
+    @property
+    def tf32(self) -> bool:
+        """Whether the recipe trains fp32 tensors on TF32 tensor cores (tools/planning/flops.py)."""
+        return self.recipe is not None and self.recipe.precision == "tf32"
+
     def dp(self, layout: Setup = DATA_PARALLEL) -> int:
         """Data-parallel ranks of ``layout``: world / (t x p x c)."""
         return max(1, self.hardware.world_size // layout.split)
@@ -154,7 +159,7 @@ class SearchSpace:
             micro_batch_size=est.micro_batch_size,
             gradient_accumulation_steps=self.per_rank(est.setup) // est.micro_batch_size,
             activation_checkpointing=est.activation_checkpointing,
-            precision="fp8" if self.fp8 else self.precision,
+            precision="fp8" if self.fp8 else "tf32" if self.tf32 else self.precision,
             seq_len=self.brief.seq_len,
             dataset_tokens=self.brief.dataset_tokens,
             tensor_parallel=tp,

@@ -41,11 +41,12 @@ from tools.planning.comm import (
     step_links,
     tensor_parallel_comm,
 )
-from tools.planning.flops import device_for, flops_notes, training_flops_per_token
+from tools.planning.conv_algos import check_memory_format
+from tools.planning.flops import device_for, flops_notes, require_tf32, training_flops_per_token
 from tools.planning.fp8 import fp8_notes, require_fp8
 from tools.planning.parallel import check_model_parallel
 from tools.planning.states import resolve_precision
-from tools.planning.step_time import bottleneck, step_time, throughput
+from tools.planning.step_time import bottleneck, conv_mode, step_time, throughput
 from tools.planning.vision import image_fields
 from tools.research.splits import split_framework
 
@@ -116,6 +117,7 @@ def estimate_speed(
     sequence_parallel: bool = True,
     attention: str = "sdpa",
     fp8_all_gather: bool = False,
+    memory_format: str = "nhwc",
 ) -> SpeedEstimate:
     """Estimate step time, tokens/s, MFU and the bottleneck of one training setup.
 
@@ -129,7 +131,8 @@ def estimate_speed(
         activation_checkpointing: Whether every transformer layer is recomputed in backward.
         precision: bf16, fp16, fp32, auto (CPU-only machines run fp32) or fp8: the linear
             layers' GEMMs on FP8 tensor cores over bf16 mixed precision (tools/planning/fp8.py;
-            a GPU without an FP8 peak is refused).
+            a GPU without an FP8 peak is refused); tf32: fp32 tensors with TF32 tensor-core
+            matmuls and convolutions (a GPU without a TF32 peak is refused).
         dataset_tokens: Tokens to train on; gives ``time_to_train_s`` when set.
         seq_len: Tokens per sequence; defaults to ``model.seq_len``.
         inter_node_gbs: Network GB/s per direction per node, overriding the interconnect table
@@ -145,6 +148,8 @@ def estimate_speed(
         attention: The attention kernel, sdpa (FlashAttention-style) or eager.
         fp8_all_gather: With fp8 and ZeRO-3/FSDP, the weights are all-gathered in fp8
             (torchtitan ``enable_fsdp_float8_all_gather``).
+        memory_format: A convolutional network's tensor layout, nhwc (channels-last, the
+            default) or nchw (tools/planning/conv_algos.py: cuDNN's transposes priced).
     """
     if recompute is None:
         recompute = "full" if activation_checkpointing else "none"
@@ -162,6 +167,10 @@ def estimate_speed(
     fp8 = precision == "fp8"
     if fp8:
         require_fp8(hardware)
+    tf32 = precision == "tf32"
+    if tf32:
+        require_tf32(hardware)
+    check_memory_format(memory_format)
     setup = StepSetup(
         model=model,
         hardware=hardware,
@@ -169,7 +178,7 @@ def estimate_speed(
         micro=micro_batch_size,
         accumulation=gradient_accumulation_steps,
         checkpointing=activation_checkpointing,
-        precision=resolve_precision("bf16" if fp8 else precision, hardware),
+        precision=resolve_precision("bf16" if fp8 else "fp32" if tf32 else precision, hardware),
         seq=seq_len or model.seq_len,
         tp=tensor_parallel,
         pp=pipeline_parallel,
@@ -195,6 +204,8 @@ def estimate_speed(
         == "megatron",
         fp8=fp8,
         fp8_all_gather=fp8 and fp8_all_gather,
+        tf32=tf32,
+        memory_format=memory_format,
     )
     return _estimate(setup, inter_node_gbs, dataset_tokens)
 
@@ -237,7 +248,7 @@ def _estimate(
         efficiency = tokens_here * flops / (compute_s * peak * 1e12)
     tokens_per_s, mfu, time_to_train = throughput(setup, step_s, peak, model_flops, dataset_tokens)
     fp8_peak = fp8_notes(setup, hardware.gpu) if setup.fp8 else None
-    images = image_fields(model, hardware, tokens_per_s, setup.seq)
+    images = image_fields(model, hardware, tokens_per_s, setup.seq, conv_mode(setup))
     setup.notes += images.get("notes", [])
     return SpeedEstimate(
         strategy=strategy,
@@ -267,7 +278,7 @@ def _estimate(
         step_time_s=step_s,
         tokens_per_s=tokens_per_s,
         mfu=mfu,
-        gemm_precision="fp8" if setup.fp8 else None,
+        gemm_precision="fp8" if setup.fp8 else "tf32" if setup.tf32 else None,
         fp8_peak_tflops=fp8_peak,
         fp8_mfu=mfu * peak / fp8_peak if mfu is not None and peak and fp8_peak else None,
         images_per_s=images.get("images_per_s"),

@@ -14,10 +14,12 @@ from tools.core.schemas import Bottleneck
 from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy
 from tools.planning.comm import CONTENTION, StepSetup, comm_units
 from tools.planning.compute import MicroBatchCompute, micro_batch_compute, optimizer_step_s
+from tools.planning.conv_algos import ConvMode, executed_share
 from tools.planning.flops import training_flops_per_token
 from tools.planning.fp8 import fp8_device
 from tools.planning.kernels import Device
 from tools.planning.parallel import params_per_rank
+from tools.planning.vision import conv_net_of
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ def step_time(
         bytes_per=setup.grad_bytes,
         fp8=linear_device(setup, device),
         ep=setup.ep,
+        conv_mode=conv_mode(setup),
     )
     mb = gemm_rate_floor(setup, device, mb)
     per_micro_cp = cp_s / m
@@ -124,7 +127,10 @@ def gemm_rate_floor(setup: StepSetup, device: Device, mb: MicroBatchCompute) -> 
     tokens = setup.micro * setup.seq / (setup.tp * setup.pp * setup.cp)
     fastest = linear_device(setup, device) or device
     rate = max(fastest.peak_flops * fastest.facts.gemm, device.peak_flops * device.facts.gemm)
-    floor_s = tokens * flops / rate
+    net = conv_net_of(setup.model)
+    # Winograd convolutions execute fewer multiplies than the FLOPs count (conv_algos.py).
+    executed = executed_share(net, conv_mode(setup)) if net is not None else 1.0
+    floor_s = tokens * flops * executed / rate
     computed = mb.total_s
     if computed <= 0 or computed >= floor_s:
         return mb
@@ -141,6 +147,14 @@ def gemm_rate_floor(setup: StepSetup, device: Device, mb: MicroBatchCompute) -> 
         backward_s=mb.backward_s * scale,
         recompute_s=mb.recompute_s * scale,
         attention_s=mb.attention_s * scale,
+    )
+
+
+def conv_mode(setup: StepSetup) -> ConvMode:
+    """How the setup's convolutions run: tensor cores unless fp32 without TF32; its layout."""
+    return ConvMode(
+        tensor_cores=setup.precision != "fp32" or setup.tf32,
+        memory_format=setup.memory_format,
     )
 
 

@@ -20,6 +20,14 @@ import math
 from typing import Any
 
 from tools.core.schemas import HardwareSpec, ModelSpec
+from tools.planning.conv_algos import (
+    DEFAULT_MODE,
+    WINOGRAD_REDUCTION,
+    ConvMode,
+    conv_mode_notes,
+    transpose_bytes,
+    winograd,
+)
 from tools.planning.kernels import Device, matmul_s, memory_s
 from tools.research.vision_shapes import ConvNet, conv_net, is_image_model
 
@@ -48,15 +56,17 @@ def cnn_compute_s(
     pp: int,
     recompute: str,
     bytes_per: int,
+    mode: ConvMode = DEFAULT_MODE,
 ) -> tuple[float, float, float]:
     """(forward, backward, recompute) seconds of ``images`` images on one GPU.
 
     Tensor parallelism splits each convolution's output channels; a pipeline stage takes
-    1/pp of the layers' time (an even split of the network).
+    1/pp of the layers' time (an even split of the network). ``mode``: tensor cores or not
+    and the memory format (tools/planning/conv_algos.py: NCHW transposes, Winograd).
     """
     gemm_fwd = gemm_bwd = 0.0
     mem_bytes_fwd = mem_bytes_bwd = 0.0
-    for conv in net.convs:
+    for index, conv in enumerate(net.convs):
         m, n, k = conv.gemm
         m *= images
         if conv.groups > 1:  # depthwise: read the input, write the output; backward twice that
@@ -65,9 +75,17 @@ def cnn_compute_s(
             mem_bytes_bwd += 4 * maps * bytes_per
             continue
         n = max(1, n // tp)
-        gemm_fwd += matmul_s(device, m, n, k, bytes_per)
-        # Input gradient (m x n)(n x k) and weight gradient (k x m)(m x n).
-        gemm_bwd += matmul_s(device, m, k, n, bytes_per) + weight_grad_s(device, m, n, k, bytes_per)
+        # Winograd F(2x2,3x3) runs the same shapes with 2.25x fewer multiplies per output.
+        fast = WINOGRAD_REDUCTION if winograd(conv, mode) else 1.0
+        gemm_fwd += matmul_s(device, m, n, max(1, round(k / fast)), bytes_per)
+        gemm_bwd += weight_grad_s(device, m, n, k, bytes_per)
+        if index:  # the pixels need no gradient: the stem convolution has no input gradient
+            dm, dn, dk = conv.dgrad_gemm
+            dk = max(1, round(dk / tp / fast))
+            gemm_bwd += matmul_s(device, dm * images, dn, dk, bytes_per)
+        moved_fwd, moved_bwd = transpose_bytes(conv, mode, images, bytes_per)
+        mem_bytes_fwd += moved_fwd / tp
+        mem_bytes_bwd += moved_bwd / tp
     for layer in net.elementwise:
         elements = layer.elements * images / tp
         mem_bytes_fwd += layer.fwd * elements * bytes_per
@@ -123,6 +141,16 @@ def weight_grad_s(device: Device, m: int, n: int, k: int, bytes_per: int) -> flo
     return matmul_s(device, k * splits, n, -(-m // splits), bytes_per) + reduce_s
 
 
+# The speed notes an image model's estimate shows beside its images/s: how its convolutions
+# were priced (conv_algos.py), the TF32 mode (flops.py) and the input pipeline.
+IMAGE_NOTE_PREFIXES = ("memory format", "assumed: cuDNN runs", "tf32:", "input pipeline")
+
+
+def image_notes(assumptions: list[str]) -> list[str]:
+    """The notes of ``assumptions`` that say how an image model's images/s were priced."""
+    return [a for a in assumptions if a.startswith(IMAGE_NOTE_PREFIXES)]
+
+
 def images_per_s(model: ModelSpec, tokens_per_s: float | None, seq_len: int) -> float | None:
     """Images/s of the whole cluster for an image model (one sample is one image), else None."""
     if tokens_per_s is None or not image_model(model) or seq_len < 1:
@@ -164,13 +192,23 @@ def input_pipeline(hardware: HardwareSpec, images_s: float, notes: list[str]) ->
 
 
 def image_fields(
-    model: ModelSpec, hardware: HardwareSpec, tokens_per_s: float | None, seq_len: int
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    tokens_per_s: float | None,
+    seq_len: int,
+    mode: ConvMode = DEFAULT_MODE,
 ) -> dict[str, Any]:
-    """``images_per_s`` and ``input_images_per_s`` (the assumed host ceiling) with their notes."""
+    """``images_per_s`` and ``input_images_per_s`` (the assumed host ceiling) with their notes.
+
+    A convolutional network's notes say how its convolutions were priced (``mode``: the
+    memory format assumed or given, Winograd where it applies).
+    """
     images = images_per_s(model, tokens_per_s, seq_len)
     if images is None:
         return {}
-    notes: list[str] = [
+    net = conv_net_of(model)
+    notes: list[str] = conv_mode_notes(net, mode) if net is not None else []
+    notes += [
         f"{images:,.0f} images/s ({images / hardware.world_size:,.0f} per GPU): one sample is "
         f"one image ({seq_len} {'patches + class token' if conv_net_of(model) is None else 'FLOPs-equivalent positions'})"
     ]

@@ -31,11 +31,31 @@ class Conv:
     cout: int
     out_hw: int  # output height x width (positions)
     groups: int = 1
+    stride: int = 1
+    # A fully connected layer over each position (ConvNeXt's pointwise layers and the
+    # classifier are ``nn.Linear``): a GEMM, never a cuDNN convolution.
+    linear: bool = False
+
+    @property
+    def in_hw(self) -> int:
+        """Input positions: the output's times the stride squared."""
+        return self.out_hw * self.stride * self.stride
 
     @property
     def gemm(self) -> tuple[int, int, int]:
         """(m, n, k) per image: positions, output channels, kernel area x input channels."""
         return self.out_hw, self.cout, self.kernel * self.kernel * self.cin // self.groups
+
+    @property
+    def dgrad_gemm(self) -> tuple[int, int, int]:
+        """(m, n, k) per image of the input gradient: positions, input channels, area x outputs.
+
+        The input gradient is itself a convolution, of the output gradient with the filter
+        (CUTLASS "Implicit GEMM Convolution", Dgrad: GEMM_M = N·H·W, GEMM_N = C, GEMM_K = K·R·S),
+        so its reduction is the long one, kernel area x output channels; the same
+        multiply-accumulates as forward (the positions counted at the output's stride).
+        """
+        return self.out_hw, self.cin // self.groups, self.kernel * self.kernel * self.cout
 
     @property
     def macs(self) -> int:
@@ -97,7 +117,7 @@ def _resnet(config: dict[str, Any], size: int) -> ConvNet:
     stem = int(config.get("embedding_size", 64))
     channels = int(config.get("num_channels", 3))
     hw = (size + 1) // 2  # 7x7 stride 2, padding 3
-    convs.append(Conv(7, channels, stem, hw * hw))
+    convs.append(Conv(7, channels, stem, hw * hw, stride=2))
     ew += [_ew("norm", stem * hw * hw), _ew("act", stem * hw * hw)]
     hw = (hw + 1) // 2  # 3x3/2 max pool, padding 1
     ew.append(_ew("pool", stem * hw * hw))
@@ -116,13 +136,13 @@ def _resnet(config: dict[str, Any], size: int) -> ConvNet:
                 mid = int(width) // 4  # ResNetBottleNeckLayer: reduction 4
                 in_hw = out_hw if stride_first_1x1 else hw
                 layers = [
-                    Conv(1, cin, mid, in_hw * in_hw),
-                    Conv(3, mid, mid, out_hw * out_hw),
+                    Conv(1, cin, mid, in_hw * in_hw, stride=1 if in_hw == hw else stride),
+                    Conv(3, mid, mid, out_hw * out_hw, stride=stride if in_hw == hw else 1),
                     Conv(1, mid, int(width), out_hw * out_hw),
                 ]
             else:
                 layers = [
-                    Conv(3, cin, int(width), out_hw * out_hw),
+                    Conv(3, cin, int(width), out_hw * out_hw, stride=stride),
                     Conv(3, int(width), int(width), out_hw * out_hw),
                 ]
             for conv in layers:
@@ -130,12 +150,12 @@ def _resnet(config: dict[str, Any], size: int) -> ConvNet:
                 ew.append(_ew("norm", conv.cout * conv.out_hw))
                 ew.append(_ew("act", conv.cout * conv.out_hw))
             if cin != int(width) or stride != 1:  # projection shortcut: 1x1 conv + BatchNorm
-                convs.append(Conv(1, cin, int(width), out_hw * out_hw))
+                convs.append(Conv(1, cin, int(width), out_hw * out_hw, stride=stride))
                 ew.append(_ew("norm", int(width) * out_hw * out_hw))
             ew.append(_ew("add", int(width) * out_hw * out_hw))
             cin, hw = int(width), out_hw
     ew.append(_ew("pool", cin * hw * hw))  # global average pool reads the last map
-    convs.append(Conv(1, cin, int(config.get("num_labels", 1000)), 1))  # classifier
+    convs.append(Conv(1, cin, int(config.get("num_labels", 1000)), 1, linear=True))  # classifier
     return ConvNet(tuple(convs), tuple(ew), size)
 
 
@@ -146,25 +166,25 @@ def _convnext(config: dict[str, Any], size: int) -> ConvNet:
     channels = int(config.get("num_channels", 3))
     widths = [int(w) for w in config["hidden_sizes"]]
     hw = size // patch
-    convs.append(Conv(patch, channels, widths[0], hw * hw))  # stem, patchify
+    convs.append(Conv(patch, channels, widths[0], hw * hw, stride=patch))  # stem, patchify
     ew.append(_ew("norm", widths[0] * hw * hw))
     cin = widths[0]
     for stage, (width, depth) in enumerate(zip(widths, config["depths"], strict=True)):
         if stage > 0:  # LayerNorm, then a 2x2 stride-2 convolution
             ew.append(_ew("norm", cin * hw * hw))
             hw //= 2
-            convs.append(Conv(2, cin, width, hw * hw))
+            convs.append(Conv(2, cin, width, hw * hw, stride=2))
         for _ in range(int(depth)):
             maps = width * hw * hw
             convs.append(Conv(7, width, width, hw * hw, groups=width))  # depthwise 7x7
             ew.append(_ew("norm", maps))
-            convs.append(Conv(1, width, 4 * width, hw * hw))  # pointwise up (a linear layer)
+            convs.append(Conv(1, width, 4 * width, hw * hw, linear=True))  # pointwise up
             ew.append(_ew("act", 4 * maps))
-            convs.append(Conv(1, 4 * width, width, hw * hw))  # pointwise down
+            convs.append(Conv(1, 4 * width, width, hw * hw, linear=True))  # pointwise down
             ew += [_ew("act", maps), _ew("add", maps)]  # layer scale, residual add
         cin = width
     ew.append(_ew("pool", cin * hw * hw))
-    convs.append(Conv(1, cin, int(config.get("num_labels", 1000)), 1))
+    convs.append(Conv(1, cin, int(config.get("num_labels", 1000)), 1, linear=True))
     return ConvNet(tuple(convs), tuple(ew), size)
 
 

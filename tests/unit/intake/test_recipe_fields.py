@@ -22,6 +22,7 @@ def _brief(recipe: dict[str, Any], **extra: Any):
         ("optimizer", "paged-adam8bit", None, "steps AdamW"),
         ("optimizer", "sgd", None, "steps AdamW"),
         ("precision", "pure-bf16", "bf16", "fp32 master weights"),
+        ("precision", "tf32", "fp32", "TF32 matmuls"),
         ("loss", "chunked", None, "standard cross-entropy"),
         ("activation_offload", True, False, "offloads activations"),
         ("optimizer_in_backward", True, False, "inside backward"),

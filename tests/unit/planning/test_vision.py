@@ -181,3 +181,24 @@ def test_estimate_json_gains_images_per_s_and_the_text_says_it(tmp_path: Path, c
     assert 900 <= data["images_per_s"] / 8 <= 1300
     assert "images/s:" in res.stdout and "input pipeline (assumed" in res.stdout
     assert "seq 160" in res.stdout  # one image, not the planner's default sequence
+
+
+def test_estimate_precision_tf32_says_its_peak_and_layout_and_refuses_a_v100(
+    tmp_path: Path, cli_main
+) -> None:
+    out = tmp_path / "e.json"
+    res = cli_main(
+        "estimate", "--model", "resnet-50", "--hardware", "1x1xA100-80GB", "--precision",
+        "tf32", "--global-batch", "256", "--json", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "tf32: fp32 tensors, matmuls and convolutions on TF32 tensor cores at 156" in res.stdout
+    assert "memory format NHWC (channels-last) assumed" in res.stdout
+    assumptions = json.loads(out.read_text())["assumptions"]
+    assert any(a.startswith("memory format NHWC") for a in assumptions)
+    res = cli_main(
+        "estimate", "--model", "resnet-50", "--hardware", "1x1xV100-16GB", "--precision",
+        "tf32", "--global-batch", "256", cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and "no TF32 peak" in res.stderr
