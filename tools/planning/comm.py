@@ -16,6 +16,7 @@ from tools.core.errors import InputError
 from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, ResolvedPrecision, StrategyName
 from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy
 from tools.planning.parallel import heaviest_stage_layers, params_per_rank
+from tools.planning.states import head_dim
 from tools.research.hardware import CatalogGPU, find_gpu
 
 # Inter-node links, GB/s per direction per NIC: 400/200/100/25 Gb/s divided by 8. How many NICs
@@ -312,7 +313,7 @@ def context_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
     if setup.all_to_all_cp:
         return 0, 0.0  # all-to-alls instead: tools/planning/all_to_all.py ulysses_comm
     model = setup.model
-    kv_dim = (model.kv_heads or model.heads) * (model.hidden // model.heads) // setup.tp
+    kv_dim = (model.kv_heads or model.heads) * head_dim(model) // setup.tp
     block = 2 * setup.micro * setup.seq // cp * kv_dim * setup.grad_bytes
     passes = 3 + (1 if setup.recompute == "full" else 0)
     layers = heaviest_stage_layers(model.layers, setup.pp)
