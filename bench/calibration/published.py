@@ -364,7 +364,15 @@ GPU_RULES: tuple[tuple[str, str, str], ...] = (
     ("mi300x", "MI300X", ""),
     ("mi250", "MI250X", ""),
     ("h200", "H200", ""),
-    ("b200", "B200", "power-limited B200: the catalog B200 datasheet figures are used"),
+    (
+        "b200 (power limited)",
+        "B200",
+        "power-limited B200 (the source names no cap): the catalog B200 is the full-power "
+        "datasheet, so the prediction is for a B200 at full power and these rows are expected "
+        "over; no derate is invented (the same model on full-power DGX-B200s, Megatron-Bridge "
+        "X0038-X0039 of published_extra, ran about 3x their tokens/s)",
+    ),
+    ("b200", "B200", ""),
     ("blackwell", "B200", "Blackwell part not named: the catalog B200 is assumed"),
 )
 
