@@ -224,10 +224,15 @@ NAME_FAMILIES: tuple[tuple[str, str], ...] = (
     # FlagPerf's qwen1.5_MoE case trains the script's MoE: 8 SwiGLU experts, top-2 (the
     # Mixtral block), not the released Qwen1.5-MoE-A2.7B.
     ("qwen1.5-moe", "mixtral"),
+    # Qwen3's mixtures of experts (Qwen/Qwen3-30B-A3B, Qwen3-235B-A22B config.json): every
+    # layer sparse, heads of an explicit width (head_dim in the notes). Dense Qwen3 is not
+    # mapped (model_config skips it).
+    ("qwen3", "qwen3_moe"),
     ("llama", "llama"),
     ("mistral", "llama"),  # Mistral 7B is the Llama block with GQA (Jiang et al. 2023, Table 1)
 )
 EXPERTS = re.compile(r"experts=(\d+)\s+top_k=(\d+)")
+HEAD_DIM = re.compile(r"head_dim=(\d+)")
 
 
 def experts_of(row: Row) -> tuple[int, int]:
@@ -266,7 +271,9 @@ def model_config(row: Row) -> dict[str, Any]:
             "no_bias": True,
             "attn_config": {"alibi": True},
         }
-    if family in ("gpt_oss", "mixtral"):
+    if family == "qwen3_moe" and row.get("model_type", "").lower() != "moe":
+        raise _Skipped("dense Qwen3 is not mapped (only Qwen3's mixtures of experts)")
+    if family in ("gpt_oss", "mixtral", "qwen3_moe"):
         return moe_config(row, family, layers, hidden, heads, vocab)
     if family == "llama":
         from tools.research.architectures import llama_config
@@ -292,7 +299,7 @@ def model_config(row: Row) -> dict[str, Any]:
 def moe_config(
     row: Row, family: str, layers: int, hidden: int, heads: int, vocab: int
 ) -> dict[str, Any]:
-    """Transformers' GptOssConfig / MixtralConfig from the columns and the notes' expert counts.
+    """Transformers' GptOssConfig / MixtralConfig / Qwen3MoeConfig from the columns and notes.
 
     GPT-OSS (openai/gpt-oss-120b config.json): head_dim 64, sliding window 128 on alternate
     layers, expert width = ffn_hidden. Mixtral (mistralai/Mixtral-8x7B-v0.1 config.json):
@@ -315,6 +322,27 @@ def moe_config(
     }
     if family == "gpt_oss":
         config.update({"head_dim": 64, "sliding_window": 128})
+    if family == "qwen3_moe":
+        # Qwen3MoeConfig names the routed experts num_experts and their width
+        # moe_intermediate_size; intermediate_size (the dense MLP, unused when every layer is
+        # sparse: decoder_sparse_step 1, mlp_only_layers []) is top_k x the expert width in
+        # both released configs (6144, 12288).
+        head = HEAD_DIM.search(row.get("notes", ""))
+        if head is None:
+            raise _Skipped("Qwen3 MoE without 'head_dim=D' in the notes")
+        del config["num_local_experts"]
+        config.update(
+            {
+                "num_experts": experts,
+                "moe_intermediate_size": ffn,
+                "intermediate_size": top_k * ffn,
+                "head_dim": int(head[1]),
+                "decoder_sparse_step": 1,
+                "mlp_only_layers": [],
+                "norm_topk_prob": True,
+                "tie_word_embeddings": False,
+            }
+        )
     return config
 
 
@@ -364,7 +392,15 @@ GPU_RULES: tuple[tuple[str, str, str], ...] = (
     ("mi300x", "MI300X", ""),
     ("mi250", "MI250X", ""),
     ("h200", "H200", ""),
-    ("b200", "B200", "power-limited B200: the catalog B200 datasheet figures are used"),
+    (
+        "b200 (power limited)",
+        "B200",
+        "power-limited B200 (the source names no cap): the catalog B200 is the full-power "
+        "datasheet, so the prediction is for a B200 at full power and these rows are expected "
+        "over; no derate is invented (the same model on full-power DGX-B200s, Megatron-Bridge "
+        "X0038-X0039 of published_extra, ran about 3x their tokens/s)",
+    ),
+    ("b200", "B200", ""),
     ("blackwell", "B200", "Blackwell part not named: the catalog B200 is assumed"),
 )
 

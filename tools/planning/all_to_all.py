@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tools.planning.comm import COLLECTIVE_S, Links, StepSetup
 from tools.planning.parallel import heaviest_stage_layers
+from tools.planning.states import head_dim
 
 
 def ulysses_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
@@ -24,8 +25,9 @@ def ulysses_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
     cp, model = setup.cp, setup.model
     if cp <= 1 or not setup.all_to_all_cp:
         return 0, 0.0
-    kv_dim = (model.kv_heads or model.heads) * (model.hidden // model.heads)
-    per_layer = setup.micro * setup.seq // cp * (2 * model.hidden + 2 * kv_dim) * setup.grad_bytes
+    q_dim = model.heads * head_dim(model)
+    kv_dim = (model.kv_heads or model.heads) * head_dim(model)
+    per_layer = setup.micro * setup.seq // cp * (2 * q_dim + 2 * kv_dim) * setup.grad_bytes
     passes = 2 + (1 if setup.recompute == "full" else 0)
     layers = heaviest_stage_layers(model.layers, setup.pp)
     cp_bytes = int(passes * per_layer * (cp - 1) / cp * layers * setup.accumulation)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from tools.core.errors import InputError
 from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, ResolvedPrecision, StrategyName
 from tools.core.strategies import OFFLOAD_STRATEGIES, base_strategy
-from tools.planning.parallel import heaviest_stage_layers, params_per_rank
+from tools.planning.parallel import heaviest_stage_layers, params_per_rank, stage_expert_params
+from tools.planning.states import head_dim
 from tools.research.hardware import CatalogGPU, find_gpu
 
 # Inter-node links, GB/s per direction per NIC: 400/200/100/25 Gb/s divided by 8. How many NICs
@@ -236,6 +237,14 @@ def data_parallel_comm(
     spans n = dp/r nodes. Hierarchical collectives (NCCL's tree/ring across nodes): the
     intra-node legs move (r-1)/r of the shard per GPU; the node's NIC carries (n-1)/n of every
     shard on the node. The NIC is the bottleneck.
+
+    Under e-way expert parallelism a rank's experts reduce over their expert-data-parallel
+    group of dp/e ranks only. Megatron-Core orders expert ranks tp-ep-dp
+    (megatron/core/parallel_state.py, ``RankGenerator(..., order="tp-cp-ep-dp-pp")`` and the
+    expert data-parallel groups from ``expert_decoder_rank_generator.get_ranks("dp")``): an
+    expert-parallel group fills a node first, so a node holds g/(t·e) replicas of t·e different
+    expert shards, each reduced across the nodes on its own: the node's NICs carry every
+    shard, not one reduced copy as for the dense weights.
     """
     hardware, dp, tp = setup.hardware, setup.dp, setup.tp
     units, why_units = comm_units(base_strategy(setup.strategy), setup.accumulation)
@@ -248,7 +257,17 @@ def data_parallel_comm(
     # Each rank holds 1/e of its stage's experts: their gradients reduce over its d/e peers only.
     params_here = params_per_rank(setup.model, tp, setup.pp, setup.ep)
     model_bytes = params_here * setup.grad_bytes
-    comm_bytes = int(units * (dp - 1) / dp * model_bytes)
+    # (bytes, group size, model-parallel width inside a node) of the dense and expert weights.
+    parts = [(model_bytes, dp, tp)]
+    if setup.ep > 1:
+        stage = params_per_rank(setup.model, tp, setup.pp, 1)
+        experts = min(stage, stage_expert_params(setup.model, tp, setup.pp)) // setup.ep
+        expert_bytes = experts * setup.grad_bytes
+        parts = [
+            (model_bytes - expert_bytes, dp, tp),
+            (expert_bytes, dp // setup.ep, tp * setup.ep),
+        ]
+    comm_bytes = int(sum(units * (n - 1) / n * b for b, n, _ in parts if n > 1))
     if dp <= 1:
         return comm_bytes, 0.0
     setup.notes.append(
@@ -270,11 +289,19 @@ def data_parallel_comm(
         latency = _collectives(setup, model_bytes) * COLLECTIVE_S
         return comm_bytes, comm_bytes / (links.intra_gbs * 1e9) + latency
     g = max(1, hardware.gpus_per_node)
-    replicas = max(1, min(dp, g // tp))
-    shards = max(1, g // replicas)
-    spanned = max(1, dp // replicas)
-    intra_s = units * (replicas - 1) / replicas * model_bytes / (links.intra_gbs * 1e9)
-    inter_s = units * shards * (spanned - 1) / spanned * model_bytes / (links.inter_gbs * 1e9)
+    intra_s = inter_s = 0.0
+    for part_bytes, group, width in parts:
+        replicas = max(1, min(group, g // width))
+        shards = max(1, g // replicas)
+        spanned = max(1, group // replicas)
+        intra_s += units * (replicas - 1) / replicas * part_bytes / (links.intra_gbs * 1e9)
+        inter_s += units * shards * (spanned - 1) / spanned * part_bytes / (links.inter_gbs * 1e9)
+    if setup.ep > 1 and dp // setup.ep > 1:
+        setup.notes.append(
+            f"expert weights reduce over {dp // setup.ep} expert-data-parallel rank(s); an "
+            f"expert-parallel group of {setup.ep} fills a node first (Megatron-Core's tp-ep-dp "
+            "rank order), so each GPU's expert shard crosses the network on its own"
+        )
     inter_s += _collectives(setup, model_bytes) * COLLECTIVE_S * (1 + math.log2(hardware.nodes))
     setup.notes.append(
         f"{hardware.nodes} nodes over {links.network}: {links.line_gbs:g} GB/s per direction per node"
@@ -316,7 +343,7 @@ def context_parallel_comm(setup: StepSetup, links: Links) -> tuple[int, float]:
     if setup.all_to_all_cp:
         return 0, 0.0  # all-to-alls instead: tools/planning/all_to_all.py ulysses_comm
     model = setup.model
-    kv_dim = (model.kv_heads or model.heads) * (model.hidden // model.heads) // setup.tp
+    kv_dim = (model.kv_heads or model.heads) * head_dim(model) // setup.tp
     block = 2 * setup.micro * setup.seq // cp * kv_dim * setup.grad_bytes
     passes = 3 + (1 if setup.recompute == "full" else 0)
     layers = heaviest_stage_layers(model.layers, setup.pp)

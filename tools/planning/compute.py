@@ -28,7 +28,7 @@ from tools.planning.experts import expert_gemms, expert_shape, permute_bytes
 from tools.planning.fp8 import cast_bytes
 from tools.planning.kernels import Device, attention_s, matmul_s, memory_s
 from tools.planning.parallel import heaviest_stage_layers
-from tools.planning.states import GATED_MLP_FAMILIES
+from tools.planning.states import GATED_MLP_FAMILIES, head_dim
 from tools.planning.vision import cnn_compute_s, conv_net_of, image_model
 
 
@@ -73,13 +73,14 @@ def _attention_gemms(model: ModelSpec, tokens: int, tp: int) -> list[tuple[int, 
     h = model.hidden
     heads = model.heads
     kv = model.kv_heads or heads
-    d = h // heads
+    d = head_dim(model)  # heads x d is the attention's width, not always h (GPT-OSS, Gemma 2)
     gemms = []
     if kv == heads and not _gated(model):
-        gemms.append((tokens, 3 * h // tp, h))  # fused QKV (GPT-2, MPT, Megatron GPT)
+        gemms.append((tokens, 3 * heads * d // tp, h))  # fused QKV (GPT-2, MPT, Megatron GPT)
     else:
-        gemms += [(tokens, h // tp, h), (tokens, kv * d // tp, h), (tokens, kv * d // tp, h)]
-    gemms.append((tokens, h, h // tp))  # attention output projection (row-parallel)
+        q, kv_out = heads * d // tp, kv * d // tp
+        gemms += [(tokens, q, h), (tokens, kv_out, h), (tokens, kv_out, h)]
+    gemms.append((tokens, h, heads * d // tp))  # attention output projection (row-parallel)
     return gemms
 
 
@@ -177,7 +178,7 @@ def _elementwise_bytes(model: ModelSpec, tokens: int, tp: int, sequence_parallel
     h = model.hidden
     inter = model.intermediate or 4 * h
     kv = model.kv_heads or model.heads
-    d = h // model.heads
+    d = head_dim(model)
     replicated = tokens * h / (tp if sequence_parallel else 1)
     norms_residuals = 2 * 4 * replicated + 2 * 6 * replicated
     activation = tokens * inter / tp * (6 if _gated(model) else 4)
@@ -235,7 +236,7 @@ def micro_batch_compute(
         "batch_heads": micro * max(1, model.heads // tp),
         "q_len": seq // cp,
         "kv_len": seq,
-        "head_dim": model.hidden // model.heads,
+        "head_dim": head_dim(model),
         "causal": not image_model(model),  # a vision transformer attends both ways
         "kernel": attention,
     }

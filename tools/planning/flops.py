@@ -12,6 +12,7 @@ from tools.core.errors import InputError
 from tools.core.schemas import GPUSpec, HardwareSpec, ModelSpec, ResolvedPrecision
 from tools.planning.comm import StepSetup
 from tools.planning.kernels import Device
+from tools.planning.states import head_dim
 from tools.research.architectures import is_convolutional
 from tools.research.vision_shapes import conv_net
 
@@ -23,7 +24,7 @@ def training_flops_per_token(
 
     PaLM (Chowdhery et al. 2022), appendix B: a forward pass costs 2N per token for the
     matmuls with the weights plus 4·L·h·s for attention scores and their product with values
-    (causal masking not discounted); backward costs twice the forward. N is the parameters a
+    (h: heads x head width, PaLM's H·Q; causal masking not discounted); backward costs twice the forward. N is the parameters a
     token passes through: ``active_params`` for a mixture of experts. Full activation
     checkpointing re-runs each layer's forward in backward (Korthikanti et al. 2022 sec. 4.1),
     one more 2N + 4·L·h·s.
@@ -36,7 +37,9 @@ def training_flops_per_token(
         forward = 2.0 * net.forward_macs / max(1, seq_len)
         return float((4 if activation_checkpointing else 3) * forward)
     # A convolutional network has no attention scores: its cost is the weights' 2N per position.
-    attention = 0 if is_convolutional(model.hf_config or {}) else 4 * model.layers * model.hidden
+    # PaLM's 12·L·H·Q·T: heads x head width, the hidden size unless the config sets head_dim.
+    width = model.heads * head_dim(model)
+    attention = 0 if is_convolutional(model.hf_config or {}) else 4 * model.layers * width
     forward = 2 * n + attention * seq_len
     return float((4 if activation_checkpointing else 3) * forward)
 

@@ -55,6 +55,7 @@ from tools.planning.memory import GB
 from tools.planning.serve_flags import INT8_CHECKPOINT
 from tools.planning.serving_engine import ENGINE_NAMES, engine_for, hf_id_of, serving_command
 from tools.planning.serving_speed import serving_speed
+from tools.planning.states import head_dim
 
 WEIGHT_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 KV_BYTES = 2  # bf16/fp16 KV cache (vLLM's kv_cache_dtype "auto" follows the model dtype)
@@ -83,12 +84,6 @@ SOURCES = [
     "DeepSpeed-Inference tutorial: deepspeed.init_inference(tensor_parallel={'tp_size': N}) "
     "(https://www.deepspeed.ai/tutorials/inference-tutorial/)",
 ]
-
-
-def head_dim(model: ModelSpec) -> int:
-    """Per-head width: the config's ``head_dim`` (or T5's ``d_kv``), else hidden / heads."""
-    cfg = model.hf_config or {}
-    return int(cfg.get("head_dim") or cfg.get("d_kv") or model.hidden // model.heads)
 
 
 def is_decoder(model: ModelSpec) -> bool:

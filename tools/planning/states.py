@@ -150,6 +150,21 @@ def resolve_precision(precision: str, hardware: HardwareSpec) -> ResolvedPrecisi
     return precision  # type: ignore[return-value]
 
 
+def head_dim(model: ModelSpec) -> int:
+    """Per-head width: the config's ``head_dim`` (or T5's ``d_kv``), else hidden / heads.
+
+    Some models give their heads an explicit width, so the attention's width (heads x
+    head_dim) is not the hidden size: Gemma 2 2B runs 8 x 256 = 2048 against a hidden size of
+    2304, openai/gpt-oss-120b 64 x 64 = 4096 against 2880 (each model's config.json).
+    """
+    config = model.hf_config or {}
+    for key in ("head_dim", "d_kv"):
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+    return model.hidden // model.heads
+
+
 def lora_adapter_params(
     model: ModelSpec,
     rank: int = DEFAULT_LORA_RANK,
@@ -169,12 +184,8 @@ def lora_adapter_params(
         raise InputError("lora_targets", f"unknown projections {unknown}; use {LORA_TARGETS}")
     h = model.hidden
     config = model.hf_config or {}
-    # Heads of an explicit width (Gemma 2: 8 x 256 = 2048 against a hidden size of 2304).
-    head_dim = config.get("head_dim")
-    if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim < 1:
-        head_dim = h // model.heads
-    q_dim = model.heads * head_dim
-    kv_dim = (model.kv_heads or model.heads) * head_dim
+    q_dim = model.heads * head_dim(model)
+    kv_dim = (model.kv_heads or model.heads) * head_dim(model)
     inter = model.intermediate or 4 * h
     gated = str(config.get("model_type", "")) in GATED_MLP_FAMILIES and bool(model.intermediate)
     experts = 1
