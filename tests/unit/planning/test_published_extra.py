@@ -61,8 +61,9 @@ def test_mixture_of_experts_rows_carry_their_experts_and_expert_parallelism() ->
     for row in moe:
         case = MAPPED[row["row_id"]]
         if isinstance(case, Skip):
-            # Only a layout the bench cannot express (expert parallelism over TP x DP) skips.
-            assert "ep does not divide" in case.reason, case.reason
+            # Only a layout the bench cannot express (expert parallelism over TP x DP), or a row
+            # contradicting itself (its tokens/s against its TFLOP/s), skips.
+            assert "ep does not divide" in case.reason or "disagree" in case.reason, case.reason
             continue
         mapped += 1
         experts, top_k = (int(x) for x in re.findall(r"experts=(\d+) top_k=(\d+)", row["notes"])[0])
@@ -71,7 +72,7 @@ def test_mixture_of_experts_rows_carry_their_experts_and_expert_parallelism() ->
         assert config.get("num_local_experts", config.get("num_experts")) == experts
         assert case.model.hf_config["num_experts_per_tok"] == top_k
         assert case.setup.get("expert_parallel", 1) == int(row["ep"])
-    assert mapped >= len(moe) - 1
+    assert mapped >= len(moe) - 2
 
 
 def test_a_moe_row_without_expert_counts_is_skipped_with_the_reason() -> None:
@@ -159,3 +160,14 @@ def test_qwen3_moe_rows_carry_their_head_width_and_expert_width() -> None:
     no_head = dict(qwen[0], notes=re.sub(r"head_dim=\d+", "", qwen[0]["notes"]))
     skipped = map_row(no_head)
     assert isinstance(skipped, Skip) and "head_dim" in skipped.reason
+
+
+def test_a_row_whose_tokens_and_tflops_disagree_is_skipped_and_named() -> None:
+    skip = MAPPED["X0048"]
+    assert isinstance(skip, Skip) and "tokens/s and TFLOP/s per GPU disagree" in skip.reason
+    sibling = MAPPED["X0049"]  # the same model a container earlier: consistent, compared
+    assert isinstance(sibling, Case)
+    row = dict(next(r for r in ROWS if r["row_id"] == "X0049"))
+    row["tflops_per_gpu"] = str(2 * float(row["tflops_per_gpu"]))
+    doubled = map_row(row)
+    assert isinstance(doubled, Skip) and "disagree" in doubled.reason
