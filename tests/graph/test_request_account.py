@@ -112,6 +112,9 @@ TABLE: list[Row] = [
     ("在 8 张 A100 上把 qwen2.5-14b 蒸馏到 qwen2.5-1.5b", {"objective": "distill", "model": "qwen2.5-1.5b"}, {"objective:distill"}, []),
     # ---- numbers nothing binds: listed, never dropped
     ("fine-tune llama-3-8b on 8 A100 80GB for 3 epochs", {}, set(), ["3 epochs"]),
+    ("fine-tune llama-3-8b on 8 A100 80GB, 3 epochs over 500M tokens", {"dataset_tokens": 1.5e9}, set(), []),
+    ("fine-tune qwen2.5-7b on 4 RTX 3090, max length 4096", {"seq_len": 4096}, set(), []),
+    ("fine-tune qwen2.5-7b on 4 RTX 3090 with cutoff_len=2048", {"seq_len": 2048}, set(), []),
     ("LoRA fine-tune mistral-7b on 2 A100 40GB, rank 64, lr 2e-4", {"task": "lora"}, set(), ["lr 2e-4"]),
     ("fine-tune llama-3-8b on 8 H100 with warmup of 500 steps", {}, set(), ["500 steps"]),
     ("微调 llama-3-8b，8 张 H100，训练 2 个 epoch", {}, set(), ["2 个 epoch"]),

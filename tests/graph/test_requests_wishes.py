@@ -18,6 +18,7 @@ from inproc import run_main
 from tools.core.errors import InputError
 from tools.core.schemas import TrainingBrief
 from tools.intake.brief import brief_from_dict, parse_request, request_fields
+from tools.intake.wishes import pin_fields
 from tools.planning import search_strategy
 from tools.planning.batch import default_global_batch, resolve_batch
 from tools.research.framework import select_framework
@@ -283,6 +284,20 @@ def test_no_offload_is_honoured() -> None:
     plan = _plan("fine-tune llama-3-70b on 8 A100 with no offload")
     assert "offload" not in plan.chosen
     assert "nothing fits without it either" in plan.assumptions[0]
+
+
+@pytest.mark.parametrize(
+    ("words", "offload"),
+    [
+        ("with ZeRO-3 and CPU offload", True),
+        ("on ZeRO-3, NVMe offloading", True),
+        ("offloading the optimizer states to CPU", True),
+        ("without offloading to the CPU", False),
+        ("no cpu offload", False),
+    ],
+)
+def test_offload_in_any_spelling_is_a_pin(words: str, offload: bool) -> None:
+    assert pin_fields(f"fine-tune llama-3-8b on 8 A100 40GB {words}")["offload"] is offload
 
 
 def test_a_pin_that_does_not_fit_says_so_and_what_does() -> None:

@@ -39,6 +39,14 @@ _SEQ_RES = (
         r"\s+(?:sequence|sample|example))\b",
         re.I,
     ),
+    # "max length 4096", "max_length=2048", "maximum length of 8k", "cutoff_len 4096" (the
+    # tokenizer's truncation length in Hugging Face and LLaMA-Factory configs).
+    re.compile(
+        r"(?<![a-z])(?:max(?:imum)?[ _-]?len(?:gth)?|cutoff[ _-]?len(?:gth)?)\s*(?:of|=|:|is|to)?\s*"
+        + _NUM
+        + _K,
+        re.I,
+    ),
     re.compile(
         r"(?:序列长度|序列长|序列|上下文长度|上下文窗口|上下文|长度)\s*(?:为|是|:|：|=|设为|设置为)?\s*"
         + _NUM
@@ -84,6 +92,8 @@ _TOKENS_RE = re.compile(
     r"(?:tokens?|词元)(?![a-z])",
     re.I,
 )
+# Epochs over the dataset: "3 epochs", "2 个 epoch", "for 2 epochs".
+_EPOCHS_RE = re.compile(r"(?<![\w.])" + _NUM + r"\s*(?:个\s*)?epochs?\b", re.I)
 _PREP_BEFORE = re.compile(r"(?:on|over|for|with|of|about|~|训练|用)\s*$", re.I)
 _PRECISION = (
     ("bf16", re.compile(r"\b(?:bf16|bfloat16)\b", re.I)),
@@ -225,8 +235,18 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
             assumed = "" if seq is not None else " (the default sequence length)"
             notes.append(f"intake: global batch {how}{assumed}")
     taken = [(r.start, r.end) for r in reads]
+    tokens = tokens_reading(text, taken)
+    if tokens is not None and (epochs := _EPOCHS_RE.search(text)) and float(epochs[1]) > 0:
+        # "3 epochs over 500M tokens": the brief's dataset_tokens are every epoch's tokens.
+        total = tokens.value * float(epochs[1])
+        notes.append(
+            f"intake: dataset_tokens {epochs[0].strip()!r} x {tokens.quote!r} = {total:,.0f} "
+            "tokens trained"
+        )
+        tokens = Read(tokens.field, total, tokens.quote, tokens.start, tokens.end)
+        reads.append(Read.of("dataset_tokens", total, epochs))
     for extra in (
-        tokens_reading(text, taken),
+        tokens,
         precision_reading(text),
         micro_batch_reading(text),
         deadline_reading(text),

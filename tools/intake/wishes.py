@@ -61,7 +61,12 @@ _NO_OFFLOAD_RE = re.compile(
     r"\b(?:no|not|never|without|avoid(?:ing)?|don['’]?t)\s+(?:\w+\s+)?(?:cpu\s+|nvme\s+)?offload",
     re.I,
 )
-_OFFLOAD_RE = re.compile(r"\b(?:with|use|using|enable|want)\s+(?:cpu\s+|nvme\s+)?offload", re.I)
+# "with offload", "and CPU offload", "ZeRO-3 NVMe offloading", "offload the optimizer to CPU".
+_OFFLOAD_RE = re.compile(
+    r"\b(?:with|use|using|enable|want)\s+(?:cpu\s+|nvme\s+)?offload|\b(?:cpu|nvme)[ -]offload"
+    r"|\boffload(?:ing)?\s+(?:the\s+)?(?:\w+\s+){0,2}(?:to|onto)\s+(?:the\s+)?(?:cpu|nvme|host)\b",
+    re.I,
+)
 
 
 def _framework_of(name: str) -> str:
