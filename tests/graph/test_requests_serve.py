@@ -425,3 +425,20 @@ def test_an_encoder_has_no_kv_cache_and_keeps_its_own_length() -> None:
     assert (plan.decoder, plan.kv_bytes_per_token, plan.context_len) == (False, 0, 197)
     assert plan.decode_step_s is None and plan.time_to_first_token_s
     assert any("encoder" in a for a in plan.assumptions)
+
+
+def test_fewer_sequences_than_asked_say_so_on_the_line() -> None:
+    from tools.artifacts.inference_report import inference_line
+
+    model = lookup_model("llama-3.1-70b", 16384)
+    brief = TrainingBrief(
+        model="llama-3.1-70b", task="inference", context_len=16384, concurrency=32
+    )
+    plan = plan_inference(model, parse_hardware("1x4xL40S"), brief)
+    assert not plan.fits and 0 < plan.max_concurrency < 32
+    line = inference_line(plan.model_dump())
+    assert f"up to {plan.max_concurrency} sequences (not the 32 asked" in line
+    enough = plan_inference(
+        model, parse_hardware("1x4xL40S"), brief.model_copy(update={"concurrency": 2})
+    )
+    assert "asked" not in inference_line(enough.model_dump())

@@ -69,12 +69,18 @@ def inference_line(inference: dict[str, Any]) -> str:
     """One terminal line: engine, parallelism, concurrency, the decode estimate."""
     tp, pp = inference.get("tensor_parallel"), inference.get("pipeline_parallel") or 1
     speed = inference.get("decode_tokens_per_s_total")
+    most, asked = inference.get("max_concurrency"), inference.get("concurrency")
+    short = (
+        f" (not the {asked} asked: their KV cache does not fit)"
+        if most and asked and most < asked and inference.get("fits") is False
+        else ""
+    )
     return (
         f"inference: {inference.get('engine')}, tensor parallel {tp}"
         + (f" x pipeline {pp}" if pp > 1 else "")
         + (
-            f", up to {inference.get('max_concurrency')} sequences of "
-            if inference.get("max_concurrency")
+            f", up to {most} sequences{short} of "
+            if most
             else ": does not fit, not even one sequence of "
         )
         + f"{inference.get('context_len')} tokens; KV cache "

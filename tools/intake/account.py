@@ -18,7 +18,7 @@ from tools.core.request_account import AssumedFact, ReadFact, RequestAccount, Wi
 from tools.core.schemas import RECIPE_PRECISION_BASE, TrainingBrief
 from tools.intake.budget_text import price_reading
 from tools.intake.gpu_names import GPU_NAMES
-from tools.intake.hardware_text import read_hardware
+from tools.intake.hardware_text import NIC_AFTER_RE, read_hardware
 from tools.intake.model_text import read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, Read
@@ -72,6 +72,7 @@ _NIC_RES = (
         r"\d+\s*gbe\b",
         re.I,
     ),
+    NIC_AFTER_RE,
 )
 _CLAUSE_RE = re.compile(r"[^,;，；。!?？！\n]+")
 # The brief fields a plan takes from the words, in the order ``read`` lists them.

@@ -99,6 +99,12 @@ _NIC_RE = re.compile(
     + r"\b|(?<![\d.x×])(\d{1,4})\s*gbe\b",
     re.I,
 )
+# The fabric first, then the rate: "InfiniBand 200Gb", "IB 400G", "RoCE at 100Gbps".
+NIC_AFTER_RE = re.compile(
+    r"\b(ib|infiniband|roce(?:v2)?|ethernet|eth)\s*(?:at\s+|of\s+)?(\d{1,4})\s*"
+    r"(?:g|gb|gbit|gbps|gb/s)\b",
+    re.I,
+)
 _NET_NAMES_RE = re.compile(r"\b(ndr|hdr|infiniband|roce)\b", re.I)
 
 _WORD_COUNTS = {
@@ -433,6 +439,8 @@ def _read_host(norm: str, reading: HardwareReading) -> None:
             reading.nics_per_node, reading.nic_gbps, net = 1, float(m.group(3)), "gbe"
         else:
             reading.nics_per_node, reading.nic_gbps, net = 1, float(m.group(1)), m.group(2)
+    if reading.nic_gbps is None and (m := NIC_AFTER_RE.search(norm)):
+        reading.nics_per_node, reading.nic_gbps, net = 1, float(m.group(2)), m.group(1)
     word = (net or "").lower()
     if not word and (n := _NET_NAMES_RE.search(norm)):
         word = n.group(1).lower()

@@ -33,6 +33,8 @@ _SEQ_RES = (
         r"seq(?:uence)?[ _-]?len(?:gth)?)\b",
         re.I,
     ),
+    # "with 2048 seq", "8k seq" (the abbreviation alone: "512 sequences" is a batch).
+    re.compile(r"(?<![\w.])" + _NUM + r"\s*(k)?[ -]?seq\b(?![ _-]?s\b)", re.I),
     # "4096-token sequences", "8k tokens per sequence".
     re.compile(
         r"(?<![\w.])" + _NUM + r"\s*(k)?[ -]?tokens?(?:[ -](?:long\s+)?sequences?|\s+(?:per|each|a)"
