@@ -117,7 +117,7 @@ TABLE: list[Row] = [
     ("fine-tune qwen2.5-7b on 4 RTX 3090 with cutoff_len=2048", {"seq_len": 2048}, set(), []),
     ("pretrain llama-3.2-3b on 8 RTX 4090 with 2048 seq, 50B tokens", {"seq_len": 2048, "dataset_tokens": 5e10}, set(), []),
     ("fine-tune llama-3-8b on 2 nodes x 8 A100 80GB with InfiniBand 200Gb", {"interconnect": "ib200", "nic_gbps": 200.0}, set(), []),
-    ("LoRA fine-tune mistral-7b on 2 A100 40GB, rank 64, lr 2e-4", {"task": "lora"}, set(), ["lr 2e-4"]),
+    ("LoRA fine-tune mistral-7b on 2 A100 40GB, rank 64, lr 2e-4", {"task": "lora", "learning_rate": 2e-4}, set(), []),
     ("fine-tune llama-3-8b on 8 H100 with warmup of 500 steps", {}, set(), ["500 steps"]),
     ("微调 llama-3-8b，8 张 H100，训练 2 个 epoch", {}, set(), ["2 个 epoch"]),
     ("fine-tune llama-3-8b on 8 H100 with NVLink at 900 GB/s", {}, set(), ["900 GB/s"]),

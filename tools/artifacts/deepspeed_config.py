@@ -66,7 +66,9 @@ def run_schedule(
 ) -> LrSchedule:
     """The plan's learning-rate schedule for a ``total_steps`` run (lr_schedule.py's rules)."""
     sequences = layout.global_batch if layout is not None else brief.batch
-    return plan_schedule(brief.task, model.params, sequences * brief.seq_len, total_steps)
+    return plan_schedule(
+        brief.task, model.params, sequences * brief.seq_len, total_steps, brief.learning_rate
+    )
 
 
 def scheduler_section(schedule: LrSchedule) -> dict[str, Any]:

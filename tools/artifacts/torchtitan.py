@@ -250,20 +250,20 @@ def schedule_sections(
 ) -> dict[str, dict[str, Any]]:
     """``[optimizer]`` and ``[lr_scheduler]`` for the plan's schedule (lr_schedule.py).
 
-    torchtitan's LRScheduler at the module's commit: linear warm-up over ``warmup_steps``,
-    then (``decay_ratio`` unset) decay over the rest of ``training.steps`` in ``decay_type``
-    to ``min_lr_factor`` x lr (a ratio; 0.2.2 has no ``lr_min``).
+    torchtitan's LRScheduler at the module's commit: linear warm-up over ``warmup_steps``, then
+    (``decay_ratio`` unset) cosine decay to ``min_lr_factor`` x lr (0.2.2 has no ``lr_min``).
     """
-    schedule = plan_schedule(brief.task, model.params, layout.global_batch * brief.seq_len, steps)
-    betas = task_recipe(brief.task)["betas"]
+    tokens = layout.global_batch * brief.seq_len
+    schedule = plan_schedule(brief.task, model.params, tokens, steps, brief.learning_rate)
+    recipe = task_recipe(brief.task)
     return {
         "optimizer": {
             "name": "AdamW",
             "lr": schedule.peak_lr,
-            "beta1": betas[0],
-            "beta2": betas[1],
+            "beta1": recipe["betas"][0],
+            "beta2": recipe["betas"][1],
             "eps": 1e-8,
-            "weight_decay": task_recipe(brief.task)["weight_decay"],
+            "weight_decay": recipe["weight_decay"],
         },
         "lr_scheduler": {
             "warmup_steps": schedule.warmup_steps,

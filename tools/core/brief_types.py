@@ -270,6 +270,9 @@ class TrainingBrief(_Strict):
     smoke: bool = True
     # Tokens the run trains on (all epochs); sets the scheduler's step count and time to train.
     dataset_tokens: Amount | None = Field(default=None, gt=0, le=1e16)
+    # The peak learning rate the request names ("lr 1e-5"); None: the plan's rule for the task
+    # and size (tools/planning/lr_schedule.py), said in the notes either way.
+    learning_rate: Amount | None = Field(default=None, gt=0, le=1.0)
     # What one GPU-hour costs (any currency); with a time to train, the report states the cost.
     price_per_gpu_hour: Amount | None = Field(default=None, gt=0, le=100_000)
     # The framework the request asks for, and the ones it refuses (tools/intake/wishes.py).

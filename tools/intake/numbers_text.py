@@ -94,6 +94,12 @@ _TOKENS_RE = re.compile(
     r"(?:tokens?|词元)(?![a-z])",
     re.I,
 )
+# A peak learning rate: "lr 1e-5", "lr=2e-4", "learning rate of 0.0003", "学习率 1e-5".
+_LR_RE = re.compile(
+    r"(?<![a-z])(?:lr|learning[ _-]rate|学习率)\s*(?:of|=|:|is|to|为)?\s*"
+    r"(\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.])",
+    re.I,
+)
 # Epochs over the dataset: "3 epochs", "2 个 epoch", "for 2 epochs".
 _EPOCHS_RE = re.compile(r"(?<![\w.])" + _NUM + r"\s*(?:个\s*)?epochs?\b", re.I)
 _PREP_BEFORE = re.compile(r"(?:on|over|for|with|of|about|~|训练|用)\s*$", re.I)
@@ -202,6 +208,13 @@ def precision_reading(text: str) -> Read | None:
     return None
 
 
+def lr_reading(text: str) -> Read | None:
+    """The peak learning rate the request names (0 < lr <= 1), or None."""
+    if (m := _LR_RE.search(text)) and 0 < float(m.group(1)) <= 1:
+        return Read.of("learning_rate", float(m.group(1)), m)
+    return None
+
+
 def deadline_reading(text: str) -> Read | None:
     """A deadline ("in 2 weeks", "within 10 days", "3天内训完"): no brief field holds it."""
     if m := _DEADLINE_RE.search(text):
@@ -250,6 +263,7 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
     for extra in (
         tokens,
         precision_reading(text),
+        lr_reading(text),
         micro_batch_reading(text),
         deadline_reading(text),
     ):

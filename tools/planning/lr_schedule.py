@@ -126,10 +126,18 @@ def peak_lr(task: str, params: float, batch_tokens: float) -> tuple[float, str]:
     return pretrain_peak_lr(params, batch_tokens)
 
 
-def plan_schedule(task: str, params: float, batch_tokens: float, total_steps: int) -> LrSchedule:
-    """The run's schedule: ``peak_lr``, ``warmup_steps`` and the decay floor for the task."""
+def plan_schedule(
+    task: str, params: float, batch_tokens: float, total_steps: int, asked: float | None = None
+) -> LrSchedule:
+    """The run's schedule: ``peak_lr``, ``warmup_steps`` and the decay floor for the task.
+
+    ``asked``: the peak rate the request names (the brief's ``learning_rate``), which replaces
+    the rule's; the note then says so and what the rule would have given.
+    """
     total = max(1, int(total_steps))
     lr, rule = peak_lr(task, params, batch_tokens)
+    if asked is not None:
+        lr, rule = asked, f"the request's rate; the rule gives {lr:.3g}: {rule}"
     return LrSchedule(
         peak_lr=lr,
         warmup_steps=warmup_steps(total),

@@ -120,7 +120,9 @@ def _llama31_8b() -> ModelSpec:
     return lookup_model("llama-3.1-8b", 4096)
 
 
-def _emit(case: Case, out: Path, steps: int | None) -> tuple[dict[str, Any], Any]:
+def _emit(
+    case: Case, out: Path, steps: int | None, lr: float | None = None
+) -> tuple[dict[str, Any], Any]:
     """The plan's launch files in ``out``: returns ds_config.json (or {}) and the LaunchSpec."""
     hardware = HardwareSpec(source="described", nodes=case.nodes, gpus_per_node=8, gpu=H100)
     # torchtitan builds Llama 3.1 (its llama3 flavors), not Llama 3 (tools/research/titan_flavors.py).
@@ -132,6 +134,7 @@ def _emit(case: Case, out: Path, steps: int | None) -> tuple[dict[str, Any], Any
         seq_len=case.seq_len,
         global_batch_size=case.batch,
         precision="bf16",
+        learning_rate=lr,
     )
     memory = _plan(case)
     framework = FrameworkChoice(primary=case.launcher, stack=["pytorch"], rationale="x")  # type: ignore[arg-type]
@@ -289,3 +292,18 @@ def test_every_launchers_schedule_warms_up_briefly_peaks_and_decays(
         or "--train-iters" in launch
         or ("torchtitan" in launch)
     )
+
+
+@pytest.mark.parametrize("case", CASES[::2], ids=str)
+def test_the_requests_learning_rate_is_every_launchers_peak(case: Case, tmp_path: Path) -> None:
+    config, spec = _emit(case, tmp_path, steps=200, lr=3.5e-5)
+    assert any("peak 3.5e-05 (the request's rate; the rule gives" in n for n in spec.notes)
+    if config:
+        assert config["optimizer"]["params"]["lr"] == pytest.approx(3.5e-5)
+    if case.launcher == "megatron":
+        assert float(_flag(spec.command, "--lr")) == pytest.approx(3.5e-5)
+    elif case.launcher == "torchtitan":
+        toml = tomllib.loads((tmp_path / "torchtitan.toml").read_text())
+        assert toml["optimizer"]["lr"] == pytest.approx(3.5e-5)
+    elif not config:
+        assert float(_flag(spec.command, "--lr")) == pytest.approx(3.5e-5)
