@@ -25,7 +25,8 @@ from tools.intake.wishes import named_wishes
 
 _TRAINING = ("pretrain", "finetune", "lora")
 
-_QLORA_RE = re.compile(r"\bq-?lora\b", re.I)
+# "QLoRA", or a LoRA request's base "in 4-bit" / "4bit" / "NF4" (QLoRA's quantized base).
+_QLORA_RE = re.compile(r"\bq-?lora\b|(?<![\w.])4[ -]?bits?\b|\bnf4\b|\bint4\b", re.I)
 # "rank 64", "rank-8", "rank=16", "rank: 32", "r=16", "r = 8" (a bare "r 16" is too loose).
 _RANK_RE = re.compile(r"\brank\s*[-=:]?\s*(\d{1,5})\b|\br\s*=\s*(\d{1,5})\b", re.I)
 
