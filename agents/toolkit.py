@@ -181,7 +181,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         if ws.deepspeed_config is not None:
             # The plan's config, its schedule sized for the run launched (run_shape.py).
             total = run_steps(ws.brief, steps, ws.deepspeed_config)[0]
-            ws.deepspeed_config = _with_run_steps(ws.deepspeed_config, total)
+            ws.deepspeed_config = _with_run_steps(ws.deepspeed_config, total, ws.brief.warmup_steps)
         ws.launch = _emit_launch(
             ws.out_dir, ws.brief, hw, model, fw, ws.deepspeed_config, steps=steps, memory=ws.memory
         )

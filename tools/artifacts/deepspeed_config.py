@@ -33,7 +33,12 @@ from tools.core.strategies import OFFLOAD_STRATEGIES, ZERO_STAGE, check_strategy
 from tools.planning import resolve_precision, zero_settings
 from tools.planning.batch import resolve_batch
 from tools.planning.batch_layout import BatchLayout
-from tools.planning.lr_schedule import DEFAULT_RUN_STEPS, LrSchedule, plan_schedule, warmup_steps
+from tools.planning.lr_schedule import (
+    DEFAULT_RUN_STEPS,
+    LrSchedule,
+    brief_schedule,
+    warmup_steps,
+)
 from tools.research.titan_flavors import torchtitan_flavor
 
 
@@ -66,9 +71,7 @@ def run_schedule(
 ) -> LrSchedule:
     """The plan's learning-rate schedule for a ``total_steps`` run (lr_schedule.py's rules)."""
     sequences = layout.global_batch if layout is not None else brief.batch
-    return plan_schedule(
-        brief.task, model.params, sequences * brief.seq_len, total_steps, brief.learning_rate
-    )
+    return brief_schedule(brief, model.params, sequences * brief.seq_len, total_steps)
 
 
 def scheduler_section(schedule: LrSchedule) -> dict[str, Any]:
@@ -116,11 +119,14 @@ def optimizer_sections(
     }
 
 
-def with_run_steps(config: dict[str, Any], total_steps: int) -> dict[str, Any]:
+def with_run_steps(
+    config: dict[str, Any], total_steps: int, warmup: int | None = None
+) -> dict[str, Any]:
     """The config with its schedule resized to a ``total_steps`` run (the launch's steps).
 
     A schedule emitted for another length keeps its type, peak and floor; its total becomes the
-    run's and its warm-up the planner's share of it (``warmup_steps``). A WarmupLR without a
+    run's and its warm-up the planner's share of it (``warmup_steps``), or the ``warmup`` steps
+    the request names (at most the run's). A WarmupLR without a
     total (never decays) becomes WarmupCosineLR over the run, peaking at its own rate. A config
     with no scheduler, or already sized for the run, is returned as it is.
     """
@@ -128,10 +134,11 @@ def with_run_steps(config: dict[str, Any], total_steps: int) -> dict[str, Any]:
     if not isinstance(section, dict) or not isinstance(section.get("params"), dict):
         return config
     params = section["params"]
-    if params.get("total_num_steps") == total_steps:
+    warm = min(warmup, total_steps) if warmup else warmup_steps(total_steps)
+    if params.get("total_num_steps") == total_steps and params.get("warmup_num_steps") == warm:
         return config
     updated = copy.deepcopy(config)
-    new = dict(params, total_num_steps=total_steps, warmup_num_steps=warmup_steps(total_steps))
+    new = dict(params, total_num_steps=total_steps, warmup_num_steps=warm)
     if section.get("type") == "WarmupLR":
         peak = params.get("warmup_max_lr")
         if isinstance(peak, (int, float)) and "optimizer" in updated:
@@ -139,7 +146,7 @@ def with_run_steps(config: dict[str, Any], total_steps: int) -> dict[str, Any]:
         new = {
             "total_num_steps": total_steps,
             "warmup_min_ratio": 0.0,
-            "warmup_num_steps": warmup_steps(total_steps),
+            "warmup_num_steps": warm,
             "cos_min_ratio": 0.0,
             "warmup_type": "linear",
         }

@@ -103,7 +103,7 @@ def shape_run(
     schedule = run_schedule(brief, model, total, layout)
     notes = [why, f"batch: {layout.describe()}" + (f" ({assumed})" if assumed else "")]
     if config is not None:
-        config = with_run_steps(config, total)
+        config = with_run_steps(config, total, brief.warmup_steps)
         notes.append(config_schedule_note(config, schedule))
     elif brief.task in ("pretrain", "finetune", "lora"):
         notes.append(schedule.note())

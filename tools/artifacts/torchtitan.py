@@ -48,7 +48,7 @@ from tools.artifacts.scripts import comment_text, render
 from tools.core.errors import ToolFailure
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.planning.batch_layout import BatchLayout
-from tools.planning.lr_schedule import plan_schedule
+from tools.planning.lr_schedule import brief_schedule
 from tools.research.titan_flavors import (
     TORCHTITAN_RELEASE,
     TORCHTITAN_RELEASE_COMMIT,
@@ -253,8 +253,7 @@ def schedule_sections(
     torchtitan's LRScheduler at the module's commit: linear warm-up over ``warmup_steps``, then
     (``decay_ratio`` unset) cosine decay to ``min_lr_factor`` x lr (0.2.2 has no ``lr_min``).
     """
-    tokens = layout.global_batch * brief.seq_len
-    schedule = plan_schedule(brief.task, model.params, tokens, steps, brief.learning_rate)
+    schedule = brief_schedule(brief, model.params, layout.global_batch * brief.seq_len, steps)
     recipe = task_recipe(brief.task)
     return {
         "optimizer": {

@@ -273,6 +273,8 @@ class TrainingBrief(_Strict):
     # The peak learning rate the request names ("lr 1e-5"); None: the plan's rule for the task
     # and size (tools/planning/lr_schedule.py), said in the notes either way.
     learning_rate: Amount | None = Field(default=None, gt=0, le=1.0)
+    # Its warm-up steps ("warmup of 500 steps"); None: 3% of the run (lr_schedule.py).
+    warmup_steps: Count | None = Field(default=None, ge=1, le=10_000_000)
     # What one GPU-hour costs (any currency); with a time to train, the report states the cost.
     price_per_gpu_hour: Amount | None = Field(default=None, gt=0, le=100_000)
     # The framework the request asks for, and the ones it refuses (tools/intake/wishes.py).

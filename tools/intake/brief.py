@@ -37,7 +37,14 @@ MAX_REQUEST_CHARS = 4000
 DEFAULT_SEQ_LEN = TrainingBrief.model_fields["seq_len"].default
 # The brief fields the number readers (tools/intake/numbers_text.py) set; their other readings
 # are wishes (a deadline, a money budget, a micro-batch) that the request accounting lists.
-_NUMBER_FIELDS = ("seq_len", "global_batch_size", "dataset_tokens", "precision", "learning_rate")
+_NUMBER_FIELDS = (
+    "seq_len",
+    "global_batch_size",
+    "dataset_tokens",
+    "precision",
+    "learning_rate",
+    "warmup_steps",
+)
 # The request-field keys that are not brief fields: removed before validation.
 _PRIVATE_KEYS = (HARDWARE_UNCLEAR, HARDWARE_ASSUMED, HARDWARE_REFUSED, MODEL_ASSUMED, NUMBER_NOTES)
 

@@ -100,6 +100,13 @@ _LR_RE = re.compile(
     r"(\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.])",
     re.I,
 )
+# Warm-up steps: "warmup of 500 steps", "500 warmup steps", "warmup_steps=100", "预热 500 步".
+_WARMUP_RE = re.compile(
+    r"(?<![a-z])warm[ _-]?up(?:[ _-]steps?)?\s*(?:of|=|:|for|over)?\s*(\d{1,7})(?:\s*steps?)?\b"
+    r"|(?<![\w.])(\d{1,7})\s*(?:steps?\s+(?:of\s+)?warm[ -]?up|warm[ -]?up\s+steps?)\b"
+    r"|预热\s*(\d{1,7})\s*步",
+    re.I,
+)
 # Epochs over the dataset: "3 epochs", "2 个 epoch", "for 2 epochs".
 _EPOCHS_RE = re.compile(r"(?<![\w.])" + _NUM + r"\s*(?:个\s*)?epochs?\b", re.I)
 _PREP_BEFORE = re.compile(r"(?:on|over|for|with|of|about|~|训练|用)\s*$", re.I)
@@ -215,6 +222,15 @@ def lr_reading(text: str) -> Read | None:
     return None
 
 
+def warmup_reading(text: str) -> Read | None:
+    """The warm-up steps the request names (at least 1), or None."""
+    if m := _WARMUP_RE.search(text):
+        steps = int(next(g for g in m.groups() if g))
+        if steps >= 1:
+            return Read.of("warmup_steps", steps, m)
+    return None
+
+
 def deadline_reading(text: str) -> Read | None:
     """A deadline ("in 2 weeks", "within 10 days", "3天内训完"): no brief field holds it."""
     if m := _DEADLINE_RE.search(text):
@@ -264,6 +280,7 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
         tokens,
         precision_reading(text),
         lr_reading(text),
+        warmup_reading(text),
         micro_batch_reading(text),
         deadline_reading(text),
     ):

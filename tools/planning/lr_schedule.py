@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tools.core.schemas import TrainingBrief
+
 # GPT-3 (Brown et al. 2020, Table 2.1): (parameters, batch tokens, peak learning rate).
 GPT3_TABLE = (
     (125e6, 0.5e6, 6.0e-4),
@@ -56,6 +58,7 @@ class LrSchedule:
     total_steps: int
     min_lr_ratio: float
     rule: str  # where the peak rate comes from, for the notes
+    warmup_rule: str = "3% of the run, Alpaca's warmup_ratio, at most Llama 2's 2,000"
 
     @property
     def min_lr(self) -> float:
@@ -76,8 +79,8 @@ class LrSchedule:
         floor = f"{self.min_lr:.3g}" if self.min_lr_ratio else "0"
         return (
             f"learning rate: peak {self.peak_lr:.3g} ({self.rule}); linear warm-up over "
-            f"{self.warmup_steps} of {self.total_steps} steps (3% of the run, Alpaca's "
-            "warmup_ratio, at most Llama 2's 2,000), then cosine decay to "
+            f"{self.warmup_steps} of {self.total_steps} steps ({self.warmup_rule}), then "
+            "cosine decay to "
             f"{floor} at step {self.total_steps}"
             + (" (10% of the peak, Llama 2)" if self.min_lr_ratio else "")
         )
@@ -127,21 +130,42 @@ def peak_lr(task: str, params: float, batch_tokens: float) -> tuple[float, str]:
 
 
 def plan_schedule(
-    task: str, params: float, batch_tokens: float, total_steps: int, asked: float | None = None
+    task: str,
+    params: float,
+    batch_tokens: float,
+    total_steps: int,
+    asked: float | None = None,
+    asked_warmup: int | None = None,
 ) -> LrSchedule:
     """The run's schedule: ``peak_lr``, ``warmup_steps`` and the decay floor for the task.
 
     ``asked``: the peak rate the request names (the brief's ``learning_rate``), which replaces
-    the rule's; the note then says so and what the rule would have given.
+    the rule's; ``asked_warmup``: its warm-up steps (``warmup_steps``), at most the run's. The
+    note then says so and what the rule would have given.
     """
     total = max(1, int(total_steps))
     lr, rule = peak_lr(task, params, batch_tokens)
     if asked is not None:
         lr, rule = asked, f"the request's rate; the rule gives {lr:.3g}: {rule}"
+    warmup, warmup_rule = warmup_steps(total), LrSchedule.warmup_rule
+    if asked_warmup is not None:
+        capped = " capped at the run's length" if asked_warmup > total else ""
+        warmup_rule = f"the request's {asked_warmup} steps{capped}; the rule gives {warmup}"
+        warmup = min(asked_warmup, total)
     return LrSchedule(
         peak_lr=lr,
-        warmup_steps=warmup_steps(total),
+        warmup_steps=warmup,
         total_steps=total,
         min_lr_ratio=PRETRAIN_MIN_LR_RATIO if task not in ("finetune", "lora") else 0.0,
         rule=rule,
+        warmup_rule=warmup_rule,
+    )
+
+
+def brief_schedule(
+    brief: TrainingBrief, params: float, batch_tokens: float, total_steps: int
+) -> LrSchedule:
+    """The schedule of ``brief``'s run: its task's rule, or the rate and warm-up it names."""
+    return plan_schedule(
+        brief.task, params, batch_tokens, total_steps, brief.learning_rate, brief.warmup_steps
     )

@@ -121,7 +121,7 @@ def _llama31_8b() -> ModelSpec:
 
 
 def _emit(
-    case: Case, out: Path, steps: int | None, lr: float | None = None
+    case: Case, out: Path, steps: int | None, lr: float | None = None, warmup: int | None = None
 ) -> tuple[dict[str, Any], Any]:
     """The plan's launch files in ``out``: returns ds_config.json (or {}) and the LaunchSpec."""
     hardware = HardwareSpec(source="described", nodes=case.nodes, gpus_per_node=8, gpu=H100)
@@ -135,6 +135,7 @@ def _emit(
         global_batch_size=case.batch,
         precision="bf16",
         learning_rate=lr,
+        warmup_steps=warmup,
     )
     memory = _plan(case)
     framework = FrameworkChoice(primary=case.launcher, stack=["pytorch"], rationale="x")  # type: ignore[arg-type]
@@ -295,15 +296,24 @@ def test_every_launchers_schedule_warms_up_briefly_peaks_and_decays(
 
 
 @pytest.mark.parametrize("case", CASES[::2], ids=str)
-def test_the_requests_learning_rate_is_every_launchers_peak(case: Case, tmp_path: Path) -> None:
-    config, spec = _emit(case, tmp_path, steps=200, lr=3.5e-5)
+def test_the_requests_learning_rate_and_warmup_are_every_launchers(
+    case: Case, tmp_path: Path
+) -> None:
+    config, spec = _emit(case, tmp_path, steps=200, lr=3.5e-5, warmup=17)
     assert any("peak 3.5e-05 (the request's rate; the rule gives" in n for n in spec.notes)
+    assert any(
+        "over 17 of 200 steps (the request's 17 steps; the rule gives 6)" in n for n in spec.notes
+    )
     if config:
         assert config["optimizer"]["params"]["lr"] == pytest.approx(3.5e-5)
+        assert config["scheduler"]["params"]["warmup_num_steps"] == 17
     if case.launcher == "megatron":
         assert float(_flag(spec.command, "--lr")) == pytest.approx(3.5e-5)
+        assert int(_flag(spec.command, "--lr-warmup-iters")) == 17
     elif case.launcher == "torchtitan":
         toml = tomllib.loads((tmp_path / "torchtitan.toml").read_text())
         assert toml["optimizer"]["lr"] == pytest.approx(3.5e-5)
+        assert toml["lr_scheduler"]["warmup_steps"] == 17
     elif not config:
         assert float(_flag(spec.command, "--lr")) == pytest.approx(3.5e-5)
+        assert int(_flag(spec.command, "--warmup-steps")) == 17
