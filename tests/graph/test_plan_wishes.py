@@ -53,3 +53,19 @@ def test_a_refused_checkpointing_is_no_recompute(cli_main: Any, tmp_path: Path) 
     )
     assert plan["brief"]["recipe"]["checkpointing"] == "none"
     assert plan["memory"]["activation_checkpointing"] is False
+
+
+def test_a_micro_batch_is_pinned_and_accumulation_judged(cli_main: Any, tmp_path: Path) -> None:
+    plan, _ = _plan(
+        cli_main,
+        tmp_path,
+        "fine-tune llama-3.1-8b on 8 H100 with micro batch 4 and gradient accumulation 8",
+    )
+    assert plan["brief"]["global_batch_size"] == 256
+    assert plan["memory"]["micro_batch_size"] == 4
+    assert "pinned by the request: micro-batch 4" in plan["memory"]["assumptions"]
+    wishes = {w["wish"]: w for w in plan["request"]["wishes"]}
+    assert wishes["micro-batch"]["honoured"] is True
+    steps = plan["memory"]["gradient_accumulation_steps"]
+    assert wishes["grad-accum"]["honoured"] is (steps == 8)
+    assert str(steps) in wishes["grad-accum"]["how"]

@@ -119,6 +119,8 @@ TABLE: list[Row] = [
     ("fine-tune llama-3-8b on 2 nodes x 8 A100 80GB with InfiniBand 200Gb", {"interconnect": "ib200", "nic_gbps": 200.0}, set(), []),
     ("LoRA fine-tune mistral-7b on 2 A100 40GB, rank 64, lr 2e-4", {"task": "lora", "learning_rate": 2e-4}, set(), []),
     ("fine-tune llama-3-8b on 8 H100 with warmup of 500 steps", {"warmup_steps": 500}, set(), []),
+    ("fine-tune llama-3-8b on 8 H100 with micro batch 4 and gradient accumulation 8", {"global_batch_size": 256, "pins": {"micro_batch": 4}}, {"micro-batch", "grad-accum"}, []),
+    ("train resnet-50 on 8 V100, batch 256 per GPU", {"global_batch_size": 2048, "pins": {"micro_batch": 256}}, {"micro-batch"}, []),
     ("fine-tune llama-3-8b on 8 H100, 100 warmup steps, learning rate of 3e-5", {"warmup_steps": 100, "learning_rate": 3e-5}, set(), []),
     ("微调 llama-3-8b，8 张 H100，训练 2 个 epoch", {}, set(), ["2 个 epoch"]),
     ("fine-tune llama-3-8b on 8 H100 with NVLink at 900 GB/s", {}, set(), ["900 GB/s"]),
@@ -177,7 +179,16 @@ def test_a_refused_zero_stage_is_no_pin() -> None:
 
 def test_a_micro_batch_is_not_the_global_batch() -> None:
     fields = request_fields("fine-tune llama-3-8b on 8 H100, micro batch size 2", MODELS)
-    assert "global_batch_size" not in fields
+    # Pinned per GPU; the global batch is micro x 1 accumulation x 8 GPUs, said in the notes.
+    assert fields["pins"]["micro_batch"] == 2 and fields["global_batch_size"] == 16
+    assert any(
+        "= micro-batch 2 x gradient accumulation 1 (none named" in n
+        for n in fields["_number_notes"]
+    )
+    given = request_fields(
+        "fine-tune llama-3-8b on 8 H100, micro batch 2, global batch 512", MODELS
+    )
+    assert given["global_batch_size"] == 512 and given["pins"]["micro_batch"] == 2
 
 
 def test_defaults_are_assumed_out_loud() -> None:

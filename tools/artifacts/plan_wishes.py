@@ -12,6 +12,7 @@ launch that runs it. A sizing question marks its deadline and budget itself
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tools.core.request_account import RequestAccount, mark_wish
@@ -58,6 +59,29 @@ def _budget(quote: str, scaling: ScalingPlan | None) -> tuple[bool, str] | None:
     return False, (
         f"budget not met: the plan costs {row.cost:,.0f} USD on {row.gpus} GPUs, over {quote!r}; "
         "the scaling table shows each size's cost"
+    )
+
+
+def _asked(quote: str) -> int | None:
+    """The count in a wish's words ("micro batch 4" -> 4)."""
+    m = re.search(r"\d+", quote)
+    return int(m.group(0)) if m else None
+
+
+def _batching(wish: str, quote: str, memory: MemoryPlan) -> tuple[bool, str] | None:
+    """A micro-batch or gradient accumulation the request names, against the chosen setup."""
+    asked = _asked(quote)
+    if asked is None:
+        return None
+    if wish == "micro-batch":
+        ran, name = memory.micro_batch_size, "micro-batch"
+    else:
+        ran, name = memory.gradient_accumulation_steps, "gradient accumulation"
+    if ran == asked:
+        return True, f"planned: {name} {ran}"
+    return False, (
+        f"{name} {asked} not planned: the chosen setup runs {name} {ran} "
+        f"({memory.chosen_label}) for the plan's global batch"
     )
 
 
@@ -135,6 +159,8 @@ def mark_plan_wishes(
             mark = _deadline(wish.quote, scaling)
         elif wish.wish == "money-budget":
             mark = _budget(wish.quote, scaling)
+        elif wish.wish in ("micro-batch", "grad-accum"):
+            mark = _batching(wish.wish, wish.quote, memory)
         else:
             mark = marks.get(wish.wish)
         if mark is not None:

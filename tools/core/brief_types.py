@@ -195,6 +195,8 @@ class Pins(_Strict):
     tensor_parallel: Count | None = Field(default=None, ge=1, le=MAX_TENSOR_PARALLEL)
     pipeline_parallel: Count | None = Field(default=None, ge=1, le=MAX_PIPELINE_PARALLEL)
     offload: bool | None = None
+    # Sequences per GPU per forward pass ("micro batch 4", "batch 2 per GPU").
+    micro_batch: Count | None = Field(default=None, ge=1, le=MAX_GLOBAL_BATCH)
     # ZeRO stages the request refuses ("do not use ZeRO-3"); the search offers none of them.
     avoid_zero_stages: list[Annotated[int, Field(ge=0, le=3)]] = Field(
         default_factory=list, max_length=4
@@ -212,6 +214,8 @@ class Pins(_Strict):
             words.append(f"pipeline parallel {self.pipeline_parallel}")
         if self.offload is not None:
             words.append("offload" if self.offload else "no offload")
+        if self.micro_batch is not None:
+            words.append(f"micro-batch {self.micro_batch}")
         return words
 
 

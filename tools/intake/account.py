@@ -83,7 +83,7 @@ _FIELD_ORDER = (
     "engine", "weight_dtype", "team", "deployment", "smoke",
 )  # fmt: skip
 # Wishes that are no brief field but that a number reading found (numbers_text.number_reads).
-_NUMBER_WISHES = ("micro-batch", "deadline", "money-budget", "compute-budget")
+_NUMBER_WISHES = ("micro-batch", "grad-accum", "deadline", "money-budget", "compute-budget")
 
 
 def _claims(regexes: tuple[re.Pattern[str], ...], text: str, field: str, value: Any) -> list[Read]:
@@ -140,6 +140,19 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
     numbers, _ = number_reads(text, int(fields.get("seq_len") or 2048))
     reads = [r for r in numbers if r.field in fields]
     reads += [r for r in numbers if r.field in _NUMBER_WISHES]
+    if "pins" in fields:
+        reads += [
+            Read("pins.micro_batch", r.value, r.quote, r.start, r.end)
+            for r in numbers
+            if r.field == "micro-batch"
+        ]
+    if "global_batch_size" in fields and not any(r.field == "global_batch_size" for r in reads):
+        # A global batch a micro-batch and gradient accumulation gave (brief.accumulated_batch).
+        reads += [
+            Read("global_batch_size", fields["global_batch_size"], r.quote, r.start, r.end)
+            for r in numbers
+            if r.field in ("micro-batch", "grad-accum")
+        ]
     reads += _model_reads(text, fields.get("model")) if "model" in fields else []
     reads += _hardware_reads(text, fields)
     reads += [r for r in pin_reads(text) if "pins" in fields]

@@ -266,6 +266,9 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     data.update(hardware_fields(text))
     reads, batch_notes = number_reads(text, DEFAULT_SEQ_LEN)
     data.update({r.field: r.value for r in reads if r.field in _NUMBER_FIELDS})
+    if (batch := accumulated_batch(reads, data.get("hardware"))) is not None:
+        data["global_batch_size"], line = batch
+        batch_notes.append(line)
     if batch_notes:
         data[NUMBER_NOTES] = batch_notes
     for task, pattern in TASKS if not agent_app else ():
@@ -285,12 +288,38 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     if re.search(r"\bno smoke\b|\bwithout (?:a )?smoke", low):
         data["smoke"] = False
     data.update(wish_fields(text))
+    if micro := next((r.value for r in reads if r.field == "micro-batch"), None):
+        data["pins"] = {**data.get("pins", {}), "micro_batch": micro}  # a setup dimension
     # Serving a model is its own plan (tools/intake/serving_text.py).
     data.update(serving_fields(text, data))
     data.update(recipe_text_fields(text, data.get("task")))
     if (price := price_reading(text)) is not None:
         data["price_per_gpu_hour"] = price.value
     return data
+
+
+def accumulated_batch(reads: list[Any], hardware: str | None) -> tuple[int, str] | None:
+    """The global batch a micro-batch (and gradient accumulation) give on the named GPUs.
+
+    Only when the request names a micro-batch and no global batch: micro x accumulation (1
+    when not named, as the Hugging Face Trainer's default) x every GPU, data parallel over all
+    of them, with the line saying so; a tensor or pipeline split then accumulates more
+    micro-batches to keep that batch (the plan says which it runs).
+    """
+    by = {r.field: r for r in reads}
+    micro, accum = by.get("micro-batch"), by.get("grad-accum")
+    spec = _SPEC_RE.match(hardware or "")
+    if micro is None or "global_batch_size" in by or spec is None:
+        return None
+    gpus = int(spec[1] or 1) * int(spec[2])
+    steps = int(accum.value) if accum is not None else 1
+    batch = int(micro.value) * steps * gpus
+    named = "" if accum is not None else " (none named: 1)"
+    return batch, (
+        f"intake: global batch {batch} = micro-batch {micro.value} x gradient accumulation "
+        f"{steps}{named} x {gpus} GPUs (data parallel over every GPU; a tensor or pipeline "
+        "split accumulates more micro-batches to keep this batch)"
+    )
 
 
 def _model_fields(reading: ModelReading) -> dict[str, Any]:

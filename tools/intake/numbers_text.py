@@ -84,8 +84,18 @@ _BATCH_RES = (
         re.I,
     ),
 )
+# A micro-batch (sequences per GPU per forward): "micro-batch 4", "4 per-GPU batch", "batch 256
+# per GPU", "per-device batch size 8", "batch size per device of 2".
+_PER_GPU = r"per[ -](?:gpu|device|rank)"
 _MICRO_RE = re.compile(
-    r"\bmicro[ _-]?batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)|(\d+)\s*per[ -]gpu\s+batch",
+    r"\bmicro[ _-]?batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)"
+    r"|(\d+)\s*" + _PER_GPU + r"\s+batch"
+    r"|\bbatch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)\s*(?:sequences?\s+|samples?\s+|images?\s+)?"
+    + _PER_GPU
+    + r"|\b"
+    + _PER_GPU
+    + r"[ _-]batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)"
+    r"|\bbatch(?:[ _-]?size)?\s+" + _PER_GPU + r"\s*(?:of|=|:|is)?\s*(\d+)",
     re.I,
 )
 _TOKEN_SCALE = r"(k|m|b|t|thousand|million|billion|trillion|万亿|亿|万)"
@@ -170,7 +180,10 @@ def batch_reading(text: str, seq_len: int) -> tuple[Read | None, str | None]:
     sequence length, rounded (at least 1); the second value says so.
     """
     found = sorted((m for p in _BATCH_RES for m in p.finditer(text)), key=lambda m: m.start())
+    micro = [(m.start(), m.end()) for m in _MICRO_RE.finditer(text)]
     for m in found:
+        if any(a <= m.start() < b for a, b in micro):
+            continue  # a batch per GPU is the micro-batch, not the global batch
         count = float(m.group(1)) * (_SCALE[m.group(2).lower()] if m.group(2) else 1)
         unit = (m.group(3) or "").lower()
         if count <= 0:
@@ -184,10 +197,27 @@ def batch_reading(text: str, seq_len: int) -> tuple[Read | None, str | None]:
     return None, None
 
 
+# Gradient accumulation: "gradient accumulation 8", "grad accum 4", "GA=8",
+# "8 gradient accumulation steps", "accumulate gradients over 4 steps".
+_ACCUM_RE = re.compile(
+    r"\b(?:grad(?:ient)?[ _-]?accum(?:ulation)?(?:[ _-]steps?)?|ga)\s*(?:of|=|:|is)?\s*(\d{1,5})\b"
+    r"|(?<![\w.])(\d{1,5})\s*(?:grad(?:ient)?[ _-]?accum(?:ulation)?[ _-]?steps?)\b"
+    r"|\baccumulat\w*\s+(?:the\s+)?gradients?\s+(?:over|for|across)\s+(\d{1,5})\s*(?:steps?|micro[ -]?batch\w*)",
+    re.I,
+)
+
+
+def accumulation_reading(text: str) -> Read | None:
+    """Gradient accumulation steps the request names ("gradient accumulation 8"): a wish."""
+    if m := _ACCUM_RE.search(text):
+        return Read.of("grad-accum", int(next(g for g in m.groups() if g)), m)
+    return None
+
+
 def micro_batch_reading(text: str) -> Read | None:
     """A micro-batch the request names ("micro-batch 4"): a wish, not a brief field."""
     if m := _MICRO_RE.search(text):
-        return Read.of("micro-batch", int(m.group(1) or m.group(2)), m)
+        return Read.of("micro-batch", int(next(g for g in m.groups() if g)), m)
     return None
 
 
@@ -282,6 +312,7 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
         lr_reading(text),
         warmup_reading(text),
         micro_batch_reading(text),
+        accumulation_reading(text),
         deadline_reading(text),
     ):
         if extra is not None:

@@ -307,12 +307,15 @@ def pinned_search(
     ]
     tp = options.tensor_parallel or pins.tensor_parallel
     pp = options.pipeline_parallel or pins.pipeline_parallel
+    micro = options.micro_batch_size or pins.micro_batch
     plan: MemoryPlan | None = None
     why = "no strategy has all of these"
     fits = False
     if kept:
         try:
-            pinned = options.but(strategies=kept, tensor_parallel=tp, pipeline_parallel=pp)
+            pinned = options.but(
+                strategies=kept, tensor_parallel=tp, pipeline_parallel=pp, micro_batch_size=micro
+            )
             space = build_space(model, hardware, unpinned, pinned)
             if batch_note:
                 space.notes.append(batch_note)
@@ -321,7 +324,7 @@ def pinned_search(
             why = exc.message
         else:
             row = plan.chosen_row
-            fits = row is not None and row.fits and _matches(plan, tp, pp)
+            fits = row is not None and row.fits and _matches(plan, tp, pp, micro)
             if not fits:
                 why = (
                     f"its smallest setup needs {row.per_gpu_bytes.total / GB:.1f} GB per GPU"
@@ -342,7 +345,7 @@ def pinned_search(
     else:
         note = f"the pinned choice ({wanted}) does not fit: {why}; nothing fits without it either"
         # Nothing fits either way: the plan keeps what the request pinned.
-        fallback = plan if plan is not None and _matches(plan, tp, pp) else fallback
+        fallback = plan if plan is not None and _matches(plan, tp, pp, micro) else fallback
     notes = [note, *fallback.assumptions]
     if batch_note and batch_note not in notes:
         notes.append(batch_note)
@@ -351,10 +354,12 @@ def pinned_search(
     return fallback.model_copy(update={"assumptions": notes, "not_honoured": missed})
 
 
-def _matches(plan: MemoryPlan, tp: int | None, pp: int | None) -> bool:
-    """Does the plan's chosen setup have the pinned tensor and pipeline degrees?"""
-    return (tp is None or plan.tensor_parallel == tp) and (
-        pp is None or plan.pipeline_parallel == pp
+def _matches(plan: MemoryPlan, tp: int | None, pp: int | None, micro: int | None = None) -> bool:
+    """Does the plan's chosen setup have the pinned tensor and pipeline degrees and micro-batch?"""
+    return (
+        (tp is None or plan.tensor_parallel == tp)
+        and (pp is None or plan.pipeline_parallel == pp)
+        and (micro is None or plan.micro_batch_size == micro)
     )
 
 
