@@ -85,7 +85,7 @@ def brief_model(ws: Workspace, model: str | ModelParams | ModelShape, seq_len: i
     Another model, config path or sequence length is refused before anything is read: a tool
     call cannot make the plan about another model, nor probe which files exist here.
     """
-    from tools.research.model_catalog import lookup_model
+    from tools.research.model_catalog import brief_model
 
     brief = ws.brief
     if brief.model is None:
@@ -100,7 +100,7 @@ def brief_model(ws: Workspace, model: str | ModelParams | ModelShape, seq_len: i
             f"seq_len={brief.seq_len}",
         )
     try:
-        return lookup_model(brief.model, brief.seq_len)
+        return brief_model(brief)
     except InputError as exc:
         if isinstance(brief.model, str):
             raise ModelConfigError(exc, brief.model) from None

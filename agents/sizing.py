@@ -69,10 +69,10 @@ def drop_unclear(fields: dict[str, Any]) -> dict[str, Any]:
 def run_sizing(ask: SizingAsk, brief: TrainingBrief, gpu: str | None) -> Sizing:
     """Size the brief's training under the question's limits; the plan's hardware and notes."""
     from tools.planning.sizing import MAX_SIZING_GPUS, SizingLimits, size_training
-    from tools.research.model_catalog import lookup_model
+    from tools.research.model_catalog import brief_model
 
     assert brief.model is not None
-    model = lookup_model(brief.model, brief.seq_len)
+    model = brief_model(brief)
     limits = SizingLimits(
         tokens=brief.dataset_tokens,
         deadline_s=ask.deadline_s,

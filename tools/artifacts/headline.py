@@ -98,11 +98,16 @@ def headline_notes(plan: dict[str, Any]) -> list[str]:
 
 
 def headline_caveats(plan: dict[str, Any]) -> list[str]:
-    """What the request's objective means for a plan that honours it: the headline's "Note"."""
+    """The headline's "Note": model config changes for this job, and what the objective means.
+
+    What the lookup changed in the model's config (a from-scratch run's position table), then
+    what the request's objective means for a plan that honours it.
+    """
+    notes = [_sentence(str(n)) for n in (plan.get("model") or {}).get("notes") or []]
     if (plan.get("brief") or {}).get("objective") == "rl":
-        return []  # said under "Not as asked"
+        return notes  # the objective is said under "Not as asked"
     note = objective_note(plan)
-    return [note] if note else []
+    return [*notes, *([note] if note else [])]
 
 
 def _sentence(text: str) -> str:

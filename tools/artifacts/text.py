@@ -189,6 +189,7 @@ def estimate_lines(
     gpu = f"{hw.gpu.name} {hw.gpu.memory_gb:g} GB" if hw.gpu else "CPU"
     lines = [
         f"{model.name} ({model.params / 1e9:.2f} B) on {hw.nodes}x{hw.gpus_per_node} {gpu}, seq {brief.seq_len}",
+        *[f"  note: {note}" for note in model.notes],
         f"  {'strategy':<24}{'mb':>3} {'params':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'buffers':>8}{'total':>9}  fits  (GB per GPU)",
     ]
     for s in memory.strategies:

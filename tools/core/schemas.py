@@ -180,6 +180,9 @@ class ModelSpec(BaseModel):
     family: str | None = None
     hf_config: dict[str, Any] | None = None
     source: str = ""
+    # What the lookup changed in the model's config for this job, one sentence each, said in
+    # the plan (a from-scratch run's learned position table sized to its seq_len).
+    notes: list[str] = Field(default_factory=list)
 
 
 class Alternative(BaseModel):

@@ -94,7 +94,7 @@ class Estimate:
 
 def estimate(request: EstimateRequest) -> Estimate:
     """The memory plan ``request`` asks for: its pins kept, the search filling the rest."""
-    from tools.research.model_catalog import lookup_model
+    from tools.research.model_catalog import brief_model
 
     request.check_source()
     recipe = _recipe(request)
@@ -105,7 +105,7 @@ def estimate(request: EstimateRequest) -> Estimate:
     if recompute is not None:
         check_recompute(recompute, "--checkpointing")
     assert brief.model is not None  # _brief_and_hardware refuses an agent-app brief
-    model = lookup_model(brief.model, brief.seq_len)
+    model = brief_model(brief)
     batch_note = None
     if request.grad_accum is not None and brief.global_batch_size is None:
         # --grad-accum sets the micro-batch from the global batch: without --global-batch, the
@@ -135,6 +135,7 @@ def estimate(request: EstimateRequest) -> Estimate:
         raise InputError(flag, exc.message) from None
     if batch_note is not None:
         memory.assumptions.insert(0, batch_note)
+    memory.assumptions[:0] = model.notes
     return Estimate(model, hw, brief, memory, batch_note)
 
 

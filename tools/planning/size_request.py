@@ -99,7 +99,7 @@ def gpu_list(flag: str, text: str | None) -> tuple[tuple[str, ...], dict[str, fl
 def size(request: SizeRequest) -> Sized:
     """The sizing ``request`` asks for, its brief built as ``estimate`` builds one."""
     from tools.intake.brief import brief_from_dict
-    from tools.research.model_catalog import lookup_model
+    from tools.research.model_catalog import brief_model
 
     asked, prices = gpu_list("--gpus", request.gpus)
     refused, _ = gpu_list("--refuse", request.refuse)
@@ -130,11 +130,14 @@ def size(request: SizeRequest) -> Sized:
     if brief.model is None:
         raise InputError("--task", "an agent-app trains nothing, so there is nothing to size")
     try:
-        model = lookup_model(brief.model, brief.seq_len)
+        model = brief_model(brief)
     except InputError as exc:
-        raise InputError("--model", exc.message) from None
+        raise InputError(
+            "--seq-len" if exc.field == "seq_len" else "--model", exc.message
+        ) from None
     try:
         sizing = size_training(model, brief, limits)
     except InputError as exc:
         raise InputError(f"--{exc.field.replace('_', '-')}", exc.message) from None
+    sizing.notes[:0] = model.notes
     return Sized(model, brief, sizing)

@@ -249,3 +249,22 @@ def learned_positions(model: Any, config: Any) -> int | None:
             limit = int(module.num_embeddings)
             return min(limit, int(declared)) if isinstance(declared, int) else limit
     return None
+
+
+# The config keys of a learned position table's length: GPT-2's n_positions (n_ctx, its old
+# twin, kept equal so the file does not contradict itself), everyone else's
+# max_position_embeddings (GPT-Neo, OPT, BERT).
+POSITION_KEYS = ("n_positions", "n_ctx", "max_position_embeddings")
+
+
+def with_position_rows(config: dict[str, Any], rows: int) -> dict[str, Any]:
+    """``config`` with its learned position table sized to ``rows`` (a model built from scratch).
+
+    Sets every length key the config has; one that has none gets ``max_position_embeddings``,
+    which transformers maps to the family's own attribute (GPT-2: ``n_positions``).
+    """
+    sized = dict(config)
+    present = [key for key in POSITION_KEYS if key in sized]
+    for key in present or ["max_position_embeddings"]:
+        sized[key] = rows
+    return sized

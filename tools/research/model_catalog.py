@@ -42,6 +42,7 @@ from tools.core.schemas import (
     ModelParams,
     ModelShape,
     ModelSpec,
+    TrainingBrief,
 )
 from tools.research import architectures as arch
 
@@ -193,7 +194,12 @@ def _catalog_config(model_id: str) -> dict[str, Any]:
 # ---- lookup -----------------------------------------------------------------------------------
 
 
-def lookup_model(ref: str | ModelParams | ModelShape | dict[str, Any], seq_len: int) -> ModelSpec:
+def lookup_model(
+    ref: str | ModelParams | ModelShape | dict[str, Any],
+    seq_len: int,
+    *,
+    from_scratch: bool = False,
+) -> ModelSpec:
     """Resolve a model reference to its exact architecture and parameter count.
 
     Args:
@@ -203,6 +209,10 @@ def lookup_model(ref: str | ModelParams | ModelShape | dict[str, Any], seq_len: 
             ``{"layers":, "hidden":, "heads":, "vocab":}`` (built as a llama-style config), or
             a config dict with ``model_type``.
         seq_len: Training sequence length in tokens.
+        from_scratch: The job builds the model instead of loading its weights (pretraining):
+            a learned position table shorter than ``seq_len`` is sized to ``seq_len``, said in
+            the spec's ``notes``. Otherwise such a ``seq_len`` is refused: the checkpoint's
+            table has the rows it has.
 
     Returns:
         The model's sizes. ``largest_layer_params`` is the largest number of parameters owned
@@ -217,17 +227,29 @@ def lookup_model(ref: str | ModelParams | ModelShape | dict[str, Any], seq_len: 
     """
     seq_len = _check_seq_len(seq_len)
     if isinstance(ref, dict):
-        parsed = _from_dict(ref, seq_len)
+        parsed = _from_dict(ref, seq_len, from_scratch)
         if isinstance(parsed, ModelSpec):
             return parsed
         ref = parsed
     if isinstance(ref, ModelParams):
         return _from_params(ref, seq_len)
     if isinstance(ref, ModelShape):
-        return _from_shape(ref, seq_len)
+        return _from_shape(ref, seq_len, from_scratch)
     if not isinstance(ref, str) or not ref.strip():
         raise InputError("model", "give a catalog id, a config.json path, {params: N} or a shape")
-    return _from_name(ref, seq_len)
+    return _from_name(ref, seq_len, from_scratch)
+
+
+def brief_model(brief: TrainingBrief) -> ModelSpec:
+    """The model a brief's job trains: every stage that looks a brief's model up asks here.
+
+    A job that pretrains from scratch (``brief.loads_weights`` False) builds the model, so a
+    learned position table is sized to the brief's ``seq_len``; one that loads weights keeps
+    the checkpoint's table, and a longer ``seq_len`` is refused.
+    """
+    if brief.model is None:
+        raise InputError("model", "this brief trains no model")
+    return lookup_model(brief.model, brief.seq_len, from_scratch=not brief.loads_weights)
 
 
 def weights_location(model: ModelSpec) -> str | None:
@@ -257,13 +279,16 @@ def _check_seq_len(seq_len: Any) -> int:
     return seq_len
 
 
-def _from_dict(ref: dict[str, Any], seq_len: int) -> ModelParams | ModelShape | ModelSpec:
+def _from_dict(
+    ref: dict[str, Any], seq_len: int, from_scratch: bool
+) -> ModelParams | ModelShape | ModelSpec:
     if "model_type" in ref:
         return _spec_from_config(
             dict(ref),
             seq_len,
             name=str(ref.get("_name_or_path") or ref["model_type"]),
             source="config given inline",
+            from_scratch=from_scratch,
         )
     kind = ModelParams if "params" in ref else ModelShape
     try:
@@ -277,7 +302,7 @@ def _from_dict(ref: dict[str, Any], seq_len: int) -> ModelParams | ModelShape | 
         ) from None
 
 
-def _from_name(ref: str, seq_len: int) -> ModelSpec:
+def _from_name(ref: str, seq_len: int, from_scratch: bool) -> ModelSpec:
     model_id = _catalog_id(ref)
     if model_id is not None:
         entry = load_model_catalog()[model_id]
@@ -290,6 +315,7 @@ def _from_name(ref: str, seq_len: int) -> ModelSpec:
                 f" (published {entry['published_params']:.4g} params:"
                 f" {entry['published_params_source']})"
             ),
+            from_scratch=from_scratch,
         )
     path = Path(ref.strip()).expanduser()
     try:
@@ -301,7 +327,11 @@ def _from_name(ref: str, seq_len: int) -> ModelSpec:
         is_config = exists = False
     if is_config:
         return _spec_from_config(
-            _read_config_file(path), seq_len, name=_name_for(path), source=f"config file {path}"
+            _read_config_file(path),
+            seq_len,
+            name=_name_for(path),
+            source=f"config file {path}",
+            from_scratch=from_scratch,
         )
     if _looks_like_path(ref):
         problem = "is not a .json file" if exists else "does not exist"
@@ -387,9 +417,9 @@ def _from_params(ref: ModelParams, seq_len: int) -> ModelSpec:
     return spec
 
 
-def _from_shape(ref: ModelShape, seq_len: int) -> ModelSpec:
+def _from_shape(ref: ModelShape, seq_len: int, from_scratch: bool = False) -> ModelSpec:
     if ref.like is not None:
-        return _shape_like(ref, seq_len)
+        return _shape_like(ref, seq_len, from_scratch)
     if ref.hidden % ref.heads:
         raise InputError("model", f"hidden ({ref.hidden}) must be divisible by heads ({ref.heads})")
     ffn = ref.intermediate or arch.llama_ffn(ref.hidden)
@@ -407,7 +437,7 @@ def _from_shape(ref: ModelShape, seq_len: int) -> ModelSpec:
     )
 
 
-def _shape_like(ref: ModelShape, seq_len: int) -> ModelSpec:
+def _shape_like(ref: ModelShape, seq_len: int, from_scratch: bool) -> ModelSpec:
     """A shape on a catalog model's config: everything but the sizes is that model's."""
     like = _catalog_id(ref.like or "")
     if like is None:
@@ -434,6 +464,7 @@ def _shape_like(ref: ModelShape, seq_len: int) -> ModelSpec:
             f"{ref.intermediate or 'as ' + like}, vocab {ref.vocab}; activation, norms, "
             f"positions and embedding tying as {like}"
         ),
+        from_scratch=from_scratch,
     )
 
 
@@ -486,23 +517,35 @@ def check_config_bounds(config: dict[str, Any], where: str = "model", depth: int
             check_config_bounds(value, f"{where}.{key}", depth + 1)
 
 
-def _spec_from_config(config: dict[str, Any], seq_len: int, *, name: str, source: str) -> ModelSpec:
+def _spec_from_config(
+    config: dict[str, Any], seq_len: int, *, name: str, source: str, from_scratch: bool = False
+) -> ModelSpec:
     check_config_bounds(config)
-    config_json = _canonical_json(config)
-    counted = _shipped_counts().get(config_key(config_json))
-    if counted is None:
-        counted = _count(config_json)
-        how = f"parameters counted by instantiating {counted.model_class} on meta"
-    else:
-        how = (
-            f"parameters counted by instantiating {counted.model_class} on meta, stored for this "
-            f"exact config in knowledge/models/{COUNTS_FILE}"
-        )
-    if counted.max_positions is not None and seq_len > counted.max_positions:
-        raise InputError(
-            "seq_len",
-            f"{name} has learned position embeddings for {counted.max_positions} tokens; "
-            f"seq_len {seq_len} is longer (use seq_len <= {counted.max_positions})",
+    counted, how = _counted(config)
+    notes: list[str] = []
+    rows = counted.max_positions
+    if rows is not None and seq_len > rows:
+        if not from_scratch:
+            raise InputError(
+                "seq_len",
+                f"{name}'s checkpoint has learned position embeddings for {rows} tokens (a "
+                f"table of {rows} rows), which a job that loads its weights cannot grow: seq_len "
+                f"{seq_len} is longer (use seq_len <= {rows}; pretraining from scratch sizes the "
+                "table to seq_len)",
+            )
+        # Built from scratch, the table is as long as the config says: size it and count again.
+        config = arch.with_position_rows(config, seq_len)
+        counted, how = _counted(config)
+        if counted.max_positions is None or counted.max_positions < seq_len:
+            raise InputError(
+                "seq_len",
+                f"{name} has learned position embeddings for {rows} tokens and its config "
+                f"cannot be sized to {seq_len} (use seq_len <= {rows})",
+            )
+        origin = "catalog config" if source.startswith("catalog") else "config"
+        notes.append(
+            f"pretraining from scratch: {name}'s learned position table sized to {seq_len} "
+            f"rows (its {origin} has {rows})"
         )
     return ModelSpec(
         name=name,
@@ -519,6 +562,20 @@ def _spec_from_config(config: dict[str, Any], seq_len: int, *, name: str, source
         family=str(config["model_type"]),
         hf_config=config,
         source=f"{source}; {how}",
+        notes=notes,
+    )
+
+
+def _counted(config: dict[str, Any]) -> tuple[_Counted, str]:
+    """The config's meta-device count (shipped for this exact config, else live) and how."""
+    config_json = _canonical_json(config)
+    counted = _shipped_counts().get(config_key(config_json))
+    if counted is None:
+        counted = _count(config_json)
+        return counted, f"parameters counted by instantiating {counted.model_class} on meta"
+    return counted, (
+        f"parameters counted by instantiating {counted.model_class} on meta, stored for this "
+        f"exact config in knowledge/models/{COUNTS_FILE}"
     )
 
 

@@ -50,7 +50,7 @@ def check_brief(
 ) -> list[Finding]:
     """The plan's hardware and model are the brief's: resolved again here, not taken on trust."""
     from tools.research.hardware import hardware_for_brief
-    from tools.research.model_catalog import lookup_model
+    from tools.research.model_catalog import brief_model
 
     fix = "plan the brief's model and hardware; a tool call cannot change them"
     findings = []
@@ -76,7 +76,7 @@ def check_brief(
             )
         return findings
     try:
-        expected = lookup_model(brief.model, brief.seq_len)
+        expected = brief_model(brief)
     except TrainwrightError as exc:
         return [*findings, _error("brief_contract", f"the brief's model: {exc}", fix)]
     sizes = ("name", "params", "layers", "hidden", "heads", "vocab", "seq_len")

@@ -276,3 +276,58 @@ def test_a_missing_or_damaged_counts_file_falls_back_to_live_counting(
     (tmp_path / models.COUNTS_FILE).write_text("{not json")
     models._shipped_counts.cache_clear()
     assert lookup_model("llama-3-8b", 4096).params == 8_030_261_248 and len(count_calls) == 2
+
+
+# (catalog id, the config key its position table's length is under, rows in its config)
+LEARNED_POSITIONS = [("gpt2", "n_positions", 1024), ("opt-125m", "max_position_embeddings", 2048),
+                     ("bert-base", "max_position_embeddings", 512)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("model_id", "key", "rows"), LEARNED_POSITIONS)
+def test_a_model_built_from_scratch_gets_a_position_table_of_seq_len(
+    model_id: str, key: str, rows: int
+) -> None:
+    with pytest.raises(InputError) as err:  # a checkpoint's table is what it is
+        lookup_model(model_id, 2 * rows)
+    assert err.value.field == "seq_len"
+    assert f"{model_id}'s checkpoint has learned position embeddings for {rows} tokens" in str(
+        err.value
+    )
+    assert f"use seq_len <= {rows}" in err.value.message
+    catalog = lookup_model(model_id, rows)
+    scratch = lookup_model(model_id, 2 * rows, from_scratch=True)
+    assert scratch.hf_config is not None and scratch.hf_config[key] == 2 * rows
+    # Only the table grew, by the added rows x the embedding width (the live meta count).
+    assert scratch.params - catalog.params == rows * (catalog.hf_config or {}).get(
+        "word_embed_proj_dim", catalog.hidden
+    )
+    assert (scratch.layers, scratch.hidden, scratch.vocab) == (
+        catalog.layers, catalog.hidden, catalog.vocab
+    )  # fmt: skip
+    assert scratch.notes == [
+        f"pretraining from scratch: {model_id}'s learned position table sized to {2 * rows} "
+        f"rows (its catalog config has {rows})"
+    ]
+    assert catalog.notes == [] and lookup_model(model_id, rows, from_scratch=True) == catalog
+    # The catalog's own config is untouched (a cached dict changed in place would leak).
+    assert models._catalog_config(model_id)[key] == rows
+
+
+def test_a_brief_looks_its_model_up_as_its_job_builds_it() -> None:
+    from tools.intake.brief_load import brief_from_dict
+
+    pretrain = models.brief_model(
+        brief_from_dict({"model": "gpt2", "task": "pretrain", "seq_len": 2048})
+    )
+    assert pretrain.seq_len == 2048 and (pretrain.hf_config or {})["n_positions"] == 2048
+    assert pretrain.notes
+    for loads in ({"task": "finetune"}, {"task": "lora"}, {"objective": "continued-pretraining"}):
+        brief = brief_from_dict({"model": "gpt2", "seq_len": 2048, "task": "pretrain", **loads})
+        assert brief.loads_weights
+        with pytest.raises(InputError, match="checkpoint"):
+            models.brief_model(brief)
+    # A RoPE model has no table to size: nothing changes, nothing to say.
+    llama = models.brief_model(
+        brief_from_dict({"model": "llama-3-8b", "task": "pretrain", "seq_len": 16384})
+    )
+    assert llama.notes == [] and llama.hf_config == models._catalog_config("llama-3-8b")
