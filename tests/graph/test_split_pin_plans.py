@@ -50,6 +50,12 @@ def test_mixtral_with_expert_parallelism_8_plans_ep8_and_quotes_it(
     assert "team" not in {r["field"] for r in plan["request"]["read"]}
     assert "pinned by the request: expert parallel 8" in plan["memory"]["assumptions"]
     assert "--moe-expert-parallel-size 8" in (out / "launch.sh").read_text()
+    assert plan["framework"]["primary"] == "megatron"
+    # The framework's reason names the split it runs (it said "tensor parallel 1 x pipeline 1").
+    assert (
+        "expert parallel 8: Megatron-DeepSpeed splits the experts"
+        in (plan["framework"]["rationale"])
+    )
 
 
 def test_a_pinned_expert_degree_other_than_the_searchs_own_is_kept() -> None:
@@ -97,6 +103,7 @@ def test_context_parallel_4_at_128k_plans_cp4(cli_main: Any, tmp_path: Path) -> 
     assert plan["request"]["not_understood"] == []
     assert "pinned by the request: context parallel 4" in plan["memory"]["assumptions"]
     assert plan["framework"]["primary"] == "torchtitan"
+    assert "context parallel 4: torchtitan builds" in plan["framework"]["rationale"]
     toml = tomllib.loads((out / "torchtitan.toml").read_text())
     assert toml["parallelism"]["context_parallel_degree"] == 4
 

@@ -300,10 +300,10 @@ def pinned_search(
     """The search restricted to the request's pins; when nothing fits them, the unpinned plan.
 
     A ZeRO stage keeps the strategies of that stage, ``offload`` keeps (or drops) the offload
-    strategies, tensor/pipeline/expert/context degrees keep the setups with exactly those degrees (searched
-    even where data parallelism alone would fit). The plan says what was pinned; when no pinned
-    setup fits, the plan is the unpinned search's, with a note that the pinned choice does not
-    fit, why, and what does instead.
+    strategies, tensor/pipeline/expert/context degrees keep the setups with exactly those
+    degrees (searched even where data parallelism alone would fit). The plan says what was
+    pinned; when no pinned setup fits, the plan is the unpinned search's, with a note that the
+    pinned choice does not fit, why, and what does instead.
     """
     pins = brief.pins
     wanted = " + ".join(pins.stated())
