@@ -177,11 +177,11 @@ def _degree_reads(
         if not _refused_before(text, m.start()):
             degree = m.group(1) if m.group(1) is not None else m.group(2)
             return [Read(field, int(degree), m.group(0).strip(), m.start(), m.end())]
-    if m := before.search(text):
-        return [Read.of(field, int(m.group(1)), m)]
-    for m in name.finditer(text):
-        if (at := _refusal_start(text, m.start())) is not None:
-            return [Read(field, 1, text[at : m.end()], at, m.end())]
+    if way := before.search(text):
+        return [Read.of(field, int(way.group(1)), way)]
+    for named in name.finditer(text):
+        if (at := _refusal_start(text, named.start())) is not None:
+            return [Read(field, 1, text[at : named.end()], at, named.end())]
     return []
 
 
