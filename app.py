@@ -51,6 +51,7 @@ def number_flags() -> dict[str, dict[str, tuple[float, float]]]:
     command without a row here.
     """
     from tools.core.schemas import (
+        MAX_EXPERT_PARALLEL,
         MAX_GLOBAL_BATCH,
         MAX_LORA_RANK,
         MAX_PIPELINE_PARALLEL,
@@ -74,6 +75,7 @@ def number_flags() -> dict[str, dict[str, tuple[float, float]]]:
             "--grad-accum": (1, MAX_GLOBAL_BATCH),
             "--lora-rank": (1, MAX_LORA_RANK),
             "--cp": (1, MAX_WORLD),
+            "--ep": (1, MAX_EXPERT_PARALLEL),
             "--tp": (1, MAX_TENSOR_PARALLEL),
             "--pp": (1, MAX_PIPELINE_PARALLEL),
         },
@@ -258,6 +260,11 @@ def _add_estimate(sub: Any) -> None:
     )
     est.add_argument("--tp", type=int, help="pin the tensor-parallel degree (default: searched)")
     est.add_argument("--pp", type=int, help="pin the pipeline-parallel degree (default: searched)")
+    est.add_argument(
+        "--ep",
+        type=int,
+        help="pin the expert-parallel degree of a mixture of experts (default: searched)",
+    )
     est.add_argument(
         "--checkpointing",
         help="pin activation recompute: none | selective (Megatron's) | selective-op "

@@ -86,6 +86,14 @@ TABLE: list[Row] = [
     # ---- techniques
     ("pretrain qwen3-235b-a22b on 8 nodes of 8 H100 with expert parallelism", {}, {"technique:expert-parallelism"}, []),
     ("fine-tune llama-3.1-8b with 128k context on 16 H100 using context parallelism", {"seq_len": 131072}, {"technique:context-parallelism"}, []),
+    # ---- expert- and context-parallel degrees: pins with their words ("parallelism 8" was not understood)
+    ("train mixtral-8x7b on 32 H100 with expert parallelism 8", {"pins": {"expert_parallel": 8}}, {"technique:expert-parallelism"}, []),
+    ("pretrain mixtral-8x7b on 2 nodes of 8 H100, EP=8, CP=2", {"pins": {"expert_parallel": 8, "context_parallel": 2}}, {"technique:expert-parallelism", "technique:context-parallelism"}, []),
+    ("train mixtral-8x7b on 16 H100, expert-parallel size 4, TP 2", {"pins": {"expert_parallel": 4, "tensor_parallel": 2}}, {"technique:expert-parallelism"}, []),
+    ("fine-tune llama-3.1-8b with 128k context on 8 H100, context-parallel degree 4", {"seq_len": 131072, "pins": {"context_parallel": 4}}, {"technique:context-parallelism"}, []),
+    ("fine-tune llama-3.1-8b on 8 H100 at seq 65536, cp 4", {"seq_len": 65536, "pins": {"context_parallel": 4}}, {"technique:context-parallelism"}, []),
+    ("fine-tune mixtral-8x7b on 16 H100 with ep8, no context parallelism", {"pins": {"expert_parallel": 8, "context_parallel": 1}}, {"technique:expert-parallelism", "avoid:context-parallelism"}, []),
+    ("在 4 台 8 卡 H100 上预训练 mixtral-8x7b，专家并行 8", {"pins": {"expert_parallel": 8}, "hardware": "4x8xH100-80GB"}, {"technique:expert-parallelism"}, []),
     ("fine-tune llama-3-8b on 8 H100 with sequence parallelism and FlashAttention-2", {}, {"technique:sequence-parallelism", "technique:flash-attention"}, []),
     ("pretrain llama-3-70b on 4 nodes of 8 A100 80GB with ZeRO++", {}, {"technique:zero++"}, []),
     ("fine-tune llama-3-8b on 8 A100 80GB with FSDP2 and torch.compile", {"framework": "pytorch_fsdp"}, {"framework:pytorch_fsdp", "technique:fsdp2", "technique:torch.compile"}, []),

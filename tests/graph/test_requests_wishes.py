@@ -113,6 +113,20 @@ TABLE: list[tuple[str, str | None, list[str] | None, dict[str, Any] | None, int 
         {"zero_stage": 3, "tensor_parallel": 1},
         None,
     ),
+    (
+        "pretrain mixtral-8x7b on 4 nodes of 8 H100 with Megatron, ZeRO-1 and EP 8",
+        "megatron",
+        None,
+        {"zero_stage": 1, "expert_parallel": 8},
+        None,
+    ),
+    (
+        "fine-tune llama-3.1-8b on 8 H100 at 128k, context parallelism 4, no expert parallelism",
+        None,
+        None,
+        {"expert_parallel": 1, "context_parallel": 4},
+        None,
+    ),
 ]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from tools.core.request_account import RequestAccount, mark_wish
 from tools.core.schemas import MemoryPlan, ScalingPlan, TrainingBrief
 from tools.intake.sizing_text import budget_dollars, deadline_seconds
+from tools.planning.pins import dense_expert_line
 
 DAY_S = 86_400.0
 _NO_TOKENS = "not checked: the request gives no token count ('on 1T tokens'), so no {} to check"
@@ -115,8 +116,12 @@ def _techniques(
             f"{primary} launch runs eager",
         )
     )
+    pinned = brief.pins.expert_parallel or 1
     if setup.ep > 1:
         marks["technique:expert-parallelism"] = (True, f"planned: expert parallel {setup.ep}")
+    elif not experts and pinned > 1:
+        # The search's own line for the dropped pin: one line under "not as asked", not two.
+        marks["technique:expert-parallelism"] = (False, dense_expert_line(pinned))
     else:
         marks["technique:expert-parallelism"] = (
             False,

@@ -158,6 +158,9 @@ MAX_GLOBAL_BATCH = 1_000_000
 MAX_LORA_RANK = 4096
 MAX_TENSOR_PARALLEL = 64
 MAX_PIPELINE_PARALLEL = 1024
+# An expert split is at most one expert per rank; a context split at most 1024 ranks a sequence.
+MAX_EXPERT_PARALLEL = MAX_EXPERTS
+MAX_CONTEXT_PARALLEL = 1024
 
 
 class Team(_Strict):
@@ -189,11 +192,15 @@ class ModelParams(_Strict):
 
 
 class Pins(_Strict):
-    """Setup dimensions the request fixed ("ZeRO-2", "TP 4", "no offload"); None: searched."""
+    """Setup dimensions the request fixed ("ZeRO-2", "TP 4", "EP 8", "no offload"); None: searched."""
 
     zero_stage: Count | None = Field(default=None, ge=0, le=3)
     tensor_parallel: Count | None = Field(default=None, ge=1, le=MAX_TENSOR_PARALLEL)
     pipeline_parallel: Count | None = Field(default=None, ge=1, le=MAX_PIPELINE_PARALLEL)
+    # A mixture of experts' expert-parallel degree (1: every expert on each rank).
+    expert_parallel: Count | None = Field(default=None, ge=1, le=MAX_EXPERT_PARALLEL)
+    # Ranks each sequence is split over (ring attention or DeepSpeed-Ulysses; 1: whole sequences).
+    context_parallel: Count | None = Field(default=None, ge=1, le=MAX_CONTEXT_PARALLEL)
     offload: bool | None = None
     # Sequences per GPU per forward pass ("micro batch 4", "batch 2 per GPU").
     micro_batch: Count | None = Field(default=None, ge=1, le=MAX_GLOBAL_BATCH)
@@ -212,6 +219,10 @@ class Pins(_Strict):
             words.append(f"tensor parallel {self.tensor_parallel}")
         if self.pipeline_parallel is not None:
             words.append(f"pipeline parallel {self.pipeline_parallel}")
+        if self.expert_parallel is not None:
+            words.append(f"expert parallel {self.expert_parallel}")
+        if self.context_parallel is not None:
+            words.append(f"context parallel {self.context_parallel}")
         if self.offload is not None:
             words.append("offload" if self.offload else "no offload")
         if self.micro_batch is not None:

@@ -12,6 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from tools.core.brief_types import (
+    MAX_CONTEXT_PARALLEL,
+    MAX_EXPERT_PARALLEL,
     MAX_EXPERTS,
     MAX_GLOBAL_BATCH,
     MAX_HEADS,
@@ -78,6 +80,8 @@ __all__ = [
     "GPUSpec",
     "HardwareSpec",
     "LaunchSpec",
+    "MAX_CONTEXT_PARALLEL",
+    "MAX_EXPERT_PARALLEL",
     "MAX_EXPERTS",
     "MAX_GLOBAL_BATCH",
     "MAX_HEADS",

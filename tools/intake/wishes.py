@@ -6,8 +6,9 @@ read by the brief parser); "PyTorch DDP only" -> pytorch_ddp; "with torchtitan" 
 (its launch files where one of its flavors builds the model; otherwise the plan says in one
 line why not and what runs instead: tools/research/titan_wish.py). Pins: "ZeRO-2", "ZeRO
 stage 3", "TP 4", "tensor parallel 8", "PP 2", "pipeline parallelism of 4", "no tensor
-parallelism" (degree 1), "no offload", "with offload"; "do not use ZeRO-3" refuses that stage
-(``avoid_zero_stages``).
+parallelism" (degree 1), "expert parallelism 8", "EP=8", "ep8", "context parallel 4", "CP=2",
+"no expert parallelism" (degree 1), "no offload", "with offload"; "do not use ZeRO-3" refuses
+that stage (``avoid_zero_stages``).
 
 Offline and deterministic, like the rest of the request parser (tools/intake/brief.py); every
 pattern is linear (no nested quantifiers), and the request is already capped in length.
@@ -55,6 +56,22 @@ _PP_RE = re.compile(
 )
 _TP_BEFORE_RE = re.compile(r"\b(\d{1,2})[ -]?way\s+tensor[ -]parallel", re.I)
 _PP_BEFORE_RE = re.compile(r"\b(\d{1,4})[ -]?(?:way|stage)s?\s+pipeline", re.I)
+# "expert parallelism 8", "expert-parallel size 8", "EP=8", "EP 8", "ep8", "8-way expert
+# parallel", "专家并行 8"; the context-parallel degree likewise ("CP=2", "context parallel 4").
+_EP_WORDS = r"ep|expert[ -]parallel(?:ism)?"
+_CP_WORDS = r"cp|context[ -]parallel(?:ism)?"
+_DEGREE_AFTER = r")\s*(?:(?:size|degree)\s*)?(?:(?:of|=|:|-)\s*)?(\d{1,4})\b"
+_EP_RE = re.compile(
+    r"\b(?:" + _EP_WORDS + _DEGREE_AFTER + r"|专家并行度?\s*[=:：]?\s*(\d{1,4})", re.I
+)
+_CP_RE = re.compile(
+    r"\b(?:" + _CP_WORDS + _DEGREE_AFTER + r"|上下文并行度?\s*[=:：]?\s*(\d{1,4})", re.I
+)
+_EP_BEFORE_RE = re.compile(r"\b(\d{1,4})[ -]?way\s+(?:" + _EP_WORDS + r")\b", re.I)
+_CP_BEFORE_RE = re.compile(r"\b(\d{1,4})[ -]?way\s+(?:" + _CP_WORDS + r")\b", re.I)
+# The split named without a degree, to find a refusal before it ("no expert parallelism").
+_EP_NAME_RE = re.compile(r"\b(?:ep|expert[ -]parallel\w*)\b|专家并行", re.I)
+_CP_NAME_RE = re.compile(r"\b(?:cp|context[ -]parallel\w*)\b|上下文并行", re.I)
 _NO_TP_RE = re.compile(r"\b(?:no|without)\s+(?:tp|tensor[ -]parallel)", re.I)
 _NO_PP_RE = re.compile(r"\b(?:no|without)\s+(?:pp|pipeline(?:[ -]parallel)?)\b", re.I)
 _NO_OFFLOAD_RE = re.compile(
@@ -137,6 +154,8 @@ def pin_reads(text: str) -> list[Read]:
         reads.append(Read.of("pins.pipeline_parallel", int(m.group(1)), m))
     elif m := _NO_PP_RE.search(text):
         reads.append(Read.of("pins.pipeline_parallel", 1, m))
+    reads += _degree_reads(text, "pins.expert_parallel", _EP_RE, _EP_BEFORE_RE, _EP_NAME_RE)
+    reads += _degree_reads(text, "pins.context_parallel", _CP_RE, _CP_BEFORE_RE, _CP_NAME_RE)
     if m := _NO_OFFLOAD_RE.search(text):
         reads.append(Read.of("pins.offload", False, m))
     elif m := _OFFLOAD_RE.search(text):
@@ -146,8 +165,28 @@ def pin_reads(text: str) -> list[Read]:
     return reads
 
 
+def _degree_reads(
+    text: str, field: str, after: re.Pattern[str], before: re.Pattern[str], name: re.Pattern[str]
+) -> list[Read]:
+    """A split's degree with its words: "EP 8", "4-way context parallel"; a refusal is 1.
+
+    "no expert parallelism", "without CP" pin the degree 1; a request that names the split
+    without a degree ("with expert parallelism") pins nothing (the wish says it).
+    """
+    for m in after.finditer(text):
+        if not _refused_before(text, m.start()):
+            degree = m.group(1) if m.group(1) is not None else m.group(2)
+            return [Read(field, int(degree), m.group(0).strip(), m.start(), m.end())]
+    if way := before.search(text):
+        return [Read.of(field, int(way.group(1)), way)]
+    for named in name.finditer(text):
+        if (at := _refusal_start(text, named.start())) is not None:
+            return [Read(field, 1, text[at : named.end()], at, named.end())]
+    return []
+
+
 def pin_fields(text: str) -> dict[str, Any]:
-    """The setup dimensions a request fixes: zero_stage, tensor/pipeline degrees, offload."""
+    """The setup dimensions a request fixes: ZeRO stage, split degrees, offload."""
     return {r.field.split(".", 1)[1]: r.value for r in pin_reads(text)}
 
 
@@ -168,8 +207,15 @@ def _refused_zero_stages(text: str) -> Read | None:
 # Techniques, trainers and objectives a request may name: each becomes a wish with its words,
 # which the planner honours or refuses out loud (plan JSON ``request.wishes``). Id, pattern.
 _NAMED: tuple[tuple[str, str], ...] = (
-    ("technique:expert-parallelism", r"\bexpert[ -]parallel\w*|\bEP\s*=?\s*\d+\b|专家并行"),
-    ("technique:context-parallelism", r"\bcontext[ -]parallel\w*|\bring[ -]attention\b|上下文并行"),
+    (
+        "technique:expert-parallelism",
+        r"\bexpert[ -]parallel\w*|\bEP\s*(?:[=:-]|of|size|degree)?\s*\d+\b|专家并行",
+    ),
+    (
+        "technique:context-parallelism",
+        r"\bcontext[ -]parallel\w*|\bCP\s*(?:[=:-]|of|size|degree)?\s*\d+\b|\bring[ -]attention\b"
+        r"|上下文并行",
+    ),
     ("technique:sequence-parallelism", r"\bsequence[ -]parallel\w*|\bulysses\b|序列并行"),
     ("technique:zero++", r"\bzero\s*\+\+|\bzeropp\b|\bzero[ -]plus[ -]plus\b"),
     ("technique:fsdp2", r"\bfsdp[ -]?2\b|\bfully_shard\b"),

@@ -32,7 +32,12 @@ TRAINING = re.compile(
 )
 TEAM = (
     ("experience", "beginner", r"\b(?:beginners?|novices?|new to|junior|first time)\b"),
-    ("experience", "expert", r"\b(?:experts?|experienced|senior|veterans?)\b"),
+    # Not a mixture of experts' experts ("8 experts", "mixture of experts", "expert parallelism").
+    (
+        "experience",
+        "expert",
+        r"(?<!of )(?<!\d )\bexperts?\b(?![ -]parallel)|\b(?:experienced|senior|veterans?)\b",
+    ),
     ("existing_stack", "tensorflow", r"\b(?:tensorflow|keras|tf\.distribute)\b"),
     ("existing_stack", "pytorch", r"\b(?:pytorch|torch)\b(?![.\s-]*(?:compile|titan|tune))"),
 )

@@ -39,6 +39,8 @@ ESTIMATE_FLAGS = {
     "qlora": "--qlora",
     "cp": "--cp",
     "context_parallel": "--cp",
+    "ep": "--ep",
+    "expert_parallel": "--ep",
 }
 # The request fields that ask for a recipe other than DeepSpeed's default.
 RECIPE_FIELDS = ("framework", "optimizer", "grad_accum", "lora_rank", "qlora", "cp")
@@ -72,6 +74,7 @@ class EstimateRequest(BaseModel):
     strategy: str | None = None
     tp: int | None = None
     pp: int | None = None
+    ep: int | None = None
     checkpointing: str | None = None
 
     def check_source(self) -> None:
@@ -121,6 +124,7 @@ def estimate(request: EstimateRequest) -> Estimate:
         pipeline_parallel=request.pp,
         recompute=recompute,
         context_parallel=request.cp,
+        expert_parallel=request.ep,
         recipe=recipe,
     )
     try:

@@ -24,7 +24,7 @@ from tools.core.strategies import (
 )
 from tools.planning.options import SearchOptions
 from tools.planning.parallel import TENSOR_PARALLEL_CANDIDATES, routed_experts
-from tools.planning.pins import batch_message, check_pins
+from tools.planning.pins import batch_message, check_pins, check_split_pins
 from tools.planning.recipe import resolve_recipe
 from tools.planning.scale_out import TRAINING_TASKS
 from tools.planning.search_space import PIPELINE_STRATEGIES, SearchSpace
@@ -71,12 +71,7 @@ def build_space(
     check_pins(
         model, hardware, brief, tensor_parallel, pipeline_parallel, names if strategies else None
     )
-    ep = options.expert_parallel
-    if ep is not None and ep > 1 and routed_experts(model) % ep:
-        raise InputError(
-            "expert_parallel",
-            f"{ep} must divide the {routed_experts(model)} routed experts of {model.name}",
-        )
+    check_split_pins(model, hardware, options.expert_parallel, options.context_parallel)
     if micro_batch_size is not None and micro_batch_size < 1:
         raise InputError("micro_batch_size", "must be at least 1")
     if options.recompute is not None:
@@ -98,6 +93,8 @@ def build_space(
         space.notes.append(f"memory priced for: {space.recipe.describe()}")
         space.notes.extend(f"assumed {a}" for a in space.recipe.assumed)
     space.layouts = _layouts(space)
+    if not space.layouts and space.ep_pin is not None and space.ep_pin > 1:
+        raise _expert_refusal(space)
     if not space.layouts:
         raise InputError(
             "global_batch_size", batch_message(brief, hardware, step=space.smallest_dp)
@@ -183,6 +180,34 @@ def _expert_layouts(space: SearchSpace, layouts: list[Setup]) -> list[Setup]:
     return [
         lay.but(ep=e) for lay in layouts if lay.split == 1 for e in eps if space.dp(lay) % e == 0
     ]
+
+
+def _expert_refusal(space: SearchSpace) -> InputError:
+    """Why a pinned expert-parallel degree has no layout here (``_expert_layouts``' rules)."""
+    hw, brief, ep = space.hardware, space.brief, space.ep_pin
+    if hw.gpu is None or brief.task not in ("pretrain", "finetune"):
+        return InputError(
+            "expert_parallel",
+            f"expert parallel {ep} is planned for full pretraining or fine-tuning on GPUs, "
+            f"not {brief.task} on {'this CPU-only machine' if hw.gpu is None else hw.gpu.name}",
+        )
+    if space.recipe is not None and space.recipe.framework != "deepspeed":
+        return InputError(
+            "expert_parallel",
+            f"expert parallel {ep} runs on DeepSpeed-MoE (Megatron-DeepSpeed), its memory "
+            f"priced as DeepSpeed's ZeRO shards it, not on the {space.recipe.framework} recipe",
+        )
+    tp, pp = space.pinned
+    if (tp or 1) * (pp or 1) * (space.cp_pin or 1) > 1:
+        return InputError(
+            "expert_parallel",
+            f"expert parallel {ep} runs beside plain data parallelism only (tensor x pipeline x "
+            "context parallel 1, as DeepSpeed-MoE's recipes run it), not with the other "
+            "pinned degrees",
+        )
+    if brief.batch % hw.world_size:
+        return InputError("global_batch_size", batch_message(brief, hw, dp=hw.world_size))
+    return InputError("expert_parallel", f"no layout here runs expert parallel {ep}")
 
 
 def _context_degrees(model: ModelSpec, seq_len: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""Checks of the request's pinned tensor/pipeline degrees, and the batch-split message.
+"""Checks of the request's pinned tensor/pipeline/expert degrees, and the batch-split message.
 
 Megatron-LM's constraints (Narayanan et al. 2021 sec. 3.3), refused with the field that
 breaks them before any setup is priced.
@@ -7,8 +7,9 @@ breaks them before any setup is priced.
 from __future__ import annotations
 
 from tools.core.errors import InputError
-from tools.core.schemas import HardwareSpec, ModelSpec, StrategyName, TrainingBrief
+from tools.core.schemas import HardwareSpec, ModelSpec, Pins, StrategyName, TrainingBrief
 from tools.core.strategies import OFFLOAD_STRATEGIES
+from tools.planning.parallel import routed_experts
 from tools.planning.search_space import PIPELINE_STRATEGIES
 
 
@@ -34,6 +35,27 @@ def batch_message(
         f"the requested {brief.batch} sequences per step must be a multiple of the data-parallel "
         f"degree of some setup (world size {world} over tensor x pipeline x context parallel); "
         f"try {nearest}, or leave it out for a default that fits"
+    )
+
+
+def drop_expert_pin(model: ModelSpec, pins: Pins) -> tuple[Pins, str | None]:
+    """The pins without an expert-parallel degree a dense model cannot have, and the line why.
+
+    An expert split needs routed experts (DeepSpeed-MoE splits them over the data-parallel
+    ranks); a dense model has none, so "EP 4" on it plans as if unsaid, and says so. Degree 1
+    ("no expert parallelism") is what a dense model runs anyway and stays.
+    """
+    ep = pins.expert_parallel
+    if ep is None or ep == 1 or routed_experts(model) > 1:
+        return pins, None
+    return pins.model_copy(update={"expert_parallel": None}), dense_expert_line(ep)
+
+
+def dense_expert_line(ep: int) -> str:
+    """The one line for an expert-parallel pin on a dense model (the plan's and the wish's)."""
+    return (
+        f"expert parallel {ep} not planned: the model has no experts to split (a dense model); "
+        "the pin is dropped"
     )
 
 
@@ -100,3 +122,35 @@ def check_pins(
                     else "tensor/pipeline parallelism here (offload is data-parallel only)"
                 ),
             )
+
+
+def check_split_pins(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    expert_parallel: int | None,
+    context_parallel: int | None,
+) -> None:
+    """Refuse a pinned expert- or context-parallel degree that cannot run, naming the field.
+
+    Expert parallelism splits a mixture of experts' routed experts (a dense model has none)
+    over data-parallel ranks: e divides the experts and the GPUs (DeepSpeed-MoE,
+    ``--moe-expert-parallel-size``). Context parallelism splits each sequence over c of the
+    GPUs, so c divides them.
+    """
+    ep, cp, world = expert_parallel, context_parallel, hardware.world_size
+    experts = routed_experts(model)
+    if ep is not None and ep > 1 and experts <= 1:
+        raise InputError("expert_parallel", f"{model.name} has no experts to split (a dense model)")
+    if ep is not None and ep > 1 and experts % ep:
+        raise InputError(
+            "expert_parallel", f"{ep} must divide the {experts} routed experts of {model.name}"
+        )
+    if ep is not None and ep > 1 and world % ep:
+        raise InputError(
+            "expert_parallel",
+            f"{ep} must divide the {world} GPUs (the experts split over data-parallel ranks)",
+        )
+    if cp is not None and cp < 1:
+        raise InputError("context_parallel", "must be at least 1")
+    if cp is not None and world % cp:
+        raise InputError("context_parallel", f"{cp} must divide the {world} GPUs")

@@ -46,7 +46,7 @@ from tools.planning.memory import GB, capacity_bytes
 from tools.planning.options import Objective, SearchOptions
 from tools.planning.outcome import chosen_plan, finish, nothing_fits, search_line, why_not_reasons
 from tools.planning.parallel import check_model_parallel
-from tools.planning.pins import batch_message
+from tools.planning.pins import batch_message, drop_expert_pin
 from tools.planning.ranking import family_rows, family_setups, pick, rank, simplest_fit
 from tools.planning.recipe import recipe_from_brief
 from tools.planning.search_space import SearchSpace
@@ -179,6 +179,18 @@ def _pins_search(
     options: SearchOptions,
 ) -> MemoryPlan:
     """The search of one settled brief and options: its pins kept where any are stated."""
+    pins, dropped = drop_expert_pin(model, brief.pins)
+    if dropped is not None:
+        # Expert parallelism asked of a dense model: one line under "not as asked", never silent.
+        plan = _pins_search(
+            model, hardware, brief.model_copy(update={"pins": pins}), batch_note, options
+        )
+        return plan.model_copy(
+            update={
+                "assumptions": [dropped, *plan.assumptions],
+                "not_honoured": [dropped, *plan.not_honoured],
+            }
+        )
     if brief.pins.stated():
         return pinned_search(model, hardware, brief, batch_note, options)
     space = build_space(model, hardware, brief, options)
@@ -288,10 +300,10 @@ def pinned_search(
     """The search restricted to the request's pins; when nothing fits them, the unpinned plan.
 
     A ZeRO stage keeps the strategies of that stage, ``offload`` keeps (or drops) the offload
-    strategies, tensor/pipeline degrees keep the setups with exactly those degrees (searched
-    even where data parallelism alone would fit). The plan says what was pinned; when no pinned
-    setup fits, the plan is the unpinned search's, with a note that the pinned choice does not
-    fit, why, and what does instead.
+    strategies, tensor/pipeline/expert/context degrees keep the setups with exactly those
+    degrees (searched even where data parallelism alone would fit). The plan says what was
+    pinned; when no pinned setup fits, the plan is the unpinned search's, with a note that the
+    pinned choice does not fit, why, and what does instead.
     """
     pins = brief.pins
     wanted = " + ".join(pins.stated())
@@ -308,13 +320,21 @@ def pinned_search(
     tp = options.tensor_parallel or pins.tensor_parallel
     pp = options.pipeline_parallel or pins.pipeline_parallel
     micro = options.micro_batch_size or pins.micro_batch
+    ep = options.expert_parallel or pins.expert_parallel
+    cp = options.context_parallel or pins.context_parallel
+    degrees = (tp, pp, ep, cp, micro)
     plan: MemoryPlan | None = None
     why = "no strategy has all of these"
     fits = False
     if kept:
         try:
             pinned = options.but(
-                strategies=kept, tensor_parallel=tp, pipeline_parallel=pp, micro_batch_size=micro
+                strategies=kept,
+                tensor_parallel=tp,
+                pipeline_parallel=pp,
+                expert_parallel=ep,
+                context_parallel=cp,
+                micro_batch_size=micro,
             )
             space = build_space(model, hardware, unpinned, pinned)
             if batch_note:
@@ -324,7 +344,7 @@ def pinned_search(
             why = exc.message
         else:
             row = plan.chosen_row
-            fits = row is not None and row.fits and _matches(plan, tp, pp, micro)
+            fits = row is not None and row.fits and _matches(plan, *degrees)
             if not fits:
                 why = (
                     f"its smallest setup needs {row.per_gpu_bytes.total / GB:.1f} GB per GPU"
@@ -345,7 +365,7 @@ def pinned_search(
     else:
         note = f"the pinned choice ({wanted}) does not fit: {why}; nothing fits without it either"
         # Nothing fits either way: the plan keeps what the request pinned.
-        fallback = plan if plan is not None and _matches(plan, tp, pp, micro) else fallback
+        fallback = plan if plan is not None and _matches(plan, *degrees) else fallback
     notes = [note, *fallback.assumptions]
     if batch_note and batch_note not in notes:
         notes.append(batch_note)
@@ -354,12 +374,12 @@ def pinned_search(
     return fallback.model_copy(update={"assumptions": notes, "not_honoured": missed})
 
 
-def _matches(plan: MemoryPlan, tp: int | None, pp: int | None, micro: int | None = None) -> bool:
-    """Does the plan's chosen setup have the pinned tensor and pipeline degrees and micro-batch?"""
-    return (
-        (tp is None or plan.tensor_parallel == tp)
-        and (pp is None or plan.pipeline_parallel == pp)
-        and (micro is None or plan.micro_batch_size == micro)
+def _matches(plan: MemoryPlan, *pins: int | None) -> bool:
+    """Does the chosen setup have the pinned (tensor, pipeline, expert, context, micro-batch)?"""
+    s = plan.chosen_setup
+    return all(
+        p is None or got == p
+        for p, got in zip(pins, (s.tp, s.pp, s.ep, s.cp, s.micro_batch), strict=False)
     )
 
 
@@ -384,7 +404,7 @@ def _fastest_fit(space: SearchSpace) -> MemoryPlan:
         wish = space.brief.framework or ", ".join(space.brief.avoid_frameworks)
         raise InputError(
             "strategy",
-            "no searched strategy runs with the pinned tensor/pipeline degrees"
+            "no searched strategy runs with the pinned degrees"
             + (f" on a framework the request allows ({wish})" if wish else "")
             + (
                 "; DeepSpeed AutoTP does not split a mixture of experts' experts (transformers "

@@ -33,6 +33,7 @@ from tools.research.splits import (
     TRAINING_FRAMEWORKS,
     refused_in,
     setup_framework,
+    split_sentence,
 )
 from tools.research.titan_flavors import flavor_refusal, torchtitan_flavor
 from tools.research.titan_wish import titan_not_honoured, titan_score
@@ -116,18 +117,10 @@ def follow_setup(
         or (brief is not None and refused_in(needed, brief.avoid_frameworks))
     ):
         return choice
-    tp, pp = memory.tensor_parallel, memory.pipeline_parallel
-    how = {
-        "deepspeed": f"DeepSpeed AutoTP (tensor_parallel.autotp_size {tp}) shards the Hugging "
-        "Face model's linear layers",
-        "torchtitan": f"torchtitan builds {model.name if model else 'the model'} with FSDP2, "
-        "tensor and pipeline parallelism from a TOML job config",
-        "megatron": "Megatron builds the tensor- and pipeline-parallel GPT model from flags",
-    }[needed]
     refusal = flavor_refusal(model) if needed != "torchtitan" else None
     rationale = (
-        f"The setup is tensor parallel {tp} x pipeline parallel {pp}: {how}, so the plan runs "
-        f"on {needed} ({choice.primary} alone does not implement this split for this model). "
+        f"{split_sentence(needed, model, memory.chosen_setup)}, so the plan runs on {needed} "
+        f"({choice.primary} alone does not implement this split for this model). "
         + (f"Not torchtitan: {refusal}. " if refusal else "")
         + choice.rationale
     )

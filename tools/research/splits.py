@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tools.core.schemas import FrameworkId, MemoryPlan, ModelSpec, TrainingBrief
+from tools.core.setup import Setup
 from tools.core.strategies import ZERO_STAGE
 from tools.research.titan_flavors import torchtitan_flavor
 from tools.research.titan_wish import titan_runs
@@ -132,6 +133,31 @@ def split_framework(
     if pp > 1 and torchtitan_flavor(model) is not None:
         return "torchtitan"
     return "megatron"
+
+
+def split_sentence(framework: FrameworkId, model: ModelSpec | None, setup: Setup) -> str:
+    """The setup's split and how ``framework`` runs it, for the framework choice's rationale.
+
+    "The setup is expert parallel 8: Megatron-DeepSpeed splits the experts with DeepSpeed-MoE
+    (--moe-expert-parallel-size)"; only the degrees above 1 are named.
+    """
+    megatron = "Megatron builds the tensor- and pipeline-parallel GPT model from flags"
+    if setup.ep > 1:
+        megatron = (
+            "Megatron-DeepSpeed splits the experts with DeepSpeed-MoE (--moe-expert-parallel-size)"
+        )
+    elif setup.cp > 1:
+        megatron = "Megatron-DeepSpeed splits each sequence with DeepSpeed-Ulysses"
+    how = {
+        "deepspeed": f"DeepSpeed AutoTP (tensor_parallel.autotp_size {setup.tp}) shards the "
+        "Hugging Face model's linear layers",
+        "torchtitan": f"torchtitan builds {model.name if model else 'the model'} with FSDP2, "
+        "tensor, pipeline and context parallelism from a TOML job config",
+    }.get(framework, megatron)
+    degrees = [(setup.tp, "tensor"), (setup.pp, "pipeline"), (setup.cp, "context")]
+    degrees.append((setup.ep, "expert"))
+    split = " x ".join(f"{name} parallel {d}" for d, name in degrees if d > 1)
+    return f"The setup is {split or 'data parallel'}: {how}"
 
 
 def setup_framework(model: ModelSpec | None, memory: MemoryPlan | None) -> FrameworkId | None:

@@ -27,7 +27,7 @@ FLAGS = {
     "chat": {"--base-url", "--llm", "--no-smoke", "--smoke", "--thread"},
     "profile": {"--hardware", "--json"},
     "estimate": {
-        "--activation-offload", "--batch", "--brief", "--checkpointing", "--cp", "--framework",
+        "--activation-offload", "--batch", "--brief", "--checkpointing", "--cp", "--ep", "--framework",
         "--global-batch", "--grad-accum", "--hardware", "--interconnect", "--json",
         "--lora-rank", "--micro-batch", "--model", "--optimizer", "--pp", "--precision",
         "--qlora", "--seq-len", "--strategy", "--task", "--tp",
