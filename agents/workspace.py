@@ -110,6 +110,11 @@ class Workspace:
             from tools.planning.batch import resolve_batch
 
             self.brief, self.batch_note = resolve_batch(self.brief, self.model, self.hardware)
+        if self.brief.global_batch_size is not None:
+            from tools.planning.batch import resolve_steps
+
+            self.brief, steps = resolve_steps(self.brief)
+            self.batch_note = "; ".join(n for n in (self.batch_note, steps) if n) or None
         self.settle_precision()
 
     def settle_recipe(self) -> None:

@@ -132,7 +132,9 @@ TABLE: list[Row] = [
     ("fine-tune llama-3-8b on 8 H100, 100 warmup steps, learning rate of 3e-5", {"warmup_steps": 100, "learning_rate": 3e-5}, set(), []),
     ("微调 llama-3-8b，8 张 H100，训练 2 个 epoch", {}, set(), ["2 个 epoch"]),
     ("fine-tune llama-3-8b on 8 H100 with NVLink at 900 GB/s", {}, set(), ["900 GB/s"]),
-    ("fine-tune llama-3-8b on 8 H100 for 10000 steps with seq 2048", {"seq_len": 2048}, set(), ["10000 steps"]),
+    ("fine-tune llama-3-8b on 8 H100 for 10000 steps with seq 2048", {"seq_len": 2048, "train_steps": 10000}, set(), []),
+    ("fine-tune llama-3-8b on 8 H100, warmup for 100 steps, max_steps=3000", {"warmup_steps": 100, "train_steps": 3000}, set(), []),
+    ("fine-tune llama-3-8b on 8 H100 and save a checkpoint every 200 steps", {}, set(), ["every 200 steps"]),
 ]
 # fmt: on
 

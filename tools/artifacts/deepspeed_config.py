@@ -135,8 +135,9 @@ def with_run_steps(
         return config
     params = section["params"]
     warm = min(warmup, total_steps) if warmup else warmup_steps(total_steps)
-    if params.get("total_num_steps") == total_steps and params.get("warmup_num_steps") == warm:
-        return config
+    sized = params.get("total_num_steps") == total_steps
+    if sized and (warmup is None or params.get("warmup_num_steps") == warm):
+        return config  # already the run's (a config's own warm-up kept unless one is asked)
     updated = copy.deepcopy(config)
     new = dict(params, total_num_steps=total_steps, warmup_num_steps=warm)
     if section.get("type") == "WarmupLR":

@@ -288,6 +288,9 @@ class TrainingBrief(_Strict):
     # The peak learning rate the request names ("lr 1e-5"); None: the plan's rule for the task
     # and size (tools/planning/lr_schedule.py), said in the notes either way.
     learning_rate: Amount | None = Field(default=None, gt=0, le=1.0)
+    # Optimizer steps the run takes ("for 5000 steps"); the tokens are then steps x global
+    # batch x seq_len (tools/planning/batch.py resolve_steps). Give this or dataset_tokens.
+    train_steps: Count | None = Field(default=None, ge=1, le=1_000_000_000)
     # Its warm-up steps ("warmup of 500 steps"); None: 3% of the run (lr_schedule.py).
     warmup_steps: Count | None = Field(default=None, ge=1, le=10_000_000)
     # What one GPU-hour costs (any currency); with a time to train, the report states the cost.
@@ -332,6 +335,11 @@ class TrainingBrief(_Strict):
             self.framework, recipe_framework, list(self.avoid_frameworks)
         ):
             raise ValueError(why)
+        if self.train_steps is not None and self.dataset_tokens is not None:
+            raise ValueError(
+                "train_steps and dataset_tokens both set the run's length: give one (the tokens "
+                "are train_steps x global_batch_size x seq_len)"
+            )
         recipe_precision = self.recipe.precision if self.recipe is not None else None
         if why := precision_contradiction(self.precision, recipe_precision):
             raise ValueError(why)

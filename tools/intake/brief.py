@@ -44,6 +44,7 @@ _NUMBER_FIELDS = (
     "precision",
     "learning_rate",
     "warmup_steps",
+    "train_steps",
 )
 # The request-field keys that are not brief fields: removed before validation.
 _PRIVATE_KEYS = (HARDWARE_UNCLEAR, HARDWARE_ASSUMED, HARDWARE_REFUSED, MODEL_ASSUMED, NUMBER_NOTES)

@@ -245,6 +245,29 @@ def precision_reading(text: str) -> Read | None:
     return None
 
 
+# The run's optimizer steps: "for 5000 steps", "train for 10k steps", "max_steps=2000",
+# "20,000 training steps", "train_iters 5000" (never "every 500 steps": a save interval).
+_STEPS_RE = re.compile(
+    r"(?<!every )\bfor\s+(\d[\d,]*)\s*(k)?\s*(?:optimizer\s+|training\s+)?(?:steps|iterations|iters)\b"
+    r"|\b(?:max_steps|train_iters|train[ _-]steps|total[ _-]steps)\s*[=:]?\s*(\d[\d,]*)(k)?\b"
+    r"|(?<![\w.,])(\d[\d,]*)\s*(k)?\s*(?:optimizer|training)\s+(?:steps|iterations)\b",
+    re.I,
+)
+
+
+def steps_reading(text: str) -> Read | None:
+    """The run's optimizer steps the request names, or None."""
+    for m in _STEPS_RE.finditer(text):
+        if re.search(r"warm[ _-]?up(?:[ _-]steps?)?\s*$", text[: m.start()], re.I):
+            continue  # "warmup for 500 steps" is the warm-up
+        groups = m.groups()
+        at = next(i for i in (0, 2, 4) if groups[i])
+        steps = int(groups[at].replace(",", "")) * (1000 if groups[at + 1] else 1)
+        if steps >= 1:
+            return Read.of("train_steps", steps, m)
+    return None
+
+
 def lr_reading(text: str) -> Read | None:
     """The peak learning rate the request names (0 < lr <= 1), or None."""
     if (m := _LR_RE.search(text)) and 0 < float(m.group(1)) <= 1:
@@ -297,6 +320,8 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
             notes.append(f"intake: global batch {how}{assumed}")
     taken = [(r.start, r.end) for r in reads]
     tokens = tokens_reading(text, taken)
+    if tokens is None and (steps := steps_reading(text)) is not None:
+        reads.append(steps)  # the run's length, when no token count gives it
     if tokens is not None and (epochs := _EPOCHS_RE.search(text)) and float(epochs[1]) > 0:
         # "3 epochs over 500M tokens": the brief's dataset_tokens are every epoch's tokens.
         total = tokens.value * float(epochs[1])

@@ -65,3 +65,21 @@ def resolve_batch(
         "not given in the request; set global_batch_size to change it"
     )
     return brief.model_copy(update={"global_batch_size": batch}), note
+
+
+def resolve_steps(brief: TrainingBrief) -> tuple[TrainingBrief, str | None]:
+    """The brief with the tokens its ``train_steps`` train (steps x global batch x seq_len).
+
+    The run's length is then the tokens, as when the request gives them, so the launch's
+    steps, the schedule and the time to train all follow it; the note says so, and the steps
+    field is cleared (a brief states one of the two).
+    """
+    if brief.train_steps is None or brief.dataset_tokens is not None:
+        return brief, None
+    tokens = brief.train_steps * brief.batch * brief.seq_len
+    note = (
+        f"dataset_tokens {tokens:,}: the request's {brief.train_steps} optimizer steps x "
+        f"{brief.batch} sequences x {brief.seq_len} tokens"
+    )
+    # The tokens carry the length from here on (a brief states one of the two).
+    return brief.model_copy(update={"dataset_tokens": float(tokens), "train_steps": None}), note
