@@ -134,7 +134,8 @@ TABLE: list[Row] = [
     ("fine-tune llama-3-8b on 8 H100 with NVLink at 900 GB/s", {}, set(), ["900 GB/s"]),
     ("fine-tune llama-3-8b on 8 H100 for 10000 steps with seq 2048", {"seq_len": 2048, "train_steps": 10000}, set(), []),
     ("fine-tune llama-3-8b on 8 H100, warmup for 100 steps, max_steps=3000", {"warmup_steps": 100, "train_steps": 3000}, set(), []),
-    ("fine-tune llama-3-8b on 8 H100 and save a checkpoint every 200 steps", {}, set(), ["every 200 steps"]),
+    ("fine-tune llama-3-8b on 8 H100 and save a checkpoint every 200 steps", {"save_every": 200}, set(), []),
+    ("fine-tune llama-3-8b on 8 H100, save_steps=500, keep the last 3 checkpoints", {"save_every": 500, "keep_checkpoints": 3}, set(), []),
 ]
 # fmt: on
 

@@ -112,7 +112,12 @@ _NO_QLORA_COMMENT = (
     "# QLoRA's 4-bit base needs bitsandbytes on a CUDA GPU and this plan's hardware has none: "
     "train.py refuses --qlora here (drop it to train the adapters on a 16-bit base)."
 )
-# How often the job checkpoints: about ten times a run, at most every 500 steps.
+# Megatron-DeepSpeed's arguments have no keep-last option (megatron/arguments.py).
+_MEGATRON_KEEPS_ALL = (
+    "keep_checkpoints {} not applied: Megatron-DeepSpeed keeps every checkpoint it saves (its "
+    "arguments have no keep-last option); delete old ones from the checkpoint folder"
+)
+# How often the job checkpoints: about ten times a run, at most every 500 steps (unless asked).
 _SAVES_PER_RUN = 10
 _MAX_SAVE_EVERY = 500
 _NODE_SCRIPTS = "launch_node*.sh"
@@ -253,6 +258,8 @@ def emit_launch(
     files = _write(out_dir, texts)
     _remove_stale(out_dir, files)
     notes = [*run.notes, *([_router_loss_note(model)] if job_script else [])]
+    if brief.keep_checkpoints is not None and launcher == "megatron":
+        notes.append(_MEGATRON_KEEPS_ALL.format(brief.keep_checkpoints))
     if job.fp8 and not launch.fp8:
         notes.insert(0, _FP8_NOT_APPLIED.format(launcher=launcher))
     return LaunchSpec(command=launch.command, files=files, notes=[n for n in notes if n])
@@ -514,8 +521,10 @@ def _train_py_args(job: LaunchInputs) -> list[str]:
     layout, schedule = job.run.layout, job.run.schedule
     args = [JOB_SCRIPT, *_model_args(job), "--steps", str(job.steps)]
     args += ["--seq-len", str(job.brief.seq_len), "--micro-batch", str(layout.micro)]
-    save_every = max(1, min(_MAX_SAVE_EVERY, job.steps // _SAVES_PER_RUN))
-    args += ["--checkpoint-dir", "checkpoints", "--save-every", str(save_every)]
+    save_every = job.brief.save_every or max(1, min(_MAX_SAVE_EVERY, job.steps // _SAVES_PER_RUN))
+    args += ["--checkpoint-dir", "checkpoints", "--save-every", str(min(save_every, job.steps))]
+    if job.brief.keep_checkpoints is not None:
+        args += ["--keep-checkpoints", str(job.brief.keep_checkpoints)]
     args += ["--log-every", "10", "--metrics-dir", "metrics"]
     args += _lora_args(job.brief)
     if job.deepspeed_config is not None:

@@ -157,7 +157,8 @@ def _checkpoint_flags(brief: TrainingBrief, iterations: int) -> list[str]:
     Megatron-DeepSpeed saves its own torch format (Megatron-LM's later ``--ckpt-format`` does
     not exist there).
     """
-    save = ["--save", TRAIN_CHECKPOINTS, "--save-interval", str(min(SAVE_INTERVAL, iterations))]
+    every = min(brief.save_every or SAVE_INTERVAL, iterations)  # the request's, else 500
+    save = ["--save", TRAIN_CHECKPOINTS, "--save-interval", str(every)]
     if not is_fine_tune(brief):
         return ["--load", TRAIN_CHECKPOINTS, *save]
     return [LOAD_ARGS, *save]

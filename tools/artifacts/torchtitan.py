@@ -194,7 +194,8 @@ def job_config(
         "checkpoint": {
             "enable": True,
             "folder": CHECKPOINT_FOLDER,
-            "interval": min(SAVE_INTERVAL, steps),
+            "interval": min(brief.save_every or SAVE_INTERVAL, steps),
+            **({"keep_latest_k": brief.keep_checkpoints} if brief.keep_checkpoints else {}),
         },
     }
     if fp8:

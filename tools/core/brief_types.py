@@ -291,6 +291,10 @@ class TrainingBrief(_Strict):
     # Optimizer steps the run takes ("for 5000 steps"); the tokens are then steps x global
     # batch x seq_len (tools/planning/batch.py resolve_steps). Give this or dataset_tokens.
     train_steps: Count | None = Field(default=None, ge=1, le=1_000_000_000)
+    # Checkpoints: every how many steps ("save every 200 steps") and how many newest kept
+    # ("keep the last 3"); None: the launch's own (a tenth of the run, at most 500 steps).
+    save_every: Count | None = Field(default=None, ge=1, le=1_000_000_000)
+    keep_checkpoints: Count | None = Field(default=None, ge=1, le=10_000)
     # Its warm-up steps ("warmup of 500 steps"); None: 3% of the run (lr_schedule.py).
     warmup_steps: Count | None = Field(default=None, ge=1, le=10_000_000)
     # What one GPU-hour costs (any currency); with a time to train, the report states the cost.

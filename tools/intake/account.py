@@ -78,7 +78,8 @@ _CLAUSE_RE = re.compile(r"[^,;，；。!?？！\n]+")
 # The brief fields a plan takes from the words, in the order ``read`` lists them.
 _FIELD_ORDER = (
     "model", "task", "objective", "hardware", "host_ram_gb", "nics_per_node", "nic_gbps",
-    "interconnect", "seq_len", "global_batch_size", "precision", "learning_rate", "warmup_steps", "train_steps", "dataset_tokens",
+    "interconnect", "seq_len", "global_batch_size", "precision", "learning_rate", "warmup_steps", "train_steps", "save_every", "keep_checkpoints",
+    "dataset_tokens",
     "price_per_gpu_hour", "framework", "avoid_frameworks", "pins", "context_len", "concurrency",
     "engine", "weight_dtype", "team", "deployment", "smoke",
 )  # fmt: skip

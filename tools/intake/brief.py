@@ -45,6 +45,8 @@ _NUMBER_FIELDS = (
     "learning_rate",
     "warmup_steps",
     "train_steps",
+    "save_every",
+    "keep_checkpoints",
 )
 # The request-field keys that are not brief fields: removed before validation.
 _PRIVATE_KEYS = (HARDWARE_UNCLEAR, HARDWARE_ASSUMED, HARDWARE_REFUSED, MODEL_ASSUMED, NUMBER_NOTES)

@@ -255,6 +255,33 @@ _STEPS_RE = re.compile(
 )
 
 
+# Checkpoints: "save every 200 steps", "checkpoint every 1k steps", "save_steps=500"; "keep the
+# last 3 checkpoints", "keep 5 checkpoints", "save_total_limit=2".
+_SAVE_RE = re.compile(
+    r"\b(?:sav(?:e|es|ed|ing)|checkpoint\w*)\s+(?:a\s+|the\s+)?(?:checkpoints?\s+|model\s+)?every\s+(\d[\d,]*)(k)?"
+    r"\s*(?:steps?|iterations?|iters?)\b|\bsave_steps\s*[=:]\s*(\d[\d,]*)(k)?\b",
+    re.I,
+)
+_KEEP_RE = re.compile(
+    r"\bkeep(?:ing)?\s+(?:only\s+)?(?:the\s+)?(?:last|latest|newest|most\s+recent)?\s*(\d{1,5})\s+"
+    r"(?:\w+\s+)?checkpoints?\b|\bsave_total_limit\s*[=:]\s*(\d{1,5})\b",
+    re.I,
+)
+
+
+def checkpoint_reads(text: str) -> list[Read]:
+    """The checkpoint interval and the checkpoints kept, as the request names them."""
+    reads = []
+    if m := _SAVE_RE.search(text):
+        at = 0 if m.group(1) else 2
+        every = int(m.group(at + 1).replace(",", "")) * (1000 if m.group(at + 2) else 1)
+        if every >= 1:
+            reads.append(Read.of("save_every", every, m))
+    if (m := _KEEP_RE.search(text)) and int(m.group(1) or m.group(2)) >= 1:
+        reads.append(Read.of("keep_checkpoints", int(m.group(1) or m.group(2)), m))
+    return reads
+
+
 def steps_reading(text: str) -> Read | None:
     """The run's optimizer steps the request names, or None."""
     for m in _STEPS_RE.finditer(text):
@@ -343,4 +370,5 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
         if extra is not None:
             reads.append(extra)
     reads += money_readings(text)
+    reads += checkpoint_reads(text)
     return reads, notes

@@ -121,7 +121,12 @@ def _llama31_8b() -> ModelSpec:
 
 
 def _emit(
-    case: Case, out: Path, steps: int | None, lr: float | None = None, warmup: int | None = None
+    case: Case,
+    out: Path,
+    steps: int | None,
+    lr: float | None = None,
+    warmup: int | None = None,
+    **brief_fields: Any,
 ) -> tuple[dict[str, Any], Any]:
     """The plan's launch files in ``out``: returns ds_config.json (or {}) and the LaunchSpec."""
     hardware = HardwareSpec(source="described", nodes=case.nodes, gpus_per_node=8, gpu=H100)
@@ -136,6 +141,7 @@ def _emit(
         precision="bf16",
         learning_rate=lr,
         warmup_steps=warmup,
+        **brief_fields,
     )
     memory = _plan(case)
     framework = FrameworkChoice(primary=case.launcher, stack=["pytorch"], rationale="x")  # type: ignore[arg-type]
@@ -317,3 +323,20 @@ def test_the_requests_learning_rate_and_warmup_are_every_launchers(
     elif not config:
         assert float(_flag(spec.command, "--lr")) == pytest.approx(3.5e-5)
         assert int(_flag(spec.command, "--warmup-steps")) == 17
+
+
+@pytest.mark.parametrize("case", CASES[::2], ids=str)
+def test_the_requests_checkpoint_interval_reaches_every_launcher(
+    case: Case, tmp_path: Path
+) -> None:
+    config, spec = _emit(case, tmp_path, steps=300, save_every=70, keep_checkpoints=2)
+    command = spec.command
+    if case.launcher == "megatron":
+        assert int(_flag(command, "--save-interval")) == 70
+        assert any(n.startswith("keep_checkpoints 2 not applied") for n in spec.notes)
+    elif case.launcher == "torchtitan":
+        toml = tomllib.loads((tmp_path / "torchtitan.toml").read_text())
+        assert toml["checkpoint"]["interval"] == 70 and toml["checkpoint"]["keep_latest_k"] == 2
+    else:
+        launch = (tmp_path / "launch.sh").read_text()
+        assert "--save-every 70" in launch and "--keep-checkpoints 2" in launch
