@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import traceback
 from pathlib import Path
 from typing import Any
@@ -90,4 +92,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    # A rank whose initialize failed leaves gloo's threads running; tearing them down at
+    # interpreter exit can abort the process ("terminate called without an active exception",
+    # exit -6) after the report is written: leave at once with the report's code.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
