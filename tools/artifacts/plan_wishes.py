@@ -17,10 +17,11 @@ from typing import Any
 
 from tools.core.request_account import RequestAccount, mark_wish
 from tools.core.schemas import MemoryPlan, ScalingPlan, TrainingBrief
+from tools.intake.recipe_fields import COMPILE_WHY, STEPS_ADAMW
 from tools.intake.sizing_text import budget_dollars, deadline_seconds
 from tools.planning.pins import dense_expert_line
+from tools.planning.sizing_pick import DAY_S
 
-DAY_S = 86_400.0
 _NO_TOKENS = "not checked: the request gives no token count ('on 1T tokens'), so no {} to check"
 
 
@@ -35,8 +36,9 @@ def _deadline(quote: str, scaling: ScalingPlan | None) -> tuple[bool, str] | Non
     row = _chosen_row(scaling)
     if row is None or row.hours is None:
         return None if row is None else (False, _NO_TOKENS.format("time"))
-    days = row.hours * 3600 / DAY_S
-    if row.hours * 3600 <= limit:
+    seconds = row.hours * 3600
+    days = seconds / DAY_S
+    if seconds <= limit:
         return True, f"deadline met: the plan trains the tokens in {days:.1f} days"
     return False, (
         f"deadline not met: the plan takes {days:.1f} days on {row.gpus} GPUs, over {quote!r}; "
@@ -103,8 +105,8 @@ def _techniques(
         )
     marks["technique:8bit-optimizer"] = (
         False,
-        "8-bit Adam not planned: every launch here steps AdamW (none wires bitsandbytes' 8-bit "
-        "Adam), so memory is priced for AdamW",
+        f"8-bit Adam not planned: {STEPS_ADAMW} (none wires bitsandbytes' 8-bit Adam), so memory "
+        "is priced for AdamW",
     )
     compiled = primary == "torchtitan" and brief.recipe is not None and brief.recipe.compile
     marks["technique:torch.compile"] = (
@@ -112,8 +114,7 @@ def _techniques(
         if compiled
         else (
             False,
-            f"torch.compile not planned: only torchtitan's launch compiles the model; the "
-            f"{primary} launch runs eager",
+            f"torch.compile not planned: {COMPILE_WHY}; the {primary} launch runs eager",
         )
     )
     pinned = brief.pins.expert_parallel or 1

@@ -22,13 +22,17 @@ from tools.core.schemas import MemoryRecipe, TrainingBrief
 
 _TRAINING = ("pretrain", "finetune", "lora")
 
+# Why a launch here runs no other optimizer, and no compiled model but torchtitan's (also the
+# reasons a plan gives for refusing such wishes: tools/artifacts/plan_wishes.py).
+STEPS_ADAMW = "every launch here steps AdamW"
+COMPILE_WHY = "only torchtitan's launch compiles the model"
 # (field, the stated value no launch applies, the value the launch runs, why), in note order.
 _UNAPPLIED: tuple[tuple[str, Callable[[Any], bool], Any, str], ...] = (
     (
         "optimizer",
         lambda v: v not in (None, "adamw"),
         None,
-        "every launch here steps AdamW",
+        STEPS_ADAMW,
     ),
     (
         "precision",
@@ -61,7 +65,6 @@ _UNAPPLIED: tuple[tuple[str, Callable[[Any], bool], Any, str], ...] = (
         "no launch here steps the optimizer inside backward",
     ),
 )
-_COMPILE_WHY = "only torchtitan's launch compiles the model"
 
 
 def _launches_torchtitan(brief: TrainingBrief, recipe: MemoryRecipe) -> bool:
@@ -86,7 +89,7 @@ def settle_recipe_fields(brief: TrainingBrief) -> tuple[TrainingBrief, str | Non
             said.append(f"recipe.{field} {_shown(value)} ({why})")
     if recipe.compile and not _launches_torchtitan(brief, recipe):
         update["compile"] = False
-        said.append(f"recipe.compile true ({_COMPILE_WHY})")
+        said.append(f"recipe.compile true ({COMPILE_WHY})")
     if not said:
         return brief, None
     note = (
