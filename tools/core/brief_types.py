@@ -19,6 +19,8 @@ from pydantic import (
 from tools.core.inference_types import ServingEngine, WeightDtype
 
 Task = Literal["pretrain", "finetune", "lora", "inference", "agent-app"]
+# The tasks that train weights (a recipe, a schedule and a launch apply to them).
+TRAINING_TASKS = ("pretrain", "finetune", "lora")
 Precision = Literal["bf16", "fp16", "fp32", "auto"]
 # What training really runs in once "auto" and CPU-only machines are resolved.
 ResolvedPrecision = Literal["bf16", "fp16", "fp32"]

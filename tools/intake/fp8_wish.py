@@ -11,11 +11,9 @@ reporter marks the wish from the plan it made).
 from __future__ import annotations
 
 from tools.core.request_account import ReadFact, RequestAccount
-from tools.core.schemas import HardwareSpec, MemoryRecipe, TrainingBrief
+from tools.core.schemas import TRAINING_TASKS, HardwareSpec, MemoryRecipe, TrainingBrief
 
 FP8_WISH = "technique:fp8"
-# The tasks a recipe precision applies to (serving reads its own weight dtype).
-_TRAINING = ("pretrain", "finetune", "lora")
 NEEDS_FP8_CORES = "fp8 not planned: it needs FP8 tensor cores (Hopper, Ada, Blackwell)"
 
 
@@ -48,7 +46,7 @@ def apply_fp8_wish(
     """
     wish = account.wish(FP8_WISH)
     stated = brief.recipe is not None and brief.recipe.precision is not None
-    if wish is None or wish.honoured is not None or brief.task not in _TRAINING or stated:
+    if wish is None or wish.honoured is not None or brief.task not in TRAINING_TASKS or stated:
         return brief, account
     account = account.model_copy(deep=True)
     wish = account.wish(FP8_WISH)

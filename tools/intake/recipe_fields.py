@@ -18,9 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tools.core.schemas import MemoryRecipe, TrainingBrief
-
-_TRAINING = ("pretrain", "finetune", "lora")
+from tools.core.schemas import TRAINING_TASKS, MemoryRecipe, TrainingBrief
 
 # Why a launch here runs no other optimizer, and no compiled model but torchtitan's (also the
 # reasons a plan gives for refusing such wishes: tools/artifacts/plan_wishes.py).
@@ -78,7 +76,7 @@ def settle_recipe_fields(brief: TrainingBrief) -> tuple[TrainingBrief, str | Non
     nothing.
     """
     recipe = brief.recipe
-    if recipe is None or brief.task not in _TRAINING:
+    if recipe is None or brief.task not in TRAINING_TASKS:
         return brief, None
     update: dict[str, Any] = {}
     said: list[str] = []

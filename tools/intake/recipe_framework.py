@@ -14,9 +14,7 @@ refused when it is read (tools/core/brief_types.py ``recipe_contradiction``).
 
 from __future__ import annotations
 
-from tools.core.schemas import RECIPE_LAUNCH, RECIPE_PRECISION_BASE, TrainingBrief
-
-_TRAINING = ("pretrain", "finetune", "lora")
+from tools.core.schemas import RECIPE_LAUNCH, RECIPE_PRECISION_BASE, TRAINING_TASKS, TrainingBrief
 
 TORCHTUNE_NOT_USED = (
     "recipe.framework torchtune not used: trainwright writes no torchtune launch, so the plan "
@@ -48,7 +46,7 @@ def recipe_launch(brief: TrainingBrief) -> str | None:
     None as well for a Megatron recipe of a LoRA job, which no Megatron launch here runs.
     """
     named = brief.recipe.framework if brief.recipe is not None else None
-    if brief.framework is not None or named is None or brief.task not in _TRAINING:
+    if brief.framework is not None or named is None or brief.task not in TRAINING_TASKS:
         return None
     if named == "megatron" and brief.task == "lora":
         return None
@@ -65,7 +63,7 @@ def settle_recipe(brief: TrainingBrief) -> tuple[TrainingBrief, str | None]:
     brief changes nothing.
     """
     recipe = brief.recipe
-    if recipe is None or brief.task not in _TRAINING:
+    if recipe is None or brief.task not in TRAINING_TASKS:
         return brief, None
     update: dict[str, object] = {}
     if brief.precision == "auto" and recipe.precision is not None:

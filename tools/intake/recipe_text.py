@@ -19,11 +19,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tools.core.schemas import MAX_LORA_RANK
+from tools.core.schemas import MAX_LORA_RANK, TRAINING_TASKS
 from tools.intake.readings import Read
 from tools.intake.wishes import named_wishes
-
-_TRAINING = ("pretrain", "finetune", "lora")
 
 # "QLoRA", or a LoRA request's base "in 4-bit" / "4bit" / "NF4" (QLoRA's quantized base).
 _QLORA_RE = re.compile(r"\bq-?lora\b|(?<![\w.])4[ -]?bits?\b|\bnf4\b|\bint4\b", re.I)
@@ -33,7 +31,7 @@ _RANK_RE = re.compile(r"\brank\s*[-=:]?\s*(\d{1,5})\b|\br\s*=\s*(\d{1,5})\b", re
 
 def recipe_reads(text: str, task: str | None) -> list[Read]:
     """The recipe fields a request's words set, each with its words (field ``recipe.<name>``)."""
-    if task not in _TRAINING:
+    if task not in TRAINING_TASKS:
         return []
     reads: list[Read] = []
     for wish in named_wishes(text):
