@@ -205,11 +205,13 @@ def _kill_and_resume(
 
 
 def _assert_continues(before: dict[int, float], after: dict[int, float], start: int) -> None:
-    # The kill came after step 5 with checkpoints every 3 steps: the run restarts after step 3.
-    assert start == SAVE_EVERY, (start, before)
+    # The kill came after step 5's line with checkpoints every 3 steps: the run restarts after
+    # step 3, or after step 6 where a loaded machine let the run finish step 6 and its checkpoint
+    # before the signal landed (seen in CI); it never restarts from scratch or between saves.
+    assert start in (SAVE_EVERY, 2 * SAVE_EVERY), (start, before)
     assert sorted(after) == list(range(start + 1, STEPS + 1))
     overlap = sorted(set(before) & set(after))
-    assert overlap == list(range(start + 1, KILL_AFTER + 1))
+    assert overlap == list(range(start + 1, max(before) + 1))
     for step in overlap:
         # Same weights, optimizer state, learning rate and batches: the same loss.
         assert after[step] == pytest.approx(before[step], abs=1e-4), (step, before, after)
