@@ -583,11 +583,27 @@ def setup_of(row: Row) -> tuple[dict[str, Any], list[str]]:
         # ``eager`` attention kernel, not its FlashAttention-style default.
         setup["attention"] = "eager"
         notes.append("attention with materialised scores: the row's notes say it ran unfused")
+    elif transformer_engine(row):
+        # Transformer Engine's DotProductAttention runs cuDNN's fused attention on Hopper and
+        # later (tools/planning/attention_kernels.py); elsewhere the ``cudnn`` kernel is priced
+        # as FlashAttention-2.
+        setup["attention"] = "cudnn"
+        notes.append("attention: Transformer Engine's (cuDNN fused attention on Hopper and later)")
     if ep > 1:
         if dp % ep:
             raise _Skipped("ep does not divide the data-parallel degree")
         setup["expert_parallel"] = ep
     return setup, notes
+
+
+# The framework column's words for a run whose layers are Transformer Engine's: Megatron-Core
+# with its TE layer spec, NeMo and Megatron-Bridge (which build Megatron-Core models with it).
+TE_WORDS = re.compile(r"transformer[_ ]engine|\bTE\b|Megatron-Bridge|NeMo", re.IGNORECASE)
+
+
+def transformer_engine(row: Row) -> bool:
+    """Whether the row's framework says its layers ran on Transformer Engine."""
+    return bool(TE_WORDS.search(row.get("framework", "")))
 
 
 def megatron_tokens_per_s(row: Row, tflops: float) -> float:

@@ -433,6 +433,7 @@ def _megatron(job: LaunchInputs) -> Launch:
         context_parallel=cp,
         expert_parallel=ep,
         fp8=job.fp8,
+        gpu=job.hardware.gpu,
     )
     command = cluster.torchrun(job.hardware, job.gpus, "node0") + args
     nodes = job.hardware.nodes

@@ -21,7 +21,8 @@ from typing import Any
 from tools.artifacts import cluster
 from tools.artifacts.megatron_model import architecture_flags, architecture_note, convert_refusal
 from tools.artifacts.scripts import Shell, render, shell_join
-from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
+from tools.core.schemas import GPUSpec, HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
+from tools.planning.attention_kernels import megatron_attention
 from tools.planning.batch_layout import BatchLayout
 from tools.planning.parallel import pipeline_split
 
@@ -86,8 +87,12 @@ def megatron_args(
     context_parallel: int = 1,
     expert_parallel: int = 1,
     fp8: bool = False,
+    gpu: GPUSpec | None = None,
 ) -> list[str]:
     """``pretrain_gpt.py`` and its arguments for the plan: degrees, model, batch, parallelism.
+
+    Attention runs the kernel the plan priced on ``gpu`` (tools/planning/attention_kernels.py:
+    ``--use-flash-attn-v2`` where FlashAttention-2 runs; Megatron-DeepSpeed's default is unfused).
 
     Expert parallelism is DeepSpeed-MoE's ``--moe-expert-parallel-size`` (megatron_model.py).
 
@@ -102,6 +107,7 @@ def megatron_args(
     batch = _batch_and_optimizer_flags(brief, model, config, steps, precision)
     if fp8:
         batch += FP8_FLAGS
+    batch += megatron_attention(gpu, fp8=fp8).flags
     iterations = int(batch[batch.index("--train-iters") + 1])
     ulysses = ["--ds-sequence-parallel-size", str(context_parallel)] if context_parallel > 1 else []
     return [
@@ -335,7 +341,9 @@ def megatron_md(
         nodes=hardware.nodes,
         finetune=_finetune_note(command, config, model),
         architecture=architecture_note(model)
-        + ("\n\n" + FP8_NOTE if "--fp8-hybrid" in command else ""),
+        + ("\n\n" + FP8_NOTE if "--fp8-hybrid" in command else "")
+        + "\n\n"
+        + _attention_note(megatron_attention(hardware.gpu, fp8="--fp8-hybrid" in command).note),
         command=shell_join(first_run(command)),
         stage=(config.get("zero_optimization") or {}).get("stage", 0),
         dp=dp,
@@ -345,6 +353,12 @@ def megatron_md(
         accumulation=config.get("gradient_accumulation_steps"),
         stages=stages_note(model, pp),
     )
+
+
+def _attention_note(note: str) -> str:
+    """The plan's attention line as a MEGATRON.md sentence."""
+    what = note.removeprefix("attention: ")
+    return f"Attention: {what}."
 
 
 def stages_note(model: ModelSpec, pp: int) -> str:

@@ -221,7 +221,7 @@ def estimate_lines(
     lines += [
         f"  {a}"
         for a in memory.assumptions
-        if a.startswith(("fit check", "memory priced", "fp8 linears"))
+        if a.startswith(("fit check", "memory priced", "fp8 linears", "attention:"))
     ]
     lines += image_lines(memory.speed, hw)
     lines += [f"  error band: {band.text}" for band in memory.error_bands]

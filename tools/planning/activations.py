@@ -18,7 +18,7 @@ from tools.planning.states import GATED_MLP_FAMILIES, ResolvedPrecision
 from tools.planning.vision import conv_activation_bytes, conv_net_of
 
 # Attention kernels the activation model knows (activation_bytes).
-ATTENTION_KERNELS = ("sdpa", "eager")
+ATTENTION_KERNELS = ("sdpa", "eager", "cudnn")
 # GATED_MLP_FAMILIES (tools/planning/states.py): RMSNorm + a gated SiLU/GeLU MLP with no dropout.
 
 

@@ -78,8 +78,13 @@ def base_assumptions(
     chosen: StrategyEstimate,
     *,
     checkpointing_needed: bool,
+    attention: str = "sdpa",
 ) -> list[str]:
-    """What every memory estimate of the plan assumed, and how the chosen setup splits the batch."""
+    """What every memory estimate of the plan assumed, and how the chosen setup splits the batch.
+
+    ``attention``: the kernel the launch runs (tools/planning/attention_kernels.py); ``eager``
+    keeps each head's s x s scores, the others none.
+    """
     world = hardware.world_size
     per_rank = brief.batch // world
     device = (
@@ -102,8 +107,13 @@ def base_assumptions(
         batch_line(brief, chosen.micro_batch_size, per_rank, world),
         "model states: ZeRO paper (2+2+12 bytes/param for mixed-precision Adam) plus the "
         "fp32 gradient copy DeepSpeed steps on (4 bytes/param, partitioned like the optimizer)",
-        "activations: Korthikanti et al. 2022 eq. 1 with the SDPA/FlashAttention kernel "
-        "(no s x s scores; llama-style layers 24 + 8·i/h per s·b·h instead of 34), full "
+        "activations: Korthikanti et al. 2022 eq. 1 "
+        + (
+            "with unfused attention (each head's s x s scores and softmax kept"
+            if attention == "eager"
+            else "with a FlashAttention-style kernel (no s x s scores"
+        )
+        + "; llama-style layers 24 + 8·i/h per s·b·h instead of 34), full "
         "checkpointing keeps 2·s·b·h per layer; activations and gradients are not live "
         "together, so the peak counts the larger",
         "logits: 16-bit logits, the fp32 copy and the fp32 log-softmax cross-entropy saves (s·b·V·(2+4+4) bytes)",

@@ -38,6 +38,9 @@ class KernelFacts:
         in the forward and backward pass (head dim 128, causal, long sequences).
     hbm: the share of datasheet memory bandwidth a streaming kernel reaches.
     why: where the numbers come from.
+    cudnn_attention: how much faster cuDNN's fused attention (Transformer Engine's
+        FusedAttention, the ``cudnn`` kernel) runs than the FlashAttention-2-class kernels the
+        ``attention_*`` fractions were fitted on; 1 where it is not faster or not used.
     """
 
     sms: int
@@ -48,6 +51,15 @@ class KernelFacts:
     attention_bwd: float
     hbm: float
     why: str
+    cudnn_attention: float = 1.0
+
+
+# cuDNN 9's fused attention over FlashAttention-2 on H100, bf16, head dim 128, sequences of 4k
+# to 16k: 1.59-1.62x forward (causal) and 1.60-1.63x backward (Shah et al. 2024,
+# "FlashAttention-3", figs. 5-6: cuDNN 518-539 vs FlashAttention-2 319-335 TFLOP/s forward,
+# 499-518 vs 310-322 backward). Taken for the Hopper parts, and for Blackwell (no published
+# Blackwell comparison of the two is at hand: an assumption).
+CUDNN_OVER_FLASH2 = 1.6
 
 
 # By GPU class (the first pattern found in the part's normalized name picks it; order matters).
@@ -65,6 +77,7 @@ KERNEL_FACTS: dict[str, KernelFacts] = {
         "(bench/calibration/published.py); FlashAttention-2, the kernel PyTorch SDPA and llm-foundry run, "
         "reaches at most about 35% of peak on H100 (Shah et al. 2024, FlashAttention-3, "
         "abstract), backward taken as 0.8x forward",
+        cudnn_attention=CUDNN_OVER_FLASH2,
     ),
     "h200": KernelFacts(
         sms=132,
@@ -76,6 +89,7 @@ KERNEL_FACTS: dict[str, KernelFacts] = {
         hbm=0.85,
         why="H200: the H100's GH100 die (132 SMs) with 4.8 TB/s HBM3e (NVIDIA H200 datasheet); "
         "kernel fractions as fitted for H100 (no bf16 H200 row in the calibration split)",
+        cudnn_attention=CUDNN_OVER_FLASH2,
     ),
     "b200": KernelFacts(
         sms=148,
@@ -87,6 +101,7 @@ KERNEL_FACTS: dict[str, KernelFacts] = {
         hbm=0.85,
         why="B200: 148 SMs (NVIDIA Blackwell architecture technical brief); kernel fractions "
         "taken from H100's fit (no bf16 B200 row in the calibration split)",
+        cudnn_attention=CUDNN_OVER_FLASH2,
     ),
     "a100": KernelFacts(
         sms=108,
@@ -271,7 +286,8 @@ def attention_s(
     five matmuls instead of two). ``eager`` materializes the s x s scores in HBM (about 4
     passes of 2 bytes each forward, twice that backward): the score GEMMs take the larger of
     their math at the GEMM rate and their half of the passes, and the softmax kernel between
-    them adds the other half.
+    them adds the other half. ``cudnn``: cuDNN's fused attention (what Transformer Engine runs
+    on Hopper and later) at ``cudnn_attention`` times the FlashAttention-2-class rate.
     """
     facts = device.facts
     flops = 4.0 * batch_heads * q_len * kv_len * head_dim
@@ -285,6 +301,8 @@ def attention_s(
         return max(math_s, passes_s / 2) + passes_s / 2 + 4 * LAUNCH_S
     if causal:
         flops *= 0.5
+    if kernel == "cudnn":
+        flops /= facts.cudnn_attention
     # Short sequences do not fill the machine: one thread block per 128 query rows per head.
     blocks = batch_heads * math.ceil(q_len / 128)
     waves = math.ceil(blocks / facts.sms)

@@ -164,6 +164,7 @@ def _assumptions(space: SearchSpace, win: StrategyEstimate) -> list[str]:
             space.names,
             win,
             checkpointing_needed=False,
+            attention=space.attention(win.setup).kernel,
         )
         if not a.startswith("data-parallel world size")
     ]
@@ -262,6 +263,8 @@ def finish(
         assumptions = [
             f"memory priced for: {chosen.describe()}" if a == priced else a for a in assumptions
         ]
+    if row is not None and (attention := space.attention(row.setup).note):
+        assumptions.append(attention)
     if row is not None and space.hardware.gpu is not None:
         assumptions.append(fit_verdict(row.per_gpu_bytes, capacity_bytes(space.hardware) or 0))
     if plan.speed is not None and plan.speed.images_per_s:

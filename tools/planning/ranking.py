@@ -62,6 +62,7 @@ def simplest_fit(space: SearchSpace) -> MemoryPlan:
         space.names,
         chosen,
         checkpointing_needed=ckpt and chosen.fits and len(space.ckpts) > 1,
+        attention=space.attention(chosen.setup).kernel,
     )
     return MemoryPlan(
         strategies=rows,

@@ -22,10 +22,12 @@ from tools.core.schemas import (
 )
 from tools.core.setup import Setup
 from tools.core.strategies import MIN_HEADROOM, RECOMPUTE_POLICIES, Recompute, check_strategy
+from tools.planning.attention_kernels import LaunchAttention, launch_attention
 from tools.planning.memory import capacity_bytes, estimate_strategy
 from tools.planning.recipe import Recipe
 from tools.planning.speed import estimate_speed
 from tools.planning.vision import image_model
+from tools.research.splits import split_framework
 
 # The memory-only choice tries these micro-batches, largest first.
 MICRO_BATCH_CANDIDATES = (8, 4, 2, 1)
@@ -74,6 +76,20 @@ class SearchSpace:
     def fp8(self) -> bool:
         """Whether the recipe trains with fp8 linears (tools/planning/fp8.py)."""
         return self.recipe is not None and self.recipe.precision == "fp8"
+
+    def attention(self, setup: Setup) -> LaunchAttention:
+        """The attention kernel ``setup``'s launch runs (tools/planning/attention_kernels.py).
+
+        The recipe's framework, or where none is named the one that runs the split
+        (tools/research/splits.py: Megatron-DeepSpeed for most model-parallel layouts).
+        """
+        if self.recipe is not None and self.recipe.framework is not None:
+            framework: str | None = self.recipe.framework
+        else:
+            framework = split_framework(
+                self.model, setup.strategy, setup.tp, setup.pp, setup.cp, setup.ep
+            )
+        return launch_attention(framework, self.hardware.gpu, fp8=self.fp8)
 
     @property
     def tf32(self) -> bool:
@@ -138,6 +154,7 @@ class SearchSpace:
             gradient_accumulation_steps=steps,
             recipe=recipe,
             expert_parallel=layout.ep,
+            attention=self.attention(setup).kernel,
         )
         return est.model_copy(
             update={
@@ -172,6 +189,7 @@ class SearchSpace:
             fp8_all_gather=self.fp8
             and self.recipe is not None
             and self.recipe.framework == "torchtitan",
+            attention=self.attention(est.setup).kernel,
         )
         row = est.model_copy(update={"tokens_per_s": speed.tokens_per_s})
         self.speeds[id(row)] = speed

@@ -206,3 +206,33 @@ def test_fp8_linears_are_transformer_engine_flags_the_parser_accepts(
     args = parser.validate_args(parser.parse_args())  # TE is required for fp8: it is there
     assert args.fp8_hybrid and not args.fp8_e4m3 and args.transformer_impl == "transformer_engine"
     assert args.bf16  # everything but the linears stays bf16
+
+
+@pytest.mark.parametrize(
+    ("gpu", "fp8", "kernel"),
+    [
+        ("A100-80GB", False, "sdpa"),
+        ("H100-80GB", False, "sdpa"),
+        ("V100-32GB", False, "eager"),
+        ("T4", False, "eager"),
+        ("H100-80GB", True, "cudnn"),  # Transformer Engine's layers: cuDNN fused attention
+        ("L4", True, "sdpa"),  # Ada: Transformer Engine falls back to FlashAttention
+    ],
+)
+def test_attention_runs_the_kernel_the_plan_priced(gpu: str, fp8: bool, kernel: str) -> None:
+    """Megatron-DeepSpeed computes the scores unfused unless told: the flag goes where FA2 runs."""
+    from tools.planning.attention_kernels import FLASH2_FLAG, megatron_attention
+    from tools.research.hardware import parse_hardware
+
+    model, brief, _, dp = _plan("llama-3-8b", "pretrain", 4096, (2, 1), 8)
+    hardware = parse_hardware(f"1x8x{gpu}")
+    config = _config(1, dp)
+    argv = megatron.megatron_args(
+        brief, model, (2, 1), config, 100, "bf16", fp8=fp8, gpu=hardware.gpu
+    )
+    assert megatron_attention(hardware.gpu, fp8=fp8).kernel == kernel
+    assert (FLASH2_FLAG in argv) == (kernel == "sdpa"), argv
+    guide = megatron.megatron_md(argv, hardware, model, (2, 1), config)
+    assert "Attention: " in guide
+    assert ("Attention: unfused" in guide) == (kernel == "eager")
+    assert ("cuDNN fused attention" in guide) == (kernel == "cudnn")
