@@ -328,6 +328,7 @@ def _plan_marked(
         primary=ws.framework.primary if ws.framework else None,
         brief=ws.brief,
         experts=model is not None and (model.active_params or model.params) < model.params,
+        nodes=ws.hardware.nodes if ws.hardware is not None else 1,
     )
 
 

@@ -69,3 +69,24 @@ def test_a_micro_batch_is_pinned_and_accumulation_judged(cli_main: Any, tmp_path
     steps = plan["memory"]["gradient_accumulation_steps"]
     assert wishes["grad-accum"]["honoured"] is (steps == 8)
     assert str(steps) in wishes["grad-accum"]["how"]
+
+
+def test_hybrid_sharding_is_decided_not_dropped(cli_main: Any, tmp_path: Path) -> None:
+    """Across nodes the plan shards over every GPU and says so; on one node FULL_SHARD is it."""
+    plan, stdout = _plan(
+        cli_main, tmp_path, "pretrain llama-3-8b on 4 nodes of 8 H100 with FSDP hybrid sharding"
+    )
+    wish = next(w for w in plan["request"]["wishes"] if w["wish"] == "technique:hybrid-sharding")
+    assert wish["honoured"] is False and wish["quote"] == "hybrid sharding"
+    assert any(
+        line.startswith("not as asked:") and "--fsdp-sharding hybrid" in line
+        for line in stdout.splitlines()
+    ), stdout
+    (tmp_path / "one").mkdir()
+    one_node, _ = _plan(
+        cli_main, tmp_path / "one", "fine-tune llama-2-13b on 8 A100-40GB with FSDP hybrid sharding"
+    )
+    wish = next(
+        w for w in one_node["request"]["wishes"] if w["wish"] == "technique:hybrid-sharding"
+    )
+    assert (wish["honoured"], one_node["memory"]["chosen"]) == (True, "zero3"), wish

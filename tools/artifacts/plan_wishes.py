@@ -17,6 +17,7 @@ from typing import Any
 
 from tools.core.request_account import RequestAccount, mark_wish
 from tools.core.schemas import MemoryPlan, ScalingPlan, TrainingBrief
+from tools.core.strategies import fsdp_sharding
 from tools.intake.recipe_fields import COMPILE_WHY, STEPS_ADAMW
 from tools.intake.sizing_text import budget_dollars, deadline_seconds
 from tools.planning.pins import dense_expert_line
@@ -88,8 +89,30 @@ def _batching(wish: str, quote: str, memory: MemoryPlan) -> tuple[bool, str] | N
     )
 
 
+def _hybrid_sharding(memory: MemoryPlan, primary: str | None, nodes: int) -> tuple[bool, str]:
+    """FSDP's HYBRID_SHARD (shard within a node, replicate across nodes) against the plan.
+
+    On one node it is FULL_SHARD, which a ZeRO-3 row on FSDP runs; across nodes the memory
+    model prices sharding over every GPU only, so the plan says what it runs instead.
+    """
+    sharding, _offload = fsdp_sharding(memory.chosen, nodes)
+    if primary == "pytorch_fsdp" and sharding == "FULL_SHARD" and nodes == 1:
+        return True, "planned: FULL_SHARD on one node, the layout hybrid sharding has there"
+    runs = (
+        f"FSDP {sharding} across every GPU ({memory.chosen_label})"
+        if primary == "pytorch_fsdp"
+        else f"{memory.chosen_label} on {primary}"
+    )
+    return False, (
+        f"hybrid sharding not planned: the plan runs {runs}; the memory and speed models price "
+        "sharding over every data-parallel rank, not within a node (an FSDP launch runs it with "
+        "train.py's --fsdp-sharding hybrid, whose memory, ZeRO-3 over one node's GPUs, this "
+        "plan did not check)"
+    )
+
+
 def _techniques(
-    memory: MemoryPlan, primary: str | None, brief: TrainingBrief, experts: bool
+    memory: MemoryPlan, primary: str | None, brief: TrainingBrief, experts: bool, nodes: int
 ) -> dict[str, tuple[bool, str]]:
     setup = memory.chosen_setup
     marks: dict[str, tuple[bool, str]] = {}
@@ -117,6 +140,7 @@ def _techniques(
             f"torch.compile not planned: {COMPILE_WHY}; the {primary} launch runs eager",
         )
     )
+    marks["technique:hybrid-sharding"] = _hybrid_sharding(memory, primary, nodes)
     pinned = brief.pins.expert_parallel or 1
     if setup.ep > 1:
         marks["technique:expert-parallelism"] = (True, f"planned: expert parallel {setup.ep}")
@@ -151,6 +175,7 @@ def mark_plan_wishes(
     primary: str | None,
     brief: TrainingBrief,
     experts: bool,
+    nodes: int = 1,
 ) -> dict[str, Any] | None:
     """The account with the wishes this plan decides marked (undecided ones only).
 
@@ -159,7 +184,7 @@ def mark_plan_wishes(
     if account is None or memory is None or memory.chosen_row is None:
         return account
     acc = RequestAccount.model_validate(account)
-    marks = _techniques(memory, primary, brief, experts)
+    marks = _techniques(memory, primary, brief, experts, nodes)
     for wish in acc.undecided():
         if wish.wish == "deadline":
             mark = _deadline(wish.quote, scaling)

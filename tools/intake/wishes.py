@@ -219,6 +219,7 @@ _NAMED: tuple[tuple[str, str], ...] = (
     ("technique:sequence-parallelism", r"\bsequence[ -]parallel\w*|\bulysses\b|序列并行"),
     ("technique:zero++", r"\bzero\s*\+\+|\bzeropp\b|\bzero[ -]plus[ -]plus\b"),
     ("technique:fsdp2", r"\bfsdp[ -]?2\b|\bfully_shard\b"),
+    ("technique:hybrid-sharding", r"\bhybrid[ _-]?shard\w*|\bHSDP\b"),
     (
         "technique:8bit-optimizer",
         r"\b8[ -]?bit\s+(?:adam\w*|optimi[sz]ers?|states?)\b|\badamw?[ _-]?8[ _-]?bit\b|"
