@@ -726,7 +726,9 @@ def cmd_smoke(args: argparse.Namespace, settings: Settings) -> int:
     memory_cap = check_smoke_args(args)
     # A SIGTERM to the CLI then stops the run's process groups too (finally blocks run).
     stop_on_sigterm()
-    model = lookup_model(args.model, args.seq_len or 1024)
+    # A smoke run builds its scaled model from the config (random weights, tools/smoke/scale.py):
+    # a learned position table is sized to --seq-len, as pretraining from scratch sizes it.
+    model = lookup_model(args.model, args.seq_len or 1024, from_scratch=True)
     result = run_smoke_test(
         model, smoke_spec(args, settings, model, memory_cap), settings, on_progress=_emit
     )

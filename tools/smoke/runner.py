@@ -132,6 +132,7 @@ def run_smoke_test(
     base.model_shape = shape
     lr = smoke_lr(int(shape["hidden"]))
     run_config, notes = _run_config(spec, base, shape, lr, full_size)
+    notes += scaled_sequence_note(spec, model, shape)
     mode_args = _mode_args(mode, steps, lr, notes)
     script = PARALLEL_SCRIPT if isinstance(mode, LayoutRun) else TRAIN_SCRIPT
     run_script = _prepare_run_dir(run_dir, model_config, run_config, script)
@@ -407,6 +408,19 @@ def _commands(
     )
 
 
+def scaled_sequence_note(spec: SmokeSpec, model: ModelSpec, shape: dict[str, Any]) -> list[str]:
+    """One line when the run's sequence is shorter than the one asked (the local budget)."""
+    want = spec.seq_len if spec.seq_len is not None else model.seq_len
+    ran = int(shape["seq_len"])
+    if ran >= want:
+        return []
+    return [
+        f"sequence length {ran}, not the {want:,} asked: the smoke run scales the model and its "
+        "sequence to what this machine runs in seconds (it proves the setup starts and learns; "
+        "the plan prices the full length)"
+    ]
+
+
 def _announce(
     on_progress: Callable[[str], None] | None,
     base: SmokeResult,
@@ -419,7 +433,7 @@ def _announce(
     on_progress(
         f"launching {base.world_size} {base.device} rank(s) on {base.nodes} node(s): "
         f"{shape['family']} {shape['layers']}x{shape['hidden']}, {shape['params']:,} params, "
-        f"{base.strategy}, {base.steps} steps"
+        f"seq {shape['seq_len']}, {base.strategy}, {base.steps} steps"
         + (f", injecting {inject} at step {inject_step}" if inject else "")
     )
 
