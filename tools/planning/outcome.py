@@ -117,6 +117,10 @@ def nothing_fits(
         )
         for small in smallest.values()
     }
+    if not rows:
+        # Only families the rows leave out were searched (an expert-parallel pin alone: the
+        # rows keep one per strategy and one per model-parallel split): their smallest setups.
+        rows = list(smallest.values())
     index = min(range(len(rows)), key=lambda i: rows[i].per_gpu_bytes.total)
     chosen = rows[index] = space.with_speed(rows[index])
     bigger = smallest_fitting(space.model, space.hardware, space.brief)

@@ -21,42 +21,37 @@ strategy: it wins when it is the only fit or when it is predicted faster. Every 
 (strategy x t x p x c) gets the reason it lost, with its margin. Without a speed model (a
 CPU-only target) or with ``objective="memory"``, the simplest data-parallel strategy that fits
 wins, with the largest micro-batch it allows.
+
+This module decides which spaces are searched (the request's pins, its framework wish, a
+recipe's recompute); tools/planning/space_search.py searches one.
 """
 
 from __future__ import annotations
 
 from tools.core.errors import InputError
-from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, StrategyEstimate, TrainingBrief
+from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.core.setup import Setup
 from tools.core.strategies import (
-    MIN_HEADROOM,
     OFFLOAD_STRATEGIES,
     STRATEGY_ORDER,
     ZERO_STAGE,
     check_strategy,
 )
 from tools.core.units import gb_text
-from tools.planning import explain
 from tools.planning.bands import attach_bands, band_framework
 from tools.planning.batch import resolve_batch
 from tools.planning.flops import require_tf32
 from tools.planning.fp8 import fp8_plan_note
-from tools.planning.layouts import build_space, names_for
-from tools.planning.memory import GB, capacity_bytes
-from tools.planning.options import Objective, SearchOptions
-from tools.planning.outcome import chosen_plan, finish, nothing_fits, search_line, why_not_reasons
-from tools.planning.parallel import check_model_parallel
-from tools.planning.pins import batch_message, drop_expert_pin
-from tools.planning.ranking import family_rows, family_setups, pick, rank, simplest_fit
+from tools.planning.layouts import build_space
+from tools.planning.memory import GB
+from tools.planning.options import SearchOptions
+from tools.planning.pins import drop_expert_pin
 from tools.planning.recipe import recipe_from_brief
-from tools.planning.search_space import SearchSpace
+from tools.planning.space_search import search_space
 from tools.research.framework import replicas_fit
 from tools.research.splits import (
-    autotp_shards,
-    is_hf_model,
-    lora_split_refusal,
+    REPLICATING_FRAMEWORKS,
     setup_framework,
-    split_framework,
 )
 
 # Nothing pinned: the search over the whole space.
@@ -196,7 +191,7 @@ def _pins_search(
     space = build_space(model, hardware, brief, options)
     if batch_note:
         space.notes.append(batch_note)
-    return _search(space, options.objective)
+    return search_space(space, options.objective)
 
 
 def _recipe_recompute(
@@ -281,15 +276,6 @@ def _replicated(
     return plan
 
 
-def _search(space: SearchSpace, objective: Objective) -> MemoryPlan:
-    """The search over ``space``: the memory-only choice without a speed model, else by speed."""
-    if space.hardware.gpu is None or objective == "memory":
-        if space.brief.batch % space.hardware.world_size:
-            raise InputError("global_batch_size", batch_message(space.brief, space.hardware))
-        return finish(space, simplest_fit(space), [])
-    return _fastest_fit(space)
-
-
 def pinned_search(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -339,7 +325,7 @@ def pinned_search(
             space = build_space(model, hardware, unpinned, pinned)
             if batch_note:
                 space.notes.append(batch_note)
-            plan = _search(space, objective)
+            plan = search_space(space, objective)
         except InputError as exc:
             why = exc.message
         else:
@@ -355,6 +341,10 @@ def pinned_search(
         return plan.model_copy(
             update={"assumptions": [f"pinned by the request: {wanted}", *plan.assumptions]}
         )
+    if kept and brief.framework in REPLICATING_FRAMEWORKS:
+        elsewhere = _pins_elsewhere(model, hardware, unpinned, batch_note, pinned, degrees, wanted)
+        if elsewhere is not None:
+            return elsewhere
     fallback = run_search(model, hardware, unpinned, options.but(strategies=names))
     row = fallback.chosen_row
     if row is not None and row.fits:
@@ -374,6 +364,51 @@ def pinned_search(
     return fallback.model_copy(update={"assumptions": notes, "not_honoured": missed})
 
 
+def _pins_elsewhere(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    brief: TrainingBrief,
+    batch_note: str | None,
+    pinned: SearchOptions,
+    degrees: tuple[int | None, ...],
+    wanted: str,
+) -> MemoryPlan | None:
+    """The pinned search without the framework wish, when the wished one cannot run the pins.
+
+    A replicating framework (DDP, Horovod, TensorFlow) runs no expert, context, tensor or
+    pipeline split: the pins are the user's choice of layout, so the plan keeps them on the
+    framework that runs them (the wish is then refused on its own line) rather than dropping
+    them for another layout. None when the pins do not fit there either.
+    """
+    wished = brief.framework
+    recipe = brief.recipe.model_copy(update={"framework": None}) if brief.recipe else None
+    free = brief.model_copy(update={"framework": None, "recipe": recipe})
+    try:
+        space = build_space(
+            model, hardware, free, pinned.but(recipe=recipe_from_brief(free, model))
+        )
+        if batch_note:
+            space.notes.append(batch_note)
+        plan = search_space(space, pinned.objective)
+    except InputError:
+        return None
+    row = plan.chosen_row
+    if row is None or not row.fits or not _matches(plan, *degrees):
+        return None
+    needed = setup_framework(model, plan)
+    on = f" on {needed}" if needed else ""
+    return plan.model_copy(
+        update={
+            "assumptions": [
+                f"pinned by the request: {wanted}",
+                f"{wished} runs no setup with the pinned degrees; planned {plan.chosen_label}{on}, "
+                "which keeps them and fits",
+                *plan.assumptions,
+            ]
+        }
+    )
+
+
 def _matches(plan: MemoryPlan, *pins: int | None) -> bool:
     """Does the chosen setup have the pinned (tensor, pipeline, expert, context, micro-batch)?"""
     s = plan.chosen_setup
@@ -381,60 +416,3 @@ def _matches(plan: MemoryPlan, *pins: int | None) -> bool:
         p is None or got == p
         for p, got in zip(pins, (s.tp, s.pp, s.ep, s.cp, s.micro_batch), strict=False)
     )
-
-
-def _fastest_fit(space: SearchSpace) -> MemoryPlan:
-    """The speed search over the whole space: prune by memory, rank by tokens/s."""
-    capacity = capacity_bytes(space.hardware) or 0
-    limit = (1 - MIN_HEADROOM) * capacity
-    found: list[StrategyEstimate] = []
-    # Each family's smallest setup and (below) its best, by the family (strategy x t x p x c).
-    smallest: dict[Setup, StrategyEstimate] = {}
-    for layout in space.layouts:
-        for name in names_for(space, layout):
-            try:
-                check_model_parallel(space.model, space.hardware, name, layout.tp, layout.pp)
-            except InputError:
-                continue
-            rows, small = family_setups(space, name, layout, limit)
-            found += rows
-            if small is not None:
-                smallest[small.setup.family()] = small
-    if not smallest:
-        wish = space.brief.framework or ", ".join(space.brief.avoid_frameworks)
-        raise InputError(
-            "strategy",
-            "no searched strategy runs with the pinned degrees"
-            + (f" on a framework the request allows ({wish})" if wish else "")
-            + (
-                "; DeepSpeed AutoTP does not split a mixture of experts' experts (transformers "
-                "holds them as fused parameters), so this model's tensor parallelism runs on megatron"
-                if is_hf_model(space.model) and not autotp_shards(space.model)
-                else ""
-            )
-            + (
-                "; "
-                + lora_split_refusal(
-                    split_framework(space.model, n, lay.tp, lay.pp, lay.cp, lay.ep)
-                    for lay in space.layouts
-                    for n in space.names
-                )
-                if space.brief.task == "lora" and any(lay.split > 1 for lay in space.layouts)
-                else ""
-            ),
-        )
-    found.sort(key=rank)
-    if found:
-        win = pick(found)
-        found.remove(win)
-        found.insert(0, win)
-    best: dict[Setup, StrategyEstimate] = {}
-    for row in found:
-        best.setdefault(row.setup.family(), row)
-    rows = family_rows(space, best, smallest)
-    searched = search_line(space, len(smallest), len(found))
-    node_ram = explain.node_ram_text(space.hardware)
-    if not found:
-        return nothing_fits(space, rows, smallest, limit, capacity, node_ram, searched)
-    why_not = why_not_reasons(win, best, smallest, limit, capacity, node_ram)
-    return chosen_plan(space, rows, win, why_not, searched, found, best)

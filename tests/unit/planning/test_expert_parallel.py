@@ -202,3 +202,27 @@ def test_a_pipeline_stage_holds_its_own_layers_share_of_the_experts() -> None:
     assert est.per_gpu_bytes.params == 2 * held
     assert est.per_gpu_bytes.gradients > 0 and est.per_gpu_bytes.optimizer > 0
     assert any(f"of the stage's {stage_experts:,} expert parameters" in n for n in est.notes)
+
+
+@pytest.mark.parametrize(
+    ("framework", "pins", "degree"),
+    [("horovod", {"expert_parallel": 4}, "ep"), ("pytorch_ddp", {"context_parallel": 4}, "cp")],
+)
+def test_pins_a_replicating_framework_cannot_run_are_kept_on_the_one_that_can(
+    framework: str, pins: dict[str, int], degree: str
+) -> None:
+    """Horovod and DDP run no expert or context split: the plan keeps the pinned degree and
+    names the framework that runs it, instead of dropping the pin for another layout."""
+    name, seq = ("deepseek-v2-lite", 4096) if degree == "ep" else ("llama-3-8b", 32768)
+    hw = parse_hardware("1x8xH100-80GB")
+    brief = brief_from_dict(
+        {"model": name, "hardware": "1x8xH100-80GB", "seq_len": seq, "global_batch_size": 64,
+         "task": "pretrain", "framework": framework, "pins": pins}
+    )  # fmt: skip
+    plan = search_strategy(lookup_model(name, seq), hw, brief)
+    assert getattr(plan.chosen_setup, degree) == 4, plan.chosen_label
+    assert plan.assumptions[0].startswith("pinned by the request:")
+    assert any(
+        a.startswith(f"{framework} runs no setup with the pinned degrees") for a in plan.assumptions
+    )
+    assert not any("does not fit" in line for line in plan.not_honoured), plan.not_honoured
