@@ -30,7 +30,7 @@ from agents.workspace import PRODUCT_KEYS
 from tools.core.errors import InputError
 from tools.core.paths import confined
 from tools.core.request_account import RequestAccount
-from tools.core.schemas import TrainingBrief
+from tools.core.schemas import TRAINING_TASKS, TrainingBrief
 from tools.core.settings import Settings
 from tools.core.untrusted import cap_text
 from tools.intake.account import account_brief, account_request
@@ -300,7 +300,7 @@ def _brief_from_request(
     account = account_request(text, fields, brief, overrides, said)
     if ask is None:
         return brief, notes, account, None
-    if brief.task not in ("pretrain", "finetune", "lora"):
+    if brief.task not in TRAINING_TASKS:
         return brief, [*notes, not_sized(ask, brief.task)], account, None
     gpu = _gpu_type(fields.get("hardware"))
     sized = run_sizing(ask, brief, gpu)
@@ -323,7 +323,7 @@ def _sized_brief(
     """
     from agents.sizing import account_sizing, run_sizing, sizing_ask
 
-    if brief.hardware != "local" or brief.task not in ("pretrain", "finetune", "lora"):
+    if brief.hardware != "local" or brief.task not in TRAINING_TASKS:
         return brief, account, None, []
     ask = sizing_ask(brief.goal, {"hardware": "local"}, overrides)
     if ask is None:

@@ -18,7 +18,7 @@ from typing import Any
 from tools.artifacts.headline import FP8_NOT_APPLIED
 from tools.artifacts.megatron_model import convert_refusal, unexpressed
 from tools.core.request_account import RequestAccount, mark_wish
-from tools.core.schemas import ModelSpec, TrainingBrief
+from tools.core.schemas import TRAINING_TASKS, ModelSpec, TrainingBrief
 from tools.intake.fp8_wish import FP8_WISH
 from tools.research.splits import refused_in
 from tools.research.titan_flavors import build_refusal, titan_refusal, torchtitan_flavor
@@ -38,7 +38,6 @@ _NO_FP8_PATH = {
     "torchtune": "torchtune",
     "nanotron": "nanotron",
 }
-_TRAINING = ("pretrain", "finetune", "lora")
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ def fp8_launch(brief: TrainingBrief, model: ModelSpec) -> Fp8Launch | None:
     Hugging Face converter), neither refused by the request; a LoRA job runs train.py (peft).
     """
     recipe = brief.recipe
-    if recipe is None or recipe.precision != "fp8" or brief.task not in _TRAINING:
+    if recipe is None or recipe.precision != "fp8" or brief.task not in TRAINING_TASKS:
         return None
     pinned = pinned_framework(brief)
     if pinned in _NO_FP8_PATH:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tools.artifacts.deepspeed_config import planned_total_steps, run_schedule, with_run_steps
-from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
+from tools.core.schemas import TRAINING_TASKS, HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.planning.batch_layout import BatchLayout
 from tools.planning.lr_schedule import DEFAULT_RUN_STEPS, LrSchedule
 
@@ -105,6 +105,6 @@ def shape_run(
     if config is not None:
         config = with_run_steps(config, total, brief.warmup_steps)
         notes.append(config_schedule_note(config, schedule))
-    elif brief.task in ("pretrain", "finetune", "lora"):
+    elif brief.task in TRAINING_TASKS:
         notes.append(schedule.note())
     return RunShape(total, layout, schedule, tuple(notes)), config

@@ -24,13 +24,20 @@ setup that leaves ``MIN_HEADROOM`` of the GPU free is the one quoted:
 
 from __future__ import annotations
 
-from tools.core.schemas import FitOption, HardwareSpec, ModelSpec, StrategyEstimate, TrainingBrief
+from tools.core.schemas import (
+    TRAINING_TASKS,
+    FitOption,
+    HardwareSpec,
+    ModelSpec,
+    StrategyEstimate,
+    TrainingBrief,
+)
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, STRATEGY_ORDER, StrategyName
 from tools.core.units import gb_text
 from tools.planning.footprint import NF4_BYTES
 from tools.planning.memory import GB, capacity_bytes, estimate_strategy
 from tools.planning.overheads import CPU_RAM_HEADROOM, FRAGMENTATION_MARGIN, node_ram_bytes
-from tools.planning.scale_out import TRAINING_TASKS, fits_somewhere, smallest_fitting
+from tools.planning.scale_out import fits_somewhere, smallest_fitting
 from tools.planning.states import resolve_precision
 
 # NF4 weights with double-quantized block constants, as the generated train.py loads them

@@ -12,7 +12,7 @@ strategies its launcher runs, on a framework the request allows.
 from __future__ import annotations
 
 from tools.core.errors import InputError
-from tools.core.schemas import HardwareSpec, ModelSpec, StrategyName, TrainingBrief
+from tools.core.schemas import TRAINING_TASKS, HardwareSpec, ModelSpec, StrategyName, TrainingBrief
 from tools.core.setup import Setup
 from tools.core.strategies import (
     OFFLOAD_STRATEGIES,
@@ -26,7 +26,6 @@ from tools.planning.options import SearchOptions
 from tools.planning.parallel import TENSOR_PARALLEL_CANDIDATES, routed_experts
 from tools.planning.pins import batch_message, check_pins, check_split_pins
 from tools.planning.recipe import resolve_recipe
-from tools.planning.scale_out import TRAINING_TASKS
 from tools.planning.search_space import PIPELINE_STRATEGIES, SearchSpace
 from tools.planning.states import resolve_precision
 from tools.research.splits import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from tools.core.schemas import HardwareSpec, ModelSpec, Task
+from tools.core.schemas import TRAINING_TASKS, HardwareSpec, ModelSpec, Task
 from tools.core.strategies import OFFLOAD_STRATEGIES, StrategyName
 from tools.core.units import GB
 from tools.planning.activations import activation_bytes, is_encoder_decoder
@@ -238,7 +238,7 @@ def recipe_terms(
     quantized = int(params_here * quantized_share(model)) if recipe.qlora else 0
     if recipe.framework == "deepspeed":
         terms = _deepspeed_terms(states, recipe, quantized, world * cp, strategy, model.hidden)
-        if task in ("pretrain", "finetune", "lora"):
+        if task in TRAINING_TASKS:
             largest_here = model_parallel_params(model, tp, pp)[1]
             terms.transient += _zero3_kept(
                 model, strategy, params_here, largest_here, resolved, notes
@@ -262,11 +262,7 @@ def recipe_terms(
             megatron_states(recipe, strategy, lay, model.hidden, terms)
         notes.extend(terms.notes)
     accumulating = (micro_batches or 1) > 1 or pp > 1
-    if (
-        accumulating
-        and task in ("pretrain", "finetune", "lora")
-        and not recipe.optimizer_in_backward
-    ):
+    if accumulating and task in TRAINING_TASKS and not recipe.optimizer_in_backward:
         terms.gradients_persistent = True
     terms.activations, terms.loss, terms.working = _activation_terms(
         model, task, recipe, resolved, tp, pp, seq // cp, micro_batch_size, micro_batches, attention,
@@ -286,7 +282,7 @@ def recipe_terms(
             world_size=world,
             precision=resolved,
             on_gpu=False,
-            training=task in ("pretrain", "finetune", "lora"),
+            training=task in TRAINING_TASKS,
         )
     return terms, buffers, buffer_notes
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tools.core.errors import InputError
-from tools.core.schemas import HardwareSpec, ModelSpec, TrainingBrief
+from tools.core.schemas import TRAINING_TASKS, HardwareSpec, ModelSpec, TrainingBrief
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, STRATEGY_ORDER
 from tools.planning.memory import capacity_bytes, estimate_strategy
 from tools.planning.parallel import model_parallel_setups
@@ -12,7 +12,6 @@ from tools.research.splits import runs_setup
 
 # How far the search scales a cluster out, in nodes, to name hardware on which something fits.
 MAX_NODES_SUGGESTED = 64
-TRAINING_TASKS = ("pretrain", "finetune", "lora")
 
 
 def fits_somewhere(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from tools.core.errors import InputError
 from tools.core.schemas import (
+    TRAINING_TASKS,
     HardwareSpec,
     MemoryPlan,
     ModelSpec,
@@ -27,7 +28,7 @@ from tools.core.schemas import (
     TrainingBrief,
 )
 from tools.planning.batch import resolve_batch
-from tools.planning.scale_out import TRAINING_TASKS, fits_somewhere
+from tools.planning.scale_out import fits_somewhere
 from tools.planning.search import search_strategy
 from tools.research.hardware import find_gpu
 from tools.research.prices import plan_price

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from tools.core.errors import InputError
 from tools.core.schemas import (
+    TRAINING_TASKS,
     GPUSpec,
     HardwareSpec,
     MemoryPlan,
@@ -41,7 +42,6 @@ from tools.planning.batch import default_global_batch
 from tools.planning.memory import capacity_bytes
 from tools.planning.options import SearchOptions
 from tools.planning.overheads import node_ram_bytes
-from tools.planning.scale_out import TRAINING_TASKS
 from tools.planning.search import search_strategy
 from tools.planning.sizing_pick import finish_sizing
 from tools.research.hardware import CatalogGPU, find_gpu, load_gpu_catalog

@@ -11,17 +11,16 @@ choice, tools/artifacts/fp8_launch.py, gives the same one).
 
 from __future__ import annotations
 
-from tools.core.schemas import FrameworkId, ModelSpec, TrainingBrief
+from tools.core.schemas import TRAINING_TASKS, FrameworkId, ModelSpec, TrainingBrief
 from tools.research.titan_flavors import titan_refusal, torchtitan_flavor
 
 # What runs a torchtitan wish torchtitan cannot run: FSDP2, the sharding it builds on.
 IN_ITS_PLACE: FrameworkId = "pytorch_fsdp"
-_TRAINING = ("pretrain", "finetune", "lora")
 
 
 def titan_wish_refusal(brief: TrainingBrief, model: ModelSpec | None) -> str | None:
     """Why the brief's torchtitan wish is not planned on torchtitan (None: no wish, or it is)."""
-    if brief.framework != "torchtitan" or brief.task not in _TRAINING:
+    if brief.framework != "torchtitan" or brief.task not in TRAINING_TASKS:
         return None
     return titan_refusal(model, brief.task)
 
