@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from tools.core.schemas import ModelSpec
 from tools.planning.conv_algos import DEFAULT_MODE, ConvMode
-from tools.planning.experts import expert_gemms, expert_shape, permute_bytes
+from tools.planning.experts import activation_width, expert_gemms, expert_shape, permute_bytes
 from tools.planning.fp8 import cast_bytes
 from tools.planning.kernels import Device, attention_s, matmul_s, memory_s
 from tools.planning.parallel import heaviest_stage_layers
@@ -171,7 +171,8 @@ def _elementwise_bytes(model: ModelSpec, tokens: int, tp: int, sequence_parallel
     Two norms (read 2, write 2 bytes per element, computed in fp32 in registers), two residual
     adds (read 4, write 2), the activation (gated: read gate and up, write the product, 6 bytes
     per intermediate element; GeLU: read and write, 4), rotary embedding on q and k for gated
-    (Llama-style) layers (read and write, 4). Norms and residuals run on the full sequence under
+    (Llama-style) layers (read and write, 4). A mixture of experts' activation runs over the
+    top-k routed copies of each token (``experts.activation_width``). Norms and residuals run on the full sequence under
     tensor parallelism and on 1/t of it with sequence parallelism (Korthikanti et al. 2022
     sec. 4.2.2).
     """
@@ -181,7 +182,9 @@ def _elementwise_bytes(model: ModelSpec, tokens: int, tp: int, sequence_parallel
     d = head_dim(model)
     replicated = tokens * h / (tp if sequence_parallel else 1)
     norms_residuals = 2 * 4 * replicated + 2 * 6 * replicated
-    activation = tokens * inter / tp * (6 if _gated(model) else 4)
+    # A mixture of experts activates k routed copies of each token (tools/planning/experts.py).
+    width = activation_width(expert_shape(model), inter, model.layers)
+    activation = tokens * width / tp * (6 if _gated(model) else 4)
     rotary = tokens * (model.heads + kv) * d / tp * 4 if _gated(model) else 0.0
     return norms_residuals + activation + rotary
 

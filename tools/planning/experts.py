@@ -111,6 +111,23 @@ def expert_gemms(
     return gemms
 
 
+def activation_width(shape: ExpertShape | None, intermediate: int, layers: int) -> float:
+    """The MLP activation's width per token, averaged over the layers (before tensor parallelism).
+
+    A dense MLP applies its activation to ``intermediate`` values per token. A MoE layer applies
+    it in each of the token's top-k routed experts (k x the expert's width: every routed copy
+    passes its expert's gate and up outputs through the activation) and in the shared experts;
+    Megatron-Core's experts (``megatron/core/transformer/moe/experts.py``, TEGroupedMLP) run
+    the activation on all the tokens permuted to them. A config's ``intermediate_size`` is the
+    expert's width in Mixtral and GPT-OSS, so the dense width under-counts this k-fold.
+    """
+    if shape is None or not shape.moe_layers:
+        return float(intermediate)
+    moe = shape.top_k * shape.expert_width + shape.shared_width
+    share = shape.moe_layers / max(1, layers)
+    return share * moe + (1 - share) * intermediate
+
+
 def permute_bytes(shape: ExpertShape, hidden: int, tokens: int) -> float:
     """HBM bytes of moving tokens to their experts and back, at 16-bit, forward.
 

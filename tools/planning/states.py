@@ -55,6 +55,9 @@ GATED_MLP_FAMILIES = frozenset(
         "gemma3",
         "gemma3_text",
         "phi3",
+        # GPT-OSS experts: gate_up_proj of 2 x the expert width, a clamped SwiGLU (transformers
+        # GptOssExperts; openai/gpt-oss-120b config.json swiglu_limit 7.0).
+        "gpt_oss",
     }
 )
 # Optimizer state bytes per trainable parameter (ZeRO paper sec. 3.1: Adam's momentum and
