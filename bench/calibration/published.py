@@ -160,7 +160,11 @@ def check_split(split: str) -> str:
 
 def source_of(row: Row) -> str:
     """llm-foundry, torchtitan or Megatron-LM: the repository the row's ``source`` names."""
-    repo = row["source"].split("@")[0].split(":")[0].strip()
+    cell = row["source"].strip()
+    github = re.match(r"https?://github\.com/[^/]+/([^/#?]+)", cell)
+    if github:  # an issue or pull request thread: the repository it is filed in
+        return github[1]
+    repo = cell.split("@")[0].split(":")[0].strip()
     return repo.split("/")[-1] if "/" in repo else repo or "unknown"
 
 
@@ -229,6 +233,9 @@ NAME_FAMILIES: tuple[tuple[str, str], ...] = (
     # mapped (model_config skips it).
     ("qwen3", "qwen3_moe"),
     ("llama", "llama"),
+    # GPT-2 by name (SemiAnalysis' llm-train-bench GPT-2 XL in ROCm/TransformerEngine issues
+    # #72 and #76): learned positions, 4h GELU MLP, tied embeddings, as Megatron-LM's GPT.
+    ("gpt-2", "gpt2"),
     ("mistral", "llama"),  # Mistral 7B is the Llama block with GQA (Jiang et al. 2023, Table 1)
 )
 EXPERTS = re.compile(r"experts=(\d+)\s+top_k=(\d+)")

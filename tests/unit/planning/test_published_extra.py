@@ -75,6 +75,23 @@ def test_mixture_of_experts_rows_carry_their_experts_and_expert_parallelism() ->
     assert mapped >= len(moe) - 2
 
 
+def test_issue_thread_rows_are_named_by_their_repository_and_gpt2_maps_by_name() -> None:
+    """ROCm/TransformerEngine issue rows: the source is the repository, GPT-2 XL a GPT-2 model."""
+    from bench.calibration.published import source_of
+
+    issue = {"source": "https://github.com/ROCm/TransformerEngine/issues/76"}
+    assert source_of(issue) == "TransformerEngine"
+    assert source_of({"source": "NVIDIA/Megatron-LM@abc:images/tables.tex"}) == "Megatron-LM"
+    amd = [r for r in ROWS if "mi300x" in r["gpu"].lower()]
+    assert amd
+    for row in amd:
+        case = MAPPED[row["row_id"]]
+        assert isinstance(case, Case), getattr(case, "reason", "")
+        assert case.hardware.gpu is not None and case.hardware.gpu.name.endswith("MI300X")
+        expected = "gpt2" if "gpt-2" in row["model"].lower() else "llama"
+        assert (case.model.hf_config or {})["model_type"] == expected
+
+
 def test_a_moe_row_without_expert_counts_is_skipped_with_the_reason() -> None:
     row = dict(next(r for r in ROWS if r["model_type"] == "moe"))
     row["notes"] = "no counts"
