@@ -24,7 +24,8 @@ _SEQ_RES = (
     # The noun, then the number: "sequence 8192", "seq_len=4096", "context of 32k", "sequences of 4096".
     re.compile(
         r"(?<![a-z])(?:max[ _-]?)?(?:seq(?:uence)?s?|context|ctx)(?:[ _-]?(?:len(?:gth)?|window|size))?"
-        r"\s*(?:of|=|:|is|to)?\s*(?:up to\s+)?" + _NUM + _K,
+        r"\s*(?:of|=|:|is|to|was|were|(?:were|was|is)?\s*(?:set\s+to|raised\s+to|increased\s+to|"
+        r"cut\s+to|reduced\s+to|doubled\s+to|halved\s+to))?\s*(?:up to\s+)?" + _NUM + _K,
         re.I,
     ),
     # The number, then the noun: "8k context", "a 4096-token context", "8k sequence length".
