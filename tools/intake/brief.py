@@ -21,6 +21,7 @@ from tools.intake.hardware_text import (
     HARDWARE_REFUSED,
     HARDWARE_UNCLEAR,
     hardware_fields,
+    read_hardware,
 )
 from tools.intake.model_sizes import read_size
 from tools.intake.model_text import ModelReading, read_model
@@ -352,6 +353,26 @@ _NODE_COUNT_RE = re.compile(r"\b(\d+)\s*nodes?\b", re.I)
 _SPEC_RE = re.compile(r"^\s*(?:(\d+)x)?(\d+)x(.+?)\s*$", re.I)
 
 
+def _same_counts(text: str, brief: dict[str, Any]) -> str | None:
+    """The brief's node and GPU counts with the GPU a follow-up names without a count.
+
+    "what about H100?" or "make it H100s" on 1x8xA100-80GB is 1x8xH100-80GB: a follow-up
+    that names only the part changes the part (a fresh request would read one GPU, or ask).
+    None when the follow-up gives a count, names no GPU, or the brief has no cluster spec.
+    """
+    spec = _SPEC_RE.match(str(brief.get("hardware") or ""))
+    reading = read_hardware(text)
+    if spec is None or reading.gpu is None:
+        return None
+    counted = _NODE_COUNT_RE.search(text) or _GPU_COUNT_RE.search(text)
+    no_count = any("without a count" in u for u in reading.unclear) or any(
+        "no GPU count given" in a.why for a in reading.assumed
+    )
+    if counted or not no_count:
+        return None
+    return f"{int(spec[1] or 1)}x{int(spec[2])}x{reading.gpu}"
+
+
 def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) -> dict[str, Any]:
     """The brief fields a follow-up ("what if I only had 4 GPUs?") changes in ``brief``.
 
@@ -366,6 +387,8 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
     said.pop(NUMBER_NOTES, None)
     said.pop(HARDWARE_REFUSED, None)
     unclear = said.pop(HARDWARE_UNCLEAR, None)
+    if (kept := _same_counts(text, brief)) is not None:
+        said["hardware"], unclear = kept, None
     said = {**serving_follow_up(text, {**brief, **said}), **said}
     if "recipe" in said and isinstance(brief.get("recipe"), dict):
         # "what if rank 32?" changes the adapters' rank, not the rest of the brief's recipe.
@@ -374,7 +397,8 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
         del said["task"]  # "my assistant" in a follow-up does not drop the model
     spec = _SPEC_RE.match(str(brief.get("hardware") or ""))
     if "hardware" not in said and spec:
-        nodes, per_node, gpu = int(spec[1] or 1), int(spec[2]), spec[3]
+        # A part named beside the count ("2 nodes of H100") replaces the brief's.
+        nodes, per_node, gpu = int(spec[1] or 1), int(spec[2]), read_hardware(text).gpu or spec[3]
         node_count, gpu_count = _NODE_COUNT_RE.search(text), _GPU_COUNT_RE.search(text)
         if node_count:
             nodes = int(node_count[1])
@@ -388,7 +412,7 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
                 if total > per_node and total % per_node == 0
                 else (1, total)
             )
-        if (nodes, per_node) != (int(spec[1] or 1), int(spec[2])):
+        if (nodes, per_node, gpu) != (int(spec[1] or 1), int(spec[2]), spec[3]):
             said["hardware"] = f"{nodes}x{per_node}x{gpu}"
         if node_count or gpu_count:
             unclear = None  # a count of the brief's own GPUs

@@ -1,7 +1,10 @@
-"""A chat follow-up's sequence length in the words people use ("what if it were 16384?").
+"""A chat follow-up read in the words people use, changing only what it names.
 
 Before, "what if the sequence length were 16384?" changed nothing ("that follow-up changes
-nothing I can read"): only "of", "=", ":", "is" and "to" could join the noun and the number.
+nothing I can read": only "of", "=", ":", "is" and "to" could join the noun and the number);
+"what about H100?" re-planned on one H100 (a fresh request's reading of a part without a
+count) and "make it H100s" was refused as unclear; "what about 2 nodes of H100?" kept the
+brief's A100s.
 """
 
 from __future__ import annotations
@@ -30,3 +33,21 @@ def test_a_follow_up_changes_the_sequence_length(text: str, seq: int) -> None:
 def test_a_count_of_sequences_is_not_a_length() -> None:
     said = request_fields("fine-tune llama-3-8b, sequences at 8 per GPU, on 8 H100", ["llama-3-8b"])
     assert "seq_len" not in said
+
+
+@pytest.mark.parametrize(
+    ("text", "hardware"),
+    [
+        ("what about H100?", "1x8xH100-80GB"),
+        ("make it H100s", "1x8xH100-80GB"),
+        ("switch to B200", "1x8xB200"),
+        ("what about 2 nodes of H100?", "2x8xH100-80GB"),
+        ("what if I only had 4 H100s?", "1x4xH100-80GB"),
+        ("what if we had 2 nodes?", "2x8xA100-80GB"),
+        ("use 16 H100s", "2x8xH100-80GB"),
+    ],
+)
+def test_a_follow_up_naming_a_gpu_keeps_the_counts_it_does_not_change(
+    text: str, hardware: str
+) -> None:
+    assert follow_up_fields(text, BRIEF, ["llama-3-8b"])["hardware"] == hardware
