@@ -390,6 +390,11 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
     if (kept := _same_counts(text, brief)) is not None:
         said["hardware"], unclear = kept, None
     said = {**serving_follow_up(text, {**brief, **said}), **said}
+    if "task" not in said:
+        # "with gradient checkpointing", "rank 32": recipe words read for the brief's task.
+        extra = recipe_text_fields(text, brief.get("task")).get("recipe") or {}
+        if extra:
+            said["recipe"] = {**extra, **(said.get("recipe") or {})}
     if "recipe" in said and isinstance(brief.get("recipe"), dict):
         # "what if rank 32?" changes the adapters' rank, not the rest of the brief's recipe.
         said["recipe"] = {**brief["recipe"], **said["recipe"]}

@@ -20,12 +20,16 @@ from tools.intake.readings import Read
 _NUM = r"(\d+(?:\.\d+)?)"
 # After a number: a unit letter glued to it ("8k"), never the start of a word ("8 kernels").
 _K = r"\s*(k)?(?![a-z0-9])"
+# What joins a noun to its number: "of", "=", "is", "were", "set to", "raised to", ...
+_JOIN = (
+    r"(?:of|=|:|is|to|was|were|(?:were|was|is)?\s*(?:set|raised|increased|cut|reduced|doubled|"
+    r"halved|changed)\s+to)?"
+)
 _SEQ_RES = (
     # The noun, then the number: "sequence 8192", "seq_len=4096", "context of 32k", "sequences of 4096".
     re.compile(
         r"(?<![a-z])(?:max[ _-]?)?(?:seq(?:uence)?s?|context|ctx)(?:[ _-]?(?:len(?:gth)?|window|size))?"
-        r"\s*(?:of|=|:|is|to|was|were|(?:were|was|is)?\s*(?:set\s+to|raised\s+to|increased\s+to|"
-        r"cut\s+to|reduced\s+to|doubled\s+to|halved\s+to))?\s*(?:up to\s+)?" + _NUM + _K,
+        r"\s*" + _JOIN + r"\s*(?:up to\s+)?" + _NUM + _K,
         re.I,
     ),
     # The number, then the noun: "8k context", "a 4096-token context", "8k sequence length".
@@ -64,7 +68,7 @@ _UNIT = r"(?:\s*(tokens?|sequences?|samples?|examples?|seqs?))?"
 _BATCH_RES = (
     re.compile(
         r"(?<![a-z])(?<!micro[ _-])(?<!micro)(?:global[ _-]|total[ _-]|effective[ _-])?batch"
-        r"(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*" + _NUM + r"\s*([km])?(?![a-z0-9])" + _UNIT,
+        r"(?:[ _-]?size)?\s*" + _JOIN + r"\s*" + _NUM + r"\s*([km])?(?![a-z0-9])" + _UNIT,
         re.I,
     ),
     re.compile(

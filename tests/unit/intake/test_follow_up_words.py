@@ -51,3 +51,24 @@ def test_a_follow_up_naming_a_gpu_keeps_the_counts_it_does_not_change(
     text: str, hardware: str
 ) -> None:
     assert follow_up_fields(text, BRIEF, ["llama-3-8b"])["hardware"] == hardware
+
+
+@pytest.mark.parametrize(
+    ("brief", "text", "changes"),
+    [
+        (BRIEF, "what if the batch were 128", {"global_batch_size": 128}),
+        (BRIEF, "with the batch size set to 512", {"global_batch_size": 512}),
+        (BRIEF, "with gradient checkpointing", {"recipe": {"checkpointing": "full"}}),
+        (BRIEF, "without activation checkpointing", {"recipe": {"checkpointing": "none"}}),
+        (
+            {**BRIEF, "task": "lora", "recipe": {"lora_rank": 16}},
+            "what about rank 64?",
+            {"recipe": {"lora_rank": 64}},
+        ),
+    ],
+)
+def test_a_follow_up_changes_the_batch_and_the_recipe_it_names(
+    brief: dict[str, object], text: str, changes: dict[str, object]
+) -> None:
+    """Recipe words are read for the brief's task (a follow-up rarely restates it)."""
+    assert follow_up_fields(text, brief, ["llama-3-8b"]) == changes
