@@ -166,11 +166,7 @@ class ChatSession:
         ):
             changes = follow_up_fields(text, self.brief, models)
             if not changes:
-                self.say(
-                    "that follow-up changes nothing I can read (try e.g. 'what if I only had "
-                    "4 GPUs?', 'with seq len 8192', or a new request naming a model)",
-                    "yellow",
-                )
+                self.say(_nothing_changed(text, self.brief), "yellow")
                 return
             merged = {**self.brief, **changes, "goal": follow_up_goal(self.brief.get("goal"), text)}
             brief_from_dict(merged)  # one clear line here, before a run starts
@@ -405,3 +401,22 @@ def run_chat(settings: Settings, *, thread: str | None = None, smoke: bool | Non
     """Start the chat: prompt_toolkit and rich on a terminal, plain lines when stdin is piped."""
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     return ChatSession(settings, thread=thread, smoke=smoke, interactive=interactive).run()
+
+
+def _nothing_changed(text: str, brief: dict[str, Any]) -> str:
+    """Why a follow-up re-plans nothing: its wish words, or what a follow-up can change."""
+    from tools.intake.follow_up import wish_words
+
+    wishes = wish_words(text)
+    if wishes:
+        named = ", ".join(repr(w) for w in wishes)
+        request = f"{brief.get('task')} {brief.get('model')} on {brief.get('hardware')} {text}"
+        return (
+            f"that follow-up names {named}: a plan reads such wishes from a whole request and "
+            "says whether it honours each; a follow-up changes the last brief's fields only. "
+            f"Ask it as a request, e.g. {request.strip()!r}"
+        )
+    return (
+        "that follow-up changes nothing I can read (try e.g. 'what if I only had "
+        "4 GPUs?', 'with seq len 8192', or a new request naming a model)"
+    )

@@ -10,6 +10,13 @@ from __future__ import annotations
 
 import re
 
+from tools.intake.numbers_text import number_reads
+from tools.intake.wishes import named_wishes
+
+# Number readings that are wishes of a whole request, not brief fields (a follow-up re-plans
+# the last brief, whose fields only change).
+_WISH_NUMBERS = ("deadline", "money-budget", "compute-budget")
+
 # The goal's cap when read from a request (tools/intake/brief.py request_fields).
 MAX_GOAL_CHARS = 500
 _SEPARATOR = "; then: "
@@ -26,3 +33,16 @@ def follow_up_goal(goal: str | None, follow_up: str) -> str:
         rest.pop(0)  # the oldest follow-up gives way to the newest
     text = _SEPARATOR.join(p for p in (first, *rest) if p)
     return text[:MAX_GOAL_CHARS]
+
+
+def wish_words(text: str) -> list[str]:
+    """The words of a follow-up that name a wish (fp8, 8-bit Adam, a deadline, a budget).
+
+    A plan reads wishes from a whole request and marks each honoured or refused; a follow-up
+    changes the last brief's fields, so the chat names these words instead of saying only
+    that nothing changed.
+    """
+    reads = [r for r in named_wishes(text) if not r.field.startswith("objective:")]
+    numbers, _ = number_reads(text, 2048)
+    reads += [r for r in numbers if r.field in _WISH_NUMBERS]
+    return [r.quote for r in sorted(reads, key=lambda r: r.start)]

@@ -72,3 +72,15 @@ def test_a_follow_up_changes_the_batch_and_the_recipe_it_names(
 ) -> None:
     """Recipe words are read for the brief's task (a follow-up rarely restates it)."""
     assert follow_up_fields(text, brief, ["llama-3-8b"]) == changes
+
+
+def test_a_wish_a_follow_up_cannot_apply_is_named() -> None:
+    """fp8, 8-bit Adam, a deadline or a budget are wishes of a whole request: the chat names
+    them (and how to ask) instead of only saying the follow-up changed nothing."""
+    from tools.intake.follow_up import wish_words
+
+    assert follow_up_fields("switch to fp8", BRIEF, ["llama-3-8b"]) == {}
+    assert wish_words("switch to fp8") == ["fp8"]
+    assert wish_words("with 8-bit adam, finish within 3 days") == ["8-bit adam", "within 3 days"]
+    assert wish_words("with a budget of $5000") == ["$5000"]
+    assert wish_words("double the batch size") == []
