@@ -36,7 +36,12 @@ from tools.core.untrusted import cap_text
 from tools.intake.account import account_brief, account_request
 from tools.intake.brief import brief_from_dict
 from tools.intake.fp8_wish import apply_fp8_wish
-from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_REFUSED, HARDWARE_UNCLEAR
+from tools.intake.hardware_text import (
+    HARDWARE_ASSUMED,
+    HARDWARE_REFUSED,
+    HARDWARE_UNCLEAR,
+    read_hardware,
+)
 from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
 
 # Everything a plan's later nodes write: a fresh request on a used thread starts clean.
@@ -302,7 +307,8 @@ def _brief_from_request(
         return brief, notes, account, None
     if brief.task not in TRAINING_TASKS:
         return brief, [*notes, not_sized(ask, brief.task)], account, None
-    gpu = _gpu_type(fields.get("hardware"))
+    # "How many H100s ...": the part the words name without a count is the sizing's type.
+    gpu = _gpu_type(fields.get("hardware")) or read_hardware(text).gpu
     sized = run_sizing(ask, brief, gpu)
     events.progress(sized.notes[0].removeprefix("intake: "))
     brief = brief.model_copy(update={"hardware": sized.hardware})

@@ -102,6 +102,18 @@ def test_how_many_a100_40gb_sizes_a100s_and_plans_the_answer(tmp_path: Path) -> 
     assert "one A100-40GB assumed" not in json.dumps(plan)
 
 
+def test_how_many_h100s_with_a_deadline_picks_h100s(tmp_path: Path) -> None:
+    """A plural part with no count ("H100s") is the type asked: before, the words were dropped as
+    unclear hardware and the deadline's cheapest pick was 64 B200."""
+    done, plan = _plan(
+        tmp_path, "how many H100s do I need to pretrain a 1B llama on 100B tokens in 2 weeks?"
+    )
+    sizing = SizingPlan.model_validate(plan["sizing"])
+    assert any(a.asked and a.gpu == "H100-80GB" for a in sizing.answers)
+    assert sizing.pick is not None and sizing.pick.gpu == "H100-80GB", done.stdout[-1500:]
+    assert plan["brief"]["hardware"].endswith("xH100-80GB")
+
+
 def test_chat_answers_a_sizing_question_and_plan_it_names_the_planned_pick(tmp_path: Path) -> None:
     script = "how many H100 do I need to fine-tune llama-3-8b\nplan it\n/quit\n"
     done = run_main("chat", "--no-smoke", "--thread", "sizing-1", cwd=tmp_path, stdin=script)
