@@ -21,11 +21,14 @@ from typing import Any
 
 from tools.intake.readings import Read
 
+# NeMo, the trainer, and not the word inside a model's name ("mistral-nemo-12b", "Mistral NeMo
+# 12B"): that model once put every plan for it on Megatron with a trainer:nemo wish nobody made.
+_NEMO = r"(?<!mistral[ _-])\bnemo\b"
 # Each framework's names in a request, most specific first (a longer name wins its span).
 _NAMES: tuple[tuple[str, str], ...] = (
     ("torchtitan", r"torch\s*titan"),
     ("pytorch_fsdp", r"fsdp2?|fully[ -]sharded(?:\s+data[ -]parallel)?"),
-    ("megatron", r"megatron(?:[ -](?:lm|deepspeed|core))?|nemo"),
+    ("megatron", r"megatron(?:[ -](?:lm|deepspeed|core))?|" + _NEMO),
     ("deepspeed", r"deep[ -]?speed"),
     ("horovod", r"horovod"),
     ("pytorch_ddp", r"(?:pytorch\s+|torch\s+)?ddp|distributed\s*data\s*parallel"),
@@ -246,7 +249,7 @@ _NAMED: tuple[tuple[str, str], ...] = (
     ("trainer:axolotl", r"\baxolotl\b"),
     ("trainer:torchtune", r"\btorchtune\b"),
     ("trainer:llama-factory", r"\bllama[ -]?factory\b"),
-    ("trainer:nemo", r"\bnemo\b"),
+    ("trainer:nemo", _NEMO),
     ("trainer:trl", r"\btrl\b"),
     ("trainer:unsloth", r"\bunsloth\b"),
     (
