@@ -75,6 +75,9 @@ TABLE: list[Row] = [
     ("pretrain llama-3-8b on 4 nodes of 8 H100, 8x400G IB", {"nic_gbps": 400.0, "nics_per_node": 8}, set(), []),
     ("fine-tune llama-3-8b on four 40GB A100s", {"hardware": "1x4xA100-40GB"}, set(), []),
     ("fine-tune gpt2 on a single RTX 4090", {"hardware": "1x1xRTX4090"}, set(), []),
+    # a count in words and a plural name: "two 4090s" was quoted as "an answer to intake's question" and listed as not understood
+    ("QLoRA fine-tune gemma-2-9b on two 4090s, rank 32", {"hardware": "1x2xRTX4090"}, set(), []),
+    ("fine-tune mistral-7b on 4090s x 2, seq 4096", {"hardware": "1x2xRTX4090", "seq_len": 4096}, set(), []),
     # ---- frameworks named and refused
     ("fine-tune llama-3-8b on 8 A100 80GB with FSDP, no deepspeed", {"framework": "pytorch_fsdp", "avoid_frameworks": ["deepspeed"]}, {"framework:pytorch_fsdp", "avoid:deepspeed"}, []),
     ("pretrain llama-3-8b on 16 H100 using Megatron-LM, TP 4", {"framework": "megatron", "pins": {"tensor_parallel": 4}}, {"framework:megatron"}, []),

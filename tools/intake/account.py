@@ -35,18 +35,21 @@ _NUMBER_RE = re.compile(
     r"|[一二两俩三四五六七八九十百千万]+(?=\s*(?:台|张|块|卡|个|片|节点|天|周|小时|月))"
 )
 _CN = r"[一二两俩三四五六七八九十]+"
+# A count in English words ("two 4090s", "a pair of A100s"), as tools/intake/hardware_text reads it.
+_EN = r"\b(?:a\s+single|single|one|a\s+pair\s+of|a\s+couple\s+of|two|three|four|five|six|seven|eight|sixteen)\s+"
 _COUNT = r"(?:\d+|" + _CN + r")"
 # Where the hardware stood: counts before GPUs or nodes, a spec, a memory size by a GPU name.
 _HARDWARE_RES = tuple(
     re.compile(p, re.I)
     for p in (
         r"\d+\s*[x×]\s*\d+\s*[x×]\s*[a-z][\w-]*",
-        _COUNT + r"\s*[x×*]?\s*(?:(?:张|块|个|片)\s*)?(?:gpus?\s+of\s+|cards?\s+of\s+)?"
+        r"(?:" + _COUNT + r"|" + _EN + r")\s*[x×*]?\s*(?:(?:张|块|个|片)\s*)?"
+        r"(?:gpus?\s+of\s+|cards?\s+of\s+)?"
         r"(?:\d+\s*gi?b\s+)?(?:nvidia\s+|amd\s+|tesla\s+)?(?:" + GPU_NAMES + r")"
-        r"(?:[\s-]*\d+\s*gi?b)?",
+        r"(?:[\s-]*\d+\s*gi?b)?(?:s|es)?\b",
         r"(?:" + GPU_NAMES + r")(?:[\s-]*(?:sxm\d?|pcie|nvl))?[\s-]*\d+\s*gi?b",
-        r"(?:" + GPU_NAMES + r")\s*[x×*]\s*\d+",
-        r"\b(?:" + GPU_NAMES + r")\b",
+        r"(?:" + GPU_NAMES + r")(?:s|es)?\s*[x×*]\s*\d+",
+        r"\b(?:" + GPU_NAMES + r")(?:s|es)?\b",  # "4090s", "A100s"
         _COUNT + r"\s*[x×]?\s*(?:nodes?|servers?|machines?|hosts?|boxes|instances?|dgxs?|hgxs?|"
         r"gpus?|cards?|accelerators?)\b",
         _COUNT + r"\s*(?:台|张|块|卡|个节点|节点|片)",
