@@ -78,6 +78,8 @@ TABLE: list[Row] = [
     # a count in words and a plural name: "two 4090s" was quoted as "an answer to intake's question" and listed as not understood
     ("QLoRA fine-tune gemma-2-9b on two 4090s, rank 32", {"hardware": "1x2xRTX4090"}, set(), []),
     ("fine-tune mistral-7b on 4090s x 2, seq 4096", {"hardware": "1x2xRTX4090", "seq_len": 4096}, set(), []),
+    # a cloud instance type: read as no hardware before, so the plan was sized for other GPUs and "x 4" not understood
+    ("pretrain llama-3.2-1b on AWS p4d.24xlarge x 4, 100B tokens", {"hardware": "4x8xA100-40GB", "nics_per_node": 4, "nic_gbps": 100.0}, set(), []),
     # ---- frameworks named and refused
     ("fine-tune llama-3-8b on 8 A100 80GB with FSDP, no deepspeed", {"framework": "pytorch_fsdp", "avoid_frameworks": ["deepspeed"]}, {"framework:pytorch_fsdp", "avoid:deepspeed"}, []),
     ("pretrain llama-3-8b on 16 H100 using Megatron-LM, TP 4", {"framework": "megatron", "pins": {"tensor_parallel": 4}}, {"framework:megatron"}, []),

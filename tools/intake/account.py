@@ -19,6 +19,7 @@ from tools.core.schemas import RECIPE_PRECISION_BASE, TrainingBrief
 from tools.intake.budget_text import price_reading
 from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import NIC_AFTER_RE, read_hardware
+from tools.intake.instance_names import INSTANCE_RE
 from tools.intake.model_text import read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, Read
@@ -55,7 +56,7 @@ _HARDWARE_RES = tuple(
         _COUNT + r"\s*(?:台|张|块|卡|个节点|节点|片)",
         r"每\s*台\s*\d+",
     )
-)
+) + (INSTANCE_RE,)  # "AWS p4d.24xlarge x 4": the nodes, GPUs and network it stands for
 _RAM_RES = (
     re.compile(
         r"\d+(?:\.\d+)?\s*(?:tb|tib|gb|gib|g)\s*(?:of\s+)?(?:host\s+|cpu\s+|system\s+|ddr\d\s+)?"
@@ -76,6 +77,7 @@ _NIC_RES = (
         re.I,
     ),
     NIC_AFTER_RE,
+    INSTANCE_RE,
 )
 _CLAUSE_RE = re.compile(r"[^,;，；。!?？！\n]+")
 # The brief fields a plan takes from the words, in the order ``read`` lists them.
