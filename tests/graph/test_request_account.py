@@ -80,6 +80,8 @@ TABLE: list[Row] = [
     ("fine-tune mistral-7b on 4090s x 2, seq 4096", {"hardware": "1x2xRTX4090", "seq_len": 4096}, set(), []),
     # a cloud instance type: read as no hardware before, so the plan was sized for other GPUs and "x 4" not understood
     ("pretrain llama-3.2-1b on AWS p4d.24xlarge x 4, 100B tokens", {"hardware": "4x8xA100-40GB", "nics_per_node": 4, "nic_gbps": 100.0}, set(), []),
+    # ---- a model given by its dimensions: that shape, not the catalog 1B the size stood for
+    ("pretrain a custom 1B model with 24 layers, hidden 2048, 16 heads, vocab 32000 on 8 H100", {"model": {"layers": 24, "hidden": 2048, "heads": 16, "vocab": 32000}}, set(), []),
     # ---- frameworks named and refused
     ("fine-tune llama-3-8b on 8 A100 80GB with FSDP, no deepspeed", {"framework": "pytorch_fsdp", "avoid_frameworks": ["deepspeed"]}, {"framework:pytorch_fsdp", "avoid:deepspeed"}, []),
     ("pretrain llama-3-8b on 16 H100 using Megatron-LM, TP 4", {"framework": "megatron", "pins": {"tensor_parallel": 4}}, {"framework:megatron"}, []),

@@ -26,6 +26,7 @@ from tools.intake.readings import MODEL_ASSUMED, Read
 from tools.intake.recipe_framework import recipe_launch
 from tools.intake.recipe_text import recipe_reads
 from tools.intake.serving_text import serving_reads
+from tools.intake.shape_text import shape_reads
 from tools.intake.wishes import framework_reads, named_wishes, pin_reads
 from tools.intake.words import word_reads
 
@@ -107,6 +108,10 @@ def _joined(reads: list[Read], text: str) -> str:
 
 def _model_reads(text: str, model: Any) -> list[Read]:
     """Where the model was named: its catalog id as spelt in the text, or the words it was read from."""
+    if isinstance(model, dict) and "layers" in model:  # its dimensions ("24 layers, hidden 2048")
+        # and the name or size beside them ("a custom 1B model with ..."), quoted with them
+        reads = _model_reads(text, model.get("like") or "") + shape_reads(text)
+        return [Read("model", model, r.quote, r.start, r.end) for r in reads]
     if isinstance(model, str):
         squashed = re.sub(r"[^a-z0-9.]", "", model.lower())
         if squashed:

@@ -26,6 +26,7 @@ from tools.intake.model_sizes import read_size
 from tools.intake.model_text import ModelReading, read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
+from tools.intake.shape_text import shape_model
 from tools.intake.recipe_text import recipe_text_fields
 from tools.intake.serving_text import serving_fields, serving_follow_up
 from tools.intake.wishes import distill_pair, wish_fields
@@ -252,17 +253,23 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     low = text.lower()
     data: dict[str, Any] = {"goal": text.strip()[:500]}
 
-    pair = distill_pair(text)
+    pair, named = distill_pair(text), None
     if pair is not None and (student := catalog_name(pair[1], known_models)):
         data["model"] = student  # "distill llama-3-70b into llama-3-8b": the student is trained
-    elif name := catalog_name(text, known_models):
-        data["model"] = name
+    elif named := catalog_name(text, known_models):
+        data["model"] = named
     elif (reading := read_model(text)) is not None and reading.value is not None:
         # An alias, a GPT-style size, a confident close match, or a size ("a 70B policy").
         data.update(_model_fields(reading))
     elif m := _SIZE_RE.search(text):
         scale = 1e9 if m.group(2).lower() == "b" else 1e6
         data["model"] = {"params": float(m.group(1)) * scale}
+    if (shape := shape_model(text, named or None)) is not None:
+        # "24 layers, hidden 2048, 16 heads": that shape, not the model a size or name stood for.
+        data["model"], notes = shape
+        data.pop(MODEL_ASSUMED, None)
+        if notes:
+            data[MODEL_ASSUMED] = [f"intake: {line}" for line in notes]
     agent_app = bool(AGENT_APP.search(text)) and not TRAINING.search(text)
     if agent_app:
         data["task"] = "agent-app"
