@@ -29,6 +29,9 @@ RL_WHY = (
 _BYTES_16BIT = 2
 # The launch note of a launcher with no fp8 path (tools/artifacts/launch.py): not as asked.
 FP8_NOT_APPLIED = "fp8 linears are not applied"
+# A launch note for something the request named that the launch does not pass ("seed 7 not
+# applied: the megatron launch sets no seed"; tools/artifacts/launch.py): "Not as asked" too.
+NOT_APPLIED = " not applied: "
 
 
 def _setup(plan: dict[str, Any]) -> str:
@@ -85,7 +88,11 @@ def headline_notes(plan: dict[str, Any]) -> list[str]:
         notes.append(str(missed))
     notes += [_sentence(str(n)) for n in (plan.get("memory") or {}).get("not_honoured") or []]
     launch = (plan.get("launch") or {}).get("notes") or []
-    notes += [_sentence(str(n)) for n in launch if str(n).startswith(FP8_NOT_APPLIED)]
+    notes += [
+        _sentence(str(n))
+        for n in launch
+        if str(n).startswith(FP8_NOT_APPLIED) or NOT_APPLIED in str(n)
+    ]
     for wish in (plan.get("request") or {}).get("wishes") or []:
         # A technique the planner refused (fp8 without FP8 tensor cores): its one line.
         line = _sentence(str(wish.get("how")))

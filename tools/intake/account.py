@@ -25,6 +25,7 @@ from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, Read
 from tools.intake.recipe_framework import recipe_launch
 from tools.intake.recipe_text import recipe_reads
+from tools.intake.run_text import run_reads
 from tools.intake.serving_text import serving_reads
 from tools.intake.shape_text import shape_reads
 from tools.intake.wishes import framework_reads, named_wishes, pin_reads
@@ -85,7 +86,7 @@ _CLAUSE_RE = re.compile(r"[^,;，；。!?？！\n]+")
 _FIELD_ORDER = (
     "model", "task", "objective", "hardware", "host_ram_gb", "nics_per_node", "nic_gbps",
     "interconnect", "seq_len", "global_batch_size", "precision", "learning_rate", "warmup_steps", "train_steps", "save_every", "keep_checkpoints",
-    "dataset_tokens",
+    "dataset_tokens", "seed", "wandb_project", "data_path",
     "price_per_gpu_hour", "framework", "avoid_frameworks", "pins", "context_len", "concurrency",
     "engine", "weight_dtype", "team", "deployment", "smoke",
 )  # fmt: skip
@@ -178,6 +179,7 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
     reads += [r for r in (framework, *avoided) if r is not None]
     reads += named_wishes(text)
     reads += [r for r in recipe_reads(text, fields.get("task")) if "recipe" in fields]
+    reads += [r for r in run_reads(text) if r.field in fields]
     return reads
 
 

@@ -26,6 +26,7 @@ from tools.intake.model_sizes import read_size
 from tools.intake.model_text import ModelReading, read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
+from tools.intake.run_text import run_fields
 from tools.intake.shape_text import shape_model
 from tools.intake.recipe_text import recipe_text_fields
 from tools.intake.serving_text import serving_fields, serving_follow_up
@@ -303,6 +304,7 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     # Serving a model is its own plan (tools/intake/serving_text.py).
     data.update(serving_fields(text, data))
     data.update(recipe_text_fields(text, data.get("task")))
+    data.update(run_fields(text))  # seed, W&B project, data path
     if (price := price_reading(text)) is not None:
         data["price_per_gpu_hour"] = price.value
     return data
