@@ -500,6 +500,8 @@ def _torchtitan(job: LaunchInputs) -> Launch:
     config = torchtitan.job_config(
         job.brief, job.model, job.hardware, job.memory, job.steps, job.precision, fp8=job.fp8
     )
+    if job.brief.seed is not None:  # the request's seed: torchtitan 0.2.2's [debug] seed
+        config["debug"] = {"seed": job.brief.seed}
     # As torchtitan's run_train.sh starts it: torchrun ... -m torchtitan.train.
     command = cluster.torchrun(job.hardware, job.gpus, "node0") + [
         "-m",

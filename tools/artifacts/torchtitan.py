@@ -198,8 +198,6 @@ def job_config(
             **({"keep_latest_k": brief.keep_checkpoints} if brief.keep_checkpoints else {}),
         },
     }
-    if brief.seed is not None:  # the request's seed: torchtitan 0.2.2's [debug] seed
-        config["debug"] = {"seed": brief.seed}
     if fp8:
         config["model"]["converters"] = [FLOAT8_CONVERTER]
         config[FLOAT8_SECTION] = {
