@@ -137,6 +137,9 @@ TABLE: list[Row] = [
     ("fine-tune llama-3-8b on 8 H100 with micro batch 4 and gradient accumulation 8", {"global_batch_size": 256, "pins": {"micro_batch": 4}}, {"micro-batch", "grad-accum"}, []),
     ("train resnet-50 on 8 V100, batch 256 per GPU", {"global_batch_size": 2048, "pins": {"micro_batch": 256}}, {"micro-batch"}, []),
     ("fine-tune llama-3-8b on 8 H100, 100 warmup steps, learning rate of 3e-5", {"warmup_steps": 100, "learning_rate": 3e-5}, set(), []),
+    # the rate before its name: "a 3e-5 learning rate" was not understood and the default rate planned
+    ("fine-tune llama-3.1-8b on 8 H100 with a 3e-5 learning rate, bf16", {"learning_rate": 3e-5}, set(), []),
+    ("pretrain llama-3.2-1b on 8 H100, batch 512, 6e-4 peak LR", {"learning_rate": 6e-4, "global_batch_size": 512}, set(), []),
     ("微调 llama-3-8b，8 张 H100，训练 2 个 epoch", {}, set(), ["2 个 epoch"]),
     ("fine-tune llama-3-8b on 8 H100 with NVLink at 900 GB/s", {}, set(), ["900 GB/s"]),
     ("fine-tune llama-3-8b on 8 H100 for 10000 steps with seq 2048", {"seq_len": 2048, "train_steps": 10000}, set(), []),
