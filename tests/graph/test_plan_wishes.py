@@ -90,3 +90,19 @@ def test_hybrid_sharding_is_decided_not_dropped(cli_main: Any, tmp_path: Path) -
         w for w in one_node["request"]["wishes"] if w["wish"] == "technique:hybrid-sharding"
     )
     assert (wish["honoured"], one_node["memory"]["chosen"]) == (True, "zero3"), wish
+
+
+def test_packing_is_said_and_nvme_offload_refused(cli_main: Any, tmp_path: Path) -> None:
+    """ "with packing" and "offload to NVMe" were dropped without a word (the plan offloads to CPU)."""
+    plan, stdout = _plan(
+        cli_main,
+        tmp_path,
+        "fine-tune qwen2.5-32b on 8 H20 with sample packing and ZeRO-3 offload to NVMe",
+    )
+    wishes = {w["wish"]: w for w in plan["request"]["wishes"]}
+    assert wishes["technique:packing"]["honoured"] is True
+    assert "packs them into seq_len blocks" in wishes["technique:packing"]["how"]
+    nvme = wishes["technique:nvme-offload"]
+    assert nvme["honoured"] is False and plan["memory"]["chosen"] in nvme["how"]
+    assert plan["deepspeed_config"]["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert any(line.startswith("not as asked: NVMe offload not planned") for line in stdout.splitlines())

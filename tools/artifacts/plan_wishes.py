@@ -111,6 +111,36 @@ def _hybrid_sharding(memory: MemoryPlan, primary: str | None, nodes: int) -> tup
     )
 
 
+# Who packs the documents into full sequences, per launch (a TensorFlow job is its own script).
+_PACKS = {
+    "megatron": "Megatron-DeepSpeed's GPT dataset concatenates documents into seq_len samples",
+    "torchtitan": "torchtitan's dataset packs the tokenized documents into seq_len samples",
+}
+_TRAIN_PY_PACKS = "train.py joins the documents with the EOS token and packs them into seq_len blocks"
+
+
+def _packing_and_nvme(memory: MemoryPlan, primary: str | None) -> dict[str, tuple[bool, str]]:
+    """Packing (every launch here packs; it cannot be turned off) and NVMe offload (never planned)."""
+    if primary in ("tensorflow", "horovod"):
+        return {}
+    packs = _PACKS.get(primary or "", _TRAIN_PY_PACKS)
+    offload = "offload" in memory.chosen
+    return {
+        "technique:packing": (True, f"planned: {packs}"),
+        "avoid:packing": (False, f"packing not turned off: {packs}, with no option to pad instead"),
+        "technique:nvme-offload": (
+            False,
+            "NVMe offload not planned: "
+            + (
+                f"the plan offloads to CPU RAM ({memory.chosen_label}); the memory model prices "
+                "host RAM, not NVMe"
+                if offload
+                else f"the chosen setup ({memory.chosen_label}) offloads nothing"
+            ),
+        ),
+    }
+
+
 def _techniques(
     memory: MemoryPlan, primary: str | None, brief: TrainingBrief, experts: bool, nodes: int
 ) -> dict[str, tuple[bool, str]]:
@@ -141,6 +171,7 @@ def _techniques(
         )
     )
     marks["technique:hybrid-sharding"] = _hybrid_sharding(memory, primary, nodes)
+    marks |= _packing_and_nvme(memory, primary)
     pinned = brief.pins.expert_parallel or 1
     if setup.ep > 1:
         marks["technique:expert-parallelism"] = (True, f"planned: expert parallel {setup.ep}")

@@ -234,6 +234,9 @@ _NAMED: tuple[tuple[str, str], ...] = (
         r"\btorch\.compile\b|\btorch[ -]compile\b|\bcompiled?\s+with\s+torch\b",
     ),
     ("technique:flash-attention", r"\bflash[ -]?attn\w*|\bflash[ -]?attention[ -]?\d?\b"),
+    # "with packing", "sample packing", "packed sequences": every launch here packs documents.
+    ("technique:packing", r"\b(?:sequence[ -]|sample[ -])?packing\b|\bpacked\s+(?:sequences|samples)\b"),
+    ("technique:nvme-offload", r"\bnvme\b"),  # the plans offload to CPU RAM only
     (
         "technique:activation-checkpointing",
         r"\b(?:activation|gradient)[ -]checkpointing\b|\brecompute\b|重计算|激活检查点",
