@@ -49,6 +49,18 @@ def _setup(plan: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+# What the launch files do not compute for these objectives (train.py's loss is next-token
+# cross-entropy), and what does.
+_LOSS = {"dpo": "DPO loss", "distill": "distillation loss"}
+_OBJECTIVE_TOOLS = {
+    "dpo": "run the preference step with TRL's DPOTrainer or OpenRLHF on this setup.",
+    "distill": "run it with a trainer that computes it (TRL's GKDTrainer, torchtune's "
+    "knowledge-distillation recipe) on this setup.",
+}
+# Objectives the launch files do not train as asked: said under "Not as asked".
+NOT_LAUNCHED = ("rl", "dpo", "distill")
+
+
 def objective_note(plan: dict[str, Any]) -> str | None:
     """The sentence the request's objective needs in the headline (None: nothing to say)."""
     brief, model = plan.get("brief") or {}, plan.get("model") or {}
@@ -77,6 +89,8 @@ def objective_note(plan: dict[str, Any]) -> str | None:
             f"{'DPO' if objective == 'dpo' else 'Distillation'}: the memory figures price the "
             f"trained model alone; {other}{size} is not priced and must fit beside it"
             + (", or precompute the reference log-probabilities." if objective == "dpo" else ".")
+            + f" The launch files train the next-token loss, not the {_LOSS[objective]}: "
+            + _OBJECTIVE_TOOLS[objective]
         )
     return None
 
@@ -99,8 +113,10 @@ def headline_notes(plan: dict[str, Any]) -> list[str]:
         limit = wish["wish"] in ("deadline", "money-budget")  # a plan's time or cost over it
         if (wish["wish"].startswith("technique:") or limit) and wish.get("honoured") is False:
             notes += [line] if line not in notes else []
-    if (plan.get("brief") or {}).get("objective") == "rl" and (rl := objective_note(plan)):
-        notes.append(rl)
+    if (plan.get("brief") or {}).get("objective") in NOT_LAUNCHED and (
+        objective := objective_note(plan)
+    ):
+        notes.append(objective)
     return notes
 
 
@@ -111,7 +127,7 @@ def headline_caveats(plan: dict[str, Any]) -> list[str]:
     what the request's objective means for a plan that honours it.
     """
     notes = [_sentence(str(n)) for n in (plan.get("model") or {}).get("notes") or []]
-    if (plan.get("brief") or {}).get("objective") == "rl":
+    if (plan.get("brief") or {}).get("objective") in NOT_LAUNCHED:
         return notes  # the objective is said under "Not as asked"
     note = objective_note(plan)
     return [*notes, *([note] if note else [])]
