@@ -133,6 +133,8 @@ TABLE: list[Row] = [
     ("pretrain llama-3.2-3b on 8 RTX 4090 with 2048 seq, 50B tokens", {"seq_len": 2048, "dataset_tokens": 5e10}, set(), []),
     ("fine-tune llama-3-8b on 2 nodes x 8 A100 80GB with InfiniBand 200Gb", {"interconnect": "ib200", "nic_gbps": 200.0}, set(), []),
     ("LoRA fine-tune mistral-7b on 2 A100 40GB, rank 64, lr 2e-4", {"task": "lora", "learning_rate": 2e-4}, set(), []),
+    # every spelling of QLoRA and a paged 8-bit AdamW bind their numbers ("4-bit NF4", "adamw 8bit" were not understood)
+    ("QLoRA of llama-3-70b on 2x A6000 48GB, rank 64, 4-bit NF4, paged adamw 8bit", {"task": "lora"}, {"technique:8bit-optimizer"}, []),
     ("fine-tune llama-3-8b on 8 H100 with warmup of 500 steps", {"warmup_steps": 500}, set(), []),
     ("fine-tune llama-3-8b on 8 H100 with micro batch 4 and gradient accumulation 8", {"global_batch_size": 256, "pins": {"micro_batch": 4}}, {"micro-batch", "grad-accum"}, []),
     ("train resnet-50 on 8 V100, batch 256 per GPU", {"global_batch_size": 2048, "pins": {"micro_batch": 256}}, {"micro-batch"}, []),

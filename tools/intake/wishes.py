@@ -226,7 +226,7 @@ _NAMED: tuple[tuple[str, str], ...] = (
     (
         "technique:8bit-optimizer",
         r"\b8[ -]?bit\s+(?:adam\w*|optimi[sz]ers?|states?)\b|\badamw?[ _-]?8[ _-]?bit\b|"
-        r"\bbitsandbytes\b|\bpaged[ _-]adamw?\b",
+        r"\bbitsandbytes\b|\bpaged[ _-]adamw?(?:[ _-]?8[ _-]?bit)?\b",
     ),
     ("technique:fp8", r"\bfp8\b|\bfloat8\b|\btransformer[ -]engine\b"),
     (
