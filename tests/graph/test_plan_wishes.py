@@ -106,3 +106,17 @@ def test_packing_is_said_and_nvme_offload_refused(cli_main: Any, tmp_path: Path)
     assert nvme["honoured"] is False and plan["memory"]["chosen"] in nvme["how"]
     assert plan["deepspeed_config"]["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert any(line.startswith("not as asked: NVMe offload not planned") for line in stdout.splitlines())
+
+
+def test_flash_attention_is_decided_from_the_launchs_kernel(cli_main: Any, tmp_path: Path) -> None:
+    """ "with flash attention" stayed "not checked"; the plan knows which kernel its launch runs."""
+    plan, _ = _plan(cli_main, tmp_path, "fine-tune mistral-7b on 4 A100 80GB with FlashAttention-2")
+    wish = next(w for w in plan["request"]["wishes"] if w["wish"] == "technique:flash-attention")
+    assert wish["honoured"] is True and "scaled_dot_product_attention" in wish["how"]
+    (tmp_path / "v100").mkdir()
+    plan, stdout = _plan(
+        cli_main, tmp_path / "v100", "fine-tune llama-3-8b on 8 V100 32GB with flash attention"
+    )
+    wish = next(w for w in plan["request"]["wishes"] if w["wish"] == "technique:flash-attention")
+    assert wish["honoured"] is False and "Ampere or newer" in wish["how"]
+    assert any(line.startswith("not as asked: FlashAttention not planned") for line in stdout.splitlines())
