@@ -21,7 +21,9 @@ def _plan(cli_main: Any, tmp_path: Path, text: str) -> tuple[dict[str, Any], str
 
 def test_a_vit_runs_the_vision_job_not_a_gpt(cli_main: Any, tmp_path: Path) -> None:
     plan, _ = _plan(
-        cli_main, tmp_path, "train a ViT-L/16 on ImageNet on 8 V100 32GB for 90 epochs, batch 4096, fp16"
+        cli_main,
+        tmp_path,
+        "train a ViT-L/16 on ImageNet on 8 V100 32GB for 90 epochs, batch 4096, fp16",
     )
     assert plan["framework"]["primary"] != "megatron"
     assert not any("pretrain_gpt.py" in str(a) for a in plan["launch"]["command"])

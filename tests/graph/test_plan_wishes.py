@@ -105,7 +105,9 @@ def test_packing_is_said_and_nvme_offload_refused(cli_main: Any, tmp_path: Path)
     nvme = wishes["technique:nvme-offload"]
     assert nvme["honoured"] is False and plan["memory"]["chosen"] in nvme["how"]
     assert plan["deepspeed_config"]["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
-    assert any(line.startswith("not as asked: NVMe offload not planned") for line in stdout.splitlines())
+    assert any(
+        line.startswith("not as asked: NVMe offload not planned") for line in stdout.splitlines()
+    )
 
 
 def test_flash_attention_is_decided_from_the_launchs_kernel(cli_main: Any, tmp_path: Path) -> None:
@@ -119,4 +121,6 @@ def test_flash_attention_is_decided_from_the_launchs_kernel(cli_main: Any, tmp_p
     )
     wish = next(w for w in plan["request"]["wishes"] if w["wish"] == "technique:flash-attention")
     assert wish["honoured"] is False and "Ampere or newer" in wish["how"]
-    assert any(line.startswith("not as asked: FlashAttention not planned") for line in stdout.splitlines())
+    assert any(
+        line.startswith("not as asked: FlashAttention not planned") for line in stdout.splitlines()
+    )

@@ -117,7 +117,9 @@ _PACKS = {
     "megatron": "Megatron-DeepSpeed's GPT dataset concatenates documents into seq_len samples",
     "torchtitan": "torchtitan's dataset packs the tokenized documents into seq_len samples",
 }
-_TRAIN_PY_PACKS = "train.py joins the documents with the EOS token and packs them into seq_len blocks"
+_TRAIN_PY_PACKS = (
+    "train.py joins the documents with the EOS token and packs them into seq_len blocks"
+)
 
 
 def _packing_and_nvme(memory: MemoryPlan, primary: str | None) -> dict[str, tuple[bool, str]]:

@@ -58,7 +58,9 @@ _HARDWARE_RES = tuple(
         _COUNT + r"\s*(?:台|张|块|卡|个节点|节点|片)",
         r"每\s*台\s*\d+",
     )
-) + (INSTANCE_RE,)  # "AWS p4d.24xlarge x 4": the nodes, GPUs and network it stands for
+)
+# "AWS p4d.24xlarge x 4": the nodes, GPUs and network an instance type stands for.
+_HARDWARE_RES = (*_HARDWARE_RES, INSTANCE_RE)
 _RAM_RES = (
     re.compile(
         r"\d+(?:\.\d+)?\s*(?:tb|tib|gb|gib|g)\s*(?:of\s+)?(?:host\s+|cpu\s+|system\s+|ddr\d\s+)?"

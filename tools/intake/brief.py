@@ -26,10 +26,10 @@ from tools.intake.model_sizes import read_size
 from tools.intake.model_text import ModelReading, read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
-from tools.intake.run_text import run_fields
-from tools.intake.shape_text import shape_model
 from tools.intake.recipe_text import recipe_text_fields
+from tools.intake.run_text import run_fields
 from tools.intake.serving_text import serving_fields, serving_follow_up
+from tools.intake.shape_text import shape_model
 from tools.intake.wishes import distill_pair, wish_fields
 from tools.intake.words import AGENT_APP, DEPLOYMENT, TASKS, TEAM, TRAINING
 

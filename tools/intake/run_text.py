@@ -42,7 +42,9 @@ _WANDB_RE = re.compile(
 # "dataset at /data/sft/train.jsonl", "data in ~/corpus", "data: s3-mounted/train.parquet",
 # "fine-tune llama-3-8b on /mnt/data/chat.jsonl": an absolute or home path, or a file with a data
 # extension.
-_PATH = r"(?:(?:/|~/|\./)[\w./~+@:=-]*[\w/]|[\w.-]+/[\w./+@:=-]*\.(?:jsonl|json|txt|parquet|arrow|csv))"
+_PATH = (
+    r"(?:(?:/|~/|\./)[\w./~+@:=-]*[\w/]|[\w.-]+/[\w./+@:=-]*\.(?:jsonl|json|txt|parquet|arrow|csv))"
+)
 _DATA_RE = re.compile(
     r"(?<![/~.-])\b(?:data(?:set)?|corpus|training\s+data|train(?:ing)?\s+file)s?\s*(?:is\s+|lives\s+|sits\s+)?"
     r"(?:at|in|from|under|on|=|:)?\s*[\"'`]?(?P<path>" + _PATH + ")"

@@ -1,7 +1,7 @@
-"""A model given by its dimensions in a request: "a custom 1B model with 24 layers, hidden 2048,
-16 heads, vocab 32000" is the brief's ``model: {layers: 24, hidden: 2048, heads: 16, vocab: 32000}``.
+"""A model given by its dimensions in a request: its layers, hidden size and heads are the shape.
 
-Before, the dimensions were listed as not understood and the plan trained the catalog's 1B model
+"a custom 1B model with 24 layers, hidden 2048, 16 heads, vocab 32000" is the brief's
+``model: {layers: 24, hidden: 2048, heads: 16, vocab: 32000}``. Before, the dimensions were listed as not understood and the plan trained the catalog's 1B model
 (llama-3.2-1b: 16 layers, a 128K vocabulary) that "1B" stood for: another model. The layers,
 the hidden size and the heads make a shape; the vocabulary, the KV heads and the MLP width are
 read when stated, the vocabulary otherwise taken as 32,000 (the Llama 2 tokenizer's) and said.

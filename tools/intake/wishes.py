@@ -235,7 +235,10 @@ _NAMED: tuple[tuple[str, str], ...] = (
     ),
     ("technique:flash-attention", r"\bflash[ -]?attn\w*|\bflash[ -]?attention[ -]?\d?\b"),
     # "with packing", "sample packing", "packed sequences": every launch here packs documents.
-    ("technique:packing", r"\b(?:sequence[ -]|sample[ -])?packing\b|\bpacked\s+(?:sequences|samples)\b"),
+    (
+        "technique:packing",
+        r"\b(?:sequence[ -]|sample[ -])?packing\b|\bpacked\s+(?:sequences|samples)\b",
+    ),
     ("technique:nvme-offload", r"\bnvme\b"),  # the plans offload to CPU RAM only
     (
         "technique:activation-checkpointing",

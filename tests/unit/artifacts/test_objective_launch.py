@@ -13,7 +13,10 @@ MODEL = {"name": "llama-3-8b", "params": 8_030_261_248}
 
 
 def test_dpo_and_distill_are_not_as_asked_with_what_runs_them() -> None:
-    for objective, loss, tool in (("dpo", "DPO loss", "DPOTrainer"), ("distill", "distillation loss", "GKDTrainer")):
+    for objective, loss, tool in (
+        ("dpo", "DPO loss", "DPOTrainer"),
+        ("distill", "distillation loss", "GKDTrainer"),
+    ):
         plan = {"brief": {"objective": objective}, "model": MODEL}
         notes = headline_notes(plan)
         assert len(notes) == 1 and f"train the next-token loss, not the {loss}" in notes[0]
