@@ -124,3 +124,20 @@ def test_flash_attention_is_decided_from_the_launchs_kernel(cli_main: Any, tmp_p
     assert any(
         line.startswith("not as asked: FlashAttention not planned") for line in stdout.splitlines()
     )
+
+
+def test_resuming_another_runs_checkpoint_is_refused_with_what_to_do(
+    cli_main: Any, tmp_path: Path
+) -> None:
+    plan, stdout = _plan(
+        cli_main,
+        tmp_path,
+        "fine-tune llama-3.1-8b on 8 A100 40GB, resume from checkpoint /ckpt/step-4000",
+    )
+    wish = next(w for w in plan["request"]["wishes"] if w["wish"] == "checkpoint:resume")
+    assert wish["quote"] == "resume from checkpoint /ckpt/step-4000"
+    assert wish["honoured"] is False and "MODEL_PATH" in wish["how"]
+    assert plan["request"]["not_understood"] == []
+    assert any(
+        line.startswith("not as asked: Resuming another run") for line in stdout.splitlines()
+    )

@@ -148,6 +148,8 @@ TABLE: list[Row] = [
     ("fine-tune llama-3-8b on 8 H100, warmup for 100 steps, max_steps=3000", {"warmup_steps": 100, "train_steps": 3000}, set(), []),
     ("fine-tune llama-3-8b on 8 H100 and save a checkpoint every 200 steps", {"save_every": 200}, set(), []),
     ("fine-tune llama-3-8b on 8 H100, save_steps=500, keep the last 3 checkpoints", {"save_every": 500, "keep_checkpoints": 3}, set(), []),
+    # another run's checkpoint: a wish with its words ("/ckpt/step- 4000" was listed as not understood)
+    ("fine-tune llama-3.1-8b on 8 A100 40GB, resume from checkpoint /ckpt/step-4000", {}, {"checkpoint:resume"}, []),
 ]
 # fmt: on
 

@@ -111,7 +111,8 @@ def headline_notes(plan: dict[str, Any]) -> list[str]:
         # A technique the planner refused (fp8 without FP8 tensor cores): its one line.
         line = _sentence(str(wish.get("how")))
         limit = wish["wish"] in ("deadline", "money-budget")  # a plan's time or cost over it
-        if (wish["wish"].startswith("technique:") or limit) and wish.get("honoured") is False:
+        named = wish["wish"].startswith(("technique:", "checkpoint:"))
+        if (named or limit) and wish.get("honoured") is False:
             notes += [line] if line not in notes else []
     if (plan.get("brief") or {}).get("objective") in NOT_LAUNCHED and (
         objective := objective_note(plan)

@@ -201,6 +201,17 @@ def _techniques(
     )
     marks["technique:hybrid-sharding"] = _hybrid_sharding(memory, primary, nodes)
     marks |= _packing_and_nvme(memory, primary)
+    marks["checkpoint:resume"] = (
+        False,
+        "resuming another run's checkpoint not planned: the launch resumes only from the "
+        "checkpoints its own job writes"
+        + (
+            "; to start from that checkpoint's weights, point MODEL_PATH at a Hugging Face "
+            "folder of them"
+            if brief.loads_weights and primary not in ("megatron", "torchtitan")
+            else ""
+        ),
+    )
     pinned = brief.pins.expert_parallel or 1
     if setup.ep > 1:
         marks["technique:expert-parallelism"] = (True, f"planned: expert parallel {setup.ep}")

@@ -286,9 +286,14 @@ def _wishes(reads: list[Read], brief: TrainingBrief) -> list[Wish]:
     out: list[Wish] = []
     for r in reads:
         kind = r.field.split(":", 1)[0]
-        if kind not in ("framework", "avoid", "technique", "trainer", "objective") and (
-            r.field not in _NUMBER_WISHES
-        ):
+        if kind not in (
+            "framework",
+            "avoid",
+            "technique",
+            "trainer",
+            "objective",
+            "checkpoint",
+        ) and (r.field not in _NUMBER_WISHES):
             continue
         if any(w.wish == r.field for w in out):
             continue

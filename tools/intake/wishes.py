@@ -240,6 +240,11 @@ _NAMED: tuple[tuple[str, str], ...] = (
         r"\b(?:sequence[ -]|sample[ -])?packing\b|\bpacked\s+(?:sequences|samples)\b",
     ),
     ("technique:nvme-offload", r"\bnvme\b"),  # the plans offload to CPU RAM only
+    # "resume from checkpoint /ckpt/step-4000": a checkpoint of another run (plan_wishes.py).
+    (
+        "checkpoint:resume",
+        r"\bresum\w*\s+(?:training\s+)?from\s+(?:the\s+|a\s+|my\s+)?(?:checkpoint\s+)?[\w./~:-]+",
+    ),
     (
         "technique:activation-checkpointing",
         r"\b(?:activation|gradient)[ -]checkpointing\b|\brecompute\b|重计算|激活检查点",
