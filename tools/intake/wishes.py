@@ -243,7 +243,9 @@ _NAMED: tuple[tuple[str, str], ...] = (
     # "resume from checkpoint /ckpt/step-4000": a checkpoint of another run (plan_wishes.py).
     (
         "checkpoint:resume",
-        r"\bresum\w*\s+(?:training\s+)?from\s+(?:the\s+|a\s+|my\s+)?(?:checkpoint\s+)?[\w./~:-]+",
+        # a path or a named checkpoint, not "resume from where it stopped" (launch.sh does that)
+        r"\bresum\w*\s+(?:training\s+)?from\s+(?:the\s+|a\s+|my\s+)?(?:checkpoint\s+)?"
+        r"(?:[\w.~-]*/[\w./~:-]+|checkpoint[-_]\d+\b|step[-_ ]?\d+\b)",
     ),
     (
         "technique:activation-checkpointing",
@@ -281,6 +283,8 @@ _NAMED: tuple[tuple[str, str], ...] = (
     ),
 )
 _NAMED_RES = tuple((wish, re.compile(pattern, re.I)) for wish, pattern in _NAMED)
+# A refusal after the name: "packing disabled", "flash attention: off", "compile=false".
+_REFUSAL_AFTER = re.compile(r"\s*(?:[:=]\s*)?(?:disabled|off|false|turned\s+off)\b", re.I)
 # "no", "without", "do not use", "avoid", "不要用" just before a name: the wish is to avoid it.
 _REFUSAL_TAIL = re.compile(
     r"(?:\bno|\bnot|\bnever|\bwithout|\bavoid(?:ing)?|\bskip|\bdisable|n['’]t(?:\s+(?:use|want|need))?|"
@@ -319,6 +323,12 @@ def named_wishes(text: str) -> list[Read]:
             name = wish.split(":", 1)[1]
             if (at := _refusal_start(text, m.start())) is not None:
                 reads.append(Read(f"avoid:{name}", name, text[at : m.end()], at, m.end()))
+            elif after := _REFUSAL_AFTER.match(text, m.end()):
+                reads.append(
+                    Read(
+                        f"avoid:{name}", name, text[m.start() : after.end()], m.start(), after.end()
+                    )
+                )
             else:
                 reads.append(Read.of(wish, name, m))
     for m in _ZERO_RE.finditer(text):
