@@ -82,3 +82,13 @@ def test_megatron_and_torchtitan_take_the_seed(
     )
     assert plan["framework"]["primary"] == "torchtitan"
     assert tomllib.loads((out / "torchtitan.toml").read_text())["debug"] == {"seed": 5}
+
+
+def test_a_lora_alpha_reaches_train_py(cli_main: Any, tmp_path: Path) -> None:
+    plan, _ = _plan(
+        cli_main, tmp_path, "LoRA fine-tune qwen2.5-7b on a single A100 80GB, rank 16, alpha 32"
+    )
+    command = plan["launch"]["command"]
+    assert command[command.index("--lora-alpha") + 1] == "32"
+    assert command[command.index("--lora-rank") + 1] == "16"
+    assert plan["request"]["not_understood"] == []

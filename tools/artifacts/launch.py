@@ -647,6 +647,8 @@ def _lora_args(brief: TrainingBrief) -> list[str]:
     if brief.task != "lora" and rank is None:
         return []
     args = ["--lora-rank", str(rank or DEFAULT_LORA_RANK)]
+    if brief.lora_alpha is not None:
+        args += ["--lora-alpha", f"{brief.lora_alpha:g}"]
     if recipe is not None and recipe.qlora:
         args.append("--qlora")
     return args

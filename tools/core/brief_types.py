@@ -303,6 +303,8 @@ class TrainingBrief(_Strict):
     # X") and its data ("dataset at /data/train.jsonl"): passed to the launch where it takes them
     # (tools/intake/run_text.py reads them; the launch says where it does not).
     seed: Count | None = Field(default=None, ge=0, le=2**32 - 1)
+    # A LoRA job's alpha ("alpha 32", "lora_alpha=16"): train.py's --lora-alpha (else 2 x rank).
+    lora_alpha: Amount | None = Field(default=None, gt=0, le=100_000)
     wandb_project: str | None = Field(
         default=None, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
     )

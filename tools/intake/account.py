@@ -88,7 +88,7 @@ _CLAUSE_RE = re.compile(r"[^,;，；。!?？！\n]+")
 _FIELD_ORDER = (
     "model", "task", "objective", "hardware", "host_ram_gb", "nics_per_node", "nic_gbps",
     "interconnect", "seq_len", "global_batch_size", "precision", "learning_rate", "warmup_steps", "train_steps", "save_every", "keep_checkpoints",
-    "dataset_tokens", "seed", "wandb_project", "data_path",
+    "dataset_tokens", "seed", "wandb_project", "data_path", "lora_alpha",
     "price_per_gpu_hour", "framework", "avoid_frameworks", "pins", "context_len", "concurrency",
     "engine", "weight_dtype", "team", "deployment", "smoke",
 )  # fmt: skip

@@ -304,7 +304,9 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     # Serving a model is its own plan (tools/intake/serving_text.py).
     data.update(serving_fields(text, data))
     data.update(recipe_text_fields(text, data.get("task")))
-    data.update(run_fields(text))  # seed, W&B project, data path
+    data.update(run_fields(text))  # seed, W&B project, data path, LoRA alpha
+    if data.get("task") != "lora":
+        data.pop("lora_alpha", None)  # an alpha outside LoRA stays listed as not understood
     if (price := price_reading(text)) is not None:
         data["price_per_gpu_hour"] = price.value
     return data

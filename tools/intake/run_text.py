@@ -1,10 +1,11 @@
-"""A run's own settings in a request: its seed, its Weights & Biases logging, its data.
+"""A run's own settings in a request: its seed, its Weights & Biases logging, its data, LoRA alpha.
 
 "seed 1234" used to be listed as not understood, and "log to wandb" or "dataset at
 /data/sft/train.jsonl" (no number in them) were dropped without a word, though train.py takes
 ``--seed``, ``--wandb PROJECT`` and ``--data PATH``. Each is now a brief field with its words:
 ``seed``, ``wandb_project`` (the project named, else ``trainwright``, and the plan says so) and
-``data_path``; the launch passes them, and says in one line where a launch cannot.
+``data_path``, and a LoRA job's ``lora_alpha`` ("alpha 32" was not understood); the launch
+passes them, and says in one line where a launch cannot.
 """
 
 from __future__ import annotations
@@ -53,11 +54,17 @@ _DATA_RE = re.compile(
 )  # fmt: skip
 
 
+# A LoRA alpha: "alpha 32", "lora_alpha=16", "LoRA alpha of 64", "alpha: 8".
+_ALPHA_RE = re.compile(r"\b(?:lora[ _-]?)?alpha\s*(?:of|=|:)?\s*(\d{1,6}(?:\.\d+)?)(?![\w.])", re.I)
+
+
 def run_reads(text: str) -> list[Read]:
     """The run settings a request names, each with its words (fields seed, wandb_project, data_path)."""
     reads: list[Read] = []
     if m := _SEED_RE.search(text):
         reads.append(Read.of("seed", int(m.group(1) or m.group(2)), m))
+    if m := _ALPHA_RE.search(text):
+        reads.append(Read.of("lora_alpha", float(m.group(1)), m))
     if m := _WANDB_RE.search(text):
         project = next((p for p in m.group("p1", "p2", "p3", "p4") if p), DEFAULT_WANDB_PROJECT)
         reads.append(Read.of("wandb_project", project.rstrip("."), m))

@@ -51,3 +51,13 @@ def test_the_settings_are_brief_fields() -> None:
     text = "fine-tune llama-3-8b on 8 H100 on /data/x.jsonl, seed 3, log to wandb project ft"
     brief = brief_from_request(request_fields(text, list_models()))
     assert (brief.seed, brief.wandb_project, brief.data_path) == (3, "ft", "/data/x.jsonl")
+
+
+def test_a_lora_alpha_is_read_for_lora_only() -> None:
+    lora = "LoRA fine-tune qwen2.5-14b on a single A100 80GB, rank 16, alpha 32"
+    assert brief_from_request(request_fields(lora, list_models())).lora_alpha == 32.0
+    assert [r.quote for r in run_reads("lora_alpha=16, r=8") if r.field == "lora_alpha"] == [
+        "lora_alpha=16"
+    ]
+    full = "fine-tune llama-3-8b on 8 H100 with alpha 32"
+    assert "lora_alpha" not in request_fields(full, list_models())
