@@ -329,6 +329,7 @@ def _plan_marked(
         brief=ws.brief,
         experts=model is not None and (model.active_params or model.params) < model.params,
         nodes=ws.hardware.nodes if ws.hardware is not None else 1,
+        gpu=ws.hardware.gpu if ws.hardware is not None else None,
     )
 
 

@@ -90,3 +90,54 @@ def test_hybrid_sharding_is_decided_not_dropped(cli_main: Any, tmp_path: Path) -
         w for w in one_node["request"]["wishes"] if w["wish"] == "technique:hybrid-sharding"
     )
     assert (wish["honoured"], one_node["memory"]["chosen"]) == (True, "zero3"), wish
+
+
+def test_packing_is_said_and_nvme_offload_refused(cli_main: Any, tmp_path: Path) -> None:
+    """ "with packing" and "offload to NVMe" were dropped without a word (the plan offloads to CPU)."""
+    plan, stdout = _plan(
+        cli_main,
+        tmp_path,
+        "fine-tune qwen2.5-32b on 8 H20 with sample packing and ZeRO-3 offload to NVMe",
+    )
+    wishes = {w["wish"]: w for w in plan["request"]["wishes"]}
+    assert wishes["technique:packing"]["honoured"] is True
+    assert "packs them into seq_len blocks" in wishes["technique:packing"]["how"]
+    nvme = wishes["technique:nvme-offload"]
+    assert nvme["honoured"] is False and plan["memory"]["chosen"] in nvme["how"]
+    assert plan["deepspeed_config"]["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert any(
+        line.startswith("not as asked: NVMe offload not planned") for line in stdout.splitlines()
+    )
+
+
+def test_flash_attention_is_decided_from_the_launchs_kernel(cli_main: Any, tmp_path: Path) -> None:
+    """ "with flash attention" stayed "not checked"; the plan knows which kernel its launch runs."""
+    plan, _ = _plan(cli_main, tmp_path, "fine-tune mistral-7b on 4 A100 80GB with FlashAttention-2")
+    wish = next(w for w in plan["request"]["wishes"] if w["wish"] == "technique:flash-attention")
+    assert wish["honoured"] is True and "scaled_dot_product_attention" in wish["how"]
+    (tmp_path / "v100").mkdir()
+    plan, stdout = _plan(
+        cli_main, tmp_path / "v100", "fine-tune llama-3-8b on 8 V100 32GB with flash attention"
+    )
+    wish = next(w for w in plan["request"]["wishes"] if w["wish"] == "technique:flash-attention")
+    assert wish["honoured"] is False and "Ampere or newer" in wish["how"]
+    assert any(
+        line.startswith("not as asked: FlashAttention not planned") for line in stdout.splitlines()
+    )
+
+
+def test_resuming_another_runs_checkpoint_is_refused_with_what_to_do(
+    cli_main: Any, tmp_path: Path
+) -> None:
+    plan, stdout = _plan(
+        cli_main,
+        tmp_path,
+        "fine-tune llama-3.1-8b on 8 A100 40GB, resume from checkpoint /ckpt/step-4000",
+    )
+    wish = next(w for w in plan["request"]["wishes"] if w["wish"] == "checkpoint:resume")
+    assert wish["quote"] == "resume from checkpoint /ckpt/step-4000"
+    assert wish["honoured"] is False and "MODEL_PATH" in wish["how"]
+    assert plan["request"]["not_understood"] == []
+    assert any(
+        line.startswith("not as asked: Resuming another run") for line in stdout.splitlines()
+    )

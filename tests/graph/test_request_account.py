@@ -75,6 +75,13 @@ TABLE: list[Row] = [
     ("pretrain llama-3-8b on 4 nodes of 8 H100, 8x400G IB", {"nic_gbps": 400.0, "nics_per_node": 8}, set(), []),
     ("fine-tune llama-3-8b on four 40GB A100s", {"hardware": "1x4xA100-40GB"}, set(), []),
     ("fine-tune gpt2 on a single RTX 4090", {"hardware": "1x1xRTX4090"}, set(), []),
+    # a count in words and a plural name: "two 4090s" was quoted as "an answer to intake's question" and listed as not understood
+    ("QLoRA fine-tune gemma-2-9b on two 4090s, rank 32", {"hardware": "1x2xRTX4090"}, set(), []),
+    ("fine-tune mistral-7b on 4090s x 2, seq 4096", {"hardware": "1x2xRTX4090", "seq_len": 4096}, set(), []),
+    # a cloud instance type: read as no hardware before, so the plan was sized for other GPUs and "x 4" not understood
+    ("pretrain llama-3.2-1b on AWS p4d.24xlarge x 4, 100B tokens", {"hardware": "4x8xA100-40GB", "nics_per_node": 4, "nic_gbps": 100.0}, set(), []),
+    # ---- a model given by its dimensions: that shape, not the catalog 1B the size stood for
+    ("pretrain a custom 1B model with 24 layers, hidden 2048, 16 heads, vocab 32000 on 8 H100", {"model": {"layers": 24, "hidden": 2048, "heads": 16, "vocab": 32000}}, set(), []),
     # ---- frameworks named and refused
     ("fine-tune llama-3-8b on 8 A100 80GB with FSDP, no deepspeed", {"framework": "pytorch_fsdp", "avoid_frameworks": ["deepspeed"]}, {"framework:pytorch_fsdp", "avoid:deepspeed"}, []),
     ("pretrain llama-3-8b on 16 H100 using Megatron-LM, TP 4", {"framework": "megatron", "pins": {"tensor_parallel": 4}}, {"framework:megatron"}, []),
@@ -126,16 +133,23 @@ TABLE: list[Row] = [
     ("pretrain llama-3.2-3b on 8 RTX 4090 with 2048 seq, 50B tokens", {"seq_len": 2048, "dataset_tokens": 5e10}, set(), []),
     ("fine-tune llama-3-8b on 2 nodes x 8 A100 80GB with InfiniBand 200Gb", {"interconnect": "ib200", "nic_gbps": 200.0}, set(), []),
     ("LoRA fine-tune mistral-7b on 2 A100 40GB, rank 64, lr 2e-4", {"task": "lora", "learning_rate": 2e-4}, set(), []),
+    # every spelling of QLoRA and a paged 8-bit AdamW bind their numbers ("4-bit NF4", "adamw 8bit" were not understood)
+    ("QLoRA of llama-3-70b on 2x A6000 48GB, rank 64, 4-bit NF4, paged adamw 8bit", {"task": "lora"}, {"technique:8bit-optimizer"}, []),
     ("fine-tune llama-3-8b on 8 H100 with warmup of 500 steps", {"warmup_steps": 500}, set(), []),
     ("fine-tune llama-3-8b on 8 H100 with micro batch 4 and gradient accumulation 8", {"global_batch_size": 256, "pins": {"micro_batch": 4}}, {"micro-batch", "grad-accum"}, []),
     ("train resnet-50 on 8 V100, batch 256 per GPU", {"global_batch_size": 2048, "pins": {"micro_batch": 256}}, {"micro-batch"}, []),
     ("fine-tune llama-3-8b on 8 H100, 100 warmup steps, learning rate of 3e-5", {"warmup_steps": 100, "learning_rate": 3e-5}, set(), []),
+    # the rate before its name: "a 3e-5 learning rate" was not understood and the default rate planned
+    ("fine-tune llama-3.1-8b on 8 H100 with a 3e-5 learning rate, bf16", {"learning_rate": 3e-5}, set(), []),
+    ("pretrain llama-3.2-1b on 8 H100, batch 512, 6e-4 peak LR", {"learning_rate": 6e-4, "global_batch_size": 512}, set(), []),
     ("微调 llama-3-8b，8 张 H100，训练 2 个 epoch", {}, set(), ["2 个 epoch"]),
     ("fine-tune llama-3-8b on 8 H100 with NVLink at 900 GB/s", {}, set(), ["900 GB/s"]),
     ("fine-tune llama-3-8b on 8 H100 for 10000 steps with seq 2048", {"seq_len": 2048, "train_steps": 10000}, set(), []),
     ("fine-tune llama-3-8b on 8 H100, warmup for 100 steps, max_steps=3000", {"warmup_steps": 100, "train_steps": 3000}, set(), []),
     ("fine-tune llama-3-8b on 8 H100 and save a checkpoint every 200 steps", {"save_every": 200}, set(), []),
     ("fine-tune llama-3-8b on 8 H100, save_steps=500, keep the last 3 checkpoints", {"save_every": 500, "keep_checkpoints": 3}, set(), []),
+    # another run's checkpoint: a wish with its words ("/ckpt/step- 4000" was listed as not understood)
+    ("fine-tune llama-3.1-8b on 8 A100 40GB, resume from checkpoint /ckpt/step-4000", {}, {"checkpoint:resume"}, []),
 ]
 # fmt: on
 

@@ -29,6 +29,9 @@ RL_WHY = (
 _BYTES_16BIT = 2
 # The launch note of a launcher with no fp8 path (tools/artifacts/launch.py): not as asked.
 FP8_NOT_APPLIED = "fp8 linears are not applied"
+# A launch note for something the request named that the launch does not pass ("seed 7 not
+# applied: the megatron launch sets no seed"; tools/artifacts/launch.py): "Not as asked" too.
+NOT_APPLIED = " not applied: "
 
 
 def _setup(plan: dict[str, Any]) -> str:
@@ -44,6 +47,18 @@ def _setup(plan: dict[str, Any]) -> str:
     if images := (plan.get("speed") or {}).get("images_per_s"):
         parts.append(f"{images:,.0f} images/s")
     return ", ".join(parts)
+
+
+# What the launch files do not compute for these objectives (train.py's loss is next-token
+# cross-entropy), and what does.
+_LOSS = {"dpo": "DPO loss", "distill": "distillation loss"}
+_OBJECTIVE_TOOLS = {
+    "dpo": "run the preference step with TRL's DPOTrainer or OpenRLHF on this setup.",
+    "distill": "run it with a trainer that computes it (TRL's GKDTrainer, torchtune's "
+    "knowledge-distillation recipe) on this setup.",
+}
+# Objectives the launch files do not train as asked: said under "Not as asked".
+NOT_LAUNCHED = ("rl", "dpo", "distill")
 
 
 def objective_note(plan: dict[str, Any]) -> str | None:
@@ -74,6 +89,8 @@ def objective_note(plan: dict[str, Any]) -> str | None:
             f"{'DPO' if objective == 'dpo' else 'Distillation'}: the memory figures price the "
             f"trained model alone; {other}{size} is not priced and must fit beside it"
             + (", or precompute the reference log-probabilities." if objective == "dpo" else ".")
+            + f" The launch files train the next-token loss, not the {_LOSS[objective]}: "
+            + _OBJECTIVE_TOOLS[objective]
         )
     return None
 
@@ -85,15 +102,22 @@ def headline_notes(plan: dict[str, Any]) -> list[str]:
         notes.append(str(missed))
     notes += [_sentence(str(n)) for n in (plan.get("memory") or {}).get("not_honoured") or []]
     launch = (plan.get("launch") or {}).get("notes") or []
-    notes += [_sentence(str(n)) for n in launch if str(n).startswith(FP8_NOT_APPLIED)]
+    notes += [
+        _sentence(str(n))
+        for n in launch
+        if str(n).startswith(FP8_NOT_APPLIED) or NOT_APPLIED in str(n)
+    ]
     for wish in (plan.get("request") or {}).get("wishes") or []:
         # A technique the planner refused (fp8 without FP8 tensor cores): its one line.
         line = _sentence(str(wish.get("how")))
         limit = wish["wish"] in ("deadline", "money-budget")  # a plan's time or cost over it
-        if (wish["wish"].startswith("technique:") or limit) and wish.get("honoured") is False:
+        named = wish["wish"].startswith(("technique:", "checkpoint:"))
+        if (named or limit) and wish.get("honoured") is False:
             notes += [line] if line not in notes else []
-    if (plan.get("brief") or {}).get("objective") == "rl" and (rl := objective_note(plan)):
-        notes.append(rl)
+    if (plan.get("brief") or {}).get("objective") in NOT_LAUNCHED and (
+        objective := objective_note(plan)
+    ):
+        notes.append(objective)
     return notes
 
 
@@ -104,7 +128,7 @@ def headline_caveats(plan: dict[str, Any]) -> list[str]:
     what the request's objective means for a plan that honours it.
     """
     notes = [_sentence(str(n)) for n in (plan.get("model") or {}).get("notes") or []]
-    if (plan.get("brief") or {}).get("objective") == "rl":
+    if (plan.get("brief") or {}).get("objective") in NOT_LAUNCHED:
         return notes  # the objective is said under "Not as asked"
     note = objective_note(plan)
     return [*notes, *([note] if note else [])]

@@ -232,6 +232,8 @@ def emit_launch(
     script_command = job_command(launch.command) if job_script else launch.command
     preamble = [*job_preamble(launch.command), *launch.preamble] if job_script else launch.preamble
     data_steps = pretraining_data(brief, model) if job_script else None
+    if job_script and brief.data_path:
+        preamble.append(_data_default(brief.data_path))  # the request's data, when DATA is unset
     if data_steps is not None:
         preamble.append(_SHARDS_DEFAULT)  # a folder prepare_data.py wrote, when DATA is unset
     if job_script:
@@ -260,9 +262,39 @@ def emit_launch(
     notes = [*run.notes, *([_router_loss_note(model)] if job_script else [])]
     if brief.keep_checkpoints is not None and launcher == "megatron":
         notes.append(_MEGATRON_KEEPS_ALL.format(brief.keep_checkpoints))
+    notes += [] if job_script else _run_settings_not_applied(brief, launcher)
     if job.fp8 and not launch.fp8:
         notes.insert(0, _FP8_NOT_APPLIED.format(launcher=launcher))
     return LaunchSpec(command=launch.command, files=files, notes=[n for n in notes if n])
+
+
+def _data_default(path: str) -> str:
+    """launch.sh's line that makes the request's data path the default ``DATA`` ("~/" expands)."""
+    where = f'"$HOME"/{shell_quote(path[2:])}' if path.startswith("~/") else shell_quote(path)
+    return f'[[ -n "${{{DATA_ENV}:-}}" ]] || {DATA_ENV}={where}'
+
+
+def _run_settings_not_applied(brief: TrainingBrief, launcher: str) -> list[str]:
+    """One line per run setting the request named that this launch does not pass (train.py's do).
+
+    Megatron-DeepSpeed takes ``--seed`` and ``--wandb-project`` (``megatron.run_setting_flags``);
+    its data is the indexed dataset MEGATRON.md says to add. torchtitan's TOML sets the seed
+    (``[debug] seed``) and reads its own dataset, and its W&B logger takes no project here.
+    """
+    lines = []
+    if brief.seed is not None and launcher not in ("megatron", "torchtitan"):
+        lines.append(f"seed {brief.seed} not applied: the {launcher} launch sets no seed")
+    if brief.wandb_project and launcher != "megatron":
+        lines.append(
+            f"W&B project {brief.wandb_project!r} not applied: the {launcher} launch does not log "
+            "to Weights & Biases (train.py's --wandb does)"
+        )
+    if brief.data_path:
+        lines.append(
+            f"data {brief.data_path!r} not applied: the {launcher} launch reads the dataset its "
+            "guide says to name (train.py's --data reads the path as given)"
+        )
+    return lines
 
 
 # A launcher without an fp8 path: said in one line, never an fp8 label on a bf16 run.
@@ -468,6 +500,8 @@ def _torchtitan(job: LaunchInputs) -> Launch:
     config = torchtitan.job_config(
         job.brief, job.model, job.hardware, job.memory, job.steps, job.precision, fp8=job.fp8
     )
+    if job.brief.seed is not None:  # the request's seed: torchtitan 0.2.2's [debug] seed
+        config["debug"] = {"seed": job.brief.seed}
     # As torchtitan's run_train.sh starts it: torchrun ... -m torchtitan.train.
     command = cluster.torchrun(job.hardware, job.gpus, "node0") + [
         "-m",
@@ -527,6 +561,10 @@ def _train_py_args(job: LaunchInputs) -> list[str]:
     if job.brief.keep_checkpoints is not None:
         args += ["--keep-checkpoints", str(job.brief.keep_checkpoints)]
     args += ["--log-every", "10", "--metrics-dir", "metrics"]
+    if job.brief.seed is not None:
+        args += ["--seed", str(job.brief.seed)]
+    if job.brief.wandb_project:
+        args += ["--wandb", job.brief.wandb_project]
     args += _lora_args(job.brief)
     if job.deepspeed_config is not None:
         # Optimizer, schedule, clipping and accumulation are the config's.
@@ -609,6 +647,8 @@ def _lora_args(brief: TrainingBrief) -> list[str]:
     if brief.task != "lora" and rank is None:
         return []
     args = ["--lora-rank", str(rank or DEFAULT_LORA_RANK)]
+    if brief.lora_alpha is not None:
+        args += ["--lora-alpha", f"{brief.lora_alpha:g}"]
     if recipe is not None and recipe.qlora:
         args.append("--qlora")
     return args

@@ -121,7 +121,17 @@ def megatron_args(
         *batch,
         *_parallelism_flags(split, config, pipeline_model=convertible(brief, config)),
         *_checkpoint_flags(brief, iterations),
+        *run_setting_flags(brief),
     ]
+
+
+def run_setting_flags(brief: TrainingBrief) -> list[str]:
+    """The request's seed and W&B project as Megatron-DeepSpeed's ``--seed``, ``--wandb-project``.
+
+    Both are in its megatron/arguments.py (``_add_initialization_args``, ``_add_logging_args``).
+    """
+    flags = ["--seed", str(brief.seed)] if brief.seed is not None else []
+    return flags + (["--wandb-project", brief.wandb_project] if brief.wandb_project else [])
 
 
 def is_fine_tune(brief: TrainingBrief) -> bool:

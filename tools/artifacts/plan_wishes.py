@@ -16,10 +16,11 @@ import re
 from typing import Any
 
 from tools.core.request_account import RequestAccount, mark_wish
-from tools.core.schemas import MemoryPlan, ScalingPlan, TrainingBrief
+from tools.core.schemas import GPUSpec, MemoryPlan, ScalingPlan, TrainingBrief
 from tools.core.strategies import fsdp_sharding
 from tools.intake.recipe_fields import COMPILE_WHY, STEPS_ADAMW
 from tools.intake.sizing_text import budget_dollars, deadline_seconds
+from tools.planning.attention_kernels import FLASH2_FLAG, flash2_runs, launch_attention
 from tools.planning.pins import dense_expert_line
 from tools.planning.sizing_pick import DAY_S
 
@@ -111,6 +112,64 @@ def _hybrid_sharding(memory: MemoryPlan, primary: str | None, nodes: int) -> tup
     )
 
 
+# Who packs the documents into full sequences, per launch (a TensorFlow job is its own script).
+_PACKS = {
+    "megatron": "Megatron-DeepSpeed's GPT dataset concatenates documents into seq_len samples",
+    "torchtitan": "torchtitan's dataset packs the tokenized documents into seq_len samples",
+}
+_TRAIN_PY_PACKS = (
+    "train.py joins the documents with the EOS token and packs them into seq_len blocks"
+)
+
+
+def _packing_and_nvme(memory: MemoryPlan, primary: str | None) -> dict[str, tuple[bool, str]]:
+    """Packing (every launch here packs; it cannot be turned off) and NVMe offload (never planned)."""
+    if primary in ("tensorflow", "horovod"):
+        return {}
+    packs = _PACKS.get(primary or "", _TRAIN_PY_PACKS)
+    offload = "offload" in memory.chosen
+    return {
+        "technique:packing": (True, f"planned: {packs}"),
+        "avoid:packing": (False, f"packing not turned off: {packs}, with no option to pad instead"),
+        "technique:nvme-offload": (
+            False,
+            "NVMe offload not planned: "
+            + (
+                f"the plan offloads to CPU RAM ({memory.chosen_label}); the memory model prices "
+                "host RAM, not NVMe"
+                if offload
+                else f"the chosen setup ({memory.chosen_label}) offloads nothing"
+            ),
+        ),
+    }
+
+
+def _flash_attention(
+    primary: str | None, gpu: GPUSpec | None, brief: TrainingBrief
+) -> tuple[bool, str] | None:
+    """FlashAttention against the kernel the launch runs (tools/planning/attention_kernels.py)."""
+    if gpu is None or primary in ("tensorflow", "horovod"):
+        return None  # this machine's CPU, or a Keras job: no CUDA attention kernel to name
+    fp8 = brief.recipe is not None and brief.recipe.precision == "fp8"
+    ran = launch_attention(primary, gpu, fp8=fp8)
+    if brief.precision == "fp32":
+        return False, "FlashAttention not planned: it runs in 16-bit, and the plan trains fp32"
+    if ran.kernel == "sdpa" and flash2_runs(gpu):
+        how = (
+            f"Megatron-DeepSpeed's {FLASH2_FLAG}"
+            if primary == "megatron"
+            else "PyTorch's scaled_dot_product_attention, which runs its FlashAttention-2 kernel"
+        )
+        return True, f"planned: FlashAttention-2 on {gpu.name} ({how})"
+    if ran.kernel == "cudnn":
+        return False, f"FlashAttention not planned: {ran.note}"
+    return False, (
+        f"FlashAttention not planned: FlashAttention-2 needs an Ampere or newer GPU and {gpu.name} "
+        "is not; attention runs "
+        + ("unfused" if ran.kernel == "eager" else "PyTorch's memory-efficient kernel")
+    )
+
+
 def _techniques(
     memory: MemoryPlan, primary: str | None, brief: TrainingBrief, experts: bool, nodes: int
 ) -> dict[str, tuple[bool, str]]:
@@ -141,6 +200,18 @@ def _techniques(
         )
     )
     marks["technique:hybrid-sharding"] = _hybrid_sharding(memory, primary, nodes)
+    marks |= _packing_and_nvme(memory, primary)
+    marks["checkpoint:resume"] = (
+        False,
+        "resuming another run's checkpoint not planned: the launch resumes only from the "
+        "checkpoints its own job writes"
+        + (
+            "; to start from that checkpoint's weights, point MODEL_PATH at a Hugging Face "
+            "folder of them"
+            if brief.loads_weights and primary not in ("megatron", "torchtitan")
+            else ""
+        ),
+    )
     pinned = brief.pins.expert_parallel or 1
     if setup.ep > 1:
         marks["technique:expert-parallelism"] = (True, f"planned: expert parallel {setup.ep}")
@@ -176,15 +247,19 @@ def mark_plan_wishes(
     brief: TrainingBrief,
     experts: bool,
     nodes: int = 1,
+    gpu: GPUSpec | None = None,
 ) -> dict[str, Any] | None:
     """The account with the wishes this plan decides marked (undecided ones only).
 
-    ``experts``: the model is a mixture of experts (an expert split is possible at all).
+    ``experts``: the model is a mixture of experts (an expert split is possible at all);
+    ``gpu``: the plan's GPU (None: this machine's CPU), for the attention kernel.
     """
     if account is None or memory is None or memory.chosen_row is None:
         return account
     acc = RequestAccount.model_validate(account)
     marks = _techniques(memory, primary, brief, experts, nodes)
+    if (flash := _flash_attention(primary, gpu, brief)) is not None:
+        marks["technique:flash-attention"] = flash
     for wish in acc.undecided():
         if wish.wish == "deadline":
             mark = _deadline(wish.quote, scaling)

@@ -299,6 +299,16 @@ class TrainingBrief(_Strict):
     keep_checkpoints: Count | None = Field(default=None, ge=1, le=10_000)
     # Its warm-up steps ("warmup of 500 steps"); None: 3% of the run (lr_schedule.py).
     warmup_steps: Count | None = Field(default=None, ge=1, le=10_000_000)
+    # The run's seed ("seed 42"), the Weights & Biases project it logs to ("log to wandb project
+    # X") and its data ("dataset at /data/train.jsonl"): passed to the launch where it takes them
+    # (tools/intake/run_text.py reads them; the launch says where it does not).
+    seed: Count | None = Field(default=None, ge=0, le=2**32 - 1)
+    # A LoRA job's alpha ("alpha 32", "lora_alpha=16"): train.py's --lora-alpha (else 2 x rank).
+    lora_alpha: Amount | None = Field(default=None, gt=0, le=100_000)
+    wandb_project: str | None = Field(
+        default=None, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+    )
+    data_path: str | None = Field(default=None, max_length=1024, pattern=r"^[\w./~+@:=-]+$")
     # What one GPU-hour costs (any currency); with a time to train, the report states the cost.
     price_per_gpu_hour: Amount | None = Field(default=None, gt=0, le=100_000)
     # The framework the request asks for, and the ones it refuses (tools/intake/wishes.py).

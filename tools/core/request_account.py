@@ -99,13 +99,15 @@ OBJECTIVE_MARKS: dict[str, tuple[bool, str]] = {
     ),
     "dpo": (
         False,
-        "partly: the plan trains the policy; the DPO reference model is not in the memory "
-        "estimate (the headline says so)",
+        "partly: the plan sizes the policy's training, and its launch files train the "
+        "next-token loss, not the DPO loss; the reference model is not in the memory estimate "
+        "(the headline says so and names what runs DPO)",
     ),
     "distill": (
         False,
-        "partly: the plan trains the student; the teacher model is not in the memory estimate "
-        "(the headline says so)",
+        "partly: the plan sizes the student's training, and its launch files train the "
+        "next-token loss, not the distillation loss; the teacher model is not in the memory "
+        "estimate (the headline says so)",
     ),
 }
 

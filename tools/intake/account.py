@@ -19,12 +19,15 @@ from tools.core.schemas import RECIPE_PRECISION_BASE, TrainingBrief
 from tools.intake.budget_text import price_reading
 from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import NIC_AFTER_RE, read_hardware
+from tools.intake.instance_names import INSTANCE_RE
 from tools.intake.model_text import read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, Read
 from tools.intake.recipe_framework import recipe_launch
 from tools.intake.recipe_text import recipe_reads
+from tools.intake.run_text import run_reads
 from tools.intake.serving_text import serving_reads
+from tools.intake.shape_text import shape_reads
 from tools.intake.wishes import framework_reads, named_wishes, pin_reads
 from tools.intake.words import word_reads
 
@@ -35,24 +38,29 @@ _NUMBER_RE = re.compile(
     r"|[一二两俩三四五六七八九十百千万]+(?=\s*(?:台|张|块|卡|个|片|节点|天|周|小时|月))"
 )
 _CN = r"[一二两俩三四五六七八九十]+"
+# A count in English words ("two 4090s", "a pair of A100s"), as tools/intake/hardware_text reads it.
+_EN = r"\b(?:a\s+single|single|one|a\s+pair\s+of|a\s+couple\s+of|two|three|four|five|six|seven|eight|sixteen)\s+"
 _COUNT = r"(?:\d+|" + _CN + r")"
 # Where the hardware stood: counts before GPUs or nodes, a spec, a memory size by a GPU name.
 _HARDWARE_RES = tuple(
     re.compile(p, re.I)
     for p in (
         r"\d+\s*[x×]\s*\d+\s*[x×]\s*[a-z][\w-]*",
-        _COUNT + r"\s*[x×*]?\s*(?:(?:张|块|个|片)\s*)?(?:gpus?\s+of\s+|cards?\s+of\s+)?"
+        r"(?:" + _COUNT + r"|" + _EN + r")\s*[x×*]?\s*(?:(?:张|块|个|片)\s*)?"
+        r"(?:gpus?\s+of\s+|cards?\s+of\s+)?"
         r"(?:\d+\s*gi?b\s+)?(?:nvidia\s+|amd\s+|tesla\s+)?(?:" + GPU_NAMES + r")"
-        r"(?:[\s-]*\d+\s*gi?b)?",
+        r"(?:[\s-]*\d+\s*gi?b)?(?:s|es)?\b",
         r"(?:" + GPU_NAMES + r")(?:[\s-]*(?:sxm\d?|pcie|nvl))?[\s-]*\d+\s*gi?b",
-        r"(?:" + GPU_NAMES + r")\s*[x×*]\s*\d+",
-        r"\b(?:" + GPU_NAMES + r")\b",
+        r"(?:" + GPU_NAMES + r")(?:s|es)?\s*[x×*]\s*\d+",
+        r"\b(?:" + GPU_NAMES + r")(?:s|es)?\b",  # "4090s", "A100s"
         _COUNT + r"\s*[x×]?\s*(?:nodes?|servers?|machines?|hosts?|boxes|instances?|dgxs?|hgxs?|"
         r"gpus?|cards?|accelerators?)\b",
         _COUNT + r"\s*(?:台|张|块|卡|个节点|节点|片)",
         r"每\s*台\s*\d+",
     )
 )
+# "AWS p4d.24xlarge x 4": the nodes, GPUs and network an instance type stands for.
+_HARDWARE_RES = (*_HARDWARE_RES, INSTANCE_RE)
 _RAM_RES = (
     re.compile(
         r"\d+(?:\.\d+)?\s*(?:tb|tib|gb|gib|g)\s*(?:of\s+)?(?:host\s+|cpu\s+|system\s+|ddr\d\s+)?"
@@ -73,13 +81,14 @@ _NIC_RES = (
         re.I,
     ),
     NIC_AFTER_RE,
+    INSTANCE_RE,
 )
 _CLAUSE_RE = re.compile(r"[^,;，；。!?？！\n]+")
 # The brief fields a plan takes from the words, in the order ``read`` lists them.
 _FIELD_ORDER = (
     "model", "task", "objective", "hardware", "host_ram_gb", "nics_per_node", "nic_gbps",
     "interconnect", "seq_len", "global_batch_size", "precision", "learning_rate", "warmup_steps", "train_steps", "save_every", "keep_checkpoints",
-    "dataset_tokens",
+    "dataset_tokens", "seed", "wandb_project", "data_path", "lora_alpha",
     "price_per_gpu_hour", "framework", "avoid_frameworks", "pins", "context_len", "concurrency",
     "engine", "weight_dtype", "team", "deployment", "smoke",
 )  # fmt: skip
@@ -102,6 +111,10 @@ def _joined(reads: list[Read], text: str) -> str:
 
 def _model_reads(text: str, model: Any) -> list[Read]:
     """Where the model was named: its catalog id as spelt in the text, or the words it was read from."""
+    if isinstance(model, dict) and "layers" in model:  # its dimensions ("24 layers, hidden 2048")
+        # and the name or size beside them ("a custom 1B model with ..."), quoted with them
+        reads = _model_reads(text, model.get("like") or "") + shape_reads(text)
+        return [Read("model", model, r.quote, r.start, r.end) for r in reads]
     if isinstance(model, str):
         squashed = re.sub(r"[^a-z0-9.]", "", model.lower())
         if squashed:
@@ -168,6 +181,7 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
     reads += [r for r in (framework, *avoided) if r is not None]
     reads += named_wishes(text)
     reads += [r for r in recipe_reads(text, fields.get("task")) if "recipe" in fields]
+    reads += [r for r in run_reads(text) if r.field in fields]
     return reads
 
 
@@ -272,9 +286,14 @@ def _wishes(reads: list[Read], brief: TrainingBrief) -> list[Wish]:
     out: list[Wish] = []
     for r in reads:
         kind = r.field.split(":", 1)[0]
-        if kind not in ("framework", "avoid", "technique", "trainer", "objective") and (
-            r.field not in _NUMBER_WISHES
-        ):
+        if kind not in (
+            "framework",
+            "avoid",
+            "technique",
+            "trainer",
+            "objective",
+            "checkpoint",
+        ) and (r.field not in _NUMBER_WISHES):
             continue
         if any(w.wish == r.field for w in out):
             continue

@@ -28,7 +28,9 @@ from tools.intake.model_text import ModelReading, read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
 from tools.intake.recipe_text import recipe_text_fields
+from tools.intake.run_text import run_fields
 from tools.intake.serving_text import serving_fields, serving_follow_up
+from tools.intake.shape_text import shape_model
 from tools.intake.wishes import distill_pair, wish_fields
 from tools.intake.words import AGENT_APP, DEPLOYMENT, TASKS, TEAM, TRAINING
 
@@ -253,17 +255,23 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     low = text.lower()
     data: dict[str, Any] = {"goal": text.strip()[:500]}
 
-    pair = distill_pair(text)
+    pair, named = distill_pair(text), None
     if pair is not None and (student := catalog_name(pair[1], known_models)):
         data["model"] = student  # "distill llama-3-70b into llama-3-8b": the student is trained
-    elif name := catalog_name(text, known_models):
-        data["model"] = name
+    elif named := catalog_name(text, known_models):
+        data["model"] = named
     elif (reading := read_model(text)) is not None and reading.value is not None:
         # An alias, a GPT-style size, a confident close match, or a size ("a 70B policy").
         data.update(_model_fields(reading))
     elif m := _SIZE_RE.search(text):
         scale = 1e9 if m.group(2).lower() == "b" else 1e6
         data["model"] = {"params": float(m.group(1)) * scale}
+    if (shape := shape_model(text, named or None)) is not None:
+        # "24 layers, hidden 2048, 16 heads": that shape, not the model a size or name stood for.
+        data["model"], notes = shape
+        data.pop(MODEL_ASSUMED, None)
+        if notes:
+            data[MODEL_ASSUMED] = [f"intake: {line}" for line in notes]
     agent_app = bool(AGENT_APP.search(text)) and not TRAINING.search(text)
     if agent_app:
         data["task"] = "agent-app"
@@ -297,6 +305,9 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     # Serving a model is its own plan (tools/intake/serving_text.py).
     data.update(serving_fields(text, data))
     data.update(recipe_text_fields(text, data.get("task")))
+    data.update(run_fields(text))  # seed, W&B project, data path, LoRA alpha
+    if data.get("task") != "lora":
+        data.pop("lora_alpha", None)  # an alpha outside LoRA stays listed as not understood
     if (price := price_reading(text)) is not None:
         data["price_per_gpu_hour"] = price.value
     return data

@@ -27,6 +27,7 @@ from tools.intake.gpu_names import FORM as _FORM
 from tools.intake.gpu_names import GPU_NAMES as _GPU_NAMES
 from tools.intake.gpu_names import MEM as _MEM
 from tools.intake.gpu_names import other_gpu_re, resolve
+from tools.intake.instance_names import rewrite as instance_phrases
 from tools.intake.readings import Assumed
 from tools.research.accelerators import plannable_types, why_not
 from tools.research.hardware import INTERCONNECTS, MAX_GPUS_PER_NODE, load_gpu_catalog
@@ -245,7 +246,9 @@ _GPU_HOUR_RE = re.compile(r"\bgpu[\s-]*(?:hours?|hrs?|h)\b", re.I)
 
 def read_hardware(text: str) -> HardwareReading:
     """Read the hardware phrases of a request (see the module docstring)."""
-    norm = _GPU_HOUR_RE.sub(lambda m: " " * len(m.group(0)), _normalise(text))
+    # A cloud instance type ("AWS p4d.24xlarge x 4") becomes the nodes and GPUs it stands for.
+    phrased, instances = instance_phrases(text)
+    norm = _GPU_HOUR_RE.sub(lambda m: " " * len(m.group(0)), _normalise(phrased))
     reading = HardwareReading()
     reading.local = bool(_LOCAL_RE.search(text))
     _read_host(norm, reading)
@@ -302,6 +305,8 @@ def read_hardware(text: str) -> HardwareReading:
     if gpu_id in variants:
         reading.assumed.append(Assumed("hardware", gpu_id, variants[gpu_id], reading.text))
     _read_counts(norm, m, reading)
+    shape = f"{reading.nodes}x{reading.gpus_per_node}x{gpu_id}"
+    reading.assumed += [Assumed("hardware", shape, line, words) for line, words in instances]
     return reading
 
 

@@ -109,11 +109,15 @@ _TOKENS_RE = re.compile(
     r"(?:tokens?|词元)(?![a-z])",
     re.I,
 )
-# A peak learning rate: "lr 1e-5", "lr=2e-4", "learning rate of 0.0003", "学习率 1e-5".
+# A peak learning rate: "lr 1e-5", "lr=2e-4", "learning rate of 0.0003", "学习率 1e-5", and the
+# number first: "a 3e-5 learning rate", "2e-4 LR" (read as not understood before).
 _LR_RE = re.compile(
     r"(?<![a-z])(?:lr|learning[ _-]rate|学习率)\s*(?:of|=|:|is|to|为)?\s*"
     r"(\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.])",
     re.I,
+)
+_LR_BEFORE_RE = re.compile(
+    r"(?<![\w.])(\d*\.\d+|\d+(?:\.\d+)?e-?\d+)\s*(?:peak\s+)?(?:lr|learning[ _-]rate)\b", re.I
 )
 # Warm-up steps: "warmup of 500 steps", "500 warmup steps", "warmup_steps=100", "预热 500 步".
 _WARMUP_RE = re.compile(
@@ -302,7 +306,8 @@ def steps_reading(text: str) -> Read | None:
 
 def lr_reading(text: str) -> Read | None:
     """The peak learning rate the request names (0 < lr <= 1), or None."""
-    if (m := _LR_RE.search(text)) and 0 < float(m.group(1)) <= 1:
+    m = _LR_RE.search(text) or _LR_BEFORE_RE.search(text)
+    if m and 0 < float(m.group(1)) <= 1:
         return Read.of("learning_rate", float(m.group(1)), m)
     return None
 

@@ -40,8 +40,8 @@ def recipe_reads(text: str, task: str | None) -> list[Read]:
             reads.append(Read("recipe.checkpointing", policy, wish.quote, wish.start, wish.end))
     if task != "lora":
         return reads
-    if m := _QLORA_RE.search(text):
-        reads.append(Read.of("recipe.qlora", True, m))
+    # Every spelling of it, so "QLoRA ..., 4-bit NF4" binds its "4" too (it was not understood).
+    reads += [Read.of("recipe.qlora", True, m) for m in _QLORA_RE.finditer(text)]
     if m := _RANK_RE.search(text):
         rank = int(m.group(1) or m.group(2))
         if 1 <= rank <= MAX_LORA_RANK:

@@ -21,11 +21,14 @@ from typing import Any
 
 from tools.intake.readings import Read
 
+# NeMo, the trainer, and not the word inside a model's name ("mistral-nemo-12b", "Mistral NeMo
+# 12B"): that model once put every plan for it on Megatron with a trainer:nemo wish nobody made.
+_NEMO = r"(?<!mistral[ _-])\bnemo\b"
 # Each framework's names in a request, most specific first (a longer name wins its span).
 _NAMES: tuple[tuple[str, str], ...] = (
     ("torchtitan", r"torch\s*titan"),
     ("pytorch_fsdp", r"fsdp2?|fully[ -]sharded(?:\s+data[ -]parallel)?"),
-    ("megatron", r"megatron(?:[ -](?:lm|deepspeed|core))?|nemo"),
+    ("megatron", r"megatron(?:[ -](?:lm|deepspeed|core))?|" + _NEMO),
     ("deepspeed", r"deep[ -]?speed"),
     ("horovod", r"horovod"),
     ("pytorch_ddp", r"(?:pytorch\s+|torch\s+)?ddp|distributed\s*data\s*parallel"),
@@ -223,7 +226,7 @@ _NAMED: tuple[tuple[str, str], ...] = (
     (
         "technique:8bit-optimizer",
         r"\b8[ -]?bit\s+(?:adam\w*|optimi[sz]ers?|states?)\b|\badamw?[ _-]?8[ _-]?bit\b|"
-        r"\bbitsandbytes\b|\bpaged[ _-]adamw?\b",
+        r"\bbitsandbytes\b|\bpaged[ _-]adamw?(?:[ _-]?8[ _-]?bit)?\b",
     ),
     ("technique:fp8", r"\bfp8\b|\bfloat8\b|\btransformer[ -]engine\b"),
     (
@@ -231,6 +234,19 @@ _NAMED: tuple[tuple[str, str], ...] = (
         r"\btorch\.compile\b|\btorch[ -]compile\b|\bcompiled?\s+with\s+torch\b",
     ),
     ("technique:flash-attention", r"\bflash[ -]?attn\w*|\bflash[ -]?attention[ -]?\d?\b"),
+    # "with packing", "sample packing", "packed sequences": every launch here packs documents.
+    (
+        "technique:packing",
+        r"\b(?:sequence[ -]|sample[ -])?packing\b|\bpacked\s+(?:sequences|samples)\b",
+    ),
+    ("technique:nvme-offload", r"\bnvme\b"),  # the plans offload to CPU RAM only
+    # "resume from checkpoint /ckpt/step-4000": a checkpoint of another run (plan_wishes.py).
+    (
+        "checkpoint:resume",
+        # a path or a named checkpoint, not "resume from where it stopped" (launch.sh does that)
+        r"\bresum\w*\s+(?:training\s+)?from\s+(?:the\s+|a\s+|my\s+)?(?:checkpoint\s+)?"
+        r"(?:[\w.~-]*/[\w./~:-]+|checkpoint[-_]\d+\b|step[-_ ]?\d+\b)",
+    ),
     (
         "technique:activation-checkpointing",
         r"\b(?:activation|gradient)[ -]checkpointing\b|\brecompute\b|重计算|激活检查点",
@@ -246,7 +262,7 @@ _NAMED: tuple[tuple[str, str], ...] = (
     ("trainer:axolotl", r"\baxolotl\b"),
     ("trainer:torchtune", r"\btorchtune\b"),
     ("trainer:llama-factory", r"\bllama[ -]?factory\b"),
-    ("trainer:nemo", r"\bnemo\b"),
+    ("trainer:nemo", _NEMO),
     ("trainer:trl", r"\btrl\b"),
     ("trainer:unsloth", r"\bunsloth\b"),
     (
@@ -267,6 +283,8 @@ _NAMED: tuple[tuple[str, str], ...] = (
     ),
 )
 _NAMED_RES = tuple((wish, re.compile(pattern, re.I)) for wish, pattern in _NAMED)
+# A refusal after the name: "packing disabled", "flash attention: off", "compile=false".
+_REFUSAL_AFTER = re.compile(r"\s*(?:[:=]\s*)?(?:disabled|off|false|turned\s+off)\b", re.I)
 # "no", "without", "do not use", "avoid", "不要用" just before a name: the wish is to avoid it.
 _REFUSAL_TAIL = re.compile(
     r"(?:\bno|\bnot|\bnever|\bwithout|\bavoid(?:ing)?|\bskip|\bdisable|n['’]t(?:\s+(?:use|want|need))?|"
@@ -305,6 +323,12 @@ def named_wishes(text: str) -> list[Read]:
             name = wish.split(":", 1)[1]
             if (at := _refusal_start(text, m.start())) is not None:
                 reads.append(Read(f"avoid:{name}", name, text[at : m.end()], at, m.end()))
+            elif after := _REFUSAL_AFTER.match(text, m.end()):
+                reads.append(
+                    Read(
+                        f"avoid:{name}", name, text[m.start() : after.end()], m.start(), after.end()
+                    )
+                )
             else:
                 reads.append(Read.of(wish, name, m))
     for m in _ZERO_RE.finditer(text):

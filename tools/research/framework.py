@@ -28,9 +28,11 @@ from tools.core.strategies import MIN_HEADROOM
 from tools.research.fp8_framework import fp8_framework, fp8_rationale
 from tools.research.splits import (
     MEGATRON_LORA,
+    MEGATRON_NOT_GPT,
     REPLICATING_FRAMEWORKS,
     STACKS,
     TRAINING_FRAMEWORKS,
+    megatron_builds,
     refused_in,
     setup_framework,
     split_sentence,
@@ -252,8 +254,8 @@ def score_frameworks(
             if exp == "beginner":
                 s["pytorch_ddp"].add(1, "DDP is the best-documented path for a beginner team")
     wished = brief.framework
-    if wished == "megatron" and brief.task == "lora":
-        wished = None  # Megatron's launch trains every weight (MEGATRON_LORA)
+    if wished == "megatron" and (brief.task == "lora" or not megatron_builds(model)):
+        wished = None  # Megatron's launch trains every weight of a GPT (MEGATRON_LORA, _NOT_GPT)
     if wished in s and not (wished in REPLICATING_FRAMEWORKS and not fits):
         s[wished].add(100, "the request asks for it")  # type: ignore[index]
     if (titan := titan_score(brief, model)) is not None:  # torchtitan, or FSDP in its place
@@ -331,6 +333,8 @@ def _not_honoured(
         return titan
     if wished == "megatron" and brief.task == "lora":
         why = MEGATRON_LORA
+    elif wished == "megatron" and not megatron_builds(model):
+        why = MEGATRON_NOT_GPT.format(name=model.name if model is not None else "the model")
     elif wished in REPLICATING_FRAMEWORKS and not replicas_fit(memory):
         why = (
             "it replicates parameters, gradients and optimizer states on every GPU, and they "

@@ -47,6 +47,11 @@ MEGATRON_LORA = (
     "Megatron-DeepSpeed's launch here (pretrain_gpt.py) trains every weight, not LoRA adapters "
     "(those train with the Hugging Face job, train.py with peft)"
 )
+# Why a model that is no decoder-only language model does not run on Megatron (framework.py).
+MEGATRON_NOT_GPT = (
+    "Megatron-DeepSpeed's launch here (pretrain_gpt.py) builds a GPT, and {name} is no "
+    "decoder-only language model: it would train a GPT of {name}'s shape on text"
+)
 
 # DeepSpeed AutoTP training (the ``tensor_parallel.autotp_size`` config, DeepSpeed >= 0.16.4)
 # runs with ZeRO stages 0, 1 and 2 (DeepSpeed's AutoTP training tutorial,
@@ -100,6 +105,20 @@ def autotp_shards(model: ModelSpec | None) -> bool:
         model is not None and model.active_params is not None and model.active_params < model.params
     )
     return is_hf_model(model) and not moe
+
+
+def megatron_builds(model: ModelSpec | None) -> bool:
+    """Whether Megatron's ``pretrain_gpt.py`` builds the model: a decoder-only language model.
+
+    A ViT, a ResNet, BERT or T5 is no GPT: a Megatron launch of its shape would train a GPT
+    on text (the ViT-L/16 plan on 8 V100 ran pretrain_gpt.py with ViT-L's widths). A model
+    given by size or shape is llama-style, which it builds.
+    """
+    cfg = (model.hf_config or {}) if model is not None else {}
+    archs = cfg.get("architectures") or []
+    if cfg.get("is_encoder_decoder") or cfg.get("model_type") == "t5":
+        return False
+    return not archs or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
 
 
 def split_framework(
@@ -213,6 +232,8 @@ def runs_setup(
         return ep == 1 and titan_runs(brief, model)
     if needed is None:
         return brief.framework not in REPLICATING_FRAMEWORKS or strategy == "ddp"
+    if needed == "megatron" and not megatron_builds(model):
+        return False  # pretrain_gpt.py would train a GPT of this shape, not this model
     if refused_in(needed, brief.avoid_frameworks):
         return False
     return brief.framework is None or brief.framework in (needed, "megatron")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.intake.numbers_text import batch_reading
+from tools.intake.numbers_text import batch_reading, lr_reading
 
 
 @pytest.mark.parametrize(
@@ -43,3 +43,20 @@ def test_a_refusal_at_the_start_of_the_request_keeps_its_words() -> None:
 
     (read,) = pin_reads("no ZeRO-3 please, fine-tune llama-3-8b on 8 A100")
     assert (read.field, read.value, read.quote) == ("pins.avoid_zero_stages", [3], "no ZeRO-3")
+
+
+@pytest.mark.parametrize(
+    ("text", "rate", "quote"),
+    [
+        ("fine-tune llama-3.1-8b with a 3e-5 learning rate", 3e-5, "3e-5 learning rate"),
+        ("pretrain with a 0.0003 peak learning rate", 3e-4, "0.0003 peak learning rate"),
+        ("batch 512 lr 6e-4", 6e-4, "lr 6e-4"),  # the rate after its name still wins
+    ],
+)
+def test_a_rate_before_its_name_is_the_learning_rate(text: str, rate: float, quote: str) -> None:
+    read = lr_reading(text)
+    assert read is not None and read.value == rate and read.quote == quote
+
+
+def test_a_count_before_lr_is_no_rate() -> None:
+    assert lr_reading("compare 2 learning rates on batch 512 lr") is None
