@@ -1,7 +1,7 @@
 """The chat REPL behind ``python app.py chat``: plan requests, follow-ups and slash commands.
 
 A message is a planning request; a follow-up ("what if I only had 4 GPUs?") re-plans with the
-last brief, changed by what the follow-up says (``tools.intake.brief.follow_up_fields``). Every
+last brief, changed by what the follow-up says (``tools.intake.follow_up.follow_up_fields``). Every
 plan runs on one checkpointed thread (LangGraph SqliteSaver) through graphs/run.py, so
 ``/resume ID`` picks a chat up again. A message is always a new request (or a follow-up to the
 last finished plan), even after Ctrl-C stopped a plan; ``/resume`` is the way back to that one. What the terminal shows and how lines are read is
@@ -150,8 +150,8 @@ class ChatSession:
 
     def request(self, text: str) -> None:
         """Plan a new request, or re-plan the last brief with a follow-up's changes."""
-        from tools.intake.brief import brief_from_dict, follow_up_fields, request_fields
-        from tools.intake.follow_up import follow_up_goal
+        from tools.intake.brief import brief_from_dict, request_fields
+        from tools.intake.follow_up import follow_up_fields, follow_up_goal
         from tools.research.model_catalog import list_models
 
         if self.plan is not None and self.plan.get("sizing") and _PLAN_IT_RE.match(text):

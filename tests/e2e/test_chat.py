@@ -18,7 +18,7 @@ from graphs.run import list_threads
 from tools.artifacts.save import save_plan
 from tools.core.errors import InputError
 from tools.core.settings import Settings
-from tools.intake.brief import follow_up_fields
+from tools.intake.follow_up import follow_up_fields
 from tools.research.model_catalog import list_models
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -36,10 +36,9 @@ from tools.core.settings import Settings
 from tools.intake.brief import (
     brief_from_dict,
     brief_from_request,
-    follow_up_fields,
     request_fields,
 )
-from tools.intake.follow_up import MAX_GOAL_CHARS, follow_up_goal
+from tools.intake.follow_up import MAX_GOAL_CHARS, follow_up_fields, follow_up_goal
 from tools.planning import search_strategy
 from tools.planning.memory import GB
 from tools.research.hardware import parse_hardware

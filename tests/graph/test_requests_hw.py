@@ -21,11 +21,11 @@ from tools.core.errors import InputError
 from tools.core.settings import Settings
 from tools.intake.brief import (
     brief_from_dict,
-    follow_up_fields,
     merge_answer,
     parse_request,
     request_fields,
 )
+from tools.intake.follow_up import follow_up_fields
 from tools.intake.hardware_text import HARDWARE_ASSUMED, HARDWARE_UNCLEAR, read_hardware
 from tools.research.model_catalog import list_models
 

@@ -387,7 +387,7 @@ def test_serve_sh_quotes_the_model_folder_as_one_argument(tmp_path: Path) -> Non
 
 
 def test_follow_ups_change_the_serving_fields() -> None:
-    from tools.intake.brief import follow_up_fields
+    from tools.intake.follow_up import follow_up_fields
 
     brief = {"model": "qwen2.5-72b", "task": "inference", "hardware": "1x4xH100-80GB"}
     assert follow_up_fields("and 64 concurrent users with TGI?", brief, MODELS) == {

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from tools.intake.brief import follow_up_fields, request_fields
+from tools.intake.brief import request_fields
+from tools.intake.follow_up import follow_up_fields
 
 BRIEF = {"model": "llama-3-8b", "hardware": "1x8xA100-80GB", "task": "finetune", "seq_len": 2048}
 

@@ -9,7 +9,8 @@ import pytest
 from tools.core.errors import InputError
 from tools.core.schemas import RECIPE_LAUNCH, RECIPE_PRECISION_BASE, RECIPES_OF, TrainingBrief
 from tools.intake.account import account_brief
-from tools.intake.brief import brief_from_dict, follow_up_fields
+from tools.intake.brief import brief_from_dict
+from tools.intake.follow_up import follow_up_fields
 from tools.intake.recipe_framework import (
     MEGATRON_LORA_NOT_USED,
     TORCHTUNE_NOT_USED,

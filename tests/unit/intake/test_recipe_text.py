@@ -8,7 +8,8 @@ import pytest
 
 from tools.core.schemas import TrainingBrief
 from tools.intake.account import account_request
-from tools.intake.brief import brief_from_dict, follow_up_fields, request_fields
+from tools.intake.brief import brief_from_dict, request_fields
+from tools.intake.follow_up import follow_up_fields
 from tools.intake.recipe_text import recipe_reads
 
 MODELS = ["mistral-7b", "llama-3.1-8b"]
