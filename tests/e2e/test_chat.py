@@ -62,7 +62,7 @@ def test_piped_session_plans_follows_up_and_answers_commands(tmp_path: Path) -> 
     assert "follow-up: hardware '1x8xA100-80GB' -> '1x4xA100-80GB'" in out
     # After each plan, what was read, what was assumed, what was not done (issue 28).
     assert out.count("you asked:") == 2 and out.count("I assumed:") == 2, out
-    assert "hardware: 1x8xA100-80GB (from '8 A100')" in out, out
+    assert "hardware: 1x8xA100-80GB (from '8 A100s')" in out, out
     assert "smoke test: skipped" in out
     config = _json_block(out)
     # The config is the follow-up's: sized for 4 data-parallel ranks.
