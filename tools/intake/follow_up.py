@@ -14,11 +14,12 @@ from typing import Any
 
 from tools.core.errors import InputError
 from tools.core.schemas import precision_contradiction, recipe_contradiction
-from tools.intake.brief import SPEC_RE, request_fields
+from tools.intake.brief import DEFAULT_SEQ_LEN, SPEC_RE, request_fields
 from tools.intake.hardware_text import (
     HARDWARE_ASSUMED,
     HARDWARE_REFUSED,
     HARDWARE_UNCLEAR,
+    HardwareReading,
     read_hardware,
 )
 from tools.intake.numbers_text import number_reads
@@ -57,7 +58,7 @@ def wish_words(text: str) -> list[str]:
     that nothing changed.
     """
     reads = [r for r in named_wishes(text) if not r.field.startswith("objective:")]
-    numbers, _ = number_reads(text, 2048)
+    numbers, _ = number_reads(text, DEFAULT_SEQ_LEN)
     reads += [r for r in numbers if r.field in _WISH_NUMBERS]
     return [r.quote for r in sorted(reads, key=lambda r: r.start)]
 
@@ -67,7 +68,7 @@ _GPU_COUNT_RE = re.compile(r"\b(\d+)\s*(?:x\s*)?gpus?\b", re.I)
 _NODE_COUNT_RE = re.compile(r"\b(\d+)\s*nodes?\b", re.I)
 
 
-def _same_counts(text: str, brief: dict[str, Any]) -> str | None:
+def _same_counts(text: str, reading: HardwareReading, brief: dict[str, Any]) -> str | None:
     """The brief's node and GPU counts with the GPU a follow-up names without a count.
 
     "what about H100?" or "make it H100s" on 1x8xA100-80GB is 1x8xH100-80GB: a follow-up
@@ -75,7 +76,6 @@ def _same_counts(text: str, brief: dict[str, Any]) -> str | None:
     None when the follow-up gives a count, names no GPU, or the brief has no cluster spec.
     """
     spec = SPEC_RE.match(str(brief.get("hardware") or ""))
-    reading = read_hardware(text)
     if spec is None or reading.gpu is None:
         return None
     counted = _NODE_COUNT_RE.search(text) or _GPU_COUNT_RE.search(text)
@@ -101,7 +101,8 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
     said.pop(NUMBER_NOTES, None)
     said.pop(HARDWARE_REFUSED, None)
     unclear = said.pop(HARDWARE_UNCLEAR, None)
-    if (kept := _same_counts(text, brief)) is not None:
+    reading = read_hardware(text)
+    if (kept := _same_counts(text, reading, brief)) is not None:
         said["hardware"], unclear = kept, None
     said = {**serving_follow_up(text, {**brief, **said}), **said}
     if "task" not in said:
@@ -117,7 +118,7 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
     spec = SPEC_RE.match(str(brief.get("hardware") or ""))
     if "hardware" not in said and spec:
         # A part named beside the count ("2 nodes of H100") replaces the brief's.
-        nodes, per_node, gpu = int(spec[1] or 1), int(spec[2]), read_hardware(text).gpu or spec[3]
+        nodes, per_node, gpu = int(spec[1] or 1), int(spec[2]), reading.gpu or spec[3]
         node_count, gpu_count = _NODE_COUNT_RE.search(text), _GPU_COUNT_RE.search(text)
         if node_count:
             nodes = int(node_count[1])
