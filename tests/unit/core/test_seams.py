@@ -162,12 +162,6 @@ def test_no_module_uses_a_siblings_private_name() -> None:
     assert used == [], "private names across modules:\n" + "\n".join(used)
 
 
-def test_tests_use_private_names_only_where_listed() -> None:
-    used = {(path.name, name) for path in _files(("tests",)) for _line, name in _private_uses(path)}
-    assert used - set(TEST_PRIVATES) == set(), "a test reaches a private name: make it public"
-    assert set(TEST_PRIVATES) - used == set(), "listed but no longer used: drop it from the list"
-
-
 # A degree written after its axis name (``+tp8``, ``tp2xpp2``, ``:cp4``): a setup being spelled.
 _AXIS_BEFORE_DEGREE = re.compile(r"(?:^|[^A-Za-z])(?:tp|pp|vpp|cp|ep|dp)$")
 # Not setups, or not Setup.label's to spell: the inference plan's serving degrees (``tp2+pp2``,
