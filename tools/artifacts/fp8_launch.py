@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tools.artifacts.headline import FP8_NOT_APPLIED
-from tools.artifacts.megatron_model import convert_refusal, unexpressed
 from tools.core.request_account import RequestAccount, mark_wish
 from tools.core.schemas import TRAINING_TASKS, ModelSpec, TrainingBrief
 from tools.intake.fp8_wish import FP8_WISH
+from tools.research.megatron_arch import convert_refusal, unexpressed
 from tools.research.splits import refused_in
 from tools.research.titan_flavors import build_refusal, titan_refusal, torchtitan_flavor
 from tools.research.titan_wish import IN_ITS_PLACE

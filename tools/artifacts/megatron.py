@@ -19,12 +19,13 @@ import json
 from typing import Any
 
 from tools.artifacts import cluster
-from tools.artifacts.megatron_model import architecture_flags, architecture_note, convert_refusal
+from tools.artifacts.megatron_model import architecture_flags, architecture_note
 from tools.artifacts.scripts import Shell, render, shell_join
 from tools.core.schemas import GPUSpec, HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.planning.attention_kernels import megatron_attention
 from tools.planning.batch_layout import BatchLayout
 from tools.planning.parallel import pipeline_split
+from tools.research.megatron_arch import convert_refusal
 
 # Megatron-DeepSpeed's training entry point, in the user's checkout. launch.sh runs from the
 # plan's directory (ds_config.json is there), so the script is named by the checkout's path:

@@ -17,8 +17,9 @@ import pytest
 from launch_checks import MEGATRON_PARSER, megatron_parser
 
 from tools.artifacts import megatron
-from tools.artifacts.megatron_model import architecture_note, convert_refusal
+from tools.artifacts.megatron_model import architecture_note
 from tools.core.schemas import ModelSpec, TrainingBrief
+from tools.research.megatron_arch import convert_refusal
 from tools.research.model_catalog import lookup_model
 
 # The copied parser's help strings hold an upstream "\\ " escape.
