@@ -2,7 +2,8 @@
 
 From the plan's own fields (the plan contract JSON): the framework the request named when the
 plan runs on another (``framework.not_honoured``), a pin or framework the search could not
-honour (``memory.not_honoured``), fp8 linears a launcher cannot apply (``launch.notes``), a
+honour (``memory.not_honoured``), fp8 linears a launcher cannot apply and a model the Megatron
+launch cannot build as it is (``launch.notes``), a
 technique the planner refused (``request.wishes``: fp8 without FP8 tensor cores), and the
 request's ``objective`` where it changes what a plan
 means: RL with rollouts is not planned (the plan is the policy's supervised fine-tune, and the
@@ -32,6 +33,9 @@ FP8_NOT_APPLIED = "fp8 linears are not applied"
 # A launch note for something the request named that the launch does not pass ("seed 7 not
 # applied: the megatron launch sets no seed"; tools/artifacts/launch.py): "Not as asked" too.
 NOT_APPLIED = " not applied: "
+# The Megatron launch note for a model its GPT cannot build as it is, or whose weights its
+# convert step cannot load (tools/research/megatron_arch.py ``megatron_differs``).
+NOT_AS_IS = "the launch does not train the model as it is"
 
 
 def _setup(plan: dict[str, Any]) -> str:
@@ -105,7 +109,7 @@ def headline_notes(plan: dict[str, Any]) -> list[str]:
     notes += [
         _sentence(str(n))
         for n in launch
-        if str(n).startswith(FP8_NOT_APPLIED) or NOT_APPLIED in str(n)
+        if str(n).startswith(FP8_NOT_APPLIED) or NOT_APPLIED in str(n) or NOT_AS_IS in str(n)
     ]
     for wish in (plan.get("request") or {}).get("wishes") or []:
         # A technique the planner refused (fp8 without FP8 tensor cores): its one line.

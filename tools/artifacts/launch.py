@@ -48,7 +48,7 @@ from typing import Any
 from tools.artifacts import cluster, guides, megatron, torchtitan
 from tools.artifacts.cluster import MASTER_PORT
 from tools.artifacts.deepspeed_config import hf_trainer_config, task_recipe
-from tools.artifacts.headline import FP8_NOT_APPLIED
+from tools.artifacts.headline import FP8_NOT_APPLIED, NOT_AS_IS
 from tools.artifacts.run_shape import RunShape, shape_run
 from tools.artifacts.scripts import Shell, comment_text, shell_quote
 from tools.core.errors import ToolFailure
@@ -65,6 +65,7 @@ from tools.core.strategies import train_py_fsdp
 from tools.planning.batch import resolve_batch
 from tools.planning.memory import resolve_precision
 from tools.planning.states import DEFAULT_LORA_RANK
+from tools.research.megatron_arch import megatron_differs
 from tools.research.model_catalog import weights_location
 from tools.smoke.standalone import script_files
 
@@ -260,6 +261,9 @@ def emit_launch(
     files = _write(out_dir, texts)
     _remove_stale(out_dir, files)
     notes = [*run.notes, *([_router_loss_note(model)] if job_script else [])]
+    if launcher == "megatron" and (differs := megatron_differs(model, brief.loads_weights)):
+        # Said whichever way Megatron was chosen: named, pinned, or the only fit.
+        notes.insert(0, f"{differs}; {NOT_AS_IS} (MEGATRON.md)")
     if brief.keep_checkpoints is not None and launcher == "megatron":
         notes.append(_MEGATRON_KEEPS_ALL.format(brief.keep_checkpoints))
     notes += [] if job_script else _run_settings_not_applied(brief, launcher)

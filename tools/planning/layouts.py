@@ -28,8 +28,11 @@ from tools.planning.pins import batch_message, check_pins, check_split_pins
 from tools.planning.recipe import resolve_recipe
 from tools.planning.search_space import PIPELINE_STRATEGIES, SearchSpace
 from tools.planning.states import resolve_precision
+from tools.research.megatron_arch import megatron_excluded
 from tools.research.splits import (
+    MEGATRON_NOT_GPT,
     lora_split_refusal,
+    megatron_builds,
     runs_on,
     runs_setup,
     split_framework,
@@ -87,6 +90,12 @@ def build_space(
     space.pinned = (tensor_parallel, pipeline_parallel)
     space.cp_pin = options.context_parallel
     space.ep_pin = options.expert_parallel
+    # Degrees the request pins are its layout: kept on Megatron even for a model it cannot
+    # build as it is (the launch notes say what differs).
+    pinned_split = (tensor_parallel, pipeline_parallel, options.context_parallel)
+    space.inexact_megatron = options.inexact_megatron or any(
+        (d or 1) > 1 for d in (*pinned_split, options.expert_parallel)
+    )
     if options.recipe is not None:
         space.recipe = resolve_recipe(options.recipe)
         space.notes.append(f"memory priced for: {space.recipe.describe()}")
@@ -248,7 +257,16 @@ def names_for(space: SearchSpace, layout: Setup) -> list[StrategyName]:
     return [
         n
         for n in _split_names(space, layout)
-        if runs_setup(space.brief, space.model, n, layout.tp, layout.pp, layout.cp, layout.ep)
+        if runs_setup(
+            space.brief,
+            space.model,
+            n,
+            layout.tp,
+            layout.pp,
+            layout.cp,
+            layout.ep,
+            exact=not space.inexact_megatron,
+        )
     ]
 
 
@@ -258,7 +276,16 @@ def _not_searched(space: SearchSpace) -> str | None:
         split_framework(space.model, n, lay.tp, lay.pp, lay.cp, lay.ep)
         for lay in space.layouts
         for n in _split_names(space, lay)
-        if not runs_setup(space.brief, space.model, n, lay.tp, lay.pp, lay.cp, lay.ep)
+        if not runs_setup(
+            space.brief,
+            space.model,
+            n,
+            lay.tp,
+            lay.pp,
+            lay.cp,
+            lay.ep,
+            exact=not space.inexact_megatron,
+        )
     }
     if not needs:
         return None
@@ -270,6 +297,18 @@ def _not_searched(space: SearchSpace) -> str | None:
         why += ("; " if why else "") + lora_split_refusal(needs)
     if brief.framework is not None:
         why += ("; " if why else "") + f"the request asks for {brief.framework}"
+    if "megatron" in needs and not megatron_builds(space.model):
+        why += ("; " if why else "") + MEGATRON_NOT_GPT.format(name=space.model.name)
+    elif (
+        "megatron" in needs
+        and brief.framework != "megatron"
+        and not space.inexact_megatron
+        and (differs := megatron_excluded(space.model, brief.loads_weights)) is not None
+    ):
+        why += ("; " if why else "") + (
+            f"{differs}: its launch would not train the model as it is (name Megatron, or pin a "
+            "tensor, pipeline, context or expert degree, to plan it anyway)"
+        )
     return (
         f"not searched: the splits that run only on {', '.join(sorted(str(f) for f in needs))} "
         f"({why})"

@@ -45,6 +45,10 @@ class SearchOptions:
     expert_parallel: int | None = None
     recipe: Recipe | None = None
     replicating: str | None = None
+    # Search the splits only Megatron runs even for a model Megatron-DeepSpeed cannot build as
+    # it is (tools/research/megatron_arch.py): set for pinned degrees and for the search run
+    # when nothing else fits; the plan then says what differs.
+    inexact_megatron: bool = False
 
     def but(self, **changes: Any) -> SearchOptions:
         """These options with ``changes`` (field=value) applied."""

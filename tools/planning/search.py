@@ -37,9 +37,9 @@ from tools.core.strategies import (
     ZERO_STAGE,
     check_strategy,
 )
-from tools.core.units import gb_text
 from tools.planning.bands import attach_bands, band_framework
 from tools.planning.batch import resolve_batch
+from tools.planning.fallbacks import framework_fallback, inexact_fallback
 from tools.planning.flops import require_tf32
 from tools.planning.fp8 import fp8_plan_note
 from tools.planning.layouts import build_space
@@ -103,45 +103,13 @@ def run_search(
     model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief, options: SearchOptions
 ) -> MemoryPlan:
     """One search over the space ``options`` leave open (the request's pins and wishes kept)."""
+
+    def search(changed: TrainingBrief, wider: SearchOptions) -> MemoryPlan:
+        return _search_brief(model, hardware, changed, wider)
+
     plan = _search_brief(model, hardware, brief, options)
-    return _framework_fallback(model, hardware, brief, plan, options)
-
-
-def _framework_fallback(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    brief: TrainingBrief,
-    plan: MemoryPlan,
-    options: SearchOptions,
-) -> MemoryPlan:
-    """When no setup the named framework runs fits, the search without that wish, said so.
-
-    The request's refusals still hold; when nothing fits without the wish either, the plan
-    keeps it. Megatron runs every split, so a Megatron wish never needs this.
-    """
-    wished, row = brief.framework, plan.chosen_row
-    if wished in (None, "megatron") or row is None or row.fits or hardware.gpu is None:
-        return plan
-    # The recipe's framework is the wished one's (tools/core/brief_types.py): it goes with it,
-    # so memory is priced for what runs instead.
-    recipe = brief.recipe.model_copy(update={"framework": None}) if brief.recipe else None
-    unwished = brief.model_copy(update={"framework": None, "recipe": recipe})
-    free = _search_brief(model, hardware, unwished, options)
-    needed, free_row = setup_framework(model, free), free.chosen_row
-    if free_row is None or not free_row.fits:
-        return plan
-    on = f" on {needed}" if needed else ""
-    note = (
-        f"{wished} was asked for, but no setup it runs fits: its smallest, {row.label}, "
-        f"needs {gb_text(row.per_gpu_bytes.total)} per GPU; planned {free_row.label}{on} "
-        "instead, which fits"
-    )
-    return free.model_copy(
-        update={
-            "assumptions": [note, *free.assumptions],
-            "not_honoured": [note, *free.not_honoured],
-        }
-    )
+    plan = framework_fallback(model, hardware, brief, plan, options, search)
+    return inexact_fallback(model, hardware, brief, plan, options, search)
 
 
 def _search_brief(

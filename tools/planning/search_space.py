@@ -71,6 +71,9 @@ class SearchSpace:
     smallest_dp: int = 1
     # The framework recipe memory is priced for (tools/planning/recipe.py); None: DeepSpeed's.
     recipe: Recipe | None = None
+    # Splits only Megatron runs searched for a model it cannot build as it is (pinned degrees,
+    # or nothing else fits: tools/planning/search.py); else kept out (splits.runs_setup).
+    inexact_megatron: bool = False
 
     @property
     def fp8(self) -> bool:

@@ -18,8 +18,22 @@ from tools.core.schemas import ModelSpec
 
 # Families whose MLP is gated SiLU (SwiGLU), whose norm is RMSNorm and whose positions are
 # rotary (their modeling_*.py in transformers).
+# DeepSeek-V2/V3 are too (DeepseekV2MLP: gate_proj, up_proj, SiLU; no biases); what they add
+# (multi-head latent attention, shared experts, dense first layers) is ``unexpressed``.
 _LLAMA_LIKE = frozenset(
-    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "yi"}
+    {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "phi3",
+        "yi",
+        "deepseek_v2",
+        "deepseek_v3",
+    }
 )
 _SWIGLU_ACTS = frozenset({"silu", "swish"})
 _GELU_ACTS = frozenset({"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast"})
@@ -91,29 +105,80 @@ def architecture(model: ModelSpec) -> Architecture:
 
 def unexpressed(model: ModelSpec) -> list[str]:
     """What of the model Megatron-DeepSpeed's GPT cannot build, one phrase each (none: all)."""
+    return [phrase for phrase, _ in _gaps(model)]
+
+
+def _gaps(model: ModelSpec) -> list[tuple[str, bool]]:
+    """Each gap with whether it is structural: Megatron's GPT would have other layers or shapes.
+
+    Structural: a gated MLP built ungated, shared experts, dense layers built as experts,
+    latent attention, parallel blocks, Gemma's extra norms; the GPT Megatron builds is another
+    architecture. A detail keeps every layer and shape: an activation, which projections carry
+    biases, RoPE scaling, query/key norms.
+    """
     arch = architecture(model)
     cfg = model.hf_config or {}
     gaps = []
     if not arch.gated and arch.activation not in _GELU_ACTS:
-        gaps.append(f"its {arch.activation} MLP (Megatron-DeepSpeed has GELU or SwiGLU)")
+        gaps.append((f"its {arch.activation} MLP (Megatron-DeepSpeed has GELU or SwiGLU)", False))
     if arch.gated is False and arch.llama_like:
-        gaps.append(f"its gated {arch.activation} MLP (only the SiLU gate, --swiglu)")
+        gaps.append((f"its gated {arch.activation} MLP (only the SiLU gate, --swiglu)", True))
     if arch.family in ("gemma", "gemma2", "gemma3", "gemma3_text"):
-        gaps.append("Gemma's gated GELU MLP, scaled embeddings and extra norms")
+        gaps.append(("Gemma's gated GELU MLP, scaled embeddings and extra norms", True))
     if arch.qkv_bias_only:
-        gaps.append("biases on the query/key/value projections only (all or none here)")
+        gaps.append(("biases on the query/key/value projections only (all or none here)", False))
     if cfg.get("rope_scaling"):
         kind = (cfg["rope_scaling"] or {}).get("rope_type") or cfg["rope_scaling"].get("type")
-        gaps.append(f"its RoPE scaling ({kind}): trained with unscaled rotary positions")
+        gaps.append((f"its RoPE scaling ({kind}): trained with unscaled rotary positions", False))
     if arch.family in ("qwen3", "qwen3_moe"):
-        gaps.append("the query/key RMSNorm of Qwen3 attention")
+        gaps.append(("the query/key RMSNorm of Qwen3 attention", False))
     if cfg.get("shared_expert_intermediate_size") or cfg.get("n_shared_experts"):
-        gaps.append("its shared experts")
+        gaps.append(("its shared experts", True))
     if cfg.get("kv_lora_rank") or cfg.get("q_lora_rank"):
-        gaps.append("multi-head latent attention")
+        gaps.append(("multi-head latent attention", True))
+    if arch.experts > 1 and int(cfg.get("first_k_dense_replace") or 0) > 0:
+        dense = int(cfg["first_k_dense_replace"])
+        first = "dense first layer" if dense == 1 else f"{dense} dense first layers"
+        gaps.append((f"its {first} (experts in every layer here)", True))
     if arch.family == "falcon" or cfg.get("parallel_attn"):
-        gaps.append("parallel attention and MLP blocks")
+        gaps.append(("parallel attention and MLP blocks", True))
     return gaps
+
+
+def megatron_differs(model: ModelSpec | None, loads_weights: bool) -> str | None:
+    """What Megatron-DeepSpeed's launch would not train as this job's model is (None: nothing).
+
+    What its GPT cannot express (``unexpressed``) and, for a job that starts from the model's
+    weights, what its converter cannot load (``convert_refusal``: the launch's convert step
+    exits). The launch notes say it whenever a plan runs on Megatron.
+    """
+    if model is None or not model.hf_config:
+        return None  # a model given by size or shape: built llama-style from it, nothing to load
+    parts = unexpressed(model)
+    if loads_weights and (refusal := convert_refusal(model)) is not None:
+        parts.append(f"its weights cannot be loaded ({refusal})")
+    if not parts:
+        return None
+    return f"Megatron-DeepSpeed cannot build {model.name} exactly: " + "; ".join(parts)
+
+
+def megatron_excluded(model: ModelSpec | None, loads_weights: bool) -> str | None:
+    """Why the search keeps this job off the splits only Megatron runs (None: it does not).
+
+    A job that starts from the weights needs the model exactly as it is, and weights its
+    convert step can load; pretraining from scratch needs the same architecture, so only a
+    structural gap (``_gaps``) keeps it off, and a detail is said in the launch notes instead.
+    The request lifts it by naming Megatron or pinning a split's degree, and the search does
+    when nothing else fits (tools/planning/search.py).
+    """
+    if model is None or not model.hf_config:
+        return None
+    if loads_weights:
+        return megatron_differs(model, loads_weights)
+    structural = [phrase for phrase, whole in _gaps(model) if whole]
+    if not structural:
+        return None
+    return f"Megatron-DeepSpeed cannot build {model.name}'s architecture: " + "; ".join(structural)
 
 
 def convert_refusal(model: ModelSpec) -> str | None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from tools.core.schemas import FrameworkId, MemoryPlan, ModelSpec, TrainingBrief
 from tools.core.setup import Setup
 from tools.core.strategies import ZERO_STAGE
+from tools.research.megatron_arch import megatron_excluded
 from tools.research.titan_flavors import torchtitan_flavor
 from tools.research.titan_wish import titan_runs
 
@@ -149,7 +150,9 @@ def split_framework(
         and "offload" not in strategy
     ):
         return "deepspeed"
-    if pp > 1 and torchtitan_flavor(model) is not None:
+    if torchtitan_flavor(model) is not None:
+        # FSDP2 x tensor x pipeline on the model built exactly (Megatron-DeepSpeed has no
+        # Llama 3.1 RoPE scaling: tools/research/megatron_arch.py).
         return "torchtitan"
     return "megatron"
 
@@ -211,6 +214,8 @@ def runs_setup(
     pp: int,
     cp: int,
     ep: int = 1,
+    *,
+    exact: bool = True,
 ) -> bool:
     """Whether the request allows the framework this setup needs.
 
@@ -219,7 +224,10 @@ def runs_setup(
     and Megatron's launches train every weight, and DeepSpeed AutoTP drops or mis-shards the
     PEFT adapters. A split needs ``split_framework``'s pick: never one the request refuses,
     and, when the request names a framework, that one (Megatron runs every split, torchtitan
-    every dense split of the models it builds).
+    every dense split of the models it builds). With ``exact``, a split only Megatron runs is
+    kept off a model Megatron-DeepSpeed cannot build as it is (``megatron_excluded``: it would
+    train another model, or its convert step could not load the weights) unless the request
+    asks for Megatron; the search lifts it for pinned degrees and when nothing else fits.
     """
     needed = split_framework(model, strategy, tp, pp, cp, ep)
     if brief.task == "lora" and needed is not None:
@@ -234,6 +242,9 @@ def runs_setup(
         return brief.framework not in REPLICATING_FRAMEWORKS or strategy == "ddp"
     if needed == "megatron" and not megatron_builds(model):
         return False  # pretrain_gpt.py would train a GPT of this shape, not this model
+    if needed == "megatron" and exact and brief.framework != "megatron":
+        if megatron_excluded(model, brief.loads_weights) is not None:
+            return False  # another model, or weights its convert step cannot load
     if refused_in(needed, brief.avoid_frameworks):
         return False
     return brief.framework is None or brief.framework in (needed, "megatron")
