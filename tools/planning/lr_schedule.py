@@ -64,10 +64,13 @@ class LrSchedule:
     warmup_rule: str = "3% of the run, Alpaca's warmup_ratio, at most Llama 2's 2,000"
     decay: str = "cosine"  # cosine | linear | constant (after the warm-up)
     decay_rule: str = ""  # why the decay or its floor is not the rule's, for the notes
+    floor_lr: float | None = None  # the request's min lr, exactly (else peak x ratio)
 
     @property
     def min_lr(self) -> float:
         """The rate at the end of the decay."""
+        if self.floor_lr is not None and self.min_lr_ratio:
+            return self.floor_lr
         return self.peak_lr * self.min_lr_ratio
 
     def lr_at(self, step: int) -> float:
@@ -90,7 +93,10 @@ class LrSchedule:
         )
         if self.decay == "constant":
             return head + "constant" + (f" ({self.decay_rule})" if self.decay_rule else "")
-        why = self.decay_rule or ("10% of the peak, Llama 2" if self.min_lr_ratio else "")
+        rule_floor = (
+            "10% of the peak, Llama 2" if self.min_lr_ratio and self.floor_lr is None else ""
+        )
+        why = "; ".join(part for part in (self.decay_rule, rule_floor) if part)
         return (
             head + f"{self.decay} decay to {floor} at step {self.total_steps}"
             + (f" ({why})" if why else "")
@@ -216,7 +222,7 @@ def asked_decay(schedule: LrSchedule, decay: str | None, min_lr: float | None) -
             update["min_lr_ratio"] = 0.0
             why.append(f"min lr {min_lr:.3g} not applied: a constant rate does not decay")
         else:
-            update["min_lr_ratio"] = min_lr / schedule.peak_lr
+            update["min_lr_ratio"], update["floor_lr"] = min_lr / schedule.peak_lr, min_lr
             why.append(f"the request's min lr {min_lr:.3g}")
     elif decay == "constant":
         update["min_lr_ratio"] = 0.0
