@@ -134,6 +134,7 @@ def recipe_not_applied(brief: TrainingBrief, launcher: str) -> list[str]:
     if launcher == "deepspeed" and brief.lr_schedule == "linear" and brief.min_lr:
         lines.append(
             f"linear decay to min lr {brief.min_lr:g}: DeepSpeed's WarmupDecayLR also starts its "
-            "warm-up there, not at 0"
+            "warm-up there, not at 0; the Hugging Face Trainer fills ds_config_hf.json's "
+            "warmup_min_lr (auto) with 0, so decays to 0 there"
         )
     return lines
