@@ -118,9 +118,9 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
 
 def engineer_tools(ws: Workspace) -> list[BaseTool]:
     """plan_parallelism, emit_deepspeed_config, emit_launch, run_smoke_test."""
-    from tools.artifacts.deepspeed_config import with_run_steps as _with_run_steps
     from tools.artifacts.launch import emit_launch as _emit_launch
     from tools.artifacts.run_shape import run_steps
+    from tools.artifacts.run_shape import sized_config as _sized_config
     from tools.planning import SearchOptions, search_strategy
     from tools.research.framework import follow_setup
 
@@ -181,7 +181,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         if ws.deepspeed_config is not None:
             # The plan's config, its schedule sized for the run launched (run_shape.py).
             total = run_steps(ws.brief, steps, ws.deepspeed_config)[0]
-            ws.deepspeed_config = _with_run_steps(ws.deepspeed_config, total, ws.brief.warmup_steps)
+            ws.deepspeed_config = _sized_config(ws.deepspeed_config, ws.brief, total)
         ws.launch = _emit_launch(
             ws.out_dir, ws.brief, hw, model, fw, ws.deepspeed_config, steps=steps, memory=ws.memory
         )

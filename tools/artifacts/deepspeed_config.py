@@ -39,6 +39,11 @@ from tools.planning.lr_schedule import (
     brief_schedule,
     warmup_steps,
 )
+
+# The optimizer recipe by task, with the request's settings (tools/planning/optimizer_recipe.py);
+# task_recipe re-exported for the launchers that import it from here.
+from tools.planning.optimizer_recipe import TRAINED_TASKS, brief_recipe
+from tools.planning.optimizer_recipe import task_recipe as task_recipe
 from tools.research.titan_flavors import torchtitan_flavor
 
 
@@ -50,22 +55,6 @@ class ConfigError(ToolFailure):
         super().__init__(f"{key}: {message}" if key else message)
 
 
-# Optimizer recipes by task. Pretraining: LLaMA (Touvron et al. 2023, sec. 2.2) AdamW
-# betas (0.9, 0.95), weight decay 0.1. Fine-tuning and LoRA: AdamW's default betas, no weight
-# decay (Stanford Alpaca's recipe). The peak rate, warm-up and decay are the run's schedule
-# (tools/planning/lr_schedule.py: by model size, batch and planned steps, with its sources).
-_RECIPES: dict[str, dict[str, Any]] = {
-    "pretrain": {"betas": [0.9, 0.95], "weight_decay": 0.1},
-    "finetune": {"betas": [0.9, 0.999], "weight_decay": 0.0},
-    "lora": {"betas": [0.9, 0.999], "weight_decay": 0.0},
-}
-
-
-def task_recipe(task: str) -> dict[str, Any]:
-    """The optimizer recipe (betas, weight decay) for a training task."""
-    return dict(_RECIPES.get(task, _RECIPES["pretrain"]))
-
-
 def run_schedule(
     brief: TrainingBrief, model: ModelSpec, total_steps: int, layout: BatchLayout | None = None
 ) -> LrSchedule:
@@ -75,22 +64,35 @@ def run_schedule(
 
 
 def scheduler_section(schedule: LrSchedule) -> dict[str, Any]:
-    """DeepSpeed's WarmupCosineLR for the schedule: it peaks at the optimizer's ``lr``.
+    """DeepSpeed's scheduler for the schedule's decay (deepspeed/runtime/lr_schedules.py).
 
-    deepspeed/runtime/lr_schedules.py ``WarmupCosineLR``: linear warm-up from
-    ``warmup_min_ratio`` x lr over ``warmup_num_steps`` (DeepSpeed raises it to 2 at the
-    least), then cosine to ``cos_min_ratio`` x lr at ``total_num_steps``.
+    Cosine: ``WarmupCosineLR``, linear warm-up from ``warmup_min_ratio`` x lr over
+    ``warmup_num_steps`` (DeepSpeed raises it to 2 at the least), then cosine to
+    ``cos_min_ratio`` x lr at ``total_num_steps``; it peaks at the optimizer's ``lr``. Linear:
+    ``WarmupDecayLR``, warm-up from ``warmup_min_lr`` to ``warmup_max_lr``, then linear back
+    down to ``warmup_min_lr`` at ``total_num_steps`` (so a floor is also where its warm-up
+    starts). Constant: ``WarmupLR``, the warm-up, then ``warmup_max_lr``.
     """
-    return {
-        "type": "WarmupCosineLR",
-        "params": {
-            "total_num_steps": schedule.total_steps,
-            "warmup_min_ratio": 0.0,
-            "warmup_num_steps": schedule.warmup_steps,
-            "cos_min_ratio": schedule.min_lr_ratio,
-            "warmup_type": "linear",
-        },
+    if schedule.decay == "cosine":
+        return {
+            "type": "WarmupCosineLR",
+            "params": {
+                "total_num_steps": schedule.total_steps,
+                "warmup_min_ratio": 0.0,
+                "warmup_num_steps": schedule.warmup_steps,
+                "cos_min_ratio": schedule.min_lr_ratio,
+                "warmup_type": "linear",
+            },
+        }
+    params: dict[str, Any] = {
+        "warmup_min_lr": schedule.min_lr if schedule.decay == "linear" else 0.0,
+        "warmup_max_lr": schedule.peak_lr,
+        "warmup_num_steps": schedule.warmup_steps,
+        "warmup_type": "linear",
     }
+    if schedule.decay == "constant":
+        return {"type": "WarmupLR", "params": params}
+    return {"type": "WarmupDecayLR", "params": {"total_num_steps": schedule.total_steps, **params}}
 
 
 def optimizer_sections(
@@ -101,13 +103,13 @@ def optimizer_sections(
     total_steps: int,
 ) -> dict[str, Any]:
     """ds_config.json's ``optimizer``, ``scheduler`` and ``gradient_clipping`` for the run."""
-    recipe = task_recipe(brief.task)
+    recipe = brief_recipe(brief)
     schedule = run_schedule(brief, model, total_steps, layout)
     params: dict[str, Any] = {
         "lr": schedule.peak_lr,
-        "betas": recipe["betas"],
-        "eps": 1e-8,
-        "weight_decay": recipe["weight_decay"],
+        "betas": recipe.betas,
+        "eps": recipe.eps,
+        "weight_decay": recipe.weight_decay,
     }
     if hardware.gpu is None:
         # DeepSpeed's FusedAdam is a CUDA kernel; on CPU use torch.optim.AdamW.
@@ -115,19 +117,21 @@ def optimizer_sections(
     return {
         "optimizer": {"type": "AdamW", "params": params},
         "scheduler": scheduler_section(schedule),
-        "gradient_clipping": 1.0,
+        # 0: DeepSpeed clips nothing (its engine clips only when gradient_clipping > 0).
+        "gradient_clipping": recipe.max_grad_norm,
     }
 
 
 def with_run_steps(
-    config: dict[str, Any], total_steps: int, warmup: int | None = None
+    config: dict[str, Any], total_steps: int, warmup: int | None = None, constant: bool = False
 ) -> dict[str, Any]:
     """The config with its schedule resized to a ``total_steps`` run (the launch's steps).
 
     A schedule emitted for another length keeps its type, peak and floor; its total becomes the
     run's and its warm-up the planner's share of it (``warmup_steps``), or the ``warmup`` steps
     the request names (at most the run's). A WarmupLR without a
-    total (never decays) becomes WarmupCosineLR over the run, peaking at its own rate. A config
+    total (never decays) becomes WarmupCosineLR over the run, peaking at its own rate, unless
+    the request asks for a ``constant`` rate (then only its warm-up is resized). A config
     with no scheduler, or already sized for the run, is returned as it is.
     """
     section = config.get("scheduler")
@@ -135,6 +139,12 @@ def with_run_steps(
         return config
     params = section["params"]
     warm = min(warmup, total_steps) if warmup else warmup_steps(total_steps)
+    if constant and section.get("type") == "WarmupLR":
+        if params.get("warmup_num_steps") == warm:
+            return config
+        updated = copy.deepcopy(config)
+        updated["scheduler"]["params"] = dict(params, warmup_num_steps=warm)
+        return updated
     sized = params.get("total_num_steps") == total_steps
     if sized and (warmup is None or params.get("warmup_num_steps") == warm):
         return config  # already the run's (a config's own warm-up kept unless one is asked)
@@ -279,7 +289,7 @@ def emit_deepspeed_config(
         # TPTrainingConfig.autotp_size): deepspeed.initialize shards the model's linear layers
         # over groups of ``tp`` consecutive ranks and sizes batches by world / tp.
         config["tensor_parallel"] = {"autotp_size": tp}
-    if brief.task in _RECIPES:
+    if brief.task in TRAINED_TASKS:
         config |= optimizer_sections(brief, model, hardware, layout, total_steps)
     if plan.activation_checkpointing:
         config["activation_checkpointing"] = _checkpointing_section(plan, autotp)

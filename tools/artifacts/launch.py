@@ -47,8 +47,9 @@ from typing import Any
 
 from tools.artifacts import cluster, guides, megatron, torchtitan
 from tools.artifacts.cluster import MASTER_PORT
-from tools.artifacts.deepspeed_config import hf_trainer_config, task_recipe
+from tools.artifacts.deepspeed_config import hf_trainer_config
 from tools.artifacts.headline import FP8_NOT_APPLIED, NOT_AS_IS
+from tools.artifacts.recipe_launch import recipe_args, recipe_not_applied
 from tools.artifacts.run_shape import RunShape, shape_run
 from tools.artifacts.scripts import Shell, comment_text, shell_quote
 from tools.core.errors import ToolFailure
@@ -64,6 +65,7 @@ from tools.core.schemas import (
 from tools.core.strategies import train_py_fsdp
 from tools.planning.batch import resolve_batch
 from tools.planning.memory import resolve_precision
+from tools.planning.optimizer_recipe import brief_recipe
 from tools.planning.states import DEFAULT_LORA_RANK
 from tools.research.megatron_arch import megatron_differs
 from tools.research.model_catalog import weights_location
@@ -267,6 +269,7 @@ def emit_launch(
     if brief.keep_checkpoints is not None and launcher == "megatron":
         notes.append(_MEGATRON_KEEPS_ALL.format(brief.keep_checkpoints))
     notes += [] if job_script else _run_settings_not_applied(brief, launcher)
+    notes += recipe_not_applied(brief, launcher)
     if job.fp8 and not launch.fp8:
         notes.insert(0, _FP8_NOT_APPLIED.format(launcher=launcher))
     return LaunchSpec(command=launch.command, files=files, notes=[n for n in notes if n])
@@ -573,10 +576,9 @@ def _train_py_args(job: LaunchInputs) -> list[str]:
     if job.deepspeed_config is not None:
         # Optimizer, schedule, clipping and accumulation are the config's.
         return [*args, "--deepspeed_config", "ds_config.json"]
-    # The run's schedule (tools/planning/lr_schedule.py), its floor included.
-    recipe = task_recipe(job.brief.task)
-    args += ["--lr", f"{schedule.peak_lr:g}", "--weight-decay", f"{recipe['weight_decay']:g}"]
-    args += ["--lr-schedule", "cosine", "--warmup-steps", str(schedule.warmup_steps)]
+    # The run's schedule (tools/planning/lr_schedule.py), its floor included, and its recipe.
+    args += ["--lr", f"{schedule.peak_lr:g}", *recipe_args(brief_recipe(job.brief))]
+    args += ["--lr-schedule", schedule.decay, "--warmup-steps", str(schedule.warmup_steps)]
     if schedule.min_lr_ratio:
         args += ["--min-lr-ratio", f"{schedule.min_lr_ratio:g}"]
     args += ["--grad-accum", str(layout.accumulation)]

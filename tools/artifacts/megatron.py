@@ -20,6 +20,7 @@ from typing import Any
 
 from tools.artifacts import cluster
 from tools.artifacts.megatron_model import architecture_flags, architecture_note
+from tools.artifacts.recipe_launch import megatron_eval_flags
 from tools.artifacts.scripts import Shell, render, shell_join
 from tools.core.schemas import GPUSpec, HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.planning.attention_kernels import megatron_attention
@@ -123,6 +124,7 @@ def megatron_args(
         *_parallelism_flags(split, config, pipeline_model=convertible(brief, config)),
         *_checkpoint_flags(brief, iterations),
         *run_setting_flags(brief),
+        *megatron_eval_flags(brief),
     ]
 
 
@@ -230,7 +232,10 @@ def _batch_and_optimizer_flags(
 
 
 def _schedule_flags(config: dict[str, Any]) -> list[str]:
-    """The config's AdamW and WarmupCosineLR as Megatron's flags (none without an optimizer).
+    """The config's AdamW and its schedule as Megatron's flags (none without an optimizer).
+
+    WarmupCosineLR is ``--lr-decay-style cosine``, WarmupDecayLR ``linear`` (to its
+    ``warmup_min_lr``), WarmupLR ``constant``.
 
     Megatron's cosine (megatron/optimizer_param_scheduler.py) warms up linearly over
     ``--lr-warmup-iters``, then decays from ``--lr`` to ``--min-lr`` at ``--lr-decay-iters``:
@@ -261,11 +266,17 @@ def _schedule_flags(config: dict[str, Any]) -> list[str]:
         "--lr-warmup-iters",
         str(scheduler.get("warmup_num_steps", 0)),
     ]
-    if total:
+    kind = (config.get("scheduler") or {}).get("type")
+    if kind == "WarmupDecayLR":  # linear down to warmup_min_lr (deepspeed_config.py)
+        floor = float(scheduler.get("warmup_min_lr", 0.0))
+        args += ["--lr-decay-iters", str(total), "--lr-decay-style", "linear"]
+    elif total and kind != "WarmupLR":
+        floor = peak * float(scheduler.get("cos_min_ratio", 0.0))
         args += ["--lr-decay-iters", str(total), "--lr-decay-style", "cosine"]
     else:
+        floor = 0.0
         args += ["--lr-decay-style", "constant"]
-    return [*args, "--min-lr", f"{peak * float(scheduler.get('cos_min_ratio', 0.0)):g}"]
+    return [*args, "--min-lr", f"{floor:g}"]
 
 
 def _parallelism_flags(

@@ -16,7 +16,7 @@ from typing import Any
 from tools.artifacts.deepspeed_config import planned_total_steps, run_schedule, with_run_steps
 from tools.core.schemas import TRAINING_TASKS, HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.planning.batch_layout import BatchLayout
-from tools.planning.lr_schedule import DEFAULT_RUN_STEPS, LrSchedule
+from tools.planning.lr_schedule import DEFAULT_RUN_STEPS, LrSchedule, asked_warmup
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,16 @@ def config_schedule_note(config: dict[str, Any], schedule: LrSchedule) -> str:
     )
 
 
+def sized_config(config: dict[str, Any], brief: TrainingBrief, total: int) -> dict[str, Any]:
+    """The DeepSpeed config with its schedule sized for a ``total``-step run of ``brief``.
+
+    The warm-up the request names (its steps, or its ratio of the run) is kept; so is a
+    constant rate it asks for (deepspeed_config.py ``with_run_steps``).
+    """
+    warmup = asked_warmup(brief, total)
+    return with_run_steps(config, total, warmup, constant=brief.lr_schedule == "constant")
+
+
 def shape_run(
     brief: TrainingBrief,
     model: ModelSpec,
@@ -103,7 +113,7 @@ def shape_run(
     schedule = run_schedule(brief, model, total, layout)
     notes = [why, f"batch: {layout.describe()}" + (f" ({assumed})" if assumed else "")]
     if config is not None:
-        config = with_run_steps(config, total, brief.warmup_steps)
+        config = sized_config(config, brief, total)
         notes.append(config_schedule_note(config, schedule))
     elif brief.task in TRAINING_TASKS:
         notes.append(schedule.note())

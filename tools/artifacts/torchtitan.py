@@ -43,12 +43,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tools.artifacts.deepspeed_config import task_recipe
+from tools.artifacts.recipe_launch import titan_schedule_sections, titan_validation
 from tools.artifacts.scripts import comment_text, render
 from tools.core.errors import ToolFailure
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.planning.batch_layout import BatchLayout
-from tools.planning.lr_schedule import brief_schedule
+from tools.planning.optimizer_recipe import brief_recipe
 from tools.research.titan_flavors import (
     TORCHTITAN_RELEASE,
     TORCHTITAN_RELEASE_COMMIT,
@@ -176,7 +176,7 @@ def job_config(
             "flavor": flavor,
             "hf_assets_path": f"./{HF_CHECKPOINT if brief.loads_weights else TOKENIZER_DIR}",
         },
-        **schedule_sections(brief, model, layout, steps),
+        **titan_schedule_sections(brief, model.params, layout, steps),
         "training": {
             "dataset": "c4",
             # One data-parallel rank's batch per forward-backward, and the step's batch:
@@ -184,7 +184,7 @@ def job_config(
             # batch is the plan's micro-batches (tools/planning/batch_layout.py).
             **batch_keys,
             "seq_len": brief.seq_len,
-            "max_norm": 1.0,
+            "max_norm": brief_recipe(brief).max_grad_norm or 1.0,  # 0 would zero the gradients
             "steps": steps,
             "enable_cpu_offload": "offload" in memory.chosen,
             "mixed_precision_param": "bfloat16" if precision == "bf16" else "float32",
@@ -207,6 +207,7 @@ def job_config(
         }
     if fp8 or (brief.recipe is not None and brief.recipe.compile):  # intake/recipe_fields.py
         config["compile"] = {"enable": True, "components": ["model", "loss"]}
+    config |= titan_validation(brief, steps)  # the request's evaluation (recipe_launch.py)
     if brief.loads_weights:
         # The Hugging Face safetensors themselves, model only (the module docstring: how
         # torchtitan reads them); ignored once the job has a checkpoint of its own.
@@ -244,33 +245,6 @@ def stage_modules(layers: int, pp: int, virtual: int, stage_layers: list[int]) -
     parts[0].insert(0, "tok_embeddings")
     parts[-1] += ["norm", "output"]
     return parts
-
-
-def schedule_sections(
-    brief: TrainingBrief, model: ModelSpec, layout: BatchLayout, steps: int
-) -> dict[str, dict[str, Any]]:
-    """``[optimizer]`` and ``[lr_scheduler]`` for the plan's schedule (lr_schedule.py).
-
-    torchtitan's LRScheduler at the module's commit: linear warm-up over ``warmup_steps``, then
-    (``decay_ratio`` unset) cosine decay to ``min_lr_factor`` x lr (0.2.2 has no ``lr_min``).
-    """
-    schedule = brief_schedule(brief, model.params, layout.global_batch * brief.seq_len, steps)
-    recipe = task_recipe(brief.task)
-    return {
-        "optimizer": {
-            "name": "AdamW",
-            "lr": schedule.peak_lr,
-            "beta1": recipe["betas"][0],
-            "beta2": recipe["betas"][1],
-            "eps": 1e-8,
-            "weight_decay": recipe["weight_decay"],
-        },
-        "lr_scheduler": {
-            "warmup_steps": schedule.warmup_steps,
-            "decay_type": "cosine",
-            "min_lr_factor": schedule.min_lr_ratio,
-        },
-    }
 
 
 def launch_preamble(config: dict[str, dict[str, Any]]) -> list[str]:

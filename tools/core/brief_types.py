@@ -299,6 +299,22 @@ class TrainingBrief(_Strict):
     keep_checkpoints: Count | None = Field(default=None, ge=1, le=10_000)
     # Its warm-up steps ("warmup of 500 steps"); None: 3% of the run (lr_schedule.py).
     warmup_steps: Count | None = Field(default=None, ge=1, le=10_000_000)
+    # The optimizer and schedule the request names (tools/intake/optim_text.py); None: the
+    # task's recipe (AdamW betas and weight decay by task, eps 1e-8, clipping at 1.0, cosine
+    # decay to the task's floor; tools/planning/optimizer_recipe.py). Every launch carries
+    # them or says in one line why it cannot. ``max_grad_norm`` 0: no clipping;
+    # ``warmup_ratio``: the warm-up as a share of the run (give it or warmup_steps).
+    weight_decay: Amount | None = Field(default=None, ge=0, le=10)
+    max_grad_norm: Amount | None = Field(default=None, ge=0, le=10_000)
+    adam_beta1: Amount | None = Field(default=None, ge=0, lt=1)
+    adam_beta2: Amount | None = Field(default=None, ge=0, lt=1)
+    adam_eps: Amount | None = Field(default=None, gt=0, lt=1)
+    lr_schedule: Literal["cosine", "linear", "constant"] | None = None
+    min_lr: Amount | None = Field(default=None, ge=0, le=1.0)
+    warmup_ratio: Amount | None = Field(default=None, gt=0, lt=1)
+    # Evaluation: every how many steps, on what share of the data held out (0.01: 1%).
+    eval_every: Count | None = Field(default=None, ge=1, le=1_000_000_000)
+    eval_holdout: Amount | None = Field(default=None, gt=0, lt=1)
     # The run's seed ("seed 42"), the Weights & Biases project it logs to ("log to wandb project
     # X") and its data ("dataset at /data/train.jsonl"): passed to the launch where it takes them
     # (tools/intake/run_text.py reads them; the launch says where it does not).
@@ -355,6 +371,16 @@ class TrainingBrief(_Strict):
             raise ValueError(
                 "train_steps and dataset_tokens both set the run's length: give one (the tokens "
                 "are train_steps x global_batch_size x seq_len)"
+            )
+        if self.warmup_steps is not None and self.warmup_ratio is not None:
+            raise ValueError(
+                "warmup_steps and warmup_ratio both set the warm-up: give one (the ratio is "
+                "the share of the run's steps)"
+            )
+        if None not in (self.min_lr, self.learning_rate) and self.min_lr >= self.learning_rate:  # type: ignore[operator]
+            raise ValueError(
+                f"min_lr {self.min_lr:g} is not below learning_rate {self.learning_rate:g}: the "
+                "decay ends at min_lr, below the peak"
             )
         recipe_precision = self.recipe.precision if self.recipe is not None else None
         if why := precision_contradiction(self.precision, recipe_precision):

@@ -22,6 +22,7 @@ from tools.intake.hardware_text import NIC_AFTER_RE, read_hardware
 from tools.intake.instance_names import INSTANCE_RE
 from tools.intake.model_text import read_model
 from tools.intake.numbers_text import number_reads
+from tools.intake.optim_text import optim_reads
 from tools.intake.readings import MODEL_ASSUMED, Read
 from tools.intake.recipe_framework import recipe_launch
 from tools.intake.recipe_text import recipe_reads
@@ -88,7 +89,7 @@ _CLAUSE_RE = re.compile(r"[^,;，；。!?？！\n]+")
 _FIELD_ORDER = (
     "model", "task", "objective", "hardware", "host_ram_gb", "nics_per_node", "nic_gbps",
     "interconnect", "seq_len", "global_batch_size", "precision", "learning_rate", "warmup_steps", "train_steps", "save_every", "keep_checkpoints",
-    "dataset_tokens", "seed", "wandb_project", "data_path", "lora_alpha",
+    "weight_decay", "max_grad_norm", "adam_beta1", "adam_beta2", "adam_eps", "lr_schedule", "min_lr", "warmup_ratio", "eval_every", "eval_holdout", "dataset_tokens", "seed", "wandb_project", "data_path", "lora_alpha",
     "price_per_gpu_hour", "framework", "avoid_frameworks", "pins", "context_len", "concurrency",
     "engine", "weight_dtype", "team", "deployment", "smoke",
 )  # fmt: skip
@@ -182,6 +183,7 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
     reads += named_wishes(text)
     reads += [r for r in recipe_reads(text, fields.get("task")) if "recipe" in fields]
     reads += [r for r in run_reads(text) if r.field in fields]
+    reads += [r for r in optim_reads(text, fields.get("task")) if r.field in fields]
     return reads
 
 

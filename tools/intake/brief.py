@@ -25,6 +25,7 @@ from tools.intake.hardware_text import (
 from tools.intake.model_sizes import read_size
 from tools.intake.model_text import ModelReading, read_model
 from tools.intake.numbers_text import number_reads
+from tools.intake.optim_text import optim_fields
 from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
 from tools.intake.recipe_text import recipe_text_fields
 from tools.intake.run_text import run_fields
@@ -304,6 +305,7 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     # Serving a model is its own plan (tools/intake/serving_text.py).
     data.update(serving_fields(text, data))
     data.update(recipe_text_fields(text, data.get("task")))
+    data.update(optim_fields(text, data.get("task")))  # weight decay, clipping, betas, decay, eval
     data.update(run_fields(text))  # seed, W&B project, data path, LoRA alpha
     if data.get("task") != "lora":
         data.pop("lora_alpha", None)  # an alpha outside LoRA stays listed as not understood

@@ -23,6 +23,7 @@ from tools.intake.hardware_text import (
     read_hardware,
 )
 from tools.intake.numbers_text import number_reads
+from tools.intake.optim_text import optim_fields
 from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
 from tools.intake.recipe_text import recipe_text_fields
 from tools.intake.serving_text import serving_follow_up
@@ -110,6 +111,11 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
         extra = recipe_text_fields(text, brief.get("task")).get("recipe") or {}
         if extra:
             said["recipe"] = {**extra, **(said.get("recipe") or {})}
+        # "what if weight decay 0.05?", "with a cosine schedule": read for the brief's task.
+        said = {**optim_fields(text, brief.get("task")), **said}
+    for one, other in (("warmup_ratio", "warmup_steps"), ("warmup_steps", "warmup_ratio")):
+        if said.get(one) is not None and brief.get(other) is not None:
+            said[other] = None  # the newer warm-up replaces the brief's other spelling of it
     if "recipe" in said and isinstance(brief.get("recipe"), dict):
         # "what if rank 32?" changes the adapters' rank, not the rest of the brief's recipe.
         said["recipe"] = {**brief["recipe"], **said["recipe"]}

@@ -304,19 +304,24 @@ def steps_reading(text: str) -> Read | None:
     return None
 
 
+# "min lr 3e-5", "final learning rate": the decay's floor (tools/intake/optim_text.py), no peak.
+_FLOOR_BEFORE = re.compile(r"\b(?:min(?:imum)?|final|end)[ _-]?$", re.I)
+
+
 def lr_reading(text: str) -> Read | None:
     """The peak learning rate the request names (0 < lr <= 1), or None."""
-    m = _LR_RE.search(text) or _LR_BEFORE_RE.search(text)
-    if m and 0 < float(m.group(1)) <= 1:
-        return Read.of("learning_rate", float(m.group(1)), m)
+    found = [*_LR_RE.finditer(text), *_LR_BEFORE_RE.finditer(text)]
+    for m in found:
+        if not _FLOOR_BEFORE.search(text[: m.start()]) and 0 < float(m.group(1)) <= 1:
+            return Read.of("learning_rate", float(m.group(1)), m)
     return None
 
 
 def warmup_reading(text: str) -> Read | None:
-    """The warm-up steps the request names (at least 1), or None."""
-    if m := _WARMUP_RE.search(text):
+    """The warm-up steps the request names (at least 1), or None ("warmup of 10%": a ratio)."""
+    for m in _WARMUP_RE.finditer(text):
         steps = int(next(g for g in m.groups() if g))
-        if steps >= 1:
+        if steps >= 1 and not re.match(r"\s*%", text[m.end() :]):
             return Read.of("warmup_steps", steps, m)
     return None
 

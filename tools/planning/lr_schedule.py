@@ -9,7 +9,9 @@ Megatron ``--lr-warmup-iters/--lr-decay-iters/--lr-decay-style cosine/--min-lr``
   run), at least one step; so always under a tenth of a run of 11 steps or more;
 - **decay**: cosine from the peak over the rest of the run, to 10% of the peak for pretraining
   (Llama 2 sec. 2.2; Chinchilla, Hoffmann et al. 2022, decays by 10x), to 0 for fine-tuning and
-  LoRA (Alpaca's cosine schedule);
+  LoRA (Alpaca's cosine schedule); a request's "linear decay" or "constant LR", "min lr 3e-5"
+  and "10% warmup" (the brief's ``lr_schedule``, ``min_lr``, ``warmup_ratio``) replace the
+  rule's shape, floor and warm-up (``brief_schedule``), and the note says so;
 - **peak rate**, pretraining: GPT-3's rate for the model's size at its batch (Brown et al. 2020,
   Table 2.1; log-log interpolation between its rows, the end rows beyond them), times
   sqrt(planned batch tokens / the row's batch tokens) when the plan's batch is smaller (the
@@ -22,6 +24,7 @@ Megatron ``--lr-warmup-iters/--lr-decay-iters/--lr-decay-style cosine/--min-lr``
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -59,31 +62,45 @@ class LrSchedule:
     min_lr_ratio: float
     rule: str  # where the peak rate comes from, for the notes
     warmup_rule: str = "3% of the run, Alpaca's warmup_ratio, at most Llama 2's 2,000"
+    decay: str = "cosine"  # cosine | linear | constant (after the warm-up)
+    decay_rule: str = ""  # why the decay or its floor is not the rule's, for the notes
+    floor_lr: float | None = None  # the request's min lr, exactly (else peak x ratio)
 
     @property
     def min_lr(self) -> float:
         """The rate at the end of the decay."""
+        if self.floor_lr is not None and self.min_lr_ratio:
+            return self.floor_lr
         return self.peak_lr * self.min_lr_ratio
 
     def lr_at(self, step: int) -> float:
         """The rate after ``step`` optimizer steps (the curve the launchers implement)."""
         if step < self.warmup_steps:
             return self.peak_lr * (step + 1) / self.warmup_steps
+        if self.decay == "constant":
+            return self.peak_lr
         span = max(1, self.total_steps - self.warmup_steps)
         done = min(1.0, (step - self.warmup_steps) / span)
-        cosine = 0.5 * (1 + math.cos(math.pi * done))
-        return self.peak_lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine)
+        shape = 1 - done if self.decay == "linear" else 0.5 * (1 + math.cos(math.pi * done))
+        return self.peak_lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * shape)
 
     def note(self) -> str:
         """The schedule in one line for the plan's notes, with its sources."""
         floor = f"{self.min_lr:.3g}" if self.min_lr_ratio else "0"
-        return (
+        head = (
             f"learning rate: peak {self.peak_lr:.3g} ({self.rule}); linear warm-up over "
             f"{self.warmup_steps} of {self.total_steps} steps ({self.warmup_rule}), then "
-            "cosine decay to "
-            f"{floor} at step {self.total_steps}"
-            + (" (10% of the peak, Llama 2)" if self.min_lr_ratio else "")
         )
+        if self.decay == "constant":
+            return head + "constant" + (f" ({self.decay_rule})" if self.decay_rule else "")
+        rule_floor = (
+            "10% of the peak, Llama 2" if self.min_lr_ratio and self.floor_lr is None else ""
+        )
+        why = "; ".join(part for part in (self.decay_rule, rule_floor) if part)
+        return (
+            head + f"{self.decay} decay to {floor} at step {self.total_steps}"
+            + (f" ({why})" if why else "")
+        )  # fmt: skip
 
 
 def warmup_steps(total_steps: int) -> int:
@@ -165,7 +182,48 @@ def plan_schedule(
 def brief_schedule(
     brief: TrainingBrief, params: float, batch_tokens: float, total_steps: int
 ) -> LrSchedule:
-    """The schedule of ``brief``'s run: its task's rule, or the rate and warm-up it names."""
-    return plan_schedule(
-        brief.task, params, batch_tokens, total_steps, brief.learning_rate, brief.warmup_steps
+    """The schedule of ``brief``'s run: its task's rule, or the rate, warm-up and decay it names."""
+    total = max(1, int(total_steps))
+    schedule = plan_schedule(
+        brief.task, params, batch_tokens, total, brief.learning_rate, asked_warmup(brief, total)
     )
+    if brief.warmup_ratio is not None:
+        rule = f"the request's {brief.warmup_ratio * 100:g}% of the run; the rule gives "
+        schedule = dataclasses.replace(
+            schedule, warmup_rule=rule + str(warmup_steps(schedule.total_steps))
+        )
+    return asked_decay(schedule, brief.lr_schedule, brief.min_lr)
+
+
+def asked_warmup(brief: TrainingBrief, total_steps: int) -> int | None:
+    """The warm-up steps the request names: ``warmup_steps``, or ``warmup_ratio`` of the run."""
+    if brief.warmup_ratio is not None:
+        return max(1, round(brief.warmup_ratio * total_steps))
+    return brief.warmup_steps
+
+
+def asked_decay(schedule: LrSchedule, decay: str | None, min_lr: float | None) -> LrSchedule:
+    """The schedule with the request's decay shape and floor (``min_lr``, an absolute rate).
+
+    A floor at or above the peak leaves nothing to decay: the rate stays constant, said.
+    """
+    if decay is None and min_lr is None:
+        return schedule
+    update: dict[str, object] = {}
+    why = []
+    if decay is not None:
+        update["decay"] = decay
+        why.append(f"the request's {decay} schedule")
+    if min_lr is not None:
+        if min_lr >= schedule.peak_lr:
+            update["decay"], update["min_lr_ratio"] = "constant", 0.0
+            why.append(f"the request's min lr {min_lr:.3g} is not below the peak: no decay")
+        elif (decay or schedule.decay) == "constant":
+            update["min_lr_ratio"] = 0.0
+            why.append(f"min lr {min_lr:.3g} not applied: a constant rate does not decay")
+        else:
+            update["min_lr_ratio"], update["floor_lr"] = min_lr / schedule.peak_lr, min_lr
+            why.append(f"the request's min lr {min_lr:.3g}")
+    elif decay == "constant":
+        update["min_lr_ratio"] = 0.0
+    return dataclasses.replace(schedule, decay_rule="; ".join(why), **update)  # type: ignore[arg-type]

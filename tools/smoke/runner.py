@@ -58,7 +58,7 @@ from tools.smoke.scale import (
     llama_config_from_shape,
     scale_model_config_cached,
 )
-from tools.smoke.schedule import plan_torchrun_schedule
+from tools.smoke.schedule import plan_recipe_flags, plan_torchrun_schedule
 from tools.smoke.spec import DeepSpeedRun, LayoutRun, SmokeSpec, TensorFlowRun, TorchrunRun
 from tools.smoke.standalone import PARALLEL_SCRIPT, TRAIN_SCRIPT, script_files
 from tools.smoke.supervise import launch_and_wait
@@ -210,9 +210,9 @@ def _layout_args(mode: LayoutRun) -> tuple[list[str], str]:
 
 def _torchrun_args(mode: TorchrunRun, steps: int, lr: float) -> tuple[list[str], str]:
     """train.py's schedule, recompute and FSDP flags for a torchrun run, and the schedule note."""
-    planned = plan_torchrun_schedule(list(mode.plan_command or []), steps)
-    args, note = planned or ([], f"constant lr {lr:g}")
-    args += ["--gradient-checkpointing"] if mode.recompute else []
+    command = list(mode.plan_command or [])  # its schedule scaled, its AdamW flags as given
+    args, note = plan_torchrun_schedule(command, steps) or ([], f"constant lr {lr:g}")
+    args += plan_recipe_flags(command) + (["--gradient-checkpointing"] if mode.recompute else [])
     if mode.fsdp is not None:
         args += ["--fsdp", "--fsdp-sharding", mode.fsdp]
         args += ["--fsdp-offload"] if mode.offload else []

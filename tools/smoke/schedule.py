@@ -107,6 +107,23 @@ def plan_torchrun_schedule(command: list[str], steps: int) -> tuple[list[str], s
     return ["--lr-schedule", kind, "--warmup-steps", str(new), *floor], note
 
 
+# train.py's AdamW flags (tools/artifacts/recipe_launch.py recipe_args) and their value counts.
+_RECIPE_FLAGS = {"--weight-decay": 1, "--max-grad-norm": 1, "--adam-eps": 1, "--adam-betas": 2}
+
+
+def plan_recipe_flags(command: list[str]) -> list[str]:
+    """The plan's AdamW flags in its launch ``command``, as given: the smoke run steps the same.
+
+    Weight decay, clipping, betas and eps mean the same at any length, so they are not scaled;
+    a value train.py refuses fails the smoke run, as it would the job.
+    """
+    flags: list[str] = []
+    for i, word in enumerate(command):
+        if count := _RECIPE_FLAGS.get(word):
+            flags += command[i : i + 1 + count]
+    return flags
+
+
 def _flag_values(command: list[str], flags: tuple[str, ...]) -> dict[str, str]:
     """The last value each of ``flags`` has in ``command`` (``--flag value`` or ``--flag=value``)."""
     found: dict[str, str] = {}

@@ -66,6 +66,17 @@ def test_a_follow_up_naming_a_gpu_keeps_the_counts_it_does_not_change(
             "what about rank 64?",
             {"recipe": {"lora_rank": 64}},
         ),
+        (BRIEF, "what if weight decay 0.05?", {"weight_decay": 0.05}),
+        (
+            BRIEF,
+            "with a cosine schedule and min lr 1e-6",
+            {"lr_schedule": "cosine", "min_lr": 1e-6},
+        ),
+        (
+            {**BRIEF, "warmup_steps": 100},
+            "what about 10% warmup",
+            {"warmup_ratio": 0.1, "warmup_steps": None},
+        ),
     ],
 )
 def test_a_follow_up_changes_the_batch_and_the_recipe_it_names(

@@ -55,7 +55,13 @@ class TorchJob(Job):
         self.amp_dtype = amp_dtype if not args.fsdp else None  # FSDP casts in its own policy
         self.params = [p for p in model.parameters() if p.requires_grad]
         # train.py's parse_args gives --lr its FSDP/DDP default.
-        self.optimizer = torch.optim.AdamW(self.params, lr=args.lr, weight_decay=args.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.params,
+            lr=args.lr,
+            betas=tuple(args.adam_betas),
+            eps=args.adam_eps,
+            weight_decay=args.weight_decay,
+        )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: schedule_factor(args, step)
         )

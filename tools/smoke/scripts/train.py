@@ -238,6 +238,15 @@ def _ddp_arguments(parser: argparse.ArgumentParser) -> None:
     ddp.add_argument(
         "--max-grad-norm", type=float, default=1.0, help="gradient clipping norm (0: off)"
     )
+    ddp.add_argument(
+        "--adam-betas",
+        type=float,
+        nargs=2,
+        default=(0.9, 0.999),
+        metavar=("BETA1", "BETA2"),
+        help="AdamW's betas (torch's default 0.9 0.999)",
+    )
+    ddp.add_argument("--adam-eps", type=float, default=1e-8, help="AdamW's epsilon")
     ddp.add_argument("--lr-schedule", choices=SCHEDULES, default="constant", help="after warm-up")
     ddp.add_argument("--warmup-steps", type=int, default=0, help="linear warm-up steps")
     ddp.add_argument(
@@ -275,6 +284,10 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
         return "--save-every, --lora-rank and --warmup-steps cannot be negative"
     if not 0.0 <= args.min_lr_ratio < 1.0:
         return "--min-lr-ratio must be at least 0 and below 1"
+    if not all(0.0 <= beta < 1.0 for beta in args.adam_betas) or args.adam_eps <= 0:
+        return "--adam-betas must be at least 0 and below 1, --adam-eps above 0"
+    if args.weight_decay < 0 or args.max_grad_norm < 0:
+        return "--weight-decay and --max-grad-norm cannot be negative"
     if args.save_every and args.checkpoint_dir is None:
         return "--save-every needs --checkpoint-dir"
     if args.data is not None and args.tokenizer is None and not args.model_path:
