@@ -232,10 +232,7 @@ def emit_launch(
     script_command = job_command(launch.command) if job_script else launch.command
     preamble = [*job_preamble(launch.command), *launch.preamble] if job_script else launch.preamble
     data_steps = pretraining_data(brief, model) if job_script else None
-    if job_script and brief.data_path:
-        preamble.append(_data_default(brief.data_path))  # the request's data, when DATA is unset
-    if data_steps is not None:
-        preamble.append(_SHARDS_DEFAULT)  # a folder prepare_data.py wrote, when DATA is unset
+    preamble += data_preamble(brief, model) if job_script else []
     if job_script:
         # Arguments to launch.sh and train.sbatch go to train.py after the plan's (the last wins).
         script_command = [*script_command, cluster.ARGS]
@@ -266,6 +263,18 @@ def emit_launch(
     if job.fp8 and not launch.fp8:
         notes.insert(0, _FP8_NOT_APPLIED.format(launcher=launcher))
     return LaunchSpec(command=launch.command, files=files, notes=[n for n in notes if n])
+
+
+def data_preamble(brief: TrainingBrief, model: ModelSpec) -> list[str]:
+    """The lines that give ``DATA`` the plan's default when it is unset, then export it.
+
+    The default is the request's data path, else the shards prepare_data.py wrote (a pretraining
+    plan). Exported, as ``MODEL_PATH`` is: a multi-node SLURM job runs the launcher in a child
+    ``bash -c``, which sees only the environment.
+    """
+    lines = [_data_default(brief.data_path)] if brief.data_path else []
+    lines += [_SHARDS_DEFAULT] if pretraining_data(brief, model) is not None else []
+    return [*lines, f"export {DATA_ENV}"] if lines else []
 
 
 def _data_default(path: str) -> str:
@@ -385,9 +394,9 @@ def _deepspeed(job: LaunchInputs) -> Launch:
     how_to_run = "# Run from this directory on the first node; edit hostfile with your node names."
     if hardware.nodes > 1:
         files["hostfile"] = cluster.hostfile(hardware, gpus)
-        files |= cluster.node_scripts(
-            job.title, hardware, gpus, job_command(script_args), job_preamble(script_args)
-        )
+        # Each node's script sets the same data default as launch.sh.
+        preamble = [*job_preamble(script_args), *data_preamble(job.brief, job.model)]
+        files |= cluster.node_scripts(job.title, hardware, gpus, job_command(script_args), preamble)
         command += ["--hostfile", "hostfile", "--num_nodes", str(hardware.nodes)]
         how_to_run += " Without passwordless ssh, run launch_node{R}.sh on node R instead."
     # The config's batch arithmetic is for hardware.world_size ranks; launch that many.
