@@ -65,6 +65,7 @@ from tools.core.strategies import train_py_fsdp
 from tools.planning.batch import resolve_batch
 from tools.planning.memory import resolve_precision
 from tools.planning.states import DEFAULT_LORA_RANK
+from tools.research.architectures import trains_as_causal_lm
 from tools.research.model_catalog import weights_location
 from tools.smoke.standalone import script_files
 
@@ -83,6 +84,8 @@ TRAIN_PY_MODES = {"pytorch_fsdp": "fsdp"}
 # The environment variables launch.sh reads: the weights (a default from the plan) and the data.
 MODEL_PATH_ENV = "MODEL_PATH"
 DATA_ENV = "DATA"
+# A model train.py cannot train runs the user's script, named by this variable.
+TRAIN_SCRIPT_ENV = "TRAIN_SCRIPT"
 # A pretraining plan's data: trainer/prepare_data.py tokenizes the corpus once into token shards
 # here (relative to the plan's folder), and launch.sh gives them to the job when DATA is unset.
 PREPARE_SCRIPT = f"{JOB_DIR}/prepare_data.py"
@@ -230,7 +233,11 @@ def emit_launch(
     texts |= launch.files
     job_script = JOB_SCRIPT in launch.files
     script_command = job_command(launch.command) if job_script else launch.command
-    preamble = [*job_preamble(launch.command), *launch.preamble] if job_script else launch.preamble
+    preamble = (
+        [*own_script_guard(model), *job_preamble(launch.command), *launch.preamble]
+        if job_script
+        else launch.preamble
+    )
     data_steps = pretraining_data(brief, model) if job_script else None
     preamble += data_preamble(brief, model) if job_script else []
     if job_script:
@@ -395,7 +402,11 @@ def _deepspeed(job: LaunchInputs) -> Launch:
     if hardware.nodes > 1:
         files["hostfile"] = cluster.hostfile(hardware, gpus)
         # Each node's script sets the same data default as launch.sh.
-        preamble = [*job_preamble(script_args), *data_preamble(job.brief, job.model)]
+        preamble = [
+            *own_script_guard(job.model),
+            *job_preamble(script_args),
+            *data_preamble(job.brief, job.model),
+        ]
         files |= cluster.node_scripts(job.title, hardware, gpus, job_command(script_args), preamble)
         command += ["--hostfile", "hostfile", "--num_nodes", str(hardware.nodes)]
         how_to_run += " Without passwordless ssh, run launch_node{R}.sh on node R instead."
@@ -563,7 +574,7 @@ def _train_py_args(job: LaunchInputs) -> list[str]:
     """train.py's arguments for the plan's job: model, weights, data, batch, schedule, checkpoints."""
     assert job.run is not None  # emit_launch shapes the run first
     layout, schedule = job.run.layout, job.run.schedule
-    args = [JOB_SCRIPT, *_model_args(job), "--steps", str(job.steps)]
+    args = [_job_script(job.model), *_model_args(job), "--steps", str(job.steps)]
     args += ["--seq-len", str(job.brief.seq_len), "--micro-batch", str(layout.micro)]
     save_every = job.brief.save_every or max(1, min(_MAX_SAVE_EVERY, job.steps // _SAVES_PER_RUN))
     args += ["--checkpoint-dir", "checkpoints", "--save-every", str(min(save_every, job.steps))]
@@ -602,6 +613,35 @@ def _model_args(job: LaunchInputs) -> list[str]:
         return ["--model-config", "model_config.json"]
     where = weights_location(job.model) or job.model.name
     return ["--init", "pretrained", "--model-path", where]
+
+
+def _job_script(model: ModelSpec) -> str:
+    """train.py, or ``"$TRAIN_SCRIPT"`` for a model it cannot train (it builds a causal LM).
+
+    An image model or an encoder-decoder would stop in transformers' AutoModelForCausalLM on
+    every rank; its scripts run the model's own training loop, with the same arguments, and
+    refuse to start until ``$TRAIN_SCRIPT`` names it (``own_script_guard``).
+    """
+    if trains_as_causal_lm(model.hf_config or {}):
+        return JOB_SCRIPT
+    return Shell(f'"${TRAIN_SCRIPT_ENV}"')
+
+
+def own_script_guard(model: ModelSpec) -> list[str]:
+    """The line that stops a launch of ``$TRAIN_SCRIPT`` while it is unset (none for train.py)."""
+    if trains_as_causal_lm(model.hf_config or {}):
+        return []
+    why = comment_text(
+        f"{model.name} ({model.family}) is not a causal language model, so {JOB_SCRIPT} (token "
+        "batches, next-token loss) cannot train it: set TRAIN_SCRIPT to its own training "
+        "script, which gets the arguments below"
+    )
+    return [
+        f'if [[ -z "${{{TRAIN_SCRIPT_ENV}:-}}" ]]; then',
+        f"    echo {shell_quote(why)} >&2",
+        "    exit 2",
+        "fi",
+    ]
 
 
 def pretraining_data(brief: TrainingBrief, model: ModelSpec) -> tuple[str, str] | None:
