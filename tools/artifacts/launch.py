@@ -49,6 +49,7 @@ from tools.artifacts import cluster, guides, megatron, torchtitan
 from tools.artifacts.cluster import MASTER_PORT
 from tools.artifacts.deepspeed_config import hf_trainer_config, task_recipe
 from tools.artifacts.headline import FP8_NOT_APPLIED
+from tools.artifacts.megatron_fp8 import fp8_refusal
 from tools.artifacts.run_shape import RunShape, shape_run
 from tools.artifacts.scripts import Shell, comment_text, shell_quote
 from tools.core.errors import ToolFailure
@@ -179,6 +180,7 @@ class Launch:
     accelerate: bool = False
     preamble: list[str] = field(default_factory=list)  # launch.sh lines before the command
     fp8: bool = False  # the launch applies the plan's fp8 linears
+    fp8_note: str | None = None  # why it does not, where its launcher has an fp8 path
 
 
 Launcher = Callable[[LaunchInputs], Launch]
@@ -268,7 +270,7 @@ def emit_launch(
         notes.append(_MEGATRON_KEEPS_ALL.format(brief.keep_checkpoints))
     notes += [] if job_script else _run_settings_not_applied(brief, launcher)
     if job.fp8 and not launch.fp8:
-        notes.insert(0, _FP8_NOT_APPLIED.format(launcher=launcher))
+        notes.insert(0, launch.fp8_note or _FP8_NOT_APPLIED.format(launcher=launcher))
     return LaunchSpec(command=launch.command, files=files, notes=[n for n in notes if n])
 
 
@@ -475,6 +477,20 @@ def _megatron(job: LaunchInputs) -> Launch:
     assert config is not None and split is not None  # _launcher_for picks this row only then
     cp = job.memory.context_parallel if job.memory is not None else 1
     ep = job.memory.chosen_setup.ep if job.memory is not None else 1
+    # fp8 runs only where Megatron-DeepSpeed's Transformer Engine layers build the model.
+    pipeline_model = split[1] > 1 or megatron.convertible(job.brief, config)
+    fp8_refused = (
+        fp8_refusal(
+            job.model,
+            split[0],
+            pipeline_model=pipeline_model,
+            context_parallel=cp,
+            expert_parallel=ep,
+        )
+        if job.fp8
+        else None
+    )
+    fp8 = job.fp8 and fp8_refused is None
     args = megatron.megatron_args(
         job.brief,
         job.model,
@@ -484,7 +500,7 @@ def _megatron(job: LaunchInputs) -> Launch:
         job.precision,
         context_parallel=cp,
         expert_parallel=ep,
-        fp8=job.fp8,
+        fp8=fp8,
         gpu=job.hardware.gpu,
     )
     command = cluster.torchrun(job.hardware, job.gpus, "node0") + args
@@ -511,7 +527,7 @@ def _megatron(job: LaunchInputs) -> Launch:
         how_to_run += (
             f" The job starts from the weights: run ./{megatron.CONVERT_SCRIPT} HF_MODEL_DIR first."
         )
-    return Launch(command, how_to_run, files, preamble=preamble, fp8=job.fp8)
+    return Launch(command, how_to_run, files, preamble=preamble, fp8=fp8, fp8_note=fp8_refused)
 
 
 def _torchtitan(job: LaunchInputs) -> Launch:
