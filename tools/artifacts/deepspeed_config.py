@@ -27,6 +27,7 @@ import copy
 import math
 from typing import Any
 
+from tools.artifacts.megatron_model import architecture
 from tools.core.errors import ToolFailure
 from tools.core.schemas import HardwareSpec, MemoryPlan, ModelSpec, TrainingBrief
 from tools.core.strategies import OFFLOAD_STRATEGIES, ZERO_STAGE, check_strategy
@@ -279,6 +280,12 @@ def emit_deepspeed_config(
         # TPTrainingConfig.autotp_size): deepspeed.initialize shards the model's linear layers
         # over groups of ``tp`` consecutive ranks and sizes batches by world / tp.
         config["tensor_parallel"] = {"autotp_size": tp}
+    if not autotp and tp > 1 and plan.pipeline_parallel > 1 and architecture(model).experts > 1:
+        # Megatron-DeepSpeed's MoE pipeline passes the experts' loss beside the hidden states,
+        # both needing grads; DeepSpeed's PipelineEngine partitions one such tensor only (its
+        # pipe/engine.py asserts) and partitions by default (config.py get_pipeline_config):
+        # megatron/model/gpt_model.py requires both switches off (a missing key reads as off).
+        config["pipeline"] = {"pipe_partitioned": False, "grad_partitioned": False}
     if brief.task in _RECIPES:
         config |= optimizer_sections(brief, model, hardware, layout, total_steps)
     if plan.activation_checkpointing:
