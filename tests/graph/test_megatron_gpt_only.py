@@ -27,7 +27,10 @@ def test_a_vit_runs_the_vision_job_not_a_gpt(cli_main: Any, tmp_path: Path) -> N
     )
     assert plan["framework"]["primary"] != "megatron"
     assert not any("pretrain_gpt.py" in str(a) for a in plan["launch"]["command"])
-    assert "trainer/train.py" in plan["launch"]["command"]
+    # train.py builds a causal LM, which a ViT is not: the launch runs the user's own script
+    # (tools/artifacts/launch.py ``own_script_guard``), never train.py or pretrain_gpt.py.
+    assert '"$TRAIN_SCRIPT"' in plan["launch"]["command"]
+    assert "trainer/train.py" not in plan["launch"]["command"]
 
 
 def test_megatron_asked_for_bert_is_refused_out_loud(cli_main: Any, tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from tools.planning.lr_schedule import (
 # task_recipe re-exported for the launchers that import it from here.
 from tools.planning.optimizer_recipe import TRAINED_TASKS, brief_recipe
 from tools.planning.optimizer_recipe import task_recipe as task_recipe
+from tools.research.megatron_arch import architecture
 from tools.research.titan_flavors import torchtitan_flavor
 
 
@@ -289,6 +290,12 @@ def emit_deepspeed_config(
         # TPTrainingConfig.autotp_size): deepspeed.initialize shards the model's linear layers
         # over groups of ``tp`` consecutive ranks and sizes batches by world / tp.
         config["tensor_parallel"] = {"autotp_size": tp}
+    if not autotp and tp > 1 and plan.pipeline_parallel > 1 and architecture(model).experts > 1:
+        # Megatron-DeepSpeed's MoE pipeline passes the experts' loss beside the hidden states,
+        # both needing grads; DeepSpeed's PipelineEngine partitions one such tensor only (its
+        # pipe/engine.py asserts) and partitions by default (config.py get_pipeline_config):
+        # megatron/model/gpt_model.py requires both switches off (a missing key reads as off).
+        config["pipeline"] = {"pipe_partitioned": False, "grad_partitioned": False}
     if brief.task in TRAINED_TASKS:
         config |= optimizer_sections(brief, model, hardware, layout, total_steps)
     if plan.activation_checkpointing:

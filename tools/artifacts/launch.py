@@ -49,6 +49,7 @@ from tools.artifacts import cluster, guides, megatron, torchtitan
 from tools.artifacts.cluster import MASTER_PORT
 from tools.artifacts.deepspeed_config import hf_trainer_config
 from tools.artifacts.headline import FP8_NOT_APPLIED, NOT_AS_IS
+from tools.artifacts.megatron_fp8 import fp8_refusal
 from tools.artifacts.recipe_launch import recipe_args, recipe_not_applied
 from tools.artifacts.run_shape import RunShape, shape_run
 from tools.artifacts.scripts import Shell, comment_text, shell_quote
@@ -67,6 +68,7 @@ from tools.planning.batch import resolve_batch
 from tools.planning.memory import resolve_precision
 from tools.planning.optimizer_recipe import brief_recipe
 from tools.planning.states import DEFAULT_LORA_RANK
+from tools.research.architectures import trains_as_causal_lm
 from tools.research.megatron_arch import megatron_differs
 from tools.research.model_catalog import weights_location
 from tools.smoke.standalone import script_files
@@ -86,6 +88,8 @@ TRAIN_PY_MODES = {"pytorch_fsdp": "fsdp"}
 # The environment variables launch.sh reads: the weights (a default from the plan) and the data.
 MODEL_PATH_ENV = "MODEL_PATH"
 DATA_ENV = "DATA"
+# A model train.py cannot train runs the user's script, named by this variable.
+TRAIN_SCRIPT_ENV = "TRAIN_SCRIPT"
 # A pretraining plan's data: trainer/prepare_data.py tokenizes the corpus once into token shards
 # here (relative to the plan's folder), and launch.sh gives them to the job when DATA is unset.
 PREPARE_SCRIPT = f"{JOB_DIR}/prepare_data.py"
@@ -179,6 +183,7 @@ class Launch:
     accelerate: bool = False
     preamble: list[str] = field(default_factory=list)  # launch.sh lines before the command
     fp8: bool = False  # the launch applies the plan's fp8 linears
+    fp8_note: str | None = None  # why it does not, where its launcher has an fp8 path
 
 
 Launcher = Callable[[LaunchInputs], Launch]
@@ -233,12 +238,13 @@ def emit_launch(
     texts |= launch.files
     job_script = JOB_SCRIPT in launch.files
     script_command = job_command(launch.command) if job_script else launch.command
-    preamble = [*job_preamble(launch.command), *launch.preamble] if job_script else launch.preamble
+    preamble = (
+        [*own_script_guard(model), *job_preamble(launch.command), *launch.preamble]
+        if job_script
+        else launch.preamble
+    )
     data_steps = pretraining_data(brief, model) if job_script else None
-    if job_script and brief.data_path:
-        preamble.append(_data_default(brief.data_path))  # the request's data, when DATA is unset
-    if data_steps is not None:
-        preamble.append(_SHARDS_DEFAULT)  # a folder prepare_data.py wrote, when DATA is unset
+    preamble += data_preamble(brief, model) if job_script else []
     if job_script:
         # Arguments to launch.sh and train.sbatch go to train.py after the plan's (the last wins).
         script_command = [*script_command, cluster.ARGS]
@@ -271,8 +277,20 @@ def emit_launch(
     notes += [] if job_script else _run_settings_not_applied(brief, launcher)
     notes += recipe_not_applied(brief, launcher)
     if job.fp8 and not launch.fp8:
-        notes.insert(0, _FP8_NOT_APPLIED.format(launcher=launcher))
+        notes.insert(0, launch.fp8_note or _FP8_NOT_APPLIED.format(launcher=launcher))
     return LaunchSpec(command=launch.command, files=files, notes=[n for n in notes if n])
+
+
+def data_preamble(brief: TrainingBrief, model: ModelSpec) -> list[str]:
+    """The lines that give ``DATA`` the plan's default when it is unset, then export it.
+
+    The default is the request's data path, else the shards prepare_data.py wrote (a pretraining
+    plan). Exported, as ``MODEL_PATH`` is: a multi-node SLURM job runs the launcher in a child
+    ``bash -c``, which sees only the environment.
+    """
+    lines = [_data_default(brief.data_path)] if brief.data_path else []
+    lines += [_SHARDS_DEFAULT] if pretraining_data(brief, model) is not None else []
+    return [*lines, f"export {DATA_ENV}"] if lines else []
 
 
 def _data_default(path: str) -> str:
@@ -392,9 +410,13 @@ def _deepspeed(job: LaunchInputs) -> Launch:
     how_to_run = "# Run from this directory on the first node; edit hostfile with your node names."
     if hardware.nodes > 1:
         files["hostfile"] = cluster.hostfile(hardware, gpus)
-        files |= cluster.node_scripts(
-            job.title, hardware, gpus, job_command(script_args), job_preamble(script_args)
-        )
+        # Each node's script sets the same data default as launch.sh.
+        preamble = [
+            *own_script_guard(job.model),
+            *job_preamble(script_args),
+            *data_preamble(job.brief, job.model),
+        ]
+        files |= cluster.node_scripts(job.title, hardware, gpus, job_command(script_args), preamble)
         command += ["--hostfile", "hostfile", "--num_nodes", str(hardware.nodes)]
         how_to_run += " Without passwordless ssh, run launch_node{R}.sh on node R instead."
     # The config's batch arithmetic is for hardware.world_size ranks; launch that many.
@@ -462,6 +484,20 @@ def _megatron(job: LaunchInputs) -> Launch:
     assert config is not None and split is not None  # _launcher_for picks this row only then
     cp = job.memory.context_parallel if job.memory is not None else 1
     ep = job.memory.chosen_setup.ep if job.memory is not None else 1
+    # fp8 runs only where Megatron-DeepSpeed's Transformer Engine layers build the model.
+    pipeline_model = split[1] > 1 or megatron.convertible(job.brief, config)
+    fp8_refused = (
+        fp8_refusal(
+            job.model,
+            split[0],
+            pipeline_model=pipeline_model,
+            context_parallel=cp,
+            expert_parallel=ep,
+        )
+        if job.fp8
+        else None
+    )
+    fp8 = job.fp8 and fp8_refused is None
     args = megatron.megatron_args(
         job.brief,
         job.model,
@@ -471,7 +507,7 @@ def _megatron(job: LaunchInputs) -> Launch:
         job.precision,
         context_parallel=cp,
         expert_parallel=ep,
-        fp8=job.fp8,
+        fp8=fp8,
         gpu=job.hardware.gpu,
     )
     command = cluster.torchrun(job.hardware, job.gpus, "node0") + args
@@ -498,7 +534,7 @@ def _megatron(job: LaunchInputs) -> Launch:
         how_to_run += (
             f" The job starts from the weights: run ./{megatron.CONVERT_SCRIPT} HF_MODEL_DIR first."
         )
-    return Launch(command, how_to_run, files, preamble=preamble, fp8=job.fp8)
+    return Launch(command, how_to_run, files, preamble=preamble, fp8=fp8, fp8_note=fp8_refused)
 
 
 def _torchtitan(job: LaunchInputs) -> Launch:
@@ -561,7 +597,7 @@ def _train_py_args(job: LaunchInputs) -> list[str]:
     """train.py's arguments for the plan's job: model, weights, data, batch, schedule, checkpoints."""
     assert job.run is not None  # emit_launch shapes the run first
     layout, schedule = job.run.layout, job.run.schedule
-    args = [JOB_SCRIPT, *_model_args(job), "--steps", str(job.steps)]
+    args = [_job_script(job.model), *_model_args(job), "--steps", str(job.steps)]
     args += ["--seq-len", str(job.brief.seq_len), "--micro-batch", str(layout.micro)]
     save_every = job.brief.save_every or max(1, min(_MAX_SAVE_EVERY, job.steps // _SAVES_PER_RUN))
     args += ["--checkpoint-dir", "checkpoints", "--save-every", str(min(save_every, job.steps))]
@@ -599,6 +635,35 @@ def _model_args(job: LaunchInputs) -> list[str]:
         return ["--model-config", "model_config.json"]
     where = weights_location(job.model) or job.model.name
     return ["--init", "pretrained", "--model-path", where]
+
+
+def _job_script(model: ModelSpec) -> str:
+    """train.py, or ``"$TRAIN_SCRIPT"`` for a model it cannot train (it builds a causal LM).
+
+    An image model or an encoder-decoder would stop in transformers' AutoModelForCausalLM on
+    every rank; its scripts run the model's own training loop, with the same arguments, and
+    refuse to start until ``$TRAIN_SCRIPT`` names it (``own_script_guard``).
+    """
+    if trains_as_causal_lm(model.hf_config or {}):
+        return JOB_SCRIPT
+    return Shell(f'"${TRAIN_SCRIPT_ENV}"')
+
+
+def own_script_guard(model: ModelSpec) -> list[str]:
+    """The line that stops a launch of ``$TRAIN_SCRIPT`` while it is unset (none for train.py)."""
+    if trains_as_causal_lm(model.hf_config or {}):
+        return []
+    why = comment_text(
+        f"{model.name} ({model.family}) is not a causal language model, so {JOB_SCRIPT} (token "
+        "batches, next-token loss) cannot train it: set TRAIN_SCRIPT to its own training "
+        "script, which gets the arguments below"
+    )
+    return [
+        f'if [[ -z "${{{TRAIN_SCRIPT_ENV}:-}}" ]]; then',
+        f"    echo {shell_quote(why)} >&2",
+        "    exit 2",
+        "fi",
+    ]
 
 
 def pretraining_data(brief: TrainingBrief, model: ModelSpec) -> tuple[str, str] | None:
