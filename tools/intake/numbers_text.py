@@ -17,7 +17,15 @@ import re
 
 from tools.intake.readings import Read
 
-_NUM = r"(\d+(?:\.\d+)?)"
+# A number, with thousands separators ("8,192", "2,097,152": the whole number, never its first
+# group; a list "4096,8192" has no three-digit groups and stays two numbers).
+_NUM = r"(\d{1,3}(?:,\d{3})+(?!\d|,\d)(?:\.\d+)?|\d+(?:\.\d+)?)"
+
+
+def _number(written: str) -> float:
+    """A number ``_NUM`` matched, without its thousands separators."""
+    return float(written.replace(",", ""))
+
 # After a number: a unit letter glued to it ("8k"), never the start of a word ("8 kernels").
 _K = r"\s*(k)?(?![a-z0-9])"
 # What joins a noun to its number: "of", "=", "is", "were", "set to", "raised to", ...
@@ -162,7 +170,7 @@ def seq_reading(text: str) -> Read | None:
     """The sequence length the request states (the first phrase that gives one), or None."""
     found = [m for p in _SEQ_RES for m in p.finditer(text)]
     for m in sorted(found, key=lambda m: m.start()):
-        value = int(float(m.group(1)) * (1024 if m.group(2) else 1))
+        value = int(_number(m.group(1)) * (1024 if m.group(2) else 1))
         if value > 0:
             return Read.of("seq_len", value, m)
     return None
@@ -193,7 +201,7 @@ def batch_reading(text: str, seq_len: int) -> tuple[Read | None, str | None]:
     for m in found:
         if any(a <= m.start() < b for a, b in micro):
             continue  # a batch per GPU is the micro-batch, not the global batch
-        count = float(m.group(1)) * (_SCALE[m.group(2).lower()] if m.group(2) else 1)
+        count = _number(m.group(1)) * (_SCALE[m.group(2).lower()] if m.group(2) else 1)
         unit = (m.group(3) or "").lower()
         if count <= 0:
             continue
@@ -242,7 +250,7 @@ def tokens_reading(text: str, taken: list[tuple[int, int]]) -> Read | None:
         scale = m.group(2).lower()
         if scale in ("k", "thousand") and not _PREP_BEFORE.search(text[: m.start()]):
             continue
-        return Read.of("dataset_tokens", float(m.group(1)) * _SCALE[scale], m)
+        return Read.of("dataset_tokens", _number(m.group(1)) * _SCALE[scale], m)
     return None
 
 
@@ -359,9 +367,9 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
     tokens = tokens_reading(text, taken)
     if tokens is None and (steps := steps_reading(text)) is not None:
         reads.append(steps)  # the run's length, when no token count gives it
-    if tokens is not None and (epochs := _EPOCHS_RE.search(text)) and float(epochs[1]) > 0:
+    if tokens is not None and (epochs := _EPOCHS_RE.search(text)) and _number(epochs[1]) > 0:
         # "3 epochs over 500M tokens": the brief's dataset_tokens are every epoch's tokens.
-        total = tokens.value * float(epochs[1])
+        total = tokens.value * _number(epochs[1])
         notes.append(
             f"intake: dataset_tokens {epochs[0].strip()!r} x {tokens.quote!r} = {total:,.0f} "
             "tokens trained"

@@ -60,3 +60,26 @@ def test_a_rate_before_its_name_is_the_learning_rate(text: str, rate: float, quo
 
 def test_a_count_before_lr_is_no_rate() -> None:
     assert lr_reading("compare 2 learning rates on batch 512 lr") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "value"),
+    [
+        # A thousands separator is part of the number: once "context of 8,192" planned seq 8.
+        ("llama-3-8b on 8 H100, context of 8,192", "seq_len", 8192),
+        ("max seq len 16,384 on 8 A100", "seq_len", 16384),
+        ("a 32,768-token context", "seq_len", 32768),
+        ("on 8 A100, global batch 1,024, seq 2048", "global_batch_size", 1024),
+        ("global batch of 2,097,152 tokens, seq 2048", "global_batch_size", 1024),
+        ("pretrain on 1,500 billion tokens", "dataset_tokens", 1.5e12),
+        # A list stays a list: "4096,8192" has no thousands group.
+        ("seq 4096, batch 64", "seq_len", 4096),
+    ],
+)
+def test_a_number_with_thousands_separators_is_read_whole(
+    text: str, field: str, value: float
+) -> None:
+    from tools.intake.numbers_text import number_reads
+
+    reads, _ = number_reads(text, 2048)
+    assert [r.value for r in reads if r.field == field] == [value]
