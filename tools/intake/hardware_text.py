@@ -26,7 +26,7 @@ from tools.core.errors import InputError
 from tools.intake.gpu_names import FORM as _FORM
 from tools.intake.gpu_names import GPU_NAMES as _GPU_NAMES
 from tools.intake.gpu_names import MEM as _MEM
-from tools.intake.gpu_names import other_gpu_re, resolve
+from tools.intake.gpu_names import other_gpu_re, resolve, zero_typo
 from tools.intake.instance_names import rewrite as instance_phrases
 from tools.intake.readings import Assumed
 from tools.research.accelerators import plannable_types, why_not
@@ -284,6 +284,11 @@ def read_hardware(text: str) -> HardwareReading:
                 f"{', '.join(plain)} {'is' if len(plain) == 1 else 'are'} not in the GPU catalog"
             )
         reading.unclear += [why_not(o) for o in others if o not in plain]
+        reading.unclear += [
+            f"did you mean {meant}? ('{o}' has a letter O for a zero)"
+            for o in plain
+            if (meant := zero_typo(o))
+        ]
     if len(names) > 1:
         reading.unclear.append(f"names several GPU types ({', '.join(names)}); plan for which?")
     if not names:
