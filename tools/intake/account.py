@@ -28,7 +28,7 @@ from tools.intake.recipe_text import recipe_reads
 from tools.intake.run_text import run_reads
 from tools.intake.serving_text import serving_reads
 from tools.intake.shape_text import shape_reads
-from tools.intake.wishes import framework_reads, named_wishes, pin_reads
+from tools.intake.wishes import framework_reads, named_wishes, pin_reads, stack_mark
 from tools.intake.words import word_reads
 
 # A number in the request: digits not glued to a letter before them ("H100", "bf16" are names),
@@ -293,6 +293,7 @@ def _wishes(reads: list[Read], brief: TrainingBrief) -> list[Wish]:
             "trainer",
             "objective",
             "checkpoint",
+            "unoffered",
         ) and (r.field not in _NUMBER_WISHES):
             continue
         if any(w.wish == r.field for w in out):
@@ -300,6 +301,8 @@ def _wishes(reads: list[Read], brief: TrainingBrief) -> list[Wish]:
         wish = Wish(wish=r.field, quote=r.quote)
         if kind == "avoid" and r.value in brief.avoid_frameworks:
             wish.honoured, wish.how = True, "not used: recorded in avoid_frameworks"
+        elif (mark := stack_mark(kind, r.value)) is not None:
+            wish.honoured, wish.how = mark
         out.append(wish)
     return out
 
