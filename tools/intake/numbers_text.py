@@ -152,6 +152,14 @@ _DEADLINE_RE = re.compile(
     + r"\s*(?:天|周|星期|个月|小时)(?:内|之内|以内|完成|训完)",
     re.I,
 )
+# A deadline named by a day, not a duration ("by Friday", "before next Monday", "by end of the
+# week"): a deadline wish the plan cannot check (it does not know today's date) and says so.
+_DAY_DEADLINE_RE = re.compile(
+    r"\b(?:by|before|until|due)\s+(?:(?:next|this|the)\s+)?(?:(?:mon|tues|wednes|thurs|fri|satur|"
+    r"sun)day|tomorrow|tonight|(?:the\s+)?end\s+of\s+(?:the\s+|this\s+|next\s+)?(?:day|week|"
+    r"month|quarter|year)|eod|eow|eom)\b",
+    re.I,
+)
 _MONEY_RE = re.compile(
     r"[$€£¥]\s*\d[\d,]*(?:\.\d+)?\s*(?:k|m|thousand|million)?(?![\w/]|\.\d)"
     r"|(?<![\w.])\d[\d,]*(?:\.\d+)?\s*(?:k|m)?\s*(?:usd|dollars?|eur|euros?|rmb|cny|元|美元)"
@@ -331,7 +339,7 @@ def warmup_reading(text: str) -> Read | None:
 
 def deadline_reading(text: str) -> Read | None:
     """A deadline ("in 2 weeks", "within 10 days", "3天内训完"): no brief field holds it."""
-    if m := _DEADLINE_RE.search(text):
+    if m := _DEADLINE_RE.search(text) or _DAY_DEADLINE_RE.search(text):
         return Read.of("deadline", m.group(0).strip(), m)
     return None
 

@@ -83,3 +83,23 @@ def test_a_number_with_thousands_separators_is_read_whole(
 
     reads, _ = number_reads(text, 2048)
     assert [r.value for r in reads if r.field == field] == [value]
+
+
+@pytest.mark.parametrize(
+    ("text", "quote"),
+    [
+        ("fine-tune llama-3-8b on 8 A100 by Friday", "by Friday"),
+        ("we need it before next Monday, 8 H100", "before next Monday"),
+        ("pretrain gpt2 on 4 A100, due by end of the week", "by end of the week"),
+        ("fine-tune llama-3-8b on 8 A100 by tomorrow", "by tomorrow"),
+    ],
+)
+def test_a_deadline_named_by_a_day_is_a_deadline_wish(text: str, quote: str) -> None:
+    # Before, "by Friday" left no trace in the plan; a day is no duration, so the plan says
+    # it was not checked rather than dropping it.
+    from tools.intake.numbers_text import deadline_reading
+    from tools.intake.sizing_text import deadline_seconds
+
+    read = deadline_reading(text)
+    assert read is not None and read.quote == quote
+    assert deadline_seconds(read.quote) is None
