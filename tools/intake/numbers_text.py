@@ -114,7 +114,15 @@ _MICRO_RE = re.compile(
 _TOKEN_SCALE = r"(k|m|b|t|thousand|million|billion|trillion|万亿|亿|万)"
 _TOKENS_RE = re.compile(
     r"(?<![\w.])" + _NUM + r"\s*" + _TOKEN_SCALE + r"\s*(?:个\s*)?(?:training\s+|of\s+)?"
-    r"(?:tokens?|词元)(?![a-z])",
+    r"(?:tokens?|toks?|词元)(?![a-z])",
+    re.I,
+)
+# A dataset counted in examples of a length: "10M examples of 512 tokens", "50k samples at 2048
+# tokens", "120k conversations of 4k tokens each": the sequence length, and count x length tokens.
+_EXAMPLES_RE = re.compile(
+    r"(?<![\w.])" + _NUM + r"\s*(k|m|b|thousand|million|billion)?\s*(?:training\s+)?"
+    r"(?:examples?|samples?|sequences?|conversations?|documents?|rows|records|pairs)\s+"
+    r"(?P<len>(?:of|at|with|x|×)\s+(?:about\s+|~\s*)?" + _NUM + r"\s*(k)?[ -]?tokens?(?:\s+each)?)\b",
     re.I,
 )
 # A peak learning rate: "lr 1e-5", "lr=2e-4", "learning rate of 0.0003", "学习率 1e-5", and the
@@ -262,6 +270,22 @@ def tokens_reading(text: str, taken: list[tuple[int, int]]) -> Read | None:
     return None
 
 
+_BATCH_BEFORE = re.compile(r"batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*$", re.I)
+_PER_STEP = re.compile(r"\s*(?:per|each|every|a)\s+(?:optimi[sz]er\s+)?(?:step|update|batch)\b", re.I)
+
+
+def examples_reads(text: str) -> tuple[Read, Read] | None:
+    """The sequence length and the tokens of a dataset counted in examples of a length, or None."""
+    for m in _EXAMPLES_RE.finditer(text):
+        if _BATCH_BEFORE.search(text[: m.start()]) or _PER_STEP.match(text[m.end() :]):
+            continue  # "a batch of 512 sequences of 2048 tokens" is a batch, not the data
+        count = _number(m.group(1)) * (_SCALE[m.group(2).lower()] if m.group(2) else 1)
+        length = int(_number(m.group(4)) * (1024 if m.group(5) else 1))
+        if count > 0 and length > 0:
+            return Read.of("seq_len", length, m, 3), Read.of("dataset_tokens", count * length, m)
+    return None
+
+
 def precision_reading(text: str) -> Read | None:
     """The training number format the request names (bf16, fp16, fp32), or None."""
     for precision, pattern in _PRECISION:
@@ -362,7 +386,8 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
     """
     reads: list[Read] = []
     notes: list[str] = []
-    seq = seq_reading(text)
+    examples = examples_reads(text)
+    seq = seq_reading(text) or (examples[0] if examples else None)
     if seq is not None:
         reads.append(seq)
     batch, how = batch_reading(text, seq.value if seq is not None else default_seq_len)
@@ -373,6 +398,12 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
             notes.append(f"intake: global batch {how}{assumed}")
     taken = [(r.start, r.end) for r in reads]
     tokens = tokens_reading(text, taken)
+    if tokens is None and examples is not None:
+        tokens = examples[1]
+        notes.append(
+            f"intake: dataset_tokens {tokens.quote!r} = {tokens.value:,.0f} tokens (examples x "
+            "their length; shorter examples packed or padded change it)"
+        )
     if tokens is None and (steps := steps_reading(text)) is not None:
         reads.append(steps)  # the run's length, when no token count gives it
     if tokens is not None and (epochs := _EPOCHS_RE.search(text)) and _number(epochs[1]) > 0:

@@ -103,3 +103,35 @@ def test_a_deadline_named_by_a_day_is_a_deadline_wish(text: str, quote: str) -> 
     read = deadline_reading(text)
     assert read is not None and read.quote == quote
     assert deadline_seconds(read.quote) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "seq_len", "tokens"),
+    [
+        # Before, each was listed as not understood and the plan had no token budget.
+        ("continued pretraining on 300B toks", None, 300e9),
+        ("train for 2 epochs on 10M examples of 512 tokens", 512, 2 * 10e6 * 512),
+        ("train 3 epochs over 50k samples at 2048 tokens", 2048, 3 * 50e3 * 2048),
+        ("SFT on 120k conversations of 4k tokens each", 4096, 120e3 * 4096),
+    ],
+)
+def test_a_token_budget_in_examples_or_abbreviated_is_read(
+    text: str, seq_len: int | None, tokens: float
+) -> None:
+    from tools.intake.account import not_understood
+    from tools.intake.numbers_text import number_reads
+
+    reads, _ = number_reads(text, 2048)
+    assert [r.value for r in reads if r.field == "seq_len"] == ([seq_len] if seq_len else [])
+    assert max(r.value for r in reads if r.field == "dataset_tokens") == tokens
+    assert not not_understood(text, [(r.start, r.end) for r in reads])
+
+
+@pytest.mark.parametrize(
+    "text", ["a global batch of 512 sequences of 2048 tokens", "512 sequences of 2048 tokens per step"]
+)
+def test_a_batch_of_sequences_of_a_length_is_no_dataset(text: str) -> None:
+    from tools.intake.numbers_text import number_reads
+
+    reads, _ = number_reads(text, 2048)
+    assert not [r for r in reads if r.field == "dataset_tokens"]
