@@ -75,8 +75,8 @@ _SCALE.update(thousand=1e3, million=1e6, billion=1e9, trillion=1e12)
 _UNIT = r"(?:\s*(tokens?|sequences?|samples?|examples?|seqs?))?"
 _BATCH_RES = (
     re.compile(
-        r"(?<![a-z])(?<!micro[ _-])(?<!micro)(?:global[ _-]|total[ _-]|effective[ _-])?batch"
-        r"(?:[ _-]?size)?\s*" + _JOIN + r"\s*" + _NUM + r"\s*([km])?(?![a-z0-9])" + _UNIT,
+        r"(?<![a-z])(?<!micro[ _-])(?<!micro)(?:(?:global[ _-]|total[ _-]|effective[ _-])?batch"
+        r"(?:[ _-]?size)?|gbs)\s*" + _JOIN + r"\s*" + _NUM + r"\s*([km])?(?![a-z0-9])" + _UNIT,
         re.I,
     ),
     re.compile(
@@ -99,7 +99,7 @@ _BATCH_RES = (
 )
 # A micro-batch (sequences per GPU per forward): "micro-batch 4", "4 per-GPU batch", "batch 256
 # per GPU", "per-device batch size 8", "batch size per device of 2".
-_PER_GPU = r"per[ -](?:gpu|device|rank)"
+_PER_GPU = r"per[ _-](?:gpu|device|rank)"
 _MICRO_RE = re.compile(
     r"\bmicro[ _-]?batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)"
     r"|(\d+)\s*" + _PER_GPU + r"\s+batch"
@@ -107,8 +107,10 @@ _MICRO_RE = re.compile(
     + _PER_GPU
     + r"|\b"
     + _PER_GPU
-    + r"[ _-]batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)"
-    r"|\bbatch(?:[ _-]?size)?\s+" + _PER_GPU + r"\s*(?:of|=|:|is)?\s*(\d+)",
+    # Hugging Face's "per_device_train_batch_size"; Megatron's "mbs".
+    + r"[ _-](?:train(?:ing)?[ _-])?batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)"
+    r"|\bbatch(?:[ _-]?size)?\s+" + _PER_GPU + r"\s*(?:of|=|:|is)?\s*(\d+)"
+    r"|\bmbs\s*(?:=|:)?\s*(\d+)",
     re.I,
 )
 _TOKEN_SCALE = r"(k|m|b|t|thousand|million|billion|trillion|万亿|亿|万)"

@@ -135,3 +135,25 @@ def test_a_batch_of_sequences_of_a_length_is_no_dataset(text: str) -> None:
 
     reads, _ = number_reads(text, 2048)
     assert not [r for r in reads if r.field == "dataset_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("text", "micro", "batch"),
+    [
+        # Hugging Face's argument names: before, "per_device_train_batch_size: 4" was the
+        # global batch 4, silently.
+        ("max_seq_length: 4096, per_device_train_batch_size: 4, gradient_accumulation_steps: 8", 4, None),
+        ("per_device_train_batch_size=2", 2, None),
+        # Megatron's abbreviations: global and micro batch size.
+        ("gbs 1024, mbs 2", 2, 1024),
+        ("--global-batch-size 512 --micro-batch-size 1", 1, 512),
+    ],
+)
+def test_per_device_and_abbreviated_batches_are_read_as_what_they_are(
+    text: str, micro: int, batch: int | None
+) -> None:
+    from tools.intake.numbers_text import number_reads
+
+    reads, _ = number_reads(text, 2048)
+    assert [r.value for r in reads if r.field == "micro-batch"] == [micro]
+    assert [r.value for r in reads if r.field == "global_batch_size"] == ([batch] if batch else [])
