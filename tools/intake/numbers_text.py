@@ -147,10 +147,21 @@ _WARMUP_RE = re.compile(
 # Epochs over the dataset: "3 epochs", "2 个 epoch", "for 2 epochs".
 _EPOCHS_RE = re.compile(r"(?<![\w.])" + _NUM + r"\s*(?:个\s*)?epochs?\b", re.I)
 _PREP_BEFORE = re.compile(r"(?:on|over|for|with|of|about|~|训练|用)\s*$", re.I)
+# bf16 with no fp32 master copy ("pure bf16") and TF32 matmuls ("tf32") are the recipe's too
+# (tools/intake/recipe_text.py), which the plan says its launch does not run; "mixed precision"
+# and "AMP" are the default's own run (bf16 where the GPU has it, else fp16), read with the words.
+PURE_BF16 = (
+    r"\bpure[ -](?:bf16|bfloat16)\b|\b(?:bf16|bfloat16)\s+(?:without|with\s+no|no)\s+(?:fp32\s+)?"
+    r"master(?:\s+(?:weights|copy|copies|params))?\b"
+)
 _PRECISION = (
-    ("bf16", re.compile(r"\b(?:bf16|bfloat16)\b", re.I)),
+    ("bf16", re.compile(PURE_BF16 + r"|\b(?:bf16|bfloat16)\b", re.I)),
     ("fp16", re.compile(r"\b(?:fp16|float16|half[- ]precision)\b", re.I)),
-    ("fp32", re.compile(r"\b(?:fp32|float32|full[- ]precision|single[- ]precision)\b", re.I)),
+    (
+        "fp32",
+        re.compile(r"\b(?:fp32|float32|tf32|full[- ]precision|single[- ]precision)\b", re.I),
+    ),
+    ("auto", re.compile(r"\bmixed[ -]precision\b|\bamp\b", re.I)),
 )
 _DEADLINE_RE = re.compile(
     r"\b(?:in|within|by|under|before|in less than|deadline(?: of)?|due in)\s+(?:about\s+|~\s*)?"
