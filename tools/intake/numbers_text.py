@@ -81,7 +81,7 @@ _BATCH_RES = (
     ),
     re.compile(
         r"(?<![\w.])" + _NUM + r"\s*([km])?[ -]?(tokens?|sequences?|samples?)?[ -](?:global[ -])?"
-        r"batch\b",
+        r"batch(?:es)?\b",
         re.I,
     ),
     re.compile(

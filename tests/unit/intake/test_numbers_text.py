@@ -157,3 +157,13 @@ def test_per_device_and_abbreviated_batches_are_read_as_what_they_are(
     reads, _ = number_reads(text, 2048)
     assert [r.value for r in reads if r.field == "micro-batch"] == [micro]
     assert [r.value for r in reads if r.field == "global_batch_size"] == ([batch] if batch else [])
+
+
+def test_token_batches_in_the_plural_are_a_batch_and_leave_the_steps_read() -> None:
+    # Before, "1M token batches" was a 1M-token budget and "for 10000 steps" not understood.
+    from tools.intake.numbers_text import number_reads
+
+    reads, _ = number_reads("pretrain on 8 H100 for 10000 steps with 1M token batches", 4096)
+    by = {r.field: r.value for r in reads}
+    assert by["global_batch_size"] == 256 and by["train_steps"] == 10000
+    assert "dataset_tokens" not in by
