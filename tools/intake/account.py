@@ -53,7 +53,7 @@ _HARDWARE_RES = tuple(
         r"(?:" + GPU_NAMES + r")(?:[\s-]*(?:sxm\d?|pcie|nvl))?[\s-]*\d+\s*gi?b",
         r"(?:" + GPU_NAMES + r")(?:s|es)?\s*[x×*]\s*\d+",
         r"\b(?:" + GPU_NAMES + r")(?:s|es)?\b",  # "4090s", "A100s"
-        _COUNT + r"\s*[x×]?\s*(?:nodes?|servers?|machines?|hosts?|boxes|instances?|dgxs?|hgxs?|"
+        _COUNT + r"\s*[x×-]?\s*(?:nodes?|servers?|machines?|hosts?|boxes|instances?|dgxs?|hgxs?|"
         r"gpus?|cards?|accelerators?)\b",
         _COUNT + r"\s*(?:台|张|块|卡|个节点|节点|片)",
         r"每\s*台\s*\d+",

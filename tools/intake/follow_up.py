@@ -95,7 +95,7 @@ def dropped_wish_words(text: str, changes: dict[str, Any]) -> list[str]:
 
 # A follow-up that counts GPUs or nodes without naming a type: "what if I only had 4 GPUs?".
 _GPU_COUNT_RE = re.compile(r"\b(\d+)\s*(?:x\s*)?gpus?\b", re.I)
-_NODE_COUNT_RE = re.compile(r"\b(\d+)\s*nodes?\b", re.I)
+_NODE_COUNT_RE = re.compile(r"\b(\d+)[\s-]*nodes?\b", re.I)
 
 
 def _same_counts(text: str, reading: HardwareReading, brief: dict[str, Any]) -> str | None:

@@ -48,9 +48,9 @@ _MENTION_RE = re.compile(
 )
 _SUFFIX_MEM_RE = re.compile(_MEM.replace("(\\d", "(?P<mem>\\d", 1), re.I)
 _SUFFIX_FORM_RE = re.compile(r"\b(" + _FORM + r")\b", re.I)
-# "2 nodes", "32 servers", "两台" (after the Chinese is rewritten), "2 DGX", "a DGX H100".
+# "2 nodes", "a 2-node cluster", "32 servers", "两台" (after the Chinese is rewritten), "2 DGX".
 _NODE_WORDS = r"(?:nodes?|servers?|machines?|hosts?|boxes|instances?|dgxs?|hgxs?)"
-_NODES_RE = re.compile(r"(?<![\d.])(\d{1,6})\s*(?:x\s*)?" + _NODE_WORDS + r"\b", re.I)
+_NODES_RE = re.compile(r"(?<![\d.])(\d{1,6})\s*(?:x\s*|-)?" + _NODE_WORDS + r"\b", re.I)
 _DGX_RE = re.compile(r"\b(?:dgx|hgx)\b", re.I)
 # The GPU count is per node: "... H100 per node", "8 H100 each", "8 GPUs per node".
 _PER_NODE_AFTER_RE = re.compile(
