@@ -57,8 +57,8 @@ _PP_RE = re.compile(
     r"\b(?:pp|pipeline[ -]parallel(?:ism|\s+(?:size|degree))?)\s*(?:(?:of|=|:|size|degree)\s*)?(\d{1,4})\b",
     re.I,
 )
-_TP_BEFORE_RE = re.compile(r"\b(\d{1,2})[ -]?way\s+tensor[ -]parallel", re.I)
-_PP_BEFORE_RE = re.compile(r"\b(\d{1,4})[ -]?(?:way|stage)s?\s+pipeline", re.I)
+_TP_BEFORE_RE = re.compile(r"\b(\d{1,2})[ -]?way\s+(?:tensor[ -]parallel|tp\b)", re.I)
+_PP_BEFORE_RE = re.compile(r"\b(\d{1,4})[ -]?(?:way|stage)s?\s+(?:pipeline|pp\b)", re.I)
 # "expert parallelism 8", "expert-parallel size 8", "EP=8", "EP 8", "ep8", "8-way expert
 # parallel", "专家并行 8"; the context-parallel degree likewise ("CP=2", "context parallel 4").
 _EP_WORDS = r"ep|expert[ -]parallel(?:ism)?"
