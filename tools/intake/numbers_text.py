@@ -26,6 +26,7 @@ def _number(written: str) -> float:
     """A number ``_NUM`` matched, without its thousands separators."""
     return float(written.replace(",", ""))
 
+
 # After a number: a unit letter glued to it ("8k"), never the start of a word ("8 kernels").
 _K = r"\s*(k)?(?![a-z0-9])"
 # What joins a noun to its number: "of", "=", "is", "were", "set to", "raised to", ...
@@ -124,7 +125,9 @@ _TOKENS_RE = re.compile(
 _EXAMPLES_RE = re.compile(
     r"(?<![\w.])" + _NUM + r"\s*(k|m|b|thousand|million|billion)?\s*(?:training\s+)?"
     r"(?:examples?|samples?|sequences?|conversations?|documents?|rows|records|pairs)\s+"
-    r"(?P<len>(?:of|at|with|x|×)\s+(?:about\s+|~\s*)?" + _NUM + r"\s*(k)?[ -]?tokens?(?:\s+each)?)\b",
+    r"(?P<len>(?:of|at|with|x|×)\s+(?:about\s+|~\s*)?"
+    + _NUM
+    + r"\s*(k)?[ -]?tokens?(?:\s+each)?)\b",
     re.I,
 )
 # A peak learning rate: "lr 1e-5", "lr=2e-4", "learning rate of 0.0003", "学习率 1e-5", and the
@@ -284,7 +287,9 @@ def tokens_reading(text: str, taken: list[tuple[int, int]]) -> Read | None:
 
 
 _BATCH_BEFORE = re.compile(r"batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*$", re.I)
-_PER_STEP = re.compile(r"\s*(?:per|each|every|a)\s+(?:optimi[sz]er\s+)?(?:step|update|batch)\b", re.I)
+_PER_STEP = re.compile(
+    r"\s*(?:per|each|every|a)\s+(?:optimi[sz]er\s+)?(?:step|update|batch)\b", re.I
+)
 
 
 def examples_reads(text: str) -> tuple[Read, Read] | None:

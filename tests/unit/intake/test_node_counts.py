@@ -36,3 +36,15 @@ def test_a_follow_up_with_a_hyphenated_node_count_keeps_the_gpus_per_node() -> N
     assert follow_up_fields("make it a 4-node run", brief, ["llama-3-8b"]) == {
         "hardware": "4x8xA100-80GB"
     }
+
+
+def test_a_total_that_contradicts_a_stated_count_per_node_is_unclear() -> None:
+    # Before, "8 A100 with 8 GPUs per node and 2 nodes" planned 2 nodes of 4, silently.
+    from tools.intake.hardware_text import HARDWARE_UNCLEAR
+
+    fields = hardware_fields("fine-tune llama-3-8b on 8 A100 with 8 GPUs per node and 2 nodes")
+    assert "hardware" not in fields
+    assert "'8 GPUs per node'" in fields[HARDWARE_UNCLEAR]
+    # Agreeing words stay read: 16 over 2 nodes is 8 per node.
+    agreed = hardware_fields("fine-tune llama-3-8b on 16 A100, 8 GPUs per node, 2 nodes")
+    assert agreed["hardware"] == "2x8xA100-80GB"
