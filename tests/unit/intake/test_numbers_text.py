@@ -128,7 +128,8 @@ def test_a_token_budget_in_examples_or_abbreviated_is_read(
 
 
 @pytest.mark.parametrize(
-    "text", ["a global batch of 512 sequences of 2048 tokens", "512 sequences of 2048 tokens per step"]
+    "text",
+    ["a global batch of 512 sequences of 2048 tokens", "512 sequences of 2048 tokens per step"],
 )
 def test_a_batch_of_sequences_of_a_length_is_no_dataset(text: str) -> None:
     from tools.intake.numbers_text import number_reads
@@ -142,7 +143,11 @@ def test_a_batch_of_sequences_of_a_length_is_no_dataset(text: str) -> None:
     [
         # Hugging Face's argument names: before, "per_device_train_batch_size: 4" was the
         # global batch 4, silently.
-        ("max_seq_length: 4096, per_device_train_batch_size: 4, gradient_accumulation_steps: 8", 4, None),
+        (
+            "max_seq_length: 4096, per_device_train_batch_size: 4, gradient_accumulation_steps: 8",
+            4,
+            None,
+        ),
         ("per_device_train_batch_size=2", 2, None),
         # Megatron's abbreviations: global and micro batch size.
         ("gbs 1024, mbs 2", 2, 1024),

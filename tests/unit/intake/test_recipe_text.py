@@ -97,8 +97,12 @@ def test_serving_words_set_no_recipe() -> None:
         # Before, "pure bf16" planned mixed bf16 (fp32 masters) and "tf32" left no trace; now
         # the recipe names them, and the plan says the launch keeps fp32 masters / no TF32.
         ("fine-tune llama-3.1-8b on 8 A100 in pure bf16", "bf16", "pure-bf16", "pure bf16"),
-        ("fine-tune llama-3.1-8b on 8 A100, bf16 without fp32 master weights", "bf16", "pure-bf16",
-         "bf16 without fp32 master weights"),
+        (
+            "fine-tune llama-3.1-8b on 8 A100, bf16 without fp32 master weights",
+            "bf16",
+            "pure-bf16",
+            "bf16 without fp32 master weights",
+        ),
         ("fine-tune llama-3.1-8b on 8 A100 with tf32", "fp32", "tf32", "tf32"),
         # Mixed precision is the default's own run: read, with its words, not assumed.
         ("fine-tune llama-3.1-8b on 8 A100 with mixed precision", "auto", None, "mixed precision"),

@@ -27,7 +27,11 @@ def _account(text: str) -> Any:
     [
         ("fine-tune llama-3-8b on 8 A100 in JAX", "unoffered:jax", "JAX"),
         ("fine-tune llama-3-8b on 8 A100 with Flax", "unoffered:jax", "Flax"),
-        ("fine-tune llama-3-8b on 8 A100 with PyTorch Lightning", "unoffered:lightning", "PyTorch Lightning"),
+        (
+            "fine-tune llama-3-8b on 8 A100 with PyTorch Lightning",
+            "unoffered:lightning",
+            "PyTorch Lightning",
+        ),
         ("fine-tune llama-3-8b on 8 A100 with Ray Train", "unoffered:ray-train", "Ray Train"),
         ("fine-tune llama-3-8b on 8 A100 with ColossalAI", "unoffered:colossalai", "ColossalAI"),
     ],
