@@ -20,7 +20,7 @@ from tools.intake.budget_text import price_reading
 from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import NIC_AFTER_RE, read_hardware
 from tools.intake.instance_names import INSTANCE_RE
-from tools.intake.model_text import read_model
+from tools.intake.model_text import other_model_mark, other_model_reads, read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.readings import MODEL_ASSUMED, Read
 from tools.intake.recipe_framework import recipe_launch
@@ -28,7 +28,7 @@ from tools.intake.recipe_text import recipe_reads
 from tools.intake.run_text import run_reads
 from tools.intake.serving_text import serving_reads
 from tools.intake.shape_text import shape_reads
-from tools.intake.wishes import framework_reads, named_wishes, pin_reads, stack_mark
+from tools.intake.wishes import distill_pair, framework_reads, named_wishes, pin_reads, stack_mark
 from tools.intake.words import word_reads
 
 # A number in the request: digits not glued to a letter before them ("H100", "bf16" are names),
@@ -94,6 +94,8 @@ _FIELD_ORDER = (
 )  # fmt: skip
 # Wishes that are no brief field but that a number reading found (numbers_text.number_reads).
 _NUMBER_WISHES = ("micro-batch", "grad-accum", "deadline", "money-budget", "compute-budget")
+_WISH_KINDS = ("framework", "avoid", "technique", "trainer", "objective", "checkpoint")
+_WISH_KINDS += ("unoffered", "other-model")
 
 
 def _claims(regexes: tuple[re.Pattern[str], ...], text: str, field: str, value: Any) -> list[Read]:
@@ -168,6 +170,7 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
             if r.field in ("micro-batch", "grad-accum")
         ]
     reads += _model_reads(text, fields.get("model")) if "model" in fields else []
+    reads += other_model_reads(text, fields.get("model")) if not distill_pair(text) else []
     reads += _hardware_reads(text, fields)
     reads += [r for r in pin_reads(text) if "pins" in fields]
     reads += [r for r in serving_reads(text) if r.field in fields and r.field != "task"]
@@ -286,15 +289,7 @@ def _wishes(reads: list[Read], brief: TrainingBrief) -> list[Wish]:
     out: list[Wish] = []
     for r in reads:
         kind = r.field.split(":", 1)[0]
-        if kind not in (
-            "framework",
-            "avoid",
-            "technique",
-            "trainer",
-            "objective",
-            "checkpoint",
-            "unoffered",
-        ) and (r.field not in _NUMBER_WISHES):
+        if kind not in _WISH_KINDS and r.field not in _NUMBER_WISHES:
             continue
         if any(w.wish == r.field for w in out):
             continue
@@ -303,6 +298,8 @@ def _wishes(reads: list[Read], brief: TrainingBrief) -> list[Wish]:
             wish.honoured, wish.how = True, "not used: recorded in avoid_frameworks"
         elif (mark := stack_mark(kind, r.value)) is not None:
             wish.honoured, wish.how = mark
+        elif kind == "other-model":
+            wish.honoured, wish.how = other_model_mark(r.value, brief.model)
         out.append(wish)
     return out
 
