@@ -22,7 +22,7 @@ from tools.intake.hardware_text import NIC_AFTER_RE, read_hardware
 from tools.intake.instance_names import INSTANCE_RE
 from tools.intake.model_text import other_model_mark, other_model_reads, read_model
 from tools.intake.numbers_text import number_reads
-from tools.intake.readings import MODEL_ASSUMED, Read
+from tools.intake.readings import MODEL_ASSUMED, Read, states
 from tools.intake.recipe_framework import recipe_launch
 from tools.intake.recipe_text import recipe_reads
 from tools.intake.run_text import run_reads
@@ -412,7 +412,8 @@ def account_brief(
     A field a CLI flag set (``overrides``) is quoted ``flag: key``.
     """
     overrides = overrides or {}
-    stated = {k for k in (*data, *overrides) if k != "goal"}
+    # An empty field (None, [], pins of None) states nothing: a follow-up's brief has them all.
+    stated = {k for k in (*data, *overrides) if k != "goal" and (k in overrides or states(data[k]))}
     dumped = brief.model_dump(mode="json")
     facts = [
         ReadFact(
