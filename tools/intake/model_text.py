@@ -205,7 +205,8 @@ def other_model_reads(text: str, model: object) -> list[Read]:
         return []
     at = text.find(first.said)
     taken = range(at, at + len(first.said)) if at >= 0 else range(0)
-    names, out = _spelt(), []
+    names = _spelt()
+    out: list[Read] = []
     for m in _WORD_RE.finditer(text[: 20 * MAX_WORDS_READ]):
         word = m.group(0).rstrip(".,;:!?)'\"")
         other = names.get(_squash(word), (None, ""))[0]
