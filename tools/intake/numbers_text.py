@@ -17,8 +17,7 @@ import re
 
 from tools.intake.readings import Read
 
-# A number, with thousands separators ("8,192", "2,097,152": the whole number, never its first
-# group; a list "4096,8192" has no three-digit groups and stays two numbers).
+# A number, thousands separators and all ("8,192"; a list "4096,8192" stays two numbers).
 _NUM = r"(\d{1,3}(?:,\d{3})+(?!\d|,\d)(?:\.\d+)?|\d+(?:\.\d+)?)"
 
 
@@ -142,8 +141,9 @@ _LR_BEFORE_RE = re.compile(
 )
 # Warm-up steps: "warmup of 500 steps", "500 warmup steps", "warmup_steps=100", "预热 500 步".
 _WARMUP_RE = re.compile(
-    r"(?<![a-z])warm[ _-]?up(?:[ _-]steps?)?\s*(?:of|=|:|for|over)?\s*(\d{1,7})(?:\s*steps?)?\b"
-    r"|(?<![\w.])(\d{1,7})\s*(?:steps?\s+(?:of\s+)?warm[ -]?up|warm[ -]?up\s+steps?)\b"
+    r"(?<![a-z])warm[ _-]?up(?:[ _-]steps?)?\s*(?:of|=|:|for|over)?\s*(\d{1,3}(?:,\d{3})+|\d{1,7})"
+    r"(?:\s*steps?)?\b"
+    r"|(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d{1,7})\s*(?:steps?\s+(?:of\s+)?warm[ -]?up|warm[ -]?up\s+steps?)\b"
     r"|预热\s*(\d{1,7})\s*步",
     re.I,
 )
@@ -373,7 +373,7 @@ def lr_reading(text: str) -> Read | None:
 def warmup_reading(text: str) -> Read | None:
     """The warm-up steps the request names (at least 1), or None."""
     if m := _WARMUP_RE.search(text):
-        steps = int(next(g for g in m.groups() if g))
+        steps = int(next(g for g in m.groups() if g).replace(",", ""))
         if steps >= 1:
             return Read.of("warmup_steps", steps, m)
     return None

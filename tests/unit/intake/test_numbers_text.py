@@ -172,3 +172,15 @@ def test_token_batches_in_the_plural_are_a_batch_and_leave_the_steps_read() -> N
     by = {r.field: r.value for r in reads}
     assert by["global_batch_size"] == 256 and by["train_steps"] == 10000
     assert "dataset_tokens" not in by
+
+
+@pytest.mark.parametrize(
+    ("text", "steps"),
+    [("with 1,000 warmup steps", 1000), ("warmup of 2,000 steps", 2000), ("warmup_steps=500", 500)],
+)
+def test_warmup_steps_with_thousands_separators_are_read_whole(text: str, steps: int) -> None:
+    # Before, "1,000 warmup steps" was listed not understood and the default warm-up planned.
+    from tools.intake.numbers_text import warmup_reading
+
+    read = warmup_reading(text)
+    assert read is not None and read.value == steps
