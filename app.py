@@ -444,10 +444,14 @@ def _plan_inputs(args: argparse.Namespace) -> dict[str, Any]:
     if args.brief is not None:
         from tools.intake.brief import brief_from_dict, load_brief
 
-        brief = brief_from_dict({**load_brief(args.brief).model_dump(mode="json"), **overrides})
+        brief = brief_from_dict(
+            {**load_brief(args.brief).model_dump(mode="json", exclude_unset=True), **overrides}
+        )
         return {
             "request": None,
-            "brief": brief.model_dump(mode="json"),
+            # The fields the file (or a flag) states: intake quotes these and names the rest
+            # as assumed (every field here read as "from 'brief: seq_len'", defaults included).
+            "brief": brief.model_dump(mode="json", exclude_unset=True),
             "overrides": overrides,
             "out_dir": out_dir,
         }

@@ -102,10 +102,12 @@ def plan_one(
     from tools.intake.brief import brief_from_dict, load_brief
 
     overrides: dict[str, Any] = {} if smoke is None else {"smoke": smoke}
-    brief = brief_from_dict({**load_brief(job.path).model_dump(mode="json"), **overrides})
+    stated = load_brief(job.path).model_dump(mode="json", exclude_unset=True)
+    brief = brief_from_dict({**stated, **overrides})
     inputs = {
         "request": None,
-        "brief": brief.model_dump(mode="json"),
+        # The fields the file states: intake quotes these and names the defaults as assumed.
+        "brief": brief.model_dump(mode="json", exclude_unset=True),
         "overrides": overrides,
         "out_dir": str(out),
     }

@@ -151,7 +151,7 @@ class ChatSession:
     def request(self, text: str) -> None:
         """Plan a new request, or re-plan the last brief with a follow-up's changes."""
         from tools.intake.brief import brief_from_dict, request_fields
-        from tools.intake.follow_up import follow_up_fields, follow_up_goal
+        from tools.intake.follow_up import dropped_wish_words, follow_up_fields, follow_up_goal
         from tools.research.model_catalog import list_models
 
         if self.plan is not None and self.plan.get("sizing") and _PLAN_IT_RE.match(text):
@@ -172,6 +172,8 @@ class ChatSession:
             brief_from_dict(merged)  # one clear line here, before a run starts
             said = ", ".join(f"{k} {self.brief.get(k)!r} -> {v!r}" for k, v in changes.items())
             self.say(f"follow-up: {said}", "dim")
+            if dropped := dropped_wish_words(text, changes):
+                self.say(_not_carried(dropped, self.brief, text), "yellow")
             run_input = {"request": None, "brief": merged}
         else:
             run_input = {"request": text, "brief": None}
@@ -401,6 +403,16 @@ def run_chat(settings: Settings, *, thread: str | None = None, smoke: bool | Non
     """Start the chat: prompt_toolkit and rich on a terminal, plain lines when stdin is piped."""
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     return ChatSession(settings, thread=thread, smoke=smoke, interactive=interactive).run()
+
+
+def _not_carried(words: list[str], brief: dict[str, Any], text: str) -> str:
+    """The line naming a changing follow-up's wishes that the re-plan does not check."""
+    named = ", ".join(repr(w) for w in words)
+    request = f"{brief.get('task')} {brief.get('model')} on {brief.get('hardware')} {text}"
+    return (
+        f"not carried: {named}: a follow-up changes the last brief's fields only, so this "
+        f"plan does not check them; ask it as a request, e.g. {request.strip()!r}"
+    )
 
 
 def _nothing_changed(text: str, brief: dict[str, Any]) -> str:

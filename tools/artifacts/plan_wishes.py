@@ -33,8 +33,11 @@ def _chosen_row(scaling: ScalingPlan | None) -> Any:
 
 def _deadline(quote: str, scaling: ScalingPlan | None) -> tuple[bool, str] | None:
     limit = deadline_seconds(quote)
-    if limit is None:
-        return None
+    if limit is None:  # "by Friday": a day, not a duration
+        return False, (
+            f"not checked: {quote!r} names a day, not a duration, and a plan does not know "
+            "today's date; say 'within 3 days' to have it checked"
+        )
     row = _chosen_row(scaling)
     if row is None or row.hours is None:
         return None if row is None else (False, _NO_TOKENS.format("time"))

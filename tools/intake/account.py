@@ -20,16 +20,16 @@ from tools.intake.budget_text import price_reading
 from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import NIC_AFTER_RE, read_hardware
 from tools.intake.instance_names import INSTANCE_RE
-from tools.intake.model_text import read_model
+from tools.intake.model_text import other_model_mark, other_model_reads, read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.optim_text import optim_reads
-from tools.intake.readings import MODEL_ASSUMED, Read
+from tools.intake.readings import MODEL_ASSUMED, Read, states
 from tools.intake.recipe_framework import recipe_launch
 from tools.intake.recipe_text import recipe_reads
 from tools.intake.run_text import run_reads
 from tools.intake.serving_text import serving_reads
 from tools.intake.shape_text import shape_reads
-from tools.intake.wishes import framework_reads, named_wishes, pin_reads
+from tools.intake.wishes import distill_pair, framework_reads, named_wishes, pin_reads, stack_mark
 from tools.intake.words import word_reads
 
 # A number in the request: digits not glued to a letter before them ("H100", "bf16" are names),
@@ -54,7 +54,7 @@ _HARDWARE_RES = tuple(
         r"(?:" + GPU_NAMES + r")(?:[\s-]*(?:sxm\d?|pcie|nvl))?[\s-]*\d+\s*gi?b",
         r"(?:" + GPU_NAMES + r")(?:s|es)?\s*[x×*]\s*\d+",
         r"\b(?:" + GPU_NAMES + r")(?:s|es)?\b",  # "4090s", "A100s"
-        _COUNT + r"\s*[x×]?\s*(?:nodes?|servers?|machines?|hosts?|boxes|instances?|dgxs?|hgxs?|"
+        _COUNT + r"\s*[x×-]?\s*(?:nodes?|servers?|machines?|hosts?|boxes|instances?|dgxs?|hgxs?|"
         r"gpus?|cards?|accelerators?)\b",
         _COUNT + r"\s*(?:台|张|块|卡|个节点|节点|片)",
         r"每\s*台\s*\d+",
@@ -95,6 +95,8 @@ _FIELD_ORDER = (
 )  # fmt: skip
 # Wishes that are no brief field but that a number reading found (numbers_text.number_reads).
 _NUMBER_WISHES = ("micro-batch", "grad-accum", "deadline", "money-budget", "compute-budget")
+_WISH_KINDS: tuple[str, ...] = ("framework", "avoid", "technique", "trainer", "objective")
+_WISH_KINDS += ("checkpoint", "unoffered", "other-model")
 
 
 def _claims(regexes: tuple[re.Pattern[str], ...], text: str, field: str, value: Any) -> list[Read]:
@@ -169,6 +171,7 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
             if r.field in ("micro-batch", "grad-accum")
         ]
     reads += _model_reads(text, fields.get("model")) if "model" in fields else []
+    reads += other_model_reads(text, fields.get("model")) if not distill_pair(text) else []
     reads += _hardware_reads(text, fields)
     reads += [r for r in pin_reads(text) if "pins" in fields]
     reads += [r for r in serving_reads(text) if r.field in fields and r.field != "task"]
@@ -288,20 +291,17 @@ def _wishes(reads: list[Read], brief: TrainingBrief) -> list[Wish]:
     out: list[Wish] = []
     for r in reads:
         kind = r.field.split(":", 1)[0]
-        if kind not in (
-            "framework",
-            "avoid",
-            "technique",
-            "trainer",
-            "objective",
-            "checkpoint",
-        ) and (r.field not in _NUMBER_WISHES):
+        if kind not in _WISH_KINDS and r.field not in _NUMBER_WISHES:
             continue
         if any(w.wish == r.field for w in out):
             continue
         wish = Wish(wish=r.field, quote=r.quote)
         if kind == "avoid" and r.value in brief.avoid_frameworks:
             wish.honoured, wish.how = True, "not used: recorded in avoid_frameworks"
+        elif (mark := stack_mark(kind, r.value)) is not None:
+            wish.honoured, wish.how = mark
+        elif kind == "other-model":
+            wish.honoured, wish.how = other_model_mark(r.value, brief.model)
         out.append(wish)
     return out
 
@@ -414,7 +414,8 @@ def account_brief(
     A field a CLI flag set (``overrides``) is quoted ``flag: key``.
     """
     overrides = overrides or {}
-    stated = {k for k in (*data, *overrides) if k != "goal"}
+    # An empty field (None, [], pins of None) states nothing: a follow-up's brief has them all.
+    stated = {k for k in (*data, *overrides) if k != "goal" and (k in overrides or states(data[k]))}
     dumped = brief.model_dump(mode="json")
     facts = [
         ReadFact(

@@ -51,6 +51,13 @@ def follow_up_goal(goal: str | None, follow_up: str) -> str:
     return text[:MAX_GOAL_CHARS]
 
 
+def _wish_reads(text: str) -> list[Any]:
+    reads = [r for r in named_wishes(text) if not r.field.startswith("objective:")]
+    numbers, _ = number_reads(text, DEFAULT_SEQ_LEN)
+    reads += [r for r in numbers if r.field in _WISH_NUMBERS]
+    return sorted(reads, key=lambda r: r.start)
+
+
 def wish_words(text: str) -> list[str]:
     """The words of a follow-up that name a wish (fp8, 8-bit Adam, a deadline, a budget).
 
@@ -58,15 +65,38 @@ def wish_words(text: str) -> list[str]:
     changes the last brief's fields, so the chat names these words instead of saying only
     that nothing changed.
     """
-    reads = [r for r in named_wishes(text) if not r.field.startswith("objective:")]
-    numbers, _ = number_reads(text, DEFAULT_SEQ_LEN)
-    reads += [r for r in numbers if r.field in _WISH_NUMBERS]
-    return [r.quote for r in sorted(reads, key=lambda r: r.start)]
+    return [r.quote for r in _wish_reads(text)]
+
+
+# The wishes a follow-up's changed fields carry ("with gradient checkpointing" is the recipe's).
+_CARRIED_BY = {
+    "technique:activation-checkpointing": "recipe",
+    "avoid:activation-checkpointing": "recipe",
+    "technique:fsdp2": "framework",
+    "technique:expert-parallelism": "pins",
+    "technique:context-parallelism": "pins",
+}
+
+
+def dropped_wish_words(text: str, changes: dict[str, Any]) -> list[str]:
+    """The wish words of a follow-up that changes fields, that those changes do not carry.
+
+    Before, "make it 2 A100 in JAX by Friday" re-planned on 2 A100s and dropped the rest
+    without a word; the chat names these beside the fields it changes.
+    """
+    return [
+        r.quote
+        for r in _wish_reads(text)
+        if not (
+            _CARRIED_BY.get(r.field) in changes
+            or (r.field.startswith("avoid:zero-") and "pins" in changes)
+        )
+    ]
 
 
 # A follow-up that counts GPUs or nodes without naming a type: "what if I only had 4 GPUs?".
 _GPU_COUNT_RE = re.compile(r"\b(\d+)\s*(?:x\s*)?gpus?\b", re.I)
-_NODE_COUNT_RE = re.compile(r"\b(\d+)\s*nodes?\b", re.I)
+_NODE_COUNT_RE = re.compile(r"\b(\d+)[\s-]*nodes?\b", re.I)
 
 
 def _same_counts(text: str, reading: HardwareReading, brief: dict[str, Any]) -> str | None:

@@ -30,7 +30,16 @@ FORM = r"sxm\d?|pcie|nvl"
 _OTHER_GPUS = (
     r"rtx[\s-]?(?:a?\d{4}\w*)|gtx[\s-]?\d{3,4}\w*|quadro\w*|[ahlbv]\d{2,4}[a-z]?"
     r"|gh200|gb200|mi\d{2,3}[a-z]?|radeon\w*|arc\s?a\d{3}"
+    # A letter O typed for a zero ("H1OO", "a1o0s"): refused with the name it looks like.
+    r"|[ahbv]\d(?=[\do]*o)[\do]{1,3}s?"
 )
+_NAME_RE = re.compile(rf"(?:{GPU_NAMES})", re.I)
+
+
+def zero_typo(name: str) -> str | None:
+    """The catalog name ``name`` spells with a letter O for a zero ("H1OO" -> "H100"), or None."""
+    fixed = re.sub(r"[oO]", "0", re.sub(r"s$", "", name.strip())).upper()
+    return fixed if fixed != name.strip().upper() and _NAME_RE.fullmatch(fixed) else None
 
 
 @lru_cache(maxsize=1)

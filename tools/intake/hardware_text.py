@@ -22,15 +22,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.core.errors import InputError
+from tools.intake.count_words import normalise as _normalise
 from tools.intake.gpu_names import FORM as _FORM
 from tools.intake.gpu_names import GPU_NAMES as _GPU_NAMES
 from tools.intake.gpu_names import MEM as _MEM
-from tools.intake.gpu_names import other_gpu_re, resolve
+from tools.intake.gpu_names import other_gpu_re, resolve, zero_typo
 from tools.intake.instance_names import rewrite as instance_phrases
 from tools.intake.readings import Assumed
 from tools.research.accelerators import plannable_types, why_not
-from tools.research.hardware import INTERCONNECTS, MAX_GPUS_PER_NODE, load_gpu_catalog
+from tools.research.hardware import MAX_GPUS_PER_NODE, load_gpu_catalog
 
 # GPUs per node on the 8-GPU baseboards (NVIDIA HGX/DGX, AMD's OAM platform): what "64 V100"
 # or "16 MI300X" means when no node count is given.
@@ -48,9 +48,9 @@ _MENTION_RE = re.compile(
 )
 _SUFFIX_MEM_RE = re.compile(_MEM.replace("(\\d", "(?P<mem>\\d", 1), re.I)
 _SUFFIX_FORM_RE = re.compile(r"\b(" + _FORM + r")\b", re.I)
-# "2 nodes", "32 servers", "两台" (after the Chinese is rewritten), "2 DGX", "a DGX H100".
+# "2 nodes", "a 2-node cluster", "32 servers", "两台" (after the Chinese is rewritten), "2 DGX".
 _NODE_WORDS = r"(?:nodes?|servers?|machines?|hosts?|boxes|instances?|dgxs?|hgxs?)"
-_NODES_RE = re.compile(r"(?<![\d.])(\d{1,6})\s*(?:x\s*)?" + _NODE_WORDS + r"\b", re.I)
+_NODES_RE = re.compile(r"(?<![\d.])(\d{1,6})\s*(?:x\s*|-)?" + _NODE_WORDS + r"\b", re.I)
 _DGX_RE = re.compile(r"\b(?:dgx|hgx)\b", re.I)
 # The GPU count is per node: "... H100 per node", "8 H100 each", "8 GPUs per node".
 _PER_NODE_AFTER_RE = re.compile(
@@ -61,6 +61,11 @@ _PER_NODE_BEFORE_RE = re.compile(
     r"(?:每\s*(?:台|个?\s*节\s*点|机\s*器?|个?\s*服\s*务\s*器)|\beach\s+(?:node|server|machine|host)"
     r"(?:\s+(?:has|with|having))?|\beach\s+(?:has|with|having|of\s+them\s+(?:has|with))|"
     r"\bper\s+(?:node|server|machine|host))\s*[:：,，]?\s*$",
+    re.I,
+)
+# "8 GPUs per node" anywhere: checked against a total split over a node count.
+_PER_NODE_COUNT_RE = re.compile(
+    r"(?<![\d.])(\d{1,6})\s*(?:gpus?|cards?)\s*(?:per|each|/|a)\s*(?:node|server|machine|host)\b",
     re.I,
 )
 # "2x8xH100": nodes x GPUs x type, the brief's own spelling; also "4x8 H100" and "4 x 8 H100"
@@ -107,76 +112,6 @@ NIC_AFTER_RE = re.compile(
     re.I,
 )
 _NET_NAMES_RE = re.compile(r"\b(ndr|hdr|infiniband|roce)\b", re.I)
-
-_WORD_COUNTS = {
-    "a single": 1,
-    "single": 1,
-    "one": 1,
-    "a pair of": 2,
-    "pair of": 2,
-    "a couple of": 2,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "twelve": 12,
-    "a dozen": 12,
-    "dozen": 12,
-    "sixteen": 16,
-    "twenty-four": 24,
-    "thirty-two": 32,
-    "sixty-four": 64,
-    "a hundred": 100,
-    "an": 1,
-    "a": 1,
-}
-_WORDS_RE = re.compile(
-    r"\b(" + "|".join(sorted((re.escape(w) for w in _WORD_COUNTS), key=len, reverse=True)) + r")\b"
-    r"(?=\s+(?:\d{1,4}\s*gi?b\s+)?(?:nvidia\s+|amd\s+)?(?:" + _GPU_NAMES + r"|gpus?|nodes?|servers?"
-    r"|machines?|dgx|hgx|cards?))",
-    re.I,
-)
-_MEM_WORDS = {
-    "sixteen": 16,
-    "twenty-four": 24,
-    "thirty-two": 32,
-    "forty": 40,
-    "forty-eight": 48,
-    "eighty": 80,
-    "ninety-four": 94,
-}
-_MEM_WORDS_RE = re.compile(
-    r"\b("
-    + "|".join(sorted(_MEM_WORDS, key=len, reverse=True))
-    + r")[\s-]*(?:gig(?:abyte)?s?|gb)\b",
-    re.I,
-)
-_CN_DIGITS = {
-    "一": 1,
-    "二": 2,
-    "两": 2,
-    "俩": 2,
-    "三": 3,
-    "四": 4,
-    "五": 5,
-    "六": 6,
-    "七": 7,
-    "八": 8,
-    "九": 9,
-    "十": 10,
-    "十二": 12,
-    "十六": 16,
-    "三十二": 32,
-    "六十四": 64,
-}
-_CN_NUM_RE = re.compile(
-    r"(十六|十二|三十二|六十四|[一二两俩三四五六七八九十])(?=\s*(?:台|张|块|卡|个|片|节点))"
-)
 
 
 @dataclass
@@ -225,20 +160,6 @@ class HardwareReading:
         return ", ".join(parts)
 
 
-def _normalise(text: str) -> str:
-    """Counts as digits and Chinese units as English words, for the patterns below."""
-    out = _CN_NUM_RE.sub(lambda m: str(_CN_DIGITS[m.group(1)]), text)
-    out = re.sub(r"(\d+)\s*(?:台|个节点|节点)(?:机器|服务器)?\s*(?:的)?", r" \1 nodes of ", out)
-    out = re.sub(r"(\d+)\s*(?:张|块|片|个)\s*(?:卡|显卡|gpu)?", r" \1 ", out, flags=re.I)
-    out = re.sub(r"(\d+)\s*(?:卡|显卡)", r" \1 gpus ", out)
-    out = re.sub(r"(?<=[\u4e00-\u9fff])|(?=[\u4e00-\u9fff])", " ", out)
-    out = re.sub(r"(?<![\d.])(\d{1,6})\s*[x×]\s*(?=[a-z])", r"\1 x ", out, flags=re.I)
-    # Memory in words: "eighty-gig", "40 gig", "forty gigabytes".
-    out = _MEM_WORDS_RE.sub(lambda m: str(_MEM_WORDS[m.group(1).lower()]) + "gb", out)
-    out = re.sub(r"(\d)\s*-?\s*gig(?:abyte)?s?\b", r"\1gb", out, flags=re.I)
-    return _WORDS_RE.sub(lambda m: str(_WORD_COUNTS[m.group(1).lower()]), out)
-
-
 # A price or a budget in GPU-hours ("$2.50/GPU-hour", "3 USD per GPU hour", "2,000 GPU-hrs")
 # names no hardware: blanked (same length, so positions hold) before anything is read.
 _GPU_HOUR_RE = re.compile(r"\bgpu[\s-]*(?:hours?|hrs?|h)\b", re.I)
@@ -251,7 +172,7 @@ def read_hardware(text: str) -> HardwareReading:
     norm = _GPU_HOUR_RE.sub(lambda m: " " * len(m.group(0)), _normalise(phrased))
     reading = HardwareReading()
     reading.local = bool(_LOCAL_RE.search(text))
-    _read_host(norm, reading)
+    read_host(norm, reading)
 
     mentions = [m for m in _MENTION_RE.finditer(norm) if not _inside_model_name(norm, m)]
     names: dict[str, re.Match[str]] = {}
@@ -284,6 +205,11 @@ def read_hardware(text: str) -> HardwareReading:
                 f"{', '.join(plain)} {'is' if len(plain) == 1 else 'are'} not in the GPU catalog"
             )
         reading.unclear += [why_not(o) for o in others if o not in plain]
+        reading.unclear += [
+            f"did you mean {meant}? ('{o}' has a letter O for a zero)"
+            for o in plain
+            if (meant := zero_typo(o))
+        ]
     if len(names) > 1:
         reading.unclear.append(f"names several GPU types ({', '.join(names)}); plan for which?")
     if not names:
@@ -384,6 +310,13 @@ def _read_counts(norm: str, m: re.Match[str], reading: HardwareReading) -> None:
         if count % nodes:
             reading.unclear.append(f"{count} {reading.gpu} do not split evenly over {nodes} nodes")
             return None
+        stated = _PER_NODE_COUNT_RE.search(norm)
+        if stated and int(stated[1]) != count // nodes:  # "8 A100 with 8 GPUs per node and 2 nodes"
+            reading.unclear.append(
+                f"{count} {reading.gpu} over {nodes} nodes is {count // nodes} per node, but "
+                f"'{stated[0].strip()}' says {stated[1]}"
+            )
+            return None
         reading.nodes, reading.gpus_per_node = nodes, count // nodes
     elif per_node_word:
         reading.nodes, reading.gpus_per_node = 1, count
@@ -424,7 +357,7 @@ def _check_counts(reading: HardwareReading) -> None:
         )
 
 
-def _read_host(norm: str, reading: HardwareReading) -> None:
+def read_host(norm: str, reading: HardwareReading) -> None:
     """Host RAM and NICs per node."""
     if m := (_RAM_RE.search(norm) or _RAM_AFTER_RE.search(norm)):
         scale = 1024 if m.group(2).lower().startswith("t") else 1
@@ -500,42 +433,4 @@ def hardware_fields(text: str) -> dict[str, Any]:
         data["nics_per_node"], data["nic_gbps"] = reading.nics_per_node, reading.nic_gbps
     if reading.interconnect is not None and (reading.nodes or 0) > 1:
         data["interconnect"] = reading.interconnect  # the network between nodes
-    return data
-
-
-# "--interconnect 400Gbps per GPU", "200G/node", "100 Gb/s": one rate, per GPU or per node.
-_RATE_RE = re.compile(
-    r"^(\d{1,5}(?:\.\d+)?)\s*(?:g|gb|gbit|gbps|gb/s|gbe)\s*(?:nics?\s*)?"
-    r"(?:(per\s+gpu|/\s*gpu|each\s+gpu)|(per\s+node|/\s*node))?$",
-    re.I,
-)
-
-
-def network_fields(text: str, gpus_per_node: int) -> dict[str, Any]:
-    """The brief's network fields from an ``--interconnect`` value, or InputError naming it.
-
-    A fabric name (ib400, ib200, roce100, eth25, nvlink) sets ``interconnect``; a count and a
-    rate ("8x400G", "8x400G IB", "4 x 200Gb RoCE", read as the request reader reads NICs) or a
-    rate per GPU ("400Gbps per GPU": one NIC per GPU, as HGX/DGX nodes have) or per node
-    ("200G per node") set ``nics_per_node`` and ``nic_gbps``.
-    """
-    value = text.strip()
-    if value.lower() in INTERCONNECTS:
-        return {"interconnect": value.lower()}
-    reading = HardwareReading(text=value)
-    _read_host(_normalise(value), reading)
-    data: dict[str, Any] = {}
-    if reading.nic_gbps is not None:
-        data = {"nics_per_node": reading.nics_per_node or 1, "nic_gbps": reading.nic_gbps}
-    elif m := _RATE_RE.match(value):
-        nics = max(1, gpus_per_node) if m.group(2) else 1
-        data = {"nics_per_node": nics, "nic_gbps": float(m.group(1))}
-    if not data or not 0 < data["nic_gbps"] <= 10_000 or not 1 <= data["nics_per_node"] <= 64:
-        raise InputError(
-            "--interconnect",
-            f"cannot read {value!r}: give one of {', '.join(INTERCONNECTS)}, NICS x RATE "
-            "(8x400G) or a rate per GPU or per node (400Gbps per GPU)",
-        )
-    if reading.interconnect is not None:
-        data["interconnect"] = reading.interconnect
     return data

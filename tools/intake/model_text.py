@@ -28,7 +28,7 @@ import re
 from functools import lru_cache
 
 from tools.intake.model_sizes import read_size
-from tools.intake.readings import ModelReading
+from tools.intake.readings import ModelReading, Read
 from tools.research.model_catalog import catalog_id, load_model_catalog
 
 __all__ = ["ModelReading", "read_model"]
@@ -191,3 +191,38 @@ def read_model(text: str) -> ModelReading | None:
         if family := _families().get(squashed):
             return ModelReading(said, candidates=family[:MAX_CANDIDATES])
     return None
+
+
+def other_model_reads(text: str, model: object) -> list[Read]:
+    """Catalog models the request names besides ``model``, the one planned (field ``other-model:<id>``).
+
+    Only whole words that are a catalog name ("llama-3-8b or mistral-7b"), outside the words
+    the planned model was read from ("gpt2 medium" is one name); a plan is for one model, so
+    intake says the others were not planned instead of listing them as not understood.
+    """
+    first = read_model(text)
+    if not isinstance(model, str) or first is None:
+        return []
+    at = text.find(first.said)
+    taken = range(at, at + len(first.said)) if at >= 0 else range(0)
+    names = _spelt()
+    out: list[Read] = []
+    for m in _WORD_RE.finditer(text[: 20 * MAX_WORDS_READ]):
+        word = m.group(0).rstrip(".,;:!?)'\"")
+        other = names.get(_squash(word), (None, ""))[0]
+        if (
+            other
+            and other != model
+            and m.start() not in taken
+            and all(r.value != other for r in out)
+        ):
+            out.append(Read(f"other-model:{other}", other, word, m.start(), m.start() + len(word)))
+    return out
+
+
+def other_model_mark(name: str, planned: object) -> tuple[bool, str]:
+    """How intake marks a second model: not planned, and which one is."""
+    return False, (
+        f"not planned: a plan is for one model, and this one is for {planned} (read first); "
+        f"ask for {name} as its own request"
+    )

@@ -15,9 +15,18 @@ from __future__ import annotations
 
 import re
 
+from tools.intake.optim_text import lr_reading, warmup_reading
 from tools.intake.readings import Read
 
-_NUM = r"(\d+(?:\.\d+)?)"
+# A number, thousands separators and all ("8,192"; a list "4096,8192" stays two numbers).
+_NUM = r"(\d{1,3}(?:,\d{3})+(?!\d|,\d)(?:\.\d+)?|\d+(?:\.\d+)?)"
+
+
+def _number(written: str) -> float:
+    """A number ``_NUM`` matched, without its thousands separators."""
+    return float(written.replace(",", ""))
+
+
 # After a number: a unit letter glued to it ("8k"), never the start of a word ("8 kernels").
 _K = r"\s*(k)?(?![a-z0-9])"
 # What joins a noun to its number: "of", "=", "is", "were", "set to", "raised to", ...
@@ -67,13 +76,13 @@ _SCALE.update(thousand=1e3, million=1e6, billion=1e9, trillion=1e12)
 _UNIT = r"(?:\s*(tokens?|sequences?|samples?|examples?|seqs?))?"
 _BATCH_RES = (
     re.compile(
-        r"(?<![a-z])(?<!micro[ _-])(?<!micro)(?:global[ _-]|total[ _-]|effective[ _-])?batch"
-        r"(?:[ _-]?size)?\s*" + _JOIN + r"\s*" + _NUM + r"\s*([km])?(?![a-z0-9])" + _UNIT,
+        r"(?<![a-z])(?<!micro[ _-])(?<!micro)(?:(?:global[ _-]|total[ _-]|effective[ _-])?batch"
+        r"(?:[ _-]?size)?|gbs)\s*" + _JOIN + r"\s*" + _NUM + r"\s*([km])?(?![a-z0-9])" + _UNIT,
         re.I,
     ),
     re.compile(
         r"(?<![\w.])" + _NUM + r"\s*([km])?[ -]?(tokens?|sequences?|samples?)?[ -](?:global[ -])?"
-        r"batch\b",
+        r"batch(?:es)?\b",
         re.I,
     ),
     re.compile(
@@ -91,7 +100,7 @@ _BATCH_RES = (
 )
 # A micro-batch (sequences per GPU per forward): "micro-batch 4", "4 per-GPU batch", "batch 256
 # per GPU", "per-device batch size 8", "batch size per device of 2".
-_PER_GPU = r"per[ -](?:gpu|device|rank)"
+_PER_GPU = r"per[ _-](?:gpu|device|rank)"
 _MICRO_RE = re.compile(
     r"\bmicro[ _-]?batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)"
     r"|(\d+)\s*" + _PER_GPU + r"\s+batch"
@@ -99,40 +108,46 @@ _MICRO_RE = re.compile(
     + _PER_GPU
     + r"|\b"
     + _PER_GPU
-    + r"[ _-]batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)"
-    r"|\bbatch(?:[ _-]?size)?\s+" + _PER_GPU + r"\s*(?:of|=|:|is)?\s*(\d+)",
+    # Hugging Face's "per_device_train_batch_size"; Megatron's "mbs".
+    + r"[ _-](?:train(?:ing)?[ _-])?batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)"
+    r"|\bbatch(?:[ _-]?size)?\s+" + _PER_GPU + r"\s*(?:of|=|:|is)?\s*(\d+)"
+    r"|\bmbs\s*(?:=|:)?\s*(\d+)",
     re.I,
 )
 _TOKEN_SCALE = r"(k|m|b|t|thousand|million|billion|trillion|万亿|亿|万)"
 _TOKENS_RE = re.compile(
     r"(?<![\w.])" + _NUM + r"\s*" + _TOKEN_SCALE + r"\s*(?:个\s*)?(?:training\s+|of\s+)?"
-    r"(?:tokens?|词元)(?![a-z])",
+    r"(?:tokens?|toks?|词元)(?![a-z])",
     re.I,
 )
-# A peak learning rate: "lr 1e-5", "lr=2e-4", "learning rate of 0.0003", "学习率 1e-5", and the
-# number first: "a 3e-5 learning rate", "2e-4 LR" (read as not understood before).
-_LR_RE = re.compile(
-    r"(?<![a-z])(?:lr|learning[ _-]rate|学习率)\s*(?:of|=|:|is|to|为)?\s*"
-    r"(\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.])",
-    re.I,
-)
-_LR_BEFORE_RE = re.compile(
-    r"(?<![\w.])(\d*\.\d+|\d+(?:\.\d+)?e-?\d+)\s*(?:peak\s+)?(?:lr|learning[ _-]rate)\b", re.I
-)
-# Warm-up steps: "warmup of 500 steps", "500 warmup steps", "warmup_steps=100", "预热 500 步".
-_WARMUP_RE = re.compile(
-    r"(?<![a-z])warm[ _-]?up(?:[ _-]steps?)?\s*(?:of|=|:|for|over)?\s*(\d{1,7})(?:\s*steps?)?\b"
-    r"|(?<![\w.])(\d{1,7})\s*(?:steps?\s+(?:of\s+)?warm[ -]?up|warm[ -]?up\s+steps?)\b"
-    r"|预热\s*(\d{1,7})\s*步",
+# A dataset counted in examples of a length: "10M examples of 512 tokens", "50k samples at 2048
+# tokens", "120k conversations of 4k tokens each": the sequence length, and count x length tokens.
+_EXAMPLES_RE = re.compile(
+    r"(?<![\w.])" + _NUM + r"\s*(k|m|b|thousand|million|billion)?\s*(?:training\s+)?"
+    r"(?:examples?|samples?|sequences?|conversations?|documents?|rows|records|pairs)\s+"
+    r"(?P<len>(?:of|at|with|x|×)\s+(?:about\s+|~\s*)?"
+    + _NUM
+    + r"\s*(k)?[ -]?tokens?(?:\s+each)?)\b",
     re.I,
 )
 # Epochs over the dataset: "3 epochs", "2 个 epoch", "for 2 epochs".
 _EPOCHS_RE = re.compile(r"(?<![\w.])" + _NUM + r"\s*(?:个\s*)?epochs?\b", re.I)
 _PREP_BEFORE = re.compile(r"(?:on|over|for|with|of|about|~|训练|用)\s*$", re.I)
+# bf16 with no fp32 master copy ("pure bf16") and TF32 matmuls ("tf32") are the recipe's too
+# (tools/intake/recipe_text.py), which the plan says its launch does not run; "mixed precision"
+# and "AMP" are the default's own run (bf16 where the GPU has it, else fp16), read with the words.
+PURE_BF16 = (
+    r"\bpure[ -](?:bf16|bfloat16)\b|\b(?:bf16|bfloat16)\s+(?:without|with\s+no|no)\s+(?:fp32\s+)?"
+    r"master(?:\s+(?:weights|copy|copies|params))?\b"
+)
 _PRECISION = (
-    ("bf16", re.compile(r"\b(?:bf16|bfloat16)\b", re.I)),
+    ("bf16", re.compile(PURE_BF16 + r"|\b(?:bf16|bfloat16)\b", re.I)),
     ("fp16", re.compile(r"\b(?:fp16|float16|half[- ]precision)\b", re.I)),
-    ("fp32", re.compile(r"\b(?:fp32|float32|full[- ]precision|single[- ]precision)\b", re.I)),
+    (
+        "fp32",
+        re.compile(r"\b(?:fp32|float32|tf32|full[- ]precision|single[- ]precision)\b", re.I),
+    ),
+    ("auto", re.compile(r"\bmixed[ -]precision\b|\bamp\b", re.I)),
 )
 _DEADLINE_RE = re.compile(
     r"\b(?:in|within|by|under|before|in less than|deadline(?: of)?|due in)\s+(?:about\s+|~\s*)?"
@@ -142,6 +157,14 @@ _DEADLINE_RE = re.compile(
     + r"\s*[ -]?(?:days?|weeks?|months?)[ -]deadline\b|(?<![a-z0-9.])"
     + r"(\d+(?:\.\d+)?|[一二两三四五六七八九十]+)"
     + r"\s*(?:天|周|星期|个月|小时)(?:内|之内|以内|完成|训完)",
+    re.I,
+)
+# A deadline named by a day, not a duration ("by Friday", "before next Monday", "by end of the
+# week"): a deadline wish the plan cannot check (it does not know today's date) and says so.
+_DAY_DEADLINE_RE = re.compile(
+    r"\b(?:by|before|until|due)\s+(?:(?:next|this|the)\s+)?(?:(?:mon|tues|wednes|thurs|fri|satur|"
+    r"sun)day|tomorrow|tonight|(?:the\s+)?end\s+of\s+(?:the\s+|this\s+|next\s+)?(?:day|week|"
+    r"month|quarter|year)|eod|eow|eom)\b",
     re.I,
 )
 _MONEY_RE = re.compile(
@@ -162,7 +185,7 @@ def seq_reading(text: str) -> Read | None:
     """The sequence length the request states (the first phrase that gives one), or None."""
     found = [m for p in _SEQ_RES for m in p.finditer(text)]
     for m in sorted(found, key=lambda m: m.start()):
-        value = int(float(m.group(1)) * (1024 if m.group(2) else 1))
+        value = int(_number(m.group(1)) * (1024 if m.group(2) else 1))
         if value > 0:
             return Read.of("seq_len", value, m)
     return None
@@ -193,7 +216,7 @@ def batch_reading(text: str, seq_len: int) -> tuple[Read | None, str | None]:
     for m in found:
         if any(a <= m.start() < b for a, b in micro):
             continue  # a batch per GPU is the micro-batch, not the global batch
-        count = float(m.group(1)) * (_SCALE[m.group(2).lower()] if m.group(2) else 1)
+        count = _number(m.group(1)) * (_SCALE[m.group(2).lower()] if m.group(2) else 1)
         unit = (m.group(3) or "").lower()
         if count <= 0:
             continue
@@ -242,7 +265,25 @@ def tokens_reading(text: str, taken: list[tuple[int, int]]) -> Read | None:
         scale = m.group(2).lower()
         if scale in ("k", "thousand") and not _PREP_BEFORE.search(text[: m.start()]):
             continue
-        return Read.of("dataset_tokens", float(m.group(1)) * _SCALE[scale], m)
+        return Read.of("dataset_tokens", _number(m.group(1)) * _SCALE[scale], m)
+    return None
+
+
+_BATCH_BEFORE = re.compile(r"batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*$", re.I)
+_PER_STEP = re.compile(
+    r"\s*(?:per|each|every|a)\s+(?:optimi[sz]er\s+)?(?:step|update|batch)\b", re.I
+)
+
+
+def examples_reads(text: str) -> tuple[Read, Read] | None:
+    """The sequence length and the tokens of a dataset counted in examples of a length, or None."""
+    for m in _EXAMPLES_RE.finditer(text):
+        if _BATCH_BEFORE.search(text[: m.start()]) or _PER_STEP.match(text[m.end() :]):
+            continue  # "a batch of 512 sequences of 2048 tokens" is a batch, not the data
+        count = _number(m.group(1)) * (_SCALE[m.group(2).lower()] if m.group(2) else 1)
+        length = int(_number(m.group(4)) * (1024 if m.group(5) else 1))
+        if count > 0 and length > 0:
+            return Read.of("seq_len", length, m, 3), Read.of("dataset_tokens", count * length, m)
     return None
 
 
@@ -304,31 +345,9 @@ def steps_reading(text: str) -> Read | None:
     return None
 
 
-# "min lr 3e-5", "final learning rate": the decay's floor (tools/intake/optim_text.py), no peak.
-_FLOOR_BEFORE = re.compile(r"\b(?:min(?:imum)?|final|end)[ _-]?$", re.I)
-
-
-def lr_reading(text: str) -> Read | None:
-    """The peak learning rate the request names (0 < lr <= 1), or None."""
-    found = [*_LR_RE.finditer(text), *_LR_BEFORE_RE.finditer(text)]
-    for m in found:
-        if not _FLOOR_BEFORE.search(text[: m.start()]) and 0 < float(m.group(1)) <= 1:
-            return Read.of("learning_rate", float(m.group(1)), m)
-    return None
-
-
-def warmup_reading(text: str) -> Read | None:
-    """The warm-up steps the request names (at least 1), or None ("warmup of 10%": a ratio)."""
-    for m in _WARMUP_RE.finditer(text):
-        steps = int(next(g for g in m.groups() if g))
-        if steps >= 1 and not re.match(r"\s*%", text[m.end() :]):
-            return Read.of("warmup_steps", steps, m)
-    return None
-
-
 def deadline_reading(text: str) -> Read | None:
     """A deadline ("in 2 weeks", "within 10 days", "3天内训完"): no brief field holds it."""
-    if m := _DEADLINE_RE.search(text):
+    if m := _DEADLINE_RE.search(text) or _DAY_DEADLINE_RE.search(text):
         return Read.of("deadline", m.group(0).strip(), m)
     return None
 
@@ -351,7 +370,8 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
     """
     reads: list[Read] = []
     notes: list[str] = []
-    seq = seq_reading(text)
+    examples = examples_reads(text)
+    seq = seq_reading(text) or (examples[0] if examples else None)
     if seq is not None:
         reads.append(seq)
     batch, how = batch_reading(text, seq.value if seq is not None else default_seq_len)
@@ -362,11 +382,17 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
             notes.append(f"intake: global batch {how}{assumed}")
     taken = [(r.start, r.end) for r in reads]
     tokens = tokens_reading(text, taken)
+    if tokens is None and examples is not None:
+        tokens = examples[1]
+        notes.append(
+            f"intake: dataset_tokens {tokens.quote!r} = {tokens.value:,.0f} tokens (examples x "
+            "their length; shorter examples packed or padded change it)"
+        )
     if tokens is None and (steps := steps_reading(text)) is not None:
         reads.append(steps)  # the run's length, when no token count gives it
-    if tokens is not None and (epochs := _EPOCHS_RE.search(text)) and float(epochs[1]) > 0:
+    if tokens is not None and (epochs := _EPOCHS_RE.search(text)) and _number(epochs[1]) > 0:
         # "3 epochs over 500M tokens": the brief's dataset_tokens are every epoch's tokens.
-        total = tokens.value * float(epochs[1])
+        total = tokens.value * _number(epochs[1])
         notes.append(
             f"intake: dataset_tokens {epochs[0].strip()!r} x {tokens.quote!r} = {total:,.0f} "
             "tokens trained"

@@ -1,4 +1,4 @@
-"""A request's optimizer and schedule words: weight decay, clipping, Adam's betas and eps, decay.
+"""A request's optimizer and schedule words: learning rate, warm-up, weight decay, clipping, decay.
 
 Before, "weight decay 0.1", "clip grad norm 1.0", "betas 0.9, 0.95", "adam eps 1e-8", "10%
 warmup" and "eval every 500 steps" were listed as not understood, "no weight decay", "cosine
@@ -15,6 +15,9 @@ in one line where it cannot:
 - ``lr_schedule`` ("cosine schedule", "linear decay", "constant LR"), ``min_lr`` ("min lr
   3e-5"), ``warmup_ratio`` ("warmup ratio 3%", "10% warmup");
 - ``eval_every`` ("eval every 500 steps") and ``eval_holdout`` ("on a 1% holdout").
+
+The peak learning rate (``lr_reading``) and warm-up steps (``warmup_reading``) are read here
+too, for every request (tools/intake/numbers_text.py gathers them with the other numbers).
 
 Only for a training task: in a serving request the numbers stay listed as not understood.
 A DPO beta ("beta 0.1", one number) is no Adam beta and stays listed (no launch here trains DPO).
@@ -143,3 +146,45 @@ def optim_reads(text: str, task: str | None) -> list[Read]:
 def optim_fields(text: str, task: str | None) -> dict[str, Any]:
     """The brief fields those words give."""
     return {r.field: r.value for r in optim_reads(text, task)}
+
+
+# A peak learning rate: "lr 1e-5", "lr=2e-4", "learning rate of 0.0003", "学习率 1e-5", and the
+# number first: "a 3e-5 learning rate", "2e-4 LR" (read as not understood before).
+_LR_RE = re.compile(
+    r"(?<![a-z])(?:lr|learning[ _-]rate|学习率)\s*(?:of|=|:|is|to|为)?\s*"
+    r"(\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.])",
+    re.I,
+)
+_LR_BEFORE_RE = re.compile(
+    r"(?<![\w.])(\d*\.\d+|\d+(?:\.\d+)?e-?\d+)\s*(?:peak\s+)?(?:lr|learning[ _-]rate)\b", re.I
+)
+# Warm-up steps: "warmup of 500 steps", "500 warmup steps", "warmup_steps=100", "预热 500 步".
+_WARMUP_RE = re.compile(
+    r"(?<![a-z])warm[ _-]?up(?:[ _-]steps?)?\s*(?:of|=|:|for|over)?\s*(\d{1,3}(?:,\d{3})+|\d{1,7})"
+    r"(?:\s*steps?)?\b"
+    r"|(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d{1,7})\s*(?:steps?\s+(?:of\s+)?warm[ -]?up|warm[ -]?up\s+steps?)\b"
+    r"|预热\s*(\d{1,7})\s*步",
+    re.I,
+)
+
+
+# "min lr 3e-5", "final learning rate": the decay's floor (tools/intake/optim_text.py), no peak.
+_FLOOR_BEFORE = re.compile(r"\b(?:min(?:imum)?|final|end)[ _-]?$", re.I)
+
+
+def lr_reading(text: str) -> Read | None:
+    """The peak learning rate the request names (0 < lr <= 1), or None."""
+    found = [*_LR_RE.finditer(text), *_LR_BEFORE_RE.finditer(text)]
+    for m in found:
+        if not _FLOOR_BEFORE.search(text[: m.start()]) and 0 < float(m.group(1)) <= 1:
+            return Read.of("learning_rate", float(m.group(1)), m)
+    return None
+
+
+def warmup_reading(text: str) -> Read | None:
+    """The warm-up steps the request names (at least 1), or None ("warmup of 10%": a ratio)."""
+    for m in _WARMUP_RE.finditer(text):
+        steps = int(next(g for g in m.groups() if g).replace(",", ""))
+        if steps >= 1 and not re.match(r"\s*%", text[m.end() :]):
+            return Read.of("warmup_steps", steps, m)
+    return None

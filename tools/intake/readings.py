@@ -110,3 +110,10 @@ class Read:
     def of(cls, field: str, value: Any, m: re.Match[str], group: int = 0) -> Read:
         """A reading from a regex match over the request text (its whole match, or ``group``)."""
         return cls(field, value, m.group(group).strip(), m.start(group), m.end(group))
+
+
+def states(value: Any) -> bool:
+    """Whether a brief field's value states anything (None, [], pins of None do not)."""
+    return value not in (None, [], {}) and not (
+        isinstance(value, dict) and not any(map(states, value.values()))
+    )

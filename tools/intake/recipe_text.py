@@ -12,6 +12,10 @@ pretraining request is left to the not-understood list.
 Hugging Face's gradient_checkpointing_enable runs, which the plan's search then keeps
 (tools/planning/search.py); refused in its clause ("no activation checkpointing") it is
 ``none``. Before, the plan searched its own policy and left the wish "not checked".
+
+"pure bf16" (no fp32 master copy) and "tf32" become ``recipe.precision`` ``pure-bf16`` and
+``tf32``, which the plan then says its launch does not run (tools/intake/recipe_fields.py);
+before, "pure bf16" planned mixed bf16 and "tf32" left no trace.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ import re
 from typing import Any
 
 from tools.core.schemas import MAX_LORA_RANK, TRAINING_TASKS
+from tools.intake.numbers_text import PURE_BF16
 from tools.intake.readings import Read
 from tools.intake.wishes import named_wishes
 
 # "QLoRA", or a LoRA request's base "in 4-bit" / "4bit" / "NF4" (QLoRA's quantized base).
 _QLORA_RE = re.compile(r"\bq-?lora\b|(?<![\w.])4[ -]?bits?\b|\bnf4\b|\bint4\b", re.I)
 # "rank 64", "rank-8", "rank=16", "rank: 32", "r=16", "r = 8" (a bare "r 16" is too loose).
+_TF32_RE = re.compile(r"\btf32\b", re.I)
 _RANK_RE = re.compile(r"\brank\s*[-=:]?\s*(\d{1,5})\b|\br\s*=\s*(\d{1,5})\b", re.I)
 
 
@@ -38,6 +44,10 @@ def recipe_reads(text: str, task: str | None) -> list[Read]:
         if wish.field.endswith(":activation-checkpointing"):
             policy = "none" if wish.field.startswith("avoid:") else "full"
             reads.append(Read("recipe.checkpointing", policy, wish.quote, wish.start, wish.end))
+    if m := re.search(PURE_BF16, text, re.I):
+        reads.append(Read.of("recipe.precision", "pure-bf16", m))
+    elif m := _TF32_RE.search(text):
+        reads.append(Read.of("recipe.precision", "tf32", m))
     if task != "lora":
         return reads
     # Every spelling of it, so "QLoRA ..., 4-bit NF4" binds its "4" too (it was not understood).

@@ -115,7 +115,9 @@ def sizing_question(text: str, count_given: bool) -> SizingAsk | None:
     asked = _ASK_RE.search(text)
     deadline = deadline_reading(text)
     money = [r for r in money_readings(text) if r.field == "money-budget"]
-    if asked is None and (count_given or (deadline is None and not money)):
+    # A day ("by Friday") gives the sizing no duration: alone it asks no sizing question.
+    timed = deadline is not None and deadline_seconds(str(deadline.value)) is not None
+    if asked is None and (count_given or (not timed and not money)):
         return None
     first = asked or deadline or (money[0] if money else None)
     assert first is not None

@@ -57,8 +57,8 @@ _PP_RE = re.compile(
     r"\b(?:pp|pipeline[ -]parallel(?:ism|\s+(?:size|degree))?)\s*(?:(?:of|=|:|size|degree)\s*)?(\d{1,4})\b",
     re.I,
 )
-_TP_BEFORE_RE = re.compile(r"\b(\d{1,2})[ -]?way\s+tensor[ -]parallel", re.I)
-_PP_BEFORE_RE = re.compile(r"\b(\d{1,4})[ -]?(?:way|stage)s?\s+pipeline", re.I)
+_TP_BEFORE_RE = re.compile(r"\b(\d{1,2})[ -]?way\s+(?:tensor[ -]parallel|tp\b)", re.I)
+_PP_BEFORE_RE = re.compile(r"\b(\d{1,4})[ -]?(?:way|stage)s?\s+(?:pipeline|pp\b)", re.I)
 # "expert parallelism 8", "expert-parallel size 8", "EP=8", "EP 8", "ep8", "8-way expert
 # parallel", "专家并行 8"; the context-parallel degree likewise ("CP=2", "context parallel 4").
 _EP_WORDS = r"ep|expert[ -]parallel(?:ism)?"
@@ -265,6 +265,18 @@ _NAMED: tuple[tuple[str, str], ...] = (
     ("trainer:nemo", _NEMO),
     ("trainer:trl", r"\btrl\b"),
     ("trainer:unsloth", r"\bunsloth\b"),
+    # Stacks no launch here is written for: refused out loud (``UNOFFERED``), never dropped.
+    ("unoffered:jax", r"\bjax\b|\bflax\b|\bmaxtext\b|\bpaxml?\b|\bt5x\b"),
+    (
+        "unoffered:lightning",
+        r"\bpytorch[ -]lightning\b|\blightning[ -](?:ai|fabric|trainer)\b"
+        r"|\b(?:with|using|via|in|on|use)\s+lightning\b",
+    ),
+    (
+        "unoffered:ray-train",
+        r"\bray[ -]train\b|\b(?:with|using|via|on|use)\s+ray\b(?![ -]train)",
+    ),
+    ("unoffered:colossalai", r"\bcolossal[ -]?ai\b"),
     (
         "objective:sft",
         r"\bsft\b|\bsupervised\s+fine-?tun\w*|\binstruction[ -]tun\w*|指令微调|监督微调",
@@ -282,6 +294,30 @@ _NAMED: tuple[tuple[str, str], ...] = (
         r"|\bCPT\b|继续预训练|增量预训练|持续预训练",
     ),
 )
+# What each unoffered stack is, for the line that refuses it.
+UNOFFERED = {
+    "jax": "JAX/Flax",
+    "lightning": "PyTorch Lightning",
+    "ray-train": "Ray Train",
+    "colossalai": "ColossalAI",
+}
+OFFERED = "DeepSpeed, Megatron-LM, PyTorch FSDP or DDP, torchtitan and Horovod"
+
+
+def stack_mark(kind: str, name: str) -> tuple[bool, str] | None:
+    """How intake marks a wish about an unoffered stack: named, refused; refused, kept."""
+    if name not in UNOFFERED:
+        return None
+    if kind == "avoid":
+        return True, "not used: trainwright never plans on it"
+    if kind != "unoffered":
+        return None
+    return False, (
+        f"not offered: trainwright writes launch files for {OFFERED}, not {UNOFFERED[name]}; "
+        "this plan runs on the framework its Framework section names"
+    )
+
+
 _NAMED_RES = tuple((wish, re.compile(pattern, re.I)) for wish, pattern in _NAMED)
 # A refusal after the name: "packing disabled", "flash attention: off", "compile=false".
 _REFUSAL_AFTER = re.compile(r"\s*(?:[:=]\s*)?(?:disabled|off|false|turned\s+off)\b", re.I)

@@ -148,7 +148,7 @@ def _brief_and_hardware(
 ) -> tuple[TrainingBrief, HardwareSpec]:
     """The brief the request describes (its file, with the flags over it) and its hardware."""
     from tools.intake.brief import brief_from_dict, image_seq_len, load_brief
-    from tools.intake.hardware_text import network_fields
+    from tools.intake.network_text import network_fields
     from tools.research.hardware import hardware_for_brief
     from tools.research.model_catalog import lookup_model
 

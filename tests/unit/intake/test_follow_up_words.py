@@ -96,3 +96,24 @@ def test_a_wish_a_follow_up_cannot_apply_is_named() -> None:
     assert wish_words("with 8-bit adam, finish within 3 days") == ["8-bit adam", "within 3 days"]
     assert wish_words("with a budget of $5000") == ["$5000"]
     assert wish_words("double the batch size") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "dropped"),
+    [
+        # Before, a follow-up that changed a field dropped its wishes without a word: "make it
+        # 2 A100 in JAX by Friday with 8-bit adam" re-planned on 2 A100s and said nothing else.
+        ("make it 2 A100 in JAX by Friday with 8-bit adam", ["JAX", "by Friday", "8-bit adam"]),
+        ("use 16 H100s and fp8", ["fp8"]),
+        # What the follow-up's fields carry is not named: checkpointing is the recipe's.
+        ("make it 2 A100 with gradient checkpointing", []),
+        ("make it 2 A100", []),
+    ],
+)
+def test_the_wishes_a_changing_follow_up_cannot_carry_are_named(
+    text: str, dropped: list[str]
+) -> None:
+    from tools.intake.follow_up import dropped_wish_words
+
+    changes = follow_up_fields(text, BRIEF, ["llama-3-8b"])
+    assert changes and dropped_wish_words(text, changes) == dropped

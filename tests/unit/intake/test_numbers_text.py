@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tools.intake.numbers_text import batch_reading, lr_reading
+from tools.intake.numbers_text import batch_reading
+from tools.intake.optim_text import lr_reading
 
 
 @pytest.mark.parametrize(
@@ -60,3 +61,127 @@ def test_a_rate_before_its_name_is_the_learning_rate(text: str, rate: float, quo
 
 def test_a_count_before_lr_is_no_rate() -> None:
     assert lr_reading("compare 2 learning rates on batch 512 lr") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "value"),
+    [
+        # A thousands separator is part of the number: once "context of 8,192" planned seq 8.
+        ("llama-3-8b on 8 H100, context of 8,192", "seq_len", 8192),
+        ("max seq len 16,384 on 8 A100", "seq_len", 16384),
+        ("a 32,768-token context", "seq_len", 32768),
+        ("on 8 A100, global batch 1,024, seq 2048", "global_batch_size", 1024),
+        ("global batch of 2,097,152 tokens, seq 2048", "global_batch_size", 1024),
+        ("pretrain on 1,500 billion tokens", "dataset_tokens", 1.5e12),
+        # A list stays a list: "4096,8192" has no thousands group.
+        ("seq 4096, batch 64", "seq_len", 4096),
+    ],
+)
+def test_a_number_with_thousands_separators_is_read_whole(
+    text: str, field: str, value: float
+) -> None:
+    from tools.intake.numbers_text import number_reads
+
+    reads, _ = number_reads(text, 2048)
+    assert [r.value for r in reads if r.field == field] == [value]
+
+
+@pytest.mark.parametrize(
+    ("text", "quote"),
+    [
+        ("fine-tune llama-3-8b on 8 A100 by Friday", "by Friday"),
+        ("we need it before next Monday, 8 H100", "before next Monday"),
+        ("pretrain gpt2 on 4 A100, due by end of the week", "by end of the week"),
+        ("fine-tune llama-3-8b on 8 A100 by tomorrow", "by tomorrow"),
+    ],
+)
+def test_a_deadline_named_by_a_day_is_a_deadline_wish(text: str, quote: str) -> None:
+    # Before, "by Friday" left no trace in the plan; a day is no duration, so the plan says
+    # it was not checked rather than dropping it.
+    from tools.intake.numbers_text import deadline_reading
+    from tools.intake.sizing_text import deadline_seconds
+
+    read = deadline_reading(text)
+    assert read is not None and read.quote == quote
+    assert deadline_seconds(read.quote) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "seq_len", "tokens"),
+    [
+        # Before, each was listed as not understood and the plan had no token budget.
+        ("continued pretraining on 300B toks", None, 300e9),
+        ("train for 2 epochs on 10M examples of 512 tokens", 512, 2 * 10e6 * 512),
+        ("train 3 epochs over 50k samples at 2048 tokens", 2048, 3 * 50e3 * 2048),
+        ("SFT on 120k conversations of 4k tokens each", 4096, 120e3 * 4096),
+    ],
+)
+def test_a_token_budget_in_examples_or_abbreviated_is_read(
+    text: str, seq_len: int | None, tokens: float
+) -> None:
+    from tools.intake.account import not_understood
+    from tools.intake.numbers_text import number_reads
+
+    reads, _ = number_reads(text, 2048)
+    assert [r.value for r in reads if r.field == "seq_len"] == ([seq_len] if seq_len else [])
+    assert max(r.value for r in reads if r.field == "dataset_tokens") == tokens
+    assert not not_understood(text, [(r.start, r.end) for r in reads])
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a global batch of 512 sequences of 2048 tokens", "512 sequences of 2048 tokens per step"],
+)
+def test_a_batch_of_sequences_of_a_length_is_no_dataset(text: str) -> None:
+    from tools.intake.numbers_text import number_reads
+
+    reads, _ = number_reads(text, 2048)
+    assert not [r for r in reads if r.field == "dataset_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("text", "micro", "batch"),
+    [
+        # Hugging Face's argument names: before, "per_device_train_batch_size: 4" was the
+        # global batch 4, silently.
+        (
+            "max_seq_length: 4096, per_device_train_batch_size: 4, gradient_accumulation_steps: 8",
+            4,
+            None,
+        ),
+        ("per_device_train_batch_size=2", 2, None),
+        # Megatron's abbreviations: global and micro batch size.
+        ("gbs 1024, mbs 2", 2, 1024),
+        ("--global-batch-size 512 --micro-batch-size 1", 1, 512),
+    ],
+)
+def test_per_device_and_abbreviated_batches_are_read_as_what_they_are(
+    text: str, micro: int, batch: int | None
+) -> None:
+    from tools.intake.numbers_text import number_reads
+
+    reads, _ = number_reads(text, 2048)
+    assert [r.value for r in reads if r.field == "micro-batch"] == [micro]
+    assert [r.value for r in reads if r.field == "global_batch_size"] == ([batch] if batch else [])
+
+
+def test_token_batches_in_the_plural_are_a_batch_and_leave_the_steps_read() -> None:
+    # Before, "1M token batches" was a 1M-token budget and "for 10000 steps" not understood.
+    from tools.intake.numbers_text import number_reads
+
+    reads, _ = number_reads("pretrain on 8 H100 for 10000 steps with 1M token batches", 4096)
+    by = {r.field: r.value for r in reads}
+    assert by["global_batch_size"] == 256 and by["train_steps"] == 10000
+    assert "dataset_tokens" not in by
+
+
+@pytest.mark.parametrize(
+    ("text", "steps"),
+    [("with 1,000 warmup steps", 1000), ("warmup of 2,000 steps", 2000), ("warmup_steps=500", 500)],
+)
+def test_warmup_steps_with_thousands_separators_are_read_whole(text: str, steps: int) -> None:
+    # Before, "1,000 warmup steps" was listed not understood and the default warm-up planned.
+    from tools.intake.optim_text import warmup_reading
+
+    read = warmup_reading(text)
+    assert read is not None and read.value == steps

@@ -89,3 +89,33 @@ def test_activation_checkpointing_words_are_the_recipes_recompute(text: str, pol
 def test_serving_words_set_no_recipe() -> None:
     fields = request_fields("serve llama-3.1-8b on 2 L4 with activation checkpointing", MODELS)
     assert "recipe" not in fields
+
+
+@pytest.mark.parametrize(
+    ("text", "precision", "recipe_precision", "quote"),
+    [
+        # Before, "pure bf16" planned mixed bf16 (fp32 masters) and "tf32" left no trace; now
+        # the recipe names them, and the plan says the launch keeps fp32 masters / no TF32.
+        ("fine-tune llama-3.1-8b on 8 A100 in pure bf16", "bf16", "pure-bf16", "pure bf16"),
+        (
+            "fine-tune llama-3.1-8b on 8 A100, bf16 without fp32 master weights",
+            "bf16",
+            "pure-bf16",
+            "bf16 without fp32 master weights",
+        ),
+        ("fine-tune llama-3.1-8b on 8 A100 with tf32", "fp32", "tf32", "tf32"),
+        # Mixed precision is the default's own run: read, with its words, not assumed.
+        ("fine-tune llama-3.1-8b on 8 A100 with mixed precision", "auto", None, "mixed precision"),
+        ("fine-tune llama-3.1-8b on 8 A100 with AMP", "auto", None, "AMP"),
+        ("fine-tune llama-3.1-8b on 8 A100 with bf16 mixed precision", "bf16", None, "bf16"),
+    ],
+)
+def test_precision_words_land_in_the_brief_and_its_recipe(
+    text: str, precision: str, recipe_precision: str | None, quote: str
+) -> None:
+    fields = request_fields(text, MODELS)
+    assert fields["precision"] == precision
+    assert fields.get("recipe", {}).get("precision") == recipe_precision
+    account = account_request(text, fields, _brief(fields))
+    read = next(f for f in account.read if f.field == "precision")
+    assert read.quote == quote

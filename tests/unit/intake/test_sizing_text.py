@@ -62,3 +62,12 @@ def test_limits_in_the_words() -> None:
     assert ask.one_node and ask.max_gpus == 4
     assert ask.deadline_s == 10 * DAY and ask.budget_usd == 2000
     assert {r.value for r in ask.reads} >= {"one node", "at most 4 GPUs"}
+
+
+def test_a_deadline_by_day_alone_asks_no_sizing_question() -> None:
+    # "by Friday" names no duration: the sizing could not use it, so the request keeps its
+    # hardware reading (this machine) and the deadline stays a wish the plan says it could not check.
+    from tools.intake.sizing_text import sizing_question
+
+    assert sizing_question("fine-tune llama-3-8b by Friday", count_given=False) is None
+    assert sizing_question("fine-tune llama-3-8b within 3 days", count_given=False) is not None

@@ -30,6 +30,9 @@ from tools.intake.words import TEAM
         ("llama-3.1-8b at 128k with cp 4", "context_parallel", 4, "cp 4"),
         ("llama-3.1-8b at 128k, context-parallel degree 2", "context_parallel", 2, "context-parallel degree 2"),
         ("llama-3.1-8b at 128k, 上下文并行度 4", "context_parallel", 4, "上下文并行度 4"),
+        # The abbreviation after "N-way" (was not understood: the search picked its own degree).
+        ("llama-3-8b on 8 A100 with 2-way TP", "tensor_parallel", 2, "2-way TP"),
+        ("llama-3-70b on 16 A100 with 4-way PP", "pipeline_parallel", 4, "4-way PP"),
         # A refusal pins degree 1, quoted from the refusing word.
         ("mixtral on 16 H100 with no expert parallelism", "expert_parallel", 1, "no expert parallelism"),
         ("mixtral on 16 H100, do not use EP", "expert_parallel", 1, "not use EP"),

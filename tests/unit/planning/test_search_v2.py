@@ -16,7 +16,7 @@ from inproc import run_main
 from tools.core.errors import InputError
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, RECOMPUTE_POLICIES
 from tools.intake.brief import brief_from_dict
-from tools.intake.hardware_text import network_fields
+from tools.intake.network_text import network_fields
 from tools.planning import SearchOptions, capacity_bytes, estimate_strategy, search_strategy
 from tools.research.hardware import hardware_for_brief, parse_hardware
 from tools.research.model_catalog import lookup_model
