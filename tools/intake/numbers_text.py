@@ -47,8 +47,12 @@ _SEQ_RES = (
         r"seq(?:uence)?[ _-]?len(?:gth)?)\b",
         re.I,
     ),
-    # "with 2048 seq", "8k seq" (the abbreviation alone: "512 sequences" is a batch).
-    re.compile(r"(?<![\w.])" + _NUM + r"\s*(k)?[ -]?seq\b(?![ _-]?s\b)", re.I),
+    # "with 2048 seq", "8k seq" (the abbreviation alone: "512 sequences" is a batch); not a
+    # number before "seq 32768" ("context parallel 2 seq 32768" was read as 2 tokens).
+    re.compile(
+        r"(?<![\w.])" + _NUM + r"\s*(k)?[ -]?seq\b(?![ _-]?s\b)(?![ _-]?(?:len\w*)?\s*[=:]?\s*\d)",
+        re.I,
+    ),
     # "4096-token sequences", "8k tokens per sequence".
     re.compile(
         r"(?<![\w.])" + _NUM + r"\s*(k)?[ -]?tokens?(?:[ -](?:long\s+)?sequences?|\s+(?:per|each|a)"

@@ -59,6 +59,11 @@ _PP_RE = re.compile(
 )
 _TP_BEFORE_RE = re.compile(r"\b(\d{1,2})[ -]?way\s+(?:tensor[ -]parallel|tp\b)", re.I)
 _PP_BEFORE_RE = re.compile(r"\b(\d{1,4})[ -]?(?:way|stage)s?\s+(?:pipeline|pp\b)", re.I)
+# "pipeline 4", "pipeline=4", "pipeline stages 4" (as in "tensor parallel 8 pipeline 4": the
+# degree was dropped and the search picked its own); not "pipeline 4 workers".
+_PP_SHORT_RE = re.compile(
+    r"\bpipeline(?:\s+stages?)?\s*(?:=|:)?\s*(\d{1,4})\b(?!\s*(?:workers?|threads?|proc))", re.I
+)
 # "expert parallelism 8", "expert-parallel size 8", "EP=8", "EP 8", "ep8", "8-way expert
 # parallel", "专家并行 8"; the context-parallel degree likewise ("CP=2", "context parallel 4").
 _EP_WORDS = r"ep|expert[ -]parallel(?:ism)?"
@@ -153,7 +158,7 @@ def pin_reads(text: str) -> list[Read]:
         reads.append(Read.of("pins.tensor_parallel", int(m.group(1)), m))
     elif m := _NO_TP_RE.search(text):
         reads.append(Read.of("pins.tensor_parallel", 1, m))
-    if m := (_PP_RE.search(text) or _PP_BEFORE_RE.search(text)):
+    if m := (_PP_RE.search(text) or _PP_BEFORE_RE.search(text) or _PP_SHORT_RE.search(text)):
         reads.append(Read.of("pins.pipeline_parallel", int(m.group(1)), m))
     elif m := _NO_PP_RE.search(text):
         reads.append(Read.of("pins.pipeline_parallel", 1, m))

@@ -73,7 +73,13 @@ def build_space(
     check_pins(
         model, hardware, brief, tensor_parallel, pipeline_parallel, names if strategies else None
     )
-    check_split_pins(model, hardware, options.expert_parallel, options.context_parallel)
+    check_split_pins(
+        model,
+        hardware,
+        options.expert_parallel,
+        options.context_parallel,
+        (tensor_parallel, pipeline_parallel),
+    )
     if micro_batch_size is not None and micro_batch_size < 1:
         raise InputError("micro_batch_size", "must be at least 1")
     if options.recompute is not None:

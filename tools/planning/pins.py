@@ -11,6 +11,7 @@ from tools.core.schemas import HardwareSpec, ModelSpec, Pins, StrategyName, Trai
 from tools.core.strategies import OFFLOAD_STRATEGIES
 from tools.planning.parallel import routed_experts
 from tools.planning.search_space import PIPELINE_STRATEGIES
+from tools.research.titan_flavors import torchtitan_flavor
 
 
 def batch_message(
@@ -129,13 +130,17 @@ def check_split_pins(
     hardware: HardwareSpec,
     expert_parallel: int | None,
     context_parallel: int | None,
+    model_split: tuple[int | None, int | None] = (None, None),
 ) -> None:
     """Refuse a pinned expert- or context-parallel degree that cannot run, naming the field.
 
     Expert parallelism splits a mixture of experts' routed experts (a dense model has none)
     over data-parallel ranks: e divides the experts and the GPUs (DeepSpeed-MoE,
     ``--moe-expert-parallel-size``). Context parallelism splits each sequence over c of the
-    GPUs, so c divides them.
+    GPUs, so c divides them, and beside a tensor or pipeline split only on torchtitan (ring
+    attention, for the Llama 3.1 models its flavors build): elsewhere it is DeepSpeed-Ulysses,
+    which Megatron-DeepSpeed runs beside data parallelism only (``model_split``: the pinned
+    tensor and pipeline degrees).
     """
     ep, cp, world = expert_parallel, context_parallel, hardware.world_size
     experts = routed_experts(model)
@@ -154,3 +159,13 @@ def check_split_pins(
         raise InputError("context_parallel", "must be at least 1")
     if cp is not None and world % cp:
         raise InputError("context_parallel", f"{cp} must divide the {world} GPUs")
+    tp, pp = ((d or 1) for d in model_split)
+    if cp is not None and cp > 1 and tp * pp > 1 and torchtitan_flavor(model) is None:
+        raise InputError(
+            "context_parallel",
+            f"context parallel {cp} with tensor x pipeline parallel {tp} x {pp} runs on "
+            f"torchtitan's ring attention, for the Llama 3.1 models its flavors build, and "
+            f"{model.name} is none of them; its context parallelism is DeepSpeed-Ulysses on "
+            "Megatron-DeepSpeed, beside data parallelism only (it refuses Ulysses with "
+            "Megatron's sequence parallelism)",
+        )

@@ -279,6 +279,7 @@ def pinned_search(
     degrees = (tp, pp, ep, cp, micro)
     plan: MemoryPlan | None = None
     why = "no strategy has all of these"
+    verb = "does not fit"  # or: cannot run (a pinned layout no framework here runs)
     fits = False
     if kept:
         try:
@@ -295,7 +296,7 @@ def pinned_search(
                 space.notes.append(batch_note)
             plan = search_space(space, objective)
         except InputError as exc:
-            why = exc.message
+            why, verb = exc.message, "cannot run here"
         else:
             row = plan.chosen_row
             fits = row is not None and row.fits and _matches(plan, *degrees)
@@ -317,11 +318,11 @@ def pinned_search(
     row = fallback.chosen_row
     if row is not None and row.fits:
         note = (
-            f"the pinned choice ({wanted}) does not fit: {why}; planned "
+            f"the pinned choice ({wanted}) {verb}: {why}; planned "
             f"{fallback.chosen_label} instead, which fits"
         )
     else:
-        note = f"the pinned choice ({wanted}) does not fit: {why}; nothing fits without it either"
+        note = f"the pinned choice ({wanted}) {verb}: {why}; nothing fits without it either"
         # Nothing fits either way: the plan keeps what the request pinned.
         fallback = plan if plan is not None and _matches(plan, *degrees) else fallback
     notes = [note, *fallback.assumptions]

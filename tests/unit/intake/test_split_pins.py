@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 
 from tools.core.errors import InputError
-from tools.intake.brief import brief_from_dict
+from tools.intake.brief import brief_from_dict, parse_request
 from tools.intake.wishes import named_wishes, pin_fields, pin_reads
 from tools.intake.words import TEAM
+from tools.research.model_catalog import list_models
 
 
 @pytest.mark.parametrize(
@@ -33,6 +34,9 @@ from tools.intake.words import TEAM
         # The abbreviation after "N-way" (was not understood: the search picked its own degree).
         ("llama-3-8b on 8 A100 with 2-way TP", "tensor_parallel", 2, "2-way TP"),
         ("llama-3-70b on 16 A100 with 4-way PP", "pipeline_parallel", 4, "4-way PP"),
+        # "pipeline 4" after "tensor parallel 8": the degree was dropped, the search picked PP 2.
+        ("llama-3-70b on 32 H100 with tensor parallel 8 pipeline 4", "pipeline_parallel", 4, "pipeline 4"),
+        ("llama-3-70b on 32 H100, pipeline stages=8", "pipeline_parallel", 8, "pipeline stages=8"),
         # A refusal pins degree 1, quoted from the refusing word.
         ("mixtral on 16 H100 with no expert parallelism", "expert_parallel", 1, "no expert parallelism"),
         ("mixtral on 16 H100, do not use EP", "expert_parallel", 1, "not use EP"),
@@ -63,6 +67,17 @@ def test_a_split_degree_is_a_pin_with_its_words(
 def test_words_without_a_degree_pin_nothing(text: str) -> None:
     fields = pin_fields(text)
     assert "expert_parallel" not in fields and "context_parallel" not in fields, fields
+
+
+def test_an_input_pipeline_of_workers_is_no_pipeline_degree() -> None:
+    assert "pipeline_parallel" not in pin_fields("llama-3-8b on 8 H100, data pipeline 4 workers")
+
+
+def test_a_split_pin_before_the_sequence_leaves_the_sequence_whole() -> None:
+    # "context parallel 2 seq 32768" was read as 2-token sequences and a 2M-sequence batch.
+    text = "pretrain llama-3-70b on 16 H100 with megatron context parallel 2 seq 32768"
+    brief = parse_request(text, list_models())
+    assert brief.seq_len == 32768 and brief.pins.context_parallel == 2
 
 
 def test_the_degrees_and_tensor_parallel_read_side_by_side() -> None:

@@ -47,3 +47,19 @@ def test_when_only_megatron_fits_the_plan_runs_there_and_says_so() -> None:
     note = plan.not_honoured[0]
     assert note.startswith("no setup whose launch builds gemma-2-27b as it is fits")
     assert note in plan.assumptions and "Megatron-DeepSpeed" in note
+
+
+def test_context_with_a_model_split_off_torchtitan_is_refused_for_what_it_is() -> None:
+    # Pinned tp 8 x pp 4 x cp 2 of llama-3-70b (no torchtitan flavor) was refused as a batch
+    # that "must be a multiple of the data-parallel degree" (128 on dp 1).
+    spec = lookup_model("llama-3-70b", 32768)
+    hw = parse_hardware("4x8xH100-80GB")
+    brief = TrainingBrief(
+        model="llama-3-70b", seq_len=32768, global_batch_size=128, hardware="4x8xH100-80GB",
+        pins={"tensor_parallel": 8, "pipeline_parallel": 4, "context_parallel": 2},
+    )  # fmt: skip
+    plan = search_strategy(spec, hw, brief, SearchOptions())
+    note = plan.not_honoured[0]
+    assert note.startswith("the pinned choice (tensor parallel 8 + pipeline parallel 4")
+    assert "cannot run here: context parallel 2 with tensor x pipeline parallel 8 x 4" in note
+    assert "DeepSpeed-Ulysses" in note and "multiple of" not in note
