@@ -114,7 +114,7 @@ def _gaps(model: ModelSpec) -> list[tuple[str, bool]]:
     Structural: a gated MLP built ungated, shared experts, dense layers built as experts,
     latent attention, parallel blocks, Gemma's extra norms; the GPT Megatron builds is another
     architecture. A detail keeps every layer and shape: an activation, which projections carry
-    biases, RoPE scaling, query/key norms.
+    biases, RoPE scaling, query/key norms, a sliding attention window shorter than the sequence.
     """
     arch = architecture(model)
     cfg = model.hf_config or {}
@@ -132,6 +132,16 @@ def _gaps(model: ModelSpec) -> list[tuple[str, bool]]:
         gaps.append((f"its RoPE scaling ({kind}): trained with unscaled rotary positions", False))
     if arch.family in ("qwen3", "qwen3_moe"):
         gaps.append(("the query/key RMSNorm of Qwen3 attention", False))
+    window = cfg.get("sliding_window")
+    if window and cfg.get("use_sliding_window", True) and model.seq_len > int(window):
+        # Megatron-DeepSpeed's attention is causal over the whole sequence (no window flag).
+        gaps.append(
+            (
+                f"its sliding-window attention ({int(window)} tokens): full attention over the "
+                f"{model.seq_len} here",
+                False,
+            )
+        )
     if cfg.get("shared_expert_intermediate_size") or cfg.get("n_shared_experts"):
         gaps.append(("its shared experts", True))
     if cfg.get("kv_lora_rank") or cfg.get("q_lora_rank"):

@@ -76,3 +76,14 @@ def test_a_tensor_split_of_a_torchtitan_llama_runs_on_torchtitan_not_megatron() 
     model = lookup_model("llama-3.1-8b", 2048)
     assert split_framework(model, "zero3", tp=2) == "torchtitan"
     assert split_framework(model, "zero1", tp=2) == "deepspeed"  # AutoTP, the HF model
+
+
+def test_a_sliding_window_shorter_than_the_sequence_is_a_gap_megatron_cannot_build() -> None:
+    # Mistral 7B v0.1 attends over a 4096-token window; Megatron-DeepSpeed's attention has no
+    # window, so at 8192 tokens it trains full attention (a detail for a from-scratch run, a
+    # different model for a fine-tune).
+    long = lookup_model("mistral-7b", 8192)
+    assert any("sliding-window attention (4096 tokens)" in g for g in unexpressed(long))
+    assert megatron_excluded(long, loads_weights=False) is None
+    assert "sliding-window" in (megatron_excluded(long, loads_weights=True) or "")
+    assert unexpressed(lookup_model("mistral-7b", 4096)) == []
