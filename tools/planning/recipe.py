@@ -180,6 +180,12 @@ def recipe_from_brief(brief: TrainingBrief, model: ModelSpec | None = None) -> R
         # A framework the request names whose memory differs from DeepSpeed's is priced as
         # it runs (FSDP's fp32 shards, Megatron's gradient buffer) with its defaults.
         named = brief_frameworks.get(str(brief.framework))
+        moe = model is not None and (model.active_params or model.params) < model.params
+        if brief.framework == "megatron" and moe:
+            # Megatron-DeepSpeed trains a mixture of experts with DeepSpeed-MoE under the
+            # DeepSpeed engine's ZeRO (its launch here): priced as DeepSpeed, so its expert
+            # parallelism is searched (tools/planning/layouts.py prices it for ZeRO only).
+            return None
         if brief.framework not in ("pytorch_fsdp", "megatron", "torchtitan") or named in (
             None,
             "deepspeed",

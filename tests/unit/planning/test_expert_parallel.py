@@ -109,11 +109,28 @@ def test_expert_parallelism_under_another_recipe_is_left_out_and_said() -> None:
     model, hw = _mixtral(), parse_hardware(HW)
     brief = brief_from_dict(
         {"model": "mixtral-8x7b", "hardware": HW, "seq_len": 4096, "global_batch_size": 256,
-         "task": "pretrain", "framework": "megatron"}
+         "task": "pretrain", "recipe": {"framework": "megatron"}}
     )  # fmt: skip
     plan = search_strategy(model, hw, brief)
     assert all(c.expert_parallel == 1 for c in plan.candidates)
     assert any(a.startswith("expert parallelism not searched") for a in plan.assumptions)
+
+
+def test_megatron_named_for_a_mixture_of_experts_searches_expert_parallelism() -> None:
+    """Megatron-DeepSpeed runs DeepSpeed-MoE under the DeepSpeed engine's ZeRO: priced so.
+
+    "pretrain mixtral-8x7b on 4 nodes of 8 H100 with megatron" was priced with Megatron-LM's
+    own recipe, for which expert parallelism is not priced, so the one launcher that runs it
+    got no expert split (ddp+tp2+pp8, while the same request without the wish got zero2+ep8).
+    """
+    model, hw = _mixtral(), parse_hardware(HW)
+    brief = brief_from_dict(
+        {"model": "mixtral-8x7b", "hardware": HW, "seq_len": 4096, "global_batch_size": 256,
+         "task": "pretrain", "framework": "megatron"}
+    )  # fmt: skip
+    plan = search_strategy(model, hw, brief)
+    assert any(c.expert_parallel > 1 for c in plan.candidates)
+    assert not any(a.startswith("expert parallelism not searched") for a in plan.assumptions)
 
 
 def test_tensor_parallelism_for_a_mixture_of_experts_is_not_autotp() -> None:
