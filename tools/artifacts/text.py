@@ -218,10 +218,21 @@ def estimate_lines(
             f"  peak allocated {c.peak_allocated_bytes / 1e9:.2f} GB, reserved "
             f"{c.peak_reserved_bytes / 1e9:.2f} GB, device used {c.device_used_bytes / 1e9:.2f} GB"
         )
+    lines += [f"  not as asked: {n}" for n in memory.not_honoured]
     lines += [
         f"  {a}"
         for a in memory.assumptions
-        if a.startswith(("fit check", "memory priced", "fp8 linears", "attention:"))
+        # What the search left out is said too (a split Megatron cannot build, a refused one).
+        if a.startswith(
+            (
+                "fit check",
+                "memory priced",
+                "fp8 linears",
+                "attention:",
+                "not searched",
+                "expert parallelism not searched",
+            )
+        )
     ]
     lines += image_lines(memory.speed, hw)
     lines += [f"  error band: {band.text}" for band in memory.error_bands]
