@@ -147,8 +147,11 @@ def test_setup_framework_picks_by_split_model_and_zero_stage() -> None:
     assert setup_framework(llama, model_parallel_plan("zero1", 1, 1)) is None
     assert setup_framework(llama, model_parallel_plan("zero1", 8, 1)) == "deepspeed"
     assert setup_framework(gpt2, model_parallel_plan("zero2", 2, 1)) == "deepspeed"
-    # AutoTP training takes ZeRO 0-2 only; ZeRO-3 with tensor parallelism goes to Megatron.
-    assert setup_framework(llama, model_parallel_plan("zero3", 8, 1)) == "megatron"
+    # AutoTP training takes ZeRO 0-2 only; ZeRO-3 with tensor parallelism is FSDP2 x TP on
+    # torchtitan for the Llama 3.1 it builds exactly (Megatron has no Llama 3.1 RoPE scaling),
+    # on Megatron for a model torchtitan does not build.
+    assert setup_framework(llama, model_parallel_plan("zero3", 8, 1)) == "torchtitan"
+    assert setup_framework(LLAMA3_70B, model_parallel_plan("zero3", 8, 1)) == "megatron"
     assert setup_framework(llama, model_parallel_plan("zero1", 8, 2)) == "torchtitan"
     # No torchtitan model definition for GPT-2 (nor a Llama of another shape): Megatron.
     assert setup_framework(gpt2, model_parallel_plan("zero1", 2, 2)) == "megatron"
