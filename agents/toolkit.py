@@ -155,12 +155,8 @@ def _fp8_setup(
         if row is not None and row.fits and setup_refusal(ws.brief, model, plain) is None:
             plain.assumptions.insert(0, PLAIN_FP8)
             return plain
-    recipe = ws.brief.recipe
-    assert recipe is not None  # setup_refusal answers only for an fp8 recipe
-    ws.brief = ws.brief.model_copy(
-        update={"recipe": recipe.model_copy(update={"precision": "bf16"})}
-    )
-    ws.precision_note = why
+    ws.memory = plan
+    ws.settle_setup_precision()  # bf16, the line and the rationale, as every later node has them
     return search_strategy(model, hw, ws.brief, options)
 
 

@@ -86,6 +86,26 @@ def test_fp8_gpt3_on_megatron_trains_the_plain_model_that_applies_it(
     assert _wish(plan)["honoured"] is True
 
 
+def test_fp8_gpt3_that_needs_pipeline_stages_is_priced_as_the_bf16_it_runs(
+    cli_main: Any, tmp_path: Path
+) -> None:
+    # 175B fits only with pipeline stages, whose pipeline model Transformer Engine never
+    # builds: the plan trains and is priced bf16, and the brief, the wish, the headline and the
+    # framework's rationale all say the same.
+    plan, _, stdout = _plan(cli_main, tmp_path, "pretrain gpt3-175b on 8 nodes of 8 H100 with fp8")
+    assert plan["memory"]["pipeline_parallel"] > 1
+    assert plan["brief"]["recipe"]["precision"] == "bf16"
+    assert plan["speed"]["gemm_precision"] is None
+    assert "--fp8-hybrid" not in plan["launch"]["command"]
+    lines = _fp8_lines(plan)
+    assert len(lines) == 1 and "the pipeline model" in lines[0]
+    assert "the plan is priced as bf16" in lines[0]
+    wish = _wish(plan)
+    assert wish["honoured"] is False and lines[0].startswith(wish["how"])
+    assert "priced bf16" in plan["framework"]["rationale"]
+    assert sum(line.startswith("not as asked: fp8") for line in stdout.splitlines()) == 1
+
+
 def test_fp8_on_a100_plans_bf16_and_says_why_in_one_line(cli_main: Any, tmp_path: Path) -> None:
     plan, _, stdout = _plan(cli_main, tmp_path, "fine-tune llama-3-8b on 8 A100 with fp8")
     assert (plan["brief"].get("recipe") or {}).get("precision") != "fp8"
