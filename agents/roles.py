@@ -309,7 +309,11 @@ def _fp8_marked(ws: Workspace, account: dict[str, Any] | None) -> dict[str, Any]
         account,
         primary=ws.framework.primary if ws.framework else None,
         gemm_precision=ws.speed.gemm_precision if ws.speed else None,
-        launch_notes=ws.launch.notes if ws.launch else [],
+        # The search's own line counts too (a setup that rules Megatron's fp8 out).
+        launch_notes=[
+            *(ws.launch.notes if ws.launch else []),
+            *(ws.memory.not_honoured if ws.memory else []),
+        ],
         precision_note=ws.precision_note,
     )
 

@@ -27,7 +27,14 @@ from agents.tool_args import (
 )
 from agents.workspace import SearchRecord, Workspace, need, search_inputs
 from tools.core.errors import InputError
-from tools.core.schemas import ModelParams, ModelShape, SmokeResult
+from tools.core.schemas import (
+    HardwareSpec,
+    MemoryPlan,
+    ModelParams,
+    ModelShape,
+    ModelSpec,
+    SmokeResult,
+)
 from tools.core.strategies import STRATEGY_ORDER
 from tools.research.framework import DEEPSPEED_FRAMEWORKS, REPLICATING_FRAMEWORKS
 
@@ -115,6 +122,43 @@ def researcher_tools(ws: Workspace) -> list[BaseTool]:
 
 # ---- engineer --------------------------------------------------------------------------------
 
+# Said when an fp8 recipe on Megatron is searched again without the splits its fp8 skips.
+PLAIN_FP8 = (
+    "fp8 on Megatron-DeepSpeed: setups searched without pipeline stages or context parallelism, "
+    "since its fp8 runs only in Transformer Engine's layers of its plain model (with them the "
+    "launch would train bf16)"
+)
+
+
+def _fp8_setup(
+    ws: Workspace, model: ModelSpec, hw: HardwareSpec, options: Any, plan: MemoryPlan
+) -> MemoryPlan:
+    """The plan on a setup whose Megatron launch applies the recipe's fp8, else priced bf16.
+
+    The search prices fp8 for every setup, and Megatron-DeepSpeed applies it only without
+    pipeline stages or context parallelism (tools/artifacts/fp8_launch.py ``setup_refusal``):
+    such a setup is searched when the request pins neither; when none fits, the plan trains
+    and is priced as bf16, saying why once.
+    """
+    from tools.artifacts.fp8_launch import setup_refusal
+    from tools.planning import search_strategy
+
+    why = setup_refusal(ws.brief, model, plan)
+    if why is None:
+        return plan
+    pins = ws.brief.pins
+    if (pins.pipeline_parallel or 1) == 1 and (pins.context_parallel or 1) == 1:
+        plain = search_strategy(
+            model, hw, ws.brief, options.but(pipeline_parallel=1, context_parallel=1)
+        )
+        row = plain.chosen_row
+        if row is not None and row.fits and setup_refusal(ws.brief, model, plain) is None:
+            plain.assumptions.insert(0, PLAIN_FP8)
+            return plain
+    ws.memory = plan
+    ws.settle_setup_precision()  # bf16, the line and the rationale, as every later node has them
+    return search_strategy(model, hw, ws.brief, options)
+
 
 def engineer_tools(ws: Workspace) -> list[BaseTool]:
     """plan_parallelism, emit_deepspeed_config, emit_launch, run_smoke_test."""
@@ -147,6 +191,7 @@ def engineer_tools(ws: Workspace) -> list[BaseTool]:
         if ws.searched is not None and ws.searched.inputs != search_inputs(ws.brief, hw, model):
             reuse = None
         ws.memory = search_strategy(model, hw, ws.brief, options, searched=reuse)
+        ws.memory = _fp8_setup(ws, model, hw, options, ws.memory)
         if ws.batch_note and ws.batch_note not in ws.memory.assumptions:
             ws.memory.assumptions.insert(0, ws.batch_note)
         if ws.recipe_note and ws.recipe_note not in ws.memory.not_honoured:

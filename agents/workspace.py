@@ -156,6 +156,28 @@ class Workspace:
                 update={"recipe": recipe.model_copy(update={"framework": launch.framework})}
             )
 
+    def settle_setup_precision(self) -> None:
+        """Train bf16 where the searched setup's Megatron launch would not apply the fp8 recipe.
+
+        Deterministic in the brief, the model and the memory plan (tools/artifacts/fp8_launch.py
+        ``setup_refusal``), so every node after the engineer's search settles the same brief,
+        the same line and the same framework rationale.
+        """
+        if self.memory is None or self.model is None:
+            return
+        from tools.artifacts.fp8_launch import setup_refusal
+        from tools.research.fp8_framework import fp8_dropped
+
+        why, recipe = setup_refusal(self.brief, self.model, self.memory), self.brief.recipe
+        if why is None or recipe is None:
+            return
+        self.brief = self.brief.model_copy(
+            update={"recipe": recipe.model_copy(update={"precision": "bf16"})}
+        )
+        self.precision_note = why
+        if self.framework is not None:
+            self.framework = fp8_dropped(self.framework)
+
     def progress(self, text: str) -> None:
         """Report progress to whoever is watching (CLI, REPL)."""
         if self.on_progress:
@@ -205,6 +227,7 @@ def from_state(
         on_progress=on_progress,
     )
     ws.settle_batch()
+    ws.settle_setup_precision()
     return ws
 
 

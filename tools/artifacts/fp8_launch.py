@@ -3,7 +3,9 @@
 Two launches here apply fp8 (tools/artifacts/launch.py): torchtitan's TOML (the
 ``quantize.linear.float8`` converter) for the Llama 3.1 shapes a torchtitan flavor builds
 exactly (tools/research/titan_flavors.py), and Megatron-DeepSpeed (Transformer Engine,
-``--fp8-hybrid``) for the models its GPT builds from flags (tools/artifacts/megatron_model.py).
+``--fp8-hybrid``) for a GPT-3-style model (LayerNorm, GeLU, biases, full multi-head attention)
+trained as its plain model, without pipeline stages or context parallelism
+(tools/artifacts/megatron_fp8.py); the search's setup is checked too (``setup_refusal``).
 The DeepSpeed, torchrun/FSDP and other train.py launches have no fp8 path. So an fp8 recipe runs
 on torchtitan where it builds the model, else on Megatron-DeepSpeed, unless the request names
 another framework; when no launch can apply fp8, the plan trains and is priced as bf16 mixed
@@ -16,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tools.artifacts.headline import FP8_NOT_APPLIED
+from tools.artifacts.megatron_fp8 import fp8_refusal, te_gaps
 from tools.core.request_account import RequestAccount, mark_wish
-from tools.core.schemas import TRAINING_TASKS, ModelSpec, TrainingBrief
+from tools.core.schemas import TRAINING_TASKS, MemoryPlan, ModelSpec, TrainingBrief
 from tools.intake.fp8_wish import FP8_WISH
 from tools.research.megatron_arch import convert_refusal, unexpressed
 from tools.research.splits import refused_in
@@ -67,9 +70,11 @@ def fp8_launch(brief: TrainingBrief, model: ModelSpec) -> Fp8Launch | None:
     """Where the brief's fp8 recipe runs (None: the brief asks no fp8 for training).
 
     A pinned framework keeps its launch: torchtitan and Megatron apply fp8 (torchtitan only for
-    a model one of its flavors builds), any other trains bf16. Unpinned: torchtitan for its
-    flavors, else Megatron-DeepSpeed where its GPT builds the model (a fine-tune also needs its
-    Hugging Face converter), neither refused by the request; a LoRA job runs train.py (peft).
+    a model one of its flavors builds, Megatron only for a GPT-3-style model its Transformer
+    Engine layers build, never a fine-tune's pipeline model), any other trains bf16. Unpinned:
+    torchtitan for its flavors, else Megatron-DeepSpeed where its GPT and its Transformer
+    Engine layers build the model, neither refused by the request; a LoRA job runs train.py
+    (peft). The setup the search picks can still rule Megatron's fp8 out (``setup_refusal``).
     """
     recipe = brief.recipe
     if recipe is None or recipe.precision != "fp8" or brief.task not in TRAINING_TASKS:
@@ -87,6 +92,13 @@ def fp8_launch(brief: TrainingBrief, model: ModelSpec) -> Fp8Launch | None:
                 "in its place, has no fp8 path"
             )
         return _not_applied(f"torchtitan was asked for and cannot run {model.name} ({why})")
+    # Megatron-DeepSpeed's fp8 runs in Transformer Engine's GPT-3-style layers only, and a
+    # fine-tune loads the converter's checkpoint into its pipeline model (megatron_fp8.py).
+    te_missing = te_gaps(model, pipeline_model=brief.loads_weights)
+    if pinned == "megatron" and te_missing:
+        return Fp8Launch(
+            None, fp8_refusal(model, 1, pipeline_model=brief.loads_weights, priced_bf16=True)
+        )
     if pinned is not None:
         return Fp8Launch(pinned)
     if brief.task == "lora":
@@ -101,7 +113,7 @@ def fp8_launch(brief: TrainingBrief, model: ModelSpec) -> Fp8Launch | None:
     gaps = unexpressed(model)
     convert = convert_refusal(model) if brief.loads_weights else None
     megatron_refused = refused_in("megatron", brief.avoid_frameworks)
-    if not gaps and convert is None and not megatron_refused:
+    if not gaps and convert is None and not megatron_refused and not te_missing:
         return Fp8Launch("megatron")
     titan = (
         "the request refuses it"
@@ -111,11 +123,35 @@ def fp8_launch(brief: TrainingBrief, model: ModelSpec) -> Fp8Launch | None:
     megatron = (
         f"the request refuses {', '.join(megatron_refused)}"
         if megatron_refused
-        else convert or f"it cannot express {'; '.join(gaps)}"
+        else convert
+        or (f"it cannot express {'; '.join(gaps)}" if gaps else None)
+        or "its fp8 runs only in Transformer Engine's GPT-3-style layers, and this plan has "
+        + "; ".join(te_missing)
     )
     return _not_applied(
         f"neither fp8 launch runs {model.name}: torchtitan ({titan}), Megatron-DeepSpeed "
         f"({megatron})"
+    )
+
+
+def setup_refusal(brief: TrainingBrief, model: ModelSpec, memory: MemoryPlan) -> str | None:
+    """Why the searched setup's Megatron launch would not apply the recipe's fp8 (None: it would).
+
+    Pipeline stages build Megatron-DeepSpeed's pipeline model, and context parallelism is
+    DeepSpeed-Ulysses around Megatron's own attention: neither runs Transformer Engine's fp8
+    layers (tools/artifacts/megatron_fp8.py). None too for a recipe that is not fp8 on Megatron.
+    """
+    recipe = brief.recipe
+    if recipe is None or recipe.precision != "fp8" or recipe.framework != "megatron":
+        return None
+    setup = memory.chosen_setup
+    return fp8_refusal(
+        model,
+        setup.tp,
+        pipeline_model=setup.pp > 1 or brief.loads_weights,
+        context_parallel=setup.cp,
+        expert_parallel=setup.ep,
+        priced_bf16=True,
     )
 
 

@@ -42,19 +42,18 @@ _TE_DIFFERS = {
 }
 
 
-def fp8_refusal(
+def te_gaps(
     model: ModelSpec,
-    tensor_parallel: int,
+    tensor_parallel: int = 1,
     *,
     pipeline_model: bool,
     context_parallel: int = 1,
     expert_parallel: int = 1,
-) -> str | None:
-    """Why the Megatron-DeepSpeed launch cannot apply fp8 to this plan (None: it can).
+) -> list[str]:
+    """What this plan has that Megatron-DeepSpeed's Transformer Engine layers do not build.
 
     ``pipeline_model``: the launch builds Megatron-DeepSpeed's pipeline model (no
-    ``--no-pipeline-parallel``). The line starts as every unapplied-fp8 note does, for the
-    report's headline.
+    ``--no-pipeline-parallel``). Empty: its fp8 applies.
     """
     flags = architecture_flags(model, tensor_parallel, expert_parallel)
     found = [why for flag, why in _TE_DIFFERS.items() if flag in flags]
@@ -68,14 +67,39 @@ def fp8_refusal(
             "the pipeline model (GPTModelPipe: pipeline stages, or a fine-tune's converted "
             "checkpoint), whose layers are Megatron's own, never Transformer Engine's",
         )
+    return found
+
+
+def fp8_refusal(
+    model: ModelSpec,
+    tensor_parallel: int,
+    *,
+    pipeline_model: bool,
+    context_parallel: int = 1,
+    expert_parallel: int = 1,
+    priced_bf16: bool = False,
+) -> str | None:
+    """Why the Megatron-DeepSpeed launch cannot apply fp8 to this plan (None: it can).
+
+    ``te_gaps``' arguments; ``priced_bf16``: the plan is priced as bf16 for it (the planner's
+    line), else the fp8 estimate stands (the launch's). The line starts as every unapplied-fp8
+    note does, for the report's headline.
+    """
+    found = te_gaps(
+        model,
+        tensor_parallel,
+        pipeline_model=pipeline_model,
+        context_parallel=context_parallel,
+        expert_parallel=expert_parallel,
+    )
     if not found:
         return None
     return (
         f"{FP8_NOT_APPLIED}: Megatron-DeepSpeed runs fp8 only in Transformer Engine's layers, "
         "which it builds with LayerNorm, GeLU, biases and full multi-head attention, in its "
         f"plain model (megatron/model/transformer.py); this plan has {'; '.join(found)}. So "
-        "the launch passes no fp8 flags and trains bf16 mixed precision, slower than the fp8 "
-        "estimate"
+        "the launch passes no fp8 flags and trains bf16 mixed precision, "
+        + ("and the plan is priced as bf16" if priced_bf16 else "slower than the fp8 estimate")
     )
 
 

@@ -30,17 +30,25 @@ TRAIN_PY_LAUNCHES = ("deepspeed", "torchrun", "fsdp")
 _OWN_SCRIPT = ("horovod", "tensorflow")
 
 
-def recipe_args(recipe: OptimizerRecipe) -> list[str]:
-    """train.py's FSDP/DDP flags for the recipe: weight decay always, the rest when asked.
+# train.py's FSDP/DDP defaults (tools/smoke/scripts/train.py ``_ddp_arguments``): clipping, betas
+# (torch's AdamW default) and eps. The weight decay is always passed.
+TRAIN_PY_DEFAULTS = {"max_grad_norm": 1.0, "betas": [0.9, 0.999], "eps": 1e-8}
 
-    train.py's defaults (clipping 1.0, betas 0.9 0.999, eps 1e-8) stand otherwise, as before.
+
+def recipe_args(recipe: OptimizerRecipe) -> list[str]:
+    """train.py's FSDP/DDP flags for the recipe: weight decay always, the rest where it differs.
+
+    The plan's recipe (the task's, or the request's values) is what every launcher runs, so
+    clipping, betas and eps are passed wherever they are not train.py's defaults: a pretraining
+    run gets ``--adam-betas 0.9 0.95``, as ds_config.json, Megatron and torchtitan have it
+    (before, train.py ran torch's 0.9/0.999 unless the request named betas).
     """
     args = ["--weight-decay", f"{recipe.weight_decay:g}"]
-    if "max_grad_norm" in recipe.asked:
+    if recipe.max_grad_norm != TRAIN_PY_DEFAULTS["max_grad_norm"]:
         args += ["--max-grad-norm", f"{recipe.max_grad_norm:g}"]
-    if {"adam_beta1", "adam_beta2"} & set(recipe.asked):
+    if recipe.betas != TRAIN_PY_DEFAULTS["betas"]:
         args += ["--adam-betas", f"{recipe.beta1:g}", f"{recipe.beta2:g}"]
-    if "adam_eps" in recipe.asked:
+    if recipe.eps != TRAIN_PY_DEFAULTS["eps"]:
         args += ["--adam-eps", f"{recipe.eps:g}"]
     return args
 

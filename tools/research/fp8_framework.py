@@ -7,7 +7,9 @@ choice (tools/research/framework.py) then makes that the plan's primary, saying 
 
 from __future__ import annotations
 
-from tools.core.schemas import FrameworkId, TrainingBrief
+import re
+
+from tools.core.schemas import FrameworkChoice, FrameworkId, TrainingBrief
 
 # How each fp8 launcher applies fp8 linears.
 FP8_HOW: dict[str, str] = {
@@ -34,3 +36,19 @@ def fp8_rationale(primary: str, scored: str) -> str:
         f"{primary}: the recipe trains fp8 linears, and {FP8_HOW[primary]}; the {scored} "
         "launch has no fp8 path, so it is not the primary. "
     )
+
+
+def fp8_dropped(choice: FrameworkChoice) -> FrameworkChoice:
+    """The choice once its setup rules its fp8 out: ``fp8_rationale``'s sentence says so.
+
+    The framework stays (the memory and the split are priced for it); the rationale no longer
+    says it applies fp8 linears the plan does not train.
+    """
+    primary = re.escape(choice.primary)
+    shape = rf"^{primary}: the recipe trains fp8 linears, and .*?, so it is not the primary\. "
+    said = (
+        f"{choice.primary}: chosen for the recipe's fp8 linears, which the setup that fits rules "
+        "out there (said under not as asked), so the plan trains and is priced bf16 on it. "
+    )
+    rationale, found = re.subn(shape, said, choice.rationale, count=1)
+    return choice.model_copy(update={"rationale": rationale}) if found else choice

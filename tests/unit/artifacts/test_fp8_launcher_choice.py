@@ -1,7 +1,7 @@
 """Where an fp8 recipe runs (tools/artifacts/fp8_launch.py), and the wish marked from the plan.
 
-torchtitan for the Llama 3.1 shapes its flavors build, else Megatron-DeepSpeed where its GPT
-builds the model; a pinned launcher without an fp8 path, a LoRA job or a model neither builds
+torchtitan for the Llama 3.1 shapes its flavors build, else Megatron-DeepSpeed where its
+Transformer Engine layers build the model (GPT-3-style, plain model); a pinned launcher without an fp8 path, a LoRA job or a model neither builds
 trains bf16 and says why in one line. The torchtitan launch also runs an fp8 plan's data
 parallelism (FSDP2), ZeRO-1/2 rows without resharding after forward.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tools.artifacts.fp8_launch import fp8_launch, mark_fp8_wish
+from tools.artifacts.fp8_launch import fp8_launch, mark_fp8_wish, setup_refusal
 from tools.artifacts.headline import FP8_NOT_APPLIED
 from tools.artifacts.launch import emit_launch
 from tools.core.estimate_types import MemoryPlan, SetupCandidate
@@ -40,17 +40,25 @@ def _brief(model: str, **extra: Any):  # type: ignore[no-untyped-def]
     )
 
 
-def test_torchtitan_for_its_flavors_megatron_for_what_its_gpt_builds() -> None:
+def test_torchtitan_for_its_flavors_megatron_for_what_its_te_layers_build() -> None:
     titan = fp8_launch(_brief("llama-3.1-8b"), lookup_model("llama-3.1-8b", 2048))
     assert titan is not None and titan.framework == "torchtitan" and titan.note is None
-    # Llama 3 8B is not torchtitan's flavor (Llama 3.1's RoPE scaling): Megatron builds it.
-    llama3 = lookup_model("llama-3-8b", 2048)
-    megatron = fp8_launch(_brief("llama-3-8b"), llama3)
+    # A GPT-3-style model (LayerNorm, GeLU, biases, full multi-head attention) pretrained:
+    # Megatron-DeepSpeed's Transformer Engine layers build it, so its fp8 applies.
+    gpt3 = lookup_model("gpt3-6.7b", 2048)
+    megatron = fp8_launch(_brief("gpt3-6.7b", task="pretrain"), gpt3)
     assert megatron is not None and megatron.framework == "megatron"
-    # Refusing torchtitan moves a flavor to Megatron; refusing DeepSpeed rules Megatron out.
-    no_titan = fp8_launch(_brief("llama-3.1-8b", avoid_frameworks=["torchtitan"]), llama3)
-    assert no_titan is not None and no_titan.framework == "megatron"
-    no_ds = fp8_launch(_brief("llama-3-8b", avoid_frameworks=["deepspeed"]), llama3)
+    # Llama 3 8B is not torchtitan's flavor (Llama 3.1's RoPE scaling), and Megatron's GPT
+    # builds it but not in Transformer Engine's layers: no launch applies fp8, priced bf16.
+    llama3 = lookup_model("llama-3-8b", 2048)
+    for task in ("pretrain", "finetune"):
+        none = fp8_launch(_brief("llama-3-8b", task=task), llama3)
+        assert none is not None and none.framework is None and none.note is not None
+        assert none.note.startswith(FP8_NOT_APPLIED) and "priced as bf16" in none.note
+        assert "grouped-query attention" in none.note and "a SwiGLU MLP" in none.note
+        assert ("pipeline model" in none.note) == (task == "finetune")
+    # Refusing DeepSpeed rules Megatron out.
+    no_ds = fp8_launch(_brief("gpt3-6.7b", task="pretrain", avoid_frameworks=["deepspeed"]), gpt3)
     assert no_ds is not None and no_ds.framework is None
     assert no_ds.note is not None and "refuses deepspeed" in no_ds.note
     # No fp8 asked: nothing to decide.
@@ -74,10 +82,15 @@ def test_no_fp8_launch_trains_bf16_and_says_why_in_one_line(
     assert "priced as bf16" in launch.note and "\n" not in launch.note
 
 
-def test_pinned_megatron_keeps_fp8_and_pinned_torchtitan_needs_a_flavor() -> None:
-    llama3 = lookup_model("llama-3-8b", 2048)
-    kept = fp8_launch(_brief("llama-3-8b", framework="megatron"), llama3)
+def test_pinned_megatron_needs_te_layers_and_pinned_torchtitan_needs_a_flavor() -> None:
+    gpt3 = lookup_model("gpt3-6.7b", 2048)
+    kept = fp8_launch(_brief("gpt3-6.7b", task="pretrain", framework="megatron"), gpt3)
     assert kept is not None and kept.framework == "megatron"
+    llama3 = lookup_model("llama-3-8b", 2048)
+    bf16 = fp8_launch(_brief("llama-3-8b", task="pretrain", framework="megatron"), llama3)
+    assert bf16 is not None and bf16.framework is None and bf16.note is not None
+    assert bf16.note.startswith(FP8_NOT_APPLIED) and "plan is priced as bf16" in bf16.note
+    assert "Transformer Engine" in bf16.note and "\n" not in bf16.note
     titan = fp8_launch(_brief("llama-3-8b", recipe={"framework": "torchtitan"}), llama3)
     assert titan is not None and titan.framework is None
     assert (
@@ -161,3 +174,26 @@ def test_refusing_torchtitan_leaves_a_llama_3_1_without_an_fp8_launch() -> None:
     assert launch is not None and launch.framework is None and launch.note is not None
     assert "torchtitan (the request refuses it)" in launch.note
     assert "RoPE scaling" in launch.note
+
+
+def _memory(pp: int = 1, cp: int = 1) -> MemoryPlan:
+    setup = SetupCandidate(
+        strategy="zero1", pipeline_parallel=pp, context_parallel=cp, data_parallel=4,
+        per_gpu_bytes={"total": 1}, fits=True,
+    )  # fmt: skip
+    return MemoryPlan(strategies=[], chosen="zero1", pipeline_parallel=pp, setup=setup)
+
+
+def test_the_searched_setup_can_rule_megatron_fp8_out() -> None:
+    # Pipeline stages build the pipeline model, context parallelism is DeepSpeed-Ulysses
+    # around Megatron's attention: neither runs Transformer Engine's fp8 layers.
+    gpt3 = lookup_model("gpt3-6.7b", 2048)
+    brief = _brief("gpt3-6.7b", task="pretrain", recipe={"framework": "megatron"})
+    assert setup_refusal(brief, gpt3, _memory()) is None
+    for memory, said in ((_memory(pp=2), "the pipeline model"), (_memory(cp=2), "Ulysses")):
+        why = setup_refusal(brief, gpt3, memory)
+        assert why is not None and why.startswith(FP8_NOT_APPLIED) and said in why
+        assert why.endswith("the plan is priced as bf16")
+    # Not fp8 on Megatron: nothing to decide.
+    titan = _brief("gpt3-6.7b", task="pretrain", recipe={"framework": "torchtitan"})
+    assert setup_refusal(titan, gpt3, _memory(pp=2)) is None

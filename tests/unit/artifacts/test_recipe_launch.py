@@ -20,6 +20,7 @@ from tools.artifacts import megatron
 from tools.artifacts.deepspeed_config import emit_deepspeed_config
 from tools.artifacts.ds_validate import validate_deepspeed_config
 from tools.artifacts.launch import emit_launch
+from tools.artifacts.recipe_launch import TRAIN_PY_DEFAULTS
 from tools.core.schemas import FrameworkChoice, GPUSpec, HardwareSpec, TrainingBrief
 from tools.planning.lr_schedule import brief_schedule
 from tools.research.model_catalog import lookup_model
@@ -108,8 +109,27 @@ def test_train_py_takes_the_recipe_as_flags(tmp_path: Path) -> None:
     assert (args.lr_schedule, args.warmup_steps, args.min_lr_ratio) == ("linear", 100, 0.1)
     # train.py runs no evaluation: said in one line, not dropped.
     assert any("eval every 200 steps not applied" in note for note in spec.notes)
+    # Without the words: the task's recipe, as ds_config.json, Megatron and torchtitan run it.
+    # Pretraining's betas are not train.py's (torch's) default, so they are passed; a
+    # fine-tune's recipe is train.py's defaults, so its command is as before.
     plain = emit_launch(tmp_path / "plain", _brief(), HW, LLAMA3_8B, choice, None, memory=memory)
-    assert "--adam-betas" not in plain.command and "--max-grad-norm" not in plain.command
+    pre = _train_py_args(plain.command)
+    assert list(pre.adam_betas) == [0.9, 0.95] and pre.weight_decay == 0.1
+    assert "--max-grad-norm" not in plain.command and "--adam-eps" not in plain.command
+    fine = emit_launch(
+        tmp_path / "fine", _brief("finetune"), HW, LLAMA3_8B, choice, None, memory=memory
+    )
+    assert "--adam-betas" not in fine.command and "--max-grad-norm" not in fine.command
+    assert list(_train_py_args(fine.command).adam_betas) == [0.9, 0.999]
+
+
+def test_train_py_defaults_are_the_ones_the_launch_leaves_out() -> None:
+    import train
+
+    args = train.parse_args(["--model-path", "x", "--metrics-dir", "m"])
+    assert args.max_grad_norm == TRAIN_PY_DEFAULTS["max_grad_norm"]
+    assert list(args.adam_betas) == TRAIN_PY_DEFAULTS["betas"]
+    assert args.adam_eps == TRAIN_PY_DEFAULTS["eps"]
 
 
 def test_megatron_parses_the_recipe_and_the_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:
