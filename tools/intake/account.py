@@ -27,7 +27,7 @@ from tools.intake.parallel_words import layout_reads, parallel_assumed
 from tools.intake.readings import MODEL_ASSUMED, Read, joined_quote, states
 from tools.intake.recipe_framework import recipe_launch
 from tools.intake.recipe_text import recipe_reads
-from tools.intake.refused_words import intake_mark
+from tools.intake.refused_words import intake_mark, refused_reads
 from tools.intake.run_text import run_reads
 from tools.intake.serving_text import serving_reads
 from tools.intake.shape_text import shape_reads
@@ -177,6 +177,7 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
     framework, avoided = framework_reads(text)
     reads += [r for r in (framework, *avoided) if r is not None]
     reads += named_wishes(text)
+    reads += refused_reads(text, fields)  # optimizers other than AdamW, ...
     reads += [r for r in recipe_reads(text, fields.get("task")) if "recipe" in fields]
     reads += [r for r in run_reads(text) if r.field in fields]
     reads += [r for r in optim_reads(text, fields.get("task")) if r.field in fields]

@@ -8,11 +8,37 @@ it: the plan cannot do it as asked whatever the search finds, so intake marks it
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from tools.intake.readings import Read
 from tools.intake.wishes import stack_mark
 
 # The wish ids whose reading's value is the refusal line (tools/intake/parallel_words.py, here).
-REFUSED_AT_INTAKE = ("technique:data-parallel-degree",)
+REFUSED_AT_INTAKE = ("technique:data-parallel-degree", "technique:optimizer-")
+
+# Optimizers other than AdamW, by name: "Adafactor", "SGD with momentum", "Lion", "Sophia".
+# (8-bit Adam is the wish technique:8bit-optimizer, refused by the planner with its reason.)
+_OPTIMIZERS = {
+    "adafactor": ("Adafactor", r"adafactor"),
+    "sgd": ("SGD", r"sgd(?:\s+with\s+(?:nesterov\s+)?momentum)?"),
+    "lion": ("Lion", r"lion"),
+    "sophia": ("Sophia", r"sophia[gh]?"),
+    "lamb": ("LAMB", r"lamb"),
+    "muon": ("Muon", r"muon"),
+    "shampoo": ("Shampoo", r"(?:distributed\s+)?shampoo"),
+    "adagrad": ("Adagrad", r"adagrad"),
+    "rmsprop": ("RMSprop", r"rmsprop"),
+}
+# "estimate --optimizer" prices these optimizers' states (tools/planning/recipe.py OPTIMIZERS).
+_ESTIMATED = ("adafactor", "sgd")
+_OPTIMIZER_RE = re.compile(
+    r"\b(?:" + "|".join(f"(?P<{k}>{p})" for k, (_, p) in _OPTIMIZERS.items()) + r")"
+    r"(?:\s+optimi[sz]er)?\b",
+    re.I,
+)
+# "no SGD", "instead of Lion": AdamW, which every launch steps, is what the words ask.
+_REFUSED_BEFORE = re.compile(r"\b(?:no|not|without|instead\s+of|rather\s+than)\s+$", re.I)
 
 
 def intake_mark(r: Read) -> tuple[bool, str] | None:
@@ -21,3 +47,27 @@ def intake_mark(r: Read) -> tuple[bool, str] | None:
         return False, str(r.value)
     kind, _, _ = r.field.partition(":")
     return stack_mark(kind, r.value)
+
+
+def _optimizer_line(key: str) -> str:
+    """The one line refusing the optimizer ``key``: what the plan steps and prices instead."""
+    name = _OPTIMIZERS[key][0]
+    line = (
+        f"{name} not planned: every launch here steps AdamW, and memory is priced for AdamW's "
+        "two fp32 moments"
+    )
+    if key in _ESTIMATED:
+        line += f" ('app.py estimate --optimizer {key}' prices {name}'s states)"
+    return line
+
+
+def refused_reads(text: str, fields: dict[str, Any]) -> list[Read]:
+    """The wishes intake refuses, read with their words: optimizers other than AdamW."""
+    reads: list[Read] = []
+    for m in _OPTIMIZER_RE.finditer(text):
+        key = next(k for k in _OPTIMIZERS if m.group(k))
+        before = text[max(0, m.start() - 20) : m.start()]
+        if _REFUSED_BEFORE.search(before) or any(r.field.endswith(key) for r in reads):
+            continue
+        reads.append(Read.of(f"technique:optimizer-{key}", _optimizer_line(key), m))
+    return reads
