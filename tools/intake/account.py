@@ -16,6 +16,7 @@ from typing import Any
 
 from tools.core.request_account import AssumedFact, ReadFact, RequestAccount, Wish
 from tools.core.schemas import RECIPE_PRECISION_BASE, TrainingBrief
+from tools.intake.batch_words import batch_assumed
 from tools.intake.budget_text import price_reading
 from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import NIC_AFTER_RE, read_hardware
@@ -326,6 +327,7 @@ def assumed_defaults(
             for a in hw.assumed
         ]
     out += parallel_assumed(text, brief.hardware) if "pins" in from_text else []
+    out += batch_assumed(text, brief.seq_len, "global_batch_size" in from_text)
     return out + _planner_defaults(brief, stated)
 
 

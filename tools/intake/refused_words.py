@@ -11,11 +11,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tools.intake.numbers_text import EPOCHS_RE
 from tools.intake.readings import Read
 from tools.intake.wishes import stack_mark
 
 # The wish ids whose reading's value is the refusal line (tools/intake/parallel_words.py, here).
-REFUSED_AT_INTAKE = ("technique:data-parallel-degree", "technique:optimizer-")
+REFUSED_AT_INTAKE = ("technique:data-parallel-degree", "technique:optimizer-", "technique:epochs")
+REFUSED_AT_INTAKE += ("technique:vocabulary",)
 
 # Optimizers other than AdamW, by name: "Adafactor", "SGD with momentum", "Lion", "Sophia".
 # (8-bit Adam is the wish technique:8bit-optimizer, refused by the planner with its reason.)
@@ -49,6 +51,14 @@ def intake_mark(r: Read) -> tuple[bool, str] | None:
     return stack_mark(kind, r.value)
 
 
+# "a 128k vocabulary", "vocab size 32000", "vocab_size=50257": a shape model's is read with it.
+_VOCAB_RE = re.compile(
+    r"(?<![\w.])\d+(?:\.\d+)?\s*k?[ -]?(?:tokens?[ -])?vocab(?:ulary)?\b"
+    r"|\bvocab(?:ulary)?(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*\d+(?:\.\d+)?\s*k?\b",
+    re.I,
+)
+
+
 def _optimizer_line(key: str) -> str:
     """The one line refusing the optimizer ``key``: what the plan steps and prices instead."""
     name = _OPTIMIZERS[key][0]
@@ -62,7 +72,11 @@ def _optimizer_line(key: str) -> str:
 
 
 def refused_reads(text: str, fields: dict[str, Any]) -> list[Read]:
-    """The wishes intake refuses, read with their words: optimizers other than AdamW."""
+    """The wishes intake refuses, read with their words.
+
+    Optimizers other than AdamW; epochs without the data's size in tokens (``fields`` has no
+    ``dataset_tokens``); a vocabulary size for a model named, not given by its shape.
+    """
     reads: list[Read] = []
     for m in _OPTIMIZER_RE.finditer(text):
         key = next(k for k in _OPTIMIZERS if m.group(k))
@@ -70,4 +84,18 @@ def refused_reads(text: str, fields: dict[str, Any]) -> list[Read]:
         if _REFUSED_BEFORE.search(before) or any(r.field.endswith(key) for r in reads):
             continue
         reads.append(Read.of(f"technique:optimizer-{key}", _optimizer_line(key), m))
+    if "dataset_tokens" not in fields and (m := EPOCHS_RE.search(text)):
+        how = (
+            f"{m.group(0).strip()} not planned as the run's length: without the data's size in "
+            "tokens the plan cannot count epochs, so it gives tokens/s and the cost per billion "
+            "tokens; say '3 epochs over 500M tokens' for the total"
+        )
+        reads.append(Read.of("technique:epochs", how, m))
+    if not isinstance(fields.get("model"), dict) and (m := _VOCAB_RE.search(text)):
+        how = (
+            f"{m.group(0).strip()} not applied: the plan sizes the named model's own vocabulary "
+            "(its config; the Brief section lists it); give the model by its shape (layers, "
+            "hidden, heads, vocab) to plan another"
+        )
+        reads.append(Read.of("technique:vocabulary", how, m))
     return reads
