@@ -18,6 +18,7 @@ from tools.core.request_account import AssumedFact, ReadFact, RequestAccount, Wi
 from tools.core.schemas import RECIPE_PRECISION_BASE, TrainingBrief
 from tools.intake.batch_words import batch_assumed
 from tools.intake.budget_text import price_reading
+from tools.intake.goal_text import goal_assumed
 from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import NIC_AFTER_RE, read_hardware
 from tools.intake.instance_names import INSTANCE_RE
@@ -442,6 +443,6 @@ def account_brief(
     return RequestAccount(
         text=brief.goal,
         read=facts,
-        assumed=_planner_defaults(brief, stated),
+        assumed=goal_assumed(brief, stated) + _planner_defaults(brief, stated),
         wishes=wishes,
     )
