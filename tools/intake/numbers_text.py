@@ -104,7 +104,7 @@ _PER_GPU = r"per[ _-](?:gpu|device|rank)"
 _MICRO_RE = re.compile(
     r"\bmicro[ _-]?batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)"
     r"|(\d+)\s*" + _PER_GPU + r"\s+batch"
-    r"|\bbatch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)\s*(?:sequences?\s+|samples?\s+|images?\s+)?"
+    r"|\b(?:batch(?:[ _-]?size)?|bsz?)\s*(?:of|=|:|is)?\s*(\d+)\s*(?:sequences?\s+|samples?\s+|images?\s+)?"
     + _PER_GPU
     + r"|\b"
     + _PER_GPU

@@ -80,8 +80,12 @@ def parallel_reads(text: str, hardware: Any, pinned: dict[str, Any]) -> list[Rea
             _pin("pins.pipeline_parallel", 1, m, taken) + _pin("pins.context_parallel", 1, m, taken)
         )
         add(_pin("pins.zero_stage", 0, m, taken))
-        if gpus is not None:
-            add(_pin("pins.tensor_parallel", gpus[0] * gpus[1], m, taken))
+        others = int(taken.get("pins.pipeline_parallel") or 1) * int(
+            taken.get("pins.context_parallel") or 1
+        )
+        if gpus is not None and (gpus[0] * gpus[1]) % others == 0:
+            # Every GPU of a replica one tensor split: the GPUs over the splits the request pins.
+            add(_pin("pins.tensor_parallel", gpus[0] * gpus[1] // others, m, taken))
     if m := _DP_ONLY_RE.search(text):
         add([r for f in _SPLITS for r in _pin(f, 1, m, taken)])
     if m := _NO_SHARD_RE.search(text):

@@ -34,3 +34,10 @@ def test_a_bare_batch_size_is_the_global_batch_said_as_assumed(words: str, batch
 def test_a_batch_that_says_which_is_not_assumed(words: str) -> None:
     _, account = _account(f"fine-tune llama-3-8b on 8 H100, {words}")
     assert not [a for a in account.assumed if a.field == "global_batch_size" and "read as" in a.why]
+
+
+@pytest.mark.parametrize("words", ["bs 4 per GPU", "bsz=4 per device"])
+def test_bs_per_gpu_is_the_micro_batch(words: str) -> None:
+    brief, account = _account(f"fine-tune llama-3-8b on 8 H100, {words}")
+    assert brief.pins.micro_batch == 4
+    assert not [a for a in account.assumed if "read as the global batch" in a.why]

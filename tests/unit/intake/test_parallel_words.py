@@ -86,3 +86,10 @@ def test_an_impossible_data_parallel_degree_is_refused_in_one_line(words: str, w
     assert wish.honoured is False and why in wish.how
     assert brief.pins.context_parallel is None
     assert not account.not_understood
+
+
+def test_tensor_only_shares_the_gpus_with_a_pinned_pipeline() -> None:
+    brief, _ = _plan_inputs(
+        "fine-tune llama-3-8b on 2 nodes of 8 H100, TP only within a node, PP 2"
+    )
+    assert (brief.pins.tensor_parallel, brief.pins.pipeline_parallel) == (8, 2)
