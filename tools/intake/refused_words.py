@@ -16,8 +16,8 @@ from tools.intake.readings import Read
 from tools.intake.wishes import stack_mark
 
 # The wish ids whose reading's value is the refusal line (tools/intake/parallel_words.py, here).
-REFUSED_AT_INTAKE = ("technique:data-parallel-degree", "technique:optimizer-", "technique:epochs")
-REFUSED_AT_INTAKE += ("technique:vocabulary",)
+REFUSED_AT_INTAKE: tuple[str, ...] = ("technique:data-parallel-degree", "technique:optimizer-")
+REFUSED_AT_INTAKE += ("technique:epochs", "technique:vocabulary")
 
 # Optimizers other than AdamW, by name: "Adafactor", "SGD with momentum", "Lion", "Sophia".
 # (8-bit Adam is the wish technique:8bit-optimizer, refused by the planner with its reason.)
@@ -84,18 +84,18 @@ def refused_reads(text: str, fields: dict[str, Any]) -> list[Read]:
         if _REFUSED_BEFORE.search(before) or any(r.field.endswith(key) for r in reads):
             continue
         reads.append(Read.of(f"technique:optimizer-{key}", _optimizer_line(key), m))
-    if "dataset_tokens" not in fields and (m := EPOCHS_RE.search(text)):
+    if "dataset_tokens" not in fields and (epochs := EPOCHS_RE.search(text)):
         how = (
-            f"{m.group(0).strip()} not planned as the run's length: without the data's size in "
+            f"{epochs.group(0).strip()} not planned as the run's length: without the data's size in "
             "tokens the plan cannot count epochs, so it gives tokens/s and the cost per billion "
             "tokens; say '3 epochs over 500M tokens' for the total"
         )
-        reads.append(Read.of("technique:epochs", how, m))
-    if not isinstance(fields.get("model"), dict) and (m := _VOCAB_RE.search(text)):
+        reads.append(Read.of("technique:epochs", how, epochs))
+    if not isinstance(fields.get("model"), dict) and (vocab := _VOCAB_RE.search(text)):
         how = (
-            f"{m.group(0).strip()} not applied: the plan sizes the named model's own vocabulary "
+            f"{vocab.group(0).strip()} not applied: the plan sizes the named model's own vocabulary "
             "(its config; the Brief section lists it); give the model by its shape (layers, "
             "hidden, heads, vocab) to plan another"
         )
-        reads.append(Read.of("technique:vocabulary", how, m))
+        reads.append(Read.of("technique:vocabulary", how, vocab))
     return reads
