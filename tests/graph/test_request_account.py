@@ -126,7 +126,8 @@ TABLE: list[Row] = [
     ("对 qwen2.5-7b 做指令微调，8 张 H100", {"objective": "sft"}, {"objective:sft"}, []),
     ("在 8 张 A100 上把 qwen2.5-14b 蒸馏到 qwen2.5-1.5b", {"objective": "distill", "model": "qwen2.5-1.5b"}, {"objective:distill"}, []),
     # ---- numbers nothing binds: listed, never dropped
-    ("fine-tune llama-3-8b on 8 A100 80GB for 3 epochs", {}, set(), ["3 epochs"]),
+    # epochs with no token count: one refused wish (tools/intake/refused_words.py), not a bare number
+    ("fine-tune llama-3-8b on 8 A100 80GB for 3 epochs", {}, {"technique:epochs"}, []),
     ("fine-tune llama-3-8b on 8 A100 80GB, 3 epochs over 500M tokens", {"dataset_tokens": 1.5e9}, set(), []),
     ("fine-tune qwen2.5-7b on 4 RTX 3090, max length 4096", {"seq_len": 4096}, set(), []),
     ("fine-tune qwen2.5-7b on 4 RTX 3090 with cutoff_len=2048", {"seq_len": 2048}, set(), []),
@@ -142,7 +143,7 @@ TABLE: list[Row] = [
     # the rate before its name: "a 3e-5 learning rate" was not understood and the default rate planned
     ("fine-tune llama-3.1-8b on 8 H100 with a 3e-5 learning rate, bf16", {"learning_rate": 3e-5}, set(), []),
     ("pretrain llama-3.2-1b on 8 H100, batch 512, 6e-4 peak LR", {"learning_rate": 6e-4, "global_batch_size": 512}, set(), []),
-    ("微调 llama-3-8b，8 张 H100，训练 2 个 epoch", {}, set(), ["2 个 epoch"]),
+    ("微调 llama-3-8b，8 张 H100，训练 2 个 epoch", {}, {"technique:epochs"}, []),
     ("fine-tune llama-3-8b on 8 H100 with NVLink at 900 GB/s", {}, set(), ["900 GB/s"]),
     ("fine-tune llama-3-8b on 8 H100 for 10000 steps with seq 2048", {"seq_len": 2048, "train_steps": 10000}, set(), []),
     ("fine-tune llama-3-8b on 8 H100, warmup for 100 steps, max_steps=3000", {"warmup_steps": 100, "train_steps": 3000}, set(), []),
@@ -299,7 +300,9 @@ def test_plan_json_carries_the_request_section(
     assert read["seq_len"]["value"] == 1024 and read["seq_len"]["quote"] == "sequence 1024"
     assert read["global_batch_size"]["value"] == 64
     assert plan["brief"]["seq_len"] == 1024 and plan["brief"]["global_batch_size"] == 64
-    assert request["not_understood"] == ["3 epochs"]
+    assert request["not_understood"] == []
+    epochs = next(w for w in request["wishes"] if w["wish"] == "technique:epochs")
+    assert epochs["honoured"] is False and epochs["quote"] == "3 epochs"
     assert {"field", "value", "why"} <= set(request["assumed"][0])
     avoid = next(w for w in request["wishes"] if w["wish"] == "avoid:deepspeed")
     assert avoid["honoured"] is True
@@ -350,7 +353,8 @@ def test_a_field_an_answer_changed_is_not_quoted_from_the_text() -> None:
 def test_torch_compile_is_a_technique_not_the_teams_stack_and_quotes_are_short() -> None:
     account = _account("fine-tune llama-3-8b on 8 H100 with torch.compile, rank 16, for 3 epochs")
     assert "team" not in {r.field for r in account.read}
-    assert account.not_understood == ["rank 16", "for 3 epochs"]
+    assert account.not_understood == ["rank 16"]
+    assert account.wish("technique:epochs") is not None  # refused in one line, not listed
 
 
 def test_a_refused_zero_stage_is_checked_against_the_chosen_setup() -> None:

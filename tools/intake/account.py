@@ -16,20 +16,24 @@ from typing import Any
 
 from tools.core.request_account import AssumedFact, ReadFact, RequestAccount, Wish
 from tools.core.schemas import RECIPE_PRECISION_BASE, TrainingBrief
+from tools.intake.batch_words import batch_assumed
 from tools.intake.budget_text import price_reading
+from tools.intake.goal_text import goal_assumed
 from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import NIC_AFTER_RE, read_hardware
 from tools.intake.instance_names import INSTANCE_RE
 from tools.intake.model_text import other_model_mark, other_model_reads, read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.optim_text import optim_reads
-from tools.intake.readings import MODEL_ASSUMED, Read, states
+from tools.intake.parallel_words import layout_reads, parallel_assumed
+from tools.intake.readings import MODEL_ASSUMED, Read, joined_quote, states
 from tools.intake.recipe_framework import recipe_launch
 from tools.intake.recipe_text import recipe_reads
+from tools.intake.refused_words import intake_mark, refused_reads
 from tools.intake.run_text import run_reads
 from tools.intake.serving_text import serving_reads
 from tools.intake.shape_text import shape_reads
-from tools.intake.wishes import distill_pair, framework_reads, named_wishes, pin_reads, stack_mark
+from tools.intake.wishes import distill_pair, framework_reads, named_wishes
 from tools.intake.words import word_reads
 
 # A number in the request: digits not glued to a letter before them ("H100", "bf16" are names),
@@ -103,15 +107,6 @@ def _claims(regexes: tuple[re.Pattern[str], ...], text: str, field: str, value: 
     return [Read.of(field, value, m) for p in regexes for m in p.finditer(text)]
 
 
-def _joined(reads: list[Read], text: str) -> str:
-    """One quote for several spans: the text from the first to the last when close, else joined."""
-    spans = sorted((r.start, r.end) for r in reads)
-    start, end = spans[0][0], max(e for _, e in spans)
-    if end - start <= 80:
-        return text[start:end].strip()
-    return " … ".join(dict.fromkeys(text[s:e].strip() for s, e in spans))
-
-
 def _model_reads(text: str, model: Any) -> list[Read]:
     """Where the model was named: its catalog id as spelt in the text, or the words it was read from."""
     if isinstance(model, dict) and "layers" in model:  # its dimensions ("24 layers, hidden 2048")
@@ -173,7 +168,7 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
     reads += _model_reads(text, fields.get("model")) if "model" in fields else []
     reads += other_model_reads(text, fields.get("model")) if not distill_pair(text) else []
     reads += _hardware_reads(text, fields)
-    reads += [r for r in pin_reads(text) if "pins" in fields]
+    reads += layout_reads(text, fields)
     reads += [r for r in serving_reads(text) if r.field in fields and r.field != "task"]
     reads += word_reads(text, fields)
     reads += [
@@ -184,6 +179,7 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
     framework, avoided = framework_reads(text)
     reads += [r for r in (framework, *avoided) if r is not None]
     reads += named_wishes(text)
+    reads += refused_reads(text, fields)  # optimizers other than AdamW, ...
     reads += [r for r in recipe_reads(text, fields.get("task")) if "recipe" in fields]
     reads += [r for r in run_reads(text) if r.field in fields]
     reads += [r for r in optim_reads(text, fields.get("task")) if r.field in fields]
@@ -244,9 +240,9 @@ def account_request(
         elif said.get(key) != fields.get(key):
             quote = "an answer to intake's question, or the LLM's reading"
         elif key in by_field:
-            quote = _joined(by_field[key], text)
+            quote = joined_quote(by_field[key], text)
         elif key in ("nics_per_node", "interconnect") and "nic_gbps" in by_field:
-            quote = _joined(by_field["nic_gbps"], text)
+            quote = joined_quote(by_field["nic_gbps"], text)
         else:
             quote = "an answer to intake's question, or the LLM's reading"
         facts.append(ReadFact(field=key, value=dumped.get(key, fields.get(key)), quote=quote))
@@ -298,7 +294,7 @@ def _wishes(reads: list[Read], brief: TrainingBrief) -> list[Wish]:
         wish = Wish(wish=r.field, quote=r.quote)
         if kind == "avoid" and r.value in brief.avoid_frameworks:
             wish.honoured, wish.how = True, "not used: recorded in avoid_frameworks"
-        elif (mark := stack_mark(kind, r.value)) is not None:
+        elif (mark := intake_mark(r)) is not None:
             wish.honoured, wish.how = mark
         elif kind == "other-model":
             wish.honoured, wish.how = other_model_mark(r.value, brief.model)
@@ -331,6 +327,8 @@ def assumed_defaults(
             AssumedFact(field="hardware", value=a.value, why=f"{a.why} (read from {a.quote!r})")
             for a in hw.assumed
         ]
+    out += parallel_assumed(text, brief.hardware) if "pins" in from_text else []
+    out += batch_assumed(text, brief.seq_len, "global_batch_size" in from_text)
     return out + _planner_defaults(brief, stated)
 
 
@@ -445,6 +443,6 @@ def account_brief(
     return RequestAccount(
         text=brief.goal,
         read=facts,
-        assumed=_planner_defaults(brief, stated),
+        assumed=goal_assumed(brief, stated) + _planner_defaults(brief, stated),
         wishes=wishes,
     )

@@ -26,6 +26,7 @@ from tools.intake.model_sizes import read_size
 from tools.intake.model_text import ModelReading, read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.optim_text import optim_fields
+from tools.intake.parallel_words import parallel_pins
 from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
 from tools.intake.recipe_text import recipe_text_fields
 from tools.intake.run_text import run_fields
@@ -302,6 +303,8 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     data.update(wish_fields(text))
     if micro := next((r.value for r in reads if r.field == "micro-batch"), None):
         data["pins"] = {**data.get("pins", {}), "micro_batch": micro}  # a setup dimension
+    if pins := parallel_pins(text, data.get("hardware"), data.get("pins", {})):
+        data["pins"] = pins  # "data parallelism only", "TP only", "4-way DP" (parallel_words.py)
     # Serving a model is its own plan (tools/intake/serving_text.py).
     data.update(serving_fields(text, data))
     data.update(recipe_text_fields(text, data.get("task")))

@@ -81,7 +81,7 @@ _UNIT = r"(?:\s*(tokens?|sequences?|samples?|examples?|seqs?))?"
 _BATCH_RES = (
     re.compile(
         r"(?<![a-z])(?<!micro[ _-])(?<!micro)(?:(?:global[ _-]|total[ _-]|effective[ _-])?batch"
-        r"(?:[ _-]?size)?|gbs)\s*" + _JOIN + r"\s*" + _NUM + r"\s*([km])?(?![a-z0-9])" + _UNIT,
+        r"(?:[ _-]?size)?|gbs|bsz?)\s*" + _JOIN + r"\s*" + _NUM + r"\s*([km])?(?![a-z0-9])" + _UNIT,
         re.I,
     ),
     re.compile(
@@ -108,7 +108,7 @@ _PER_GPU = r"per[ _-](?:gpu|device|rank)"
 _MICRO_RE = re.compile(
     r"\bmicro[ _-]?batch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)"
     r"|(\d+)\s*" + _PER_GPU + r"\s+batch"
-    r"|\bbatch(?:[ _-]?size)?\s*(?:of|=|:|is)?\s*(\d+)\s*(?:sequences?\s+|samples?\s+|images?\s+)?"
+    r"|\b(?:batch(?:[ _-]?size)?|bsz?)\s*(?:of|=|:|is)?\s*(\d+)\s*(?:sequences?\s+|samples?\s+|images?\s+)?"
     + _PER_GPU
     + r"|\b"
     + _PER_GPU
@@ -134,8 +134,10 @@ _EXAMPLES_RE = re.compile(
     + r"\s*(k)?[ -]?tokens?(?:\s+each)?)\b",
     re.I,
 )
-# Epochs over the dataset: "3 epochs", "2 个 epoch", "for 2 epochs".
-_EPOCHS_RE = re.compile(r"(?<![\w.])" + _NUM + r"\s*(?:个\s*)?epochs?\b", re.I)
+# Epochs over the dataset: "3 epochs", "2 个 epoch", "for 2 epochs", "epochs=3", "num_train_epochs: 2".
+EPOCHS_RE = re.compile(
+    r"(?<![\w.])" + _NUM + r"\s*(?:个\s*)?epochs?\b|\b(?:num_train_)?epochs?\s*[=:]\s*" + _NUM, re.I
+)
 _PREP_BEFORE = re.compile(r"(?:on|over|for|with|of|about|~|训练|用)\s*$", re.I)
 # bf16 with no fp32 master copy ("pure bf16") and TF32 matmuls ("tf32") are the recipe's too
 # (tools/intake/recipe_text.py), which the plan says its launch does not run; "mixed precision"
@@ -394,9 +396,10 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
         )
     if tokens is None and (steps := steps_reading(text)) is not None:
         reads.append(steps)  # the run's length, when no token count gives it
-    if tokens is not None and (epochs := _EPOCHS_RE.search(text)) and _number(epochs[1]) > 0:
+    epochs = EPOCHS_RE.search(text)
+    if tokens is not None and epochs is not None and _number(epochs[1] or epochs[2]) > 0:
         # "3 epochs over 500M tokens": the brief's dataset_tokens are every epoch's tokens.
-        total = tokens.value * _number(epochs[1])
+        total = tokens.value * _number(epochs[1] or epochs[2])
         notes.append(
             f"intake: dataset_tokens {epochs[0].strip()!r} x {tokens.quote!r} = {total:,.0f} "
             "tokens trained"

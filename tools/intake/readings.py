@@ -112,6 +112,15 @@ class Read:
         return cls(field, value, m.group(group).strip(), m.start(group), m.end(group))
 
 
+def joined_quote(reads: list[Read], text: str) -> str:
+    """One quote for several spans: the text from the first to the last when close, else joined."""
+    spans = sorted((r.start, r.end) for r in reads)
+    start, end = spans[0][0], max(e for _, e in spans)
+    if end - start <= 80:
+        return text[start:end].strip()
+    return " … ".join(dict.fromkeys(text[s:e].strip() for s, e in spans))
+
+
 def states(value: Any) -> bool:
     """Whether a brief field's value states anything (None, [], pins of None do not)."""
     return value not in (None, [], {}) and not (
