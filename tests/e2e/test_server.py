@@ -42,8 +42,8 @@ from tools.core.strategies import STRATEGY_ORDER
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "langgraph.json"
 LANGGRAPH = Path(sys.executable).parent / "langgraph"
-# gpt2's position table holds 1024 tokens; a brief without seq_len gets the 2048 default,
-# which intake refuses (the second run below checks that the refusal comes back over HTTP).
+# gpt2's position table holds 1024 tokens; a brief that asks for 4096 of a job loading its
+# weights is refused (the second run below checks that the refusal comes back over HTTP).
 BRIEF = {"model": "gpt2", "hardware": "1x8xA100-80GB", "seq_len": 1024, "smoke": False}
 START_GUARD_S = 120.0  # hang guards, not timing assertions
 RUN_GUARD_S = 240.0
