@@ -26,6 +26,7 @@ from tools.intake.numbers_text import number_reads
 from tools.intake.optim_text import optim_fields
 from tools.intake.readings import MODEL_ASSUMED, NUMBER_NOTES
 from tools.intake.recipe_text import recipe_text_fields
+from tools.intake.relative_text import relative_fields
 from tools.intake.serving_text import serving_follow_up
 from tools.intake.wishes import named_wishes
 
@@ -125,13 +126,17 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
     keeps the brief's type ("4 GPUs" on 1x8xA100-80GB -> 1x4xA100-80GB; "2 nodes" keeps the
     GPUs per node). The goal stays the brief's. Merge the result over the brief.
     """
-    said = request_fields(text, known_models)
+    # "double the batch", "halve the sequence length", "double the GPUs": the brief's own values.
+    relative = relative_fields(text, brief)
+    said = {**relative, **request_fields(text, known_models)}
     said.pop("goal", None)
     said.pop(HARDWARE_ASSUMED, None)
     said.pop(MODEL_ASSUMED, None)
     said.pop(NUMBER_NOTES, None)
     said.pop(HARDWARE_REFUSED, None)
     unclear = said.pop(HARDWARE_UNCLEAR, None)
+    if "hardware" in relative:
+        unclear = None  # "double the GPUs": the brief's GPUs, counted
     reading = read_hardware(text)
     if (kept := _same_counts(text, reading, brief)) is not None:
         said["hardware"], unclear = kept, None
