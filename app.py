@@ -135,6 +135,11 @@ def _path_arg(text: str) -> Path:
     """A path flag's value; an empty string (which Path would read as '.') is refused."""
     if not text.strip():
         raise argparse.ArgumentTypeError("give a path, not an empty string")
+    if text.strip() == "-":
+        # Read by convention as standard input/output, it would be a file named '-' here.
+        raise argparse.ArgumentTypeError(
+            "'-' (standard input/output) is not supported; give a file path"
+        )
     return Path(text)
 
 

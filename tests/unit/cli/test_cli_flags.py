@@ -159,3 +159,14 @@ def test_smoke_flags_reach_the_spec(tmp_path: object) -> None:
     assert (spec.nodes, spec.inject, spec.inject_step, spec.timeout_s) == (2, "nan", 2, 30.0)
     assert spec.memory_cap == 2**30 and spec.force and str(spec.run_dir).endswith("/r")
     assert spec.strategy == "zero3"
+
+
+def test_a_dash_path_is_refused_not_written_as_a_file_named_dash(tmp_path) -> None:
+    # `plan --json -` wrote a plan JSON to a file named '-' (one was committed by mistake).
+    from inproc import run_main
+
+    done = run_main(
+        "estimate", "--model", "gpt2", "--hardware", "1x1xA100-80GB", "--json", "-", cwd=tmp_path
+    )
+    assert done.returncode == 2 and "standard input/output" in done.stderr
+    assert not (tmp_path / "-").exists()
