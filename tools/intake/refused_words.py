@@ -1,4 +1,4 @@
-"""Wishes intake itself refuses, each in one line (STYLE.md entry 25: nothing silent).
+"""Wishes intake itself refuses, each in one line: nothing a request names is dropped without a word.
 
 A reading here is a wish (``technique:<name>``) whose value is already the line that refuses
 it: the plan cannot do it as asked whatever the search finds, so intake marks it refused
