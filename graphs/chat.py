@@ -51,7 +51,8 @@ GraphFactory = Callable[[Any, Any, Settings], Any]
 
 HELP = """\
 Type what you want to train, e.g. 'fine-tune llama-3-8b on 8 A100s'. A follow-up such as
-'what if I only had 4 GPUs?' re-plans the last brief with what it changes.
+'what if I only had 4 GPUs?' re-plans the last brief with what it changes. A question
+('why 4 nodes?') changes nothing: the report says why.
 Multi-line input: end a line with '\\' (or press Esc then Enter on a terminal).
   /help          this help
   /brief         the current brief as YAML
@@ -151,6 +152,7 @@ class ChatSession:
     def request(self, text: str) -> None:
         """Plan a new request, or re-plan the last brief with a follow-up's changes."""
         from tools.intake.brief import brief_from_dict, request_fields
+        from tools.intake.chat_words import nothing_changed, question_reply
         from tools.intake.follow_up import dropped_wish_words, follow_up_fields, follow_up_goal
         from tools.research.model_catalog import list_models
 
@@ -159,6 +161,9 @@ class ChatSession:
 
             self.say(plan_it_line(self.plan))
             return
+        if self.brief is not None and (asked := question_reply(text, self.plan)) is not None:
+            self.say(asked, "yellow")  # "why 4 nodes?" asks; it does not re-plan on 4 nodes
+            return
         models = list_models()
         run_input: dict[str, Any]
         if self.brief is not None and (
@@ -166,7 +171,7 @@ class ChatSession:
         ):
             changes = follow_up_fields(text, self.brief, models)
             if not changes:
-                self.say(_nothing_changed(text, self.brief), "yellow")
+                self.say(nothing_changed(text, self.brief), "yellow")
                 return
             merged = {**self.brief, **changes, "goal": follow_up_goal(self.brief.get("goal"), text)}
             brief_from_dict(merged)  # one clear line here, before a run starts
@@ -412,23 +417,4 @@ def _not_carried(words: list[str], brief: dict[str, Any], text: str) -> str:
     return (
         f"not carried: {named}: a follow-up changes the last brief's fields only, so this "
         f"plan does not check them; ask it as a request, e.g. {request.strip()!r}"
-    )
-
-
-def _nothing_changed(text: str, brief: dict[str, Any]) -> str:
-    """Why a follow-up re-plans nothing: its wish words, or what a follow-up can change."""
-    from tools.intake.follow_up import wish_words
-
-    wishes = wish_words(text)
-    if wishes:
-        named = ", ".join(repr(w) for w in wishes)
-        request = f"{brief.get('task')} {brief.get('model')} on {brief.get('hardware')} {text}"
-        return (
-            f"that follow-up names {named}: a plan reads such wishes from a whole request and "
-            "says whether it honours each; a follow-up changes the last brief's fields only. "
-            f"Ask it as a request, e.g. {request.strip()!r}"
-        )
-    return (
-        "that follow-up changes nothing I can read (try e.g. 'what if I only had "
-        "4 GPUs?', 'with seq len 8192', or a new request naming a model)"
     )
