@@ -1,7 +1,8 @@
-"""Chat messages that are not changes: a question re-plans nothing.
+"""Chat messages that are not changes: a question re-plans nothing, "undo" returns to the plan before.
 
 Before, "why 4 nodes?" re-planned on four nodes, "why deepspeed?" pinned DeepSpeed and "explain
-why not FSDP" avoided FSDP, each printed as a follow-up nobody asked for.
+why not FSDP" avoided FSDP, each printed as a follow-up nobody asked for; "undo that" said "that
+follow-up changes nothing I can read" and the brief kept the change taken back.
 """
 
 from __future__ import annotations
@@ -55,3 +56,16 @@ def test_a_follow_up_that_is_no_question_still_changes_the_brief() -> None:
 
     assert question_reply("what if I only had 4 GPUs?", _plan("p")) is None
     assert question_reply("use fsdp", _plan("p")) is None
+
+
+@pytest.mark.parametrize("text", ["undo that", "undo", "go back", "never mind"])
+def test_undo_returns_to_the_brief_and_plan_before(settings: Settings, text: str) -> None:
+    chat, out = _session(settings)
+    changed = {**BRIEF, "avoid_frameworks": ["pytorch_fsdp"]}
+    chat._take({"brief": changed, "plan": _plan("plan-2")})
+    assert chat.brief == changed
+    chat.request(text)
+    assert chat.brief == BRIEF and chat.plan == _plan("plan-1")
+    assert "undone" in out.getvalue() and "out/plan-1/report.md" in out.getvalue()
+    chat.request(text)  # nothing earlier than the first plan: said, not silent
+    assert "nothing to undo" in out.getvalue() and chat.brief == BRIEF

@@ -1,10 +1,13 @@
-"""Chat messages after a plan that are not changes to its brief: questions, nothing readable.
+"""Chat messages after a plan that are not changes to its brief: questions, "undo", nothing.
 
 A follow-up re-plans the last brief with the fields it names (``tools.intake.follow_up``).
 Before, a question about the plan went the same way: "explain why not FSDP" re-planned with
 FSDP avoided, "why deepspeed?" pinned DeepSpeed and "why 4 nodes?" re-planned on four nodes,
 each printed as a follow-up the user never asked for. A question now changes nothing and the
 chat says where the plan's reasons are and how to ask for a change (``question_reply``).
+"undo that" read as a follow-up that "changes nothing I can read", so the brief kept the
+change the user had taken back; ``is_undo`` names it, and the chat returns to the brief
+before.
 """
 
 from __future__ import annotations
@@ -21,6 +24,17 @@ _QUESTION_RE = re.compile(
     r"(?:why\b|explain\b|how come\b|tell me why\b|what(?:'s| is) the reason\b)",
     re.I,
 )
+# "undo", "undo that", "go back", "revert that", "never mind", "scratch that".
+_UNDO_RE = re.compile(
+    r"^\s*(?:undo(?: (?:that|it|the last (?:change|one)))?|go back|revert(?: that| it)?"
+    r"|never ?mind|scratch that|take that back)\s*[.!]?\s*$",
+    re.I,
+)
+
+
+def is_undo(text: str) -> bool:
+    """True when a chat message takes the last change back ("undo that", "go back")."""
+    return bool(_UNDO_RE.match(text))
 
 
 def question_reply(text: str, plan: dict[str, Any] | None) -> str | None:
