@@ -46,7 +46,7 @@ def question_reply(text: str, plan: dict[str, Any] | None) -> str | None:
     if not _QUESTION_RE.match(text):
         return None
     report = ((plan or {}).get("report") or {}).get("markdown")
-    where = f"the report ({report})" if report else "the plan's report"
+    where = f"The report ({report})" if report else "The plan's report"
     wanted, avoided = framework_reads(text)
     names = [r.value for r in ([wanted] if wanted else []) + avoided]
     if names:
