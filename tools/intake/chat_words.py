@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tools.intake.numbers_text import EPOCHS_RE
 from tools.intake.wishes import framework_reads
 
 # "why ...", "explain ...", "how come ...", "can you explain ...", "tell me why ...":
@@ -61,10 +62,31 @@ def question_reply(text: str, plan: dict[str, Any] | None) -> str | None:
     )
 
 
+# A cloud named without an instance type: the price catalog has no list for it.
+_CLOUD_RE = re.compile(r"\b(?:aws|amazon(?: web services)?|ec2|gcp|google cloud|azure)\b", re.I)
+
+
 def nothing_changed(text: str, brief: dict[str, Any]) -> str:
-    """Why a follow-up re-plans nothing: its wish words, or what a follow-up can change."""
+    """Why a follow-up re-plans nothing: its epochs, cloud or wish words, or what it can change.
+
+    "what about 3 epochs" and "what would it cost on AWS?" said only "changes nothing I can
+    read"; each now names its words and the way to ask that the chat reads.
+    """
     from tools.intake.follow_up import wish_words
 
+    if epochs := EPOCHS_RE.search(text):
+        n = epochs[1] or epochs[2]
+        return (
+            f"that follow-up names {epochs[0]!r}: epochs are read beside the tokens of one "
+            f"epoch, and the brief keeps only its total tokens; say e.g. '{n} epochs over 1B "
+            "tokens'"
+        )
+    if cloud := _CLOUD_RE.search(text):
+        return (
+            f"that follow-up names {cloud[0]!r}: a plan prices GPU-hours from "
+            "knowledge/gpu_prices.yaml, which lists no such cloud; say a rate (e.g. 'at $4 per "
+            "GPU-hour') or an instance type (e.g. 'on p5.48xlarge') for its GPUs and network"
+        )
     wishes = wish_words(text)
     if wishes:
         named = ", ".join(repr(w) for w in wishes)
