@@ -32,6 +32,8 @@ def _applied(r: Read, brief: dict[str, Any], stated: set[str]) -> bool:
     kind, _, name = r.field.partition(":")
     if kind == "framework":
         return brief.get("framework") == name
+    if kind == "avoid" and name in (brief.get("avoid_frameworks") or []):
+        return True  # "no deepspeed": the avoid list carries it
     if kind == "objective":  # SFT and continued pretraining are what fine-tune and pretrain run
         return brief.get("objective") == name or name in ("sft", "continued-pretraining")
     key = r.field.split(".", 1)[0]
@@ -50,8 +52,26 @@ def _newest(reads: list[Read]) -> list[Read]:
 
     "1B tokens; then: now for 500B tokens" is 500B tokens; the follow-up line said so.
     """
-    last = {_group(r): r for r in sorted(reads, key=lambda r: r.start)}
-    return [r for r in reads if last[_group(r)] is r]
+    ordered = sorted(reads, key=lambda r: r.start)
+    last = {_group(r): r for r in ordered}
+    # "no deepspeed; then: use deepspeed": the newer word about one framework wins.
+    named = {r.field.partition(":")[2]: r for r in ordered if _framework_word(r)}
+    return [
+        r
+        for r in reads
+        if last[_group(r)] is r
+        and (not _framework_word(r) or named[r.field.partition(":")[2]] is r)
+    ]
+
+
+def _wanted(part: str, chat: bool) -> list[Read]:
+    """A chat message's framework ("use deepspeed"): it replaces an earlier "no deepspeed"."""
+    wanted = framework_reads(part)[0] if chat else None
+    return [wanted] if wanted is not None else []
+
+
+def _framework_word(r: Read) -> bool:
+    return r.field.partition(":")[0] in ("framework", "avoid")
 
 
 def _goal_reads(
@@ -79,7 +99,7 @@ def goal_assumed(brief: TrainingBrief, stated: set[str]) -> list[AssumedFact]:
     for part in goal.split(_CHAT_SEPARATOR) if chat else [goal]:
         reads += [
             replace(r, start=r.start + at, end=r.end + at)
-            for r in _goal_reads(part, brief, dumped, stated)
+            for r in _goal_reads(part, brief, dumped, stated) + _wanted(part, chat)
         ]
         at += len(part) + len(_CHAT_SEPARATOR)
     if chat:

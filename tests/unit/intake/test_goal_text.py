@@ -64,3 +64,17 @@ def test_a_chat_goal_word_no_field_carries_is_said_as_a_chat_word() -> None:
     }
     (line,) = _goal_lines(data)
     assert "'JAX'" in line and "brief file" not in line and "follow-up" in line
+
+
+def test_a_goal_refusal_the_fields_carry_is_not_said() -> None:
+    """Before, after the chat follow-up 'no deepspeed' set avoid_frameworks, the plan said
+    "'no deepspeed' in the chat's goal change nothing"; a brief file's goal likewise."""
+    base = {"model": "llama-3-8b", "task": "lora", "hardware": "1x8xH100-80GB"}
+    chat = {**base, "goal": "lora llama-3-8b on 8 H100s; then: no deepspeed"}
+    assert _goal_lines({**chat, "avoid_frameworks": ["deepspeed"]}) == []
+    again = {**base, "goal": f"{chat['goal']}; then: use deepspeed", "framework": "deepspeed"}
+    assert _goal_lines(again) == []
+    assert (
+        _goal_lines({**base, "goal": "tune it, no deepspeed", "avoid_frameworks": ["deepspeed"]})
+        == []
+    )
