@@ -536,15 +536,21 @@ def cmd_profile(args: argparse.Namespace, settings: Settings) -> int:
     from tools.research.hardware import describe_local_machine, parse_hardware
 
     check_output_path(args.json_path, "--json", "file")
+    assumed: list[str] = []
     if args.hardware.strip().lower() == "local":
         profile = describe_local_machine(settings.out_dir)
     else:
+        from tools.intake.hardware_text import spec_assumed
+
         profile = {"hardware": parse_hardware(args.hardware).model_dump(mode="json")}
+        assumed = [f"assumed: hardware: {why}" for why in spec_assumed(args.hardware)]
     if args.json_path:
         write_json(args.json_path, profile)
         print(json.dumps(profile, indent=2))
+        for line in assumed:  # stdout stays JSON
+            print(line, file=sys.stderr)
     else:
-        print(profile_text(profile))
+        print("\n".join([profile_text(profile), *assumed]))
     return 0
 
 
@@ -568,8 +574,11 @@ def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     found = estimate(request)
     write_json(args.json_path, found.memory.model_dump(mode="json"))
     lines = estimate_lines(found.model, found.hardware, found.brief, found.memory)
-    note = found.batch_note
-    print("\n".join([*lines, *([f"  assumed: {note}"] if note else [])]))
+    from tools.intake.hardware_text import spec_assumed
+
+    notes = [f"hardware: {why}" for why in spec_assumed(args.hardware or "")]
+    notes += [found.batch_note] if found.batch_note else []
+    print("\n".join([*lines, *(f"  assumed: {note}" for note in notes)]))
     return 0
 
 

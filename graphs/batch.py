@@ -34,7 +34,7 @@ from tools.core import imports
 from tools.core.errors import InputError, shown
 from tools.core.outputs import claim, hold, remove_file, subfolder, write_file
 from tools.core.settings import Settings
-from tools.intake.brief_files import BriefJob, find_briefs
+from tools.intake.brief_files import BriefJob, find_briefs, folder_note
 from tools.smoke import stop_requested
 
 STAMP = ".batch-inputs.json"
@@ -372,7 +372,7 @@ class _Batch:
             if saved.get("inputs_sha256") == digest and (folder / "plan.json").is_file():
                 return BriefOutcome(job.name, job.path, "skipped", saved["summary"])
         remove_file(folder, STAMP)
-        self.progress.started(job.name)
+        self.progress.started(job.name + folder_note(job))
         with self._warm_lock:  # once, and only when something is planned in parallel
             if not self._warmed and self.jobs > 1:
                 warm_up()

@@ -51,7 +51,8 @@ GraphFactory = Callable[[Any, Any, Settings], Any]
 
 HELP = """\
 Type what you want to train, e.g. 'fine-tune llama-3-8b on 8 A100s'. A follow-up such as
-'what if I only had 4 GPUs?' re-plans the last brief with what it changes.
+'what if I only had 4 GPUs?' re-plans the last brief with what it changes; 'undo' returns
+to the plan before. A question ('why 4 nodes?') changes nothing: the report says why.
 Multi-line input: end a line with '\\' (or press Esc then Enter on a terminal).
   /help          this help
   /brief         the current brief as YAML
@@ -97,6 +98,9 @@ class ChatSession:
         )
         self.brief: dict[str, Any] | None = None
         self.plan: dict[str, Any] | None = None
+        # The briefs and plans before each new plan of this session: what "undo" returns to.
+        self._history: list[tuple[dict[str, Any] | None, dict[str, Any]]] = []
+        self._last_brief: dict[str, Any] | None = None
         self.graph: Any = None
         # The checkpoint where Ctrl-C stopped a plan of this thread: what ``/resume`` continues.
         self._stopped: str | None = None
@@ -151,6 +155,7 @@ class ChatSession:
     def request(self, text: str) -> None:
         """Plan a new request, or re-plan the last brief with a follow-up's changes."""
         from tools.intake.brief import brief_from_dict, request_fields
+        from tools.intake.chat_words import is_undo, nothing_changed, question_reply
         from tools.intake.follow_up import dropped_wish_words, follow_up_fields, follow_up_goal
         from tools.research.model_catalog import list_models
 
@@ -159,6 +164,12 @@ class ChatSession:
 
             self.say(plan_it_line(self.plan))
             return
+        if self.brief is not None and (asked := question_reply(text, self.plan)) is not None:
+            self.say(asked, "yellow")  # "why 4 nodes?" asks; it does not re-plan on 4 nodes
+            return
+        if is_undo(text):
+            self._undo()
+            return
         models = list_models()
         run_input: dict[str, Any]
         if self.brief is not None and (
@@ -166,7 +177,7 @@ class ChatSession:
         ):
             changes = follow_up_fields(text, self.brief, models)
             if not changes:
-                self.say(_nothing_changed(text, self.brief), "yellow")
+                self.say(nothing_changed(text, self.brief), "yellow")
                 return
             merged = {**self.brief, **changes, "goal": follow_up_goal(self.brief.get("goal"), text)}
             brief_from_dict(merged)  # one clear line here, before a run starts
@@ -180,6 +191,16 @@ class ChatSession:
         inputs = {**run_input, "overrides": self.overrides, "out_dir": str(self._out_dir())}
         # Fresh: a plan Ctrl-C stopped (or a question left unanswered) is not carried on here.
         self._plan(inputs, fresh=True)
+
+    def _undo(self) -> None:
+        """Return to the brief and plan before the last plan of this session, or say why not."""
+        if not self._history:
+            self.say("nothing to undo: no earlier plan in this session", "yellow")
+            return
+        self.brief, self.plan = self._history.pop()
+        self._last_brief = self.brief
+        where = ((self.plan or {}).get("report") or {}).get("markdown")
+        self.say(f"undone: back to the plan before (report: {where}); /brief shows its brief")
 
     def _out_dir(self) -> Path:
         """A fresh directory per plan of this thread, so a follow-up keeps the earlier report."""
@@ -250,7 +271,9 @@ class ChatSession:
         if not plan:
             self.say("the run finished without a plan", "red")
             return
-        self.plan = plan
+        if self.plan is not None:
+            self._history.append((self._last_brief, self.plan))
+        self._last_brief, self.plan = self.brief, plan
         for line in summary_lines(plan):
             self.say(line, "bold" if line.startswith("plan:") else "")
         # What was read, assumed and not done, after every plan (the report opens with them too).
@@ -266,6 +289,7 @@ class ChatSession:
                 self.say(f"thread {self.thread} is new")
             return
         self.brief, self.plan = values.get("brief"), values.get("plan")
+        self._last_brief, self._history = self.brief, []  # undo stays within one thread
         if snapshot.next:
             self._plan(None)
         elif self.plan:
@@ -412,23 +436,4 @@ def _not_carried(words: list[str], brief: dict[str, Any], text: str) -> str:
     return (
         f"not carried: {named}: a follow-up changes the last brief's fields only, so this "
         f"plan does not check them; ask it as a request, e.g. {request.strip()!r}"
-    )
-
-
-def _nothing_changed(text: str, brief: dict[str, Any]) -> str:
-    """Why a follow-up re-plans nothing: its wish words, or what a follow-up can change."""
-    from tools.intake.follow_up import wish_words
-
-    wishes = wish_words(text)
-    if wishes:
-        named = ", ".join(repr(w) for w in wishes)
-        request = f"{brief.get('task')} {brief.get('model')} on {brief.get('hardware')} {text}"
-        return (
-            f"that follow-up names {named}: a plan reads such wishes from a whole request and "
-            "says whether it honours each; a follow-up changes the last brief's fields only. "
-            f"Ask it as a request, e.g. {request.strip()!r}"
-        )
-    return (
-        "that follow-up changes nothing I can read (try e.g. 'what if I only had "
-        "4 GPUs?', 'with seq len 8192', or a new request naming a model)"
     )

@@ -50,3 +50,17 @@ def find_briefs(paths: Iterable[Path]) -> list[BriefJob]:
         used.add(name.casefold())
         jobs.append(BriefJob(name, f))
     return jobs
+
+
+def folder_note(job: BriefJob) -> str:
+    """The words after a batch line's name when the folder is not the file's stem.
+
+    Before, x/a.yaml and y/a.yaml were planned as "a" and "a-2" and no line said which file
+    "a-2" was; a renamed (or made-safe) folder now names its file.
+    """
+    if job.name == job.path.stem:
+        return ""
+    stem = job.name.rsplit("-", 1)[0]
+    if stem.casefold() == job.path.stem.casefold() and stem != job.name:
+        return f" (from {job.path}: {stem!r} is another brief's folder)"
+    return f" (from {job.path})"

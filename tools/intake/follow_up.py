@@ -119,6 +119,31 @@ def _same_counts(text: str, reading: HardwareReading, brief: dict[str, Any]) -> 
     return f"{int(spec[1] or 1)}x{int(spec[2])}x{reading.gpu}"
 
 
+def _newer_wins(said: dict[str, Any], brief: dict[str, Any]) -> None:
+    """Merge a follow-up's framework and pin words over the brief's, the newer word winning.
+
+    "use fsdp" after "no fsdp" takes FSDP off the avoid list, "no deepspeed" unpins DeepSpeed
+    (before, both failed: "framework ... is also in avoid_frameworks"); "use zero3" keeps the
+    brief's other pins ("data parallel only": before, every pin was replaced) and drops 3 from
+    the stages to avoid, "no zero3" drops a ZeRO-3 pin. The follow-up line lists each change.
+    """
+    avoided = list(said.get("avoid_frameworks", brief.get("avoid_frameworks")) or [])
+    if said.get("framework") in avoided and "avoid_frameworks" not in said:
+        said["avoid_frameworks"] = [f for f in avoided if f != said["framework"]]
+    if brief.get("framework") in (said.get("avoid_frameworks") or []) and "framework" not in said:
+        said["framework"] = None
+    old, new = brief.get("pins"), said.get("pins")
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return
+    pins = {**old, **{k: v for k, v in new.items() if v is not None and v != []}}
+    stage, avoid = new.get("zero_stage"), list(new.get("avoid_zero_stages") or [])
+    kept = [s for s in old.get("avoid_zero_stages") or [] if s != stage]
+    pins["avoid_zero_stages"] = sorted(set(kept + avoid))
+    if pins.get("zero_stage") in pins["avoid_zero_stages"]:
+        pins["zero_stage"] = None
+    said["pins"] = pins
+
+
 def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) -> dict[str, Any]:
     """The brief fields a follow-up ("what if I only had 4 GPUs?") changes in ``brief``.
 
@@ -179,6 +204,7 @@ def follow_up_fields(text: str, brief: dict[str, Any], known_models: list[str]) 
             unclear = None  # a count of the brief's own GPUs
     if unclear:
         raise InputError("hardware", f"unclear: {unclear}; name the GPUs (e.g. '4 A100 40GB')")
+    _newer_wins(said, brief)
     recipe = brief.get("recipe")
     if (
         isinstance(recipe, dict)

@@ -434,3 +434,11 @@ def hardware_fields(text: str) -> dict[str, Any]:
     if reading.interconnect is not None and (reading.nodes or 0) > 1:
         data["interconnect"] = reading.interconnect  # the network between nodes
     return data
+
+
+def spec_assumed(spec: str) -> list[str]:
+    """What a NODESxGPUSxTYPE spec leaves open and the part it took ("8xH100": SXM assumed).
+
+    ``profile`` and ``estimate`` name these, as a request's account does.
+    """
+    return [a.why for a in read_hardware(spec).assumed if a.why.startswith("assumed ")]
