@@ -128,6 +128,7 @@ def fsdp_md(
         else f"Replace `{layer}` with the decoder-layer class of {model.name}."
     )
     strategy, offload = fsdp_sharding(strategy_name, hardware.nodes)
+    coverage = _FSDP_UNSHARDED_COVERAGE if strategy == "NO_SHARD" else _FSDP_COVERAGE
     dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(precision)
     if dtype is None:
         mixed_precision = "mixed = None  # the plan trains in fp32"
@@ -144,9 +145,7 @@ def fsdp_md(
     )
     return render(
         "FSDP.md",
-        coverage=(
-            _FSDP_UNSHARDED_COVERAGE if strategy == "NO_SHARD" else _FSDP_COVERAGE
-        ).format(script=script),
+        coverage=coverage.format(script=script),
         command=shlex.join(command),
         nodes=hardware.nodes,
         module=module,

@@ -25,7 +25,7 @@ ZERO2 = {
     "gradient_accumulation_steps": 1,
     "zero_optimization": {"stage": 2},
 }
-PORT = ['${MASTER_PORT:+--master_port}', '${MASTER_PORT:+"$MASTER_PORT"}']
+PORT = ["${MASTER_PORT:+--master_port}", '${MASTER_PORT:+"$MASTER_PORT"}']
 
 
 def _launch_line(out: Path, framework: FrameworkChoice, nodes: int) -> tuple[list[str], list[str]]:
