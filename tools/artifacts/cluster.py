@@ -35,6 +35,20 @@ def torchrun(hardware: HardwareSpec, gpus: int, master_addr: str) -> list[str]:
     return command
 
 
+def port_from_env(command: list[str]) -> list[str]:
+    """A one-node DeepSpeed launch that listens on ``$MASTER_PORT`` when it is set.
+
+    DeepSpeed's launcher listens on 29500 unless told (it reads no environment variable), so
+    with that port taken (a second job on the machine) every rank stopped with EADDRINUSE and
+    launch.sh offered no way to pick another: its arguments go to train.py. torchrun on one
+    node finds a free port itself; several nodes name their rendezvous in the command.
+    """
+    if not command or command[0] != "deepspeed" or "--hostfile" in command:
+        return command
+    port = [Shell("${MASTER_PORT:+--master_port}"), Shell('${MASTER_PORT:+"$MASTER_PORT"}')]
+    return [command[0], *port, *command[1:]]
+
+
 def deepspeed_no_ssh_command(
     nodes: int,
     gpus_per_node: int,

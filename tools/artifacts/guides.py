@@ -23,6 +23,13 @@ _FSDP_COVERAGE = (
     "launch.sh runs the generated `{script}` in its FSDP2 mode (`--fsdp`, with the plan's "
     "sharding). To train with a script of your own instead, wrap the model as below."
 )
+# NO_SHARD, the plan's pick where a replica fits: launch.sh leaves out --fsdp (train_py_fsdp).
+_FSDP_UNSHARDED_COVERAGE = (
+    "launch.sh runs the generated `{script}` in its plain DDP mode, without `--fsdp`: the "
+    "plan's setup fits on each device unsharded, and FSDP's NO_SHARD is DDP. To shard anyway, "
+    "pass train.py's flags to launch.sh: `./launch.sh --fsdp --fsdp-sharding full`. To train "
+    "with a script of your own instead, wrap the model as below."
+)
 # Decoder-layer classes for FSDP's transformer_auto_wrap_policy, by HF model_type.
 _LAYER_CLASSES = {
     "gpt2": ("transformers.models.gpt2.modeling_gpt2", "GPT2Block"),
@@ -121,6 +128,7 @@ def fsdp_md(
         else f"Replace `{layer}` with the decoder-layer class of {model.name}."
     )
     strategy, offload = fsdp_sharding(strategy_name, hardware.nodes)
+    coverage = _FSDP_UNSHARDED_COVERAGE if strategy == "NO_SHARD" else _FSDP_COVERAGE
     dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(precision)
     if dtype is None:
         mixed_precision = "mixed = None  # the plan trains in fp32"
@@ -137,7 +145,7 @@ def fsdp_md(
     )
     return render(
         "FSDP.md",
-        coverage=_FSDP_COVERAGE.format(script=script),
+        coverage=coverage.format(script=script),
         command=shlex.join(command),
         nodes=hardware.nodes,
         module=module,

@@ -687,9 +687,10 @@ def job_command(command: list[str]) -> list[str]:
     The plan's command names the weights it was planned with and no dataset; the scripts pass
     ``--model-path "$MODEL_PATH"`` (``job_preamble`` sets it to the plan's weights when unset)
     and ``--data "$DATA"`` when it is set (unset, train.py says so and trains on synthetic
-    patterns).
+    patterns); a one-node DeepSpeed launch takes its port from ``$MASTER_PORT`` when set.
     """
     shell: list[str] = []
+    command = cluster.port_from_env(command)
     for i, arg in enumerate(command):
         after_flag = i > 0 and command[i - 1] == "--model-path"
         shell.append(Shell(f'"${MODEL_PATH_ENV}"') if after_flag else arg)

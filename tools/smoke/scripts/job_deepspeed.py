@@ -76,6 +76,23 @@ class DeepSpeedJob(Job):
         return dict(state or {})
 
 
+# DeepSpeed's warm-up schedulers (deepspeed/runtime/lr_schedules.py): built at iteration -1
+# with the rate 0, and at iteration 0 the linear warm-up's ratio is 0 too.
+_WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
+
+
+def start_schedule(scheduler: Any) -> None:
+    """Move a fresh DeepSpeed warm-up schedule to iteration 1, the rate of the first step.
+
+    The engine steps the scheduler after each optimizer step, so as built the first two steps
+    run at the rate 0 (iteration -1, then 0) and the warm-up reaches its peak two steps late.
+    From iteration 1, step N runs at N/warmup of the peak, as train.py's own schedule does
+    (``schedule_factor``). A resumed job loads the scheduler's state over this.
+    """
+    if type(scheduler).__name__ in _WARMUP_SCHEDULERS and scheduler.last_batch_iteration < 0:
+        scheduler.step(1)
+
+
 def run_deepspeed(args: argparse.Namespace) -> int:
     """DeepSpeed mode: the engine that ``deepspeed.initialize`` builds from the config."""
     # Imported here so the FSDP and DDP modes run where DeepSpeed is not installed.
@@ -125,6 +142,7 @@ def run_deepspeed(args: argparse.Namespace) -> int:
         config=ds_config,
     )
     del keep_alive  # transformers' integration holds its own reference while it matters
+    start_schedule(engine.lr_scheduler)
     engine.train()
     code = train_loop(
         args,
