@@ -147,7 +147,7 @@ def _brief_and_hardware(
     request: EstimateRequest, recipe: Recipe | None
 ) -> tuple[TrainingBrief, HardwareSpec]:
     """The brief the request describes (its file, with the flags over it) and its hardware."""
-    from tools.intake.brief import brief_from_dict, image_seq_len, load_brief
+    from tools.intake.brief import brief_from_dict, default_seq_len, image_seq_len, load_brief
     from tools.intake.network_text import network_fields
     from tools.research.hardware import hardware_for_brief
     from tools.research.model_catalog import lookup_model
@@ -176,6 +176,10 @@ def _brief_and_hardware(
         # FLOPs-equivalent positions), not the planner's default sequence.
         spec = lookup_model(data["model"], 1)
         if (limit := image_seq_len(spec.name, spec.params, spec.hf_config or {})) is not None:
+            data["seq_len"] = limit
+        elif brief_from_dict(data).loads_weights and (limit := default_seq_len(spec.name)):
+            # A checkpoint's learned position table bounds a job that loads it (gpt2: 1024), as
+            # a plan request or brief file without seq_len gets it; the default 2048 was refused.
             data["seq_len"] = limit
     brief = brief_from_dict(data)
     if request.interconnect is not None:
