@@ -13,6 +13,8 @@ import re
 from typing import Any
 
 from tools.core.errors import InputError
+from tools.intake.brief import SPEC_RE
+from tools.intake.hardware_text import PLATFORM_GPUS_PER_NODE
 
 _FACTORS = {"double": 2.0, "twice": 2.0, "triple": 3.0, "quadruple": 4.0, "halve": 0.5, "half": 0.5}
 _RELATIVE_RE = re.compile(
@@ -21,8 +23,6 @@ _RELATIVE_RE = re.compile(
     r"context(?:\s+(?:length|window))?|nodes?|gpus?)\b",
     re.I,
 )
-_NODE_GPUS = 8  # GPUs per node of the HGX/DGX/OAM platforms (tools/intake/hardware_text.py)
-_SPEC = re.compile(r"^\s*(?:(\d+)x)?(\d+)x(.+?)\s*$", re.I)
 
 
 def relative_fields(text: str, brief: dict[str, Any]) -> dict[str, Any]:
@@ -42,10 +42,10 @@ def relative_fields(text: str, brief: dict[str, Any]) -> dict[str, Any]:
             out["global_batch_size"] = _scaled(
                 brief["global_batch_size"], factor, m[0], "the global batch"
             )
-        elif (spec := _SPEC.match(str(brief.get("hardware") or ""))) is not None:
+        elif (spec := SPEC_RE.match(str(brief.get("hardware") or ""))) is not None:
             nodes, per_node, gpu = int(spec[1] or 1), int(spec[2]), spec[3]
             # More GPUs than a node's 8 (HGX/DGX) are more nodes: "double the GPUs" of 1x8 is 2x8.
-            if what.startswith("node") or nodes > 1 or per_node * factor > _NODE_GPUS:
+            if what.startswith("node") or nodes > 1 or per_node * factor > PLATFORM_GPUS_PER_NODE:
                 nodes = _scaled(nodes, factor, m[0], "the node count")
             else:
                 per_node = _scaled(per_node, factor, m[0], "the GPU count")
