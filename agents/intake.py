@@ -34,7 +34,7 @@ from tools.core.schemas import TRAINING_TASKS, TrainingBrief
 from tools.core.settings import Settings
 from tools.core.untrusted import cap_text
 from tools.intake.account import account_brief, account_request
-from tools.intake.brief import brief_from_dict, default_seq_len
+from tools.intake.brief import brief_from_dict, with_model_seq_len
 from tools.intake.fp8_wish import apply_fp8_wish
 from tools.intake.hardware_text import (
     HARDWARE_ASSUMED,
@@ -172,22 +172,6 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
     into the request. Flags the caller set (``overrides``) win.
     """
 
-    def _file_defaults(stated: dict[str, Any]) -> dict[str, Any]:
-        """A brief file's fields with the defaults a request gets from its model.
-
-        A file naming gpt2 without seq_len was refused (the brief's 2048 is past gpt2's 1024
-        positions) while "fine-tune gpt2" as a request planned 1024: the model's own limit,
-        which the account names as assumed.
-        """
-        model_name = stated.get("model")
-        if "seq_len" in stated or not isinstance(model_name, str):
-            return stated
-        try:
-            limit = default_seq_len(model_name)
-        except InputError:
-            return stated  # an unknown model: the researcher's lookup says so
-        return stated if limit is None else {**stated, "seq_len": limit}
-
     def intake(state: Mapping[str, Any]) -> dict[str, Any]:
         from tools.research.hardware import parse_hardware
 
@@ -198,7 +182,7 @@ def make_intake(settings: Settings, model: BaseChatModel) -> Node:
         overrides = dict(state.get("overrides") or {})
         notes = _smoke_flag(state, overrides, served)
         if state.get("brief"):
-            brief = brief_from_dict(_file_defaults({**state["brief"], **overrides}))
+            brief = brief_from_dict(with_model_seq_len({**state["brief"], **overrides}))
             account = account_brief(dict(state["brief"]), brief, overrides)
             brief, account, sizing, sized_notes = _sized_brief(brief, account, overrides, events)
             notes += sized_notes

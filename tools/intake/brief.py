@@ -151,10 +151,24 @@ def brief_from_request(fields: dict[str, Any]) -> TrainingBrief:
             "'2 nodes of 8 H100', 'on this machine') or use --brief",
         )
     data = {k: v for k, v in fields.items() if k not in _PRIVATE_KEYS}
-    if "seq_len" not in data and isinstance(data.get("model"), str):
-        if (limit := default_seq_len(data["model"])) is not None:
-            data["seq_len"] = limit
-    return brief_from_dict(data)
+    return brief_from_dict(with_model_seq_len(data))
+
+
+def with_model_seq_len(data: dict[str, Any]) -> dict[str, Any]:
+    """Brief fields with the model's own sample length where none is given (``default_seq_len``).
+
+    One rule for a request, a brief file and ``estimate``: gpt2 takes its 1024 positions, an
+    image model one image; the account names it as assumed. An unknown model is left as it is:
+    the researcher's lookup says so.
+    """
+    model = data.get("model")
+    if "seq_len" in data or not isinstance(model, str):
+        return data
+    try:
+        limit = default_seq_len(model)
+    except InputError:
+        return data
+    return data if limit is None else {**data, "seq_len": limit}
 
 
 def default_seq_len(model: str) -> int | None:

@@ -147,13 +147,14 @@ def _brief_and_hardware(
     request: EstimateRequest, recipe: Recipe | None
 ) -> tuple[TrainingBrief, HardwareSpec]:
     """The brief the request describes (its file, with the flags over it) and its hardware."""
-    from tools.intake.brief import brief_from_dict, default_seq_len, image_seq_len, load_brief
+    from tools.intake.brief import brief_from_dict, load_brief, with_model_seq_len
     from tools.intake.network_text import network_fields
     from tools.research.hardware import hardware_for_brief
-    from tools.research.model_catalog import lookup_model
 
+    # The file's own fields only: a default seq_len filled in by the loader would hide the
+    # model's own (gpt2's 1024 positions, an image model's one image), as a plan reads it.
     data: dict[str, Any] = (
-        load_brief(request.brief).model_dump(mode="json")
+        load_brief(request.brief).model_dump(mode="json", exclude_unset=True)
         if request.brief
         else {"model": request.model}
     )
@@ -171,16 +172,7 @@ def _brief_and_hardware(
         else request.precision,
     }
     data.update({k: v for k, v in flags.items() if v is not None})
-    if "seq_len" not in data and isinstance(data.get("model"), str):
-        # An image model's sample is one image (its patches, or a convolutional network's
-        # FLOPs-equivalent positions), not the planner's default sequence.
-        spec = lookup_model(data["model"], 1)
-        if (limit := image_seq_len(spec.name, spec.params, spec.hf_config or {})) is not None:
-            data["seq_len"] = limit
-        elif brief_from_dict(data).loads_weights and (limit := default_seq_len(spec.name)):
-            # A checkpoint's learned position table bounds a job that loads it (gpt2: 1024), as
-            # a plan request or brief file without seq_len gets it; the default 2048 was refused.
-            data["seq_len"] = limit
+    data = with_model_seq_len(data)
     brief = brief_from_dict(data)
     if request.interconnect is not None:
         # The brief's network fields; a rate per GPU needs the node's GPU count.
