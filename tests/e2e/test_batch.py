@@ -84,8 +84,9 @@ def test_report_writes_a_folder_per_brief_and_an_index(batch: dict[str, Any]) ->
     # The 8xA100 fine-tune: its chosen strategy row carries tp/pp, batching, GB and tokens/s.
     row = next(line for line in index.splitlines() if "llama3-8b" in line)
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[3].startswith(("zero", "ddp")) and re.fullmatch(r"\d+ x \d+", cells[4])
-    assert float(cells[5]) > 1 and cells[6] != "-" and cells[8] in ("approved", "changes_requested")
+    assert cells[1].endswith(".yaml")  # the brief file the folder was planned from
+    assert cells[4].startswith(("zero", "ddp")) and re.fullmatch(r"\d+ x \d+", cells[5])
+    assert float(cells[6]) > 1 and cells[7] != "-" and cells[9] in ("approved", "changes_requested")
 
 
 def test_html_is_self_contained_with_charts(batch: dict[str, Any]) -> None:
@@ -131,7 +132,7 @@ def test_index_lists_a_failed_brief_with_its_error() -> None:
     md = render_index_markdown(
         [BriefOutcome("x", Path("x.yaml"), "failed", error="brief.seq_len: must be > 0")]
     )
-    assert "| x | error: brief.seq_len: must be > 0 |" in md and "0 planned, 1 failed" in md
+    assert "| x | x.yaml | error: brief.seq_len: must be > 0 |" in md and "0 planned, 1 failed" in md
 
 
 def _chromium() -> str | None:

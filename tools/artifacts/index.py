@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -28,6 +29,7 @@ class BriefOutcome:
 
 COLUMNS = (
     ("brief", "brief"),
+    ("file", "brief file"),
     ("model", "model"),
     ("hardware", "hardware"),
     ("strategy", "strategy"),
@@ -39,13 +41,29 @@ COLUMNS = (
 )
 
 
+# Right-aligned in the Markdown table.
+NUMERIC = ("per_gpu_gb", "tokens_per_s")
+
+
+def source_file(path: Path) -> str:
+    """The brief's file as the reader would find it: relative to the working folder when near it.
+
+    Two briefs named a.yaml in different folders plan into a/ and a-2/; the index says which
+    file each folder is. Relative when at most two folders up (``../shared/briefs/a.yaml``),
+    else the absolute path.
+    """
+    rel = os.path.relpath(path.resolve(), Path.cwd().resolve())
+    return rel if rel.split(os.sep)[:3].count("..") < 3 else str(path.resolve())
+
+
 def _cells(o: BriefOutcome) -> dict[str, str]:
     s = o.summary
     if o.status == "failed":
-        return {"brief": o.name, "model": f"error: {o.error}"}
+        return {"brief": o.name, "file": source_file(o.path), "model": f"error: {o.error}"}
     gb, tps = s.get("per_gpu_gb"), s.get("tokens_per_s")
     return {
         "brief": o.name,
+        "file": source_file(o.path),
         "model": str(s.get("model", "-")),
         "hardware": str(s.get("hardware", "-")),
         "strategy": str(s.get("strategy", "-")),
@@ -66,12 +84,12 @@ def render_index_markdown(outcomes: list[BriefOutcome]) -> str:
         f"{len(outcomes)} brief(s): {ok} planned, {len(outcomes) - ok} failed.",
         "",
         "| " + " | ".join(title for _, title in COLUMNS) + " | report |",
-        "|---|---|---|---|---|---:|---:|---|---|---|",
+        "|" + "".join("---:|" if key in NUMERIC else "---|" for key, _ in COLUMNS) + "---|",
     ]
     for o in outcomes:
-        c = _cells(o)
+        c = {k: v.replace("|", "\\|") for k, v in _cells(o).items()}
         if o.status == "failed":
-            cells = [c["brief"], c["model"].replace("|", "\\|"), *["-"] * (len(COLUMNS) - 2), "-"]
+            cells = [c["brief"], c["file"], c["model"], *["-"] * (len(COLUMNS) - 3), "-"]
         else:
             cells = [c[key] for key, _ in COLUMNS] + [f"[report]({o.name}/report.md)"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -87,8 +105,8 @@ def render_index_html(outcomes: list[BriefOutcome]) -> str:
         c = _cells(o)
         if o.status == "failed":
             rows.append(
-                f"<tr class='failed'><td>{e(o.name)}</td>"
-                f"<td colspan='{len(COLUMNS)}'>error: {e(o.error)}</td></tr>"
+                f"<tr class='failed'><td>{e(o.name)}</td><td>{e(c['file'])}</td>"
+                f"<td colspan='{len(COLUMNS) - 1}'>error: {e(o.error)}</td></tr>"
             )
             continue
         cells = "".join(f"<td>{e(c[key])}</td>" for key, _ in COLUMNS)
