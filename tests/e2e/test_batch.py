@@ -132,7 +132,9 @@ def test_index_lists_a_failed_brief_with_its_error() -> None:
     md = render_index_markdown(
         [BriefOutcome("x", Path("x.yaml"), "failed", error="brief.seq_len: must be > 0")]
     )
-    assert "| x | x.yaml | error: brief.seq_len: must be > 0 |" in md and "0 planned, 1 failed" in md
+    assert (
+        "| x | x.yaml | error: brief.seq_len: must be > 0 |" in md and "0 planned, 1 failed" in md
+    )
 
 
 def _chromium() -> str | None:

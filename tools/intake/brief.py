@@ -20,6 +20,7 @@ from tools.intake.hardware_text import (
     HARDWARE_ASSUMED,
     HARDWARE_REFUSED,
     HARDWARE_UNCLEAR,
+    SPEC_RE,
     hardware_fields,
 )
 from tools.intake.model_sizes import read_size
@@ -374,7 +375,3 @@ def catalog_name(name: str, known_models: list[str]) -> str | None:
         if _squash(known) and _squash(known) in flat:
             return known
     return None
-
-
-# A cluster spec, NODESxGPUSxTYPE (or GPUSxTYPE).
-SPEC_RE = re.compile(r"^\s*(?:(\d+)x)?(\d+)x(.+?)\s*$", re.I)

@@ -14,11 +14,12 @@ from typing import Any
 
 from tools.core.errors import InputError
 from tools.core.schemas import precision_contradiction, recipe_contradiction
-from tools.intake.brief import DEFAULT_SEQ_LEN, SPEC_RE, request_fields
+from tools.intake.brief import DEFAULT_SEQ_LEN, request_fields
 from tools.intake.hardware_text import (
     HARDWARE_ASSUMED,
     HARDWARE_REFUSED,
     HARDWARE_UNCLEAR,
+    SPEC_RE,
     HardwareReading,
     read_hardware,
 )

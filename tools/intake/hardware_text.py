@@ -70,6 +70,9 @@ _PER_NODE_COUNT_RE = re.compile(
 )
 # "2x8xH100": nodes x GPUs x type, the brief's own spelling; also "4x8 H100" and "4 x 8 H100"
 # (nodes x GPUs, then the name after a space).
+# A cluster spec as briefs carry it, NODESxGPUSxTYPE (or GPUSxTYPE); the pattern below finds
+# one written in a request's text.
+SPEC_RE = re.compile(r"^\s*(?:(\d+)x)?(\d+)x(.+?)\s*$", re.I)
 _SPEC_RE = re.compile(r"(?<![\d.])(\d{1,6})\s*[x×]\s*(\d{1,6})\s*(?:[x×]\s*|\s+)(?=[a-z])", re.I)
 _GPU_COUNT_ONLY_RE = re.compile(
     r"(?<![\d.])(\d{1,6})\s*(?:x\s*)?(?:gpus?|cards?|accelerators?)\b", re.I

@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from tools.core.request_account import AssumedFact
+from tools.intake.hardware_text import SPEC_RE
 from tools.intake.readings import Read
 from tools.intake.wishes import pin_fields, pin_reads
 
@@ -46,15 +47,14 @@ _DP_DEGREE_RE = re.compile(
     r"|\b" + _DP + r"\s*(?:(?:size|degree)\s*)?(?:(?:of|=|:)\s*)?(\d{1,4})\b",
     re.I,
 )
-_SPEC_RE = re.compile(r"^(\d+)x(\d+)x")
 # The split degrees whose product with the data-parallel degree is the GPU count.
 _SPLITS = ("pins.tensor_parallel", "pins.pipeline_parallel", "pins.context_parallel")
 
 
 def _gpus(hardware: Any) -> tuple[int, int] | None:
     """Nodes and GPUs per node of a hardware spec ("2x8xH100-80GB"), or None."""
-    m = _SPEC_RE.match(hardware) if isinstance(hardware, str) else None
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    m = SPEC_RE.match(hardware) if isinstance(hardware, str) else None
+    return (int(m.group(1) or 1), int(m.group(2))) if m else None
 
 
 def _pin(field: str, value: int, m: re.Match[str], taken: dict[str, Any]) -> list[Read]:

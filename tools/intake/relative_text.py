@@ -13,8 +13,7 @@ import re
 from typing import Any
 
 from tools.core.errors import InputError
-from tools.intake.brief import SPEC_RE
-from tools.intake.hardware_text import PLATFORM_GPUS_PER_NODE
+from tools.intake.hardware_text import PLATFORM_GPUS_PER_NODE, SPEC_RE
 
 _FACTORS = {"double": 2.0, "twice": 2.0, "triple": 3.0, "quadruple": 4.0, "halve": 0.5, "half": 0.5}
 _RELATIVE_RE = re.compile(

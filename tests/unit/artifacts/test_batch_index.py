@@ -38,4 +38,6 @@ def test_a_brief_far_from_the_working_folder_is_named_in_full(tmp_path: Path, mo
     monkeypatch.chdir(tmp_path / "w")
     assert " | ../team1/a.yaml | " in render_index_markdown(_outcomes(tmp_path)[:1])
     monkeypatch.chdir(tmp_path / "w" / "x" / "y")
-    assert f" | {tmp_path / 'team1' / 'a.yaml'} | " in render_index_markdown(_outcomes(tmp_path)[:1])
+    assert f" | {tmp_path / 'team1' / 'a.yaml'} | " in render_index_markdown(
+        _outcomes(tmp_path)[:1]
+    )

@@ -93,3 +93,13 @@ def test_tensor_only_shares_the_gpus_with_a_pinned_pipeline() -> None:
         "fine-tune llama-3-8b on 2 nodes of 8 H100, TP only within a node, PP 2"
     )
     assert (brief.pins.tensor_parallel, brief.pins.pipeline_parallel) == (8, 2)
+
+
+def test_a_spec_without_a_node_count_still_sizes_the_tensor_split() -> None:
+    # A brief's hardware may be written "8xH100-80GB" (one node): its own pattern needed the
+    # node count, so "tensor parallelism only" pinned no tensor degree for it.
+    from tools.intake.parallel_words import parallel_pins
+
+    pins = parallel_pins("tensor parallelism only", "8xH100-80GB", {})
+    assert pins.get("tensor_parallel") == 8 and pins.get("pipeline_parallel") == 1
+    assert parallel_pins("tensor parallelism only", "2x4xH100-80GB", {})["tensor_parallel"] == 8
