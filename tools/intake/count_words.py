@@ -58,7 +58,7 @@ _MEM_WORDS_RE = re.compile(
     + r")[\s-]*(?:gig(?:abyte)?s?|gb)\b",
     re.I,
 )
-_CN_DIGITS = {
+CN_DIGITS = {
     "一": 1,
     "二": 2,
     "两": 2,
@@ -70,20 +70,25 @@ _CN_DIGITS = {
     "七": 7,
     "八": 8,
     "九": 9,
-    "十": 10,
-    "十二": 12,
-    "十六": 16,
-    "三十二": 32,
-    "六十四": 64,
 }
-_CN_NUM_RE = re.compile(
-    r"(十六|十二|三十二|六十四|[一二两俩三四五六七八九十])(?=\s*(?:台|张|块|卡|个|片|节点))"
-)
+_CN_NUM_RE = re.compile(r"([一二两俩三四五六七八九十]{1,3})(?=\s*(?:台|张|块|卡|个|片|节点))")
+
+
+def chinese_number(text: str) -> int | None:
+    """一 .. 九十九 as a number (十 = 10, 三十 = 30, 十五 = 15, 六十四 = 64); None otherwise."""
+    if "十" not in text:
+        return CN_DIGITS.get(text)
+    tens, _, ones = text.partition("十")
+    if len(tens) > 1 or len(ones) > 1 or (tens and tens not in CN_DIGITS):
+        return None
+    if ones and ones not in CN_DIGITS:
+        return None
+    return CN_DIGITS.get(tens, 1) * 10 + CN_DIGITS.get(ones, 0)
 
 
 def normalise(text: str) -> str:
     """Counts as digits and Chinese units as English words, for the patterns below."""
-    out = _CN_NUM_RE.sub(lambda m: str(_CN_DIGITS[m.group(1)]), text)
+    out = _CN_NUM_RE.sub(lambda m: str(n) if (n := chinese_number(m[1])) else m[0], text)
     out = re.sub(r"(\d+)\s*(?:台|个节点|节点)(?:机器|服务器)?\s*(?:的)?", r" \1 nodes of ", out)
     out = re.sub(r"(\d+)\s*(?:张|块|片|个)\s*(?:卡|显卡|gpu)?", r" \1 ", out, flags=re.I)
     out = re.sub(r"(\d+)\s*(?:卡|显卡)", r" \1 gpus ", out)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tools.intake.count_words import chinese_number
 from tools.intake.numbers_text import deadline_reading, money_readings
 from tools.intake.readings import Read
 
@@ -42,18 +43,6 @@ _DURATION_RE = re.compile(
 )
 _UNIT_S = {"hour": 3600.0, "hr": 3600.0, "day": 86_400.0, "week": 604_800.0, "month": 2_592_000.0}
 _UNIT_S |= {"小时": 3600.0, "天": 86_400.0, "周": 604_800.0, "星期": 604_800.0, "个月": 2_592_000.0}
-_CN_DIGITS = {
-    "一": 1,
-    "二": 2,
-    "两": 2,
-    "三": 3,
-    "四": 4,
-    "五": 5,
-    "六": 6,
-    "七": 7,
-    "八": 8,
-    "九": 9,
-}
 _USD_RE = re.compile(
     r"^(?:\$\s*([\d,]+(?:\.\d+)?)\s*(k|m|thousand|million)?"
     r"|([\d,]+(?:\.\d+)?)\s*(k|m)?\s*(?:usd|dollars?|美元))$",
@@ -77,20 +66,12 @@ class SizingAsk:
     notes: list[str] = field(default_factory=list)
 
 
-def _chinese_number(text: str) -> float:
-    """一 .. 九十九 as a number (十 = 10, 三十 = 30, 十五 = 15)."""
-    if "十" not in text:
-        return float(_CN_DIGITS.get(text, 0))
-    tens, _, ones = text.partition("十")
-    return float(_CN_DIGITS.get(tens, 1) * 10 + _CN_DIGITS.get(ones, 0))
-
-
 def deadline_seconds(words: str) -> float | None:
     """Seconds a deadline's words give ("within 30 days" -> 2,592,000), None if no duration."""
     m = _DURATION_RE.search(words)
     if m is None:
         return None
-    count = float(m[1]) if m[1][0].isdigit() else _chinese_number(m[1])
+    count = float(m[1]) if m[1][0].isdigit() else float(chinese_number(m[1]) or 0)
     unit = m[2].lower()
     key = next((k for k in _UNIT_S if unit.startswith(k)), None)
     return count * _UNIT_S[key] if key and count > 0 else None

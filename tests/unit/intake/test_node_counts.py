@@ -48,3 +48,21 @@ def test_a_total_that_contradicts_a_stated_count_per_node_is_unclear() -> None:
     # Agreeing words stay read: 16 over 2 nodes is 8 per node.
     agreed = hardware_fields("fine-tune llama-3-8b on 16 A100, 8 GPUs per node, 2 nodes")
     assert agreed["hardware"] == "2x8xA100-80GB"
+
+
+def test_chinese_counts_are_read_by_one_rule() -> None:
+    # Node and GPU counts took a table of 1-10, 12, 16, 32 and 64 (三卡 read, 二十四张卡 not);
+    # deadlines had their own copy of the digits. One reader now serves both.
+    from tools.intake.count_words import chinese_number, normalise
+    from tools.intake.sizing_text import deadline_seconds
+
+    assert [chinese_number(t) for t in ("三", "十", "十五", "二十四", "九十九")] == [
+        3,
+        10,
+        15,
+        24,
+        99,
+    ]
+    assert chinese_number("百") is None and chinese_number("十十") is None
+    assert "24 gpus" in normalise("二十四张卡") or " 24 " in normalise("二十四张卡")
+    assert deadline_seconds("二十天内") == 20 * 86_400.0
