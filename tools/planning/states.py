@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from tools.core.errors import InputError
 from tools.core.schemas import HardwareSpec, ModelSpec, ResolvedPrecision
 from tools.core.strategies import OFFLOAD_STRATEGIES, StrategyName, check_strategy
+from tools.research.architectures import GATED_MLP_FAMILIES as GATED_MLP_FAMILIES
 
 # ZeRO-1/2 bucket size we emit: DeepSpeed's default is 5e8 elements, which with overlap_comm
 # costs ~9 GB (HF DeepSpeed guide: 5e8 x 2 bytes x 2 x 4.5); 2e8 is the guide's advice.
@@ -35,31 +36,6 @@ DEFAULT_LORA_TARGETS = LORA_TARGETS
 # (Phi-3's gate_up_proj): an adapter there is one r x (d_in + d_out) pair (peft's all-linear).
 FUSED_QKV_FAMILIES = frozenset({"gpt2", "phi3", "falcon", "gpt_neox", "bloom"})
 FUSED_GATE_UP_FAMILIES = frozenset({"phi3"})
-# Families whose MLP is gated (gate, up and down projections): llama-style layers. Qwen3-MoE,
-# DeepSeek-V2/V3 (dense layers and experts: gate_proj, up_proj, down_proj with SiLU) and Gemma 3
-# (GeGLU, ``gelu_pytorch_tanh``; the catalog's text checkpoints are ``gemma3_text``) as their
-# transformers modeling files build them (Qwen3MoeMLP, DeepseekV2MLP, DeepseekV3MLP, Gemma3MLP).
-GATED_MLP_FAMILIES = frozenset(
-    {
-        "llama",
-        "mistral",
-        "mixtral",
-        "qwen2",
-        "qwen2_moe",
-        "qwen3",
-        "qwen3_moe",
-        "deepseek_v2",
-        "deepseek_v3",
-        "gemma",
-        "gemma2",
-        "gemma3",
-        "gemma3_text",
-        "phi3",
-        # GPT-OSS experts: gate_up_proj of 2 x the expert width, a clamped SwiGLU (transformers
-        # GptOssExperts; openai/gpt-oss-120b config.json swiglu_limit 7.0).
-        "gpt_oss",
-    }
-)
 # Optimizer state bytes per trainable parameter (ZeRO paper sec. 3.1: Adam's momentum and
 # variance in fp32; SGD with momentum keeps one fp32 buffer; 8-bit Adam keeps both moments
 # block-wise quantized to one byte each, Dettmers et al. 2022, "8-bit Optimizers via Block-wise

@@ -29,6 +29,32 @@ REFERENCE_SHAPES = (
     (16384, 126, 128, 8, 53248),  # Llama-3.1-405B
 )
 DERIVED_VOCAB = 32000  # Llama-2's tokenizer
+# Families whose MLP is gated (gate, up and down projections): llama-style layers. Qwen3-MoE,
+# DeepSeek-V2/V3 (dense layers and experts: gate_proj, up_proj, down_proj with SiLU) and Gemma 3
+# (GeGLU, ``gelu_pytorch_tanh``; the catalog's text checkpoints are ``gemma3_text``) as their
+# transformers modeling files build them (Qwen3MoeMLP, DeepseekV2MLP, DeepseekV3MLP, Gemma3MLP).
+GATED_MLP_FAMILIES = frozenset(
+    {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "deepseek_v2",
+        "deepseek_v3",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
+        "phi3",
+        "yi",
+        # GPT-OSS experts: gate_up_proj of 2 x the expert width, a clamped SwiGLU (transformers
+        # GptOssExperts; openai/gpt-oss-120b config.json swiglu_limit 7.0).
+        "gpt_oss",
+    }
+)
 
 
 def llama_config(

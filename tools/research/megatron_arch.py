@@ -15,26 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tools.core.schemas import ModelSpec
+from tools.research.architectures import GATED_MLP_FAMILIES
 
 # Families whose MLP is gated SiLU (SwiGLU), whose norm is RMSNorm and whose positions are
-# rotary (their modeling_*.py in transformers).
+# rotary (their modeling_*.py in transformers): the gated families but Gemma's (GeGLU, its own
+# norms) and GPT-OSS's (a clamped SwiGLU over fused gate_up experts).
 # DeepSeek-V2/V3 are too (DeepseekV2MLP: gate_proj, up_proj, SiLU; no biases); what they add
 # (multi-head latent attention, shared experts, dense first layers) is ``unexpressed``.
-_LLAMA_LIKE = frozenset(
-    {
-        "llama",
-        "mistral",
-        "mixtral",
-        "qwen2",
-        "qwen2_moe",
-        "qwen3",
-        "qwen3_moe",
-        "phi3",
-        "yi",
-        "deepseek_v2",
-        "deepseek_v3",
-    }
-)
+_LLAMA_LIKE = GATED_MLP_FAMILIES - {"gemma", "gemma2", "gemma3", "gemma3_text", "gpt_oss"}
 _SWIGLU_ACTS = frozenset({"silu", "swish"})
 _GELU_ACTS = frozenset({"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast"})
 # HF config keys for the MoE numbers, by the names the families use.
