@@ -50,12 +50,7 @@ def inexact_fallback(
         "Megatron-DeepSpeed, which fits but does not build it as it is (the launch notes say "
         "what differs)"
     )
-    return wider.model_copy(
-        update={
-            "assumptions": [note, *wider.assumptions],
-            "not_honoured": [note, *wider.not_honoured],
-        }
-    )
+    return not_as_asked(wider, note)
 
 
 def framework_fallback(
@@ -74,11 +69,7 @@ def framework_fallback(
     wished, row = brief.framework, plan.chosen_row
     if wished in (None, "megatron") or row is None or row.fits or hardware.gpu is None:
         return plan
-    # The recipe's framework is the wished one's (tools/core/brief_types.py): it goes with it,
-    # so memory is priced for what runs instead.
-    recipe = brief.recipe.model_copy(update={"framework": None}) if brief.recipe else None
-    unwished = brief.model_copy(update={"framework": None, "recipe": recipe})
-    free = search(unwished, options)
+    free = search(without_framework_wish(brief), options)
     needed, free_row = setup_framework(model, free), free.chosen_row
     if free_row is None or not free_row.fits:
         return plan
@@ -88,9 +79,24 @@ def framework_fallback(
         f"needs {gb_text(row.per_gpu_bytes.total)} per GPU; planned {free_row.label}{on} "
         "instead, which fits"
     )
-    return free.model_copy(
+    return not_as_asked(free, note)
+
+
+def without_framework_wish(brief: TrainingBrief) -> TrainingBrief:
+    """The brief without its framework wish.
+
+    The recipe's framework is the wished one's (tools/core/brief_types.py): it goes with it, so
+    memory is priced for what runs instead.
+    """
+    recipe = brief.recipe.model_copy(update={"framework": None}) if brief.recipe else None
+    return brief.model_copy(update={"framework": None, "recipe": recipe})
+
+
+def not_as_asked(plan: MemoryPlan, note: str) -> MemoryPlan:
+    """The plan with ``note`` first under its assumptions and under "Not as asked"."""
+    return plan.model_copy(
         update={
-            "assumptions": [note, *free.assumptions],
-            "not_honoured": [note, *free.not_honoured],
+            "assumptions": [note, *plan.assumptions],
+            "not_honoured": [note, *plan.not_honoured],
         }
     )

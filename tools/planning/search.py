@@ -39,7 +39,7 @@ from tools.core.strategies import (
 )
 from tools.planning.bands import attach_bands, band_framework
 from tools.planning.batch import resolve_batch
-from tools.planning.fallbacks import framework_fallback, inexact_fallback
+from tools.planning.fallbacks import framework_fallback, inexact_fallback, without_framework_wish
 from tools.planning.flops import require_tf32
 from tools.planning.fp8 import fp8_plan_note
 from tools.planning.layouts import build_space
@@ -350,8 +350,7 @@ def _pins_elsewhere(
     them for another layout. None when the pins do not fit there either.
     """
     wished = brief.framework
-    recipe = brief.recipe.model_copy(update={"framework": None}) if brief.recipe else None
-    free = brief.model_copy(update={"framework": None, "recipe": recipe})
+    free = without_framework_wish(brief)
     try:
         space = build_space(
             model, hardware, free, pinned.but(recipe=recipe_from_brief(free, model))
