@@ -78,3 +78,23 @@ def test_a_lora_request_that_pins_tp_is_told_why_it_runs_data_parallel(
     assert plan["memory"]["tensor_parallel"] == 1
     (missed,) = [n for n in plan["memory"]["not_honoured"] if "tensor parallel 4" in n]
     assert LORA_AUTOTP_REFUSAL in missed
+
+
+def test_a_batch_smaller_than_the_gpus_is_named_not_called_a_pin(
+    cli_main: Any, tmp_path: Path
+) -> None:
+    # 512 GPUs and a global batch of 256: no data-parallel-only layout, and LoRA runs no split
+    # here. The refusal read "no searched strategy runs with the pinned degrees" though the
+    # request pinned none; it now names the batch and what to change.
+    res = cli_main(
+        "plan",
+        "LoRA fine-tune llama-3-8b on 64 nodes of 8 H100, global batch 256",
+        "--no-smoke",
+        "--out",
+        str(tmp_path / "plan"),
+        cwd=tmp_path,
+    )
+    assert res.returncode == 2
+    line = res.stderr.strip().splitlines()[-1]
+    assert "pinned" not in line and "a global batch of 256 sequences" in line
+    assert line.endswith("raise the global batch to 512 or more, or plan on 256 GPUs or fewer")

@@ -31,6 +31,44 @@ def search_space(space: SearchSpace, objective: Objective) -> MemoryPlan:
     return fastest_fit(space)
 
 
+def _no_setup_message(space: SearchSpace) -> str:
+    """Why no setup was searched, and why the layouts left do not run.
+
+    With no degree pinned, a global batch smaller than the GPU count leaves no data-parallel-
+    only layout (each rank trains whole sequences), so every layout left splits the model; it
+    read "with the pinned degrees", naming pins the request never made. The advice goes last,
+    where a shortened line keeps it.
+    """
+    world, batch = space.hardware.world_size, space.brief.batch
+    advice = ""
+    if space.pinned != (None, None) or space.cp_pin or space.ep_pin:
+        head = "no searched strategy runs with the pinned degrees"
+    elif batch < world and not any(lay.split == 1 for lay in space.layouts):
+        head = (
+            f"no setup runs this job: a global batch of {batch} sequences cannot keep {world} "
+            "GPUs busy with data parallelism alone (each GPU trains whole sequences), and no "
+            "layout that splits the model runs it here"
+        )
+        advice = f"; raise the global batch to {world} or more, or plan on {batch} GPUs or fewer"
+    else:
+        head = "no searched setup runs this job"
+    wish = space.brief.framework or ", ".join(space.brief.avoid_frameworks)
+    if wish:
+        head += f" on a framework the request allows ({wish})"
+    if is_hf_model(space.model) and not autotp_shards(space.model):
+        head += (
+            "; DeepSpeed AutoTP does not split a mixture of experts' experts (transformers "
+            "holds them as fused parameters), so this model's tensor parallelism runs on megatron"
+        )
+    if space.brief.task == "lora" and any(lay.split > 1 for lay in space.layouts):
+        head += "; " + lora_split_refusal(
+            split_framework(space.model, n, lay.tp, lay.pp, lay.cp, lay.ep)
+            for lay in space.layouts
+            for n in space.names
+        )
+    return head + advice
+
+
 def fastest_fit(space: SearchSpace) -> MemoryPlan:
     """The speed search over the whole space: prune by memory, rank by tokens/s."""
     capacity = capacity_bytes(space.hardware) or 0
@@ -49,28 +87,7 @@ def fastest_fit(space: SearchSpace) -> MemoryPlan:
             if small is not None:
                 smallest[small.setup.family()] = small
     if not smallest:
-        wish = space.brief.framework or ", ".join(space.brief.avoid_frameworks)
-        raise InputError(
-            "strategy",
-            "no searched strategy runs with the pinned degrees"
-            + (f" on a framework the request allows ({wish})" if wish else "")
-            + (
-                "; DeepSpeed AutoTP does not split a mixture of experts' experts (transformers "
-                "holds them as fused parameters), so this model's tensor parallelism runs on megatron"
-                if is_hf_model(space.model) and not autotp_shards(space.model)
-                else ""
-            )
-            + (
-                "; "
-                + lora_split_refusal(
-                    split_framework(space.model, n, lay.tp, lay.pp, lay.cp, lay.ep)
-                    for lay in space.layouts
-                    for n in space.names
-                )
-                if space.brief.task == "lora" and any(lay.split > 1 for lay in space.layouts)
-                else ""
-            ),
-        )
+        raise InputError("strategy", _no_setup_message(space))
     found.sort(key=rank)
     if found:
         win = pick(found)
