@@ -126,3 +126,21 @@ def test_a_degree_that_cannot_run_is_refused_naming_its_field(
         search_strategy(lookup_model(model, brief.seq_len), hw, brief, options)
     assert says in err.value.message
     assert err.value.field in ("expert_parallel", "context_parallel")
+
+
+def test_a_pin_that_cannot_run_when_nothing_fits_is_not_as_asked() -> None:
+    # Tensor parallel 2 on one GPU cannot be built, and nothing fits without it either: the plan
+    # (tp 1) was marked as keeping the pin, so "Not as asked" was empty while the pin's line sat
+    # under the assumptions only.
+    brief = TrainingBrief(
+        model="llama-3.1-8b",
+        task="finetune",
+        hardware="1x1xA100-80GB",
+        seq_len=2048,
+        pins={"tensor_parallel": 2},
+    )
+    plan = search_strategy(
+        lookup_model("llama-3.1-8b", 2048), parse_hardware("1x1xA100-80GB"), brief
+    )
+    assert plan.chosen_setup.tp == 1
+    assert [n for n in plan.not_honoured if n.startswith("the pinned choice (tensor parallel 2)")]

@@ -328,7 +328,9 @@ def pinned_search(
     notes = [note, *fallback.assumptions]
     if batch_note and batch_note not in notes:
         notes.append(batch_note)
-    honoured = not (row is not None and row.fits)  # nothing fits: the plan keeps the pins
+    # Nothing fits: the plan keeps the pins, where a pinned setup could be built at all (tensor
+    # parallel 2 on one GPU cannot: the plan without it is then not as asked).
+    honoured = not (row is not None and row.fits) and _matches(fallback, *degrees)
     missed = fallback.not_honoured if honoured else [note, *fallback.not_honoured]
     return fallback.model_copy(update={"assumptions": notes, "not_honoured": missed})
 
