@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.suite.request_honour import silent_parts  # noqa: E402
+
 MODELS = [
     "gpt2",
     "llama-3-8b",
@@ -130,22 +132,34 @@ class Check:
     framework: str = ""
     setup: str = ""
     findings: list[str] = field(default_factory=list)
+    # Parts of the request the plan neither carries nor says it changed (request_honour.py).
+    silent: list[str] = field(default_factory=list)
     unpassed: list[str] = field(default_factory=list)
     error: str = ""
 
 
-def requests(n: int, seed: int) -> list[str]:
+@dataclass(frozen=True)
+class Request:
+    """A drawn request and the grid parts it was written from."""
+
+    text: str
+    model: str
+    machine: str
+    words: tuple[str, ...]
+
+
+def requests(n: int, seed: int) -> list[Request]:
     """``n`` distinct requests drawn from the grid."""
     rng = random.Random(seed)
-    out: list[str] = []
+    out: list[Request] = []
     seen: set[str] = set()
     while len(out) < n:
-        words = rng.sample(WORDS, k=rng.choice([0, 1, 2]))
-        text = f"{rng.choice(TASKS)} {rng.choice(MODELS)} on {rng.choice(MACHINES)}"
-        text = ", ".join([text, *[w for w in words if w]])
+        words = [w for w in rng.sample(WORDS, k=rng.choice([0, 1, 2])) if w]
+        task, model, machine = rng.choice(TASKS), rng.choice(MODELS), rng.choice(MACHINES)
+        text = ", ".join([f"{task} {model} on {machine}", *words])
         if text not in seen:
             seen.add(text)
-            out.append(text)
+            out.append(Request(text, model, machine, tuple(words)))
     return out
 
 
@@ -325,7 +339,8 @@ def run(n: int, seed: int, out: Path) -> list[Check]:
     import app
 
     checks: list[Check] = []
-    for i, text in enumerate(requests(n, seed)):
+    for i, req in enumerate(requests(n, seed)):
+        text = req.text
         folder = out / f"r{i:03d}"
         check = Check(text, folder.name)
         stderr = io.StringIO()
@@ -340,9 +355,10 @@ def run(n: int, seed: int, out: Path) -> list[Check]:
             check.setup = plan["memory"].get("chosen_label") or plan["memory"]["chosen"]
             if plan["memory"].get("setup"):
                 compare(folder, plan, check)
+                check.silent = silent_parts(plan, req.model, req.machine, list(req.words))
         print(
             f"[{i + 1}/{n}] {check.framework or '-':12} {check.setup or '-':22} "
-            f"{len(check.findings)} finding(s)  {text}",
+            f"{len(check.findings)} launch, {len(check.silent)} silent  {text}",
             file=sys.stderr,
         )
         checks.append(check)
@@ -370,6 +386,10 @@ def render(checks: list[Check], n: int, seed: int) -> str:
         lines.append(f"- `{c.request}` ({c.framework}, {c.setup}): " + "; ".join(c.findings))
     if not bad:
         lines.append("none")
+    quiet = [c for c in planned if c.silent]
+    lines += ["", f"## Parts of the request neither planned nor said ({len(quiet)} plans)", ""]
+    lines += [f"- `{c.request}` ({c.framework}, {c.setup}): " + "; ".join(c.silent) for c in quiet]
+    lines += [] if quiet else ["none"]
     lines += ["", "## Refused or asked", ""]
     lines += [f"- `{c.request}`: {c.error}" for c in checks if c.error] or ["none"]
     unpassed = Counter(f"{c.framework}: {k}" for c in planned for k in c.unpassed)
@@ -397,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         args.md.write_text(text)
     if args.json:
         args.json.write_text(json.dumps([c.__dict__ for c in checks], indent=1) + "\n")
-    return 1 if any(c.findings for c in checks) else 0
+    return 1 if any(c.findings or c.silent for c in checks) else 0
 
 
 if __name__ == "__main__":

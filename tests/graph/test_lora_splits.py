@@ -98,3 +98,17 @@ def test_a_batch_smaller_than_the_gpus_is_named_not_called_a_pin(
     line = res.stderr.strip().splitlines()[-1]
     assert "pinned" not in line and "a global batch of 256 sequences" in line
     assert line.endswith("raise the global batch to 512 or more, or plan on 256 GPUs or fewer")
+
+
+def test_a_split_pinned_on_a_lora_plan_is_not_as_asked(cli_main: Any, tmp_path: Path) -> None:
+    # The chooser runs LoRA on DDP; the DDP plan ran with the brief's pins overridden and said
+    # "pinned by the request: pipeline parallel 2" for a pipeline of 1, with nothing under "Not
+    # as asked".
+    plan, _ = _plan(cli_main, tmp_path, "LoRA fine-tune llama-3-8b on 8 H100, pipeline parallel 2")
+    memory = plan["memory"]
+    assert memory["setup"]["pipeline_parallel"] == 1
+    assert not [a for a in memory["assumptions"] if a.startswith("pinned by the request")]
+    said = [n for n in memory["not_honoured"] if n.startswith("the pinned choice (pipeline")]
+    assert len(said) == 1 and said[0].endswith(
+        f"planned ddp on {plan['framework']['primary']} (replicas) instead"
+    )

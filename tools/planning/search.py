@@ -39,7 +39,12 @@ from tools.core.strategies import (
 )
 from tools.planning.bands import attach_bands, band_framework
 from tools.planning.batch import resolve_batch
-from tools.planning.fallbacks import framework_fallback, inexact_fallback, without_framework_wish
+from tools.planning.fallbacks import (
+    framework_fallback,
+    inexact_fallback,
+    not_as_asked,
+    without_framework_wish,
+)
 from tools.planning.flops import require_tf32
 from tools.planning.fp8 import fp8_plan_note
 from tools.planning.layouts import build_space
@@ -201,6 +206,10 @@ def _recipe_recompute(
     )
 
 
+# The pins that split the model (a replica holds all of it).
+_SPLIT_PINS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel")
+
+
 def _as_run(brief: TrainingBrief, replicating: str | None) -> TrainingBrief:
     """The brief a replicating plan's recipe is priced for (``brief`` itself: no change).
 
@@ -231,7 +240,19 @@ def _replicated(
     ddp = options.but(strategies=["ddp"], tensor_parallel=1, pipeline_parallel=1)
     if options.recipe is None and (as_run := _as_run(brief, framework)) is not brief:
         ddp = ddp.but(recipe=recipe_from_brief(as_run, model))
-    plan = run_search(model, hardware, brief, ddp)
+    # A pinned split is not a replica's: the plan without it says so (LoRA with "pipeline
+    # parallel 2" planned DDP and said "pinned by the request: pipeline parallel 2").
+    split = {k: None for k in _SPLIT_PINS if getattr(brief.pins, k) not in (None, 1)}
+    plain = brief.model_copy(update={"pins": brief.pins.model_copy(update=split)})
+    plan = run_search(model, hardware, plain if split else brief, ddp)
+    if split:
+        why = next((n for n in fastest.not_honoured if n.startswith("the pinned choice")), "")
+        why = why.split("; planned ")[0] or (
+            f"the pinned choice ({' + '.join(brief.pins.stated())}) not planned"
+        )
+        plan = not_as_asked(
+            plan, f"{why}; planned {plan.chosen_label} on {framework} (replicas) instead"
+        )
     ours, best = plan.speed, fastest.speed
     if ours and best and ours.tokens_per_s and best.tokens_per_s:
         gain = best.tokens_per_s / ours.tokens_per_s - 1
