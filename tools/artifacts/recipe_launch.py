@@ -89,7 +89,7 @@ def eval_notes(brief: TrainingBrief, launcher: str, steps: int) -> list[str]:
         ]
     if launcher not in TRAIN_PY_LAUNCHES or not (brief.eval_every or brief.eval_holdout):
         return []
-    notes = []
+    notes, holdout = [], brief.eval_holdout or DEFAULT_EVAL_HOLDOUT
     if not brief.eval_holdout:
         notes.append(
             f"eval holdout: the last {DEFAULT_EVAL_HOLDOUT * 100:g}% of the data's sequences, "
@@ -98,7 +98,7 @@ def eval_notes(brief: TrainingBrief, launcher: str, steps: int) -> list[str]:
         )
     if not brief.eval_every:
         notes.append(
-            f"eval on the {brief.eval_holdout * 100:g}% holdout at the end of the run only, as "
+            f"eval on the {holdout * 100:g}% holdout at the end of the run only, as "
             "the request named no cadence (train.py's --eval-every N adds one)"
         )
     elif brief.eval_every >= steps:
