@@ -13,6 +13,9 @@ non-UTF-8 file or a line that is not JSON stops every rank with one line naming 
 pretraining path) needs no tokenizer: each data-parallel rank streams only its own samples of
 ``--seq-len + 1`` tokens from the memory-mapped shards, never the whole corpus (``ShardData``;
 token_shards.py says which samples each rank and micro-batch get).
+
+``--eval-holdout FRACTION``: the last FRACTION of the blocks (or samples) is ``held_out`` for
+job_eval.py, split off before any rank draws (holdout.py).
 """
 
 from __future__ import annotations

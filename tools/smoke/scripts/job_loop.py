@@ -3,8 +3,9 @@
 A step is one optimizer step (the config's gradient accumulation, or ``--grad-accum``, of
 ``--micro-batch`` sequences per rank each). Rank 0 prints loss, learning rate, tokens/s and
 memory every ``--log-every`` steps (the held-out loss: job_eval.py) and appends the same to
-``metrics-dir/metrics.jsonl`` (and to TensorBoard with ``--tensorboard DIR``, W&B with ``--wandb PROJECT``); each rank writes
-``metrics-dir/rank{R}.json`` (losses, step times, tokens, peak memory). With a checkpoint
+``metrics-dir/metrics.jsonl`` (and to TensorBoard with ``--tensorboard DIR``, W&B with
+``--wandb PROJECT``); each rank writes ``metrics-dir/rank{R}.json`` (losses, step times,
+tokens, peak memory). With a checkpoint
 directory, SIGTERM (SLURM's preemption signal) ends the run after the current step with a final
 checkpoint and exit code 0 (within the launcher's grace period: 30 s).
 """
