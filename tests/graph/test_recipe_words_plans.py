@@ -36,8 +36,10 @@ def test_the_words_are_read_and_written_into_ds_config(cli_main: Any, tmp_path: 
     assert scheduler["type"] == "WarmupDecayLR"
     assert scheduler["params"]["warmup_min_lr"] == 3e-5
     assert scheduler["params"]["warmup_num_steps"] == 500  # 10% of 5000 steps
-    # train.py under DeepSpeed evaluates nothing: one line says so.
+    # train.py under DeepSpeed evaluates every 500 steps on the last 1%: nothing "not as asked".
     said = [line for line in res.stdout.splitlines() if line.startswith("not as asked:")]
-    assert any("eval every 500 steps on a 1% holdout not applied" in s.lower() for s in said), said
+    assert not any("eval" in s.lower() for s in said), said
+    assert "--eval-every 500 --eval-holdout 0.01" in (out / "launch.sh").read_text()
+    assert "--eval-every 500 --eval-holdout 0.01" in (out / "train.sbatch").read_text()
     report = (out / "report.md").read_text()
     assert "- weight_decay: 0.05 (from 'weight decay 0.05')" in report  # under "What you asked"

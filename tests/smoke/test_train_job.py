@@ -12,6 +12,7 @@ model's loss on the documented first batches, so the weights that trained are th
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -48,6 +49,7 @@ STEPS = 12
 SAVE_EVERY = 3
 KILL_AFTER = 5  # the kill comes after step 5's line: the latest checkpoint is step 3's
 LR = 3e-3
+EVAL_EVERY, HOLDOUT = 4, 0.1
 # ZeRO-3 as the planner writes it, sized for 2 ranks. torch_adam: the same update without
 # JIT-building DeepSpeed's CPU fused_adam op.
 ZERO3 = {
@@ -71,6 +73,7 @@ ZERO3 = {
 }
 _STEP = re.compile(r"^step (\d+)/\d+ loss ([0-9.]+)")
 _RESUMED = re.compile(r"^resumed from .*step(\d+) at step (\d+)")
+_EVAL = re.compile(r"^eval step (\d+)/\d+ loss (\S+) perplexity (\S+)")
 _TIMEOUT_S = 300
 
 
@@ -81,9 +84,15 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _emit(
-    out: Path, model_dir: Path, framework: FrameworkChoice, task: str, steps: int = STEPS
+    out: Path,
+    model_dir: Path,
+    framework: FrameworkChoice,
+    task: str,
+    steps: int = STEPS,
+    evaluate: bool = False,
 ) -> ModelSpec:
-    """The plan's launch files for the saved model on 2 CPU ranks."""
+    """The plan's launch files for the saved model on 2 CPU ranks (``evaluate``: "eval every 4
+    steps on a 10% holdout")."""
     spec = lookup_model(str(model_dir), SEQ)
     brief = TrainingBrief(
         goal="job test",
@@ -91,6 +100,7 @@ def _emit(
         task=task,
         seq_len=SEQ,
         precision="fp32",  # type: ignore[arg-type]
+        **({"eval_every": EVAL_EVERY, "eval_holdout": HOLDOUT} if evaluate else {}),
     )
     hardware = HardwareSpec(source="described", nodes=1, gpus_per_node=RANKS)
     config = ZERO3 if framework is DEEPSPEED else None
@@ -176,10 +186,13 @@ def _losses(lines: list[str]) -> dict[int, float]:
 
 
 def _first_loss(model_dir: Path, data: Path) -> float:
-    """The saved model's mean loss over each rank's first micro-batch, as train.py deals them."""
+    """The saved model's mean loss over each rank's first micro-batch, as train.py deals them.
+
+    The data less its 10% holdout (the plans evaluate): the first batches come from the rest.
+    """
     args = job.parse_args(
         ["--model-path", str(model_dir), "--data", str(data), "--seq-len", str(SEQ)]
-        + ["--micro-batch", str(MICRO), "--metrics-dir", "unused"]
+        + ["--micro-batch", str(MICRO), "--metrics-dir", "unused", "--eval-holdout", str(HOLDOUT)]
     )
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     losses = []
@@ -201,7 +214,21 @@ def _kill_and_resume(
     assert resumed, "\n".join(after_lines[-40:])
     start = int(resumed[0][2])
     metrics: dict[str, Any] = json.loads((out / "metrics" / "rank0.json").read_text())
+    if "--eval-every" in (out / "launch.sh").read_text():
+        _assert_evaluated(after_lines, metrics, start)
     return before, _losses(after_lines), start, metrics
+
+
+def _assert_evaluated(lines: list[str], metrics: dict[str, Any], start: int) -> None:
+    """The resumed run evaluated every 4 steps and at the end: finite, and lower at the end."""
+    evals = {int(m[1]): (float(m[2]), float(m[3])) for ln in lines if (m := _EVAL.match(ln))}
+    due = [s for s in range(start + 1, STEPS + 1) if s % EVAL_EVERY == 0 or s == STEPS]
+    assert sorted(evals) == due, "\n".join(lines[-40:])
+    for loss, perplexity in evals.values():
+        assert math.isfinite(loss) and perplexity == pytest.approx(math.exp(loss), rel=1e-2)
+    assert evals[STEPS][0] < evals[due[0]][0], evals  # the held-out loss fell as it trained
+    assert [row["step"] for row in metrics["evals"]] == due
+    print(f"held-out loss: {', '.join(f'step {s}: {evals[s][0]:.4f}' for s in due)}")
 
 
 def _assert_continues(before: dict[int, float], after: dict[int, float], start: int) -> None:
@@ -239,7 +266,7 @@ def test_zero3_fine_tune_builds_under_zero_init_and_resumes_after_sigkill(
         pytest.skip("port 29500 (the DeepSpeed launcher's default) is in use")
     model_dir, data = saved
     out = tmp_path / "zero3"
-    spec = _emit(out, model_dir, DEEPSPEED, "finetune")
+    spec = _emit(out, model_dir, DEEPSPEED, "finetune", evaluate=True)
     before, after, start, metrics = _kill_and_resume(out, data)
     _assert_continues(before, after, start)
     assert before[1] == pytest.approx(_first_loss(model_dir, data), abs=1e-4)
@@ -258,7 +285,7 @@ def test_fsdp_fine_tune_shards_a_meta_model_and_resumes_after_sigkill(
 ) -> None:
     model_dir, data = saved
     out = tmp_path / "fsdp"
-    spec = _emit(out, model_dir, FSDP, "finetune")
+    spec = _emit(out, model_dir, FSDP, "finetune", evaluate=True)
     assert "--fsdp" in (out / "launch.sh").read_text()
     before, after, start, metrics = _kill_and_resume(out, data, ["--lr", str(LR)])
     _assert_continues(before, after, start)
@@ -293,7 +320,7 @@ def test_sigterm_saves_the_step_it_stopped_at_and_the_rerun_resumes_there(
 ) -> None:
     model_dir, data = saved
     out = tmp_path / "ddp"
-    _emit(out, model_dir, DDP, "finetune")
+    _emit(out, model_dir, DDP, "finetune", evaluate=True)
     # No periodic checkpoint before the signal: what resumes is the one SIGTERM wrote.
     proc = _launch(out, data, ["--lr", str(LR), "--save-every", "100"])
     # As SLURM preempts a job step: every process of it gets SIGTERM at once.
@@ -308,6 +335,10 @@ def test_sigterm_saves_the_step_it_stopped_at_and_the_rerun_resumes_there(
     after = _run_to_end(_launch(out, data, ["--lr", str(LR), "--save-every", "100"]))
     assert f"resumed from checkpoints/step{step} at step {step}" in after
     assert sorted(_losses(after)) == list(range(step + 1, STEPS + 1))
+    # No evaluation on the way out (SIGTERM's grace period is for the checkpoint); the rerun's.
+    last = max(i for i, line in enumerate(lines) if line.startswith(f"step {step}/"))
+    assert not any(_EVAL.match(line) for line in lines[last:]), lines[last:]
+    _assert_evaluated(after, json.loads((out / "metrics" / "rank0.json").read_text()), step)
 
 
 # ---- the job owns its folder while it runs, and no longer than its launch script --------------
@@ -368,7 +399,7 @@ def test_ranks_end_with_launch_sh_and_a_second_job_on_the_folder_is_refused(
 ) -> None:
     model_dir, data = saved
     out = tmp_path / "ddp"
-    _emit(out, model_dir, DDP, "finetune")
+    _emit(out, model_dir, DDP, "finetune", evaluate=True)
     first = _launch(out, data, ["--lr", str(LR), "--steps", "100000"])
     try:
         _read_until(first, "step 4/")  # step 3's checkpoint is saved
@@ -447,7 +478,7 @@ def test_empty_data_stops_both_ranks_with_one_line(
 ) -> None:
     model_dir, _ = saved
     out = tmp_path / "ddp"
-    _emit(out, model_dir, DDP, "finetune")
+    _emit(out, model_dir, DDP, "finetune", evaluate=True)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     proc = _launch(out, empty, ["--lr", str(LR)])
@@ -468,7 +499,7 @@ def test_a_truncated_shard_is_never_loaded_by_any_rank(
 ) -> None:
     model_dir, data = saved
     out = tmp_path / "ddp"
-    _emit(out, model_dir, DDP, "finetune")
+    _emit(out, model_dir, DDP, "finetune", evaluate=True)
     before = _losses(_run_to_end(_launch(out, data, ["--lr", str(LR), "--steps", "6"])))
     shard = out / "checkpoints" / "step6" / "__1_0.distcp"  # rank 1's shard
     shard.write_bytes(shard.read_bytes()[:100])

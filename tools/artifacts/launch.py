@@ -50,7 +50,12 @@ from tools.artifacts.cluster import MASTER_PORT
 from tools.artifacts.deepspeed_config import hf_trainer_config
 from tools.artifacts.headline import FP8_NOT_APPLIED, NOT_AS_IS
 from tools.artifacts.megatron_fp8 import fp8_refusal
-from tools.artifacts.recipe_launch import recipe_args, recipe_not_applied
+from tools.artifacts.recipe_launch import (
+    eval_notes,
+    recipe_args,
+    recipe_not_applied,
+    train_py_eval_args,
+)
 from tools.artifacts.run_shape import RunShape, shape_run
 from tools.artifacts.scripts import Shell, comment_text, shell_quote
 from tools.core.errors import ToolFailure
@@ -275,7 +280,7 @@ def emit_launch(
     if brief.keep_checkpoints is not None and launcher == "megatron":
         notes.append(_MEGATRON_KEEPS_ALL.format(brief.keep_checkpoints))
     notes += [] if job_script else _run_settings_not_applied(brief, launcher)
-    notes += recipe_not_applied(brief, launcher)
+    notes += recipe_not_applied(brief, launcher) + eval_notes(brief, launcher, job.steps)
     if job.fp8 and not launch.fp8:
         notes.insert(0, launch.fp8_note or _FP8_NOT_APPLIED.format(launcher=launcher))
     return LaunchSpec(command=launch.command, files=files, notes=[n for n in notes if n])
@@ -608,7 +613,7 @@ def _train_py_args(job: LaunchInputs) -> list[str]:
         args += ["--seed", str(job.brief.seed)]
     if job.brief.wandb_project:
         args += ["--wandb", job.brief.wandb_project]
-    args += _lora_args(job.brief)
+    args += _lora_args(job.brief) + train_py_eval_args(job.brief)
     if job.deepspeed_config is not None:
         # Optimizer, schedule, clipping and accumulation are the config's.
         return [*args, "--deepspeed_config", "ds_config.json"]

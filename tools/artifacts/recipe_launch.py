@@ -11,7 +11,10 @@ FSDP/DDP modes take them as flags (``recipe_args``). Evaluation:
   ``--eval-interval 500 --split 99,1,0``;
 - torchtitan 0.2.2: ``[validation] enable, freq`` (its own validation set, ``c4_validation``:
   no share of the training data is held out, said);
-- train.py (the DeepSpeed, torchrun and FSDP launches) evaluates nothing: said in one line.
+- train.py (the DeepSpeed, torchrun and FSDP launches): ``--eval-every N`` and ``--eval-holdout
+  FRACTION`` (tools/smoke/scripts/job_eval.py): the last FRACTION of ``--data``, never trained
+  on; a cadence without a holdout holds out train.py's default 1%, a holdout without a cadence
+  is evaluated at the end only, both said in a launch note (``eval_notes``).
 
 Horovod and TensorFlow plans run the user's own script: the settings are listed for it.
 """
@@ -28,6 +31,13 @@ from tools.planning.optimizer_recipe import OptimizerRecipe, brief_recipe
 # The launches that run train.py (tools/artifacts/launch.py LAUNCHERS rows).
 TRAIN_PY_LAUNCHES = ("deepspeed", "torchrun", "fsdp")
 _OWN_SCRIPT = ("horovod", "tensorflow")
+
+
+# train.py's holdout when a cadence comes without one (tools/smoke/scripts/holdout.py
+# DEFAULT_HOLDOUT); the launch passes it, so the command says what runs.
+DEFAULT_EVAL_HOLDOUT = 0.01
+# Megatron-DeepSpeed's default --split (megatron/arguments.py): 3% validation.
+_MEGATRON_SPLIT = "969,30,1"
 
 
 # train.py's FSDP/DDP defaults (tools/smoke/scripts/train.py ``_ddp_arguments``): clipping, betas
@@ -60,6 +70,43 @@ def megatron_eval_flags(brief: TrainingBrief) -> list[str]:
         held = round(brief.eval_holdout * 100, 6)
         flags += ["--split", f"{100 - held:g},{held:g},0"]
     return flags
+
+
+def train_py_eval_args(brief: TrainingBrief) -> list[str]:
+    """train.py's ``--eval-every`` and ``--eval-holdout`` for the request (none when not asked)."""
+    if not (brief.eval_every or brief.eval_holdout):
+        return []
+    every = ["--eval-every", str(brief.eval_every)] if brief.eval_every else []
+    return [*every, "--eval-holdout", f"{brief.eval_holdout or DEFAULT_EVAL_HOLDOUT:g}"]
+
+
+def eval_notes(brief: TrainingBrief, launcher: str, steps: int) -> list[str]:
+    """What the launch assumed of the request's evaluation: a default holdout, the end only."""
+    if launcher == "megatron" and brief.eval_every and not brief.eval_holdout:
+        return [
+            f"eval holdout: Megatron-DeepSpeed's default --split {_MEGATRON_SPLIT} (3% of the "
+            "data for validation), as the request named no holdout"
+        ]
+    if launcher not in TRAIN_PY_LAUNCHES or not (brief.eval_every or brief.eval_holdout):
+        return []
+    notes, holdout = [], brief.eval_holdout or DEFAULT_EVAL_HOLDOUT
+    if not brief.eval_holdout:
+        notes.append(
+            f"eval holdout: the last {DEFAULT_EVAL_HOLDOUT * 100:g}% of the data's sequences, "
+            f"never trained on (train.py's --eval-holdout {DEFAULT_EVAL_HOLDOUT:g}), as the "
+            "request named no holdout"
+        )
+    if not brief.eval_every:
+        notes.append(
+            f"eval on the {holdout * 100:g}% holdout at the end of the run only, as "
+            "the request named no cadence (train.py's --eval-every N adds one)"
+        )
+    elif brief.eval_every >= steps:
+        notes.append(
+            f"eval every {brief.eval_every} steps: the run is {steps} steps, so train.py "
+            "evaluates at its end only"
+        )
+    return notes
 
 
 def titan_schedule_sections(
@@ -121,14 +168,7 @@ def recipe_not_applied(brief: TrainingBrief, launcher: str) -> list[str]:
             f"{', '.join(asked)} not applied: the {launcher} launch runs your own script; "
             "set them there"
         ]
-    lines: list[str] = []
-    evaluation = [f"eval every {brief.eval_every} steps"] if brief.eval_every else []
-    evaluation += [f"a {brief.eval_holdout * 100:g}% holdout"] if brief.eval_holdout else []
-    if evaluation and launcher in TRAIN_PY_LAUNCHES:
-        lines.append(
-            f"{' on '.join(evaluation)} not applied: train.py (the {launcher} launch) runs no "
-            "evaluation; evaluate the checkpoints it saves (checkpoints/) on your held-out data"
-        )
+    lines: list[str] = []  # train.py's launches carry the evaluation (train_py_eval_args)
     if brief.eval_holdout and launcher == "torchtitan":
         lines.append(
             f"a {brief.eval_holdout * 100:g}% holdout not applied: torchtitan validates on its own "

@@ -20,7 +20,7 @@ from tools.artifacts import megatron
 from tools.artifacts.deepspeed_config import emit_deepspeed_config
 from tools.artifacts.ds_validate import validate_deepspeed_config
 from tools.artifacts.launch import emit_launch
-from tools.artifacts.recipe_launch import TRAIN_PY_DEFAULTS
+from tools.artifacts.recipe_launch import DEFAULT_EVAL_HOLDOUT, TRAIN_PY_DEFAULTS
 from tools.core.schemas import FrameworkChoice, GPUSpec, HardwareSpec, TrainingBrief
 from tools.planning.lr_schedule import brief_schedule
 from tools.research.model_catalog import lookup_model
@@ -107,8 +107,10 @@ def test_train_py_takes_the_recipe_as_flags(tmp_path: Path) -> None:
     assert (args.weight_decay, args.max_grad_norm, args.adam_eps) == (0.05, 0.5, 1e-6)
     assert list(args.adam_betas) == [0.85, 0.98]
     assert (args.lr_schedule, args.warmup_steps, args.min_lr_ratio) == ("linear", 100, 0.1)
-    # train.py runs no evaluation: said in one line, not dropped.
-    assert any("eval every 200 steps not applied" in note for note in spec.notes)
+    # The cadence reaches train.py, with its default 1% holdout passed and said.
+    assert (args.eval_every, args.eval_holdout) == (200, DEFAULT_EVAL_HOLDOUT)
+    assert not any("not applied" in note for note in spec.notes), spec.notes
+    assert any("eval holdout: the last 1% of the data's" in note for note in spec.notes)
     # Without the words: the task's recipe, as ds_config.json, Megatron and torchtitan run it.
     # Pretraining's betas are not train.py's (torch's) default, so they are passed; a
     # fine-tune's recipe is train.py's defaults, so its command is as before.
@@ -130,6 +132,68 @@ def test_train_py_defaults_are_the_ones_the_launch_leaves_out() -> None:
     assert args.max_grad_norm == TRAIN_PY_DEFAULTS["max_grad_norm"]
     assert list(args.adam_betas) == TRAIN_PY_DEFAULTS["betas"]
     assert args.adam_eps == TRAIN_PY_DEFAULTS["eps"]
+
+
+_TRAIN_PY = {"deepspeed": "zero1", "pytorch_ddp": "ddp", "pytorch_fsdp": "zero3"}
+
+
+def _train_py_launch(out: Path, primary: str, nodes: int, **fields: Any) -> Any:
+    brief = _brief(**fields)
+    hardware = HardwareSpec(source="described", nodes=nodes, gpus_per_node=8, gpu=H100)
+    memory = model_parallel_plan(_TRAIN_PY[primary], 1, 1, 1, 8 // nodes)
+    choice = FrameworkChoice(primary=primary, stack=["pytorch", primary], rationale="x")
+    config = None
+    if primary == "deepspeed":
+        config = emit_deepspeed_config(memory, LLAMA3_8B, hardware, brief, total_steps=1000)
+    return emit_launch(out, brief, hardware, LLAMA3_8B, choice, config, memory=memory, steps=1000)
+
+
+def _scripts(spec: Any) -> list[Path]:
+    """The launch's shell scripts: launch.sh, train.sbatch, launch_node{R}.sh."""
+    return [Path(p) for p in spec.files.values() if p.endswith((".sh", ".sbatch"))]
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+@pytest.mark.parametrize("primary", sorted(_TRAIN_PY))
+def test_every_train_py_launch_file_carries_the_evaluation(
+    tmp_path: Path, primary: str, nodes: int
+) -> None:
+    spec = _train_py_launch(tmp_path / "eval", primary, nodes, eval_every=250, eval_holdout=0.05)
+    args = _train_py_args(spec.command)
+    assert (args.eval_every, args.eval_holdout, args.eval_holdout_given) == (250, 0.05, True)
+    scripts = _scripts(spec)
+    # launch.sh and train.sbatch, and a 2-node DeepSpeed plan's launch_node{R}.sh too.
+    assert len(scripts) == (4 if (primary, nodes) == ("deepspeed", 2) else 2), scripts
+    for script in scripts:
+        assert "--eval-every 250 --eval-holdout 0.05" in script.read_text(), script.name
+    assert not any("eval" in note for note in spec.notes), spec.notes  # nothing to say
+    plain = _train_py_launch(tmp_path / "plain", primary, nodes)
+    assert not any("--eval" in p.read_text() for p in _scripts(plain))
+    assert _train_py_args(plain.command).eval_holdout is None
+
+
+def test_a_holdout_alone_is_evaluated_at_the_end_and_a_long_cadence_says_so(
+    tmp_path: Path,
+) -> None:
+    spec = _train_py_launch(tmp_path / "end", "pytorch_ddp", 1, eval_holdout=0.02)
+    args = _train_py_args(spec.command)
+    assert args.eval_every is None and args.eval_holdout == 0.02
+    assert (
+        spec.notes.count(
+            "eval on the 2% holdout at the end of the run only, as the request named no cadence "
+            "(train.py's --eval-every N adds one)"
+        )
+        == 1
+    )
+    late = _train_py_launch(tmp_path / "late", "deepspeed", 1, eval_every=5000, eval_holdout=0.01)
+    assert any("eval every 5000 steps: the run is 1000 steps" in n for n in late.notes)
+
+
+def test_train_py_takes_the_holdout_the_launch_says_it_defaults_to() -> None:
+    import train
+
+    args = train.parse_args(["--model-path", "x", "--metrics-dir", "m", "--eval-every", "9"])
+    assert args.eval_holdout == DEFAULT_EVAL_HOLDOUT and not args.eval_holdout_given
 
 
 def test_megatron_parses_the_recipe_and_the_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,6 +45,7 @@ JOB_PARTS = (
     "checkpoints",
     "data",
     "deepspeed",
+    "eval",
     "lock",
     "loop",
     "model",
@@ -65,6 +66,8 @@ STANDALONE: dict[str, set[str]] = {
     # the ranks' slices are numpy.
     "prepare_data.py": {"numpy", "transformers"},
     "token_shards.py": {"numpy"},
+    # The held-out share and how ranks deal it: imported by train.py before torch (--help).
+    "holdout.py": {"torch"},
 }
 
 

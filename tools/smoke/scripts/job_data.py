@@ -13,6 +13,9 @@ non-UTF-8 file or a line that is not JSON stops every rank with one line naming 
 pretraining path) needs no tokenizer: each data-parallel rank streams only its own samples of
 ``--seq-len + 1`` tokens from the memory-mapped shards, never the whole corpus (``ShardData``;
 token_shards.py says which samples each rank and micro-batch get).
+
+``--eval-holdout FRACTION``: the last FRACTION of the blocks (or samples) is ``held_out`` for
+job_eval.py, split off before any rank draws (holdout.py).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 import torch
 import transformers
 from harness import UsageError
+from holdout import HeldOut, split_holdout
 from token_shards import (
     ShardError,
     TokenStream,
@@ -246,6 +250,7 @@ class TokenData:
         self.ranks = ranks
         self.per_rank = per_rank
         self.position = 0  # micro-batches drawn so far
+        self.held_out: HeldOut | None = None  # --eval-holdout's blocks, split off before
 
     def skip(self, batches: int) -> None:
         """Continue after ``batches`` micro-batches (a resumed run)."""
@@ -280,7 +285,19 @@ def load_token_data(args: argparse.Namespace, rank: int, ranks: int) -> tuple[To
             f"--data {args.data}: {blocks.shape[0]} blocks of {args.seq_len} tokens, fewer than "
             f"{args.micro_batch} per data-parallel rank ({ranks} ranks); add data or lower --seq-len"
         )
-    return TokenData(blocks, args.micro_batch, args.seed, rank, ranks), int(blocks.numel())
+    tokens, held = int(blocks.numel()), None
+    if args.eval_holdout:
+        # The end of the token stream: the last blocks, never dealt to a training rank.
+        total, unit = blocks.shape[0], f"blocks of {args.seq_len} tokens"
+        count = split_holdout(total, args.eval_holdout, ranks * args.micro_batch, unit)
+        blocks, rest = blocks[: total - count], blocks[total - count :]
+        held = HeldOut.of_rows(
+            rest,
+            f"the last {count} of {total} {unit} ({args.eval_holdout * 100:g}%), never trained on",
+        )
+    data = TokenData(blocks, args.micro_batch, args.seed, rank, ranks)
+    data.held_out = held
+    return data, tokens
 
 
 # The sample ids a run's metrics list (rank{R}.json ``data_samples``), at most this many.
@@ -297,7 +314,14 @@ class ShardData:
     """
 
     def __init__(
-        self, folder: Path, seq_len: int, batch: int, seed: int, rank: int, ranks: int
+        self,
+        folder: Path,
+        seq_len: int,
+        batch: int,
+        seed: int,
+        rank: int,
+        ranks: int,
+        holdout: float | None = None,
     ) -> None:
         try:
             self.index = read_index(folder)
@@ -311,6 +335,8 @@ class ShardData:
                 f"{seq_len + 1} tokens, fewer than {batch} per data-parallel rank ({ranks} ranks); "
                 "add data or lower --seq-len"
             )
+        self.held_out = self._hold_out(holdout, seq_len, batch * ranks)
+        held = self.held_out.count if self.held_out is not None else 0
         self.seq_len, self.batch, self.seed, self.rank, self.ranks = (
             seq_len,
             batch,
@@ -324,11 +350,25 @@ class ShardData:
             "data": str(folder),
             "data_format": "token-shards",
             "data_tokens": self.stream.tokens,
-            "data_samples_total": self.samples,
+            "data_samples_total": self.samples + held,
+            "data_samples_held_out": held,
             "data_rank": rank,
             "data_start_position": 0,
             "data_samples": self.drawn,
         }
+
+    def _hold_out(self, fraction: float | None, seq_len: int, needed: int) -> HeldOut | None:
+        """Split the last ``fraction`` of the samples off for evaluation (none trains on them)."""
+        if not fraction:
+            return None
+        total, unit = self.samples, f"samples of {seq_len + 1} tokens"
+        count = split_holdout(total, fraction, needed, unit)
+        self.samples = first = total - count
+        return HeldOut(
+            count,
+            lambda ids: torch.from_numpy(self.stream.samples([first + i for i in ids], seq_len)),
+            f"the last {count} of {total} {unit} ({fraction * 100:g}%), never trained on",
+        )
 
     def skip(self, batches: int) -> None:
         """Continue after ``batches`` micro-batches (a resumed run): nothing is read."""
@@ -358,7 +398,15 @@ def shards_given(args: argparse.Namespace) -> bool:
 def load_data(args: argparse.Namespace, rank: int, ranks: int) -> TokenData | ShardData:
     """This data rank's data: token shards streamed, or the user's text tokenized here."""
     if shards_given(args):
-        return ShardData(args.data, args.seq_len, args.micro_batch, args.seed, rank, ranks)
+        return ShardData(
+            args.data,
+            args.seq_len,
+            args.micro_batch,
+            args.seed,
+            rank,
+            ranks,
+            args.eval_holdout,
+        )
     return load_token_data(args, rank, ranks)[0]
 
 

@@ -47,6 +47,17 @@ class DeepSpeedJob(Job):
         self.engine.step()
         return loss
 
+    def eval_loss(self, batch: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """A held-out micro-batch's loss through the engine (ZeRO-3 gathers the weights)."""
+        return self.engine(input_ids=batch, labels=labels).loss
+
+    def set_training(self, on: bool) -> None:
+        """The engine's ``train()`` or ``eval()``."""
+        if on:
+            self.engine.train()
+        else:
+            self.engine.eval()
+
     def optimizer_step(self) -> None:
         """Nothing left to do: the engine stepped at the boundary."""
         sample()

@@ -2,9 +2,10 @@
 
 A step is one optimizer step (the config's gradient accumulation, or ``--grad-accum``, of
 ``--micro-batch`` sequences per rank each). Rank 0 prints loss, learning rate, tokens/s and
-memory every ``--log-every`` steps and appends the same to ``metrics-dir/metrics.jsonl`` (and to
-TensorBoard with ``--tensorboard DIR``, W&B with ``--wandb PROJECT``); each rank writes
-``metrics-dir/rank{R}.json`` (losses, step times, tokens, peak memory). With a checkpoint
+memory every ``--log-every`` steps (the held-out loss: job_eval.py) and appends the same to
+``metrics-dir/metrics.jsonl`` (and to TensorBoard with ``--tensorboard DIR``, W&B with
+``--wandb PROJECT``); each rank writes ``metrics-dir/rank{R}.json`` (losses, step times,
+tokens, peak memory). With a checkpoint
 directory, SIGTERM (SLURM's preemption signal) ends the run after the current step with a final
 checkpoint and exit code 0 (within the launcher's grace period: 30 s).
 """
@@ -22,9 +23,10 @@ import torch
 from harness import EXIT_NAN, UsageError, record_stop, write_json_atomic
 from job_checkpoints import resume, save_checkpoint
 from job_data import PatternData, ShardData, TokenData, load_data
+from job_eval import board_tag, open_evaluator
 from job_lock import JobLock
 from job_model import local_param_bytes, total_params, trainable_params
-from job_probes import FaultInjector, peak_memory_bytes, process_gpu_memory_bytes
+from job_probes import FaultInjector, is_oom, peak_memory_bytes, process_gpu_memory_bytes
 from job_ranks import StopRequest, agree, get_rank, get_world_size
 
 # Every this many steps each rank rewrites its metrics file (a stopped run still reports).
@@ -45,6 +47,14 @@ class Job:
     def micro_step(self, batch: torch.Tensor, last: bool) -> torch.Tensor:
         """Forward and backward of one micro-batch; ``last`` ends the optimizer step."""
         raise NotImplementedError
+
+    def eval_loss(self, batch: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The loss of one held-out micro-batch (in eval mode, without gradients: job_eval.py)."""
+        return self.model(input_ids=batch, labels=labels).loss
+
+    def set_training(self, on: bool) -> None:
+        """Train mode, or eval mode (no dropout) for an evaluation."""
+        self.model.train(on)
 
     def optimizer_step(self) -> None:
         """Apply the accumulated gradients (clipped), step the schedule, clear the gradients."""
@@ -127,7 +137,7 @@ class MetricLog:
         step = int(row["step"])
         for key, value in row.items():
             if key != "step" and isinstance(value, (int, float)) and self.writer is not None:
-                self.writer.add_scalar(f"train/{key}", value, step)
+                self.writer.add_scalar(board_tag(key), value, step)
         if self.wandb is not None:
             self.wandb.log({k: v for k, v in row.items() if k != "step"}, step=step)
 
@@ -241,6 +251,9 @@ def train_loop(
         extra=extra,
     )
     injector = FaultInjector(args.inject, args.inject_step, rank, world_size)
+    evaluator = open_evaluator(args, job, data, rank // tensor_parallel, tensor_parallel)
+    if evaluator is not None:
+        record.extra["evals"] = evaluator.rows
     interval_start, interval_steps = time.perf_counter(), 0
     for step in range(start_step + 1, args.steps + 1):
         step_lr = job.lr()
@@ -266,6 +279,8 @@ def train_loop(
             record.write("nan")
             log.close()
             return EXIT_NAN
+        if evaluator is not None and evaluator.due(step) and not stop:
+            interval_start += evaluator.run(job, step, log)  # not training time: out of tokens/s
         due = args.save_every and step % args.save_every == 0
         if args.checkpoint_dir is not None and (due or stop or step == args.steps):
             save_checkpoint(job, args.checkpoint_dir, step, data.position, args.keep_checkpoints)
@@ -383,7 +398,7 @@ def _one_step(
         job.optimizer_step()
     except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
         injector.release()
-        if _is_oom(exc):
+        if is_oom(exc):
             record.write("oom")
         raise
     injector.release()
@@ -431,10 +446,3 @@ def _log_step(
         f"{rate:,.0f} tokens/s {elapsed_s:.2f}s/step peak memory {memory / 2**30:.2f} GiB"
     )
     log.record(row, text)
-
-
-def _is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    text = str(exc)
-    return "out of memory" in text or "can't allocate memory" in text

@@ -142,3 +142,11 @@ class FaultInjector(Faults):
         if self._cpu_limit is not None:
             lift_cap(self._cpu_limit)
             self._cpu_limit = None
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` is running out of GPU or host memory."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc)
+    return "out of memory" in text or "can't allocate memory" in text

@@ -81,6 +81,15 @@ class TorchJob(Job):
         sample()
         return loss
 
+    def eval_loss(self, batch: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """A held-out micro-batch's loss: the model inside DDP (no gradient hooks), autocast."""
+        with self._autocast():
+            return self.model(input_ids=batch, labels=labels).loss
+
+    def set_training(self, on: bool) -> None:
+        """Train or eval mode, of the wrapper the loop runs (DDP's, or the FSDP model)."""
+        self.train_model.train(on)
+
     def optimizer_step(self) -> None:
         """Unscale (fp16), clip, step, advance the schedule, clear the gradients."""
         if self.scaler is not None:

@@ -16,6 +16,9 @@ Run it from the plan's folder (``launch.sh`` does); ``python train.py --help`` l
   ``prepare_data.py`` writes, streamed per rank), else synthetic patterns (job_data.py).
 - Checkpoints: ``--checkpoint-dir DIR --save-every N``; the same command again resumes, and
   SIGTERM saves and exits 0 (job_checkpoints.py, job_lock.py, job_loop.py).
+- Evaluation: ``--eval-every N`` and/or ``--eval-holdout FRACTION``: the loss and perplexity on
+  the last FRACTION of ``--data`` (never trained on), every N steps and at the end
+  (job_eval.py, holdout.py).
 - Output: rank 0 prints a line per ``--log-every`` steps; each rank writes
   ``metrics-dir/rank{R}.json``. ``--inject`` fails the run on purpose (job_probes.py).
 
@@ -41,6 +44,7 @@ from harness import (
     tee_rank_log,
     watch,
 )
+from holdout import DEFAULT_EVAL_BATCHES, DEFAULT_HOLDOUT
 
 # ---- defaults ------------------------------------------------------------------------------------
 # The FSDP/DDP modes' learning rate: the constant rate the smoke runner gives DeepSpeed
@@ -98,8 +102,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     _data_arguments(parser)
     _run_arguments(parser)
     _output_arguments(parser)
+    _eval_arguments(parser)
     _ddp_arguments(parser)
     args = parser.parse_args(argv)
+    args.eval_holdout_given = args.eval_holdout is not None
+    if args.eval_every and args.eval_holdout is None:
+        args.eval_holdout = DEFAULT_HOLDOUT
     if args.init is None:
         args.init = "pretrained" if args.model_path else "random"
     if args.lr is None and args.deepspeed_config is None:
@@ -231,6 +239,32 @@ def _output_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _eval_arguments(parser: argparse.ArgumentParser) -> None:
+    """Evaluation on held-out data (job_eval.py)."""
+    evals = parser.add_argument_group("evaluation")
+    evals.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="evaluate every N steps and at the end (default: no evaluation, or at the end only "
+        "with --eval-holdout)",
+    )
+    evals.add_argument(
+        "--eval-holdout",
+        type=float,
+        default=None,
+        help="hold out the last FRACTION of --data's sequences, never trained on, and evaluate "
+        f"on them (default with --eval-every: {DEFAULT_HOLDOUT:g}; synthetic data: sequences "
+        "drawn with another seed)",
+    )
+    evals.add_argument(
+        "--eval-batches",
+        type=int,
+        default=DEFAULT_EVAL_BATCHES,
+        help=f"micro-batches per rank per evaluation at most (default {DEFAULT_EVAL_BATCHES})",
+    )
+
+
 def _ddp_arguments(parser: argparse.ArgumentParser) -> None:
     """What only the FSDP and DDP modes read (DeepSpeed's come from its config)."""
     ddp = parser.add_argument_group("FSDP and DDP modes (ignored with --deepspeed_config)")
@@ -280,6 +314,12 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
     for name in ("steps", "seq_len", "micro_batch", "grad_accum", "log_every", "keep_checkpoints"):
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
+    if args.eval_every is not None and args.eval_every < 1:
+        return "--eval-every must be at least 1 (leave it out for no evaluation)"
+    if args.eval_holdout is not None and not 0.0 < args.eval_holdout < 1.0:
+        return "--eval-holdout is a fraction of the data: above 0 and below 1 (0.01 for 1%)"
+    if args.eval_batches < 1:
+        return "--eval-batches must be at least 1"
     if args.save_every < 0 or args.lora_rank < 0 or args.warmup_steps < 0:
         return "--save-every, --lora-rank and --warmup-steps cannot be negative"
     if not 0.0 <= args.min_lr_ratio < 1.0:
