@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import random
 import re
 import shlex
@@ -185,6 +186,11 @@ def expected(plan: dict[str, Any]) -> dict[str, float]:
         want["lr"] = brief["learning_rate"]
     if brief.get("train_steps"):
         want["steps"] = brief["train_steps"]
+    elif brief.get("dataset_tokens"):
+        # The brief keeps a step count as the tokens it trains; the launch runs them whole.
+        want["steps"] = math.ceil(
+            brief["dataset_tokens"] / (brief["global_batch_size"] * brief["seq_len"])
+        )
     return want
 
 

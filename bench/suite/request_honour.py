@@ -30,6 +30,18 @@ def _framework(name: str) -> Callable[[Plan], bool]:
     return lambda p: p["framework"]["primary"] == name
 
 
+def _steps(n: int) -> Callable[[Plan], bool]:
+    """The step count, or the tokens it trains (the brief keeps steps as dataset_tokens)."""
+
+    def honoured(p: Plan) -> bool:
+        b = p["brief"]
+        return b.get("train_steps") == n or b.get("dataset_tokens") == float(
+            n * b["global_batch_size"] * b["seq_len"]
+        )
+
+    return honoured
+
+
 def _fp8(p: Plan) -> bool:
     return ((p["brief"].get("recipe") or {}).get("precision") or p["brief"]["precision"]) == "fp8"
 
@@ -39,12 +51,13 @@ WORD_CHECKS: dict[str, tuple[Callable[[Plan], bool], tuple[str, ...]]] = {
     "seq len 4096": (_brief("seq_len", 4096), ("4096", "seq")),
     "global batch 256": (_brief("global_batch_size", 256), ("256", "batch")),
     "lr 1e-4": (_brief("learning_rate", 1e-4), ("1e-4", "learning rate", "lr")),
-    "for 300 steps": (_brief("train_steps", 300), ("300 steps", "steps")),
+    "for 300 steps": (_steps(300), ("300 steps", "steps")),
     "with megatron": (_framework("megatron"), ("megatron",)),
     "with fsdp": (_framework("pytorch_fsdp"), ("fsdp",)),
     "with deepspeed zero-3": (
+        # Megatron-DeepSpeed runs DeepSpeed's ZeRO too.
         lambda p: (
-            p["framework"]["primary"] == "deepspeed"
+            p["framework"]["primary"] in ("deepspeed", "megatron")
             and p["memory"]["setup"]["strategy"].startswith("zero3")
         ),
         ("zero-3", "zero3", "deepspeed"),

@@ -74,3 +74,27 @@ def test_a_launch_value_that_differs_is_found(plans: dict[str, Path], tmp_path: 
     check = Check("", "zero")
     compare(folder, json.loads((folder / "plan.json").read_text()), check)
     assert any(f.startswith("ds_config.json: gbs") for f in check.findings), check.findings
+
+
+def test_each_part_of_a_request_is_planned_or_said(plans: dict[str, Path], tmp_path: Path) -> None:
+    # bench/suite/request_honour.py: the model, GPUs and each grid word are in the plan or under
+    # "Not as asked"; a LoRA plan with a pinned pipeline (dropped without a word before) says so.
+    from inproc import run_main
+
+    from bench.suite.request_honour import silent_parts
+
+    text = "LoRA fine-tune llama-3-8b on 8 H100, pipeline parallel 2, for 300 steps"
+    done = run_main("plan", text, "--no-smoke", "--out", str(tmp_path / "lora"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads((tmp_path / "lora" / "plan.json").read_text())
+    words = ["pipeline parallel 2", "for 300 steps"]
+    assert silent_parts(plan, "llama-3-8b", "8 H100", words) == []
+    # The check can fail: the same plan with its "not as asked" lines and step count gone.
+    plan["memory"]["not_honoured"], plan["brief"]["dataset_tokens"] = [], None
+    assert silent_parts(plan, "llama-3-8b", "8 H100", words) == [
+        "'pipeline parallel 2' neither planned nor said",
+        "'for 300 steps' neither planned nor said",
+    ]
+    assert silent_parts(plan, "llama-3-8b", "2 nodes of 8 H100", []) == [
+        "2 nodes of 8 H100: planned 1x8"
+    ]
