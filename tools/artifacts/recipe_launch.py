@@ -38,6 +38,8 @@ _OWN_SCRIPT = ("horovod", "tensorflow")
 DEFAULT_EVAL_HOLDOUT = 0.01
 # Megatron-DeepSpeed's default --split (megatron/arguments.py): 3% validation.
 _MEGATRON_SPLIT = "969,30,1"
+# Megatron-DeepSpeed megatron/arguments.py _add_training_args: --eval-interval default.
+MEGATRON_EVAL_INTERVAL = 1000
 
 
 # train.py's FSDP/DDP defaults (tools/smoke/scripts/train.py ``_ddp_arguments``): clipping, betas
@@ -86,6 +88,15 @@ def eval_notes(brief: TrainingBrief, launcher: str, steps: int) -> list[str]:
         return [
             f"eval holdout: Megatron-DeepSpeed's default --split {_MEGATRON_SPLIT} (3% of the "
             "data for validation), as the request named no holdout"
+        ]
+    if launcher == "megatron" and brief.eval_holdout and not brief.eval_every:
+        every = (
+            f"every {MEGATRON_EVAL_INTERVAL} steps and " if steps > MEGATRON_EVAL_INTERVAL else ""
+        )
+        return [
+            f"eval on the {brief.eval_holdout * 100:g}% holdout {every}at the end of the run "
+            f"(Megatron-DeepSpeed's default --eval-interval {MEGATRON_EVAL_INTERVAL}), as the "
+            "request named no cadence"
         ]
     if launcher not in TRAIN_PY_LAUNCHES or not (brief.eval_every or brief.eval_holdout):
         return []

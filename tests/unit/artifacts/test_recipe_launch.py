@@ -236,3 +236,18 @@ def test_torchtitan_toml_holds_the_recipe_in_0_2_2_keys(tmp_path: Path, decay: s
         assert scheduler["min_lr_factor"] == pytest.approx(1e-5 / optimizer["lr"])
     assert toml["validation"] == {"enable": True, "freq": 100, "steps": 100}
     assert any("1% holdout not applied" in note for note in spec.notes)
+
+
+def test_a_megatron_holdout_without_a_cadence_says_when_it_evaluates() -> None:
+    # A holdout alone: Megatron evaluates at its default --eval-interval (1000) and at the end;
+    # the plan said nothing of the cadence.
+    from tools.artifacts.recipe_launch import eval_notes
+    from tools.core.schemas import TrainingBrief
+
+    brief = TrainingBrief(model="gpt2", eval_holdout=0.02)
+    assert eval_notes(brief, "megatron", 5000) == [
+        "eval on the 2% holdout every 1000 steps and at the end of the run (Megatron-DeepSpeed's "
+        "default --eval-interval 1000), as the request named no cadence"
+    ]
+    assert "every 1000" not in eval_notes(brief, "megatron", 300)[0]
+    assert eval_notes(TrainingBrief(model="gpt2"), "megatron", 300) == []
