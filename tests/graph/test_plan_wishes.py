@@ -141,3 +141,24 @@ def test_resuming_another_runs_checkpoint_is_refused_with_what_to_do(
     assert any(
         line.startswith("not as asked: Resuming another run") for line in stdout.splitlines()
     )
+
+
+def test_a_second_framework_named_is_said_not_used(cli_main: Any, tmp_path: Path) -> None:
+    # "with fsdp, with megatron": the first named is the brief's framework; the second was
+    # dropped without a word (no wish, nothing under "Not as asked").
+    plan, stdout = _plan(
+        cli_main, tmp_path, "pretrain gpt2 on 8 A100 40GB, with fsdp, with megatron"
+    )
+    wishes = {w["wish"]: w for w in plan["request"]["wishes"]}
+    assert plan["framework"]["primary"] == "pytorch_fsdp"
+    assert wishes["framework:pytorch_fsdp"]["honoured"] is True
+    megatron = wishes["framework:megatron"]
+    assert megatron["honoured"] is False and "the first (pytorch_fsdp)" in megatron["how"]
+    assert "not as asked: Megatron not used: the plan runs on pytorch_fsdp" in stdout
+    # Megatron-DeepSpeed runs DeepSpeed: "megatron with deepspeed" keeps both.
+    (tmp_path / "b").mkdir()
+    both, _ = _plan(
+        cli_main, tmp_path / "b", "pretrain gpt-3-6.7b on 16 H100 with megatron and deepspeed"
+    )
+    marks = {w["wish"]: w["honoured"] for w in both["request"]["wishes"]}
+    assert marks.get("framework:megatron") is True and marks.get("framework:deepspeed") is True

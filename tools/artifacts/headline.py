@@ -118,6 +118,12 @@ def headline_notes(plan: dict[str, Any]) -> list[str]:
         named = wish["wish"].startswith(("technique:", "checkpoint:"))
         if (named or limit) and wish.get("honoured") is False:
             notes += [line] if line not in notes else []
+        # A framework named after the brief's ("with fsdp, with megatron"): its own line (the
+        # brief's framework wish is the framework section's not_honoured, above).
+        kind, _, name = str(wish["wish"]).partition(":")
+        brief_framework = (plan.get("brief") or {}).get("framework")
+        if kind == "framework" and name != brief_framework and wish.get("honoured") is False:
+            notes.append(_sentence(f"{name} {wish.get('how')}"))
     if (plan.get("brief") or {}).get("objective") in NOT_LAUNCHED and (
         objective := objective_note(plan)
     ):

@@ -146,14 +146,23 @@ def closed_account(
         else RequestAccount.model_validate(account)
     )
     used = set(used_frameworks or ())
+    # The first framework named is the brief's wish, whose reason the planner gave; a later one
+    # ("with fsdp, with megatron") is not used because the first was taken.
+    first = next((w.wish for w in acc.wishes if w.wish.startswith("framework:")), None)
     for w in acc.wishes:
         kind, _, name = w.wish.partition(":")
         if kind == "framework" and primary is not None:
             w.honoured = name == primary or name in used
+            why = not_honoured if w.wish == first else None
+            if w.wish != first and first is not None:
+                why = (
+                    f"the plan runs on {primary}: of the frameworks named, the first "
+                    f"({first.partition(':')[2]}) is the wish planned for"
+                )
             w.how = (
                 f"used: the plan runs on {primary}"
                 if w.honoured
-                else f"not used: {not_honoured or f'the plan runs on {primary}'}"
+                else f"not used: {why or f'the plan runs on {primary}'}"
             )
         elif kind == "objective" and objective is not None and name in OBJECTIVE_MARKS:
             w.honoured, w.how = OBJECTIVE_MARKS[name]

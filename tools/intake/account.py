@@ -33,7 +33,7 @@ from tools.intake.refused_words import intake_mark, refused_reads
 from tools.intake.run_text import run_reads
 from tools.intake.serving_text import serving_reads
 from tools.intake.shape_text import shape_reads
-from tools.intake.wishes import distill_pair, framework_reads, named_wishes
+from tools.intake.wishes import distill_pair, framework_wish_reads, named_wishes
 from tools.intake.words import word_reads
 
 # A number in the request: digits not glued to a letter before them ("H100", "bf16" are names),
@@ -176,8 +176,7 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
     ]
     if (price := price_reading(text)) is not None:
         reads.append(price)
-    framework, avoided = framework_reads(text)
-    reads += [r for r in (framework, *avoided) if r is not None]
+    reads += framework_wish_reads(text)
     reads += named_wishes(text)
     reads += refused_reads(text, fields)  # optimizers other than AdamW, ...
     reads += [r for r in recipe_reads(text, fields.get("task")) if "recipe" in fields]

@@ -125,6 +125,24 @@ def framework_reads(text: str) -> tuple[Read | None, list[Read]]:
     return None, avoided
 
 
+def framework_wish_reads(text: str) -> list[Read]:
+    """Every framework a request names or refuses, as wishes: the first named is the brief's.
+
+    A second framework named ("with fsdp, with megatron") was dropped without a word; each is
+    its own ``framework:X`` wish, which the plan marks used or not (tools/core/request_account.py).
+    """
+    framework, avoided = framework_reads(text)
+    reads = [r for r in (framework, *avoided) if r is not None]
+    if framework is None:
+        return reads
+    refused = {r.value for r in avoided}
+    for m in _NAME_RE.finditer(text):
+        fid = _framework_of(m.group(1))
+        if fid not in refused and all(r.value != fid for r in reads):
+            reads.append(Read.of(f"framework:{fid}", fid, m, 1))
+    return reads
+
+
 def wish_fields(text: str) -> dict[str, Any]:
     """The brief fields a request's wishes set: framework, avoid_frameworks, pins, objective."""
     framework, avoided = framework_reads(text)
