@@ -78,7 +78,9 @@ def said_lines(plan: Plan) -> list[str]:
     """The plan's lines that say a part of the request was not done as asked (lower case)."""
     req = plan.get("request") or {}
     lines = list(plan["memory"].get("not_honoured") or [])
-    lines += [w.get("how") or "" for w in req.get("wishes") or [] if not w.get("honoured")]
+    lines += [
+        f"{w.get('wish')} {w.get('how')}" for w in req.get("wishes") or [] if not w.get("honoured")
+    ]
     lines += list(req.get("not_understood") or [])
     return [str(x).lower() for x in lines]
 
