@@ -95,10 +95,11 @@ def test_tensor_parallel_alone_runs_on_deepspeed_autotp(tmp_path: Path) -> None:
     assert config == plan["deepspeed_config"]
     assert config["tensor_parallel"] == {"autotp_size": 4}
     assert config["zero_optimization"]["stage"] <= 2
-    # DeepSpeed sizes the batch by world / tensor degree = 2 data-parallel ranks, not 8.
-    validate_deepspeed_config(config, 8 // 4)
+    # AutoTP gets no mpu: DeepSpeedConfig checks the batch at the whole world (8 ranks), while
+    # the 2 data-parallel groups of 4 tensor ranks read the brief's sequences.
+    validate_deepspeed_config(config, 8)
     with pytest.raises(ConfigError):
-        validate_deepspeed_config(config, 8)
+        validate_deepspeed_config(config, 8 // 4)
     # No files that size batches by the whole world.
     assert not (out / "ds_config_hf.json").exists()
     assert not (out / "accelerate_config.yaml").exists()
