@@ -497,6 +497,9 @@ def convert_files(
         "auto",
         "--save",
         FINETUNE_CHECKPOINT,
+        # validate_args asserts an interval wherever --save is given; the converter saves once.
+        "--save-interval",
+        "1",
         "--tensor-model-parallel-size",
         str(tp),
         "--pipeline-model-parallel-size",
