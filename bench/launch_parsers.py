@@ -150,7 +150,9 @@ def world_of(record: dict) -> tuple[int, list[str], list[str]]:
         from deepspeed.launcher.runner import parse_args as ds_parse
 
         opts = ds_parse(argv)
-        return int(opts.num_nodes) * int(opts.num_gpus), launcher, rest
+        # -1: every host of the hostfile, one (this machine) without one.
+        nodes = int(opts.num_nodes) if int(opts.num_nodes) > 0 else 1
+        return nodes * int(opts.num_gpus), launcher, rest
     except SystemExit:  # check_launcher says why
         return 0, launcher, rest
 
@@ -327,22 +329,16 @@ def check_megatron(
     if result["imports"] != "ok":
         return f"FAIL megatron import of {Path(rest[0]).name}: {result['imports']}", result["dp"]
     # DeepSpeed runs the config's batch and ZeRO stage; Megatron loads data by its own flags.
-    config = (
-        json.loads((folder / result.pop("ds_config")).read_text()) if result["ds_config"] else {}
-    )
+    name = result.pop("ds_config")
+    config = json.loads((folder / name).read_text()) if name else {}
     stated = (
         config.get("train_batch_size"),
         config.get("train_micro_batch_size_per_gpu"),
         (config.get("zero_optimization") or {}).get("stage", 0),
     )
     if config and stated != (result["gbs"], result["micro"], result["zero"]):
-        return (
-            f"FAIL megatron flags vs ds_config.json (batch, micro, zero): {result} vs {stated}",
-            None,
-        )
-    return f"ok megatron parse_args+validate_args, agrees with ds_config.json {result}", result[
-        "dp"
-    ]
+        return f"FAIL megatron flags vs {name} (batch, micro, zero): {result} vs {stated}", None
+    return f"ok megatron parse_args+validate_args, agrees with {name} {result}", result["dp"]
 
 
 def check_ds_config(path: Path, dp: int, megatron: bool) -> str:
