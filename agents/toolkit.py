@@ -263,6 +263,7 @@ def _emit_validated_config(ws: Workspace) -> str:
     from tools.artifacts.deepspeed_config import planned_total_steps
     from tools.artifacts.ds_rules import check_deepspeed_rules
     from tools.planning import data_parallel_size
+    from tools.planning.batch_layout import deepspeed_batch_ranks
 
     memory = need(ws.memory, "the memory plan", "plan_parallelism")
     hw = need(ws.hardware, "the hardware", "profile_hardware")
@@ -282,16 +283,19 @@ def _emit_validated_config(ws: Workspace) -> str:
         total_steps=planned_total_steps(ws.brief),
         autotp=fw is not None and fw.primary == "deepspeed",
     )
-    # Under tensor/pipeline parallelism DeepSpeed sizes batches by the data-parallel group.
-    dp = data_parallel_size(
-        hw, memory.tensor_parallel, memory.pipeline_parallel, memory.context_parallel
+    # Megatron's mpu: DeepSpeed sizes batches by the data-parallel group; AutoTP: by the world.
+    dp = deepspeed_batch_ranks(
+        config,
+        data_parallel_size(
+            hw, memory.tensor_parallel, memory.pipeline_parallel, memory.context_parallel
+        ),
     )
     check_deepspeed_rules(config, dp)
     ws.deepspeed_config = config
     ws.config_validated = True
     ws.progress(
         f"deepspeed config: ZeRO stage {config.get('zero_optimization', {}).get('stage', 0)}, "
-        f"checked against DeepSpeed 0.19's config rules at data-parallel size {dp} "
+        f"checked against DeepSpeed 0.19's config rules at {dp} batch ranks "
         "(DeepSpeed itself parses it at launch)"
     )
     return json.dumps({"deepspeed_config": config, "validated_world_size": dp})

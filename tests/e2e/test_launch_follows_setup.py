@@ -95,10 +95,11 @@ def test_tensor_parallel_alone_runs_on_deepspeed_autotp(tmp_path: Path) -> None:
     assert config == plan["deepspeed_config"]
     assert config["tensor_parallel"] == {"autotp_size": 4}
     assert config["zero_optimization"]["stage"] <= 2
-    # DeepSpeed sizes the batch by world / tensor degree = 2 data-parallel ranks, not 8.
-    validate_deepspeed_config(config, 8 // 4)
+    # AutoTP gets no mpu: DeepSpeedConfig checks the batch at the whole world (8 ranks), while
+    # the 2 data-parallel groups of 4 tensor ranks read the brief's sequences.
+    validate_deepspeed_config(config, 8)
     with pytest.raises(ConfigError):
-        validate_deepspeed_config(config, 8)
+        validate_deepspeed_config(config, 8 // 4)
     # No files that size batches by the whole world.
     assert not (out / "ds_config_hf.json").exists()
     assert not (out / "accelerate_config.yaml").exists()
@@ -178,7 +179,8 @@ def test_autotp_config_refuses_zero3_and_pipelines() -> None:
         model_parallel_plan("zero2", 4, 1, 1, 4), LLAMA3_70B, hw, brief, autotp=True
     )
     assert config["tensor_parallel"] == {"autotp_size": 4}
-    validate_deepspeed_config(config, 2)
+    # AutoTP: DeepSpeed checks the batch at every rank (8), the 2 data-parallel groups read it.
+    validate_deepspeed_config(config, 8)
     megatron = emit_deepspeed_config(
         model_parallel_plan("zero2", 4, 1, 1, 4), LLAMA3_70B, hw, brief
     )
@@ -249,6 +251,23 @@ def test_megatron_launch_finds_its_script_and_config_from_where_it_runs(tmp_path
     (out / "checkpoints" / "converted" / "latest").write_text("global_step0")
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     env.pop("MEGATRON_DIR", None)
+    # A Python without deepspeed.compression (DeepSpeed 0.19.7 removed it; megatron_env.py):
+    # one line naming the release, and nothing runs.
+    (bin_dir / "no-compression").write_text("#!/usr/bin/env bash\nexit 1\n")
+    (bin_dir / "no-compression").chmod(0o755)
+    res = subprocess.run(
+        ["bash", str(out / "launch.sh")],
+        cwd=tmp_path,
+        env={**env, "PYTHON": str(bin_dir / "no-compression")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2 and "deepspeed==0.19.6" in res.stderr and not record.exists()
+    # A stand-in Python that has what Megatron-DeepSpeed imports.
+    (bin_dir / "ds-0.19.6").write_text("#!/usr/bin/env bash\nexit 0\n")
+    (bin_dir / "ds-0.19.6").chmod(0o755)
+    env["PYTHON"] = str(bin_dir / "ds-0.19.6")
     # Without MEGATRON_DIR: one clear line, and nothing runs.
     res = subprocess.run(
         ["bash", str(out / "launch.sh")],

@@ -127,6 +127,11 @@ class Stand:
         meta = tmp_path / "site" / "torchtitan-0.2.2.dist-info"
         meta.mkdir()
         (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: torchtitan\nVersion: 0.2.2\n")
+        # What Megatron launches check before torchrun (DeepSpeed <= 0.19.6, megatron_env.py).
+        compression = tmp_path / "site" / "deepspeed" / "compression"
+        compression.mkdir(parents=True)
+        for part in ("__init__.py", "compression/__init__.py", "compression/compress.py"):
+            (tmp_path / "site" / "deepspeed" / part).write_text("")
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir()
         (bin_dir / "torchrun").write_text(FAKE_TORCHRUN)

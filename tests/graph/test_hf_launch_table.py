@@ -156,9 +156,9 @@ def _check_batch(args: list[str], world: int, files: Files, case: Case) -> tuple
         tensor = (config.get("tensor_parallel") or {}).get("autotp_size", 1)
         accumulation = config["gradient_accumulation_steps"]
         assert config["train_micro_batch_size_per_gpu"] == micro
-        assert config["train_batch_size"] == micro * accumulation * (world // tensor)
-        # DeepSpeed's own DeepSpeedConfig checks the same identity at the data-parallel size.
-        validate_deepspeed_config(config, world // tensor)
+        # AutoTP: DeepSpeedConfig counts every rank (no mpu), the tensor ranks share sequences.
+        assert config["train_batch_size"] == micro * accumulation * world
+        validate_deepspeed_config(config, world)
         assert "--grad-accum" not in args  # DeepSpeed mode reads the config's
     else:
         tensor = 1

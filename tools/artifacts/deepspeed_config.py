@@ -277,18 +277,19 @@ def emit_deepspeed_config(
     _check_parallelism(plan, autotp, ring=torchtitan_flavor(model) is not None)
     if total_steps is None:
         total_steps = planned_total_steps(brief) or DEFAULT_RUN_STEPS
+    tp = plan.tensor_parallel
     config: dict[str, Any] = {
-        **layout.deepspeed_fields(),
+        # AutoTP: DeepSpeed counts every rank in train_batch_size (deepspeed_batch_ranks).
+        **layout.deepspeed_fields(tp if autotp and tp > 1 else 1),
         "steps_per_print": 10,
         "wall_clock_breakdown": False,
     }
     config.update(_precision_section(brief, hardware))
     config["zero_optimization"] = zero_section(plan, model)
-    tp = plan.tensor_parallel
     if autotp and tp > 1:
         # DeepSpeed's AutoTP training section (deepspeed/runtime/tensor_parallel/config.py
         # TPTrainingConfig.autotp_size): deepspeed.initialize shards the model's linear layers
-        # over groups of ``tp`` consecutive ranks and sizes batches by world / tp.
+        # over groups of ``tp`` consecutive ranks; each group reads the same sequences.
         config["tensor_parallel"] = {"autotp_size": tp}
     if not autotp and tp > 1 and plan.pipeline_parallel > 1 and architecture(model).experts > 1:
         # Megatron-DeepSpeed's MoE pipeline passes the experts' loss beside the hidden states,

@@ -49,6 +49,7 @@ from tools.artifacts import cluster, guides, megatron, torchtitan
 from tools.artifacts.cluster import MASTER_PORT
 from tools.artifacts.deepspeed_config import hf_trainer_config
 from tools.artifacts.headline import FP8_NOT_APPLIED, NOT_AS_IS
+from tools.artifacts.megatron_env import deepspeed_check
 from tools.artifacts.megatron_fp8 import fp8_refusal
 from tools.artifacts.recipe_launch import (
     eval_notes,
@@ -528,7 +529,7 @@ def _megatron(job: LaunchInputs) -> Launch:
             command, job.hardware, job.model, split, config, context_parallel=cp, expert_parallel=ep
         ),
     }
-    preamble = megatron.folder_check("ds_config.json")
+    preamble = megatron.folder_check("ds_config.json") + deepspeed_check()
     if megatron.is_fine_tune(job.brief):
         # The Hugging Face weights in Megatron-DeepSpeed's layout first; launch.sh refuses to
         # start without them (or the job's own checkpoint, to resume from).

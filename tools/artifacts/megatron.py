@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from tools.artifacts import cluster
+from tools.artifacts.megatron_env import deepspeed_check, deepspeed_note
 from tools.artifacts.megatron_model import architecture_flags, architecture_note
 from tools.artifacts.recipe_launch import megatron_eval_flags
 from tools.artifacts.scripts import Shell, render, shell_join
@@ -360,6 +361,7 @@ def megatron_md(
         f"= {world} GPUs",
         script=MEGATRON_SCRIPT,
         megatron_dir=MEGATRON_DIR,
+        deepspeed_note=deepspeed_note(),
         nodes=hardware.nodes,
         finetune=_finetune_note(command, config, model),
         architecture=architecture_note(model)
@@ -495,6 +497,9 @@ def convert_files(
         "auto",
         "--save",
         FINETUNE_CHECKPOINT,
+        # validate_args asserts an interval wherever --save is given; the converter saves once.
+        "--save-interval",
+        "1",
         "--tensor-model-parallel-size",
         str(tp),
         "--pipeline-model-parallel-size",
@@ -530,6 +535,7 @@ def convert_files(
         "launch.sh loads.",
     ]
     body = [
+        *deepspeed_check(),
         shell_join(command),
         f'echo "converted into {FINETUNE_CHECKPOINT}; now run ./launch.sh"',
     ]

@@ -8,6 +8,7 @@ micro-batches); the data-parallel degree is the world over tensor x pipeline x c
 
 - DeepSpeed: ``train_batch_size`` = global, ``train_micro_batch_size_per_gpu`` = micro,
   ``gradient_accumulation_steps`` = accumulation (DeepSpeedConfig checks the identity itself);
+  under AutoTP ``train_batch_size`` = global x the tensor degree (``deepspeed_batch_ranks``);
 - Megatron: ``--micro-batch-size`` = micro, ``--global-batch-size`` = global (Megatron derives
   the micro-batches per step as global / (micro x data parallel));
 - torchtitan (``local_batch_size`` is what one data-parallel rank loads per forward-backward;
@@ -64,7 +65,8 @@ class BatchLayout:
         micro = int(config.get("train_micro_batch_size_per_gpu", 1))
         accumulation = int(config.get("gradient_accumulation_steps", 1))
         total = int(config.get("train_batch_size", micro * accumulation))
-        return cls(micro, accumulation, max(1, total // (micro * accumulation)), pipeline)
+        ranks = max(1, total // (micro * accumulation))
+        return cls(micro, accumulation, max(1, ranks // autotp_degree(config)), pipeline)
 
     def describe(self) -> str:
         """One line for notes: ``64 sequences per step = micro 2 x accumulation 4 x dp 8``."""
@@ -73,10 +75,10 @@ class BatchLayout:
             f"{self.accumulation} x data parallel {self.data_parallel}"
         )
 
-    def deepspeed_fields(self) -> dict[str, int]:
-        """ds_config.json's three batch keys."""
+    def deepspeed_fields(self, autotp: int = 1) -> dict[str, int]:
+        """ds_config.json's three batch keys (``autotp``: AutoTP's tensor degree, 1 without)."""
         return {
-            "train_batch_size": self.global_batch,
+            "train_batch_size": self.global_batch * autotp,
             "train_micro_batch_size_per_gpu": self.micro,
             "gradient_accumulation_steps": self.accumulation,
         }
@@ -102,6 +104,26 @@ class BatchLayout:
     def train_py_args(self) -> list[str]:
         """train.py's ``--micro-batch`` and ``--grad-accum``."""
         return ["--micro-batch", str(self.micro), "--grad-accum", str(self.accumulation)]
+
+
+def autotp_degree(config: dict[str, Any]) -> int:
+    """A ds_config.json's AutoTP tensor degree (``tensor_parallel.autotp_size``); 1 without."""
+    return max(1, int((config.get("tensor_parallel") or {}).get("autotp_size") or 1))
+
+
+def deepspeed_batch_ranks(config: dict[str, Any], data_parallel: int) -> int:
+    """The ranks DeepSpeed multiplies micro x accumulation by to check ``train_batch_size``.
+
+    Megatron-DeepSpeed hands ``deepspeed.initialize`` its ``mpu`` (or a PipelineModule's grid),
+    and DeepSpeedConfig counts the data-parallel group. AutoTP gets no ``mpu``: deepspeed.initialize
+    builds the tensor groups itself (runtime/tensor_parallel/init_utils.py) and DeepSpeedConfig
+    counts ``dist.get_world_size()``, the whole world = data parallel x autotp_size
+    (DeepSpeed 0.19.8, runtime/config.py ``DeepSpeedConfig.__init__``; run on 2 gloo ranks with
+    autotp_size 2: train_batch_size = micro x accumulation x 1 stopped in initialize, x 2 ran;
+    bench/results/2026-12-07-launch-parsers.md). The tensor ranks see the same sequences, so
+    the sequences per step stay micro x accumulation x data parallel.
+    """
+    return data_parallel * autotp_degree(config)
 
 
 def torchtitan_layout(

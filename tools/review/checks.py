@@ -20,6 +20,7 @@ from tools.core.schemas import (
 from tools.core.strategies import MIN_HEADROOM, STRATEGY_GAIN, STRATEGY_ORDER
 from tools.planning import data_parallel_size
 from tools.planning.alternatives import fit_line, option_text
+from tools.planning.batch_layout import deepspeed_batch_ranks
 from tools.research.framework import DEEPSPEED_FRAMEWORKS, REPLICATING_FRAMEWORKS
 from tools.review.config_keys import config_key_findings
 
@@ -82,12 +83,14 @@ def check_batch_arithmetic(
         return []  # "auto" or another non-number: config_key_findings reports it
     # An unsettled brief (no batch given, none planned yet) has no batch to compare with.
     asked = brief.global_batch_size
-    if micro * accum * ws != train or (asked is not None and train != asked):
+    # AutoTP: DeepSpeed counts every rank; the tensor ranks share their sequences.
+    ranks = deepspeed_batch_ranks(config, ws)
+    if micro * accum * ranks != train or (asked is not None and micro * accum * ws != asked):
         return [
             Finding(
                 severity="error",
                 check="batch_arithmetic",
-                message=f"train_batch_size {train} != micro {micro} x accumulation {accum} x data-parallel {ws}"
+                message=f"train_batch_size {train} != micro {micro} x accumulation {accum} x batch ranks {ranks}"
                 f" (brief asks {brief.global_batch_size})",
                 fix="recompute gradient_accumulation_steps for the target world size",
             )
@@ -96,7 +99,7 @@ def check_batch_arithmetic(
         Finding(
             severity="info",
             check="batch_arithmetic",
-            message=f"{micro} x {accum} x {ws} = {train} sequences per step, as the brief asks",
+            message=f"{micro} x {accum} x {ws} = {micro * accum * ws} sequences per step, as the brief asks",
         )
     ]
 

@@ -30,6 +30,7 @@ from tools.artifacts.ds_validate import validate_deepspeed_config
 from tools.core.schemas import HardwareSpec, TrainingBrief
 from tools.core.strategies import STRATEGY_ORDER
 from tools.planning import SearchOptions, data_parallel_size, search_strategy
+from tools.planning.batch_layout import deepspeed_batch_ranks
 
 EIGHT_A100 = HardwareSpec(source="described", nodes=1, gpus_per_node=8, gpu=A100)
 V100S = HardwareSpec(source="described", nodes=2, gpus_per_node=4, gpu=V100)
@@ -96,7 +97,8 @@ def _emitted() -> list[tuple[str, dict[str, Any], int]]:
     dp = data_parallel_size(EIGHT_A100, tp_plan.tensor_parallel, tp_plan.pipeline_parallel)
     for autotp in (True, False):
         config = emit_deepspeed_config(tp_plan, LLAMA3_8B, EIGHT_A100, LLAMA_BRIEF, autotp=autotp)
-        cases.append((f"llama-tp2-autotp-{autotp}", config, dp))
+        # AutoTP: DeepSpeed checks the batch at every rank (deepspeed_batch_ranks).
+        cases.append((f"llama-tp2-autotp-{autotp}", config, deepspeed_batch_ranks(config, dp)))
     fp16_brief = LLAMA_BRIEF.model_copy(update={"precision": "auto", "seq_len": 1024})
     gpt2_plan = search_strategy(GPT2, V100S, fp16_brief, SearchOptions(objective="memory"))
     cases.append(("gpt2-v100-fp16", emit_deepspeed_config(gpt2_plan, GPT2, V100S, fp16_brief), 8))

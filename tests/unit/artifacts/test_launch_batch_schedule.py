@@ -37,7 +37,12 @@ from tools.core.schemas import (
     SetupCandidate,
     TrainingBrief,
 )
-from tools.planning.batch_layout import BatchLayout, torchtitan_layout
+from tools.planning.batch_layout import (
+    BatchLayout,
+    autotp_degree,
+    deepspeed_batch_ranks,
+    torchtitan_layout,
+)
 from tools.research.model_catalog import lookup_model
 
 H100 = GPUSpec(name="H100-80GB", memory_gb=80, bf16_tflops=989)
@@ -150,7 +155,7 @@ def _emit(
         config = emit_deepspeed_config(
             memory, model, hardware, brief, autotp=case.launcher == "deepspeed"
         )
-        validate_deepspeed_config(config, case.dp)
+        validate_deepspeed_config(config, deepspeed_batch_ranks(config, case.dp))
     spec = emit_launch(out, brief, hardware, model, framework, config, memory=memory, steps=steps)
     written = out / "ds_config.json"
     return (json.loads(written.read_text()) if written.exists() else {}), spec
@@ -193,7 +198,8 @@ def _files_layout(case: Case, out: Path, config: dict[str, Any], command: list[s
         return layout
     if config:
         layout = BatchLayout.of_deepspeed(config)
-        assert config["train_batch_size"] == layout.global_batch
+        # AutoTP: DeepSpeed counts every rank, the tensor ranks share sequences.
+        assert config["train_batch_size"] == layout.global_batch * autotp_degree(config)
         assert int(_flag(command, "--micro-batch")) == layout.micro  # train.py's own flag
         return layout
     # torchrun DDP / FSDP: train.py's flags; the world is torchrun's nodes x procs per node.

@@ -237,3 +237,46 @@ def test_attention_runs_the_kernel_the_plan_priced(gpu: str, fp8: bool, kernel: 
     assert "Attention: " in guide
     assert ("Attention: unfused" in guide) == (kernel == "eager")
     assert ("cuDNN fused attention" in guide) == (kernel == "cudnn")
+
+
+def _converter_arguments(parser: Any) -> Any:
+    """tools/hf2megads_weight_converter.py's add_extra_args (Megatron-DeepSpeed 4efb479d), which
+    its initialize_megatron passes to parse_args."""
+    group = parser.add_argument_group(title="hf2mega")
+    group.add_argument("--hf-ckpt-dir", type=str, default="")
+    group.add_argument("--hf-ckpt-num-shards", type=int, default=-1)
+    group.add_argument(
+        "--load-mode", type=str, default=None, choices=["torchbin", "safetensor", "auto"]
+    )
+    group.add_argument("--to-hf-ckpt", action="store_true")
+    return parser
+
+
+def test_converter_command_passes_megatron_validate_args(monkeypatch: pytest.MonkeyPatch) -> None:
+    """convert_checkpoint.sh's arguments through parse_args and validate_args, as the converter
+    runs them: validate_args asserts a --save-interval wherever --save is given."""
+    import shlex
+
+    from tools.research.hardware import parse_hardware
+
+    model, brief, _, dp = _plan("llama-2-7b", "finetune", 4096, (2, 1), 8)
+    files = megatron.convert_files(
+        "# Launch for: x",
+        brief,
+        parse_hardware("1x8xH100-80GB"),
+        8,
+        model,
+        (2, 1),
+        _config(1, dp),
+        "bf16",
+    )
+    script = files[megatron.CONVERT_SCRIPT]
+    line = next(row for row in script.splitlines() if row.startswith("torchrun "))
+    words = shlex.split(line.replace('"$HF_MODEL"', "/hf"))
+    argv = words[next(i for i, w in enumerate(words) if w.endswith(".py")) + 1 :]
+    parser = megatron_parser()
+    monkeypatch.setattr(sys, "argv", ["hf2megads_weight_converter.py", *argv])
+    monkeypatch.setenv("WORLD_SIZE", _flag(words, "--nproc_per_node"))
+    monkeypatch.setenv("RANK", "0")
+    args = parser.validate_args(parser.parse_args(_converter_arguments))
+    assert args.save == megatron.FINETUNE_CHECKPOINT and args.hf_ckpt_dir == "/hf"
