@@ -230,9 +230,16 @@ def world_of(text: str) -> int | None:
 
 
 def ds_values(cfg: dict[str, Any]) -> list[tuple[str, Any]]:
-    """(quantity, value) a ds_config.json carries."""
+    """(quantity, value) a ds_config.json carries.
+
+    Under AutoTP, ``train_batch_size`` counts every rank (DeepSpeed checks it against the whole
+    world; tools/planning/batch_layout.py ``deepspeed_batch_ranks``): the sequences per step are
+    it over the tensor degree.
+    """
+    tp = (cfg.get("tensor_parallel") or {}).get("autotp_size") or 1
+    batch = cfg.get("train_batch_size")
     out: list[tuple[str, Any]] = [
-        ("gbs", cfg.get("train_batch_size")),
+        ("gbs", batch / tp if batch is not None else None),
         ("mb", cfg.get("train_micro_batch_size_per_gpu")),
         ("accum", cfg.get("gradient_accumulation_steps")),
         ("lr", ((cfg.get("optimizer") or {}).get("params") or {}).get("lr")),

@@ -6,7 +6,7 @@ megatron/training.py, which pretrain_gpt.py and tools/hf2megads_weight_converter
 DeepSpeed removed its compression library in 0.19.7 (deepspeedai/DeepSpeed#8490; 0.19.6's
 sdist holds deepspeed/compression/compress.py, 0.19.7's and 0.19.8's do not), so under a
 current DeepSpeed every rank stopped at import with 'No module named
-deepspeed.compression.compress' (bench/results/2026-12-07-launch-parsers.md). launch.sh,
+deepspeed.compression.compress' (bench/results/2026-12-06-launch-parsers.md). launch.sh,
 train.sbatch and convert_checkpoint.sh of a Megatron plan import it first and stop with one
 line naming the release to install; MEGATRON.md says so.
 """

@@ -120,7 +120,7 @@ def deepspeed_batch_ranks(config: dict[str, Any], data_parallel: int) -> int:
     counts ``dist.get_world_size()``, the whole world = data parallel x autotp_size
     (DeepSpeed 0.19.8, runtime/config.py ``DeepSpeedConfig.__init__``; run on 2 gloo ranks with
     autotp_size 2: train_batch_size = micro x accumulation x 1 stopped in initialize, x 2 ran;
-    bench/results/2026-12-07-launch-parsers.md). The tensor ranks see the same sequences, so
+    bench/results/2026-12-06-launch-parsers.md). The tensor ranks see the same sequences, so
     the sequences per step stay micro x accumulation x data parallel.
     """
     return data_parallel * autotp_degree(config)

@@ -4,7 +4,7 @@ Under AutoTP (``tensor_parallel.autotp_size`` in ds_config.json, no ``mpu`` give
 ``deepspeed.initialize``), DeepSpeedConfig checks ``train_batch_size`` against
 micro x accumulation x the whole world (``dist.get_world_size()``, deepspeed/runtime/config.py),
 not the data-parallel group: on 2 CPU gloo ranks with autotp_size 2 (bench/results/
-2026-12-07-launch-parsers.md), train_batch_size 2 = micro 1 x accumulation 2 x dp 1 stopped in
+2026-12-06-launch-parsers.md), train_batch_size 2 = micro 1 x accumulation 2 x dp 1 stopped in
 deepspeed.initialize ('2 != 1 * 2 * 2') and 4 ran (the engine's dp_world_size 1).
 """
 

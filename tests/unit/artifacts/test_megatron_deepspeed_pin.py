@@ -5,7 +5,7 @@ Megatron-DeepSpeed (deepspeedai/Megatron-DeepSpeed 4efb479d, its newest) imports
 checkpoint converter import; DeepSpeed removed that library in 0.19.7 (0.19.6's sdist has
 compression/compress.py, 0.19.7's and 0.19.8's do not), so with a current DeepSpeed every rank
 stopped at import ('No module named deepspeed.compression.compress';
-bench/results/2026-12-07-launch-parsers.md).
+bench/results/2026-12-06-launch-parsers.md).
 """
 
 from __future__ import annotations
