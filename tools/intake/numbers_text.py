@@ -302,13 +302,24 @@ def precision_reading(text: str) -> Read | None:
 
 
 # The run's optimizer steps: "for 5000 steps", "train for 10k steps", "max_steps=2000",
-# "20,000 training steps", "train_iters 5000" (never "every 500 steps": a save interval).
+# "20,000 training steps", "train_iters 5000", "20 steps", "run 500 iterations" (never "every
+# 500 steps": a save interval; see _NOT_RUN_BEFORE).
 _STEPS_RE = re.compile(
     r"(?<!every )\bfor\s+(\d[\d,]*)\s*(k)?\s*(?:optimizer\s+|training\s+)?(?:steps|iterations|iters)\b"
     r"|\b(?:max_steps|train_iters|train[ _-]steps|total[ _-]steps)\s*[=:]?\s*(\d[\d,]*)(k)?\b"
-    r"|(?<![\w.,])(\d[\d,]*)\s*(k)?\s*(?:optimizer|training)\s+(?:steps|iterations)\b",
+    r"|(?<![\w.,])(\d[\d,]*)\s*(k)?\s*(?:optimizer|training)\s+(?:steps|iterations)\b"
+    r"|(?<![\w.,])(\d[\d,]*)\s*(k)?\s*(?:steps|iterations|iters)\b",  # "20 steps", "run 2k iters"
     re.I,
 )
+# What a bare step count belongs to when not the run: a save, eval or log interval ("every"),
+# the warm-up ("warmup of 2000 steps", "the first 300 steps", "2000 steps of warmup") or the
+# gradient accumulation ("accumulate gradients over 4 steps").
+_NOT_RUN_BEFORE = re.compile(
+    r"(?:\bevery|\bfirst|\blast|warm[ _-]?up(?:[ _-]steps?)?\s*(?:of|=|:|for|over)?"
+    r"|accumulat\w*(?:\s+\w+)?\s+(?:over|for|across))\s*$",
+    re.I,
+)
+_NOT_RUN_AFTER = re.compile(r"\s*(?:of\s+)?warm[ _-]?up", re.I)
 
 
 # Checkpoints: "save every 200 steps", "checkpoint every 1k steps", "save_steps=500"; "keep the
@@ -341,10 +352,10 @@ def checkpoint_reads(text: str) -> list[Read]:
 def steps_reading(text: str) -> Read | None:
     """The run's optimizer steps the request names, or None."""
     for m in _STEPS_RE.finditer(text):
-        if re.search(r"warm[ _-]?up(?:[ _-]steps?)?\s*$", text[: m.start()], re.I):
+        if _NOT_RUN_BEFORE.search(text[: m.start()]) or _NOT_RUN_AFTER.match(text, m.end()):
             continue  # "warmup for 500 steps" is the warm-up
         groups = m.groups()
-        at = next(i for i in (0, 2, 4) if groups[i])
+        at = next(i for i in (0, 2, 4, 6) if groups[i])
         steps = int(groups[at].replace(",", "")) * (1000 if groups[at + 1] else 1)
         if steps >= 1:
             return Read.of("train_steps", steps, m)
