@@ -18,6 +18,7 @@ from tools.core.request_account import AssumedFact, ReadFact, RequestAccount, Wi
 from tools.core.schemas import RECIPE_PRECISION_BASE, TrainingBrief
 from tools.intake.batch_words import batch_assumed
 from tools.intake.budget_text import price_reading
+from tools.intake.count_words import COUNT_WORDS
 from tools.intake.goal_text import goal_assumed
 from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import NIC_AFTER_RE, read_hardware
@@ -43,8 +44,8 @@ _NUMBER_RE = re.compile(
     r"|[一二两俩三四五六七八九十百千万]+(?=\s*(?:台|张|块|卡|个|片|节点|天|周|小时|月))"
 )
 _CN = r"[一二两俩三四五六七八九十]+"
-# A count in English words ("two 4090s", "a pair of A100s"), as tools/intake/hardware_text reads it.
-_EN = r"\b(?:a\s+single|single|one|a\s+pair\s+of|a\s+couple\s+of|two|three|four|five|six|seven|eight|sixteen)\s+"
+# A count in English words ("two 4090s", "two hundred fifty six H100s"), as hardware_text reads it.
+_EN = r"\b(?:" + COUNT_WORDS + r")\s+"
 _COUNT = r"(?:\d+|" + _CN + r")"
 # Where the hardware stood: counts before GPUs or nodes, a spec, a memory size by a GPU name.
 _HARDWARE_RES = tuple(
