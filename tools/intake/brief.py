@@ -23,7 +23,7 @@ from tools.intake.hardware_text import (
     hardware_fields,
 )
 from tools.intake.model_sizes import read_size
-from tools.intake.model_text import ModelReading, read_model
+from tools.intake.model_text import ModelReading, family_ids, read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.optim_text import optim_fields
 from tools.intake.parallel_words import parallel_pins
@@ -256,7 +256,7 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     low = text.lower()
     data: dict[str, Any] = {"goal": text.strip()[:500]}
 
-    pair, named = distill_pair(text), None
+    pair, named, reading = distill_pair(text), None, None
     if pair is not None and (student := catalog_name(pair[1], known_models)):
         data["model"] = student  # "distill llama-3-70b into llama-3-8b": the student is trained
     elif named := catalog_name(text, known_models):
@@ -267,7 +267,10 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     elif m := _SIZE_RE.search(text):
         scale = 1e9 if m.group(2).lower() == "b" else 1e6
         data["model"] = {"params": float(m.group(1)) * scale}
-    if (shape := shape_model(text, named or None)) is not None:
+    family = None
+    if reading is not None and reading.value is None and (ids := family_ids(reading.said)):
+        family = (reading.said, ids)  # "a 2-layer 128-hidden llama": which llama is the shape
+    if (shape := shape_model(text, named or None, family)) is not None:
         # "24 layers, hidden 2048, 16 heads": that shape, not the model a size or name stood for.
         data["model"], notes = shape
         data.pop(MODEL_ASSUMED, None)

@@ -99,6 +99,11 @@ def _families() -> dict[str, tuple[str, ...]]:
     return {k: tuple(v) for k, v in families.items() if len(v) > 1}
 
 
+def family_ids(said: str) -> tuple[str, ...] | None:
+    """The catalog ids of a family word ("llama", "qwen2.5"), or None when it is no family."""
+    return _families().get(_squash(said))
+
+
 def _gpt_sizes() -> dict[float, str]:
     sizes: dict[float, str] = {}
     for model_id in load_model_catalog():
