@@ -168,7 +168,8 @@ _DEADLINE_RE = re.compile(
 # A deadline named by a day, not a duration ("by Friday", "before next Monday", "by end of the
 # week"): a deadline wish the plan cannot check (it does not know today's date) and says so.
 _DAY_DEADLINE_RE = re.compile(
-    r"\b(?:by|before|until|due)\s+(?:(?:next|this|the)\s+)?(?:(?:mon|tues|wednes|thurs|fri|satur|"
+    r"\b(?:by|before|until|due(?:\s+on)?|deadline(?:\s+is|\s+of|\s*:)?(?:\s+on)?)\s+"
+    r"(?:(?:next|this|the)\s+)?(?:(?:mon|tues|wednes|thurs|fri|satur|"
     r"sun)day|tomorrow|tonight|(?:the\s+)?end\s+of\s+(?:the\s+|this\s+|next\s+)?(?:day|week|"
     r"month|quarter|year)|eod|eow|eom)\b",
     re.I,
