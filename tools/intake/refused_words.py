@@ -17,7 +17,7 @@ from tools.intake.wishes import stack_mark
 
 # The wish ids whose reading's value is the refusal line (tools/intake/parallel_words.py, here).
 REFUSED_AT_INTAKE: tuple[str, ...] = ("technique:data-parallel-degree", "technique:optimizer-")
-REFUSED_AT_INTAKE += ("technique:epochs", "technique:vocabulary")
+REFUSED_AT_INTAKE += ("technique:epochs", "technique:vocabulary", "technique:spot")
 
 # Optimizers other than AdamW, by name: "Adafactor", "SGD with momentum", "Lion", "Sophia".
 # (8-bit Adam is the wish technique:8bit-optimizer, refused by the planner with its reason.)
@@ -51,6 +51,17 @@ def intake_mark(r: Read) -> tuple[bool, str] | None:
     return stack_mark(kind, r.value)
 
 
+# Spot or preemptible capacity: "on spot instances", "preemptible VMs", "spot pricing".
+_SPOT_RE = re.compile(
+    r"\bspot(?:\s+(?:instances?|vms?|nodes?|capacity|pricing|prices?|gpus?))?\b"
+    r"|\bpreemptible(?:\s+(?:instances?|vms?|nodes?|capacity|gpus?))?\b",
+    re.I,
+)
+_SPOT_LINE = (
+    "{words} not priced: the plan's costs are on-demand GPU-hour prices (knowledge/gpu_prices.yaml), "
+    "and spot capacity costs less and can be taken back mid-run (a rerun resumes from the "
+    "last checkpoint the launch saved); give your price as '$X/GPU-hour' to have it used"
+)
 # "a 128k vocabulary", "vocab size 32000", "vocab_size=50257": a shape model's is read with it.
 _VOCAB_RE = re.compile(
     r"(?<![\w.])\d+(?:\.\d+)?\s*k?[ -]?(?:tokens?[ -])?vocab(?:ulary)?\b"
@@ -91,6 +102,8 @@ def refused_reads(text: str, fields: dict[str, Any]) -> list[Read]:
             "tokens; say '3 epochs over 500M tokens' for the total"
         )
         reads.append(Read.of("technique:epochs", how, epochs))
+    if spot := _SPOT_RE.search(text):
+        reads.append(Read.of("technique:spot", _SPOT_LINE.format(words=repr(spot[0])), spot))
     if not isinstance(fields.get("model"), dict) and (vocab := _VOCAB_RE.search(text)):
         how = (
             f"{vocab.group(0).strip()} not applied: the plan sizes the named model's own vocabulary "

@@ -21,7 +21,8 @@ _ASK_RE = re.compile(
     r"\bhow many\b|\bwhich (?:gpus?|gpu types?|hardware|accelerators?|cards?)\b"
     r"|\bwhat (?:gpus?|hardware|cluster|machines?)\b(?:[^.?!]{0,30}\b(?:need|use|rent|get|buy))?"
     r"|\bwhat (?:do|would|should) (?:i|we) need\b|\bwhat (?:i|we) need\b"
-    r"|\bcheapest\b|\bleast expensive\b|\blowest cost\b|\bfastest way\b"
+    r"|\bcheapest\b|\bleast expensive\b|\blowest (?:possible )?cost\b|\bfastest way\b"
+    r"|\bas cheap(?:ly)? as possible\b|\bminimi[sz]e (?:the )?(?:cost|spend|price)\b"
     r"|需要多少|多少张|多少块|多少卡|哪种\s*(?:gpu|显卡|卡)|什么\s*(?:gpu|显卡)|最便宜|最省钱|最快",
     re.I,
 )

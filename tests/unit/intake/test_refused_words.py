@@ -85,3 +85,25 @@ def test_a_shape_models_vocabulary_is_read_with_the_shape() -> None:
     text = "pretrain a model with 24 layers, hidden 2048, 16 heads, vocab 32000 on 8 H100"
     account = _account(text)
     assert not [w for w in account.wishes if w.wish == "technique:vocabulary"]
+
+
+@pytest.mark.parametrize(
+    ("words", "quote"),
+    [
+        ("on spot instances", "spot instances"),
+        ("using preemptible VMs", "preemptible VMs"),
+        ("with spot pricing", "spot pricing"),
+        ("on AWS spot", "spot"),
+    ],
+)
+def test_spot_capacity_is_refused_naming_the_price_used(words: str, quote: str) -> None:
+    # Before, "on spot instances" left no trace: the plan priced on-demand GPU-hours silently.
+    account = _account(f"pretrain llama-3-8b on 8 H100 {words}")
+    (found,) = [w for w in account.wishes if w.wish == "technique:spot"]
+    assert found.quote == quote and found.honoured is False
+    assert "on-demand" in found.how and "/GPU-hour" in found.how
+    assert not [q for q in account.not_understood if "spot" in q or "preempt" in q]
+
+
+def test_no_spot_wish_without_spot_words() -> None:
+    assert not [w for w in _account("pretrain llama-3-8b on 8 H100").wishes if "spot" in w.wish]

@@ -16,6 +16,10 @@ DAY = 86_400.0
         ("which GPUs should I use to fine-tune llama-3-8b", "which GPUs"),
         ("what do I need to pretrain a 1B llama", "what do I need"),
         ("cheapest way to pretrain a 1B llama on 1T tokens", "cheapest"),
+        # Before, these asked nothing and were dropped without a word.
+        ("pretrain a 1.3B gpt on 40B tokens as cheap as possible", "as cheap as possible"),
+        ("fine-tune llama-3-8b on 2B tokens, minimize cost", "minimize cost"),
+        ("pretrain a 1B llama on 1T tokens at the lowest possible cost", "lowest possible cost"),
         ("我需要多少张H100来微调llama-2-70b", "需要多少"),
         ("pretrain a 1B llama on 1T tokens within 30 days", "within 30 days"),
     ],
