@@ -65,7 +65,9 @@ def test_hyphenated_dimensions_are_read() -> None:
 def test_a_family_name_with_layers_and_hidden_is_that_family_at_that_shape() -> None:
     # Before, "a 2-layer 128-hidden llama" asked which llama (llama-2-7b, ..., llama-3-8b) and
     # listed the dimensions as not understood.
-    fields = request_fields("pretrain a 2-layer 128-hidden llama on 1 H100, 20 steps", list_models())
+    fields = request_fields(
+        "pretrain a 2-layer 128-hidden llama on 1 H100, 20 steps", list_models()
+    )
     brief = brief_from_request(fields)
     assert not isinstance(brief.model, str | dict)
     shape = brief.model.model_dump()
