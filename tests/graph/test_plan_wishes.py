@@ -141,3 +141,15 @@ def test_resuming_another_runs_checkpoint_is_refused_with_what_to_do(
     assert any(
         line.startswith("not as asked: Resuming another run") for line in stdout.splitlines()
     )
+
+
+def test_context_extension_says_the_rope_is_unchanged(cli_main: Any, tmp_path: Path) -> None:
+    """ "extend llama-3-8b to 64k context" planned 64k sequences on the model's own RoPE, silently."""
+    plan, stdout = _plan(
+        cli_main, tmp_path, "extend llama-3-8b to 32k context on 8 H100, 500M tokens"
+    )
+    assert plan["brief"]["seq_len"] == 32768
+    (wish,) = [w for w in plan["request"]["wishes"] if w["wish"] == "technique:context-extension"]
+    assert wish["quote"] == "extend llama-3-8b to 32k context" and wish["honoured"] is False
+    assert "32768" in wish["how"] and "rope_theta" in wish["how"]
+    assert any(line.startswith("not as asked: ") and "RoPE" in line for line in stdout.splitlines())

@@ -202,6 +202,13 @@ def _techniques(
             f"torch.compile not planned: {COMPILE_WHY}; the {primary} launch runs eager",
         )
     )
+    marks["technique:context-extension"] = (
+        False,
+        f"context extension partly planned: the plan trains sequences of {brief.seq_len} tokens "
+        "on the model's own RoPE (its config's rope_theta and rope_scaling, unchanged); a larger "
+        "RoPE base or position interpolation (YaRN), which extending a context usually needs, "
+        "is not set by the launch files",
+    )
     marks["technique:hybrid-sharding"] = _hybrid_sharding(memory, primary, nodes)
     marks |= _packing_and_nvme(memory, primary)
     marks["checkpoint:resume"] = (
