@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from tools.intake.data_size_text import average_examples_tokens
 from tools.intake.optim_text import lr_reading, warmup_reading
 from tools.intake.readings import Read
 
@@ -388,7 +389,8 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
     """
     reads: list[Read] = []
     notes: list[str] = []
-    examples = examples_reads(text)
+    average = average_examples_tokens(text)  # "2M pairs averaging 600 tokens": no seq_len
+    examples = examples_reads(text) if average is None else None
     seq = seq_reading(text) or (examples[0] if examples else None)
     if seq is not None:
         reads.append(seq)
@@ -398,13 +400,17 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
         if how:
             assumed = "" if seq is not None else " (the default sequence length)"
             notes.append(f"intake: global batch {how}{assumed}")
-    taken = [(r.start, r.end) for r in reads]
+    taken = [(r.start, r.end) for r in (*reads, *([average] if average else []))]
     tokens = tokens_reading(text, taken)
-    if tokens is None and examples is not None:
-        tokens = examples[1]
+    if tokens is None and (examples is not None or average is not None):
+        tokens = examples[1] if examples is not None else average
         notes.append(
             f"intake: dataset_tokens {tokens.quote!r} = {tokens.value:,.0f} tokens (examples x "
-            "their length; shorter examples packed or padded change it)"
+            + (
+                "their length; shorter examples packed or padded change it)"
+                if average is None
+                else "their average length)"
+            )
         )
     if tokens is None and (steps := steps_reading(text)) is not None:
         reads.append(steps)  # the run's length, when no token count gives it
