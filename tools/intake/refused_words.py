@@ -17,7 +17,7 @@ from tools.intake.wishes import stack_mark
 
 # The wish ids whose reading's value is the refusal line (tools/intake/parallel_words.py, here).
 REFUSED_AT_INTAKE: tuple[str, ...] = ("technique:data-parallel-degree", "technique:optimizer-")
-REFUSED_AT_INTAKE += ("technique:epochs", "technique:vocabulary", "technique:spot")
+REFUSED_AT_INTAKE += ("technique:epochs", "technique:vocabulary", "technique:spot", "data:named")
 
 # Optimizers other than AdamW, by name: "Adafactor", "SGD with momentum", "Lion", "Sophia".
 # (8-bit Adam is the wish technique:8bit-optimizer, refused by the planner with its reason.)
@@ -62,6 +62,23 @@ _SPOT_LINE = (
     "and spot capacity costs less and can be taken back mid-run (a rerun resumes from the "
     "last checkpoint the launch saved); give your price as '$X/GPU-hour' to have it used"
 )
+# Public datasets by name: "the pile", "FineWeb-Edu", "C4", "imagenet-1k". No launch fetches one.
+_DATASET_RE = re.compile(
+    r"\b(?:the\s+pile|fineweb(?:[\s-]?edu)?|c4|(?:slim)?red[\s-]?pajama(?:[\s-]?v?\d)?|slimpajama|"
+    r"openwebtext\d?|wikipedia|wikitext(?:-\d+)?|the\s+stack(?:[\s-]?v\d)?|starcoderdata|dolma|"
+    r"imagenet(?:[\s-]?(?:1k|21k|22k))?|laion(?:[\s-]?\d+[bm]|[\s-]aesthetics)?|coco|"
+    r"alpaca(?:[\s-]gpt4)?|ultrachat|ultrafeedback|sharegpt|openhermes|slimorca|gsm8k|"
+    r"librispeech|common[\s-]voice)\b",
+    re.I,
+)
+_DATASET_LINE = (
+    "{words} not fetched: no launch file downloads a dataset; download it and set DATA to its "
+    "files (launch.sh says which formats it reads){size}"
+)
+_NO_SIZE = (
+    "; its size in tokens is not known to the plan, which runs its default steps: say 'on 300B "
+    "tokens' to have them trained"
+)
 # "a 128k vocabulary", "vocab size 32000", "vocab_size=50257": a shape model's is read with it.
 _VOCAB_RE = re.compile(
     r"(?<![\w.])\d+(?:\.\d+)?\s*k?[ -]?(?:tokens?[ -])?vocab(?:ulary)?\b"
@@ -102,6 +119,10 @@ def refused_reads(text: str, fields: dict[str, Any]) -> list[Read]:
             "tokens; say '3 epochs over 500M tokens' for the total"
         )
         reads.append(Read.of("technique:epochs", how, epochs))
+    if (data := _DATASET_RE.search(text)) and "data_path" not in fields:
+        size = "" if fields.get("dataset_tokens") or fields.get("train_steps") else _NO_SIZE
+        line = _DATASET_LINE.format(words=repr(data[0]), size=size)
+        reads.append(Read.of("data:named", line, data))
     if spot := _SPOT_RE.search(text):
         reads.append(Read.of("technique:spot", _SPOT_LINE.format(words=repr(spot[0])), spot))
     if not isinstance(fields.get("model"), dict) and (vocab := _VOCAB_RE.search(text)):

@@ -107,3 +107,27 @@ def test_spot_capacity_is_refused_naming_the_price_used(words: str, quote: str) 
 
 def test_no_spot_wish_without_spot_words() -> None:
     assert not [w for w in _account("pretrain llama-3-8b on 8 H100").wishes if "spot" in w.wish]
+
+
+@pytest.mark.parametrize(
+    ("words", "quote"),
+    [
+        ("on the pile", "the pile"),
+        ("on FineWeb-Edu", "FineWeb-Edu"),
+        ("on C4", "C4"),
+        ("using the OpenHermes dataset", "OpenHermes"),
+        ("on imagenet-1k", "imagenet-1k"),
+    ],
+)
+def test_a_named_public_dataset_is_said_not_fetched(words: str, quote: str) -> None:
+    # Before, "train gpt2 on the pile" left no trace: the launch's DATA was unset and unsaid.
+    account = _account(f"pretrain llama-3-8b on 8 H100 {words}")
+    (found,) = [w for w in account.wishes if w.wish == "data:named"]
+    assert found.quote == quote and found.honoured is False
+    assert "DATA" in found.how and "tokens" in found.how
+
+
+def test_a_named_dataset_with_its_size_is_not_asked_for_it() -> None:
+    account = _account("pretrain llama-3-8b on 8 H100 on 300B tokens of the pile")
+    (found,) = [w for w in account.wishes if w.wish == "data:named"]
+    assert "DATA" in found.how and "size" not in found.how
