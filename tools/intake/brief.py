@@ -32,6 +32,7 @@ from tools.intake.recipe_text import recipe_text_fields
 from tools.intake.run_text import run_fields
 from tools.intake.serving_text import serving_fields
 from tools.intake.shape_text import shape_model
+from tools.intake.spelt_text import spelt_numbers
 from tools.intake.wishes import distill_pair, wish_fields
 from tools.intake.words import AGENT_APP, DEPLOYMENT, TASKS, TEAM, TRAINING
 
@@ -253,8 +254,9 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
             "request",
             f"is {len(text)} characters; keep it under {MAX_REQUEST_CHARS} or use --brief",
         )
-    low = text.lower()
     data: dict[str, Any] = {"goal": text.strip()[:500]}
+    text = spelt_numbers(text)  # "twenty billion tokens" as digits, in place (count_words.py)
+    low = text.lower()
 
     pair, named, reading = distill_pair(text), None, None
     if pair is not None and (student := catalog_name(pair[1], known_models)):

@@ -38,7 +38,7 @@ _NUMBER_WORD = (
     + "|".join(sorted([*_UNITS, *_TENS, "hundred", "thousand"], key=len, reverse=True))
     + r")"
 )
-_NUMBER_PHRASE = (
+NUMBER_PHRASE = (
     r"(?:a\s+(?=hundred|thousand))?"
     + _NUMBER_WORD
     + r"(?:[\s-]+(?:and[\s-]+)?"
@@ -47,7 +47,7 @@ _NUMBER_PHRASE = (
 )
 # A count in words, as the request account quotes it (tools/intake/account.py).
 COUNT_WORDS = (
-    _NUMBER_PHRASE
+    NUMBER_PHRASE
     + "|"
     + "|".join(
         re.escape(w).replace(r"\ ", r"\s+") for w in sorted(_WORD_COUNTS, key=len, reverse=True)

@@ -10,6 +10,7 @@ import pytest
 
 from tools.intake.count_words import normalise
 from tools.intake.hardware_text import hardware_fields
+from tools.intake.spelt_text import spelt_numbers
 
 
 @pytest.mark.parametrize(
@@ -42,3 +43,18 @@ def test_a_count_in_several_words_is_the_whole_number(text: str, spec: str) -> N
 )
 def test_count_words_become_digits(text: str, digits: str) -> None:
     assert normalise(text) == digits
+
+
+@pytest.mark.parametrize(
+    ("text", "spelt"),
+    [
+        ("twenty billion tokens", "20     billion tokens"),
+        ("seq len four thousand ninety six", "seq len 4096                    "),
+        ("do five hundred steps of warmup", "do 500          steps of warmup"),
+        ("ZeRO stage three", "ZeRO stage 3    "),
+        # "one" alone is too often no number ("the one we use"); "zero" is ZeRO's name.
+        ("the one we use, zero-3", "the one we use, zero-3"),
+    ],
+)
+def test_number_words_become_digits_in_place(text: str, spelt: str) -> None:
+    assert spelt_numbers(text) == spelt and len(spelt_numbers(text)) == len(text)
