@@ -157,8 +157,10 @@ _PRECISION = (
     ("auto", re.compile(r"\bmixed[ -]precision\b|\bamp\b", re.I)),
 )
 _DEADLINE_RE = re.compile(
-    r"\b(?:in|within|by|under|before|in less than|deadline(?: of)?|due in)\s+(?:about\s+|~\s*)?"
+    r"\b(?:in|within|by|under|before|in less than|in under|deadline(?: of)?|due in)\s+"
+    r"(?:about\s+|~\s*)?(?:"
     + _NUM
+    + r"|an?(?=\s))"  # "in under a week", "within a day"
     + r"\s*(hours?|hrs?|days?|weeks?|months?)\b|(?<![\w.])"
     + _NUM
     + r"\s*[ -]?(?:days?|weeks?|months?)[ -]deadline\b|(?<![a-z0-9.])"

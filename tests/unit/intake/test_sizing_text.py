@@ -75,3 +75,21 @@ def test_a_deadline_by_day_alone_asks_no_sizing_question() -> None:
 
     assert sizing_question("fine-tune llama-3-8b by Friday", count_given=False) is None
     assert sizing_question("fine-tune llama-3-8b within 3 days", count_given=False) is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "quote", "seconds"),
+    [
+        # Before, "a week" was no number: the deadline was dropped without a word.
+        ("continued pretraining on 16 L4, finish in under a week", "in under a week", 7 * DAY),
+        ("fine-tune llama-3-8b on 8 A100 within a day", "within a day", DAY),
+        ("pretrain gpt2 on 4 A100, done in a month", "in a month", 30 * DAY),
+        ("pretrain gpt2 on 4 A100 in less than an hour", "in less than an hour", 3600.0),
+    ],
+)
+def test_a_deadline_of_one_unit_in_words_is_read(text: str, quote: str, seconds: float) -> None:
+    from tools.intake.numbers_text import deadline_reading
+
+    read = deadline_reading(text)
+    assert read is not None and read.quote == quote
+    assert deadline_seconds(read.quote) == seconds
