@@ -15,13 +15,20 @@ from tools.intake.readings import Read
 
 _NUM = r"(\d{1,3}(?:,\d{3})+(?!\d|,\d)(?:\.\d+)?|\d+(?:\.\d+)?)"
 _SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "thousand": 1e3, "million": 1e6, "billion": 1e9}
+_APPROX = r"(?:about|around|roughly|approximately|approx\.?|~)"
 _AVERAGE_RE = re.compile(
     r"(?<![\w.])" + _NUM + r"\s*(k|m|b|thousand|million|billion)?\s+(?:[a-z-]+\s+){0,2}?"
-    r"(?:examples?|samples?|sequences?|conversations?|dialogues?|documents?|rows|records|pairs|"
-    r"prompts?|sentences?|comparisons?|instructions?)"
-    r"\s*,?\s+(?:(?:each\s+)?(?:averaging|avg\.?|averaging\s+about|(?:with\s+|at\s+)?an?\s+"
-    r"average(?:\s+length)?\s+of|of\s+(?=[\d.,~a-z\s]*tokens?\s+on\s+average))\s*)"
-    r"(?:about\s+|around\s+|~\s*)?" + _NUM + r"\s*(k)?[ -]?tokens?(?:\s+(?:each|on\s+average))?\b",
+    r"(?:examples?|samples?|sequences?|conversations?|convos?|chats?|dialogues?|documents?|docs?|"
+    r"rows|records|pairs|prompts?|sentences?|comparisons?|instructions?|tickets?|threads?)"
+    r"\s*,?\s+(?:"
+    # "averaging 600 tokens", "avg 800 tokens", "with an average of 1.5k tokens"
+    r"(?:each\s+)?(?:averaging|avg\.?|(?:with\s+|at\s+)?an?\s+average(?:\s+length)?\s+of)\s*"
+    r"(?:" + _APPROX + r"\s*)?"
+    # "~1200 tokens each", "of roughly 900 tokens each": an approximate length is an average
+    r"|(?:of\s+|at\s+)?" + _APPROX + r"\s*"
+    # "of 700 tokens on average"
+    r"|of\s+(?=[\d.,\s]*k?[ -]?tokens?\s+on\s+average)"
+    r")" + _NUM + r"\s*(k)?[ -]?tokens?(?:\s+(?:each|on\s+average))?\b",
     re.I,
 )
 

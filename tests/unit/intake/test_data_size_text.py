@@ -16,6 +16,8 @@ from tools.intake.numbers_text import number_reads
         ("lora qwen2.5-7b, 20k examples avg 800 tokens", 16e6),
         ("100k conversations with an average of 1.5k tokens", 100e3 * 1536),
         ("50k samples of about 700 tokens on average", 35e6),
+        ("We have like 30k convos, ~1200 tokens each. Budget is tight", 36e6),
+        ("about 8k support tickets of roughly 900 tokens each", 7.2e6),
     ],
 )
 def test_examples_of_an_average_length_are_the_datasets_tokens(text: str, tokens: float) -> None:
