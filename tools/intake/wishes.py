@@ -294,7 +294,7 @@ _NAMED: tuple[tuple[str, str], ...] = (
         "objective:sft",
         r"\bsft\b|\bsupervised\s+fine-?tun\w*|\binstruction[ -]tun\w*|指令微调|监督微调",
     ),
-    ("objective:dpo", r"\bdpo\b|\bdirect\s+preference\b|\borpo\b|\bipo\b|偏好优化"),
+    ("objective:dpo", r"\bdpo\b|\bdirect\s+preference\b|\borpo\b|\bsimpo\b|\bipo\b|偏好优化"),
     (
         "objective:rl",
         r"\bppo\b|\bgrpo\b|\brlhf\b|\brlaif\b|\breinforcement\s+learning\b|\breward\s+model\w*|"
