@@ -100,8 +100,8 @@ _FIELD_ORDER = (
 )  # fmt: skip
 # Wishes that are no brief field but that a number reading found (numbers_text.number_reads).
 _NUMBER_WISHES = ("micro-batch", "grad-accum", "deadline", "money-budget", "compute-budget")
-_WISH_KINDS = ("framework", "avoid", "technique", "trainer", "objective", "checkpoint", "unoffered")
-_WISH_KINDS += ("other-model", "data")
+_WISH_KINDS: tuple[str, ...] = ("framework", "avoid", "technique", "trainer", "objective")
+_WISH_KINDS += ("checkpoint", "unoffered", "other-model", "data")
 
 
 def _claims(regexes: tuple[re.Pattern[str], ...], text: str, field: str, value: Any) -> list[Read]:

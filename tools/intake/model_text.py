@@ -200,8 +200,8 @@ def read_model(text: str) -> ModelReading | None:
             if same[0][0] - runner_up >= MARGIN:
                 return ModelReading(said, model=same[0][1])
         if unclear is None:
-            stem = re.match(r"[a-z]*", squashed)
-            if _UNKNOWN_RE.fullmatch(said) and not any(i.startswith(stem[0]) for _, i, _ in close):
+            stem = re.sub(r"[^a-z].*", "", squashed)
+            if _UNKNOWN_RE.fullmatch(said) and not any(i.startswith(stem) for _, i, _ in close):
                 # "phi-3-small" is no gpt3-125m, "deberta-v3-base" no bert-base: another family
                 unclear = ModelReading(said, unknown=True)
                 continue

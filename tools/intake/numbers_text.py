@@ -404,8 +404,7 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
             notes.append(f"intake: global batch {how}{assumed}")
     taken = [(r.start, r.end) for r in (*reads, *([average] if average else []))]
     tokens = tokens_reading(text, taken)
-    if tokens is None and (examples is not None or average is not None):
-        tokens = examples[1] if examples is not None else average
+    if tokens is None and (tokens := examples[1] if examples is not None else average):
         notes.append(
             f"intake: dataset_tokens {tokens.quote!r} = {tokens.value:,.0f} tokens (examples x "
             + (
