@@ -13,6 +13,7 @@ from typing import Any
 
 from tools.intake.numbers_text import EPOCHS_RE
 from tools.intake.readings import Read
+from tools.intake.sizing_text import CHEAP_RE
 from tools.intake.wishes import stack_mark
 
 # The wish ids whose reading's value is the refusal line (tools/intake/parallel_words.py, here).
@@ -45,6 +46,8 @@ _REFUSED_BEFORE = re.compile(r"\b(?:no|not|without|instead\s+of|rather\s+than)\s
 
 def intake_mark(r: Read) -> tuple[bool, str] | None:
     """How intake marks the wish ``r`` reads (honoured, how), or None: the planner decides."""
+    if r.field == "technique:least-cost":
+        return True, str(r.value)
     if r.field.startswith(REFUSED_AT_INTAKE):
         return False, str(r.value)
     kind, _, _ = r.field.partition(":")
@@ -78,6 +81,11 @@ _DATASET_LINE = (
 _NO_SIZE = (
     "; its size in tokens is not known to the plan, which runs its default steps: say 'on 300B "
     "tokens' to have them trained"
+)
+_LEAST_COST = (
+    "planned on the GPUs given: the plan's setup is the fastest that fits them, which on a fixed "
+    "GPU count is also the cheapest (cost is GPU-hours x price); leave the count out to have "
+    "the cheapest count sized"
 )
 # "a 128k vocabulary", "vocab size 32000", "vocab_size=50257": a shape model's is read with it.
 _VOCAB_RE = re.compile(
@@ -123,6 +131,8 @@ def refused_reads(text: str, fields: dict[str, Any]) -> list[Read]:
         size = "" if fields.get("dataset_tokens") or fields.get("train_steps") else _NO_SIZE
         line = _DATASET_LINE.format(words=repr(data[0]), size=size)
         reads.append(Read.of("data:named", line, data))
+    if "hardware" in fields and (cheap := CHEAP_RE.search(text)):
+        reads.append(Read.of("technique:least-cost", _LEAST_COST, cheap))
     if spot := _SPOT_RE.search(text):
         reads.append(Read.of("technique:spot", _SPOT_LINE.format(words=repr(spot[0])), spot))
     if not isinstance(fields.get("model"), dict) and (vocab := _VOCAB_RE.search(text)):

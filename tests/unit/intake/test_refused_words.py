@@ -131,3 +131,10 @@ def test_a_named_dataset_with_its_size_is_not_asked_for_it() -> None:
     account = _account("pretrain llama-3-8b on 8 H100 on 300B tokens of the pile")
     (found,) = [w for w in account.wishes if w.wish == "data:named"]
     assert "DATA" in found.how and "size" not in found.how
+
+
+def test_a_cost_wish_on_a_stated_gpu_count_is_said_honoured_by_the_fastest_setup() -> None:
+    account = _account("fine-tune llama-3-8b on 2 H100, as cheaply as possible")
+    (found,) = [w for w in account.wishes if w.wish == "technique:least-cost"]
+    assert found.quote == "as cheaply as possible" and found.honoured is True
+    assert "GPU-hours" in found.how

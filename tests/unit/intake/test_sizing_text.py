@@ -93,3 +93,10 @@ def test_a_deadline_of_one_unit_in_words_is_read(text: str, quote: str, seconds:
     read = deadline_reading(text)
     assert read is not None and read.quote == quote
     assert deadline_seconds(read.quote) == seconds
+
+
+def test_a_cost_wish_on_a_stated_gpu_count_keeps_the_count() -> None:
+    # "as cheaply as possible" beside "2 H100" planned the sizing's pick (8 H100): another job.
+    text = "fine-tune gemma-2-9b on 2 H100, as cheaply as possible"
+    assert sizing_question(text, count_given=True) is None
+    assert sizing_question("fine-tune gemma-2-9b as cheap as possible", count_given=False)
