@@ -23,7 +23,7 @@ from tools.intake.hardware_text import (
     hardware_fields,
 )
 from tools.intake.model_sizes import read_size
-from tools.intake.model_text import ModelReading, family_ids, read_model
+from tools.intake.model_text import ModelReading, family_in, read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.optim_text import optim_fields
 from tools.intake.parallel_words import parallel_pins
@@ -269,9 +269,8 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     elif m := _SIZE_RE.search(text):
         scale = 1e9 if m.group(2).lower() == "b" else 1e6
         data["model"] = {"params": float(m.group(1)) * scale}
-    family = None
-    if reading is not None and reading.value is None and (ids := family_ids(reading.said)):
-        family = (reading.said, ids)  # "a 2-layer 128-hidden llama": which llama is the shape
+    # "a 2-layer 128-hidden llama": the family is the shape's, when no model was read
+    family = family_in(text) if not named and (reading is None or reading.value is None) else None
     if (shape := shape_model(text, named or None, family)) is not None:
         # "24 layers, hidden 2048, 16 heads": that shape, not the model a size or name stood for.
         data["model"], notes = shape

@@ -111,8 +111,25 @@ def _families() -> dict[str, tuple[str, ...]]:
 
 
 def family_ids(said: str) -> tuple[str, ...] | None:
-    """The catalog ids of a family word ("llama", "qwen2.5"), or None when it is no family."""
-    return _families().get(_squash(said))
+    """The catalog ids of a family word ("llama", "qwen2.5", "gpt"), or None when it is no family.
+
+    A word that starts several catalog ids is their family too ("gpt": gpt2, ..., gpt3-175b).
+    """
+    squashed = _squash(said)
+    if ids := _families().get(squashed):
+        return ids
+    if not re.fullmatch(r"[a-z]{3,}", squashed):
+        return None
+    ids = tuple(i for i in load_model_catalog() if _squash(i).startswith(squashed))
+    return ids if len(ids) > 1 else None
+
+
+def family_in(text: str) -> tuple[str, tuple[str, ...]] | None:
+    """The first family word the text names, with its catalog ids ("a 2-layer 128-hidden llama")."""
+    for said, _ in _windows(text):
+        if " " not in said and (ids := family_ids(said)):
+            return said, ids
+    return None
 
 
 def _gpt_sizes() -> dict[float, str]:

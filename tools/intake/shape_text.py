@@ -18,7 +18,7 @@ from tools.intake.readings import Read
 from tools.research.model_catalog import lookup_model
 
 DEFAULT_VOCAB = 32000
-DEFAULT_SEQ = 2048  # any length: only the catalog model's widths are read
+DEFAULT_SEQ = 1  # any length the model has: only its widths are read
 _N = r"(\d{1,6}(?:,\d{3})*)"
 # Each dimension, the number after its name or before it: "hidden 2048", "2048 hidden".
 _DIMS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(

@@ -90,3 +90,13 @@ def test_a_family_shape_takes_heads_of_the_familys_width() -> None:
     # Stated heads win over the family's width.
     fields = request_fields("a 4-layer 512-hidden 8-head llama", list_models())
     assert fields["model"]["heads"] == 8
+
+
+def test_a_gpt_with_layers_and_hidden_is_gpt2_at_that_shape() -> None:
+    # Before, "a 12-layer 768-hidden gpt" was refused as naming no model.
+    fields = request_fields("pretrain a 12-layer 768-hidden gpt on 8 V100 32GB", list_models())
+    brief = brief_from_request(fields)
+    assert not isinstance(brief.model, str | dict)
+    shape = brief.model.model_dump()
+    assert (shape["layers"], shape["hidden"], shape["like"]) == (12, 768, "gpt2")
+    assert shape["heads"] == 12  # gpt2's heads are 64 wide
