@@ -103,6 +103,9 @@ def shape_model(
                 f"MLP width {dims['intermediate']} assumed: {like}'s ratio "
                 f"({spec.intermediate} / {spec.hidden}) at hidden {dims['hidden']}"
             )
+        if "vocab" not in dims:
+            dims["vocab"] = spec.vocab
+            notes.append(f"vocabulary {spec.vocab:,} assumed: {like}'s tokenizer, the family's")
         if "heads" not in dims:
             width = _head_width(like)
             while dims["hidden"] % width:

@@ -100,3 +100,4 @@ def test_a_gpt_with_layers_and_hidden_is_gpt2_at_that_shape() -> None:
     shape = brief.model.model_dump()
     assert (shape["layers"], shape["hidden"], shape["like"]) == (12, 768, "gpt2")
     assert shape["heads"] == 12  # gpt2's heads are 64 wide
+    assert shape["vocab"] == 50257  # gpt2's tokenizer, not the Llama 2 default
