@@ -57,6 +57,11 @@ def _budget(quote: str, scaling: ScalingPlan | None) -> tuple[bool, str] | None:
     row = _chosen_row(scaling)
     if dollars is None or row is None:
         return None
+    if row.cost is None and row.hours is not None:  # the time is known: the price is not
+        return False, (
+            "not checked: the plan's GPU has no cited price (knowledge/gpu_prices.yaml); give "
+            "yours as '$X/GPU-hour' to have the budget checked"
+        )
     if row.cost is None:
         return False, _NO_TOKENS.format("cost")
     currency = scaling.currency if scaling and scaling.currency else "USD"
