@@ -26,4 +26,6 @@ def test_a_decoder_stays_a_causal_lm(name: str) -> None:
 def test_an_encoder_built_as_a_decoder_is_a_causal_lm() -> None:
     config = {"model_type": "bert", "architectures": ["BertLMHeadModel"], "is_decoder": True}
     assert trains_as_causal_lm(config)
-    assert not trains_as_causal_lm({"model_type": "roberta", "architectures": ["RobertaForMaskedLM"]})
+    assert not trains_as_causal_lm(
+        {"model_type": "roberta", "architectures": ["RobertaForMaskedLM"]}
+    )
