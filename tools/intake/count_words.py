@@ -43,7 +43,7 @@ NUMBER_PHRASE = (
     + _NUMBER_WORD
     + r"(?:[\s-]+(?:and[\s-]+)?"
     + _NUMBER_WORD
-    + r")*"
+    + r"){0,8}"  # bounded: "zero zero ... zero" (no count) must not backtrack quadratically
 )
 # A count in words, as the request account quotes it (tools/intake/account.py).
 COUNT_WORDS = (
