@@ -41,7 +41,7 @@ _MAX_GPUS_RE = re.compile(
     re.I,
 )
 _DURATION_RE = re.compile(
-    r"(\d+(?:\.\d+)?|[一二两三四五六七八九十]+|\ban?(?=\s))\s*"
+    r"(\d+(?:\.\d+)?|[一二两三四五六七八九十]+)\s*"
     r"(hours?|hrs?|days?|weeks?|months?|小时|天|周|星期|个月)",
     re.I,
 )
@@ -92,13 +92,11 @@ def _chinese_number(text: str) -> float:
 
 def deadline_seconds(words: str) -> float | None:
     """Seconds a deadline's words give ("within 30 days" -> 2,592,000), None if no duration."""
+    words = re.sub(r"\ban?(?=\s+(?:hours?|hrs?|days?|weeks?|months?)\b)", "1", words, flags=re.I)
     m = _DURATION_RE.search(words)
     if m is None:
         return None
-    if m[1].lower() in ("a", "an"):
-        count = 1.0  # "in under a week"
-    else:
-        count = float(m[1]) if m[1][0].isdigit() else _chinese_number(m[1])
+    count = float(m[1]) if m[1][0].isdigit() else _chinese_number(m[1])
     unit = m[2].lower()
     key = next((k for k in _UNIT_S if unit.startswith(k)), None)
     return count * _UNIT_S[key] if key and count > 0 else None
