@@ -202,8 +202,11 @@ def _answer(value: dict[str, Any], given: str | None) -> str:
                 f"(e.g. --answer {value['candidates'][0]})",
             )
         example = "'4 A100 40GB'" if field == "hardware" else "llama-3-8b"
-        if problem:  # a given answer was not enough
-            raise InputError(field, f"{problem}; pass another --answer (e.g. --answer {example})")
+        if problem:  # the request's words or a given answer were not enough
+            raise InputError(
+                field,
+                f"{problem}; name another in the request or pass --answer (e.g. --answer {example})",
+            )
         said = (
             f"hardware unclear ({value['unclear']})"
             if value.get("unclear")

@@ -162,3 +162,26 @@ def test_a_second_framework_named_is_said_not_used(cli_main: Any, tmp_path: Path
     )
     marks = {w["wish"]: w["honoured"] for w in both["request"]["wishes"]}
     assert marks.get("framework:megatron") is True and marks.get("framework:deepspeed") is True
+
+
+def test_context_extension_says_the_rope_is_unchanged(cli_main: Any, tmp_path: Path) -> None:
+    """ "extend llama-3-8b to 64k context" planned 64k sequences on the model's own RoPE, silently."""
+    plan, stdout = _plan(
+        cli_main, tmp_path, "extend llama-3-8b to 32k context on 8 H100, 500M tokens"
+    )
+    assert plan["brief"]["seq_len"] == 32768
+    (wish,) = [w for w in plan["request"]["wishes"] if w["wish"] == "technique:context-extension"]
+    assert wish["quote"] == "extend llama-3-8b to 32k context" and wish["honoured"] is False
+    assert "32768" in wish["how"] and "rope_theta" in wish["how"]
+    assert any(line.startswith("not as asked: ") and "RoPE" in line for line in stdout.splitlines())
+
+
+def test_a_budget_on_an_unpriced_gpu_says_the_price_is_missing(
+    cli_main: Any, tmp_path: Path
+) -> None:
+    """A10G has no cited price: the budget said "the request gives no token count", which it did."""
+    plan, _ = _plan(cli_main, tmp_path, "SFT mistral-7b on 8 A10G, 36M tokens, budget $500")
+    assert plan["brief"]["dataset_tokens"] == 36e6
+    (wish,) = [w for w in plan["request"]["wishes"] if w["wish"] == "money-budget"]
+    assert wish["honoured"] is False and "no token count" not in wish["how"]
+    assert "price" in wish["how"] and "/GPU-hour" in wish["how"]

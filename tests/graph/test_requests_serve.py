@@ -317,8 +317,9 @@ def test_cli_bad_inference_brief_exits_2_with_one_line(tmp_path: Path) -> None:
 
 # ---- an LLM reads the request (the real HTTP client against the tests' fake server) -------------
 
-# Nothing here the parser reads: no catalog id, no digits, no serving word it knows.
-WORDY_SERVE = "put the seventy-two billion qwen behind an API on four H100 cards"
+# Nothing here the parser reads: no catalog id, no size, no serving word it knows ("seventy-two
+# billion qwen" is read now: numbers in words are, tools/intake/spelt_text.py).
+WORDY_SERVE = "put the biggest qwen behind an API on four H100 cards"
 
 
 @pytest.fixture

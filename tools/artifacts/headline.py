@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tools.core.request_account import reference_free
 from tools.core.schemas import SetupCandidate
 from tools.core.units import gb_text
 
@@ -80,6 +81,20 @@ def objective_note(plan: dict[str, Any]) -> str | None:
             f"Continued pretraining: planned as pretraining (its batch and optimizer recipe) "
             f"that starts from {name}'s pretrained weights, which the launch files load (not "
             "a random init)."
+        )
+    method = next(
+        (
+            reference_free(str(w.get("quote") or ""))
+            for w in (plan.get("request") or {}).get("wishes") or []
+            if w.get("wish") == "objective:dpo"
+        ),
+        None,
+    )
+    if objective == "dpo" and method is not None:
+        return (
+            f"{method[0]}: needs no reference model, so the memory figures price all it trains. "
+            f"The launch files train the next-token loss, not {method[0]}'s loss: run it with "
+            f"{method[1]} on this setup."
         )
     if objective in ("dpo", "distill"):
         other = "the frozen reference model" if objective == "dpo" else "the teacher model"

@@ -57,6 +57,11 @@ def _budget(quote: str, scaling: ScalingPlan | None) -> tuple[bool, str] | None:
     row = _chosen_row(scaling)
     if dollars is None or row is None:
         return None
+    if row.cost is None and row.hours is not None:  # the time is known: the price is not
+        return False, (
+            "not checked: the plan's GPU has no cited price (knowledge/gpu_prices.yaml); give "
+            "yours as '$X/GPU-hour' to have the budget checked"
+        )
     if row.cost is None:
         return False, _NO_TOKENS.format("cost")
     currency = scaling.currency if scaling and scaling.currency else "USD"
@@ -201,6 +206,13 @@ def _techniques(
             False,
             f"torch.compile not planned: {COMPILE_WHY}; the {primary} launch runs eager",
         )
+    )
+    marks["technique:context-extension"] = (
+        False,
+        f"context extension partly planned: the plan trains sequences of {brief.seq_len} tokens "
+        "on the model's own RoPE (its config's rope_theta and rope_scaling, unchanged); a larger "
+        "RoPE base or position interpolation (YaRN), which extending a context usually needs, "
+        "is not set by the launch files",
     )
     marks["technique:hybrid-sharding"] = _hybrid_sharding(memory, primary, nodes)
     marks |= _packing_and_nvme(memory, primary)

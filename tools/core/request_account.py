@@ -112,6 +112,19 @@ OBJECTIVE_MARKS: dict[str, tuple[bool, str]] = {
 }
 
 
+# Preference objectives with no reference model, read as DPO ("objective:dpo"): their name and
+# what runs them (TRL's ORPOTrainer; SimPO is TRL's CPOTrainer with loss_type="simpo").
+REFERENCE_FREE = {
+    "orpo": ("ORPO", "TRL's ORPOTrainer"),
+    "simpo": ("SimPO", "TRL's CPOTrainer (loss_type='simpo')"),
+}
+
+
+def reference_free(quote: str) -> tuple[str, str] | None:
+    """(name, what runs it) when a DPO-family wish's words name a reference-free method."""
+    return REFERENCE_FREE.get(quote.strip().lower())
+
+
 # What an undecided wish says in a finished plan: nobody acted on it, and the plan says so.
 NOT_CHECKED = "not checked: no planning step acts on this wish yet; the plan does not promise it"
 
@@ -166,6 +179,12 @@ def closed_account(
             )
         elif kind == "objective" and objective is not None and name in OBJECTIVE_MARKS:
             w.honoured, w.how = OBJECTIVE_MARKS[name]
+            if name == "dpo" and (method := reference_free(w.quote)) is not None:
+                w.how = (
+                    "partly: the plan sizes the policy's training, and its launch files train the "
+                    f"next-token loss, not {method[0]}'s loss ({method[0]} needs no reference "
+                    f"model; {method[1]} runs it)"
+                )
         if kind == "avoid" and name in used:
             w.honoured = False
             w.how = f"not kept: the plan still uses {name} (its framework stack or config)"

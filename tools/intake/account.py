@@ -18,6 +18,7 @@ from tools.core.request_account import AssumedFact, ReadFact, RequestAccount, Wi
 from tools.core.schemas import RECIPE_PRECISION_BASE, TrainingBrief
 from tools.intake.batch_words import batch_assumed
 from tools.intake.budget_text import price_reading
+from tools.intake.count_words import COUNT_WORDS
 from tools.intake.goal_text import goal_assumed
 from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import NIC_AFTER_RE, read_hardware
@@ -33,6 +34,7 @@ from tools.intake.refused_words import intake_mark, refused_reads
 from tools.intake.run_text import run_reads
 from tools.intake.serving_text import serving_reads
 from tools.intake.shape_text import shape_reads
+from tools.intake.spelt_text import as_written, read_as_written, spelt_numbers
 from tools.intake.wishes import distill_pair, framework_wish_reads, named_wishes
 from tools.intake.words import word_reads
 
@@ -43,15 +45,14 @@ _NUMBER_RE = re.compile(
     r"|[一二两俩三四五六七八九十百千万]+(?=\s*(?:台|张|块|卡|个|片|节点|天|周|小时|月))"
 )
 _CN = r"[一二两俩三四五六七八九十]+"
-# A count in English words ("two 4090s", "a pair of A100s"), as tools/intake/hardware_text reads it.
-_EN = r"\b(?:a\s+single|single|one|a\s+pair\s+of|a\s+couple\s+of|two|three|four|five|six|seven|eight|sixteen)\s+"
 _COUNT = r"(?:\d+|" + _CN + r")"
-# Where the hardware stood: counts before GPUs or nodes, a spec, a memory size by a GPU name.
+# Where the hardware stood: counts (digits or words, "two 4090s") before GPUs or nodes, a spec,
+# a memory size by a GPU name.
 _HARDWARE_RES = tuple(
     re.compile(p, re.I)
     for p in (
         r"\d+\s*[x×]\s*\d+\s*[x×]\s*[a-z][\w-]*",
-        r"(?:" + _COUNT + r"|" + _EN + r")\s*[x×*]?\s*(?:(?:张|块|个|片)\s*)?"
+        r"(?:" + _COUNT + r"|\b(?:" + COUNT_WORDS + r")\s+)\s*[x×*]?\s*(?:(?:张|块|个|片)\s*)?"
         r"(?:gpus?\s+of\s+|cards?\s+of\s+)?"
         r"(?:\d+\s*gi?b\s+)?(?:nvidia\s+|amd\s+|tesla\s+)?(?:" + GPU_NAMES + r")"
         r"(?:[\s-]*\d+\s*gi?b)?(?:s|es)?\b",
@@ -100,7 +101,7 @@ _FIELD_ORDER = (
 # Wishes that are no brief field but that a number reading found (numbers_text.number_reads).
 _NUMBER_WISHES = ("micro-batch", "grad-accum", "deadline", "money-budget", "compute-budget")
 _WISH_KINDS: tuple[str, ...] = ("framework", "avoid", "technique", "trainer", "objective")
-_WISH_KINDS += ("checkpoint", "unoffered", "other-model")
+_WISH_KINDS += ("checkpoint", "unoffered", "other-model", "data")
 
 
 def _claims(regexes: tuple[re.Pattern[str], ...], text: str, field: str, value: Any) -> list[Read]:
@@ -226,7 +227,8 @@ def account_request(
     """
     overrides = overrides or {}
     said = fields if said is None else said
-    reads = text_reads(text, said)
+    spelt = spelt_numbers(text)  # "twenty" as "20    ": spans of it are spans of text
+    reads = [read_as_written(r, text, spelt) for r in text_reads(spelt, said)]
     facts: list[ReadFact] = []
     stated = {k for k in fields if not k.startswith("_") and k != "goal"} | set(overrides)
     by_field: dict[str, list[Read]] = {}
@@ -260,7 +262,7 @@ def account_request(
         read=facts,
         assumed=assumed,
         wishes=wishes,
-        not_understood=not_understood(text, spans),
+        not_understood=[as_written(q, spelt, text) for q in not_understood(spelt, spans)],
     )
 
 

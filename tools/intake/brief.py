@@ -24,7 +24,7 @@ from tools.intake.hardware_text import (
     hardware_fields,
 )
 from tools.intake.model_sizes import read_size
-from tools.intake.model_text import ModelReading, read_model
+from tools.intake.model_text import ModelReading, family_in, read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.optim_text import optim_fields
 from tools.intake.parallel_words import parallel_pins
@@ -33,6 +33,7 @@ from tools.intake.recipe_text import recipe_text_fields
 from tools.intake.run_text import run_fields
 from tools.intake.serving_text import serving_fields
 from tools.intake.shape_text import shape_model
+from tools.intake.spelt_text import spelt_numbers
 from tools.intake.wishes import distill_pair, wish_fields
 from tools.intake.words import AGENT_APP, DEPLOYMENT, TASKS, TEAM, TRAINING
 
@@ -268,10 +269,11 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
             "request",
             f"is {len(text)} characters; keep it under {MAX_REQUEST_CHARS} or use --brief",
         )
-    low = text.lower()
     data: dict[str, Any] = {"goal": text.strip()[:500]}
+    text = spelt_numbers(text)  # "twenty billion tokens" as digits, in place (count_words.py)
+    low = text.lower()
 
-    pair, named = distill_pair(text), None
+    pair, named, reading = distill_pair(text), None, None
     if pair is not None and (student := catalog_name(pair[1], known_models)):
         data["model"] = student  # "distill llama-3-70b into llama-3-8b": the student is trained
     elif named := catalog_name(text, known_models):
@@ -282,7 +284,9 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
     elif m := _SIZE_RE.search(text):
         scale = 1e9 if m.group(2).lower() == "b" else 1e6
         data["model"] = {"params": float(m.group(1)) * scale}
-    if (shape := shape_model(text, named or None)) is not None:
+    # "a 2-layer 128-hidden llama": the family is the shape's, when no model was read
+    family = family_in(text) if not named and (reading is None or reading.value is None) else None
+    if (shape := shape_model(text, named or None, family)) is not None:
         # "24 layers, hidden 2048, 16 heads": that shape, not the model a size or name stood for.
         data["model"], notes = shape
         data.pop(MODEL_ASSUMED, None)

@@ -13,36 +13,89 @@ from tools.intake.gpu_names import GPU_NAMES as _GPU_NAMES
 _WORD_COUNTS = {
     "a single": 1,
     "single": 1,
-    "one": 1,
     "a pair of": 2,
     "pair of": 2,
     "a couple of": 2,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "twelve": 12,
     "a dozen": 12,
     "dozen": 12,
-    "sixteen": 16,
-    "twenty-four": 24,
-    "thirty-two": 32,
-    "sixty-four": 64,
-    "a hundred": 100,
     "an": 1,
     "a": 1,
 }
+# English number words, read whole: "two hundred fifty six" is 256, not the "six" before the GPU.
+_UNITS = {
+    w: n
+    for n, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+        "fifteen sixteen seventeen eighteen nineteen".split()
+    )
+}
+_TENS = {
+    w: 10 * n
+    for n, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), 2)
+}
+_NUMBER_WORD = (
+    r"(?:"
+    + "|".join(sorted([*_UNITS, *_TENS, "hundred", "thousand"], key=len, reverse=True))
+    + r")"
+)
+NUMBER_PHRASE = (
+    r"(?:a\s+(?=hundred|thousand))?"
+    + _NUMBER_WORD
+    + r"(?:[\s-]+(?:and[\s-]+)?"
+    + _NUMBER_WORD
+    + r"){0,8}"  # bounded: "zero zero ... zero" (no count) must not backtrack quadratically
+)
+# A count in words, as the request account quotes it (tools/intake/account.py).
+COUNT_WORDS = (
+    NUMBER_PHRASE
+    + "|"
+    + "|".join(
+        re.escape(w).replace(r"\ ", r"\s+") for w in sorted(_WORD_COUNTS, key=len, reverse=True)
+    )
+)
 _WORDS_RE = re.compile(
-    r"\b(" + "|".join(sorted((re.escape(w) for w in _WORD_COUNTS), key=len, reverse=True)) + r")\b"
+    r"\b(" + COUNT_WORDS + r")\b"
     r"(?=\s+(?:\d{1,4}\s*gi?b\s+)?(?:nvidia\s+|amd\s+)?(?:" + _GPU_NAMES + r"|gpus?|nodes?|servers?"
     r"|machines?|dgx|hgx|cards?))",
     re.I,
 )
+
+
+def number_words(words: str) -> int | None:
+    """'two hundred and fifty-six' -> 256; None when the words make no one number ('two six')."""
+    total, current, last = 0, 0, ""
+    for word in re.findall(r"[a-z]+", words.lower()):
+        if word == "and":
+            continue
+        if word == "a":
+            current, last = 1, "unit"
+        elif word in _UNITS:
+            if last == "unit" or (last == "tens" and _UNITS[word] >= 10):
+                return None
+            current, last = current + _UNITS[word], "unit"
+        elif word in _TENS:
+            if last in ("unit", "tens") or current % 100:
+                return None
+            current, last = current + _TENS[word], "tens"
+        elif word == "hundred":
+            if current >= 100:
+                return None
+            current, last = (current or 1) * 100, "hundred"
+        elif word == "thousand":
+            total, current, last = total + (current or 1) * 1000, 0, "thousand"
+        else:
+            return None
+    return total + current
+
+
+def _count(m: re.Match[str]) -> str:
+    said = m.group(1)
+    if (key := " ".join(said.lower().split())) in _WORD_COUNTS:
+        return str(_WORD_COUNTS[key])
+    number = number_words(said)
+    return said if number is None else str(number)
+
+
 _MEM_WORDS = {
     "sixteen": 16,
     "twenty-four": 24,
@@ -97,4 +150,4 @@ def normalise(text: str) -> str:
     # Memory in words: "eighty-gig", "40 gig", "forty gigabytes".
     out = _MEM_WORDS_RE.sub(lambda m: str(_MEM_WORDS[m.group(1).lower()]) + "gb", out)
     out = re.sub(r"(\d)\s*-?\s*gig(?:abyte)?s?\b", r"\1gb", out, flags=re.I)
-    return _WORDS_RE.sub(lambda m: str(_WORD_COUNTS[m.group(1).lower()]), out)
+    return _WORDS_RE.sub(_count, out)

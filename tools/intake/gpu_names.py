@@ -65,6 +65,17 @@ def family(name: str) -> list[CatalogGPU]:
     return sorted(parts, key=lambda g: g.id != default.id)  # the default part first
 
 
+# Names the catalog plans as a near part (its alias), with what that changes, for the
+# assumption line: the MI250 is a cut-down MI250X (AMD Instinct MI250 and MI250X datasheets).
+_NEAR_PARTS = {
+    "MI250": (
+        "assumed MI250X: the catalog has no MI250, a cut-down MI250X (208 compute units to 220, "
+        "362 vs 383 TFLOP/s bf16, the same 128 GB), so the plan's speeds are about 6% high"
+    ),
+    "MI300": "assumed MI300X: 'MI300' also names the MI300A APU, which the catalog lacks",
+}
+
+
 def _catalog_id_written(written: str) -> bool:
     """Whether the words are a catalog id itself ("A100-40GB", "H100-80GB"): nothing left open."""
     return written.strip().lower() in {gpu_id.lower() for gpu_id in load_gpu_catalog()}
@@ -109,4 +120,5 @@ def resolve(name: str, memory: int | None, form: str | None, written: str = "") 
             f"assumed {gpu.id}: the request does not say {', nor '.join(left_open)} "
             f"(the catalog's part for a plain {label!r})"
         )
+    assumed = _NEAR_PARTS.get(re.sub(r"[\s-]", "", label), assumed)
     return Resolved(gpu, assumed=assumed)

@@ -186,7 +186,9 @@ def read_hardware(text: str) -> HardwareReading:
             reading.unclear.append(resolved.why_not)
             reading.unknown.append(m.group(0).strip())
         elif resolved.gpu is not None:
-            names.setdefault(resolved.gpu.id, m)
+            first = names.setdefault(resolved.gpu.id, m)
+            if not (first["count"] or first["post_count"]) and (m["count"] or m["post_count"]):
+                names[resolved.gpu.id] = m  # "A10Gs ... 8 A10G": the counted mention says how many
             if resolved.assumed:
                 variants.setdefault(resolved.gpu.id, resolved.assumed)
     covered = [range(m.start("name"), m.end()) for m in mentions]

@@ -57,6 +57,17 @@ _STOP = frozenset(
 _GPU_LIKE = re.compile(
     r"^(?:(?:[abhv]\d{3}|t4|l4|l40s?|a10g?|gh200|gb200|rtx\d*|mi\d{3}x?)[a-z0-9-]*|\d+gb)$", re.I
 )
+# A model name the catalog lacks: a hyphenated name ending in a size or variant word
+# ("roberta-large", "flan-t5-xl", "whisper-large-v3", "deberta-v3-base"), or a well-known model
+# kind the catalog has none of ("sdxl", "OLMo 2 7B", "CLIP"). Read only when nothing else was,
+# so that the refusal names it instead of saying the request names no model.
+_UNKNOWN_RE = re.compile(
+    r"\b[a-z][a-z0-9]*(?:[-_.][a-z0-9]+)*[-_](?:\d+(?:\.\d+)?[bm]|base|large|small|medium|mini|"
+    r"tiny|xl|xxl|huge|giant|v\d+(?:\.\d+)?|uncased|cased)(?:[-_.][a-z0-9]+)*\b"
+    r"|\b(?:sdxl|stable[\s-]?diffusion(?:[\s-]?(?:xl|\d(?:\.\d)?))?|whisper|(?-i:CLIP)|roberta|deberta|"
+    r"distilbert|electra|bloom|falcon|olmo(?:[\s-]*\d+)?(?:[\s-]+\d+(?:\.\d+)?[bm])?)\b",
+    re.I,
+)
 _SIZE = r"(\d+(?:\.\d+)?)\s*([bm])(?:illion)?\b"
 _GPT = r"gpt(?:-?[23])?(?:[\s-]*(?:style|like))?"
 _GPT_SIZE_RES = (
@@ -97,6 +108,28 @@ def _families() -> dict[str, tuple[str, ...]]:
         stem = re.split(r"-(?=\d|[a-z]+\d)|-(?:base|large|tiny|small|mini|xl)\b", model_id)[0]
         families.setdefault(stem, []).append(model_id)
     return {k: tuple(v) for k, v in families.items() if len(v) > 1}
+
+
+def family_ids(said: str) -> tuple[str, ...] | None:
+    """The catalog ids of a family word ("llama", "qwen2.5", "gpt"), or None when it is no family.
+
+    A word that starts several catalog ids is their family too ("gpt": gpt2, ..., gpt3-175b).
+    """
+    squashed = _squash(said)
+    if ids := _families().get(squashed):
+        return ids
+    if not re.fullmatch(r"[a-z]{3,}", squashed):
+        return None
+    ids = tuple(i for i in load_model_catalog() if _squash(i).startswith(squashed))
+    return ids if len(ids) > 1 else None
+
+
+def family_in(text: str) -> tuple[str, tuple[str, ...]] | None:
+    """The first family word the text names, with its catalog ids ("a 2-layer 128-hidden llama")."""
+    for said, _ in _windows(text):
+        if " " not in said and (ids := family_ids(said)):
+            return said, ids
+    return None
 
 
 def _gpt_sizes() -> dict[float, str]:
@@ -184,12 +217,20 @@ def read_model(text: str) -> ModelReading | None:
             if same[0][0] - runner_up >= MARGIN:
                 return ModelReading(said, model=same[0][1])
         if unclear is None:
+            stem = re.sub(r"[^a-z].*", "", squashed)
+            if _UNKNOWN_RE.fullmatch(said) and not any(i.startswith(stem) for _, i, _ in close):
+                # "phi-3-small" is no gpt3-125m, "deberta-v3-base" no bert-base: another family
+                unclear = ModelReading(said, unknown=True)
+                continue
             unclear = ModelReading(said, candidates=tuple(i for _, i, _ in close[:MAX_CANDIDATES]))
     if unclear is not None:
         return unclear
     for said, squashed in windows:
         if family := _families().get(squashed):
             return ModelReading(said, candidates=family[:MAX_CANDIDATES])
+    for m in _UNKNOWN_RE.finditer(text):
+        if not _GPU_LIKE.match(m[0]) and catalog_id(m[0]) is None:
+            return ModelReading(m[0], unknown=True)
     return None
 
 
@@ -217,11 +258,20 @@ def other_model_reads(text: str, model: object) -> list[Read]:
             and all(r.value != other for r in out)
         ):
             out.append(Read(f"other-model:{other}", other, word, m.start(), m.start() + len(word)))
+    for m in _UNKNOWN_RE.finditer(text):
+        # "a CLIP ViT-B/16": CLIP is no part of the vit-base planned, and not in the catalog
+        if m.start() not in taken and not _GPU_LIKE.match(m[0]) and catalog_id(m[0]) is None:
+            out.append(Read(f"other-model:{m[0]}", m[0], m[0], m.start(), m.end()))
     return out
 
 
 def other_model_mark(name: str, planned: object) -> tuple[bool, str]:
     """How intake marks a second model: not planned, and which one is."""
+    if catalog_id(name) is None:
+        return False, (
+            f"not planned: {name!r} is not in the model catalog, and the plan is for {planned} "
+            "alone (its own architecture and training loss)"
+        )
     return False, (
         f"not planned: a plan is for one model, and this one is for {planned} (read first); "
         f"ask for {name} as its own request"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from tools.intake.data_size_text import average_examples_tokens
 from tools.intake.optim_text import lr_reading, warmup_reading
 from tools.intake.readings import Read
 
@@ -156,8 +157,10 @@ _PRECISION = (
     ("auto", re.compile(r"\bmixed[ -]precision\b|\bamp\b", re.I)),
 )
 _DEADLINE_RE = re.compile(
-    r"\b(?:in|within|by|under|before|in less than|deadline(?: of)?|due in)\s+(?:about\s+|~\s*)?"
+    r"\b(?:in|within|by|under|before|in less than|in under|deadline(?: of)?|due in)\s+"
+    r"(?:about\s+|~\s*)?(?:"
     + _NUM
+    + r"|an?(?=\s))"  # "in under a week", "within a day"
     + r"\s*(hours?|hrs?|days?|weeks?|months?)\b|(?<![\w.])"
     + _NUM
     + r"\s*[ -]?(?:days?|weeks?|months?)[ -]deadline\b|(?<![a-z0-9.])"
@@ -168,7 +171,8 @@ _DEADLINE_RE = re.compile(
 # A deadline named by a day, not a duration ("by Friday", "before next Monday", "by end of the
 # week"): a deadline wish the plan cannot check (it does not know today's date) and says so.
 _DAY_DEADLINE_RE = re.compile(
-    r"\b(?:by|before|until|due)\s+(?:(?:next|this|the)\s+)?(?:(?:mon|tues|wednes|thurs|fri|satur|"
+    r"\b(?:by|before|until|due(?:\s+on)?|deadline(?:\s+is|\s+of|\s*:)?(?:\s+on)?)\s+"
+    r"(?:(?:next|this|the)\s+)?(?:(?:mon|tues|wednes|thurs|fri|satur|"
     r"sun)day|tomorrow|tonight|(?:the\s+)?end\s+of\s+(?:the\s+|this\s+|next\s+)?(?:day|week|"
     r"month|quarter|year)|eod|eow|eom)\b",
     re.I,
@@ -302,13 +306,24 @@ def precision_reading(text: str) -> Read | None:
 
 
 # The run's optimizer steps: "for 5000 steps", "train for 10k steps", "max_steps=2000",
-# "20,000 training steps", "train_iters 5000" (never "every 500 steps": a save interval).
+# "20,000 training steps", "train_iters 5000", "20 steps", "run 500 iterations" (never "every
+# 500 steps": a save interval; see _NOT_RUN_BEFORE).
 _STEPS_RE = re.compile(
     r"(?<!every )\bfor\s+(\d[\d,]*)\s*(k)?\s*(?:optimizer\s+|training\s+)?(?:steps|iterations|iters)\b"
     r"|\b(?:max_steps|train_iters|train[ _-]steps|total[ _-]steps)\s*[=:]?\s*(\d[\d,]*)(k)?\b"
-    r"|(?<![\w.,])(\d[\d,]*)\s*(k)?\s*(?:optimizer|training)\s+(?:steps|iterations)\b",
+    r"|(?<![\w.,])(\d[\d,]*)\s*(k)?\s*(?:optimizer|training)\s+(?:steps|iterations)\b"
+    r"|(?<![\w.,])(\d[\d,]*)\s*(k)?\s*(?:steps|iterations|iters)\b",  # "20 steps", "run 2k iters"
     re.I,
 )
+# What a bare step count belongs to when not the run: a save, eval or log interval ("every"),
+# the warm-up ("warmup of 2000 steps", "the first 300 steps", "2000 steps of warmup") or the
+# gradient accumulation ("accumulate gradients over 4 steps").
+_NOT_RUN_BEFORE = re.compile(
+    r"(?:\bevery|\bfirst|\blast|warm[ _-]?up(?:[ _-]steps?)?\s*(?:of|=|:|for|over)?"
+    r"|accumulat\w*(?:\s+\w+)?\s+(?:over|for|across))\s*$",
+    re.I,
+)
+_NOT_RUN_AFTER = re.compile(r"\s*(?:of\s+)?warm[ _-]?up", re.I)
 
 
 # Checkpoints: "save every 200 steps", "checkpoint every 1k steps", "save_steps=500"; "keep the
@@ -341,10 +356,10 @@ def checkpoint_reads(text: str) -> list[Read]:
 def steps_reading(text: str) -> Read | None:
     """The run's optimizer steps the request names, or None."""
     for m in _STEPS_RE.finditer(text):
-        if re.search(r"warm[ _-]?up(?:[ _-]steps?)?\s*$", text[: m.start()], re.I):
+        if _NOT_RUN_BEFORE.search(text[: m.start()]) or _NOT_RUN_AFTER.match(text, m.end()):
             continue  # "warmup for 500 steps" is the warm-up
         groups = m.groups()
-        at = next(i for i in (0, 2, 4) if groups[i])
+        at = next(i for i in (0, 2, 4, 6) if groups[i])
         steps = int(groups[at].replace(",", "")) * (1000 if groups[at + 1] else 1)
         if steps >= 1:
             return Read.of("train_steps", steps, m)
@@ -376,7 +391,8 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
     """
     reads: list[Read] = []
     notes: list[str] = []
-    examples = examples_reads(text)
+    average = average_examples_tokens(text)  # "2M pairs averaging 600 tokens": no seq_len
+    examples = examples_reads(text) if average is None else None
     seq = seq_reading(text) or (examples[0] if examples else None)
     if seq is not None:
         reads.append(seq)
@@ -386,13 +402,16 @@ def number_reads(text: str, default_seq_len: int) -> tuple[list[Read], list[str]
         if how:
             assumed = "" if seq is not None else " (the default sequence length)"
             notes.append(f"intake: global batch {how}{assumed}")
-    taken = [(r.start, r.end) for r in reads]
+    taken = [(r.start, r.end) for r in (*reads, *([average] if average else []))]
     tokens = tokens_reading(text, taken)
-    if tokens is None and examples is not None:
-        tokens = examples[1]
+    if tokens is None and (tokens := examples[1] if examples is not None else average):
         notes.append(
             f"intake: dataset_tokens {tokens.quote!r} = {tokens.value:,.0f} tokens (examples x "
-            "their length; shorter examples packed or padded change it)"
+            + (
+                "their length; shorter examples packed or padded change it)"
+                if average is None
+                else "their average length)"
+            )
         )
     if tokens is None and (steps := steps_reading(text)) is not None:
         reads.append(steps)  # the run's length, when no token count gives it

@@ -55,6 +55,7 @@ class ModelReading:
     params: float | None = None
     assumed: str | None = None
     alternatives: tuple[str, ...] = field(default=())
+    unknown: bool = False  # ``said`` names a model the catalog lacks ("roberta-large")
 
     @property
     def value(self) -> str | dict[str, Any] | None:
@@ -89,6 +90,11 @@ class ModelReading:
     @property
     def question(self) -> str | None:
         """What is unclear, for the clarifying question: the candidates, by name."""
+        if self.unknown:
+            return (
+                f"{self.said!r} is not in the model catalog (trainwright plans its catalog "
+                "models, a size such as 'a 7B model', or a shape: layers, hidden, heads)"
+            )
         if self.value is not None or not self.candidates:
             return None
         names = list(self.candidates)

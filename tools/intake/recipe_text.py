@@ -30,9 +30,14 @@ from tools.intake.wishes import named_wishes
 
 # "QLoRA", or a LoRA request's base "in 4-bit" / "4bit" / "NF4" (QLoRA's quantized base).
 _QLORA_RE = re.compile(r"\bq-?lora\b|(?<![\w.])4[ -]?bits?\b|\bnf4\b|\bint4\b", re.I)
-# "rank 64", "rank-8", "rank=16", "rank: 32", "r=16", "r = 8" (a bare "r 16" is too loose).
+# "rank 64", "rank-8", "rank=16", "rank: 32", "r=16", "r = 8", "lora r 16" (a bare "r 16" is
+# too loose).
 _TF32_RE = re.compile(r"\btf32\b", re.I)
-_RANK_RE = re.compile(r"\brank\s*[-=:]?\s*(\d{1,5})\b|\br\s*=\s*(\d{1,5})\b", re.I)
+_RANK_RE = re.compile(
+    r"\brank\s*[-=:]?\s*(\d{1,5})\b|\br\s*=\s*(\d{1,5})\b"
+    r"|\blora[ _]r\s*[-=:]?\s*(\d{1,5})\b",  # "lora r 16", "lora_r: 64": "r" after "lora"
+    re.I,
+)
 
 
 def recipe_reads(text: str, task: str | None) -> list[Read]:
@@ -53,7 +58,7 @@ def recipe_reads(text: str, task: str | None) -> list[Read]:
     # Every spelling of it, so "QLoRA ..., 4-bit NF4" binds its "4" too (it was not understood).
     reads += [Read.of("recipe.qlora", True, m) for m in _QLORA_RE.finditer(text)]
     if m := _RANK_RE.search(text):
-        rank = int(m.group(1) or m.group(2))
+        rank = int(m.group(1) or m.group(2) or m.group(3))
         if 1 <= rank <= MAX_LORA_RANK:
             reads.append(Read.of("recipe.lora_rank", rank, m))
     return reads

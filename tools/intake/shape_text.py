@@ -15,8 +15,10 @@ import re
 from typing import Any
 
 from tools.intake.readings import Read
+from tools.research.model_catalog import lookup_model
 
 DEFAULT_VOCAB = 32000
+DEFAULT_SEQ = 1  # any length the model has: only its widths are read
 _N = r"(\d{1,6}(?:,\d{3})*)"
 # Each dimension, the number after its name or before it: "hidden 2048", "2048 hidden".
 _DIMS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -27,17 +29,17 @@ _DIMS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"\b" + _N + r"\s*(?:kv|key[ -]value)[ -]heads?\b"
             r"|\b(?:kv[ _-]heads?|num_key_value_heads|key[ -]value[ -]heads?)\s*[=:]?\s*" + _N,
         ),
-        ("layers", r"\b" + _N + r"\s*(?:transformer\s+)?(?:layers|blocks)\b"
+        ("layers", r"\b" + _N + r"(?:\s*(?:transformer\s+)?(?:layers?|blocks?)|-(?:layer|block))\b"
          r"|\b(?:layers|n_layers?|num_(?:hidden_)?layers|depth)\s*[=:]?\s*" + _N + r"\b"),
         (
             "hidden",
             r"\b(?:hidden(?:[ _]size|[ _]dim(?:ension)?)?|d_model|model[ _]dim(?:ension)?|width|"
             r"embedding[ _]dim(?:ension)?)\s*(?:of\s+)?[=:]?\s*" + _N + r"\b"
-            r"|\b" + _N + r"\s*hidden\b",
+            r"|\b" + _N + r"(?:\s*|-)(?:hidden|wide)\b",
         ),
         (
             "heads",
-            r"\b" + _N + r"\s*(?:attention\s+)?heads\b"
+            r"\b" + _N + r"(?:\s*(?:attention\s+)?heads|-head)\b"
             r"|\b(?:n_heads?|num_attention_heads|heads)\s*[=:]?\s*" + _N + r"\b",
         ),
         (
@@ -69,22 +71,62 @@ def shape_reads(text: str) -> list[Read]:
     return reads
 
 
-def shape_model(text: str, like: str | None) -> tuple[dict[str, Any], list[str]] | None:
+def shape_model(
+    text: str, like: str | None, family: tuple[str, tuple[str, ...]] | None = None
+) -> tuple[dict[str, Any], list[str]] | None:
     """The brief's model from the stated dimensions, and a line per default it took; None if too few.
 
     Layers, hidden size and heads must all be stated: fewer is no shape, and the request's model
-    name or size stands.
+    name or size stands. ``family`` is a family word read without a member ("a 2-layer
+    128-hidden llama": ``("llama", (llama-2-7b, ...))``): that family built at the shape, on its
+    first member's config, with heads as wide as that member's when none are stated.
     """
     dims = {r.field.split(".", 1)[1]: r.value for r in shape_reads(text)}
-    if not {"layers", "hidden", "heads"} <= dims.keys():
+    if not ({"layers", "hidden"} if family else {"layers", "hidden", "heads"}) <= dims.keys():
         return None
     notes: list[str] = []
+    if like is None and family is not None:
+        word, ids = family
+        like = ids[0]
+        notes.append(
+            f"{word!r} with a shape: the {word} family built at that shape, its activation, "
+            f"norms, positions and embedding tying those of {like} (the family's first in the "
+            "catalog)"
+        )
+        spec = lookup_model(like, DEFAULT_SEQ)
+        if "intermediate" not in dims and spec.intermediate:
+            # The family's MLP ratio at this width, not the member's own width (11008 on 128).
+            dims["intermediate"] = max(
+                8, round(spec.intermediate / spec.hidden * dims["hidden"] / 8) * 8
+            )
+            notes.append(
+                f"MLP width {dims['intermediate']} assumed: {like}'s ratio "
+                f"({spec.intermediate} / {spec.hidden}) at hidden {dims['hidden']}"
+            )
+        if "vocab" not in dims:
+            dims["vocab"] = spec.vocab
+            notes.append(f"vocabulary {spec.vocab:,} assumed: {like}'s tokenizer, the family's")
+        if "heads" not in dims:
+            width = _head_width(like)
+            while dims["hidden"] % width:
+                width //= 2
+            dims["heads"] = dims["hidden"] // width
+            notes.append(
+                f"{dims['heads']} attention head(s) assumed: the request gives none, and {like}'s "
+                f"heads are {_head_width(like)} wide (hidden {dims['hidden']} / {width})"
+            )
     if "vocab" not in dims:
         dims["vocab"] = DEFAULT_VOCAB
         notes.append(
             f"vocabulary {DEFAULT_VOCAB:,} assumed (the Llama 2 tokenizer's): the request gives "
-            "the model's layers, hidden size and heads but not its vocabulary"
+            "the model's shape but not its vocabulary"
         )
     if like is not None:
         dims["like"] = like
     return dims, notes
+
+
+def _head_width(model_id: str) -> int:
+    """How wide a catalog model's attention heads are (its head_dim, else hidden / heads)."""
+    spec = lookup_model(model_id, DEFAULT_SEQ)
+    return int((spec.hf_config or {}).get("head_dim") or spec.hidden // spec.heads)

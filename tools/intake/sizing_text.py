@@ -22,9 +22,14 @@ _ASK_RE = re.compile(
     r"\bhow many\b|\bwhich (?:gpus?|gpu types?|hardware|accelerators?|cards?)\b"
     r"|\bwhat (?:gpus?|hardware|cluster|machines?)\b(?:[^.?!]{0,30}\b(?:need|use|rent|get|buy))?"
     r"|\bwhat (?:do|would|should) (?:i|we) need\b|\bwhat (?:i|we) need\b"
-    r"|\bcheapest\b|\bleast expensive\b|\blowest cost\b|\bfastest way\b"
+    r"|\bcheapest\b|\bleast expensive\b|\blowest (?:possible )?cost\b|\bfastest way\b"
     r"|需要多少|多少张|多少块|多少卡|哪种\s*(?:gpu|显卡|卡)|什么\s*(?:gpu|显卡)|最便宜|最省钱|最快",
     re.I,
+)
+# A wish for the least cost: a sizing question without a GPU count; with one, a wish the
+# plan's fastest setup honours (tools/intake/refused_words.py).
+CHEAP_RE = re.compile(
+    r"\bas cheap(?:ly)? as possible\b|\bminimi[sz]e (?:the )?(?:cost|spend|price)\b", re.I
 )
 _ONE_NODE_RE = re.compile(
     r"\b(?:on |in )?(?:one|a single|single|1)[ -](?:node|machine|server|box)\b(?: only)?"
@@ -68,6 +73,7 @@ class SizingAsk:
 
 def deadline_seconds(words: str) -> float | None:
     """Seconds a deadline's words give ("within 30 days" -> 2,592,000), None if no duration."""
+    words = re.sub(r"\ban?(?=\s+(?:hours?|hrs?|days?|weeks?|months?)\b)", "1", words, flags=re.I)
     m = _DURATION_RE.search(words)
     if m is None:
         return None
@@ -93,7 +99,7 @@ def sizing_question(text: str, count_given: bool) -> SizingAsk | None:
     ``count_given``: the request states how many GPUs it has; then only asking words make it a
     sizing question, while a deadline or budget alone is a wish about the plan on that hardware.
     """
-    asked = _ASK_RE.search(text)
+    asked = _ASK_RE.search(text) or (None if count_given else CHEAP_RE.search(text))
     deadline = deadline_reading(text)
     money = [r for r in money_readings(text) if r.field == "money-budget"]
     # A day ("by Friday") gives the sizing no duration: alone it asks no sizing question.

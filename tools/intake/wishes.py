@@ -263,6 +263,14 @@ _NAMED: tuple[tuple[str, str], ...] = (
         r"\b(?:sequence[ -]|sample[ -])?packing\b|\bpacked\s+(?:sequences|samples)\b",
     ),
     ("technique:nvme-offload", r"\bnvme\b"),  # the plans offload to CPU RAM only
+    # "extend llama-3-8b to 64k context", "YaRN": the launch keeps the model's RoPE (plan_wishes.py)
+    (
+        "technique:context-extension",
+        r"\bextend\w*\s+(?:[\w.-]+\s+){0,3}?to\s+\d+\s*k?\s+(?:tokens?\s+(?:of\s+)?)?context\b"
+        r"|\bextend\w*\s+(?:the\s+|its\s+)?context(?:\s+(?:length|window))?\b"
+        r"|\b(?:long[ -])?context[ -](?:length[ -]|window[ -])?extension\b"
+        r"|\byarn\b|\brope[ -]scaling\b|\bposition(?:al)?[ -]interpolation\b|\bntk[ -]aware\b",
+    ),
     # "resume from checkpoint /ckpt/step-4000": a checkpoint of another run (plan_wishes.py).
     (
         "checkpoint:resume",
@@ -304,7 +312,7 @@ _NAMED: tuple[tuple[str, str], ...] = (
         "objective:sft",
         r"\bsft\b|\bsupervised\s+fine-?tun\w*|\binstruction[ -]tun\w*|指令微调|监督微调",
     ),
-    ("objective:dpo", r"\bdpo\b|\bdirect\s+preference\b|\borpo\b|\bipo\b|偏好优化"),
+    ("objective:dpo", r"\bdpo\b|\bdirect\s+preference\b|\borpo\b|\bsimpo\b|\bipo\b|偏好优化"),
     (
         "objective:rl",
         r"\bppo\b|\bgrpo\b|\brlhf\b|\brlaif\b|\breinforcement\s+learning\b|\breward\s+model\w*|"

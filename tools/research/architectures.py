@@ -224,14 +224,36 @@ def is_convolutional(config: Any) -> bool:
     return bool(get("hidden_sizes") and get("depths") and not get("num_attention_heads"))
 
 
+# Heads of encoder-only checkpoints (BERT, RoBERTa): bidirectional attention, no causal LM.
+_ENCODER_HEADS = (
+    "ForMaskedLM",
+    "ForPreTraining",
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ForQuestionAnswering",
+)
+
+
+def is_encoder_only(config: dict[str, Any]) -> bool:
+    """An encoder-only checkpoint (BERT's masked-LM head), not one configured as a decoder."""
+    architectures = config.get("architectures") or []
+    return (
+        bool(architectures)
+        and all(str(a).endswith(_ENCODER_HEADS) for a in architectures)
+        and not config.get("is_decoder")
+    )
+
+
 def trains_as_causal_lm(config: dict[str, Any]) -> bool:
     """Whether trainwright's training script (a causal LM on token batches) can train it.
 
-    Not an encoder-decoder (T5), an image model (ViT, ResNet, ConvNeXt: they take pixels),
-    or a config with its own vision tower.
+    Not an encoder-decoder (T5), an encoder-only model (BERT: AutoModelForCausalLM would build
+    BertLMHeadModel, whose attention sees the token it is asked to predict), an image model
+    (ViT, ResNet, ConvNeXt: they take pixels), or a config with its own vision tower.
     """
     return not (
         config.get("is_encoder_decoder")
+        or is_encoder_only(config)
         or is_convolutional(config)
         or "num_channels" in config
         or "image_size" in config

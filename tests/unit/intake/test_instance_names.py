@@ -37,3 +37,16 @@ def test_every_instance_type_reads_as_its_gpu_count() -> None:
     for name, inst in INSTANCES.items():
         fields = hardware_fields(f"fine-tune llama-3-8b on one {name}")
         assert fields.get("hardware", "").startswith(f"1x{inst.gpus}x"), (name, fields)
+
+
+@pytest.mark.parametrize(
+    ("text", "spec"),
+    [
+        # Before, the plain "A10Gs" mention came first and left "1 node of A10G" unclear, so a
+        # budget beside it made the request a sizing question and the instance type was ignored.
+        ("We've got access to A10Gs on AWS (g5.48xlarge, 1 node).", "1x8xA10G"),
+        ("our H100s: 2 nodes of 8 H100 80GB", "2x8xH100-80GB"),
+    ],
+)
+def test_a_counted_mention_wins_over_a_plain_one_of_the_same_gpu(text: str, spec: str) -> None:
+    assert hardware_fields(text)["hardware"] == spec

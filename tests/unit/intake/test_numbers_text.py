@@ -93,6 +93,11 @@ def test_a_number_with_thousands_separators_is_read_whole(
         ("we need it before next Monday, 8 H100", "before next Monday"),
         ("pretrain gpt2 on 4 A100, due by end of the week", "by end of the week"),
         ("fine-tune llama-3-8b on 8 A100 by tomorrow", "by tomorrow"),
+        # Before, a day after "deadline" or "due on" left no trace ("deadline friday").
+        ("finetuen llama 3 8b on eight h100s, deadline friday", "deadline friday"),
+        ("pretrain gpt2 on 4 A100, deadline: next Monday", "deadline: next Monday"),
+        ("fine-tune mistral-7b, due on Thursday, 8 H100", "due on Thursday"),
+        ("sft qwen on 2 A100, the deadline is end of the month", "deadline is end of the month"),
     ],
 )
 def test_a_deadline_named_by_a_day_is_a_deadline_wish(text: str, quote: str) -> None:

@@ -29,6 +29,9 @@ def _brief(fields: dict[str, Any]) -> TrainingBrief:
         ("LoRA on llama-3.1-8b with lora rank: 128", None, 128),
         ("LoRA fine-tune llama-3.1-8b on 2 A100 80GB in 4-bit", True, None),
         ("LoRA llama-3.1-8b over an NF4 base, r=32", True, 32),
+        # Before, "r 16" after "lora" was listed as not understood (the default rank planned).
+        ("lora r 8 alpha 32 on llama-3.1-8b, 1 x H100", None, 8),
+        ("LoRA llama-3.1-8b with lora_r: 64 on 2 A100", None, 64),
     ],
 )
 def test_qlora_and_the_rank_are_read_into_the_recipe(

@@ -85,3 +85,56 @@ def test_a_shape_models_vocabulary_is_read_with_the_shape() -> None:
     text = "pretrain a model with 24 layers, hidden 2048, 16 heads, vocab 32000 on 8 H100"
     account = _account(text)
     assert not [w for w in account.wishes if w.wish == "technique:vocabulary"]
+
+
+@pytest.mark.parametrize(
+    ("words", "quote"),
+    [
+        ("on spot instances", "spot instances"),
+        ("using preemptible VMs", "preemptible VMs"),
+        ("with spot pricing", "spot pricing"),
+        ("on AWS spot", "spot"),
+    ],
+)
+def test_spot_capacity_is_refused_naming_the_price_used(words: str, quote: str) -> None:
+    # Before, "on spot instances" left no trace: the plan priced on-demand GPU-hours silently.
+    account = _account(f"pretrain llama-3-8b on 8 H100 {words}")
+    (found,) = [w for w in account.wishes if w.wish == "technique:spot"]
+    assert found.quote == quote and found.honoured is False
+    assert "on-demand" in found.how and "/GPU-hour" in found.how
+    assert not [q for q in account.not_understood if "spot" in q or "preempt" in q]
+
+
+def test_no_spot_wish_without_spot_words() -> None:
+    assert not [w for w in _account("pretrain llama-3-8b on 8 H100").wishes if "spot" in w.wish]
+
+
+@pytest.mark.parametrize(
+    ("words", "quote"),
+    [
+        ("on the pile", "the pile"),
+        ("on FineWeb-Edu", "FineWeb-Edu"),
+        ("on C4", "C4"),
+        ("using the OpenHermes dataset", "OpenHermes"),
+        ("on imagenet-1k", "imagenet-1k"),
+    ],
+)
+def test_a_named_public_dataset_is_said_not_fetched(words: str, quote: str) -> None:
+    # Before, "train gpt2 on the pile" left no trace: the launch's DATA was unset and unsaid.
+    account = _account(f"pretrain llama-3-8b on 8 H100 {words}")
+    (found,) = [w for w in account.wishes if w.wish == "data:named"]
+    assert found.quote == quote and found.honoured is False
+    assert "DATA" in found.how and "tokens" in found.how
+
+
+def test_a_named_dataset_with_its_size_is_not_asked_for_it() -> None:
+    account = _account("pretrain llama-3-8b on 8 H100 on 300B tokens of the pile")
+    (found,) = [w for w in account.wishes if w.wish == "data:named"]
+    assert "DATA" in found.how and "size" not in found.how
+
+
+def test_a_cost_wish_on_a_stated_gpu_count_is_said_honoured_by_the_fastest_setup() -> None:
+    account = _account("fine-tune llama-3-8b on 2 H100, as cheaply as possible")
+    (found,) = [w for w in account.wishes if w.wish == "technique:least-cost"]
+    assert found.quote == "as cheaply as possible" and found.honoured is True
+    assert "GPU-hours" in found.how

@@ -16,6 +16,10 @@ DAY = 86_400.0
         ("which GPUs should I use to fine-tune llama-3-8b", "which GPUs"),
         ("what do I need to pretrain a 1B llama", "what do I need"),
         ("cheapest way to pretrain a 1B llama on 1T tokens", "cheapest"),
+        # Before, these asked nothing and were dropped without a word.
+        ("pretrain a 1.3B gpt on 40B tokens as cheap as possible", "as cheap as possible"),
+        ("fine-tune llama-3-8b on 2B tokens, minimize cost", "minimize cost"),
+        ("pretrain a 1B llama on 1T tokens at the lowest possible cost", "lowest possible cost"),
         ("我需要多少张H100来微调llama-2-70b", "需要多少"),
         ("pretrain a 1B llama on 1T tokens within 30 days", "within 30 days"),
     ],
@@ -71,3 +75,28 @@ def test_a_deadline_by_day_alone_asks_no_sizing_question() -> None:
 
     assert sizing_question("fine-tune llama-3-8b by Friday", count_given=False) is None
     assert sizing_question("fine-tune llama-3-8b within 3 days", count_given=False) is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "quote", "seconds"),
+    [
+        # Before, "a week" was no number: the deadline was dropped without a word.
+        ("continued pretraining on 16 L4, finish in under a week", "in under a week", 7 * DAY),
+        ("fine-tune llama-3-8b on 8 A100 within a day", "within a day", DAY),
+        ("pretrain gpt2 on 4 A100, done in a month", "in a month", 30 * DAY),
+        ("pretrain gpt2 on 4 A100 in less than an hour", "in less than an hour", 3600.0),
+    ],
+)
+def test_a_deadline_of_one_unit_in_words_is_read(text: str, quote: str, seconds: float) -> None:
+    from tools.intake.numbers_text import deadline_reading
+
+    read = deadline_reading(text)
+    assert read is not None and read.quote == quote
+    assert deadline_seconds(read.quote) == seconds
+
+
+def test_a_cost_wish_on_a_stated_gpu_count_keeps_the_count() -> None:
+    # "as cheaply as possible" beside "2 H100" planned the sizing's pick (8 H100): another job.
+    text = "fine-tune gemma-2-9b on 2 H100, as cheaply as possible"
+    assert sizing_question(text, count_given=True) is None
+    assert sizing_question("fine-tune gemma-2-9b as cheap as possible", count_given=False)
