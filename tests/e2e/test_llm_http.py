@@ -40,11 +40,12 @@ DEAD_RUN_LIMIT_S = 30.0
 INVENTED = "Use ZeRO-3 with micro-batch 99 and 12 accumulation steps; it needs 1234 GB per GPU."
 # A request the offline parser cannot read beyond its words: no digits, no catalog id.
 # Issue 28: the parser now reads digits of a size ("8 billion parameter llama") and says what
-# it assumed for a part left open ("A100s": 40 or 80 GB); in words and with the part named,
-# the model is still the LLM's to read.
+# it assumed for a part left open ("A100s": 40 or 80 GB); it reads numbers in words too ("eight
+# billion parameter llama three" is llama-3-8b), so the model and the context here are named
+# in ways only a reader of English gets: the LLM's to read.
 WORDY = (
-    "train the eight billion parameter llama three on four eighty-gig A100 SXM cards "
-    "with four thousand token context"
+    "train the eight-billion-parameter third llama on four eighty-gig A100 SXM cards "
+    "with a context twice two thousand forty eight tokens long"
 )
 # What the fake LLM reads from it, as a real one would (a Hugging Face name, not a catalog id).
 LLM_BRIEF = {
@@ -458,7 +459,9 @@ def test_parser_wins_where_both_read_a_value_and_bad_llm_values_are_dropped(
     _FakeOpenAI.brief_args = json.dumps(
         {**LLM_BRIEF, "hardware": "1x8xA100-80GB", "global_batch_size": 0, "gpus": 4}
     )
-    text = "fine-tune llama 3 8b on 4 A100s with four thousand token context"
+    text = (
+        "fine-tune llama 3 8b on 4 A100s with a context twice two thousand forty eight tokens long"
+    )
     plan = _plan_request(_llm_settings(settings, server), text, tmp_path / "p")
     brief = plan["brief"]
     assert brief["hardware"] == "1x4xA100-80GB"  # the text's "4 A100s", not the LLM's 8
@@ -493,7 +496,9 @@ def test_unusable_structured_output_falls_back_to_the_parser_with_a_note(
     server: str, reply: str | None, why: str, settings: Settings, tmp_path: Path
 ) -> None:
     _FakeOpenAI.brief_args = reply
-    text = "fine-tune llama 3 8b on 4 A100s with four thousand token context"
+    text = (
+        "fine-tune llama 3 8b on 4 A100s with a context twice two thousand forty eight tokens long"
+    )
     plan = _plan_request(_llm_settings(settings, server), text, tmp_path / "p")
     assert _structured_requests()  # the LLM was asked
     brief = plan["brief"]
@@ -519,7 +524,7 @@ def test_clarifying_question_still_asked_when_the_llm_finds_no_model(
     model = load_chat_model("openai:fake", base_url=server, timeout_s=TIMEOUT_S)
     graph = build_graph(model, checkpointer=InMemorySaver(), settings=settings)
     config = {"configurable": {"thread_id": "q"}}
-    request = "pretrain something big on two nodes of eight H100s, four thousand token context"
+    request = "pretrain something big on two nodes of eight H100s, a context twice two thousand forty eight tokens long"
     graph.invoke(
         {"request": request, "overrides": {"smoke": False}, "out_dir": str(tmp_path)}, config
     )
