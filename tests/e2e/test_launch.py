@@ -293,7 +293,9 @@ def test_deepspeed_multi_node_writes_a_no_ssh_script_per_node(tmp_path: Path) ->
         # As bash runs it with MODEL_PATH and DATA unset: the plan's weights, no --data.
         lines = script.read_text().splitlines()
         default = next(ln for ln in lines if ln.startswith('[[ -n "${MODEL_PATH:-}" ]]'))
-        line = lines[-1].replace('${DATA:+--data} ${DATA:+"$DATA"}', "")
+        # The script's own arguments go on to train.py, as launch.sh's do (none given here).
+        assert lines[-1].endswith('"$@"')
+        line = lines[-1].replace('${DATA:+--data} ${DATA:+"$DATA"}', "").removesuffix('"$@"')
         weights = shlex.split(default.split("MODEL_PATH=", 1)[1])[0]
         argv = [weights if arg == "$MODEL_PATH" else arg for arg in shlex.split(line)]
         assert argv[0] == "deepspeed"

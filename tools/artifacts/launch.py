@@ -422,7 +422,9 @@ def _deepspeed(job: LaunchInputs) -> Launch:
             *job_preamble(script_args),
             *data_preamble(job.brief, job.model),
         ]
-        files |= cluster.node_scripts(job.title, hardware, gpus, job_command(script_args), preamble)
+        # Arguments to launch_node{R}.sh go to the script after the plan's, as for launch.sh.
+        node_args = [*job_command(script_args), cluster.ARGS]
+        files |= cluster.node_scripts(job.title, hardware, gpus, node_args, preamble)
         command += ["--hostfile", "hostfile", "--num_nodes", str(hardware.nodes)]
         how_to_run += " Without passwordless ssh, run launch_node{R}.sh on node R instead."
     # The config's batch arithmetic is for hardware.world_size ranks; launch that many.

@@ -89,3 +89,16 @@ def test_the_sbatch_child_shell_sees_the_data_default(tmp_path: Path) -> None:
     assert any(re.search(r"\bexport DATA\b", line) for line in lines[:srun]), (
         "DATA is set in train.sbatch but not exported: the srun step's bash -c does not see it"
     )
+
+
+def test_every_nodes_script_passes_its_arguments_on_as_launch_sh_does(tmp_path: Path) -> None:
+    # "./launch.sh --steps 50" reached train.py; "./launch_node1.sh --steps 50" did not, so the
+    # nodes of one job could run different step counts.
+    _emit(tmp_path, "finetune", "/data/chat.jsonl")
+    for script in ("launch.sh", "launch_node0.sh", "launch_node1.sh"):
+        job = next(
+            line
+            for line in (tmp_path / script).read_text().splitlines()
+            if "trainer/train.py" in line and not line.startswith("#")
+        )
+        assert job.endswith('"$@"'), f"{script}: {job[-80:]}"
