@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.suite.request_honour import silent_parts  # noqa: E402
+from tools.planning.batch_layout import autotp_degree  # noqa: E402
 
 MODELS = [
     "gpt2",
@@ -236,7 +237,7 @@ def ds_values(cfg: dict[str, Any]) -> list[tuple[str, Any]]:
     world; tools/planning/batch_layout.py ``deepspeed_batch_ranks``): the sequences per step are
     it over the tensor degree.
     """
-    tp = (cfg.get("tensor_parallel") or {}).get("autotp_size") or 1
+    tp = autotp_degree(cfg)
     batch = cfg.get("train_batch_size")
     out: list[tuple[str, Any]] = [
         ("gbs", batch / tp if batch is not None else None),
