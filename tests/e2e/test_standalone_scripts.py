@@ -120,3 +120,37 @@ def test_the_tensorflow_worker_runs_from_a_copy_in_its_own_venv(tmp_path: Path) 
     proc = _run(str(TF_PYTHON), [str(copy / "tf_train.py"), "--help"], cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("usage: tf_train.py") and "--kind" in proc.stdout
+
+
+# Two ranks print at once into the launcher's one log, as ranks do under ``python -u``.
+_RANK_PRINTS = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from harness import tee_rank_log, whole_lines
+whole_lines()
+tee_rank_log(Path(sys.argv[2]), sys.argv[3])
+for step in range(1, 5001):
+    print(f"rank {sys.argv[3]} step {step}/5000 loss 1.2345 lr 0.001 " + "x" * 40, flush=True)
+"""
+
+
+def test_two_ranks_printing_at_once_keep_every_line_whole(tmp_path: Path) -> None:
+    """A step line the supervisor reads (``last: step N``) is never split by another rank's."""
+    log = tmp_path / "smoke.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    with open(log, "wb") as shared:
+        ranks = [
+            subprocess.Popen(
+                [sys.executable, "-u", "-c", _RANK_PRINTS, str(SCRIPTS), str(tmp_path), rank],
+                stdout=shared,
+                env=env,
+            )
+            for rank in ("0", "1")
+        ]
+        assert [proc.wait(timeout=120) for proc in ranks] == [0, 0]
+    lines = log.read_text().splitlines()
+    line = re.compile(r"rank [01] step \d+/5000 loss 1\.2345 lr 0\.001 x{40}")
+    spoiled = [text for text in lines if not line.fullmatch(text)]
+    assert len(lines) == 10000 and spoiled == [], spoiled[:3]
+    assert (tmp_path / "rank1.log").read_text().count("\n") == 5000

@@ -68,6 +68,20 @@ class _Tee:
         return getattr(self.stream, name)
 
 
+def whole_lines() -> None:
+    """Write each line of stdout and stderr in one piece, so the ranks' lines never interleave.
+
+    The ranks share the launcher's log file, and under ``python -u`` a print writes its text and
+    its newline as two writes: another rank's line could land between them, and a step line
+    the supervisor reads (``last: step N``) would be spoiled. Line buffering without
+    write-through holds the text until its newline and writes both at once.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(line_buffering=True, write_through=False)
+
+
 def tee_rank_log(log_dir: Path, rank: int | str) -> None:
     """Copy this rank's Python-level stdout and stderr into ``log_dir/rank{rank}.log``."""
     log_dir.mkdir(parents=True, exist_ok=True)

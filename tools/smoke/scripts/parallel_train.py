@@ -78,6 +78,7 @@ from harness import (
     supervisor,
     tee_rank_log,
     watch,
+    whole_lines,
     write_json_atomic,
 )
 from parallel_layout import (
@@ -208,6 +209,7 @@ class ParallelFaults(Faults):
 
 def main(argv: list[str] | None = None) -> int:
     """Run the smoke training; see the module docstring for the exit codes."""
+    whole_lines()
     watch("parallel_train.py", supervisor())
     args = parse_args(argv)
     try:

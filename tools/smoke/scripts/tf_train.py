@@ -50,6 +50,7 @@ from harness import (
     supervisor,
     tee_rank_log,
     watch,
+    whole_lines,
     write_json_atomic,
 )
 from tf_models import SEQ_LEN, ImageData, ImageModel, PatternData, TextModel
@@ -334,6 +335,7 @@ def _loop(
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and train; the exit code."""
+    whole_lines()
     watch("tf_train.py", supervisor())
     return train(parse_args(argv))
 

@@ -43,6 +43,7 @@ from harness import (
     supervisor,
     tee_rank_log,
     watch,
+    whole_lines,
 )
 from holdout import DEFAULT_EVAL_BATCHES, DEFAULT_HOLDOUT
 
@@ -64,6 +65,7 @@ INJECT_KINDS = ("oom", "nan", "hang", "crash", "alloc")
 
 def main(argv: list[str] | None = None) -> int:
     """Run the training and write this rank's metrics; returns the exit code."""
+    whole_lines()
     watch("train.py", [*supervisor(), *launch_script(), *launcher()])
     args = parse_args(argv)
     if args.log_dir is not None:
