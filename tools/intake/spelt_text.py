@@ -17,6 +17,8 @@ from tools.intake.readings import Read
 # Every number in words but "one" alone (too often no number: "the one we use") and "zero"
 # (ZeRO's name): "twenty billion", "four thousand ninety six", "five hundred".
 _SPELT_RE = re.compile(r"\b(?!one\b)(?!zero\b)(" + NUMBER_PHRASE + r")\b", re.I)
+# The letter k said aloud after a number: "four kay tokens", "a 4 kay context" ("4k").
+_KAY_RE = re.compile(r"(?<![\w.])(\d+)(\s+kay)\b", re.I)
 
 
 def spelt_numbers(text: str) -> str:
@@ -26,7 +28,9 @@ def spelt_numbers(text: str) -> str:
         number = number_words(m[1])
         return m[0] if number is None else str(number).ljust(len(m[0]))
 
-    return _SPELT_RE.sub(digits, text)
+    spelt = _SPELT_RE.sub(digits, text)
+    # "4k" spread to the span's length ("4      k"): the readers take spaces before the k.
+    return _KAY_RE.sub(lambda m: m[1] + "k".rjust(len(m[0]) - len(m[1])), spelt)
 
 
 def read_as_written(r: Read, text: str, spelt: str) -> Read:

@@ -35,3 +35,19 @@ def test_number_words_no_reader_binds_are_listed_as_written() -> None:
     fields = request_fields(text, ["llama-3.2-1b"])
     brief = brief_from_dict({k: v for k, v in fields.items() if not k.startswith("_")})
     assert account_request(text, fields, brief).not_understood == ["of three hundred"]
+
+
+def test_the_letter_k_said_aloud_is_a_thousand_and_quoted_as_said() -> None:
+    """ "a context of four kay tokens" was read as a sequence length of 4."""
+    text = "fine-tune llama-3.2-1b on 8 H100 with a context of four kay tokens"
+    fields = request_fields(text, ["llama-3.2-1b"])
+    assert fields["seq_len"] == 4096
+    brief = brief_from_dict({k: v for k, v in fields.items() if not k.startswith("_")})
+    quotes = {f.field: f.quote for f in account_request(text, fields, brief).read}
+    assert quotes["seq_len"] == "context of four kay"
+    assert (
+        request_fields("fine-tune llama-3.2-1b on 8 H100, 2 kay context", ["llama-3.2-1b"])[
+            "seq_len"
+        ]
+        == 2048
+    )
