@@ -1,7 +1,8 @@
 """The review loop: concrete checks and fixes, the engineer acting on them, bounded rounds.
 
-The slow tests force a real OOM (Settings.smoke_inject) into a real 2-rank CPU DeepSpeed smoke
-run and watch the offline engineer re-plan with less memory through the tool-calling path.
+The slow test forces a real OOM (Settings.smoke_inject) into a real 2-rank CPU DeepSpeed smoke
+run and watches the offline engineer re-plan with less memory through the tool-calling path;
+the test of a loop that runs out of rounds scripts its OOMs.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from agents.workspace import Workspace
 from graphs import build_graph
 from tools.artifacts.deepspeed_config import emit_deepspeed_config
 from tools.core.errors import InputError
-from tools.core.schemas import Finding, FrameworkChoice, MemoryPlan, Review, SmokeResult
+from tools.core.schemas import (
+    Finding,
+    FrameworkChoice,
+    MemoryPlan,
+    ModelSpec,
+    Review,
+    SmokeResult,
+)
 from tools.core.settings import Settings
 from tools.core.strategies import STRATEGY_ORDER
 from tools.intake.brief import brief_from_dict
@@ -329,8 +337,16 @@ def test_injected_oom_in_round_one_is_fixed_in_round_two(
 
 @pytest.mark.slow
 def test_oom_every_round_runs_out_of_rounds_and_is_rejected(
-    settings: Settings, tmp_path: Path
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Every round's smoke run ends in an OOM (scripted here: the test above runs a real one)."""
+    import tools.smoke
+
+    def oom(_model: ModelSpec, spec: Any, *_args: object, **_kwargs: object) -> SmokeResult:
+        ran = SmokeResult(status="failed", strategy=spec.strategy, inject=spec.inject)
+        return ran.failed("oom", "out of memory on rank(s) [0, 1]: RuntimeError")
+
+    monkeypatch.setattr(tools.smoke, "run_smoke_test", oom)
     settings = settings.with_(smoke_inject="oom:always")
     engineers, reviews, plan = _rounds(settings, tmp_path / "p")
     rounds = settings.max_review_rounds
