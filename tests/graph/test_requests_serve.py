@@ -60,7 +60,7 @@ SERVING_REQUESTS: list[tuple[str, dict[str, Any]]] = [
         "inference endpoint for Qwen/Qwen2.5-7B-Instruct, concurrency 32, 8k context, AWQ 4-bit",
         {
             "task": "inference",
-            "model": "qwen2.5-7b",
+            "model": "Qwen/Qwen2.5-7B-Instruct",  # served as named, not the base weights
             "concurrency": 32,
             "context_len": 8192,
             "weight_dtype": "int4",

@@ -77,6 +77,7 @@ from tools.planning.states import DEFAULT_LORA_RANK
 from tools.research.architectures import trains_as_causal_lm
 from tools.research.megatron_arch import megatron_differs
 from tools.research.model_catalog import weights_location
+from tools.research.variant_weights import variant_weights
 from tools.smoke.standalone import script_files
 
 # The plan's copy of the standalone scripts (tools/smoke/scripts/, copied whole): launch.sh runs
@@ -636,12 +637,14 @@ def _model_args(job: LaunchInputs) -> list[str]:
 
     A fine-tune, LoRA or continued pretraining loads the plan's weights.
 
-    The weights default to the model's hub id (a catalog model) or its local folder, and
-    ``$MODEL_PATH`` overrides them (a local copy on the cluster).
+    The weights default to the ones the brief names (a variant such as
+    ``meta-llama/Meta-Llama-3-8B-Instruct``: tools/research/variant_weights.py), else the
+    model's hub id (a catalog model) or its local folder, and ``$MODEL_PATH`` overrides them (a
+    local copy on the cluster).
     """
     if not job.brief.loads_weights:
         return ["--model-config", "model_config.json"]
-    where = weights_location(job.model) or job.model.name
+    where = variant_weights(job.brief.model) or weights_location(job.model) or job.model.name
     return ["--init", "pretrained", "--model-path", where]
 
 

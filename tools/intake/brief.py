@@ -24,7 +24,7 @@ from tools.intake.hardware_text import (
     hardware_fields,
 )
 from tools.intake.model_sizes import read_size
-from tools.intake.model_text import ModelReading, family_in, read_model
+from tools.intake.model_text import ModelReading, family_in, read_model, variant_named
 from tools.intake.numbers_text import number_reads
 from tools.intake.optim_text import optim_fields
 from tools.intake.parallel_words import parallel_pins
@@ -278,6 +278,11 @@ def request_fields(text: str, known_models: list[str]) -> dict[str, Any]:
         data["model"] = student  # "distill llama-3-70b into llama-3-8b": the student is trained
     elif named := catalog_name(text, known_models):
         data["model"] = named
+        if (variant := variant_named(text, named)) is not None:
+            # "Llama-3-8B-Instruct": its weights; "qwen2.5-7b-instruct": the catalog's, said
+            data["model"], note = variant
+            if note is not None:
+                data[MODEL_ASSUMED] = [f"intake: {note}"]
     elif (reading := read_model(text)) is not None and reading.value is not None:
         # An alias, a GPT-style size, a confident close match, or a size ("a 70B policy").
         data.update(_model_fields(reading))

@@ -30,8 +30,9 @@ from functools import lru_cache
 from tools.intake.model_sizes import read_size
 from tools.intake.readings import ModelReading, Read
 from tools.research.model_catalog import catalog_id, load_model_catalog
+from tools.research.variant_weights import variant_weights
 
-__all__ = ["ModelReading", "read_model"]
+__all__ = ["ModelReading", "read_model", "variant_named"]
 
 # How close a run of words must be to a catalog name to be read as it, and how much closer
 # than any other model.
@@ -276,3 +277,34 @@ def other_model_mark(name: str, planned: object) -> tuple[bool, str]:
         f"not planned: a plan is for one model, and this one is for {planned} (read first); "
         f"ask for {name} as its own request"
     )
+
+
+# A hub id ("org/name"), as opposed to a path that happens to hold a model's name.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def variant_named(text: str, model_id: str) -> tuple[str, str | None] | None:
+    """The model reference for ``model_id`` where the text names more than its catalog id.
+
+    The first word holding the catalog id: a catalog alias naming other weights (``Llama-3-8B-
+    Instruct``; tools/research/variant_weights.py) is the reference, so the launch loads them;
+    a name the catalog lacks (``qwen2.5-7b-instruct``) plans the catalog model, and the note
+    says which weights the launch loads instead. None where the words name the catalog model.
+    """
+    want = _squash(model_id)
+    for m in _WORD_RE.finditer(text):
+        word = m.group(0).rstrip(".,;:")
+        flat = _squash(word)
+        if want not in flat or ("/" in word and not _HUB_ID.match(word)):
+            continue
+        if catalog_id(word) == model_id:
+            return (word, None) if variant_weights(word) else None
+        if flat == want:
+            return None
+        repo = load_model_catalog()[model_id].get("hf_repo")
+        loads = f"its own weights, {repo}" if repo else "no weights of its own (give MODEL_PATH)"
+        return model_id, (
+            f"'{word}' is not in the catalog: planned as {model_id}, read as its architecture; "
+            f"the launch loads {loads}: set MODEL_PATH to the weights '{word}' names"
+        )
+    return None

@@ -27,11 +27,18 @@ def engine_for(brief: TrainingBrief) -> tuple[ServingEngine, str]:
 
 
 def hf_id_of(brief: TrainingBrief, model: ModelSpec) -> str | None:
-    """The Hugging Face repo (catalog) or config folder to serve; None for a size-only model."""
+    """The Hugging Face repo (catalog) or config folder to serve; None for a size-only model.
+
+    A variant the brief names (``Qwen/Qwen2.5-7B-Instruct``) is served as named, not its catalog
+    entry's base weights (tools/research/variant_weights.py).
+    """
     from tools.research.model_catalog import catalog_id, load_model_catalog
+    from tools.research.variant_weights import variant_weights
 
     ref = brief.model
     if isinstance(ref, str):
+        if (named := variant_weights(ref)) is not None:
+            return named
         known = catalog_id(ref)
         if known is not None:
             return str(load_model_catalog()[known].get("hf_repo") or known)

@@ -32,7 +32,7 @@ DEEPSPEED = FrameworkChoice(primary="deepspeed", stack=["pytorch", "deepspeed"],
 SCRIPTS = ("launch.sh", "launch_node0.sh", "launch_node1.sh", "train.sbatch")
 
 
-def _emit(out: Path, task: str, data_path: str | None) -> None:
+def _emit(out: Path, task: str, data_path: str | None, model: str = LLAMA3_8B.name) -> None:
     setup = SetupCandidate(
         strategy="zero3",
         data_parallel=16,
@@ -52,7 +52,7 @@ def _emit(out: Path, task: str, data_path: str | None) -> None:
     )
     brief = TrainingBrief(
         goal="x",
-        model=LLAMA3_8B.name,
+        model=model,
         task=task,  # type: ignore[arg-type]
         seq_len=2048,
         global_batch_size=32,
@@ -102,3 +102,22 @@ def test_every_nodes_script_passes_its_arguments_on_as_launch_sh_does(tmp_path: 
             if "trainer/train.py" in line and not line.startswith("#")
         )
         assert job.endswith('"$@"'), f"{script}: {job[-80:]}"
+
+
+@pytest.mark.parametrize(
+    ("named", "weights"),
+    [
+        ("llama-3-8b", "meta-llama/Meta-Llama-3-8B"),
+        ("Llama-3-8B-Instruct", "meta-llama/Meta-Llama-3-8B-Instruct"),
+        ("meta-llama/Meta-Llama-3-8B-Instruct", "meta-llama/Meta-Llama-3-8B-Instruct"),
+    ],
+)
+def test_every_nodes_script_loads_the_weights_the_brief_names(
+    tmp_path: Path, named: str, weights: str
+) -> None:
+    # The instruct model is the base model's shape, so the catalog prices it as llama-3-8b; its
+    # launch loaded the base weights, a fine-tune of another model than the one asked for.
+    _emit(tmp_path, "finetune", "/data/chat.jsonl", model=named)
+    for script in SCRIPTS:
+        text = (tmp_path / script).read_text()
+        assert f"MODEL_PATH={weights}\n" in text, f"{script} does not load {weights}"
