@@ -223,7 +223,10 @@ def read_model(text: str) -> ModelReading | None:
                 # "phi-3-small" is no gpt3-125m, "deberta-v3-base" no bert-base: another family
                 unclear = ModelReading(said, unknown=True)
                 continue
-            unclear = ModelReading(said, candidates=tuple(i for _, i, _ in close[:MAX_CANDIDATES]))
+            # "qwen2.5-coder-7b": qwen2.5-7b, whose numbers it has, never qwen2.5-72b
+            numbered = [i for _, i, n in close if set(_numbers(n)) <= set(_numbers(said))]
+            named = numbered or [i for _, i, _ in close]
+            unclear = ModelReading(said, candidates=tuple(named[:MAX_CANDIDATES]))
     if unclear is not None:
         return unclear
     for said, squashed in windows:

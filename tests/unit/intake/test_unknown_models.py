@@ -77,3 +77,14 @@ def test_a_planned_models_own_name_is_no_other_model(text: str) -> None:
     fields = request_fields(text, list_models())
     brief = brief_from_dict({k: v for k, v in fields.items() if not k.startswith("_")})
     assert not [w for w in account_request(text, fields, brief).wishes if "other-model" in w.wish]
+
+
+def test_an_unclear_name_is_asked_about_with_the_models_whose_numbers_it_has() -> None:
+    # "qwen2.5-coder-7b" offered qwen2.5-72b beside qwen2.5-7b: a 7B name is not a 72B model.
+    reading = read_model("fine-tune qwen2.5-coder-7b on 4 H100")
+    assert reading is not None and reading.value is None
+    assert reading.candidates == ("qwen2.5-7b",)
+    # No candidate has all of its numbers: the close ones are all offered, as before.
+    unclear = read_model("fine-tune llama-3-7b on 4 H100")
+    assert unclear is not None and "llama-3-70b" in unclear.candidates
+    assert "llama-3-8b" in unclear.candidates
