@@ -118,8 +118,9 @@ def _model_reads(text: str, model: Any) -> list[Read]:
         squashed = re.sub(r"[^a-z0-9.]", "", model.lower())
         if squashed:
             spelt = r"[^a-z0-9.]*".join(re.escape(ch) for ch in squashed)
-            if m := re.search(r"[\w.-]*" + spelt + r"[\w.-]*", text, re.I):
-                return [Read.of("model", model, m)]
+            if found := list(re.finditer(r"[\w.-]*" + spelt + r"[\w.-]*", text, re.I)):
+                again = [Read.of("model:again", model, m) for m in found[1:]]  # read, not listed
+                return [Read.of("model", model, found[0]), *again]
     reading = read_model(text)
     if reading is not None and (at := text.lower().find(reading.said.lower())) >= 0:
         return [Read("model", model, reading.said, at, at + len(reading.said))]

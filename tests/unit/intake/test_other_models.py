@@ -47,3 +47,14 @@ def test_a_second_model_is_a_refused_wish_naming_the_planned_one(text: str, othe
 )
 def test_one_model_named_is_no_second_model(text: str) -> None:
     assert not [w for w in _account(text).wishes if w.wish.startswith("other-model:")]
+
+
+def test_the_planned_model_named_twice_is_read_twice_and_listed_once() -> None:
+    # "ppo llama-3-8b with a llama-3-8b reward model" listed "llama- 3-8b reward" as not
+    # understood: only the first mention of the planned model was read.
+    account = _account("ppo llama-3-8b with a llama-3-8b reward model on 8 H100")
+    assert account.not_understood == []
+    assert [(f.field, f.quote) for f in account.read if f.field == "model"] == [
+        ("model", "llama-3-8b")
+    ]
+    assert not [w for w in account.wishes if w.wish.startswith(("model", "other-model"))]
