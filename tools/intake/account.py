@@ -23,7 +23,7 @@ from tools.intake.goal_text import goal_assumed
 from tools.intake.gpu_names import GPU_NAMES
 from tools.intake.hardware_text import NIC_AFTER_RE, read_hardware
 from tools.intake.instance_names import INSTANCE_RE
-from tools.intake.model_text import other_model_mark, other_model_reads, read_model
+from tools.intake.model_text import model_reads, other_model_mark, other_model_reads, read_model
 from tools.intake.numbers_text import number_reads
 from tools.intake.optim_text import optim_reads
 from tools.intake.parallel_words import layout_reads, parallel_assumed
@@ -33,7 +33,6 @@ from tools.intake.recipe_text import recipe_reads
 from tools.intake.refused_words import intake_mark, refused_reads
 from tools.intake.run_text import run_reads
 from tools.intake.serving_text import serving_reads
-from tools.intake.shape_text import shape_reads
 from tools.intake.spelt_text import as_written, read_as_written, spelt_numbers
 from tools.intake.wishes import distill_pair, framework_wish_reads, named_wishes
 from tools.intake.words import word_reads
@@ -108,29 +107,6 @@ def _claims(regexes: tuple[re.Pattern[str], ...], text: str, field: str, value: 
     return [Read.of(field, value, m) for p in regexes for m in p.finditer(text)]
 
 
-def _model_reads(text: str, model: Any) -> list[Read]:
-    """Where the model was named: its catalog id as spelt in the text, or the words it was read from."""
-    if isinstance(model, dict) and "layers" in model:  # its dimensions ("24 layers, hidden 2048")
-        # and the name or size beside them ("a custom 1B model with ..."), quoted with them
-        reads = _model_reads(text, model.get("like") or "") + shape_reads(text)
-        return [Read("model", model, r.quote, r.start, r.end) for r in reads]
-    if isinstance(model, str):
-        squashed = re.sub(r"[^a-z0-9.]", "", model.lower())
-        if squashed:
-            spelt = r"[^a-z0-9.]*".join(re.escape(ch) for ch in squashed)
-            if found := list(re.finditer(r"[\w.-]*" + spelt + r"[\w.-]*", text, re.I)):
-                again = [Read.of("model:again", model, m) for m in found[1:]]  # read, not listed
-                return [Read.of("model", model, found[0]), *again]
-    reading = read_model(text)
-    if reading is not None and (at := text.lower().find(reading.said.lower())) >= 0:
-        return [Read("model", model, reading.said, at, at + len(reading.said))]
-    if m := re.search(
-        r"\b\d+(?:\.\d+)?\s*[bm](?:illion)?\s*(?:param(?:eter)?s?)?\s*model\b", text, re.I
-    ):
-        return [Read.of("model", model, m)]
-    return []
-
-
 def _hardware_reads(text: str, fields: dict[str, Any]) -> list[Read]:
     """The words each hardware field came from (only the fields the parser set)."""
     reads: list[Read] = []
@@ -167,7 +143,7 @@ def text_reads(text: str, fields: dict[str, Any]) -> list[Read]:
             for r in numbers
             if r.field in ("micro-batch", "grad-accum")
         ]
-    reads += _model_reads(text, fields.get("model")) if "model" in fields else []
+    reads += model_reads(text, fields.get("model")) if "model" in fields else []
     reads += other_model_reads(text, fields.get("model")) if not distill_pair(text) else []
     reads += _hardware_reads(text, fields)
     reads += layout_reads(text, fields)

@@ -29,10 +29,11 @@ from functools import lru_cache
 
 from tools.intake.model_sizes import read_size
 from tools.intake.readings import ModelReading, Read
+from tools.intake.shape_text import shape_reads
 from tools.research.model_catalog import catalog_id, load_model_catalog
 from tools.research.variant_weights import variant_weights
 
-__all__ = ["ModelReading", "read_model", "variant_named"]
+__all__ = ["ModelReading", "model_reads", "read_model", "variant_named"]
 
 # How close a run of words must be to a catalog name to be read as it, and how much closer
 # than any other model.
@@ -311,3 +312,54 @@ def variant_named(text: str, model_id: str) -> tuple[str, str | None] | None:
             f"the launch loads {loads}: set MODEL_PATH to the weights '{word}' names"
         )
     return None
+
+
+# A size written after a model's name ("gpt2 124M"): part of the name where it is the model's.
+_SIZE_AFTER = re.compile(r"\s*[-(]?\s*(\d+(?:\.\d+)?)\s*([bm])(?:illion)?\b\)?", re.I)
+_SIZE_AGREES = 0.25  # within this share of the catalog's published count
+
+
+def _with_own_size(text: str, model: str, m: re.Match[str], field: str) -> Read:
+    """The reading of a mention ``m`` of ``model``, with a size after it that is the model's own.
+
+    "gpt2 124M" is gpt2 (124M parameters); "gpt2 1.5B" is not, and the size stays unread.
+    """
+    end = m.end()
+    size = _SIZE_AFTER.match(text, end)
+    model_id = catalog_id(model)
+    published = load_model_catalog()[model_id].get("published_params") if model_id else None
+    if size is not None and published:
+        count = float(size[1]) * (1e9 if size[2].lower() == "b" else 1e6)
+        if abs(count - float(published)) <= _SIZE_AGREES * float(published):
+            end = size.end()
+    return Read(field, model, text[m.start() : end], m.start(), end)
+
+
+def model_reads(text: str, model: object) -> list[Read]:
+    """Where the model was named: its catalog id as spelt in the text, or the words it was read from.
+
+    Each mention of the catalog id is read; the later ones are ``model:again`` (not listed).
+    """
+    if isinstance(model, dict) and "layers" in model:  # its dimensions ("24 layers, hidden 2048")
+        # and the name or size beside them ("a custom 1B model with ..."), quoted with them
+        reads = model_reads(text, model.get("like") or "") + shape_reads(text)
+        return [Read("model", model, r.quote, r.start, r.end) for r in reads]
+    if isinstance(model, str):
+        squashed = re.sub(r"[^a-z0-9.]", "", model.lower())
+        if squashed:
+            spelt = r"[^a-z0-9.]*".join(re.escape(ch) for ch in squashed)
+            found = re.finditer(r"[\w.-]*" + spelt + r"[\w.-]*", text, re.I)
+            mentions = [
+                _with_own_size(text, model, m, "model:again" if i else "model")
+                for i, m in enumerate(found)
+            ]
+            if mentions:
+                return mentions
+    reading = read_model(text)
+    if reading is not None and (at := text.lower().find(reading.said.lower())) >= 0:
+        return [Read("model", model, reading.said, at, at + len(reading.said))]
+    if m := re.search(
+        r"\b\d+(?:\.\d+)?\s*[bm](?:illion)?\s*(?:param(?:eter)?s?)?\s*model\b", text, re.I
+    ):
+        return [Read.of("model", model, m)]
+    return []

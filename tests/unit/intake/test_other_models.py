@@ -58,3 +58,20 @@ def test_the_planned_model_named_twice_is_read_twice_and_listed_once() -> None:
         ("model", "llama-3-8b")
     ]
     assert not [w for w in account.wishes if w.wish.startswith(("model", "other-model"))]
+
+
+@pytest.mark.parametrize(
+    ("text", "quote", "unread"),
+    [
+        ("pretrain gpt2 124M on a single RTX 3090 for 10B tokens", "gpt2 124M", []),
+        ("pretrain gpt2 (124M) on a single RTX 3090 for 10B tokens", "gpt2 (124M)", []),
+        # not gpt2's size: gpt2-xl is 1.5B; the size stays listed, not read as the name
+        ("pretrain gpt2 1.5B on a single RTX 3090 for 10B tokens", "gpt2", ["gpt2 1.5B on"]),
+    ],
+)
+def test_a_size_after_the_name_is_the_names_where_it_is_the_models(
+    text: str, quote: str, unread: list[str]
+) -> None:
+    account = _account(text)
+    assert [f.quote for f in account.read if f.field == "model"] == [quote]
+    assert account.not_understood == unread
