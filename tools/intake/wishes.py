@@ -47,6 +47,11 @@ _REFUSE_AFTER = re.compile(
     re.I,
 )
 _NAME_RE = re.compile(r"\b(" + _ANY_NAME + r")\b", re.I)
+# The names a refusal lists after its first: "don't use FSDP or DeepSpeed", "no fsdp/deepspeed",
+# "without FSDP, DeepSpeed or Megatron" refuse each one ("and" joins too loosely to be read).
+_REFUSED_NEXT = re.compile(
+    r"\s*(?:,\s*(?:or\s+|nor\s+)?|\s+(?:or|nor)\s+|/)\s*(?:the\s+)?(" + _ANY_NAME + r")\b", re.I
+)
 
 _ZERO_RE = re.compile(r"\bzero[ -]?(?:stage[ -]?)?([0-3])\b|\bstage[ -]?([0-3])\s+zero\b", re.I)
 _TP_RE = re.compile(
@@ -102,6 +107,21 @@ def _framework_of(name: str) -> str:
     raise ValueError(name)  # unreachable: the name was matched by one of the patterns
 
 
+def _listed_after(text: str, refusal: re.Match[str]) -> list[tuple[int, int]]:
+    """The spans of the names a refusal lists after its first ("no FSDP or DeepSpeed").
+
+    A name after a comma counts only where an "or"/"nor"/"/" name follows ("without FSDP,
+    DeepSpeed or Megatron"): in "no FSDP, deepspeed is fine" the comma ends the refusal.
+    """
+    spans: list[tuple[int, int]] = []
+    kept = 0
+    while n := _REFUSED_NEXT.match(text, refusal.end() if not spans else spans[-1][1]):
+        spans.append(n.span(1))
+        if not n.group(0).lstrip().startswith(","):
+            kept = len(spans)
+    return spans[:kept]
+
+
 def framework_reads(text: str) -> tuple[Read | None, list[Read]]:
     """The framework a request names (the first not refused) and the ones it refuses, with quotes.
 
@@ -112,10 +132,12 @@ def framework_reads(text: str) -> tuple[Read | None, list[Read]]:
     refused_spans: list[tuple[int, int]] = []
     for regex in (_REFUSE_BEFORE, _REFUSE_AFTER):
         for m in regex.finditer(text):
-            fid = _framework_of(m.group(1))
-            refused_spans.append(m.span(1))
-            if all(r.value != fid for r in avoided):
-                avoided.append(Read.of(f"avoid:{fid}", fid, m))
+            for span in [m.span(1), *(_listed_after(text, m) if regex is _REFUSE_BEFORE else [])]:
+                fid = _framework_of(text[span[0] : span[1]])
+                refused_spans.append(span)
+                if all(r.value != fid for r in avoided):  # quoted from the refusal's first word
+                    quote = text[m.start() : span[1]]
+                    avoided.append(Read(f"avoid:{fid}", fid, quote, m.start(), span[1]))
     for m in _NAME_RE.finditer(text):
         if any(a <= m.start() < b for a, b in refused_spans):
             continue

@@ -315,10 +315,12 @@ def _not_searched(space: SearchSpace) -> str | None:
             f"{differs}: its launch would not train the model as it is (name Megatron, or pin a "
             "tensor, pipeline, context or expert degree, to plan it anyway)"
         )
-    return (
-        f"not searched: the splits that run only on {', '.join(sorted(str(f) for f in needs))} "
-        f"({why})"
-    )
+    kept_out = []
+    if None in needs:  # no framework the request allows shards: DDP replicas alone
+        kept_out.append("ZeRO and FSDP sharding (only DeepSpeed and FSDP shard model states)")
+    if splits := sorted(str(f) for f in needs if f is not None):
+        kept_out.append(f"the splits that run only on {', '.join(splits)}")
+    return f"not searched: {'; '.join(kept_out)} ({why})"
 
 
 def virtual_stages(space: SearchSpace, layout: Setup, accumulation: int) -> list[int]:

@@ -24,7 +24,8 @@ def fits_somewhere(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrie
     limit = (1 - MIN_HEADROOM) * (capacity_bytes(hardware) or 0)
     precision = resolve_precision(brief.precision, hardware)
     names = [n for n in STRATEGY_ORDER if hardware.gpu is not None or n not in OFFLOAD_STRATEGIES]
-    setups = [(name, 1, 1) for name in names]
+    # Sharded data parallel only where an allowed framework shards (not "no FSDP or DeepSpeed")
+    setups = [(name, 1, 1) for name in names if runs_setup(brief, model, name, 1, 1, 1)]
     if brief.task in TRAINING_TASKS:
         setups += [
             (name, tp, pp)

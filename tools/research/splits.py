@@ -206,6 +206,14 @@ def refused_in(framework: str, avoided: Iterable[str]) -> list[str]:
     return [a for a in avoided if a in uses]
 
 
+def shards_somewhere(avoided: Iterable[str]) -> bool:
+    """Whether a framework the request allows shards model states over data-parallel ranks.
+
+    DeepSpeed's ZeRO (Megatron-DeepSpeed carries it), or FSDP (torchtitan's is FSDP2).
+    """
+    return not refused_in("deepspeed", avoided) or not refused_in("pytorch_fsdp", avoided)
+
+
 def runs_setup(
     brief: TrainingBrief,
     model: ModelSpec | None,
@@ -238,8 +246,14 @@ def runs_setup(
     if needed is not None and brief.framework == "torchtitan":
         # torchtitan runs every dense split of what it runs; FSDP in its place runs none.
         return ep == 1 and titan_runs(brief, model)
+    if needed is None and strategy != "ddp":
+        # A sharded data-parallel strategy (ZeRO, FSDP) needs a framework that shards: "don't
+        # use FSDP or DeepSpeed" leaves replicas (DDP, Horovod) alone.
+        return brief.framework not in REPLICATING_FRAMEWORKS and shards_somewhere(
+            brief.avoid_frameworks
+        )
     if needed is None:
-        return brief.framework not in REPLICATING_FRAMEWORKS or strategy == "ddp"
+        return True
     if needed == "megatron" and not megatron_builds(model):
         return False  # pretrain_gpt.py would train a GPT of this shape, not this model
     if needed == "megatron" and exact and brief.framework != "megatron":
