@@ -243,7 +243,8 @@ def batch_reading(text: str, seq_len: int) -> tuple[Read | None, str | None]:
 # "8 gradient accumulation steps", "accumulate gradients over 4 steps".
 _ACCUM_RE = re.compile(
     r"\b(?:grad(?:ient)?[ _-]?accum(?:ulation)?(?:[ _-]steps?)?|ga)\s*(?:of|=|:|is)?\s*(\d{1,5})\b"
-    r"|(?<![\w.])(\d{1,5})\s*(?:grad(?:ient)?[ _-]?accum(?:ulation)?[ _-]?steps?)\b"
+    # not "batch_size=4 gradient_accumulation_steps=8": that 4 is the key before's value
+    r"|(?<![\w.=:])(\d{1,5})\s*(?:grad(?:ient)?[ _-]?accum(?:ulation)?[ _-]?steps?)\b(?!\s*[=:])"
     r"|\baccumulat\w*\s+(?:the\s+)?gradients?\s+(?:over|for|across)\s+(\d{1,5})\s*(?:steps?|micro[ -]?batch\w*)",
     re.I,
 )

@@ -190,3 +190,20 @@ def test_warmup_steps_with_thousands_separators_are_read_whole(text: str, steps:
 
     read = warmup_reading(text)
     assert read is not None and read.value == steps
+
+
+@pytest.mark.parametrize(
+    ("text", "steps"),
+    [
+        # the 4 is per_device_train_batch_size's: before, the accumulation read 4, not 8
+        ("per_device_train_batch_size=4 gradient_accumulation_steps=8", 8),
+        ("per_device_train_batch_size: 4 gradient_accumulation_steps: 8", 8),
+        ("micro batch 2 and 8 gradient accumulation steps", 8),
+        ("gradient accumulation 16", 16),
+    ],
+)
+def test_gradient_accumulation_is_the_number_its_own_key_gives(text: str, steps: int) -> None:
+    from tools.intake.numbers_text import accumulation_reading
+
+    read = accumulation_reading(text)
+    assert read is not None and read.value == steps, read
