@@ -76,7 +76,8 @@ _WARMUP_RATIO_RE = re.compile(
     r"\bwarm[ _-]?up[ _-]ratio" + _SEP + _NUM + r"(\s*%)?"
     r"|(?<![\w.])" + _NUM + r"(\s*%)\s+(?:of\s+(?:the\s+)?(?:run|steps|training)\s+)?"
     r"(?:(?:linear|lr)\s+)?warm[ _-]?up\b"
-    r"|\bwarm[ _-]?up\s+(?:of|over|for)\s+(?:the\s+first\s+)?" + _NUM + r"(\s*%)",
+    # "warmup of 3%", "warmup over the first 5%", "warmup 3%", "warmup: 3%"
+    r"|\bwarm[ _-]?up\s*(?:(?:of|over|for)\s+(?:the\s+first\s+)?|[=:]\s*)?" + _NUM + r"(\s*%)",
     re.I,
 )
 _EVAL = r"(?:eval(?:uat(?:e|es|ion|ing))?|validat(?:e|es|ion|ing))"

@@ -38,6 +38,8 @@ from tools.research.model_catalog import list_models
         ("warmup_ratio=0.03", "warmup_ratio", 0.03),
         ("10% warmup", "warmup_ratio", 0.1),
         ("warmup of 10%", "warmup_ratio", 0.1),
+        ("warmup 3%", "warmup_ratio", 0.03),  # was listed as not understood
+        ("warmup: 5%", "warmup_ratio", 0.05),
         ("eval every 500 steps", "eval_every", 500),
         ("evaluate every 1k steps", "eval_every", 1000),
         ("on a 1% holdout", "eval_holdout", 0.01),
