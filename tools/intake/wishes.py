@@ -63,7 +63,13 @@ _PP_RE = re.compile(
     re.I,
 )
 _TP_BEFORE_RE = re.compile(r"\b(\d{1,2})[ -]?way\s+(?:tensor[ -]parallel|tp\b)", re.I)
-_PP_BEFORE_RE = re.compile(r"\b(\d{1,4})[ -]?(?:way|stage)s?\s+(?:pipeline|pp\b)", re.I)
+# "4-way pipeline", "4-stage pipeline", "4 pipeline stages", "a pipeline of 4 stages"
+_PP_BEFORE_RE = re.compile(
+    r"\b(\d{1,4})[ -]?(?:way|stage)s?\s+(?:pipeline|pp\b)"
+    r"|\b(\d{1,4})\s+(?:pipeline|pp)(?:[ -]parallel)?[ -]stages?\b"
+    r"|\bpipeline\s+of\s+(\d{1,4})\s+stages?\b",
+    re.I,
+)
 # "pipeline 4", "pipeline=4", "pipeline stages 4" (as in "tensor parallel 8 pipeline 4": the
 # degree was dropped and the search picked its own); not "pipeline 4 workers".
 _PP_SHORT_RE = re.compile(
@@ -199,7 +205,7 @@ def pin_reads(text: str) -> list[Read]:
     elif m := _NO_TP_RE.search(text):
         reads.append(Read.of("pins.tensor_parallel", 1, m))
     if m := (_PP_RE.search(text) or _PP_BEFORE_RE.search(text) or _PP_SHORT_RE.search(text)):
-        reads.append(Read.of("pins.pipeline_parallel", int(m.group(1)), m))
+        reads.append(Read.of("pins.pipeline_parallel", int(next(g for g in m.groups() if g)), m))
     elif m := _NO_PP_RE.search(text):
         reads.append(Read.of("pins.pipeline_parallel", 1, m))
     reads += _degree_reads(text, "pins.expert_parallel", _EP_RE, _EP_BEFORE_RE, _EP_NAME_RE)

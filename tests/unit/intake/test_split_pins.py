@@ -37,6 +37,9 @@ from tools.research.model_catalog import list_models
         # "pipeline 4" after "tensor parallel 8": the degree was dropped, the search picked PP 2.
         ("llama-3-70b on 32 H100 with tensor parallel 8 pipeline 4", "pipeline_parallel", 4, "pipeline 4"),
         ("llama-3-70b on 32 H100, pipeline stages=8", "pipeline_parallel", 8, "pipeline stages=8"),
+        # The stages counted before the word (was "with 4 pipeline" not understood, PP 1 planned).
+        ("llama-3-70b on 16 H100 with 4 pipeline stages and TP 4", "pipeline_parallel", 4, "4 pipeline stages"),
+        ("llama-3-70b on 16 H100, a pipeline of 4 stages", "pipeline_parallel", 4, "pipeline of 4 stages"),
         # A refusal pins degree 1, quoted from the refusing word.
         ("mixtral on 16 H100 with no expert parallelism", "expert_parallel", 1, "no expert parallelism"),
         ("mixtral on 16 H100, do not use EP", "expert_parallel", 1, "not use EP"),
