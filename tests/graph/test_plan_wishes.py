@@ -53,6 +53,11 @@ def test_a_refused_checkpointing_is_no_recompute(cli_main: Any, tmp_path: Path) 
     )
     assert plan["brief"]["recipe"]["checkpointing"] == "none"
     assert plan["memory"]["activation_checkpointing"] is False
+    # The wish is decided, not "not checked" beside a plan that honours it.
+    (wish,) = [
+        w for w in plan["request"]["wishes"] if w["wish"] == "avoid:activation-checkpointing"
+    ]
+    assert wish["honoured"] is True and "recomputes nothing" in wish["how"]
 
 
 def test_a_micro_batch_is_pinned_and_accumulation_judged(cli_main: Any, tmp_path: Path) -> None:

@@ -188,10 +188,19 @@ def _techniques(
             True,
             f"planned: activation checkpointing, recompute {setup.recompute} in the chosen setup",
         )
+        marks["avoid:activation-checkpointing"] = (
+            False,
+            f"activation checkpointing planned all the same: recompute {setup.recompute} in the "
+            "chosen setup (the memory plan's notes say why)",
+        )
     else:
         marks["technique:activation-checkpointing"] = (
             False,
             "activation checkpointing not planned: the chosen setup recomputes nothing",
+        )
+        marks["avoid:activation-checkpointing"] = (
+            True,
+            "not used: the chosen setup recomputes nothing",
         )
     marks["technique:8bit-optimizer"] = (
         False,
