@@ -97,6 +97,24 @@ def test_hybrid_sharding_is_decided_not_dropped(cli_main: Any, tmp_path: Path) -
     assert (wish["honoured"], one_node["memory"]["chosen"]) == (True, "zero3"), wish
 
 
+def test_tensor_parallelism_across_nodes_is_decided_not_dropped(
+    cli_main: Any, tmp_path: Path
+) -> None:
+    # The placement was read as nothing: no wish, nothing listed, the plan's TP inside a node.
+    plan, stdout = _plan(
+        cli_main,
+        tmp_path,
+        "fine-tune llama-3.1-70b on 4 nodes of 8 H100 with tensor parallelism across nodes",
+    )
+    (wish,) = [w for w in plan["request"]["wishes"] if w["wish"] == "technique:tp-across-nodes"]
+    assert wish["quote"] == "tensor parallelism across nodes"
+    tp = plan["memory"]["tensor_parallel"]
+    assert wish["honoured"] is (tp > 8)
+    if tp <= 8:
+        assert f"tensor parallel {tp} stays within each node's 8 GPUs" in wish["how"]
+        assert any("Tensor parallelism not across nodes" in line for line in stdout.splitlines())
+
+
 def test_packing_is_said_and_nvme_offload_refused(cli_main: Any, tmp_path: Path) -> None:
     """ "with packing" and "offload to NVMe" were dropped without a word (the plan offloads to CPU)."""
     plan, stdout = _plan(

@@ -178,11 +178,27 @@ def _flash_attention(
     )
 
 
+def _tp_across_nodes(memory: MemoryPlan, nodes: int) -> tuple[bool, str]:
+    """Whether the chosen tensor-parallel group spans nodes, as "TP across nodes" asks."""
+    s = memory.chosen_setup
+    per_node = max(1, s.tp * s.pp * s.cp * s.dp // max(1, nodes))
+    if nodes > 1 and s.tp > per_node:
+        return True, f"planned: tensor parallel {s.tp} spans {s.tp // per_node} nodes"
+    where = "one node" if nodes == 1 else f"each node's {per_node} GPUs"
+    return False, (
+        f"tensor parallelism not across nodes: the chosen setup's tensor parallel {s.tp} stays "
+        f"within {where}, so its per-layer all-reduces stay on the node's own GPU links; "
+        "across nodes they would run over the network between nodes"
+    )
+
+
 def _techniques(
     memory: MemoryPlan, primary: str | None, brief: TrainingBrief, experts: bool, nodes: int
 ) -> dict[str, tuple[bool, str]]:
     setup = memory.chosen_setup
-    marks: dict[str, tuple[bool, str]] = {}
+    marks: dict[str, tuple[bool, str]] = {
+        "technique:tp-across-nodes": _tp_across_nodes(memory, nodes)
+    }
     if memory.activation_checkpointing:
         marks["technique:activation-checkpointing"] = (
             True,

@@ -306,6 +306,12 @@ _NAMED: tuple[tuple[str, str], ...] = (
         r"\bresum\w*\s+(?:training\s+)?from\s+(?:the\s+|a\s+|my\s+)?(?:checkpoint\s+)?"
         r"(?:[\w.~-]*/[\w./~:-]+|checkpoint[-_]\d+\b|step[-_ ]?\d+\b)",
     ),
+    # "tensor parallelism across nodes": where the split is placed (plan_wishes.py decides)
+    (
+        "technique:tp-across-nodes",
+        r"\b(?:tensor[ -]parallel\w*|tp)\s+(?:across|over|between|spanning)\s+"
+        r"(?:the\s+|all\s+|multiple\s+|\d+\s+)?nodes\b",
+    ),
     (
         "technique:activation-checkpointing",
         r"\b(?:activation|gradient)[ -]checkpointing\b|\brecompute\b|重计算|激活检查点",
