@@ -75,6 +75,12 @@ _SEQ_RES = (
         re.I,
     ),
     re.compile(r"(?<![\w.])" + _NUM + r"\s*(k)?\s*(?:的)?\s*(?:上下文|序列长度|长度)", re.I),
+    # "fine-tune llama-3-8b at 4k?": a length in k at the clause's end (not "at 4k steps",
+    # "at $4k", "at 4k tokens/s")
+    re.compile(
+        r"\bat\s+(\d{1,3}(?:\.\d+)?)\s*(k)\b(?=\s*(?:[?.,;!)]|$|context\b|tokens?\b(?!\s*(?:/|per\b))))",
+        re.I,
+    ),
 )
 _SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12, "万": 1e4, "亿": 1e8, "万亿": 1e12}
 _SCALE.update(thousand=1e3, million=1e6, billion=1e9, trillion=1e12)

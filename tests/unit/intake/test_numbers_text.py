@@ -207,3 +207,23 @@ def test_gradient_accumulation_is_the_number_its_own_key_gives(text: str, steps:
 
     read = accumulation_reading(text)
     assert read is not None and read.value == steps, read
+
+
+@pytest.mark.parametrize(
+    ("text", "seq_len"),
+    [
+        # was listed as not understood and the plan ran at 2048
+        ("Can we full fine-tune llama-3-8b at 4k? If not, what's the cheapest way?", 4096),
+        ("fine-tune llama-3-8b on 8 H100 at 8k tokens", 8192),
+        ("fine-tune llama-3-8b on 8 H100 at 4k steps", None),
+        ("fine-tune llama-3-8b on 8 H100 at $4k", None),
+        ("fine-tune llama-3-8b on 8 H100 at 4k tokens/s", None),
+    ],
+)
+def test_a_length_in_k_at_the_end_of_a_clause_is_the_sequence_length(
+    text: str, seq_len: int | None
+) -> None:
+    from tools.intake.numbers_text import seq_reading
+
+    read = seq_reading(text)
+    assert (read.value if read else None) == seq_len, read
