@@ -16,7 +16,7 @@ from tools.planning import alternatives, explain
 from tools.planning.layouts import names_for
 from tools.planning.memory import GB, capacity_bytes
 from tools.planning.ranking import SIMPLER_WITHIN
-from tools.planning.scale_out import MAX_NODES_SUGGESTED, smallest_fitting
+from tools.planning.scale_out import MAX_NODES_SUGGESTED, lifted_fit, smallest_fitting
 from tools.planning.search_space import SearchSpace, recipe_policy
 from tools.planning.vision import image_notes
 from tools.research.splits import runs_on
@@ -130,8 +130,14 @@ def nothing_fits(
         explain.nothing_fits_note(
             bigger, MAX_NODES_SUGGESTED, splits=any(lay.split > 1 for lay in runs_any(space))
         ),
-        # What the search left out (a LoRA job's splits, a refused framework's) is said here too.
+        # What the search left out (a LoRA job's splits, a refused framework's) is said here too,
+        # and where the job fits without the request's framework wish or refusals.
         *(n for n in space.notes if n.startswith("not searched")),
+        *(
+            [lifted]
+            if bigger is None and (lifted := lifted_fit(space.model, space.hardware, space.brief))
+            else []
+        ),
         searched,
         f"nothing fits: {chosen.label} has the smallest footprint "
         f"({chosen.per_gpu_bytes.total / GB:.1f} GB per device); it does not fit either",

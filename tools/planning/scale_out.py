@@ -79,3 +79,27 @@ def _gpu_id(name: str) -> str:
         return str(getattr(find_gpu(name), "id", name))
     except InputError:
         return name
+
+
+def lifted_fit(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief) -> str | None:
+    """Where the job fits once the request's framework wish and refusals are lifted, said.
+
+    For a plan on which nothing the request allows fits ("with pytorch ddp", "no FSDP or
+    DeepSpeed"): this hardware or the smallest cluster of its GPU where ZeRO, FSDP or a split
+    fits. None when the request names no framework, or nothing fits either way.
+    """
+    if brief.framework is None and not brief.avoid_frameworks:
+        return None
+    asked = [f"the wish for {brief.framework}"] if brief.framework else []
+    asked += (
+        [f"the refusal of {', '.join(brief.avoid_frameworks)}"] if brief.avoid_frameworks else []
+    )
+    recipe = brief.recipe.model_copy(update={"framework": None}) if brief.recipe else None
+    free = brief.model_copy(update={"framework": None, "avoid_frameworks": [], "recipe": recipe})
+    if fits_somewhere(model, hardware, free):
+        where = "it fits on this hardware"
+    elif (bigger := smallest_fitting(model, hardware, free)) is not None:
+        where = f"the same GPU would fit it at {bigger}"
+    else:
+        return None
+    return f"without {' and '.join(asked)}, {where} (with ZeRO or FSDP sharding, or a split)"

@@ -58,3 +58,21 @@ def test_refusing_both_sharding_frameworks_plans_replicas_and_says_what_was_kept
     # More GPUs of this type never fit replicas of an 8B model's states: no cluster suggested.
     assert not plan.chosen_row.fits
     assert any("more GPUs of this type do not help" in a for a in plan.assumptions)
+    # and where it fits once the refusal is lifted: here, on this very hardware
+    assert (
+        "without the refusal of pytorch_fsdp, deepspeed, it fits on this hardware"
+        " (with ZeRO or FSDP sharding, or a split)"
+    ) in plan.assumptions
+
+
+def test_a_replicating_wish_nothing_fits_says_where_sharding_would() -> None:
+    # Before: "the same GPU would fit at 4x8xA100-40GB" for a DDP plan that never fits there.
+    brief = parse_request("fine-tune llama-3-70b on 8 A100 40GB with pytorch ddp", list_models())
+    model, hardware = lookup_model(brief.model, brief.seq_len), parse_hardware(brief.hardware)
+    plan = search_strategy(model, hardware, brief)
+    assert plan.chosen == "ddp" and not plan.chosen_row.fits
+    assert not any("the same GPU would fit at" in a for a in plan.assumptions)
+    assert any(
+        a.startswith("without the wish for pytorch_ddp, the same GPU would fit it at 4x8xA100-40GB")
+        for a in plan.assumptions
+    ), plan.assumptions
