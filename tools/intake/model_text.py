@@ -345,8 +345,7 @@ def model_reads(text: str, model: object) -> list[Read]:
         reads = model_reads(text, model.get("like") or "") + shape_reads(text)
         return [Read("model", model, r.quote, r.start, r.end) for r in reads]
     if isinstance(model, str):
-        squashed = re.sub(r"[^a-z0-9.]", "", model.lower())
-        if squashed:
+        if squashed := _squash(model):
             spelt = r"[^a-z0-9.]*".join(re.escape(ch) for ch in squashed)
             found = re.finditer(r"[\w.-]*" + spelt + r"[\w.-]*", text, re.I)
             mentions = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tools.core.errors import InputError
 from tools.core.schemas import TRAINING_TASKS, HardwareSpec, ModelSpec, TrainingBrief
 from tools.core.strategies import MIN_HEADROOM, OFFLOAD_STRATEGIES, STRATEGY_ORDER
+from tools.planning.fallbacks import without_framework_wish
 from tools.planning.memory import capacity_bytes, estimate_strategy
 from tools.planning.parallel import model_parallel_setups
 from tools.planning.states import resolve_precision
@@ -94,8 +95,7 @@ def lifted_fit(model: ModelSpec, hardware: HardwareSpec, brief: TrainingBrief) -
     asked += (
         [f"the refusal of {', '.join(brief.avoid_frameworks)}"] if brief.avoid_frameworks else []
     )
-    recipe = brief.recipe.model_copy(update={"framework": None}) if brief.recipe else None
-    free = brief.model_copy(update={"framework": None, "avoid_frameworks": [], "recipe": recipe})
+    free = without_framework_wish(brief).model_copy(update={"avoid_frameworks": []})
     if fits_somewhere(model, hardware, free):
         where = "it fits on this hardware"
     elif (bigger := smallest_fitting(model, hardware, free)) is not None:
